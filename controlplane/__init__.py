@@ -1,0 +1,1 @@
+"""edgepop controlplane package."""

@@ -1,0 +1,1 @@
+"""edgepop dataplane package."""

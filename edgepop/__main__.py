@@ -1,0 +1,5 @@
+import sys
+
+from edgepop.cli import main
+
+sys.exit(main())

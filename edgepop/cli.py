@@ -1,0 +1,55 @@
+"""The ``edgepop`` command: one sub-command per research job, registered by the package that owns it.
+
+Each owning package exposes ``<package>.cli.register(subparsers)``, which adds its sub-commands and sets
+``func`` on them. Modules are imported lazily so that ``edgepop topology`` does not pay for onnxruntime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from edgepop import __version__
+from edgepop.errors import UserError
+
+# Order is the order in `edgepop --help`.
+COMMAND_MODULES = ("sim.cli", "controlplane.cli", "dataplane.cli", "topology.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgepop",
+        description="Edge AI inference research toolkit: topology, placement, routing, simulation, real inference.",
+    )
+    parser.add_argument("--version", action="version", version=f"edgepop {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that package has no commands yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"edgepop: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("edgepop: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""edgepop sim package."""

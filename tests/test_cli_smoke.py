@@ -1,0 +1,5 @@
+from edgepop.cli import build_parser
+
+
+def test_parser_builds():
+    assert build_parser().prog == "edgepop"
