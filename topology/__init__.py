@@ -1,1 +1,24 @@
-"""edgepop topology: PoPs, GPU nodes, cloud regions, user demand and the WAN latency model."""
+"""edgepop topology: PoPs, GPU nodes, cloud regions, user demand and the WAN latency model.
+
+Public API::
+
+    from topology import Topology, core_rtt_ms
+    topo = Topology.load()                      # shipped PoPs, GPUs, regions, demand
+    core_rtt_ms(51.5, -0.1, 40.7, -74.0)        # London - New York, data centre to data centre (ms)
+    topo.user_pop_rtt(lat, lon)                 # users x PoPs matrix with last mile
+    topo.ingress(lat, lon)                      # anycast ingress PoP per user
+"""
+
+from topology.demand import demand_rates, diurnal_factor, load_demand_points, local_hour
+from topology.geo import FIBRE_KM_PER_MS, fibre_rtt_ms, haversine_km
+from topology.gpus import build_nodes, load_gpus
+from topology.latency import LatencyModel, LatencyParams, build_backbone, core_rtt_ms, default_model
+from topology.pops import load_pops, load_tiers
+from topology.regions import BASELINE_SETS, baseline, load_regions
+from topology.world import Topology
+
+__all__ = [
+    "BASELINE_SETS", "FIBRE_KM_PER_MS", "LatencyModel", "LatencyParams", "Topology", "baseline", "build_backbone",
+    "build_nodes", "core_rtt_ms", "default_model", "demand_rates", "diurnal_factor", "fibre_rtt_ms",
+    "haversine_km", "load_demand_points", "load_gpus", "load_pops", "load_regions", "load_tiers", "local_hour",
+]

@@ -1,0 +1,82 @@
+"""The WAN latency model: physics bounds, symmetry, calibration error, determinism, ingress."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from topology import LatencyParams, core_rtt_ms, fibre_rtt_ms, haversine_km
+from topology.calibration import errors, load_measurements, plain_distance_fit, predict
+from topology.latency import default_model
+
+lat = st.floats(-60, 75, allow_nan=False)
+lon = st.floats(-180, 180, allow_nan=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lat, lon, lat, lon)
+def test_rtt_positive_symmetric_and_above_light_in_fibre(a, b, c, d):
+    ab = core_rtt_ms(a, b, c, d)
+    ba = core_rtt_ms(c, d, a, b)
+    assert ab > 0
+    assert ab == pytest.approx(ba, rel=1e-9)
+    assert ab >= float(fibre_rtt_ms(haversine_km(a, b, c, d))) - 1e-9
+
+
+def test_vectorised_matches_scalar():
+    rng = np.random.default_rng(7)
+    la1, la2 = rng.uniform(-50, 70, 50), rng.uniform(-50, 70, 50)
+    lo1, lo2 = rng.uniform(-180, 180, 50), rng.uniform(-180, 180, 50)
+    vec = core_rtt_ms(la1, lo1, la2, lo2)
+    assert vec.shape == (50,)
+    assert np.allclose(vec, [core_rtt_ms(*x) for x in zip(la1, lo1, la2, lo2, strict=True)])
+
+
+def test_calibration_error_on_measured_table_beats_distance_fit():
+    m = load_measurements()
+    assert len(m) == 45
+    err = errors(predict(default_model(), m), m.rtt_ms.to_numpy())
+    assert err["median_ape"] <= 0.10
+    assert err["median_ape"] < 0.5 * plain_distance_fit(m)["median_ape"]
+
+
+def test_shipped_params_carry_the_cross_validated_error():
+    p = LatencyParams.load()
+    assert p.alpha_land >= 1 and p.alpha_sea >= 1
+    assert p.meta["leave_one_region_out"]["median_ape"] <= 0.12
+
+
+def test_paths_longer_than_great_circle_and_inflation_plausible(topo):
+    # Bozkurt et al.: Internet RTTs run ~2x the great-circle fibre time; data-centre paths a bit less.
+    pops = topo.pops.sample(120, random_state=1)
+    la, lo = pops.lat.to_numpy(), pops.lon.to_numpy()
+    rtt = core_rtt_ms(la[:, None], lo[:, None], la[None, :], lo[None, :])
+    gc = fibre_rtt_ms(haversine_km(la[:, None], lo[:, None], la[None, :], lo[None, :]))
+    far = gc > 20
+    ratio = np.median(rtt[far] / gc[far])
+    assert 1.3 <= ratio <= 2.5
+
+
+def test_known_routes_detour_through_cables():
+    # Sydney - Sao Paulo has no direct cable: the path crosses the Pacific then the Americas.
+    model = default_model()
+    sydney_sp = core_rtt_ms(-33.87, 151.21, -23.55, -46.63)
+    assert sydney_sp > 1.3 * float(fibre_rtt_ms(haversine_km(-33.87, 151.21, -23.55, -46.63)))
+    assert np.isfinite(model.node_ms).all()  # the backbone is connected
+
+
+def test_same_input_same_output():
+    a = core_rtt_ms(np.array([10.0, 20.0]), np.array([30.0, 40.0]), np.array([-5.0, 50.0]), np.array([1.0, 2.0]))
+    b = core_rtt_ms(np.array([10.0, 20.0]), np.array([30.0, 40.0]), np.array([-5.0, 50.0]), np.array([1.0, 2.0]))
+    assert np.array_equal(a, b)
+
+
+def test_ingress_is_lowest_rtt_pop_and_matrices_include_last_mile(topo):
+    d = topo.demand.iloc[::97]
+    m = topo.user_pop_rtt(d.lat.to_numpy(), d.lon.to_numpy())
+    idx, rtt = topo.ingress(d.lat.to_numpy(), d.lon.to_numpy())
+    assert np.array_equal(idx, m.argmin(axis=1)) and np.allclose(rtt, m.min(axis=1))
+    bare = topo.user_pop_rtt(d.lat.to_numpy(), d.lon.to_numpy(), last_mile_ms=0.0)
+    assert np.allclose(m - bare, topo.last_mile_ms)
+    paris = topo.pops.id[topo.ingress([48.86], [2.35])[0][0]]
+    assert paris == "CDG"

@@ -1,0 +1,68 @@
+"""`edgepop topology` end to end, and bad-file errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from edgepop.cli import main
+from edgepop.errors import DataFileError
+from topology import load_gpus, load_pops
+
+POP_HEADER = "id,city,country,cc,continent,lat,lon,tz,metro_pop\n"
+
+
+def test_topology_json_and_map(tmp_path, capsys):
+    assert main(["topology", "--json", "--out", str(tmp_path)]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["pops"] >= 300 and sum(s["pops_per_continent"].values()) == s["pops"]
+    assert s["edge"]["within_50ms"] > s["baselines"]["global-6"]["within_50ms"] > s["baselines"]["us-east"]["within_50ms"]
+    png = tmp_path / "map.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 50_000
+    assert json.loads((tmp_path / "summary.json").read_text())["pops"] == s["pops"]
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("AAA,A,X,XX,EU,91,0,Europe/Paris,1000\n", "row 2, field 'lat'"),
+        ("AAA,A,X,XX,EU,10,0,Europe/Paris,1000\nAAA,B,X,XX,EU,10,0,Europe/Paris,1000\n", "row 3, field 'id'"),
+        ("AAA,A,X,XX,XX,10,0,Europe/Paris,1000\n", "field 'continent'"),
+        ("AAA,A,X,XX,EU,ten,0,Europe/Paris,1000\n", "bad value 'ten'"),
+        ("AAA,A,X,XX,EU,10,0,Mars/Olympus,1000\n", "unknown IANA time zone"),
+    ],
+)
+def test_bad_pop_file_names_row_and_field(tmp_path, body, needle):
+    f = tmp_path / "pops.csv"
+    f.write_text(POP_HEADER + body)
+    with pytest.raises(DataFileError) as exc:
+        load_pops(f)
+    assert str(f) in str(exc.value) and needle in str(exc.value)
+
+
+def test_bad_gpu_file_missing_column(tmp_path):
+    f = tmp_path / "gpus.csv"
+    f.write_text("gpu,memory_gb\nX,80\n")
+    with pytest.raises(DataFileError, match="field 'mem_bw_gbps': missing column"):
+        load_gpus(f)
+
+
+def test_cli_reports_bad_file_in_one_line_without_traceback(tmp_path):
+    f = tmp_path / "regions.csv"
+    f.write_text("id,provider,code,name,lat,lon\naws:x,aws,x,X,12,abc\n")
+    r = subprocess.run([sys.executable, "-m", "edgepop", "topology", "--regions", str(f), "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
+    assert "row 2, field 'lon'" in r.stderr
+    assert not (tmp_path / "summary.json").exists()  # nothing half-written
+
+
+def test_custom_pop_file_is_used(tmp_path, capsys):
+    f = tmp_path / "pops.csv"
+    f.write_text(POP_HEADER + "AAA,Paris,France,FR,EU,48.86,2.35,Europe/Paris,12000000\n"
+                 "BBB,Tokyo,Japan,JP,AS,35.68,139.69,Asia/Tokyo,37000000\n")
+    assert main(["topology", "--pops", str(f), "--json", "--out", str(tmp_path)]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["pops"] == 2 and s["pops_per_tier"] == {"1": 2}

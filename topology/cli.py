@@ -1,0 +1,66 @@
+"""``edgepop topology``: what the world looks like — PoPs, GPUs, coverage — and a map."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("topology", help="summarise PoPs, GPU inventory, population coverage; draw a world map",
+                       description="Summarise the PoPs, GPU inventory and population coverage of a topology "
+                                   "(the shipped one by default) and draw a world map of PoPs and regions.")
+    p.add_argument("--pops", type=Path, help="custom PoP CSV (columns id, city, continent, lat, lon, tz, metro_pop)")
+    p.add_argument("--gpus", type=Path, help="custom GPU spec CSV (see topology/data/gpus.csv)")
+    p.add_argument("--regions", type=Path, help="custom cloud region CSV (id, provider, code, lat, lon)")
+    p.add_argument("--tiers", type=Path, help="custom tier CSV (tier, min_metro_pop, nodes)")
+    p.add_argument("--last-mile-ms", type=float, default=0.0,
+                   help="access-network RTT added to every user before coverage is computed (default 0)")
+    p.add_argument("--out", type=Path, default=Path("out/topology"), help="folder for map.png and summary.json")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from topology.report import draw_map, summary
+    from topology.world import Topology
+
+    topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions, tiers=args.tiers)
+    s = summary(topo, last_mile_ms=args.last_mile_ms)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    s["map"] = str(draw_map(topo, args.out / "map.png"))
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print_tables(s)
+    return 0
+
+
+def print_tables(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title=f"{s['pops']} PoPs, {s['gpu_nodes']} GPU nodes, {s['gpu_memory_tb']} TB GPU memory")
+    t.add_column("continent")
+    t.add_column("PoPs", justify="right")
+    for c, n in s["pops_per_continent"].items():
+        t.add_row(c, str(n))
+    con.print(t)
+    g = Table(title="GPUs per type")
+    g.add_column("GPU")
+    g.add_column("count", justify="right")
+    for k, v in s["gpus_per_type"].items():
+        g.add_row(k, str(v))
+    con.print(g)
+    c = Table(title=f"Share of the population of {s['demand_cities']} cities within reach "
+                    f"(last mile {s['last_mile_ms']} ms)")
+    for col in ("deployment", "<=10 ms", "<=25 ms", "<=50 ms", "median RTT ms"):
+        c.add_column(col, justify="right")
+    rows = [("edge PoPs", s["edge"])] + [(f"central {k}", v) for k, v in s["baselines"].items()]
+    for name, v in rows:
+        c.add_row(name, *(f"{v[f'within_{t}ms']:.1%}" for t in (10, 25, 50)), f"{v['median_rtt_ms']}")
+    con.print(c)
+    con.print(f"map: {s['map']}")

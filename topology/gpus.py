@@ -1,0 +1,64 @@
+"""GPU types with their published spec figures, and the GPU nodes each PoP holds by tier."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from edgepop.errors import DataFileError
+from topology.tables import DATA_DIR, Field, in_range, number, read_table
+
+positive = in_range(1e-9, 1e9)
+GPU_FIELDS = [
+    Field("gpu"),
+    Field("memory_gb", number, positive),
+    Field("mem_bw_gbps", number, positive),
+    Field("bf16_tflops", number, positive),
+    Field("fp8_int8_tflops", number, positive),
+    Field("interconnect_gbps", number, positive),
+    Field("tdp_w", number, positive),
+    Field("price_usd_hr", number, in_range(0, 1e4)),
+]
+NODE_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9.\-]*)x(\d+)\s*$")
+
+
+def load_gpus(path: str | Path | None = None) -> pd.DataFrame:
+    """GPU spec table (one row per type), indexed by nothing; column ``gpu`` is the type name."""
+    path = Path(path) if path else DATA_DIR / "gpus.csv"
+    return read_table(path, GPU_FIELDS, unique="gpu")
+
+
+def parse_node_list(text: str, gpu_types: set[str], where: tuple) -> list[tuple[str, int]]:
+    """Parse ``"H100x8;L4x1"`` into [("H100", 8), ("L4", 1)]; ``where`` = (path, row) for errors."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        m = NODE_SPEC.match(part)
+        if not m:
+            raise DataFileError(where[0], where[1], "nodes", f"{part!r} is not of the form GPUxCOUNT")
+        gpu, count = m.group(1), int(m.group(2))
+        if gpu not in gpu_types:
+            raise DataFileError(where[0], where[1], "nodes", f"unknown GPU type {gpu!r} (known: {sorted(gpu_types)})")
+        if not 1 <= count <= 16:
+            raise DataFileError(where[0], where[1], "nodes", f"{count} GPUs in one node (allowed 1..16)")
+        out.append((gpu, count))
+    return out
+
+
+def build_nodes(pops: pd.DataFrame, tiers: pd.DataFrame, gpus: pd.DataFrame,
+                tiers_path: str | Path = "tiers.csv") -> pd.DataFrame:
+    """One row per GPU node: node_id, pop_id, gpu, gpus, memory_gb (node total), lat, lon.
+
+    Node ids are ``<POP>-<n>`` so that they read naturally in logs (``FRA-0`` is Frankfurt's first node).
+    """
+    types = set(gpus.gpu)
+    per_tier = {}
+    for i, row in enumerate(tiers.itertuples(), start=2):
+        per_tier[row.tier] = parse_node_list(row.nodes, types, (tiers_path, i))
+    mem = dict(zip(gpus.gpu, gpus.memory_gb, strict=True))
+    rows = []
+    for pop in pops.itertuples():
+        for n, (gpu, count) in enumerate(per_tier[pop.tier]):
+            rows.append((f"{pop.id}-{n}", pop.id, gpu, count, mem[gpu] * count, pop.lat, pop.lon))
+    return pd.DataFrame(rows, columns=["node_id", "pop_id", "gpu", "gpus", "memory_gb", "lat", "lon"])

@@ -1,0 +1,215 @@
+"""WAN latency model: propagation over a backbone graph, calibrated on measured round-trip times.
+
+RTT(a, b) = base + min over backbone paths of  sum_e ( 2 * alpha_e * length_e / 200 km/ms + hop )
+
+* Nodes are the PoPs, the cloud regions and the landing points of major submarine cables.
+* Terrestrial links join each node to its nearest neighbours (within ``max_link_km``); fibre follows roads
+  and rail, so a terrestrial km costs ``alpha_land`` great-circle km. Long-haul links are the named cable
+  systems of ``data/backbone_links.csv``; a cable km costs ``alpha_sea`` km (cables also bend).
+* ``hop`` is the per-link processing/queueing cost and ``base`` the fixed cost of the two data-centre ends.
+* Any point (a city, a user) attaches to its nearest nodes over a terrestrial link, so the model answers
+  for arbitrary coordinates, and two nearby points may also use a direct terrestrial link.
+
+Because every link is at least as long as its great circle and ``alpha >= 1``, the model never beats light
+in fibre along the great circle (a property the tests check).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import dijkstra
+
+from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
+from topology.tables import DATA_DIR
+
+PARAMS_FILE = DATA_DIR / "latency_params.json"
+# Land links between these country pairs do not exist in practice (traffic detours through third countries).
+NO_LAND_LINK = {frozenset(p) for p in [("IN", "PK"), ("IN", "CN"), ("CN", "NP"), ("CN", "BT"), ("CN", "IN")]}
+
+
+@dataclass(frozen=True)
+class LatencyParams:
+    """Calibrated constants of the latency model (see ``calibrate``)."""
+
+    alpha_land: float = 1.6
+    alpha_sea: float = 1.25
+    hop_ms: float = 0.2
+    base_ms: float = 1.0
+    knn: int = 8
+    max_link_km: float = 1000.0
+    attach_k: int = 3
+    meta: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def load(cls, path: str | Path = PARAMS_FILE) -> LatencyParams:
+        raw = json.loads(Path(path).read_text())
+        return cls(**raw)
+
+    def save(self, path: str | Path = PARAMS_FILE) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+
+@dataclass
+class Backbone:
+    """Nodes (name, lat, lon, kind, cc) and undirected links (i, j, km, kind, system) of the backbone graph."""
+
+    nodes: pd.DataFrame
+    links: pd.DataFrame
+
+    def to_networkx(self) -> nx.Graph:
+        g = nx.Graph()
+        for i, n in enumerate(self.nodes.itertuples()):
+            g.add_node(i, name=n.name, lat=n.lat, lon=n.lon, kind=n.kind)
+        for e in self.links.itertuples():
+            g.add_edge(int(e.i), int(e.j), km=float(e.km), kind=e.kind, system=e.system)
+        return g
+
+
+def load_landing_points() -> pd.DataFrame:
+    return pd.read_csv(DATA_DIR / "landing_points.csv")
+
+
+def build_backbone(sites: pd.DataFrame, knn: int = 8, max_link_km: float = 1000.0) -> Backbone:
+    """Backbone over ``sites`` (columns name, lat, lon, kind, optional cc) plus the cable landing points."""
+    lp = load_landing_points().assign(kind="landing", cc="")
+    site_cols = sites.assign(cc=sites.get("cc", pd.Series("", index=sites.index)).fillna(""))
+    nodes = pd.concat([site_cols[["name", "lat", "lon", "kind", "cc"]], lp[["name", "lat", "lon", "kind", "cc"]]],
+                      ignore_index=True)
+    lat, lon = nodes.lat.to_numpy(), nodes.lon.to_numpy()
+    dist = pairwise_km(lat, lon, lat, lon)
+    np.fill_diagonal(dist, np.inf)
+    cc = nodes.cc.to_numpy()
+    links: dict[tuple[int, int], tuple[float, str, str]] = {}
+    order = np.argsort(dist, axis=1)[:, :knn]
+    for i in range(len(nodes)):
+        for j in order[i]:
+            d = dist[i, j]
+            if d > max_link_km or frozenset((cc[i], cc[j])) in NO_LAND_LINK:
+                continue
+            links[(min(i, j), max(i, j))] = (float(d), "land", "")
+    # Named links join landing points, or PoPs where a trunk reaches inland; links to absent sites are skipped.
+    index = {n: k for k, n in enumerate(nodes.name)}
+    cables = pd.read_csv(DATA_DIR / "backbone_links.csv")
+    for c in cables.itertuples():
+        if c.a not in index or c.b not in index:
+            continue
+        i, j = index[c.a], index[c.b]
+        links[(min(i, j), max(i, j))] = (float(dist[i, j]), c.kind, c.system)
+    frame = pd.DataFrame([(i, j, d, k, s) for (i, j), (d, k, s) in links.items()],
+                         columns=["i", "j", "km", "kind", "system"])
+    return Backbone(nodes=nodes, links=frame)
+
+
+class LatencyModel:
+    """All-pairs backbone RTTs plus vectorised queries for arbitrary coordinates."""
+
+    def __init__(self, backbone: Backbone, params: LatencyParams):
+        self.backbone, self.params = backbone, params
+        self.node_lat = backbone.nodes.lat.to_numpy(dtype=np.float64)
+        self.node_lon = backbone.nodes.lon.to_numpy(dtype=np.float64)
+        self.node_ms = self._all_pairs()
+
+    def _link_ms(self, km: np.ndarray, kind: np.ndarray) -> np.ndarray:
+        p = self.params
+        alpha = np.where(kind == "sea", p.alpha_sea, p.alpha_land)
+        return 2.0 * alpha * km / FIBRE_KM_PER_MS + p.hop_ms
+
+    def _all_pairs(self) -> np.ndarray:
+        links = self.backbone.links
+        w = self._link_ms(links.km.to_numpy(), links.kind.to_numpy())
+        n = len(self.backbone.nodes)
+        graph = coo_matrix((w, (links.i.to_numpy(), links.j.to_numpy())), shape=(n, n)).tocsr()
+        return dijkstra(graph, directed=False)
+
+    def _attach(self, lat: np.ndarray, lon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Nearest ``attach_k`` nodes of each point and the terrestrial cost to reach each (ms)."""
+        k = self.params.attach_k
+        d = pairwise_km(lat, lon, self.node_lat, self.node_lon)
+        idx = np.argpartition(d, k - 1, axis=1)[:, :k]
+        km = np.take_along_axis(d, idx, axis=1)
+        return idx, self._link_ms(km, np.array("land"))
+
+    def core_rtt_ms(self, lat1, lon1, lat2, lon2) -> np.ndarray | float:
+        """Data-centre to data-centre RTT in ms (no last mile); scalars or broadcastable arrays."""
+        a = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (lat1, lon1, lat2, lon2)))
+        shape = a[0].shape
+        lat1, lon1, lat2, lon2 = (x.ravel() for x in a)
+        out = np.empty(lat1.size)
+        step = 20000
+        for s in range(0, lat1.size, step):
+            sl = slice(s, s + step)
+            out[sl] = self._pair_rtt(lat1[sl], lon1[sl], lat2[sl], lon2[sl])
+        return float(out[0]) if shape == () else out.reshape(shape)
+
+    def _pair_rtt(self, lat1, lon1, lat2, lon2) -> np.ndarray:
+        i1, c1 = self._attach(lat1, lon1)
+        i2, c2 = self._attach(lat2, lon2)
+        via = c1[:, :, None] + self.node_ms[i1[:, :, None], i2[:, None, :]] + c2[:, None, :]
+        best = via.reshape(len(lat1), -1).min(axis=1)
+        return self.params.base_ms + np.minimum(best, self._direct_ms(lat1, lon1, lat2, lon2))
+
+    def _direct_ms(self, lat1, lon1, lat2, lon2) -> np.ndarray:
+        km = haversine_km(lat1, lon1, lat2, lon2)
+        direct = self._link_ms(km, np.array("land"))
+        return np.where(km <= self.params.max_link_km, direct, np.inf)
+
+    def site_rtt_matrix(self, lat, lon, site_nodes: np.ndarray, chunk: int = 8192) -> np.ndarray:
+        """Core RTT (ms, float32) from each point (rows) to each backbone node in ``site_nodes`` (columns)."""
+        lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
+        site_nodes = np.asarray(site_nodes)
+        out = np.empty((lat.size, site_nodes.size), dtype=np.float32)
+        sub = self.node_ms[:, site_nodes]
+        slat, slon = self.node_lat[site_nodes], self.node_lon[site_nodes]
+        for s in range(0, lat.size, chunk):
+            sl = slice(s, s + chunk)
+            idx, cost = self._attach(lat[sl], lon[sl])
+            best = np.min(cost[:, :, None] + sub[idx], axis=1)
+            km = pairwise_km(lat[sl], lon[sl], slat, slon)
+            direct = np.where(km <= self.params.max_link_km, self._link_ms(km, np.array("land")), np.inf)
+            out[sl] = self.params.base_ms + np.minimum(best, direct)
+        return out
+
+    def path(self, a: int, b: int) -> list[str]:
+        """Names of the backbone nodes on the cheapest path between nodes ``a`` and ``b`` (for explanation)."""
+        g = self.backbone.to_networkx()
+        p = self.params
+        for _, _, e in g.edges(data=True):
+            alpha = p.alpha_sea if e["kind"] == "sea" else p.alpha_land
+            e["ms"] = 2 * alpha * e["km"] / FIBRE_KM_PER_MS + p.hop_ms
+        nodes = nx.shortest_path(g, a, b, weight="ms")
+        return [g.nodes[n]["name"] for n in nodes]
+
+
+def site_table(pops: pd.DataFrame, regions: pd.DataFrame) -> pd.DataFrame:
+    """Backbone sites: the PoPs then the regions, in table order (callers rely on this order)."""
+    return pd.concat([pops[["id", "lat", "lon", "cc"]].rename(columns={"id": "name"}).assign(kind="pop"),
+                      regions[["id", "lat", "lon"]].rename(columns={"id": "name"}).assign(kind="region", cc="")],
+                     ignore_index=True)
+
+
+def default_sites() -> pd.DataFrame:
+    """PoPs and cloud regions of the shipped tables, as backbone sites."""
+    from topology.pops import load_pops
+    from topology.regions import load_regions
+
+    return site_table(load_pops(), load_regions())
+
+
+@lru_cache(maxsize=4)
+def default_model(params: LatencyParams | None = None) -> LatencyModel:
+    """The model over the shipped PoPs and regions with the calibrated parameters (built once per process)."""
+    params = params or LatencyParams.load()
+    return LatencyModel(build_backbone(default_sites(), params.knn, params.max_link_km), params)
+
+
+def core_rtt_ms(lat1, lon1, lat2, lon2):
+    """Data-centre-to-data-centre RTT in ms between coordinates (scalars or numpy arrays; no last mile)."""
+    return default_model().core_rtt_ms(lat1, lon1, lat2, lon2)

@@ -1,0 +1,72 @@
+"""Points of presence: ~340 real Cloudflare cities with metro population and a size tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import pandas as pd
+
+from edgepop.errors import DataFileError
+from topology.tables import DATA_DIR, Field, in_range, integer, number, read_table
+
+CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America", "OC": "Oceania",
+              "SA": "South America", "AN": "Antarctica"}
+
+
+def _timezone(name: object) -> str | None:
+    try:
+        ZoneInfo(str(name))
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown IANA time zone {name!r}"
+    return None
+
+
+POP_FIELDS = [
+    Field("id"),
+    Field("city"),
+    Field("country", required=False, default=""),
+    Field("cc", required=False, default=""),
+    Field("continent", check=lambda v: None if v in CONTINENTS else f"{v!r} is not one of {sorted(CONTINENTS)}"),
+    Field("lat", number, in_range(-90, 90)),
+    Field("lon", number, in_range(-180, 180)),
+    Field("tz", check=_timezone),
+    Field("metro_pop", integer, in_range(0, 1e9)),
+]
+
+TIER_FIELDS = [
+    Field("tier", integer, in_range(1, 99)),
+    Field("min_metro_pop", integer, in_range(0, 1e9)),
+    Field("nodes"),
+]
+
+
+def load_tiers(path: str | Path | None = None) -> pd.DataFrame:
+    """Tier ladder: the smallest metro population for each tier and the GPU nodes a PoP of that tier holds."""
+    path = Path(path) if path else DATA_DIR / "tiers.csv"
+    tiers = read_table(path, TIER_FIELDS, unique="tier").sort_values("min_metro_pop", ascending=False)
+    if tiers.min_metro_pop.iloc[-1] != 0:
+        raise DataFileError(path, None, "min_metro_pop", "the lowest tier must start at 0 so every PoP has a tier")
+    return tiers.reset_index(drop=True)
+
+
+def assign_tiers(metro_pop: pd.Series, tiers: pd.DataFrame) -> pd.Series:
+    """Tier of each PoP: the first tier (largest threshold first) whose threshold the metro reaches."""
+    out = pd.Series(tiers.tier.iloc[-1], index=metro_pop.index, dtype="int64")
+    for row in tiers.iloc[::-1].itertuples():
+        out[metro_pop >= row.min_metro_pop] = row.tier
+    return out
+
+
+def load_pops(path: str | Path | None = None, tiers: pd.DataFrame | None = None) -> pd.DataFrame:
+    """PoP table with columns id, city, country, cc, continent, lat, lon, tz, metro_pop, tier.
+
+    ``path`` defaults to the shipped table derived from the public Cloudflare colo list (see ATTRIBUTION.md).
+    A custom file needs at least the columns id, city, continent, lat, lon, tz, metro_pop.
+    """
+    path = Path(path) if path else DATA_DIR / "pops.csv"
+    pops = read_table(path, POP_FIELDS, unique="id")
+    pops["tier"] = assign_tiers(pops.metro_pop, tiers if tiers is not None else load_tiers())
+    cols = ["id", "city", "country", "cc", "continent", "lat", "lon", "tz", "metro_pop", "tier"]
+    extra = [c for c in pops.columns if c not in cols]
+    return pops[cols + extra].reset_index(drop=True)

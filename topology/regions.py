@@ -1,0 +1,45 @@
+"""Centralized cloud regions (AWS, GCP, Azure) and the named baseline sets edge deployments are compared to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from edgepop.errors import UserError
+from topology.tables import DATA_DIR, Field, in_range, number, read_table
+
+REGION_FIELDS = [
+    Field("id"),
+    Field("provider"),
+    Field("code"),
+    Field("name", required=False, default=""),
+    Field("lat", number, in_range(-90, 90)),
+    Field("lon", number, in_range(-180, 180)),
+]
+
+# us-east: the single most common "centralized" baseline. big3: the three regions the Workers AI launch
+# compared against. global-6: one region per major demand centre on five continents.
+BASELINE_SETS: dict[str, tuple[str, ...]] = {
+    "us-east": ("aws:us-east-1",),
+    "big3": ("aws:us-east-1", "aws:us-west-2", "aws:eu-west-1"),
+    "global-6": ("aws:us-east-1", "aws:us-west-2", "aws:eu-central-1", "aws:ap-northeast-1",
+                 "aws:ap-southeast-1", "aws:sa-east-1"),
+}
+
+
+def load_regions(path: str | Path | None = None) -> pd.DataFrame:
+    """Cloud regions: id (``provider:code``), provider, code, name, lat, lon."""
+    path = Path(path) if path else DATA_DIR / "regions.csv"
+    return read_table(path, REGION_FIELDS, unique="id")
+
+
+def baseline(name: str, regions: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The regions of a named baseline set, or of a comma-separated list of region ids."""
+    regions = regions if regions is not None else load_regions()
+    ids = BASELINE_SETS.get(name) or tuple(s.strip() for s in name.split(",") if s.strip())
+    missing = [i for i in ids if i not in set(regions.id)]
+    if missing or not ids:
+        raise UserError(f"unknown baseline {name!r}: choose one of {sorted(BASELINE_SETS)} "
+                        f"or comma-separated region ids (unknown: {missing})")
+    return regions.set_index("id").loc[list(ids)].reset_index()

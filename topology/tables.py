@@ -1,0 +1,99 @@
+"""Validated loading of the CSV tables that describe the world (PoPs, GPUs, regions, ...).
+
+A table is parsed completely into a new DataFrame before anything uses it, so a bad file is never half-loaded.
+Every problem is reported as one :class:`~edgepop.errors.DataFileError` naming the file, row and field.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from edgepop.errors import DataFileError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: its name, a parser from text, and an optional check returning a problem or None."""
+
+    name: str
+    parse: Callable[[str], object] = str
+    check: Callable[[object], str | None] | None = None
+    required: bool = True
+    default: object = None
+
+
+def number(text: str) -> float:
+    value = float(text)
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError("not a finite number")
+    return value
+
+
+def integer(text: str) -> int:
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError("not an integer")
+    return int(value)
+
+
+def in_range(lo: float, hi: float) -> Callable[[object], str | None]:
+    return lambda v: None if lo <= v <= hi else f"{v} is outside [{lo}, {hi}]"  # type: ignore[operator]
+
+
+def non_empty(v: object) -> str | None:
+    return None if str(v).strip() else "is empty"
+
+
+def read_table(path: str | Path, fields: list[Field], unique: str | None = None) -> pd.DataFrame:
+    """Read a CSV file into a DataFrame with typed, checked columns (extra columns are kept as text)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileError(path, None, None, "no such file")
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            rows = list(reader)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise DataFileError(path, None, None, f"not a readable CSV file ({exc})") from None
+    for f in fields:
+        if f.required and f.name not in header:
+            raise DataFileError(path, 1, f.name, "missing column in the header")
+    if not rows:
+        raise DataFileError(path, None, None, "no data rows")
+    out: list[dict] = []
+    seen: set = set()
+    for i, raw in enumerate(rows, start=2):  # row 1 is the header
+        rec = dict(raw)
+        if None in rec:
+            raise DataFileError(path, i, None, f"{len(header) + len(rec[None])} values for {len(header)} columns")
+        for f in fields:
+            text = (raw.get(f.name) or "").strip()
+            if text == "":
+                if f.required and f.default is None:
+                    raise DataFileError(path, i, f.name, "is empty")
+                rec[f.name] = f.default
+                continue
+            try:
+                value = f.parse(text)
+            except (TypeError, ValueError) as exc:
+                raise DataFileError(path, i, f.name, f"bad value {text!r} ({exc})") from None
+            problem = f.check(value) if f.check else None
+            if problem:
+                raise DataFileError(path, i, f.name, problem)
+            rec[f.name] = value
+        if unique:
+            key = rec[unique]
+            if key in seen:
+                raise DataFileError(path, i, unique, f"duplicate value {key!r}")
+            seen.add(key)
+        out.append(rec)
+    return pd.DataFrame(out)

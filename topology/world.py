@@ -1,0 +1,82 @@
+"""The world an experiment runs in: PoPs, their GPU nodes, cloud regions, demand and the latency model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from topology.demand import load_demand_points
+from topology.gpus import build_nodes, load_gpus
+from topology.latency import LatencyModel, LatencyParams, build_backbone, site_table
+from topology.pops import load_pops, load_tiers
+from topology.regions import load_regions
+from topology.tables import DATA_DIR
+
+DEFAULT_LAST_MILE_MS = 10.0  # median fixed-broadband access RTT (fibre ~5 ms, cable ~15, DSL ~25)
+
+
+@dataclass
+class Topology:
+    """PoPs, GPU nodes, regions, demand points and a latency model whose backbone holds every PoP and region."""
+
+    pops: pd.DataFrame
+    tiers: pd.DataFrame
+    gpus: pd.DataFrame
+    nodes: pd.DataFrame
+    regions: pd.DataFrame
+    demand: pd.DataFrame
+    latency: LatencyModel
+    last_mile_ms: float = DEFAULT_LAST_MILE_MS
+
+    @classmethod
+    def load(cls, pops: str | Path | None = None, gpus: str | Path | None = None,
+             regions: str | Path | None = None, tiers: str | Path | None = None,
+             params: LatencyParams | None = None, min_population: int = 30_000,
+             last_mile_ms: float = DEFAULT_LAST_MILE_MS) -> Topology:
+        """Load the shipped tables, or custom files for any of them (each validated, nothing half-loaded)."""
+        tier_table = load_tiers(tiers)
+        pop_table = load_pops(pops, tier_table)
+        gpu_table = load_gpus(gpus)
+        node_table = build_nodes(pop_table, tier_table, gpu_table, tiers or DATA_DIR / "tiers.csv")
+        region_table = load_regions(regions)
+        params = params or LatencyParams.load()
+        sites = site_table(pop_table, region_table)
+        model = LatencyModel(build_backbone(sites, params.knn, params.max_link_km), params)
+        return cls(pop_table, tier_table, gpu_table, node_table, region_table,
+                   load_demand_points(min_population), model, last_mile_ms)
+
+    # Sites are the first nodes of the backbone, PoPs first then regions, in table order.
+    @property
+    def pop_nodes(self) -> np.ndarray:
+        return np.arange(len(self.pops))
+
+    def region_nodes(self, region_ids) -> np.ndarray:
+        pos = {r: len(self.pops) + i for i, r in enumerate(self.regions.id)}
+        return np.array([pos[r] for r in region_ids])
+
+    def core_rtt_ms(self, lat1, lon1, lat2, lon2):
+        """Data-centre-to-data-centre RTT (ms) between coordinates; see ``topology.latency``."""
+        return self.latency.core_rtt_ms(lat1, lon1, lat2, lon2)
+
+    def user_pop_rtt(self, lat, lon, last_mile_ms=None) -> np.ndarray:
+        """users x PoPs RTT matrix (ms, float32) including each user's last mile (scalar or per-user array)."""
+        m = self.latency.site_rtt_matrix(lat, lon, self.pop_nodes)
+        return m + self._last_mile(last_mile_ms, m.shape[0])
+
+    def user_region_rtt(self, lat, lon, region_ids, last_mile_ms=None) -> np.ndarray:
+        """users x regions RTT matrix (ms, float32) including the last mile."""
+        m = self.latency.site_rtt_matrix(lat, lon, self.region_nodes(region_ids))
+        return m + self._last_mile(last_mile_ms, m.shape[0])
+
+    def _last_mile(self, value, n: int) -> np.ndarray:
+        lm = self.last_mile_ms if value is None else value
+        return np.broadcast_to(np.asarray(lm, dtype=np.float32), (n,))[:, None]
+
+    def ingress(self, lat, lon, last_mile_ms=None) -> tuple[np.ndarray, np.ndarray]:
+        """Anycast ingress: index of the lowest-RTT PoP for each user, and that RTT in ms."""
+        m = self.user_pop_rtt(lat, lon, last_mile_ms)
+        idx = np.argmin(m, axis=1)
+        return idx, m[np.arange(len(idx)), idx]
