@@ -33,13 +33,18 @@ def load_demand_points(min_population: int = 30_000) -> pd.DataFrame:
     return df
 
 
-# Hourly shape of interactive Internet/AI traffic in local time: trough before dawn, plateau over the working
-# day, peak in the evening. Two harmonics fitted by eye to published ISP diurnal curves; mean over a day is 1.
+# Hourly shape of interactive Internet/AI traffic in local time (hour 0..23): trough before dawn, plateau over
+# the working day, peak in the evening -- the shape of published human-traffic curves (e.g. Cloudflare Radar).
+# Normalised so that the mean over a day is 1; interpolated linearly and periodically between hours.
+_HOURLY = np.array([0.85, 0.62, 0.48, 0.40, 0.37, 0.40, 0.52, 0.72, 0.90, 1.02, 1.08, 1.12,
+                    1.14, 1.14, 1.13, 1.13, 1.15, 1.20, 1.28, 1.36, 1.42, 1.40, 1.28, 1.08])
+_HOURLY = _HOURLY / _HOURLY.mean()
+
+
 def diurnal_factor(local_hour) -> np.ndarray:
-    """Load relative to the daily mean at a local hour (float, 0-24); vectorised. Min ~0.35 at 04h, max ~1.5."""
-    h = np.asarray(local_hour, dtype=np.float64)
-    w = 2 * np.pi / 24.0
-    return 1.0 + 0.55 * np.cos(w * (h - 19.5)) + 0.12 * np.cos(2 * w * (h - 13.0))
+    """Load relative to the daily mean at a local hour (float, 0-24); vectorised. Min ~0.37 at 04h, max ~1.4."""
+    h = np.mod(np.asarray(local_hour, dtype=np.float64), 24.0)
+    return np.interp(h, np.arange(25), np.append(_HOURLY, _HOURLY[0]))
 
 
 def utc_offset_hours(tz_names, when_utc: datetime) -> np.ndarray:
