@@ -1,7 +1,7 @@
 """A small helper for building ONNX graphs from code (names generated, initializers collected).
 
 All zoo models are written with it, so the IR/opset settings that onnxruntime accepts live in one place:
-onnx>=1.23 writes IR version 14 by default, which onnxruntime 1.31 rejects, so we pin IR 10 / opset 17.
+onnx>=1.23 writes IR version 14 by default, which onnxruntime 1.31 rejects, so we pin IR 10 / opset 18.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 IR_VERSION = 10
-OPSET = 17
+OPSET = 18
 
 _NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT,

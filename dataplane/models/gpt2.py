@@ -132,29 +132,3 @@ def build_graph(spec: GPT2Spec, w: dict[str, np.ndarray]):
     last = g.layer_norm(last, w["ln_f.g"], w["ln_f.b"], "ln_f", spec.layer_norm_eps)
     g.op("MatMul", [last, g.op("Transpose", [wte], perm=[1, 0])], out="logits")  # tied LM head
     return g.build(doc=f"edgepop GPT-2 {spec}")
-
-
-class ByteTokenizer:
-    """Byte-level tokenizer: ids 0-255 are the UTF-8 bytes, the last id is ``<|endoftext|>`` (EOS).
-
-    Ids between 256 and ``vocab_size - 2`` stand for the merged tokens of a real BPE vocabulary (kept so
-    the LM head has its real size); a model with synthetic weights may emit them and they decode as byte
-    ``id % 256``. Synthetic weights give real compute but meaningless text.
-    """
-
-    def __init__(self, vocab_size: int):
-        if vocab_size < 257:
-            raise ValueError("a byte tokenizer needs vocab_size >= 257")
-        self.vocab_size = vocab_size
-        self.eos_id = vocab_size - 1
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def token_bytes(self, token_id: int) -> bytes:
-        if token_id == self.eos_id:
-            return b""
-        return bytes([token_id % 256])
-
-    def decode(self, ids: list[int]) -> str:
-        return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
