@@ -25,7 +25,7 @@ def decode_wav(data: bytes) -> np.ndarray:
             rate, channels, width, n = w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
             frames = w.readframes(n)
     except (wave.Error, EOFError, ValueError) as exc:
-        raise InvalidInputError(f"audio is not a readable PCM WAV file ({exc})") from exc
+        raise InvalidInputError(f"audio is not a readable PCM WAV file ({exc or type(exc).__name__})") from exc
     if width not in (1, 2, 4):
         raise InvalidInputError(f"unsupported WAV sample width {width} bytes; use 16-bit PCM")
     dtype = {1: np.uint8, 2: "<i2", 4: "<i4"}[width]
