@@ -70,10 +70,11 @@ class TextEncoder:
     """BERT graph with one head; ``run`` maps encodings to embeddings or logits."""
 
     def __init__(self, name: str, spec, path: Path, tokenizer, config: SessionConfig | None = None,
-                 labels: tuple[str, ...] = (), synthetic: bool = True):
+                 labels: tuple[str, ...] = (), synthetic: bool = True, output: str | None = None):
         self.name, self.spec, self.tokenizer, self.labels, self.synthetic = name, spec, tokenizer, labels, synthetic
         self.session = Session(path, config)
         self.head = spec.head
+        self.output = output or self.session.output_names[0]
 
     @property
     def provider(self) -> str:
@@ -88,7 +89,12 @@ class TextEncoder:
     def run(self, encodings: list[Encoding]) -> list[np.ndarray]:
         """One batched call; returns one output row per encoding."""
         feeds = pad_batch(encodings, getattr(self.tokenizer, "pad_id", 0))
-        return list(self.session.run(feeds)[0])
+        out = self.session.run({k: v for k, v in feeds.items() if k in self.session.input_names}, [self.output])[0]
+        if out.ndim == 3:  # a hidden-state output (e.g. a brought-in encoder): masked mean pooling, L2 norm
+            m = feeds["attention_mask"][:, :, None].astype(np.float32)
+            out = (out * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+            out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return list(out)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -107,6 +113,8 @@ class ImageClassifier:
         self.name, self.spec, self.synthetic, self.input_name = name, spec, synthetic, input_name
         self.session = Session(path, config)
         self.labels = labels or tuple(f"class_{i:03d}" for i in range(spec.num_classes))
+        if len(self.labels) != spec.num_classes:
+            raise ValueError(f"{len(self.labels)} labels for {spec.num_classes} classes")
         self.size = spec.image_size
 
     @property
