@@ -132,15 +132,15 @@ def bench_overhead(enc_name: str, lm_name: str, n: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests (for CI smoke runs)")
-    ap.add_argument("--encoder", default="minilm-l6-v2")
+    ap.add_argument("--encoder", default="minilm-l6-v2,bert-tiny-embed", help="comma-separated encoder models")
     ap.add_argument("--lm", default="gpt2-tiny")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     n_req, max_tokens, n_calls = (320, 32, 100) if args.quick else (1280, 64, 400)
     results = {
-        "encoder_dynamic_batching": bench_encoder(args.encoder, n_req, 32, rng),
+        "encoder_dynamic_batching": [bench_encoder(name, n_req, 32, rng) for name in args.encoder.split(",")],
         "lm_continuous_batching": bench_lm(args.lm, 16, max_tokens, rng),
-        "engine_overhead": bench_overhead(args.encoder, args.lm, n_calls),
+        "engine_overhead": bench_overhead(args.encoder.split(",")[0], args.lm, n_calls),
     }
     for key, value in results.items():
         print(f"{key}: {value}")

@@ -87,7 +87,26 @@ class TextEncoder:
         return self.tokenizer.encode(text, pair)
 
     def run(self, encodings: list[Encoding]) -> list[np.ndarray]:
-        """One batched call; returns one output row per encoding."""
+        """Batched inference; returns one output row per encoding, in order.
+
+        Sequences are sorted by length and cut into buckets whose longest member is at most ~1.3x the
+        shortest (+8 tokens), so padding wastes little compute; results do not depend on the bucketing
+        because padded positions are masked out.
+        """
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
+        buckets: list[list[int]] = []
+        for i in order:
+            if buckets and len(encodings[i]) <= 1.3 * len(encodings[buckets[-1][0]]) + 8:
+                buckets[-1].append(i)
+            else:
+                buckets.append([i])
+        out: list[np.ndarray] = [None] * len(encodings)  # type: ignore[list-item]
+        for bucket in buckets:
+            for i, row in zip(bucket, self._run_padded([encodings[i] for i in bucket]), strict=True):
+                out[i] = row
+        return out
+
+    def _run_padded(self, encodings: list[Encoding]) -> list[np.ndarray]:
         feeds = pad_batch(encodings, getattr(self.tokenizer, "pad_id", 0))
         out = self.session.run({k: v for k, v in feeds.items() if k in self.session.input_names}, [self.output])[0]
         if out.ndim == 3:  # a hidden-state output (e.g. a brought-in encoder): masked mean pooling, L2 norm
