@@ -182,7 +182,11 @@ class SpeechRecognizer:
         return log_mel(samples, self.spec.n_mels)
 
     def run(self, mels: list[np.ndarray]) -> list[str]:
-        """Transcripts of a batch of feature arrays (zero-padded to the longest; each is decoded to its length)."""
+        """Transcripts of a batch of feature arrays, padded with silence to the longest.
+
+        The encoder has no attention mask (as Whisper, which pads to 30 s), so padding can change a
+        transcript; the service therefore runs speech one clip per call.
+        """
         frames = max(m.shape[1] for m in mels)
         frames += frames % 2
         batch = np.full((len(mels), self.spec.n_mels, frames), -1.5, np.float32)  # -1.5 ~ silence after scaling

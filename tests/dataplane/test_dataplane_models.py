@@ -148,3 +148,18 @@ def test_safetensors_reader_roundtrip(tmp_path):
     np.testing.assert_array_equal(out["a"], a)
     np.testing.assert_array_equal(out["b"], b)
     np.testing.assert_array_equal(out["c"], bf)
+
+
+def test_gpt2_small_kv_cache_matches_recompute():
+    """The one test of a 124M model: its real shape builds, runs, and its KV cache is exact."""
+    model = registry.load("gpt2-small")
+    assert model.spec.n_layer == 12 and model.spec.vocab_size == 50257
+    tokens = [464, 5044, 286, 1660, 318]
+    logits, past, mask = model.prefill([tokens])
+    assert logits.shape == (1, 50257) and past[0].shape == (1, 12, 5, 64)
+    for _ in range(3):
+        nxt = int(np.argmax(logits[0]))
+        tokens.append(nxt)
+        mask = np.concatenate([mask, np.ones((1, 1), np.int64)], axis=1)
+        logits, past = model.step(np.array([[nxt]]), mask, np.array([[len(tokens) - 1]]), past)
+        np.testing.assert_allclose(logits[0], model.last_logits(tokens), atol=TOL, rtol=0)
