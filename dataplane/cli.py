@@ -1,0 +1,53 @@
+"""``edgepop profile``: time real ONNX inference on this machine and write the simulator's profile table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the data plane's sub-commands to the ``edgepop`` parser."""
+    p = subparsers.add_parser(
+        "profile",
+        help="measure LM prefill/decode, encoder, image and speech times on this machine",
+        description="Time real ONNX inference (models built from code, cached on disk) and write the table "
+        "(model, phase, batch_size, tokens, context, ms, provider, host) that the simulator reads.",
+    )
+    p.add_argument("--models", default=None,
+                   help="comma-separated model names (default: gpt2-tiny,gpt2-small,minilm-l6-v2,resnet-small,"
+                        "ctc-small); --list-models shows them all")
+    p.add_argument("--quick", action="store_true", help="a small grid with few repeats (about a minute)")
+    p.add_argument("--out", default=None, help="write the table here (.csv, or .parquet)")
+    p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda"), help="execution provider")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: one per core)")
+    p.add_argument("--list-models", action="store_true", help="list registered models and exit")
+    p.set_defaults(func=run_profile)
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    from dataplane import profiler, registry
+    from dataplane.errors import InvalidInputError
+    from dataplane.session import SessionConfig
+
+    if args.list_models:
+        for card in registry.list_models():
+            kind = "synthetic" if card.synthetic else "pretrained"
+            print(f"{card.name:<22} {card.task:<30} {kind:<10} {card.description}")
+        return 0
+    if args.threads < 0:
+        raise InvalidInputError("--threads must be >= 0")
+    names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else list(profiler.DEFAULT_MODELS)
+    if not names:
+        raise InvalidInputError("--models is empty")
+    for name in names:
+        registry.get_card(name)  # fail fast on a typo, before minutes of measuring
+    grid = profiler.QUICK if args.quick else profiler.ProfileGrid()
+    config = SessionConfig(provider=args.provider, intra_op_threads=args.threads)
+    table = profiler.profile(names, grid, config, progress=lambda line: print(line, file=sys.stderr))
+    if args.out:
+        path = profiler.write_table(table, args.out)
+        print(f"wrote {len(table)} rows to {path}")
+    else:
+        print(table.to_csv(index=False), end="")
+    return 0

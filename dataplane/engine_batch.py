@@ -1,0 +1,112 @@
+"""Dynamic batching engine: requests queue up and run together (up to ``max_batch``, waiting at most
+``max_wait_ms`` after the first one arrives).
+
+Used for encoders, image and speech models. Thread-safe: ``submit`` may be called from any thread and
+returns a :class:`concurrent.futures.Future` (``asyncio.wrap_future`` makes it awaitable). If a batch
+fails, its items are retried one by one so that a bad item fails alone; cancelled futures are skipped.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from dataplane.errors import EngineClosedError
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """``max_batch`` items per call; the first item of a batch waits at most ``max_wait_ms`` for company."""
+
+    max_batch: int = 32
+    max_wait_ms: float = 2.0
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    items: int = 0
+
+    @property
+    def mean_batch(self) -> float:
+        return self.items / self.batches if self.batches else 0.0
+
+
+class BatchingEngine:
+    """Runs ``run_batch(items) -> results`` (one result per item, same order) on a background thread."""
+
+    def __init__(self, run_batch: Callable[[list[Any]], list[Any]], config: BatchConfig | None = None,
+                 name: str = "batch"):
+        self.run_batch = run_batch
+        self.config = config or BatchConfig()
+        self.stats = BatchStats()
+        self._queue: collections.deque[tuple[Any, Future, float]] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=f"edgepop-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, item: Any) -> Future:
+        """Queue one (already validated) item; the future resolves to its result or exception."""
+        fut: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise EngineClosedError("engine is closed")
+            self._queue.append((item, fut, time.monotonic()))
+            self._cond.notify()
+        return fut
+
+    def __call__(self, item: Any, timeout: float | None = None) -> Any:
+        """Submit and wait (a convenience for synchronous callers)."""
+        return self.submit(item).result(timeout)
+
+    def close(self) -> None:
+        """Stop accepting work, finish what is queued, and stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _take_batch(self) -> list[tuple[Any, Future, float]] | None:
+        with self._cond:
+            while not self._queue:
+                if self._closed:
+                    return None
+                self._cond.wait()
+            deadline = self._queue[0][2] + self.config.max_wait_ms / 1000.0
+            while len(self._queue) < self.config.max_batch and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            n = min(self.config.max_batch, len(self._queue))
+            return [self._queue.popleft() for _ in range(n)]
+
+    def _loop(self) -> None:
+        while (batch := self._take_batch()) is not None:
+            live = [(item, fut) for item, fut, _ in batch if fut.set_running_or_notify_cancel()]
+            if not live:
+                continue
+            self.stats.batches += 1
+            self.stats.items += len(live)
+            try:
+                results = self.run_batch([item for item, _ in live])
+                for (_, fut), res in zip(live, results, strict=True):
+                    fut.set_result(res)
+            except Exception:
+                if len(live) == 1:
+                    self._run_one(*live[0])
+                else:  # isolate the culprit: every item gets its own call and its own outcome
+                    for item, fut in live:
+                        self._run_one(item, fut)
+
+    def _run_one(self, item: Any, fut: Future) -> None:
+        try:
+            fut.set_result(self.run_batch([item])[0])
+        except Exception as exc:  # the item's own failure, delivered to its caller only
+            fut.set_exception(exc)

@@ -1,0 +1,360 @@
+"""LM engine with iteration-level continuous batching over the GPT-2 graph's KV cache.
+
+Every iteration of the engine thread (1) admits waiting requests while the batch has room and the KV
+budget allows, prefilling them together (left padded); (2) runs one decode step for every running
+sequence; (3) retires sequences that hit EOS, ``max_tokens``, the context limit, failed or were
+cancelled. So sequences join and leave between steps, as in Orca/vLLM.
+
+The batch's KV cache is one dense ``[B,H,P,D]`` tensor per layer and kind; sequences of different
+lengths are left padded to a common past length and the pads masked out. When rows leave, padding
+columns that no row needs any more are trimmed.
+
+KV budget: a request reserves ``prompt + max_tokens`` tokens when admitted and releases them when it
+finishes, so admitted work never has to be pre-empted. A request that can never fit is refused at
+``submit`` with :class:`CapacityError`.
+
+Threading: ``submit`` is thread-safe and returns a :class:`GenerationHandle` at once; tokens arrive
+through its iterator (a queue) and/or an ``on_token(token_id, text)`` callback run on the engine thread;
+``handle.future`` is a :class:`concurrent.futures.Future` (``asyncio.wrap_future`` makes it awaitable).
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dataplane.errors import CapacityError, EngineClosedError, InvalidInputError
+from dataplane.runtime import LanguageModel
+from dataplane.sampling import SamplingParams, sample_token
+
+_DONE = object()
+TokenCallback = Callable[[int, str], None]
+
+
+@dataclass(frozen=True)
+class LMEngineConfig:
+    """``max_batch`` concurrent sequences; ``kv_budget_tokens`` reserved tokens over all of them."""
+
+    max_batch: int = 16
+    kv_budget_tokens: int = 16384
+
+
+@dataclass
+class GenerationResult:
+    """The outcome of one request. ``finish_reason`` is ``stop`` (EOS), ``length`` or ``cancelled``."""
+
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    finish_reason: str
+    provider: str
+    synthetic: bool
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass
+class LMStats:
+    steps: int = 0
+    prefills: int = 0
+    tokens: int = 0
+    batch_sizes: collections.Counter = field(default_factory=collections.Counter)
+
+
+class GenerationHandle:
+    """A submitted request: iterate it for text pieces, ``result()`` for the whole, ``cancel()`` to stop."""
+
+    def __init__(self, rid: int, prompt_ids: list[int], params: SamplingParams, max_tokens: int,
+                 on_token: TokenCallback | None, wake: Callable[[], None]):
+        self.id, self.prompt_ids, self.params, self.max_tokens = rid, prompt_ids, params, max_tokens
+        self.on_token = on_token
+        self.future: Future = Future()
+        self.token_ids: list[int] = []
+        self._events: queue.Queue = queue.Queue()
+        self._cancel = threading.Event()
+        self._wake = wake
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this request; it finishes with ``finish_reason='cancelled'``."""
+        self._cancel.set()
+        self._wake()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def __iter__(self) -> Iterator[str]:
+        """Text pieces as they are generated (blocking); re-raises the request's error, if any."""
+        while (piece := self._events.get()) is not _DONE:
+            yield piece
+        exc = self.future.exception()
+        if exc is not None:
+            raise exc
+
+    def result(self, timeout: float | None = None) -> GenerationResult:
+        return self.future.result(timeout)
+
+
+class _Seq:
+    """Engine-side state of a running request."""
+
+    def __init__(self, handle: GenerationHandle, eos_id: int):
+        self.h = handle
+        self.rng = np.random.default_rng(handle.params.seed)
+        self.pos = 0  # real tokens in the cache
+        self.next_token = -1  # sampled, not yet fed
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text: list[str] = []
+        self.reserve = len(handle.prompt_ids) + handle.max_tokens
+        self.eos_id = eos_id
+
+
+def _lpad(a: np.ndarray, n: int, axis: int) -> np.ndarray:
+    """Left-pad ``a`` with ``n`` zeros along ``axis`` (zeros are masked-out positions)."""
+    if n == 0:
+        return a
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (n, 0)
+    return np.pad(a, widths)
+
+
+class LMEngine:
+    """Continuous-batching generation over a :class:`LanguageModel` (see the module docstring)."""
+
+    def __init__(self, model: LanguageModel, config: LMEngineConfig | None = None):
+        self.model = model
+        self.config = config or LMEngineConfig()
+        self.stats = LMStats()
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._waiting: collections.deque[GenerationHandle] = collections.deque()
+        self._closed = False
+        # Engine-thread state: running sequences and their shared, padded KV cache.
+        self._running: list[_Seq] = []
+        self._past: list[np.ndarray] | None = None
+        self._mask: np.ndarray | None = None
+        self._reserved = 0
+        self._thread = threading.Thread(target=self._loop, name=f"edgepop-lm-{model.name}", daemon=True)
+        self._thread.start()
+
+    # ----- public API -----------------------------------------------------------------------------------
+    def submit(self, prompt: str | list[int], params: SamplingParams | None = None,
+               on_token: TokenCallback | None = None) -> GenerationHandle:
+        """Validate and queue a request (a prompt string or token ids); returns immediately."""
+        params = params or SamplingParams()
+        tok, n_ctx = self.model.tokenizer, self.model.spec.n_ctx
+        if isinstance(prompt, str):
+            ids = tok.encode(prompt)
+        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            if any(t < 0 or t >= tok.vocab_size for t in prompt):
+                raise InvalidInputError(f"token ids must be in [0, {tok.vocab_size})")
+            ids = list(prompt)
+        else:
+            raise InvalidInputError("prompt must be a string or a list of token ids")
+        ids = ids or [tok.eos_id]  # GPT-2 convention: <|endoftext|> starts an unconditioned text
+        if len(ids) >= n_ctx:
+            raise CapacityError(f"prompt has {len(ids)} tokens; the context holds {n_ctx}")
+        max_tokens = min(params.max_tokens, n_ctx - len(ids))
+        if len(ids) + max_tokens > self.config.kv_budget_tokens:
+            raise CapacityError(f"prompt + max_tokens = {len(ids) + max_tokens} exceeds the KV budget "
+                                f"of {self.config.kv_budget_tokens} tokens")
+        handle = GenerationHandle(next(self._ids), ids, params, max_tokens, on_token, self._wake)
+        with self._cond:
+            if self._closed:
+                raise EngineClosedError("engine is closed")
+            self._waiting.append(handle)
+            self._cond.notify()
+        return handle
+
+    def generate(self, prompt: str | list[int], params: SamplingParams | None = None,
+                 timeout: float | None = None) -> GenerationResult:
+        """Submit and wait."""
+        return self.submit(prompt, params).result(timeout)
+
+    def close(self) -> None:
+        """Stop the engine; unfinished requests fail with :class:`EngineClosedError`."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    @property
+    def active(self) -> int:
+        return len(self._running)
+
+    # ----- engine thread ---------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._waiting and not self._running:
+                    self._cond.wait()
+                if self._closed:
+                    break
+                joiners = self._admit()
+            self._retire([i for i, s in enumerate(self._running) if s.h.cancelled], reason="cancelled")
+            if joiners:
+                self._prefill(joiners)
+            if self._running:
+                self._decode()
+        closed = EngineClosedError("engine was closed")
+        for s in self._running:
+            self._finish(s, error=closed)
+        for h in self._waiting:
+            self._finish(_Seq(h, 0), error=closed, reserved=False)
+
+    def _admit(self) -> list[_Seq]:
+        out: list[_Seq] = []
+        while self._waiting and len(self._running) + len(out) < self.config.max_batch:
+            h = self._waiting[0]
+            if h.cancelled:
+                self._waiting.popleft()
+                self._finish(_Seq(h, 0), reason="cancelled", reserved=False)
+                continue
+            seq = _Seq(h, self.model.tokenizer.eos_id)
+            if self._reserved + seq.reserve > self.config.kv_budget_tokens:
+                break  # FIFO: the head waits for room rather than being overtaken
+            self._waiting.popleft()
+            self._reserved += seq.reserve
+            out.append(seq)
+        return out
+
+    def _prefill(self, seqs: list[_Seq]) -> None:
+        try:
+            groups = [(seqs, *self.model.prefill([s.h.prompt_ids for s in seqs]))]
+        except Exception:
+            groups = []  # isolate: each prompt alone, so only a failing one fails
+            for s in seqs:
+                try:
+                    groups.append(([s], *self.model.prefill([s.h.prompt_ids])))
+                except Exception as exc:
+                    self._finish(s, error=exc)
+        self.stats.prefills += 1
+        for group, logits, present, mask in groups:
+            keep = []
+            for row, s in enumerate(group):
+                s.pos = len(s.h.prompt_ids)
+                if self._accept(s, logits[row]):
+                    keep.append(row)
+            if keep:
+                self._merge([group[r] for r in keep], [a[keep] for a in present], mask[keep])
+
+    def _decode(self) -> None:
+        ids = np.array([[s.next_token] for s in self._running], np.int64)
+        pos = np.array([[s.pos] for s in self._running], np.int64)
+        mask = np.concatenate([self._mask, np.ones((len(self._running), 1), np.int64)], axis=1)
+        self.stats.steps += 1
+        self.stats.batch_sizes[len(self._running)] += 1
+        try:
+            logits, present = self.model.step(ids, mask, pos, self._past)
+            failed: list[int] = []
+        except Exception:
+            logits, present, failed = self._decode_rows(ids, mask, pos)
+        self._past, self._mask = present, mask
+        for s in self._running:
+            s.pos += 1
+        done = [i for i, s in enumerate(self._running) if i not in failed and not self._accept(s, logits[i])]
+        self._retire(sorted(done + failed), reason=None)
+
+    def _decode_rows(self, ids, mask, pos):
+        """Fallback after a failed batched step: one call per row; failing rows fail alone."""
+        logits = np.zeros((len(self._running), self.model.spec.vocab_size), np.float32)
+        present = [np.zeros((a.shape[0], a.shape[1], a.shape[2] + 1, a.shape[3]), a.dtype) for a in self._past]
+        failed = []
+        for i, s in enumerate(self._running):
+            try:
+                lg, pr = self.model.step(ids[i:i + 1], mask[i:i + 1], pos[i:i + 1], [a[i:i + 1] for a in self._past])
+                logits[i] = lg[0]
+                for dst, src in zip(present, pr, strict=True):
+                    dst[i] = src[0]
+            except Exception as exc:
+                failed.append(i)
+                self._finish(s, error=exc)
+        return logits, present, failed
+
+    def _accept(self, s: _Seq, logits: np.ndarray) -> bool:
+        """Sample and deliver one token; False when the sequence is finished (and already finalised)."""
+        if s.h.cancelled:
+            self._finish(s, reason="cancelled")
+            return False
+        try:
+            token = sample_token(logits, s.h.params, s.rng)
+            if token == s.eos_id and s.h.params.stop_on_eos:
+                self._finish(s, reason="stop")
+                return False
+            s.h.token_ids.append(token)
+            self.stats.tokens += 1
+            piece = s.decoder.decode(self.model.tokenizer.token_bytes(token))
+            if s.h.on_token is not None:
+                s.h.on_token(token, piece)
+        except Exception as exc:  # e.g. the caller's callback raised: this request fails, no other
+            self._finish(s, error=exc)
+            return False
+        if piece:
+            s.text.append(piece)
+            s.h._events.put(piece)
+        if len(s.h.token_ids) >= s.h.max_tokens:
+            self._finish(s, reason="length")
+            return False
+        s.next_token = token
+        return True
+
+    def _merge(self, seqs: list[_Seq], present: list[np.ndarray], mask: np.ndarray) -> None:
+        if not self._running:
+            self._running, self._past, self._mask = list(seqs), present, mask
+            return
+        p_old, p_new = self._mask.shape[1], mask.shape[1]
+        p_all = max(p_old, p_new)
+
+        self._past = [np.concatenate([_lpad(a, p_all - p_old, 2), _lpad(b, p_all - p_new, 2)], axis=0)
+                      for a, b in zip(self._past, present, strict=True)]
+        self._mask = np.concatenate([_lpad(self._mask, p_all - p_old, 1), _lpad(mask, p_all - p_new, 1)], axis=0)
+        self._running.extend(seqs)
+
+    def _retire(self, rows: list[int], reason: str | None) -> None:
+        """Remove finished rows from the batch (finalising them with ``reason`` if given)."""
+        if not rows:
+            return
+        if reason is not None:
+            for i in rows:
+                self._finish(self._running[i], reason=reason)
+        keep = [i for i in range(len(self._running)) if i not in set(rows)]
+        self._running = [self._running[i] for i in keep]
+        if not keep:
+            self._past = self._mask = None
+            return
+        mask = self._mask[keep]
+        lead = int(np.argmax(mask.any(axis=0)))  # columns left of this are padding for every row
+        self._mask = mask[:, lead:]
+        self._past = [a[keep][:, :, lead:] for a in self._past]
+
+    def _finish(self, s: _Seq, reason: str | None = None, error: BaseException | None = None,
+                reserved: bool = True) -> None:
+        if s.h.future.done():
+            return
+        if reserved:
+            self._reserved -= s.reserve
+        tail = s.decoder.decode(b"", final=True)
+        if tail:
+            s.text.append(tail)
+            s.h._events.put(tail)
+        s.h._events.put(_DONE)
+        if error is not None:
+            s.h.future.set_exception(error)
+        else:
+            s.h.future.set_result(GenerationResult(
+                text="".join(s.text), token_ids=list(s.h.token_ids), prompt_tokens=len(s.h.prompt_ids),
+                finish_reason=reason or "stop", provider=self.model.provider, synthetic=self.model.synthetic))

@@ -1,0 +1,196 @@
+"""Loaded models: a session plus the pre/post-processing that turns task inputs into graph feeds.
+
+Each class exposes a batch-level call that the engines (:mod:`dataplane.engine`) drive; none of them
+holds request state, so one instance can serve many engines and threads (onnxruntime's ``run`` is
+thread-safe).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from dataplane.audio import decode_wav, log_mel
+from dataplane.errors import InvalidInputError
+from dataplane.models import speech
+from dataplane.models.gpt2 import GPT2Spec
+from dataplane.session import Session, SessionConfig
+from dataplane.tokenization import ByteTokenizer, Encoding, pad_batch
+
+SYNTHETIC_NOTE = "synthetic weights: real compute, meaningless output"
+
+
+class LanguageModel:
+    """GPT-2 graph with KV cache: :meth:`prefill` for prompts, :meth:`step` for one token per sequence."""
+
+    def __init__(self, name: str, spec: GPT2Spec, path: Path, config: SessionConfig | None = None,
+                 synthetic: bool = True):
+        self.name, self.spec, self.synthetic = name, spec, synthetic
+        self.session = Session(path, config)
+        self.tokenizer = ByteTokenizer(spec.vocab_size)
+        self.past_names = [f"past_{kind}.{i}" for i in range(spec.n_layer) for kind in ("key", "value")]
+
+    @property
+    def provider(self) -> str:
+        return self.session.provider
+
+    def empty_past(self, batch: int) -> list[np.ndarray]:
+        """Per-layer key/value tensors of past length 0."""
+        shape = (batch, self.spec.n_head, 0, self.spec.head_dim)
+        return [np.zeros(shape, np.float32) for _ in self.past_names]
+
+    def step(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray,
+             past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One forward call; returns last-position logits ``[B,V]`` and the present KV list."""
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        feeds.update(zip(self.past_names, past, strict=True))
+        out = self.session.run(feeds)
+        return out[0], out[1:]
+
+    def prefill(self, prompts: list[list[int]]) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+        """Left-pad ``prompts`` into one call; returns logits, present KV and the ``[B,P]`` mask."""
+        t_ = max(len(p) for p in prompts)
+        ids = np.zeros((len(prompts), t_), np.int64)
+        mask = np.zeros((len(prompts), t_), np.int64)
+        for row, p in enumerate(prompts):
+            ids[row, t_ - len(p):] = p
+            mask[row, t_ - len(p):] = 1
+        pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+        logits, present = self.step(ids, mask, pos, self.empty_past(len(prompts)))
+        return logits, present, mask
+
+    def last_logits(self, tokens: list[int]) -> np.ndarray:
+        """Logits after ``tokens``, recomputing the whole sequence without a cache (a reference)."""
+        return self.prefill([tokens])[0][0]
+
+
+class TextEncoder:
+    """BERT graph with one head; ``run`` maps encodings to embeddings or logits."""
+
+    def __init__(self, name: str, spec, path: Path, tokenizer, config: SessionConfig | None = None,
+                 labels: tuple[str, ...] = (), synthetic: bool = True, output: str | None = None):
+        self.name, self.spec, self.tokenizer, self.labels, self.synthetic = name, spec, tokenizer, labels, synthetic
+        self.session = Session(path, config)
+        self.head = spec.head
+        self.output = output or self.session.output_names[0]
+
+    @property
+    def provider(self) -> str:
+        return self.session.provider
+
+    def encode(self, text: str, pair: str | None = None) -> Encoding:
+        """Tokenize one input, validating its type (the engines call this on the caller's thread)."""
+        if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
+            raise InvalidInputError("text inputs must be strings")
+        return self.tokenizer.encode(text, pair)
+
+    def run(self, encodings: list[Encoding]) -> list[np.ndarray]:
+        """Batched inference; returns one output row per encoding, in order.
+
+        Sequences are sorted by length and cut into buckets whose longest member is at most ~1.3x the
+        shortest (+8 tokens), so padding wastes little compute; results do not depend on the bucketing
+        because padded positions are masked out.
+        """
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
+        buckets: list[list[int]] = []
+        for i in order:
+            if buckets and len(encodings[i]) <= 1.3 * len(encodings[buckets[-1][0]]) + 8:
+                buckets[-1].append(i)
+            else:
+                buckets.append([i])
+        out: list[np.ndarray] = [None] * len(encodings)  # type: ignore[list-item]
+        for bucket in buckets:
+            for i, row in zip(bucket, self._run_padded([encodings[i] for i in bucket]), strict=True):
+                out[i] = row
+        return out
+
+    def _run_padded(self, encodings: list[Encoding]) -> list[np.ndarray]:
+        feeds = pad_batch(encodings, getattr(self.tokenizer, "pad_id", 0))
+        out = self.session.run({k: v for k, v in feeds.items() if k in self.session.input_names}, [self.output])[0]
+        if out.ndim == 3:  # a hidden-state output (e.g. a brought-in encoder): masked mean pooling, L2 norm
+            m = feeds["attention_mask"][:, :, None].astype(np.float32)
+            out = (out * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+            out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return list(out)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class ImageClassifier:
+    """ResNet graph; images are decoded by Pillow, resized (short side 256), centre-cropped, normalised."""
+
+    MEAN = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
+    STD = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
+
+    def __init__(self, name: str, spec, path: Path, config: SessionConfig | None = None,
+                 input_name: str = "pixel_values", labels: tuple[str, ...] = (), synthetic: bool = True):
+        self.name, self.spec, self.synthetic, self.input_name = name, spec, synthetic, input_name
+        self.session = Session(path, config)
+        self.labels = labels or tuple(f"class_{i:03d}" for i in range(spec.num_classes))
+        if len(self.labels) != spec.num_classes:
+            raise ValueError(f"{len(self.labels)} labels for {spec.num_classes} classes")
+        self.size = spec.image_size
+
+    @property
+    def provider(self) -> str:
+        return self.session.provider
+
+    def preprocess(self, data: bytes) -> np.ndarray:
+        """Image bytes (PNG, JPEG, anything Pillow opens) -> ``[3,S,S]`` float32."""
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            img = Image.open(io.BytesIO(data))
+            img = img.convert("RGB")
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            raise InvalidInputError(f"image bytes could not be decoded ({exc})") from exc
+        scale = round(self.size * 256 / 224) / min(img.size)
+        img = img.resize((max(self.size, round(img.width * scale)), max(self.size, round(img.height * scale))),
+                         Image.Resampling.BILINEAR)
+        left, top = (img.width - self.size) // 2, (img.height - self.size) // 2
+        img = img.crop((left, top, left + self.size, top + self.size))
+        x = np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0
+        return (x - self.MEAN) / self.STD
+
+    def run(self, images: list[np.ndarray]) -> list[np.ndarray]:
+        """Class probabilities for a batch of preprocessed images."""
+        logits = self.session.run({self.input_name: np.stack(images).astype(np.float32)})[0]
+        return list(_softmax(logits))
+
+
+class SpeechRecognizer:
+    """CTC speech graph over log-mel features; greedy CTC decoding to text."""
+
+    def __init__(self, name: str, spec, path: Path, config: SessionConfig | None = None, synthetic: bool = True):
+        self.name, self.spec, self.synthetic = name, spec, synthetic
+        self.session = Session(path, config)
+
+    @property
+    def provider(self) -> str:
+        return self.session.provider
+
+    def features(self, data: bytes) -> np.ndarray:
+        """WAV bytes -> log-mel ``[n_mels, frames]`` (at most 30 s)."""
+        samples = decode_wav(data)
+        if len(samples) > self.spec.max_frames * 160:
+            raise InvalidInputError(f"audio is longer than {self.spec.max_frames // 100} s")
+        return log_mel(samples, self.spec.n_mels)
+
+    def run(self, mels: list[np.ndarray]) -> list[str]:
+        """Transcripts of a batch of feature arrays, padded with silence to the longest.
+
+        The encoder has no attention mask (as Whisper, which pads to 30 s), so padding can change a
+        transcript; the service therefore runs speech one clip per call.
+        """
+        frames = max(m.shape[1] for m in mels)
+        frames += frames % 2
+        batch = np.full((len(mels), self.spec.n_mels, frames), -1.5, np.float32)  # -1.5 ~ silence after scaling
+        for i, m in enumerate(mels):
+            batch[i, :, : m.shape[1]] = m
+        log_probs = self.session.run({"mel": batch})[0]
+        return [speech.ctc_greedy_decode(lp[: (m.shape[1] + 1) // 2]) for lp, m in zip(log_probs, mels, strict=True)]

@@ -1,0 +1,60 @@
+"""Sampling parameters and next-token sampling (temperature, top-k, top-p), one seeded generator per request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dataplane.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request generation settings. ``temperature == 0`` is greedy decoding."""
+
+    max_tokens: int = 256
+    temperature: float = 0.6
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop_on_eos: bool = True
+
+    def __post_init__(self):
+        def bad(msg):
+            raise InvalidInputError(msg)
+
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            bad(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float) or not (
+            0 <= self.temperature <= 5
+        ):
+            bad(f"temperature must be a number in [0, 5], got {self.temperature!r}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
+            bad(f"top_k must be a positive integer, got {self.top_k!r}")
+        if self.top_p is not None and (
+            isinstance(self.top_p, bool) or not isinstance(self.top_p, int | float) or not 0 < self.top_p <= 1
+        ):
+            bad(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            bad(f"seed must be a non-negative integer, got {self.seed!r}")
+
+
+def sample_token(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    """Draw the next token id from one row of logits."""
+    if params.temperature == 0:
+        return int(np.argmax(logits))
+    z = logits.astype(np.float64) / params.temperature
+    if params.top_k is not None and params.top_k < z.size:
+        kth = np.partition(z, -params.top_k)[-params.top_k]
+        z = np.where(z >= kth, z, -np.inf)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if params.top_p is not None and params.top_p < 1:
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        keep = order[: int(np.searchsorted(cum, params.top_p) + 1)]  # smallest set reaching top_p
+        mask = np.zeros_like(p)
+        mask[keep] = p[keep]
+        p = mask / mask.sum()
+    return int(rng.choice(p.size, p=p))

@@ -1,0 +1,87 @@
+"""The data plane as one object: loaded models plus one engine per model, created on first use.
+
+The gateway holds a :class:`DataPlane` and calls the Workers-AI-shaped task functions of
+:mod:`dataplane.tasks` (or :meth:`DataPlane.run`, which dispatches on the model's task).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from dataplane import registry
+from dataplane.engine_batch import BatchConfig, BatchingEngine
+from dataplane.engine_lm import LMEngine, LMEngineConfig
+from dataplane.runtime import SYNTHETIC_NOTE
+from dataplane.session import SessionConfig
+
+
+@dataclass(frozen=True)
+class DataPlaneConfig:
+    """Session settings and engine settings shared by every model."""
+
+    session: SessionConfig = field(default_factory=SessionConfig)
+    lm: LMEngineConfig = field(default_factory=LMEngineConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+
+
+class DataPlane:
+    """Models and their engines; thread-safe."""
+
+    def __init__(self, config: DataPlaneConfig | None = None):
+        self.config = config or DataPlaneConfig()
+        self._engines: dict[str, LMEngine | BatchingEngine] = {}
+        self._lock = threading.Lock()
+
+    def card(self, name: str) -> registry.ModelCard:
+        return registry.get_card(name)
+
+    def model(self, name: str):
+        """The loaded runtime object of ``name``."""
+        return registry.load(name, self.config.session)
+
+    def engine(self, name: str) -> LMEngine | BatchingEngine:
+        """The engine serving ``name`` (an LM engine for text generation, a batching engine otherwise)."""
+        with self._lock:
+            eng = self._engines.get(name)
+        if eng is not None:
+            return eng
+        card, model = self.card(name), self.model(name)
+        if card.task == "text-generation":
+            eng = LMEngine(model, self.config.lm)
+        else:
+            cfg = self.config.batch
+            if card.task == "automatic-speech-recognition":
+                cfg = BatchConfig(max_batch=1, max_wait_ms=0)  # no attention mask: padding would change results
+            eng = BatchingEngine(model.run, cfg, name=name)
+        with self._lock:
+            if name in self._engines:  # another thread won the race; keep one engine per model
+                eng.close()
+            return self._engines.setdefault(name, eng)
+
+    def run(self, name: str, inputs: dict):
+        """Run the task of model ``name`` on Workers-AI-shaped ``inputs``; returns the task's result."""
+        from dataplane import tasks
+
+        return tasks.TASK_FUNCTIONS[self.card(name).task](self, name, inputs)
+
+    def envelope(self, name: str, result) -> dict:
+        """The Workers AI REST envelope around ``result``, with metadata (provider, synthetic weights)."""
+        card, model = self.card(name), self.model(name)
+        messages = [SYNTHETIC_NOTE] if card.synthetic else []
+        return {"result": result, "success": True, "errors": [], "messages": messages,
+                "meta": {"model": name, "task": card.task, "provider": model.provider,
+                         "synthetic_weights": card.synthetic}}
+
+    def close(self) -> None:
+        """Stop every engine."""
+        with self._lock:
+            engines, self._engines = list(self._engines.values()), {}
+        for eng in engines:
+            eng.close()
+
+    def __enter__(self) -> DataPlane:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

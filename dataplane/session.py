@@ -1,0 +1,116 @@
+"""onnxruntime sessions: provider choice, thread settings, and the one place that reports which provider ran.
+
+``onnxruntime-gpu`` lists ``CUDAExecutionProvider`` as available even on machines without CUDA libraries,
+and asking for it there prints a screen of errors before falling back. So we only request CUDA after a
+quiet probe has shown that it really loads: the probe runs once, in a subprocess (its noise goes to
+/dev/null), and its answer is cached for the life of the process.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from dataplane.errors import InvalidInputError
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+_PROBE = r"""
+import numpy as np, onnx, onnxruntime as ort
+from onnx import helper, TensorProto
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "p",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 10
+try:
+    ort.preload_dlls()
+except Exception:
+    pass
+s = ort.InferenceSession(m.SerializeToString(), providers=["CUDAExecutionProvider"])
+s.run(None, {"x": np.ones(1, np.float32)})
+print("PROVIDER=" + s.get_providers()[0])
+"""
+
+
+def _driver_present() -> bool:
+    # Cheap pre-check so CPU-only machines never pay for the subprocess probe.
+    return Path("/dev/nvidiactl").exists() or ctypes.util.find_library("cuda") is not None or sys.platform == "win32"
+
+
+@functools.cache
+def cuda_available() -> bool:
+    """True if onnxruntime can really run a graph on CUDA here (probed once, quietly, in a subprocess)."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers() or not _driver_present():
+        return False
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "PROVIDER=CUDAExecutionProvider" in proc.stdout
+
+
+def resolve_provider(choice: str = "auto") -> str:
+    """Map ``auto|cpu|cuda`` (or ``$EDGEPOP_PROVIDER`` when ``auto``) to an onnxruntime provider name."""
+    choice = (choice or "auto").lower()
+    if choice == "auto":
+        choice = os.environ.get("EDGEPOP_PROVIDER", "auto").lower()
+    if choice == "auto":
+        return PROVIDERS["cuda"] if cuda_available() else PROVIDERS["cpu"]
+    if choice not in PROVIDERS:
+        raise InvalidInputError(f"unknown provider '{choice}'; expected one of auto, cpu, cuda")
+    if choice == "cuda" and not cuda_available():
+        raise InvalidInputError("provider 'cuda' was requested but CUDA cannot be loaded on this machine")
+    return PROVIDERS[choice]
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """How to open sessions. ``intra_op_threads=0`` lets onnxruntime use one thread per core."""
+
+    provider: str = "auto"
+    intra_op_threads: int = 0
+    inter_op_threads: int = 1
+    optimization: str = "all"  # "basic" | "extended" | "all"
+
+
+_OPT = {
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+class Session:
+    """An ``InferenceSession`` plus the provider that actually runs it (``provider``)."""
+
+    def __init__(self, path: str | Path, config: SessionConfig | None = None):
+        self.config = config or SessionConfig()
+        self.path = Path(path)
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3  # errors only: keep fallbacks and shape hints off the console
+        opts.intra_op_num_threads = self.config.intra_op_threads
+        opts.inter_op_num_threads = self.config.inter_op_threads
+        opts.graph_optimization_level = _OPT[self.config.optimization]
+        wanted = resolve_provider(self.config.provider)
+        providers = [wanted] if wanted == PROVIDERS["cpu"] else [wanted, PROVIDERS["cpu"]]
+        self.ort = ort.InferenceSession(str(self.path), sess_options=opts, providers=providers)
+        self.input_names = [i.name for i in self.ort.get_inputs()]
+        self.output_names = [o.name for o in self.ort.get_outputs()]
+
+    @property
+    def provider(self) -> str:
+        """The execution provider that runs this session (the first one onnxruntime kept)."""
+        return self.ort.get_providers()[0]
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> list[np.ndarray]:
+        """Run the graph; ``outputs`` defaults to all outputs in graph order."""
+        return self.ort.run(outputs, feeds)

@@ -1,0 +1,35 @@
+"""Shared fixtures: a private model cache per test session, and one DataPlane for the task tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _model_cache(tmp_path_factory):
+    # Tests build their models from code into a fresh cache, so they also prove the build path works.
+    old = os.environ.get("EDGEPOP_CACHE")
+    os.environ["EDGEPOP_CACHE"] = str(tmp_path_factory.mktemp("edgepop-models"))
+    yield
+    if old is None:
+        os.environ.pop("EDGEPOP_CACHE", None)
+    else:
+        os.environ["EDGEPOP_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def dp(_model_cache):
+    from dataplane.service import DataPlane
+
+    plane = DataPlane()
+    yield plane
+    plane.close()
+
+
+@pytest.fixture(scope="session")
+def lm(_model_cache):
+    from dataplane import registry
+
+    return registry.load("gpt2-tiny")

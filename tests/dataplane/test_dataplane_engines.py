@@ -1,0 +1,211 @@
+"""Engines: continuous batching equals solo runs, seeds, cancel and failure isolation, KV budget, dynamic batching."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from dataplane import registry, runtime
+from dataplane.cache import cached_model
+from dataplane.engine_batch import BatchConfig, BatchingEngine
+from dataplane.engine_lm import LMEngine, LMEngineConfig
+from dataplane.errors import CapacityError, InvalidInputError
+from dataplane.sampling import SamplingParams, sample_token
+
+# Seeded sampling rather than greedy: a synthetic LM's greedy output repeats one token, which would make
+# "batched equals solo" trivially true; sampled sequences differ token by token.
+SEEDED = SamplingParams(max_tokens=24, temperature=1.0, seed=11)
+PROMPTS = ["Hello", "The edge PoP in Lisbon answers", "x", "Continuous batching lets sequences join and leave",
+           "GPU", "tokens per second"]
+
+
+@pytest.fixture(scope="module")
+def engine(lm):
+    eng = LMEngine(lm, LMEngineConfig(max_batch=4, kv_budget_tokens=4096))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def solo(engine):
+    return {p: engine.generate(p, SEEDED).token_ids for p in PROMPTS}
+
+
+def test_continuous_batching_equals_sequential(engine, solo):
+    before = sum(engine.stats.batch_sizes.values())
+    handles = [engine.submit(p, SamplingParams(max_tokens=8 + 3 * i, temperature=1.0, seed=11)) for i, p in enumerate(PROMPTS)]
+    for i, (p, h) in enumerate(zip(PROMPTS, handles, strict=True)):
+        res = h.result(60)
+        assert res.token_ids == solo[p][: 8 + 3 * i]
+        assert res.finish_reason == "length" and res.prompt_tokens == len(p.encode())
+    sizes = engine.stats.batch_sizes
+    assert sum(sizes.values()) > before and max(sizes) == 4  # capped by max_batch; rows joined as others left
+
+
+def test_same_seed_same_tokens_and_seeds_matter(engine):
+    params = [SamplingParams(max_tokens=24, temperature=1.0, top_k=50, top_p=0.95, seed=s) for s in (7, 7, 8)]
+    a, b, c = (h.result(60).token_ids for h in [engine.submit("seeded", p) for p in params])
+    assert a == b and a != c
+    assert engine.generate("seeded", params[0]).token_ids == a  # alone or batched, same tokens
+
+
+def test_streaming_iterator_and_callback_see_every_token(engine):
+    seen = []
+    h = engine.submit("stream me", SamplingParams(max_tokens=20, temperature=0.8, seed=1),
+                      on_token=lambda tok, text: seen.append(tok))
+    pieces = list(h)
+    res = h.result(60)
+    assert "".join(pieces) == res.text and seen == res.token_ids and len(seen) == 20
+
+
+def test_cancel_and_failure_do_not_disturb_the_batch(engine, solo):
+    started = threading.Event()
+
+    def slow_cb(tok, text):
+        started.set()
+
+    def bad_cb(tok, text, n=[0]):  # noqa: B006 - a counter local to this callback
+        n[0] += 1
+        if n[0] == 3:
+            raise RuntimeError("client went away")
+
+    params = SamplingParams(max_tokens=200, temperature=1.0, seed=5)
+    victim = engine.submit("cancel me", params, on_token=slow_cb)
+    failing = engine.submit("fail me", SEEDED, on_token=bad_cb)
+    others = [engine.submit(p, SEEDED) for p in PROMPTS[:3]]
+    assert started.wait(30)
+    victim.cancel()
+    res = victim.result(60)
+    assert res.finish_reason == "cancelled" and len(res.token_ids) < 200
+    with pytest.raises(RuntimeError, match="client went away"):
+        failing.result(60)
+    with pytest.raises(RuntimeError):
+        list(failing)
+    for p, h in zip(PROMPTS[:3], others, strict=True):
+        assert h.result(60).token_ids == solo[p]
+
+
+def test_stops_on_eos(lm, solo):
+    tokens = solo["Hello"]
+    k = next(i for i in range(2, len(tokens)) if tokens[i] not in tokens[:i])
+    path = cached_model("gpt2-tiny", lm.spec.key(), lambda: None)  # already built: reuse the same file
+    model = runtime.LanguageModel("gpt2-eos", lm.spec, path)
+    model.tokenizer.eos_id = tokens[k]  # pretend that token is <|endoftext|>
+    eng = LMEngine(model)
+    try:
+        res = eng.generate("Hello", SEEDED, timeout=60)
+        assert res.finish_reason == "stop" and res.token_ids == tokens[:k]
+        nostop = eng.generate("Hello", SamplingParams(max_tokens=24, temperature=1.0, seed=11, stop_on_eos=False), timeout=60)
+        assert nostop.token_ids == tokens
+    finally:
+        eng.close()
+
+
+def test_kv_budget_limits_admission_and_refuses_impossible_requests(lm):
+    eng = LMEngine(lm, LMEngineConfig(max_batch=8, kv_budget_tokens=100))
+    try:
+        with pytest.raises(CapacityError, match="KV budget"):
+            eng.submit("a" * 60, SamplingParams(max_tokens=50))
+        with pytest.raises(CapacityError, match="context"):
+            eng.submit("a" * 600)
+        handles = [eng.submit("a" * 10, SamplingParams(max_tokens=30, seed=1)) for _ in range(6)]
+        assert all(h.result(60).completion_tokens == 30 for h in handles)
+        assert max(eng.stats.batch_sizes) == 2  # 100 // (10 + 30): two at a time despite max_batch 8
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("bad", [
+    {"max_tokens": 0}, {"max_tokens": 2.5}, {"temperature": -1}, {"top_k": 0}, {"top_p": 0}, {"top_p": 1.5},
+    {"seed": -3}, {"temperature": "hot"},
+])
+def test_bad_sampling_params_raise_typed_errors(bad):
+    with pytest.raises(InvalidInputError):
+        SamplingParams(**bad)
+
+
+def test_bad_prompts_raise_typed_errors(engine):
+    for prompt in (None, 3, [1, "a"], [-1], [10**6]):
+        with pytest.raises(InvalidInputError):
+            engine.submit(prompt)
+
+
+def test_sampling_filters_and_distribution():
+    rng = np.random.default_rng(0)
+    logits = np.array([2.0, 1.0, 0.5, -1.0, 3.0])
+    assert sample_token(logits, SamplingParams(temperature=1.0, top_k=1), rng) == 4
+    assert sample_token(logits, SamplingParams(temperature=1.0, top_p=0.01), rng) == 4
+    assert {sample_token(logits, SamplingParams(temperature=1.0, top_k=2), rng) for _ in range(200)} == {0, 4}
+    draws = np.bincount([sample_token(logits, SamplingParams(temperature=1.0), rng) for _ in range(4000)],
+                        minlength=5) / 4000
+    p = np.exp(logits - logits.max())
+    np.testing.assert_allclose(draws, p / p.sum(), atol=0.03)
+
+
+def test_dynamic_batching_batches_and_isolates_failures():
+    calls = []
+
+    def run(items):
+        calls.append(len(items))
+        if "bad" in items:
+            raise ValueError("bad item")
+        return [x * 2 for x in items]
+
+    eng = BatchingEngine(run, BatchConfig(max_batch=8, max_wait_ms=50))
+    try:
+        futs = [eng.submit(x) for x in ["a", "b", "bad", "c"]]
+        assert [f.result(10) for f in (futs[0], futs[1], futs[3])] == ["aa", "bb", "cc"]
+        with pytest.raises(ValueError, match="bad item"):
+            futs[2].result(10)
+        assert calls[0] == 4  # all four went into one batch first
+    finally:
+        eng.close()
+
+
+def test_encoder_engine_batches_concurrent_requests_with_unbatched_results():
+    model = registry.load("bert-tiny-embed")
+    texts = [f"request number {i} " * (1 + i % 5) for i in range(24)]
+    single = [model.run([model.encode(t)])[0] for t in texts]
+    eng = BatchingEngine(model.run, BatchConfig(max_batch=16, max_wait_ms=20))
+    try:
+        out: dict[int, np.ndarray] = {}
+
+        def worker(i):
+            out[i] = eng.submit(model.encode(texts[i])).result(30)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(texts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, ref in enumerate(single):
+            np.testing.assert_allclose(out[i], ref, atol=1e-5)
+        assert eng.stats.mean_batch > 2
+    finally:
+        eng.close()
+
+
+def test_cancelled_batch_item_is_skipped():
+    gate = threading.Event()
+    seen = []
+
+    def run(items):
+        gate.wait(5)
+        seen.extend(items)
+        return items
+
+    eng = BatchingEngine(run, BatchConfig(max_batch=1, max_wait_ms=0))
+    try:
+        first = eng.submit(1)
+        time.sleep(0.05)
+        second = eng.submit(2)
+        assert second.cancel()
+        gate.set()
+        assert first.result(5) == 1
+        eng.submit(3).result(5)
+        assert seen == [1, 3]
+    finally:
+        eng.close()

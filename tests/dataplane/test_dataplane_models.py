@@ -1,0 +1,165 @@
+"""Graphs built from code: KV cache correctness, padding/batching invariance, references, caching."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from dataplane import audio, registry
+from dataplane.cache import cached_model, spec_key
+from dataplane.models import bert, gpt2, minilm, resnet, speech
+from dataplane.session import Session
+from dataplane.tokenization import ByteEncoderTokenizer, pad_batch
+
+TOL = 1e-4
+
+
+def test_param_counts_match_the_presets():
+    assert 9e6 < gpt2.PRESETS["tiny"].n_params() < 12e6
+    assert 123e6 < gpt2.PRESETS["small"].n_params() < 126e6  # GPT-2 small: 124.4M
+
+
+def test_kv_cached_decoding_matches_full_recompute(lm):
+    rng = np.random.default_rng(1)
+    tokens = list(rng.integers(0, 256, 9))
+    logits, past, mask = lm.prefill([tokens])
+    for step in range(12):
+        ref = lm.last_logits(tokens)
+        np.testing.assert_allclose(logits[0], ref, atol=TOL, rtol=0)
+        nxt = int(np.argmax(logits[0]))
+        tokens.append(nxt)
+        mask = np.concatenate([mask, np.ones((1, 1), np.int64)], axis=1)
+        logits, past = lm.step(np.array([[nxt]]), mask, np.array([[len(tokens) - 1]]), past)
+        assert past[0].shape[2] == 9 + step + 1
+
+
+def test_batched_left_padded_prefill_and_decode_equal_unbatched(lm):
+    rng = np.random.default_rng(2)
+    prompts = [list(rng.integers(0, 256, n)) for n in (3, 17, 8)]
+    logits, past, mask = lm.prefill(prompts)
+    for row, p in enumerate(prompts):
+        np.testing.assert_allclose(logits[row], lm.last_logits(p), atol=TOL, rtol=0)
+    # one batched decode step with per-row positions, against each sequence alone
+    nxt = np.argmax(logits, axis=1)
+    mask2 = np.concatenate([mask, np.ones((3, 1), np.int64)], axis=1)
+    pos = np.array([[len(p)] for p in prompts])
+    logits2, _ = lm.step(nxt[:, None], mask2, pos, past)
+    for row, p in enumerate(prompts):
+        np.testing.assert_allclose(logits2[row], lm.last_logits([*p, int(nxt[row])]), atol=TOL, rtol=0)
+
+
+def test_tiny_lm_logits_are_not_degenerate(lm):
+    logits = lm.last_logits([1, 2, 3])
+    assert np.isfinite(logits).all() and logits.std() > 0.01
+
+
+@pytest.mark.parametrize("head", ["embed", "classify"])
+def test_bert_graph_matches_numpy_reference_with_padding(head):
+    spec = bert.PRESETS["tiny"].with_head(head)
+    w = bert.random_weights(spec, np.random.default_rng(3))
+    sess = Session(cached_model(f"t-bert-{head}", spec.key(), lambda: bert.build_graph(spec, w)))
+    tok = ByteEncoderTokenizer()
+    feeds = pad_batch([tok.encode("short"), tok.encode("a somewhat longer input", "with a pair")])
+    got = sess.run(feeds)[0]
+    ref = bert.forward_numpy(spec, w, feeds["input_ids"], feeds["attention_mask"], feeds["token_type_ids"])
+    np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+    alone = sess.run(pad_batch([tok.encode("short")]))[0]
+    np.testing.assert_allclose(alone[0], got[0], atol=TOL, rtol=0)  # padding does not leak into results
+
+
+def test_image_classifier_batch_equals_single():
+    model = registry.load("resnet-tiny")
+    rng = np.random.default_rng(4)
+    imgs = [rng.standard_normal((3, 224, 224), dtype=np.float32) for _ in range(3)]
+    batched = model.run(imgs)
+    for img, row in zip(imgs, batched, strict=True):
+        np.testing.assert_allclose(model.run([img])[0], row, atol=1e-5)
+        assert abs(row.sum() - 1) < 1e-5
+
+
+def test_cache_reuses_same_spec_and_rebuilds_changed_spec():
+    spec = resnet.ResNetSpec(widths=(8, 8, 8, 8), blocks=(1, 1, 1, 1), num_classes=10)
+    builds = []
+
+    def build(s):
+        builds.append(s)
+        return resnet.build(s, np.random.default_rng(0))
+
+    p1 = cached_model("t-resnet", spec.key(), lambda: build(spec))
+    p2 = cached_model("t-resnet", spec.key(), lambda: build(spec))
+    spec2 = resnet.ResNetSpec(widths=(8, 8, 8, 8), blocks=(1, 1, 1, 1), num_classes=11)
+    p3 = cached_model("t-resnet", spec2.key(), lambda: build(spec2))
+    assert p1 == p2 != p3 and len(builds) == 2
+    assert spec_key(spec.key()) != spec_key(spec2.key())
+    assert Session(p3).run({"pixel_values": np.zeros((1, 3, 224, 224), np.float32)})[0].shape == (1, 11)
+
+
+def test_log_mel_puts_a_tone_in_the_right_band():
+    t = np.arange(16000) / 16000
+    mels = {f: audio.log_mel(audio.decode_wav(audio.encode_wav(0.5 * np.sin(2 * np.pi * f * t)))) for f in (300, 3000)}
+    assert mels[300].shape == (80, 100)
+    peak_low, peak_high = (int(m.mean(axis=1).argmax()) for m in (mels[300], mels[3000]))
+    assert peak_low < peak_high
+    centres = np.argmax(audio.mel_filters(), axis=1) * 16000 / 400  # Hz at each filter's peak
+    assert abs(centres[peak_low] - 300) < 60 and abs(centres[peak_high] - 3000) < 300
+
+
+def test_wav_resampling_and_stereo():
+    t = np.arange(8000) / 8000
+    stereo = np.repeat(0.3 * np.sin(2 * np.pi * 200 * t), 2)
+    import io
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes((stereo * 32767).astype("<i2").tobytes())
+    x = audio.decode_wav(buf.getvalue())
+    assert len(x) == 16000 and abs(np.abs(x).max() - 0.3) < 0.01
+
+
+def test_ctc_greedy_decode_merges_repeats_and_drops_blanks():
+    idx = {c: i for i, c in enumerate(speech.ALPHABET)}
+    path = [0, idx["h"], idx["h"], 0, idx["i"], idx[" "], idx[" "], 0, idx["o"], 0, idx["o"]]
+    lp = np.full((len(path), len(speech.ALPHABET)), -10.0)
+    lp[np.arange(len(path)), path] = 0.0
+    assert speech.ctc_greedy_decode(lp) == "hi oo"
+
+
+def test_safetensors_reader_roundtrip(tmp_path):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([7, -1], dtype=np.int64)
+    bf = np.array([1.5, -2.0], dtype=np.float32)
+    bf16 = (bf.view(np.uint32) >> 16).astype("<u2").tobytes()
+    blobs = [a.tobytes(), b.tobytes(), bf16]
+    offs = np.cumsum([0] + [len(x) for x in blobs])
+    header = {"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [int(offs[0]), int(offs[1])]},
+              "b": {"dtype": "I64", "shape": [2], "data_offsets": [int(offs[1]), int(offs[2])]},
+              "c": {"dtype": "BF16", "shape": [2], "data_offsets": [int(offs[2]), int(offs[3])]},
+              "__metadata__": {"format": "pt"}}
+    h = json.dumps(header).encode()
+    (tmp_path / "x.safetensors").write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    out = minilm.read_safetensors(tmp_path / "x.safetensors")
+    np.testing.assert_array_equal(out["a"], a)
+    np.testing.assert_array_equal(out["b"], b)
+    np.testing.assert_array_equal(out["c"], bf)
+
+
+def test_gpt2_small_kv_cache_matches_recompute():
+    """The one test of a 124M model: its real shape builds, runs, and its KV cache is exact."""
+    model = registry.load("gpt2-small")
+    assert model.spec.n_layer == 12 and model.spec.vocab_size == 50257
+    tokens = [464, 5044, 286, 1660, 318]
+    logits, past, mask = model.prefill([tokens])
+    assert logits.shape == (1, 50257) and past[0].shape == (1, 12, 5, 64)
+    for _ in range(3):
+        nxt = int(np.argmax(logits[0]))
+        tokens.append(nxt)
+        mask = np.concatenate([mask, np.ones((1, 1), np.int64)], axis=1)
+        logits, past = model.step(np.array([[nxt]]), mask, np.array([[len(tokens) - 1]]), past)
+        np.testing.assert_allclose(logits[0], model.last_logits(tokens), atol=TOL, rtol=0)

@@ -1,0 +1,178 @@
+"""Workers-AI-shaped tasks, typed input errors, bring-your-own-model, sessions and the profile command."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from dataplane import byom, registry, tasks
+from dataplane.audio import encode_wav
+from dataplane.errors import InvalidInputError, ManifestError, ModelNotFoundError
+from dataplane.profiler import COLUMNS
+from dataplane.session import resolve_provider
+from edgepop.cli import main
+
+
+def _png(h=300, w=400) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (h, w, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_text_generation_shapes_and_streaming(dp):
+    out = dp.run("gpt2-tiny", {"prompt": "Hi", "max_tokens": 7, "seed": 3})
+    assert set(out) == {"response", "usage"} and isinstance(out["response"], str)
+    assert out["usage"] == {"prompt_tokens": 2, "completion_tokens": 7, "total_tokens": 9}
+    msgs = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+            "max_tokens": 5, "seed": 3, "stream": True}
+    events = list(dp.run("gpt2-tiny", msgs))
+    assert events[-1]["usage"]["completion_tokens"] == 5
+    again = dp.run("gpt2-tiny", {**msgs, "stream": False})
+    assert "".join(e["response"] for e in events) == again["response"]  # same seed, same text
+
+
+def test_embeddings_classification_reranking(dp):
+    emb = dp.run("bert-tiny-embed", {"text": "one"})
+    assert emb["shape"] == [1, 256] and abs(np.linalg.norm(emb["data"][0]) - 1) < 1e-5
+    cls = dp.run("bert-tiny-classify", {"text": "great movie"})
+    assert [d["label"] for d in cls] in (["POSITIVE", "NEGATIVE"], ["NEGATIVE", "POSITIVE"])
+    assert abs(sum(d["score"] for d in cls) - 1) < 1e-5 and cls[0]["score"] >= cls[1]["score"]
+    rr = dp.run("bert-tiny-rerank", {"query": "q", "contexts": [{"text": "a"}, {"text": "b b"}, {"text": "c"}],
+                                     "top_k": 2})
+    scores = [r["score"] for r in rr["response"]]
+    assert len(scores) == 2 and scores == sorted(scores, reverse=True) and all(0 < s < 1 for s in scores)
+    assert {r["id"] for r in rr["response"]} <= {0, 1, 2}
+
+
+def test_image_and_speech(dp):
+    top = dp.run("resnet-tiny", {"image": _png()})
+    assert len(top) == 5 and all(set(d) == {"label", "score"} for d in top)
+    assert top == dp.run("resnet-tiny", {"image": list(_png())})  # a byte array works too
+    t = np.arange(16000) / 16000
+    out = dp.run("ctc-tiny", {"audio": encode_wav(0.3 * np.sin(2 * np.pi * 440 * t))})
+    assert set(out) == {"text", "word_count"} and isinstance(out["text"], str)
+    assert set(out["text"]) <= set("abcdefghijklmnopqrstuvwxyz' ")
+
+
+def test_envelope_says_when_weights_are_synthetic(dp):
+    env = dp.envelope("gpt2-tiny", {"response": "x"})
+    assert env["meta"]["synthetic_weights"] and "synthetic" in env["messages"][0]
+    assert env["meta"]["provider"] == "CPUExecutionProvider"
+    assert dp.envelope("minilm-l6-v2", {})["messages"] == []
+
+
+@pytest.mark.parametrize("model,inputs", [
+    ("gpt2-tiny", {}),
+    ("gpt2-tiny", {"prompt": "a", "messages": [{"role": "user", "content": "b"}]}),
+    ("gpt2-tiny", {"prompt": 5}),
+    ("gpt2-tiny", {"messages": [{"role": "robot", "content": "x"}]}),
+    ("gpt2-tiny", {"messages": []}),
+    ("gpt2-tiny", {"prompt": "x", "max_tokens": -1}),
+    ("gpt2-tiny", {"prompt": "x", "stream": "yes"}),
+    ("gpt2-tiny", "not a dict"),
+    ("bert-tiny-embed", {"text": []}),
+    ("bert-tiny-embed", {"text": ["ok", 3]}),
+    ("bert-tiny-embed", {"text": ["x"] * 101}),
+    ("bert-tiny-classify", {"text": None}),
+    ("bert-tiny-rerank", {"query": "q", "contexts": ["not an object"]}),
+    ("bert-tiny-rerank", {"query": "q", "contexts": []}),
+    ("resnet-tiny", {"image": b"definitely not an image"}),
+    ("resnet-tiny", {"image": [1, 2, 300]}),
+    ("resnet-tiny", {"image": b""}),
+    ("ctc-tiny", {"audio": b"RIFF....WAVEjunk"}),
+    ("ctc-tiny", {"audio": encode_wav(np.zeros(100))}),
+])
+def test_malformed_inputs_raise_typed_errors(dp, model, inputs):
+    with pytest.raises(InvalidInputError):
+        dp.run(model, inputs)
+
+
+def test_wrong_task_and_unknown_model(dp):
+    with pytest.raises(InvalidInputError, match="serves text-generation"):
+        tasks.text_embeddings(dp, "gpt2-tiny", {"text": "x"})
+    with pytest.raises(ModelNotFoundError):
+        dp.run("no-such-model", {})
+
+
+def test_provider_resolution_is_quiet_cpu_here(capfd):
+    assert resolve_provider("cpu") == "CPUExecutionProvider"
+    assert resolve_provider("auto") in ("CPUExecutionProvider", "CUDAExecutionProvider")
+    with pytest.raises(InvalidInputError):
+        resolve_provider("tpu")
+    assert "CUDA" not in capfd.readouterr().err
+
+
+def _byom_dir(tmp_path, manifest: dict) -> str:
+    src = registry.load("resnet-tiny").session.path
+    shutil.copy(src, tmp_path / "net.onnx")
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    return str(path)
+
+
+def test_bring_your_own_image_model(dp, tmp_path):
+    manifest = {"name": "my-resnet", "task": "image-classification", "model": "net.onnx",
+                "inputs": {"pixel_values": {"dtype": "float32", "shape": ["batch", 3, 224, 224]}},
+                "outputs": {"logits": {"dtype": "float32"}},
+                "labels": [f"thing {i}" for i in range(1000)]}
+    byom.register_manifest(_byom_dir(tmp_path, manifest), replace=True)
+    out = dp.run("my-resnet", {"image": _png()})
+    assert out[0]["label"].startswith("thing ")
+    assert [d["score"] for d in out] == [d["score"] for d in dp.run("resnet-tiny", {"image": _png()})]
+
+
+@pytest.mark.parametrize("change", [
+    {"inputs": {"images": {"dtype": "float32"}}},
+    {"inputs": {"pixel_values": {"dtype": "int64"}}},
+    {"outputs": {"probs": {}}},
+    {"task": "telepathy"},
+    {"model": "missing.onnx"},
+    {"labels": ["only", "three", "labels"]},
+    {"name": 42},
+])
+def test_bad_manifests_raise_manifest_errors(tmp_path, change):
+    manifest = {"name": "bad", "task": "image-classification", "model": "net.onnx",
+                "inputs": {"pixel_values": {"dtype": "float32"}}, "outputs": {"logits": {}}, **change}
+    with pytest.raises(ManifestError):
+        byom.load_manifest(_byom_dir(tmp_path, manifest))
+
+
+def test_bring_your_own_text_classifier(dp, tmp_path):
+    src = registry.load("bert-tiny-classify").session.path
+    shutil.copy(src, tmp_path / "enc.onnx")
+    manifest = {"name": "my-classifier", "task": "text-classification", "model": "enc.onnx",
+                "inputs": {k: {"dtype": "int64"} for k in ("input_ids", "attention_mask", "token_type_ids")},
+                "outputs": {"logits": {}}, "labels": ["NEGATIVE", "POSITIVE"], "tokenizer": "bytes"}
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    byom.register_manifest(tmp_path / "m.json", replace=True)
+    assert dp.run("my-classifier", {"text": "fine"}) == dp.run("bert-tiny-classify", {"text": "fine"})
+
+
+def test_profile_command_writes_the_simulator_table(tmp_path, capsys):
+    out = tmp_path / "profile.csv"
+    assert main(["profile", "--models", "gpt2-tiny,bert-tiny-embed,resnet-tiny,ctc-tiny", "--quick",
+                 "--out", str(out)]) == 0
+    table = pd.read_csv(out)
+    assert list(table.columns) == COLUMNS
+    assert set(table.phase) == {"prefill", "decode", "encode", "image", "audio"}
+    assert (table.ms > 0).all() and set(table.provider) == {"CPUExecutionProvider"}
+    dec = table[(table.phase == "decode") & (table.context == 256)].set_index("batch_size").ms
+    assert dec[8] > dec[1]  # eight sequences cost more than one: real compute
+    pq = tmp_path / "p.parquet"
+    assert main(["profile", "--models", "bert-tiny-embed", "--quick", "--out", str(pq)]) == 0
+    assert list(pd.read_parquet(pq).columns) == COLUMNS
+
+
+def test_profile_command_user_errors_exit_2(capsys):
+    assert main(["profile", "--models", "gpt9-huge"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("edgepop: error: no model named 'gpt9-huge'") and "Traceback" not in err
+    assert main(["profile", "--models", ","]) == 2
+    assert main(["profile", "--list-models"]) == 0
+    assert "minilm-l6-v2" in capsys.readouterr().out
