@@ -2,7 +2,7 @@
 
 Run once by a maintainer when a source changes (the package never reads the sources at run time)::
 
-    python scripts/derive_data.py --src PATH/TO/shared/data
+    python scripts/derive_data.py --src DIR_OF_PUBLIC_SOURCE_DATA
 
 Inputs (see topology/data/ATTRIBUTION.md for sources and licences):
   cloudflare_colos/DC-Colos.csv, cloud_regions/{aws,gcp,azure}Data.js,

@@ -80,3 +80,13 @@ def test_ingress_is_lowest_rtt_pop_and_matrices_include_last_mile(topo):
     assert np.allclose(m - bare, topo.last_mile_ms)
     paris = topo.pops.id[topo.ingress([48.86], [2.35])[0][0]]
     assert paris == "CDG"
+
+
+def test_haversine_agrees_with_geopy_great_circle():
+    from geopy.distance import great_circle
+
+    rng = np.random.default_rng(3)
+    pts = rng.uniform([-80, -180, -80, -180], [80, 180, 80, 180], size=(200, 4))
+    ours = haversine_km(pts[:, 0], pts[:, 1], pts[:, 2], pts[:, 3])
+    ref = [great_circle((a, b), (c, d), radius=6371.0088).km for a, b, c, d in pts]
+    assert np.allclose(ours, ref, rtol=1e-6, atol=1e-6)
