@@ -1,0 +1,233 @@
+"""Model catalog: Workers-AI-style model ids with the figures placement, routing, billing and the simulator need.
+
+The shipped catalog is ``controlplane/data/catalog.toml``; ``Catalog.load(path)`` reads another one. Every field is
+validated on load and a bad entry raises one :class:`CatalogError` naming the file, the model and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from edgepop.errors import UserError
+
+CATALOG_FILE = Path(__file__).parent / "data" / "catalog.toml"
+
+TASKS = ("text-generation", "text-embeddings", "text-classification", "text-reranking", "image-classification",
+         "automatic-speech-recognition")
+PRECISION_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+UNITS = ("token", "image", "audio-minute")
+GIB = 1024 ** 3
+# CUDA context, activations and allocator slack per GPU a replica spans (vLLM-style deployments leave ~1 GiB).
+RUNTIME_OVERHEAD_BYTES = 1 * GIB
+
+
+class CatalogError(UserError):
+    """A catalog file or entry is invalid, or a model id is unknown (Workers AI code 5007)."""
+
+    code = 5007
+
+
+class UnknownModelError(CatalogError):
+    """The model id is not in the catalog (Workers AI error 5007)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One catalog entry. Sizes in bytes; ``kv_bytes_per_token`` is over all layers, K and V."""
+
+    id: str
+    task: str
+    family: str
+    parameters: float
+    precision: str
+    context_window: int
+    layers: int
+    hidden: int
+    neurons_per_m_input: float
+    stand_in: str
+    tensor_parallel: int = 1
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    intermediate: int = 0
+    vocab: int = 0
+    kv_precision: str = "bf16"
+    unit: str = "token"
+    gflops_per_unit: float = 0.0
+    neurons_per_m_output: float = 0.0
+    max_batch: int = 64
+    kv_pool_tokens: int = 0
+    weight_bytes: float = 0.0
+    description: str = ""
+    adapters: tuple = field(default=(), compare=False)
+
+    @property
+    def generative(self) -> bool:
+        return self.task == "text-generation"
+
+    @property
+    def bytes_per_param(self) -> float:
+        return PRECISION_BYTES[self.precision]
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """K and V for every layer: 2 x layers x kv_heads x head_dim x bytes (0 for models without a KV cache)."""
+        if not self.generative:
+            return 0.0
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * PRECISION_BYTES[self.kv_precision]
+
+    @property
+    def kv_pool_bytes(self) -> float:
+        return self.kv_bytes_per_token * self.kv_pool_tokens
+
+    @property
+    def replica_bytes(self) -> float:
+        """GPU memory one replica needs: weights, its KV pool and runtime overhead on each of its GPUs."""
+        return self.weight_bytes + self.kv_pool_bytes + RUNTIME_OVERHEAD_BYTES * self.tensor_parallel
+
+    @property
+    def replica_gb(self) -> float:
+        return self.replica_bytes / 1e9
+
+    @property
+    def bytes_per_gpu(self) -> float:
+        return self.replica_bytes / self.tensor_parallel
+
+
+_REQUIRED = ("task", "family", "parameters", "precision", "context_window", "layers", "hidden",
+             "neurons_per_m_input", "stand_in")
+_INTS = {"context_window", "layers", "hidden", "tensor_parallel", "heads", "kv_heads", "head_dim", "intermediate",
+         "vocab", "max_batch", "kv_pool_tokens"}
+_FLOATS = {"parameters", "gflops_per_unit", "neurons_per_m_input", "neurons_per_m_output", "weight_bytes"}
+_STRS = {"task", "family", "precision", "kv_precision", "unit", "stand_in", "description"}
+_KNOWN = {f.name for f in fields(ModelSpec)} - {"id", "adapters"}
+
+
+def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
+    def bad(name, problem):
+        return CatalogError(f"{path.name}: model {model_id!r}: field {name!r}: {problem}")
+
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path.name}: model {model_id!r}: expected a table of fields")
+    if not re.fullmatch(r"@[\w.\-]+(/[\w.\-]+){1,2}", model_id):
+        raise CatalogError(f"{path.name}: model id {model_id!r} is not of the form @owner/vendor/name")
+    for name in raw:
+        if name not in _KNOWN:
+            raise bad(name, f"unknown field (known: {', '.join(sorted(_KNOWN))})")
+    for name in _REQUIRED:
+        if name not in raw:
+            raise bad(name, "missing")
+    values = {}
+    for name, value in raw.items():
+        if name in _INTS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise bad(name, f"{value!r} is not a non-negative integer")
+        elif name in _FLOATS:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise bad(name, f"{value!r} is not a non-negative number")
+            value = float(value)
+        elif name in _STRS and not isinstance(value, str):
+            raise bad(name, f"{value!r} is not a string")
+        values[name] = value
+    if values["task"] not in TASKS:
+        raise bad("task", f"{values['task']!r} is not one of {', '.join(TASKS)}")
+    for name in ("precision", "kv_precision"):
+        if name in values and values[name] not in PRECISION_BYTES:
+            raise bad(name, f"{values[name]!r} is not one of {', '.join(PRECISION_BYTES)}")
+    if values.get("unit", "token") not in UNITS:
+        raise bad("unit", f"{values['unit']!r} is not one of {', '.join(UNITS)}")
+    for name in ("parameters", "context_window", "layers", "hidden", "tensor_parallel", "max_batch"):
+        if name in values and values[name] <= 0:
+            raise bad(name, "must be positive")
+    if values.get("heads") and not values.get("head_dim"):
+        if values["hidden"] % values["heads"]:
+            raise bad("heads", f"hidden {values['hidden']} is not divisible by {values['heads']} heads")
+        values["head_dim"] = values["hidden"] // values["heads"]
+    if values["task"] == "text-generation":
+        for name in ("heads", "kv_heads", "intermediate", "vocab", "kv_pool_tokens", "neurons_per_m_output"):
+            if not values.get(name):
+                raise bad(name, "required (and positive) for text-generation")
+        if values["heads"] % values["kv_heads"]:
+            raise bad("kv_heads", f"{values['heads']} heads are not a multiple of {values['kv_heads']} KV heads")
+    if not values.get("weight_bytes"):
+        values["weight_bytes"] = values["parameters"] * PRECISION_BYTES[values["precision"]]
+    return ModelSpec(id=model_id, **values)
+
+
+class Catalog:
+    """The models an experiment can serve, by id. ``catalog[id]`` raises :class:`UnknownModelError` (5007)."""
+
+    def __init__(self, specs: list[ModelSpec], source: str = "<memory>"):
+        self.source = source
+        self._specs = {s.id: s for s in specs}
+        if len(self._specs) != len(specs):
+            raise CatalogError(f"{source}: duplicate model ids")
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> Catalog:
+        """Read and validate a catalog TOML file (the shipped one by default)."""
+        path = Path(path) if path else CATALOG_FILE
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except FileNotFoundError:
+            raise CatalogError(f"catalog file {str(path)!r} not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise CatalogError(f"{path.name}: not valid TOML: {exc}") from None
+        models = doc.get("models")
+        if not isinstance(models, dict) or not models:
+            raise CatalogError(f"{path.name}: no [models.\"@owner/vendor/name\"] tables")
+        return cls([_entry(path, mid, raw) for mid, raw in models.items()], source=path.name)
+
+    def __getitem__(self, model_id: str) -> ModelSpec:
+        try:
+            return self._specs[model_id]
+        except KeyError:
+            raise UnknownModelError(f"no model {model_id!r} in the catalog ({len(self._specs)} models; "
+                                    "`edgepop place --list-models` lists them)") from None
+
+    def __contains__(self, model_id: str) -> bool:
+        return model_id in self._specs
+
+    def __iter__(self):
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._specs)
+
+    def subset(self, ids) -> Catalog:
+        """A catalog holding only ``ids`` (each must exist)."""
+        return Catalog([self[i] for i in ids], source=self.source)
+
+    def by_task(self, task: str) -> list[ModelSpec]:
+        return [s for s in self._specs.values() if s.task == task]
+
+    def to_frame(self):
+        """One row per model with the derived sizes, for printing and notebooks."""
+        import pandas as pd
+
+        rows = [{"id": s.id, "task": s.task, "precision": s.precision, "params_b": s.parameters / 1e9,
+                 "weights_gb": s.weight_bytes / 1e9, "kv_kb_per_token": s.kv_bytes_per_token / 1e3,
+                 "replica_gb": s.replica_gb, "tp": s.tensor_parallel, "context": s.context_window,
+                 "neurons_in": s.neurons_per_m_input, "neurons_out": s.neurons_per_m_output,
+                 "stand_in": s.stand_in} for s in self._specs.values()]
+        return pd.DataFrame(rows)
+
+
+_DEFAULT: Catalog | None = None
+
+
+def default_catalog() -> Catalog:
+    """The shipped catalog (parsed once per process)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Catalog.load()
+    return _DEFAULT

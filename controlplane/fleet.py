@@ -1,0 +1,125 @@
+"""Fleets: the GPU nodes a deployment may use, at sites of the topology's backbone (edge PoPs or cloud regions).
+
+Both kinds share one table shape so that placement, routing and the simulator never care which one they drive:
+
+``nodes``: node_id, site_id, site (row in ``sites``), gpu, gpus, gpu_memory_gb, memory_gb, price_usd_hr (per node).
+``sites``: site_id, backbone (node index in the topology's latency backbone), lat, lon, tz, continent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from edgepop.errors import UserError
+from topology import Topology, baseline, haversine_km
+
+
+@dataclass
+class Fleet:
+    """GPU nodes grouped by site; ``name`` is ``edge`` or ``central:<baseline>``."""
+
+    name: str
+    nodes: pd.DataFrame
+    sites: pd.DataFrame
+
+    @property
+    def total_gpus(self) -> dict[str, int]:
+        return self.nodes.groupby("gpu").gpus.sum().astype(int).to_dict()
+
+    @property
+    def site_of_node(self) -> np.ndarray:
+        return self.nodes.site.to_numpy()
+
+    def summary(self) -> dict:
+        return {"name": self.name, "sites": len(self.sites), "nodes": len(self.nodes),
+                "gpus": int(self.nodes.gpus.sum()), "gpus_by_type": self.total_gpus,
+                "memory_tb": round(float(self.nodes.memory_gb.sum()) / 1000, 2),
+                "usd_per_hour": round(float(self.nodes.price_usd_hr.sum()), 2)}
+
+
+def _node_table(rows: pd.DataFrame, site_index: dict[str, int], gpus: pd.DataFrame) -> pd.DataFrame:
+    per_gpu = dict(zip(gpus.gpu, gpus.memory_gb, strict=True))
+    price = dict(zip(gpus.gpu, gpus.price_usd_hr, strict=True))
+    out = pd.DataFrame({
+        "node_id": rows.node_id.to_numpy(), "site_id": rows.site_id.to_numpy(),
+        "site": rows.site_id.map(site_index).to_numpy(), "gpu": rows.gpu.to_numpy(),
+        "gpus": rows.gpus.to_numpy().astype(int),
+    })
+    out["gpu_memory_gb"] = out.gpu.map(per_gpu).astype(float)
+    out["memory_gb"] = out.gpu_memory_gb * out.gpus
+    out["price_usd_hr"] = out.gpu.map(price).astype(float) * out.gpus
+    return out
+
+
+def edge_fleet(topo: Topology, pops: list[str] | None = None) -> Fleet:
+    """Every GPU node of the topology's PoPs (or of the listed PoP ids only)."""
+    p = topo.pops
+    if pops is not None:
+        unknown = sorted(set(pops) - set(p.id))
+        if unknown:
+            raise UserError(f"unknown PoP id(s): {', '.join(unknown[:5])}")
+        p = p[p.id.isin(pops)]
+    sites = pd.DataFrame({"site_id": p.id.to_numpy(), "backbone": topo.pop_nodes[p.index.to_numpy()],
+                          "lat": p.lat.to_numpy(), "lon": p.lon.to_numpy(), "tz": p.tz.to_numpy(),
+                          "continent": p.continent.to_numpy()})
+    nodes = topo.nodes[topo.nodes.pop_id.isin(set(sites.site_id))].rename(columns={"pop_id": "site_id"})
+    index = {s: i for i, s in enumerate(sites.site_id)}
+    return Fleet("edge", _node_table(nodes, index, topo.gpus), sites)
+
+
+def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet | None = None,
+                  scale: float = 1.0) -> Fleet:
+    """The same GPU budget as ``like`` (the edge fleet by default) moved into a baseline region set.
+
+    Each edge node moves, unchanged in shape, to the baseline region nearest to it, so every region gets the
+    capacity of the PoPs it replaces. ``scale`` multiplies the node count (e.g. 0.5 gives central half the GPUs):
+    nodes are repeated or thinned deterministically per region.
+    """
+    if isinstance(regions, str):
+        table = baseline(regions, topo.regions)
+        name = regions
+    else:
+        unknown = sorted(set(regions) - set(topo.regions.id))
+        if unknown:
+            raise UserError(f"unknown region id(s): {', '.join(unknown[:5])}")
+        table = topo.regions[topo.regions.id.isin(regions)]
+        name = "+".join(regions)
+    if scale <= 0:
+        raise UserError(f"central GPU scale must be positive, got {scale}")
+    like = like or edge_fleet(topo)
+    backbone = topo.region_nodes(table.id)
+    src = like.sites.backbone.to_numpy()[like.nodes.site.to_numpy()]
+    nearest = np.argmin(topo.latency.node_ms[np.ix_(src, backbone)], axis=1)
+    moved = like.nodes.assign(site_id=table.id.to_numpy()[nearest])
+    parts = []
+    for region, group in moved.groupby("site_id", sort=False):
+        count = max(1, int(round(len(group) * scale)))
+        reps = np.resize(np.arange(len(group)), count)  # repeat (scale > 1) or keep the first nodes (< 1)
+        g = group.iloc[np.sort(reps)].copy()
+        g["node_id"] = [f"{region}-{i}" for i in range(len(g))]
+        parts.append(g)
+    nodes = pd.concat(parts, ignore_index=True)
+    near = topo.pops.iloc[[_nearest_pop(topo, lat, lon) for lat, lon in zip(table.lat, table.lon, strict=True)]]
+    sites = pd.DataFrame({"site_id": table.id.to_numpy(), "backbone": backbone, "lat": table.lat.to_numpy(),
+                          "lon": table.lon.to_numpy(), "tz": near.tz.to_numpy(), "continent": near.continent.to_numpy()})
+    sites = sites[sites.site_id.isin(set(nodes.site_id))].reset_index(drop=True)
+    index = {s: i for i, s in enumerate(sites.site_id)}
+    return Fleet(f"central:{name}", _node_table(nodes, index, topo.gpus), sites)
+
+
+def _nearest_pop(topo: Topology, lat: float, lon: float) -> int:
+    """Row of the PoP nearest a region: regions inherit its time zone and continent."""
+    return int(np.argmin(haversine_km(lat, lon, topo.pops.lat.to_numpy(), topo.pops.lon.to_numpy())))
+
+
+def ingress_site_rtt(topo: Topology, fleet: Fleet) -> np.ndarray:
+    """RTT (ms) from every PoP (rows, as ingress) to every fleet site (columns): backbone path plus base cost.
+
+    Serving at the ingress PoP itself costs no backbone RTT (0 ms).
+    """
+    rtt = topo.latency.params.base_ms + topo.latency.node_ms[np.ix_(topo.pop_nodes, fleet.sites.backbone)]
+    same = topo.pop_nodes[:, None] == fleet.sites.backbone.to_numpy()[None, :]
+    return np.where(same, 0.0, rtt)
