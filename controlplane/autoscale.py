@@ -1,0 +1,160 @@
+"""Autoscaling policies: load and unload model replicas on GPU nodes as demand moves.
+
+A policy's ``tick(plane, now)`` is called by :meth:`ControlPlane.poll`; it acts at most every ``interval_s``.
+Loading costs a cold start (weight bytes / load bandwidth + init, see ``AdmissionConfig``); unloading scales a
+replica to zero and frees its GPU memory. Policies by name: ``reactive`` (queue depth and idleness) and
+``scheduled`` (warm during local working hours at each site).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+
+from controlplane.state import COLD, READY
+from edgepop.errors import UserError
+from topology.demand import utc_offset_hours
+
+
+class Autoscaler:
+    """Base: subclasses implement :meth:`act`. ``next_tick`` tells the caller when to poll next."""
+
+    name = "?"
+
+    def __init__(self, interval_s: float = 10.0):
+        if interval_s <= 0:
+            raise UserError(f"autoscaler interval_s must be positive, got {interval_s}")
+        self.interval_s = interval_s
+        self.next_tick = 0.0
+        self.loads = self.unloads = 0
+
+    def tick(self, plane, now: float) -> None:
+        if now < self.next_tick:
+            return
+        self.next_tick = now + self.interval_s
+        self.act(plane, now)
+
+    def act(self, plane, now: float) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _unload_idle(self, plane, now: float, idle_s: float, keep=lambda r: False) -> None:
+        for r in plane.state.replicas:
+            if (r.status == READY and r.active == 0 and not r.queue and now - r.last_busy >= idle_s
+                    and not keep(r)):
+                plane.state.unload(r)
+                self.unloads += 1
+
+
+class Reactive(Autoscaler):
+    """Scale out where queues build up, scale to zero where replicas sit idle.
+
+    Every ``interval_s``: a READY replica idle for ``idle_s`` is unloaded, unless that would leave its model with
+    fewer than ``min_ready`` ready replicas fleet-wide. For each (site, model) whose ready replicas hold on average
+    ``queue_high`` or more queued requests, one more replica is loaded at that site (a COLD one reloaded first,
+    else a new one on the node with the most free memory), up to ``max_per_site``.
+    """
+
+    name = "reactive"
+
+    def __init__(self, interval_s: float = 10.0, idle_s: float = 300.0, queue_high: float = 4.0,
+                 max_per_site: int = 16, min_ready: int = 0):
+        super().__init__(interval_s)
+        self.idle_s, self.queue_high, self.max_per_site, self.min_ready = idle_s, queue_high, max_per_site, min_ready
+
+    def act(self, plane, now: float) -> None:
+        state = plane.state
+        ready: dict[str, int] = {}
+        for r in state.replicas:
+            ready[r.model] = ready.get(r.model, 0) + (r.status == READY)
+
+        def keep(r):
+            if ready[r.model] <= self.min_ready:
+                return True
+            ready[r.model] -= 1
+            return False
+
+        self._unload_idle(plane, now, self.idle_s, keep)
+        groups: dict[tuple[int, str], list] = {}
+        for r in state.replicas:
+            if r.up:
+                groups.setdefault((r.site, r.model), []).append(r)
+        for (site, model), reps in groups.items():
+            live = [r for r in reps if r.status != COLD]
+            if not live or len(live) >= self.max_per_site:
+                continue
+            if sum(len(r.queue) for r in live) / len(live) < self.queue_high:
+                continue
+            self._scale_out(plane, now, site, model, reps)
+
+    def _scale_out(self, plane, now, site, model, reps) -> None:
+        state = plane.state
+        for r in reps:
+            if r.status == COLD and state.begin_load(r, now, plane.admission.cold_start_s(r.spec)):
+                self.loads += 1
+                return
+        spec = plane.catalog[model]
+        nodes = np.flatnonzero((state.node_site == site) & state.node_up)
+        best = max(nodes, key=lambda n: (state.gpu_capacity[n] - state.gpu_used[n]).max(), default=None)
+        if best is not None and state.fits(spec, int(best)) is not None:
+            plane.add_replica(model, int(best), now, cold=True)
+            self.loads += 1
+
+
+class Scheduled(Autoscaler):
+    """Keep replicas warm during local working hours at each site and scale them to zero at night.
+
+    ``start_utc`` is the wall-clock time of simulated t=0 and ``day_s`` how many simulated seconds one day takes
+    (86,400 for real time; less when the day is compressed). Outside ``warm_hours`` (local, [start, end)) idle
+    replicas are unloaded; at the start of the window cold ones are loaded again (taking their cold start).
+    """
+
+    name = "scheduled"
+
+    def __init__(self, interval_s: float = 60.0, warm_hours: tuple = (7, 23), start_utc: str | datetime | None = None,
+                 day_s: float = 86_400.0):
+        super().__init__(interval_s)
+        if not (0 <= warm_hours[0] < 24 and 0 < warm_hours[1] <= 24):
+            raise UserError(f"warm_hours must be within 0..24, got {warm_hours}")
+        self.warm_hours = warm_hours
+        start = datetime.fromisoformat(start_utc) if isinstance(start_utc, str) else start_utc
+        self.start = (start or datetime(2024, 1, 15, tzinfo=UTC))
+        if self.start.tzinfo is None:
+            self.start = self.start.replace(tzinfo=UTC)
+        self.day_s = day_s
+        self._offsets = None
+
+    def local_hours(self, plane, now: float) -> np.ndarray:
+        if self._offsets is None:
+            self._offsets = utc_offset_hours(plane.state.fleet.sites.tz, self.start)
+        utc_h = self.start.hour + self.start.minute / 60 + 24.0 * now / self.day_s
+        return (utc_h + self._offsets) % 24.0
+
+    def warm(self, hour: float) -> bool:
+        a, b = self.warm_hours
+        return a <= hour < b if a < b else (hour >= a or hour < b)
+
+    def act(self, plane, now: float) -> None:
+        hours = self.local_hours(plane, now)
+        self._unload_idle(plane, now, 0.0, keep=lambda r: self.warm(hours[r.site]))
+        for r in plane.state.replicas:
+            if r.status == COLD and r.up and self.warm(hours[r.site]):
+                if plane.state.begin_load(r, now, plane.admission.cold_start_s(r.spec)):
+                    self.loads += 1
+
+
+AUTOSCALERS = {"reactive": Reactive, "scheduled": Scheduled}
+
+
+def make_autoscaler(name: str | None, **options) -> Autoscaler | None:
+    """An autoscaling policy by name (``none`` or None for a static placement)."""
+    if name in (None, "none"):
+        return None
+    try:
+        cls = AUTOSCALERS[name]
+    except KeyError:
+        raise UserError(f"unknown autoscaling policy {name!r} (known: none, {', '.join(AUTOSCALERS)})") from None
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        raise UserError(f"autoscaling policy {name!r}: bad options {sorted(options)}: {exc}") from None

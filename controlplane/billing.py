@@ -1,0 +1,79 @@
+"""Billing: Workers AI neurons per request, dollars with the daily free allowance, and fleet GPU cost.
+
+Workers AI charges $0.011 per 1,000 neurons with 10,000 free neurons per account per day (UTC day). A model's
+neurons are listed per million input and output tokens (or per million units: images, audio minutes).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from controlplane.catalog import Catalog, ModelSpec
+
+USD_PER_1000_NEURONS = 0.011
+FREE_NEURONS_PER_DAY = 10_000
+
+
+def neurons(spec: ModelSpec, input_units: float, output_tokens: float = 0.0) -> float:
+    """Neurons one request costs: input tokens (or units) and generated tokens at the catalog's rates."""
+    return (input_units * spec.neurons_per_m_input + output_tokens * spec.neurons_per_m_output) / 1e6
+
+
+def neurons_array(catalog: Catalog, models, input_units, output_tokens) -> np.ndarray:
+    """Vectorised :func:`neurons` over arrays of model ids and token counts."""
+    models = pd.Series(models)
+    rate_in = models.map({s.id: s.neurons_per_m_input for s in catalog}).to_numpy(dtype=np.float64)
+    rate_out = models.map({s.id: s.neurons_per_m_output for s in catalog}).to_numpy(dtype=np.float64)
+    return (np.asarray(input_units) * rate_in + np.asarray(output_tokens) * rate_out) / 1e6
+
+
+def usd(neuron_count: float) -> float:
+    return neuron_count * USD_PER_1000_NEURONS / 1000
+
+
+@dataclass
+class Ledger:
+    """Neurons per account per day; the invoice applies the daily free allowance."""
+
+    free_per_day: float = FREE_NEURONS_PER_DAY
+    usage: dict = field(default_factory=lambda: defaultdict(float))
+
+    def charge(self, account: str, day: int, amount: float) -> None:
+        if amount < 0:
+            raise ValueError("negative neurons")
+        self.usage[(account, day)] += amount
+
+    def invoice(self) -> pd.DataFrame:
+        """One row per (account, day): neurons, free neurons used, billable neurons and dollars."""
+        rows = []
+        for (account, day), n in sorted(self.usage.items()):
+            free = min(n, self.free_per_day)
+            rows.append({"account": account, "day": day, "neurons": n, "free_neurons": free,
+                         "billable_neurons": n - free, "usd": usd(n - free)})
+        return pd.DataFrame(rows, columns=["account", "day", "neurons", "free_neurons", "billable_neurons", "usd"])
+
+
+def invoice_requests(frame: pd.DataFrame, day_s: float = 86_400.0, free_per_day: float = FREE_NEURONS_PER_DAY,
+                     account_col: str = "account") -> pd.DataFrame:
+    """Invoice a table of requests (columns ``neurons``, ``arrival_s`` and optionally ``account``)."""
+    accounts = frame[account_col] if account_col in frame else pd.Series("default", index=frame.index)
+    day = (frame.arrival_s.to_numpy() // day_s).astype(int)
+    g = pd.DataFrame({"account": accounts.to_numpy(), "day": day, "neurons": frame.neurons.to_numpy()})
+    g = g.groupby(["account", "day"], as_index=False).neurons.sum()
+    g["free_neurons"] = np.minimum(g.neurons, free_per_day)
+    g["billable_neurons"] = g.neurons - g.free_neurons
+    g["usd"] = g.billable_neurons * USD_PER_1000_NEURONS / 1000
+    return g
+
+
+def fleet_cost(fleet, seconds: float) -> dict:
+    """GPU-hours and dollars of keeping every GPU of ``fleet`` for ``seconds`` (GPUs bill whether busy or not)."""
+    hours = seconds / 3600.0
+    gpu_hours = float(fleet.nodes.gpus.sum()) * hours
+    by_type = (fleet.nodes.groupby("gpu").gpus.sum() * hours).round(3).to_dict()
+    return {"gpu_hours": gpu_hours, "gpu_hours_by_type": by_type,
+            "usd": float(fleet.nodes.price_usd_hr.sum()) * hours}

@@ -1,0 +1,223 @@
+"""The control plane facade: admission, routing, queues, cold starts, faults and autoscaling over one ClusterState.
+
+A pure library: every method takes the current time ``now`` (seconds) and returns what the caller must act on.
+The simulator and the live gateway both drive it the same way::
+
+    d = plane.submit(req, now)          # START / QUEUE / REJECT (with a Workers AI code)
+    started = plane.finish(req, now)    # requests that left a queue and start now
+    started, expired = plane.poll(now)  # replicas that finished loading; queued requests past their timeout
+    plane.next_wakeup()                 # when poll() has something to do next
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from controlplane.catalog import Catalog, CatalogError
+from controlplane.outcomes import Code
+from controlplane.routing.base import QUEUE, REJECT, START, Decision, make_router, reject
+from controlplane.state import COLD, LOADING, READY, ClusterState, Replica, Request
+
+
+@dataclass
+class AdmissionConfig:
+    """Admission limits: queue length per replica, queue timeout, and cold-start costs.
+
+    ``queue_timeout_s``: a request still queued after this is dropped with 3007 (timeout).
+    Cold start = weight bytes / ``load_gbs`` (GB/s from local NVMe or a nearby object store) + ``init_s``.
+    """
+
+    queue_limit: int = 64
+    queue_timeout_s: float = 30.0
+    load_gbs: float = 2.0
+    init_s: float = 5.0
+
+    def cold_start_s(self, spec) -> float:
+        return spec.weight_bytes / (self.load_gbs * 1e9) + self.init_s
+
+
+class ControlPlane:
+    """Admission + routing + queue management for one deployment (edge or central)."""
+
+    def __init__(self, catalog: Catalog, fleet, placement, rtt: np.ndarray, router: str = "nearest-with-capacity",
+                 router_options: dict | None = None, admission: AdmissionConfig | None = None, perf=None,
+                 rng: np.random.Generator | None = None, autoscaler=None, typical_tokens: tuple = (512, 128)):
+        self.catalog = catalog
+        self.admission = admission or AdmissionConfig()
+        table = getattr(placement, "table", placement)
+        self.state = ClusterState(catalog, fleet, table, rtt, queue_limit=self.admission.queue_limit)
+        self.perf, self.typical_tokens = perf, typical_tokens
+        self._estimates: dict = {}
+        for r in self.state.replicas:
+            self._estimate(r)
+        self.router = make_router(router, self.state, rng, **(router_options or {}))
+        self.autoscaler = autoscaler
+        self._deadlines: deque = deque()  # (deadline, request): FIFO because the timeout is one constant
+        self.counts = {"submitted": 0, "started": 0, "queued": 0, "rejected": 0, "expired": 0, "cold_loads": 0}
+
+    # ---------------------------------------------------------------- estimates for latency-aware routing
+    def _estimate(self, r: Replica) -> None:
+        if self.perf is None:
+            return
+        key = (r.spec.id, r.gpu)
+        if key not in self._estimates:
+            p = self.perf
+            lo, hi = p.prefill_ms(r.spec, r.gpu, 128), p.prefill_ms(r.spec, r.gpu, 2048)
+            b = (hi - lo) / 1920
+            prompt, out = self.typical_tokens
+            busy = p.prefill_ms(r.spec, r.gpu, prompt)
+            if r.spec.generative:
+                busy += out * p.decode_step_ms(r.spec, r.gpu, max(1, r.slots // 2), prompt + out / 2)
+            self._estimates[key] = (lo - 128 * b, b, busy)
+        r.est_prefill_a, r.est_prefill_b, r.est_request_ms = self._estimates[key]
+
+    def add_replica(self, model: str, node: int, now: float, cold: bool = True) -> Replica:
+        """Load a new replica on ``node`` (ready after its cold start unless ``cold`` is False)."""
+        spec = self.catalog[model]
+        delay = self.admission.cold_start_s(spec) if cold else 0.0
+        r = self.state.add_replica(spec, node, status=LOADING if cold else READY, ready_at=now + delay)
+        self._estimate(r)
+        self.counts["cold_loads"] += int(cold)
+        return r
+
+    # ---------------------------------------------------------------- requests
+    def check(self, req: Request) -> int | None:
+        """Admission checks before routing: 5007 unknown model, 3006 too large for the context window."""
+        try:
+            spec = self.catalog[req.model]
+        except CatalogError:
+            return int(Code.NO_SUCH_MODEL)
+        if spec.unit == "token" and (req.prompt_tokens > spec.context_window
+                                     or req.prompt_tokens + req.output_tokens > spec.context_window):
+            return int(Code.TOO_LARGE)
+        if spec.generative and req.kv_tokens > spec.kv_pool_tokens:
+            return int(Code.TOO_LARGE)
+        return None
+
+    def submit(self, req: Request, now: float) -> Decision:
+        """Admit and route one request; START and QUEUE decisions are applied to the state before returning."""
+        self.counts["submitted"] += 1
+        code = self.check(req)
+        d = reject(code) if code is not None else self.router.route(req, now)
+        if d.action == REJECT:
+            self.counts["rejected"] += 1
+            return d
+        r = d.replica
+        req.rtt_ms = d.rtt_ms
+        if d.action == START:
+            r._start(req, now)
+            self.counts["started"] += 1
+        else:
+            if r.status == COLD:
+                if not self.state.begin_load(r, now, self.admission.cold_start_s(r.spec)):
+                    self.counts["rejected"] += 1
+                    return reject()
+                self.counts["cold_loads"] += 1
+            r.queue.append(req)
+            req.replica, req.enqueued_at = r, now
+            self._deadlines.append((now + self.admission.queue_timeout_s, req))
+            self.counts["queued"] += 1
+        return d
+
+    def finish(self, req: Request, now: float) -> list[Request]:
+        """A running request completed (or was cancelled); returns queued requests that start now."""
+        r = req.replica
+        r._release(req, now)
+        self.router.forget(req)
+        return self.drain(r, now)
+
+    def drain(self, r: Replica, now: float) -> list[Request]:
+        """Start queued requests on ``r`` in FIFO order while they fit (head-of-line blocking is deliberate)."""
+        started = []
+        while r.queue and r.can_start(r.queue[0].kv_tokens):
+            req = r.queue.popleft()
+            r._start(req, now)
+            started.append(req)
+        self.counts["started"] += len(started)
+        return started
+
+    def cancel(self, req: Request, now: float) -> list[Request]:
+        """Withdraw a request wherever it is (queued or running); returns requests that start in its place."""
+        r = req.replica
+        if r is None:
+            return []
+        if req in r.running:
+            return self.finish(req, now)
+        if req in r.queue:
+            r.queue.remove(req)
+        return []
+
+    # ---------------------------------------------------------------- time-driven work
+    def poll(self, now: float) -> tuple[list[Request], list[Request]]:
+        """Finish loads that are due, run the autoscaler, expire queued requests past their timeout.
+
+        Returns (requests that start now, requests dropped with 3007).
+        """
+        started: list[Request] = []
+        for r in self.state.replicas:
+            if r.status == LOADING and r.ready_at <= now:
+                r.status = READY
+                started += self.drain(r, now)
+        if self.autoscaler is not None:
+            self.autoscaler.tick(self, now)
+        expired = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, req = self._deadlines.popleft()
+            r = req.replica
+            if req.started_at < 0 and r is not None and req in r.queue:
+                r.queue.remove(req)
+                expired.append(req)
+        self.counts["expired"] += len(expired)
+        return started, expired
+
+    def next_wakeup(self) -> float:
+        """Earliest time :meth:`poll` has work (a load completing or a queue deadline); inf if none."""
+        t = min((r.ready_at for r in self.state.replicas if r.status == LOADING), default=float("inf"))
+        if self._deadlines:
+            t = min(t, self._deadlines[0][0])
+        if self.autoscaler is not None:
+            t = min(t, self.autoscaler.next_tick)
+        return t
+
+    # ---------------------------------------------------------------- faults
+    def set_node_up(self, node: int, up: bool, now: float) -> tuple[list[Request], list[Request]]:
+        """Take a node down (or bring it back). Down: returns (running requests lost, queued requests evicted);
+        the caller fails or resubmits them. Their state entries are already released."""
+        replicas = self.state.set_node_up(node, up)
+        lost, evicted = [], []
+        if up:
+            return lost, evicted
+        for r in replicas:
+            for req in list(r.running):
+                r._release(req, now)
+                req.replica = None
+                lost.append(req)
+            while r.queue:
+                req = r.queue.popleft()
+                req.replica = None
+                evicted.append(req)
+        return lost, evicted
+
+    def set_site_up(self, site: int, up: bool, now: float) -> tuple[list[Request], list[Request]]:
+        """All nodes of a site (a PoP or region) down or up."""
+        lost, evicted = [], []
+        for node in np.flatnonzero(self.state.node_site == site):
+            a, b = self.set_node_up(int(node), up, now)
+            lost += a
+            evicted += b
+        return lost, evicted
+
+    # ---------------------------------------------------------------- reporting
+    def snapshot(self) -> dict:
+        """Counters and current occupancy, for progress displays and /metrics."""
+        reps = self.state.replicas
+        return {**self.counts, "replicas": len(reps),
+                "ready": sum(r.status == READY for r in reps), "loading": sum(r.status == LOADING for r in reps),
+                "cold": sum(r.status == COLD for r in reps), "running": sum(r.active for r in reps),
+                "waiting": sum(len(r.queue) for r in reps)}
+
+
+__all__ = ["QUEUE", "REJECT", "START", "AdmissionConfig", "ControlPlane", "Decision", "Request"]

@@ -1,0 +1,49 @@
+"""``session-affinity``: keep a session on the replica that served it (its KV prefix is there), with a load gate."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from controlplane.routing.base import QUEUE, START, Decision, Router, make_router, register_router
+from controlplane.state import READY, Request
+
+
+@register_router("session-affinity")
+class SessionAffinity(Router):
+    """Sticky by session id (the ``x-session-affinity`` header); requests without one use ``fallback``.
+
+    Load gate: a session stays on its replica only while that replica can start it now, or its load (running +
+    queued per slot) is below ``gate`` and its queue has room; otherwise the session is re-pinned via the fallback
+    policy, so one popular session never swamps a node. At most ``max_sessions`` pins are remembered (LRU).
+    """
+
+    def __init__(self, state, rng=None, gate: float = 1.25, fallback: str = "nearest-with-capacity",
+                 max_sessions: int = 1_000_000, **fallback_options):
+        super().__init__(state, rng)
+        self.gate, self.max_sessions = gate, max_sessions
+        self.fallback = make_router(fallback, state, rng, **fallback_options)
+        self.pins: OrderedDict = OrderedDict()
+        self.sticky_hits = 0
+        self.gated = 0
+
+    def route(self, req: Request, now: float) -> Decision:
+        if req.session is None:
+            return self.fallback.route(req, now)
+        r = self.pins.get(req.session)
+        if r is not None and r.up and r.status == READY:
+            self.pins.move_to_end(req.session)
+            rtt = float(self.state.rtt[req.ingress, r.site])
+            if r.can_start(req.kv_tokens):
+                self.sticky_hits += 1
+                return Decision(START, r, rtt)
+            if not req.reject_if_busy and r.load < self.gate and r.has_queue_room():
+                self.sticky_hits += 1
+                return Decision(QUEUE, r, rtt)
+            self.gated += 1
+        decision = self.fallback.route(req, now)
+        if decision.replica is not None:
+            self.pins[req.session] = decision.replica
+            self.pins.move_to_end(req.session)
+            if len(self.pins) > self.max_sessions:
+                self.pins.popitem(last=False)
+        return decision

@@ -1,0 +1,99 @@
+"""Routing interface, decisions and the policy registry.
+
+A router looks at one request and the cluster state and returns a :class:`Decision`; it does not change state
+(the :class:`controlplane.plane.ControlPlane` applies the decision). Policies are picked by name::
+
+    router = make_router("p2c", state, rng=np.random.default_rng(1), k=4)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from controlplane.outcomes import Code
+from controlplane.state import COLD, LOADING, READY, ClusterState, Replica, Request
+from edgepop.errors import UserError
+
+START, QUEUE, REJECT = "start", "queue", "reject"
+
+
+@dataclass(slots=True)
+class Decision:
+    """Where a request goes: START on a replica now, QUEUE on it, or REJECT with a Workers AI code."""
+
+    action: str
+    replica: Replica | None = None
+    rtt_ms: float = 0.0
+    code: int | None = None
+    cold: bool = False  # the replica must load its weights first
+
+
+def reject(code: int = Code.OUT_OF_CAPACITY) -> Decision:
+    return Decision(REJECT, code=int(code))
+
+
+class Router:
+    """Base class: subclasses implement :meth:`route`. ``state`` is shared with the control plane."""
+
+    name = "?"
+
+    def __init__(self, state: ClusterState, rng: np.random.Generator | None = None):
+        self.state = state
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+
+    def route(self, req: Request, now: float) -> Decision:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def forget(self, req: Request) -> None:
+        """Called when a request ends (for policies that keep per-session state)."""
+
+    # Shared building blocks -----------------------------------------------------------------------------
+    def nearest_with_capacity(self, req: Request, cands: list[Replica], rtts: list[float]) -> Decision:
+        """The card's default: the nearest replica that can start now; else a cold replica that can be loaded;
+        else queue on the nearest with queue room (unless rejectIfBusy); else 3040."""
+        kv = req.kv_tokens
+        for r, d in zip(cands, rtts, strict=True):
+            if r.can_start(kv):
+                return Decision(START, r, d)
+        for r, d in zip(cands, rtts, strict=True):
+            if r.up and r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots and (
+                    r.status == LOADING or self.state.fits_back(r)):
+                return Decision(QUEUE, r, d, cold=True)
+        if req.reject_if_busy:
+            return reject()
+        for r, d in zip(cands, rtts, strict=True):
+            if r.status == READY and r.has_queue_room():
+                return Decision(QUEUE, r, d)
+        return reject()
+
+
+ROUTERS: dict[str, type[Router]] = {}
+
+
+def register_router(name: str):
+    """Class decorator adding a routing policy to the registry under ``name``."""
+    def add(cls):
+        cls.name = name
+        ROUTERS[name] = cls
+        return cls
+    return add
+
+
+def router_names() -> list[str]:
+    return sorted(ROUTERS)
+
+
+def make_router(name: str, state: ClusterState, rng: np.random.Generator | None = None, **options) -> Router:
+    """Instantiate the routing policy ``name`` with its options (unknown names or options: one clear error)."""
+    import controlplane.routing  # noqa: F401  (registers the built-in policies)
+
+    try:
+        cls = ROUTERS[name]
+    except KeyError:
+        raise UserError(f"unknown routing policy {name!r} (known: {', '.join(router_names())})") from None
+    try:
+        return cls(state, rng, **options)
+    except TypeError as exc:
+        raise UserError(f"routing policy {name!r}: bad options {sorted(options)}: {exc}") from None

@@ -1,0 +1,51 @@
+"""``latency-load``: minimise RTT + predicted queue wait + prefill time over the k nearest replicas."""
+
+from __future__ import annotations
+
+from controlplane.routing.base import QUEUE, START, Decision, Router, register_router
+from controlplane.state import COLD, LOADING, Request
+
+
+@register_router("latency-load")
+class LatencyLoad(Router):
+    """Score each of the ``k`` nearest replicas by the time to first token it would give, and take the best.
+
+    score = RTT + predicted wait + prefill(prompt). The wait is 0 with a free slot; otherwise the queue ahead
+    (plus this request) drains at ``slots`` requests per typical request time. Cold replicas add their load time.
+    Estimates come from the replica's perf figures (filled in by the control plane from its PerfModel).
+    """
+
+    def __init__(self, state, rng=None, k: int = 16, cold_start_s: float = 15.0):
+        super().__init__(state, rng)
+        self.k, self.cold_start_ms = k, cold_start_s * 1e3
+
+    def route(self, req: Request, now: float) -> Decision:
+        cands, rtts = self.state.candidates(req.ingress, req.model)
+        kv, best, best_score, best_start = req.kv_tokens, -1, float("inf"), False
+        seen = 0
+        for i, r in enumerate(cands):
+            if not r.up:
+                continue
+            seen += 1
+            if seen > self.k:
+                break
+            start = r.can_start(kv)
+            if start:
+                wait = 0.0
+            elif req.reject_if_busy or not r.has_queue_room():
+                continue
+            else:
+                wait = (len(r.queue) + 1) * r.est_request_ms / r.slots
+                if r.status == LOADING:
+                    wait += max(0.0, (r.ready_at - now) * 1e3)
+                elif r.status == COLD:
+                    if not self.state.fits_back(r):
+                        continue
+                    wait += self.cold_start_ms
+            score = rtts[i] + wait + r.est_prefill_a + r.est_prefill_b * req.prompt_tokens
+            if score < best_score:
+                best, best_score, best_start = i, score, start
+        if best < 0:
+            return self.nearest_with_capacity(req, cands, rtts)
+        r = cands[best]
+        return Decision(START if best_start else QUEUE, r, rtts[best], cold=r.status != "ready")

@@ -1,0 +1,25 @@
+"""``nearest-with-capacity``: the Workers AI default -- lowest RTT among replicas with a free slot, spilling over."""
+
+from __future__ import annotations
+
+from controlplane.routing.base import Decision, Router, register_router
+from controlplane.state import Request
+
+
+@register_router("nearest-with-capacity")
+class NearestWithCapacity(Router):
+    """Lowest-RTT replica that can start now; spill to the next nearest; queue or reject (3040) when all are full.
+
+    ``max_rtt_ms`` optionally bounds how far a request may travel (beyond it, it queues or is rejected).
+    """
+
+    def __init__(self, state, rng=None, max_rtt_ms: float | None = None):
+        super().__init__(state, rng)
+        self.max_rtt_ms = max_rtt_ms
+
+    def route(self, req: Request, now: float) -> Decision:
+        cands, rtts = self.state.candidates(req.ingress, req.model)
+        if self.max_rtt_ms is not None:
+            n = sum(1 for d in rtts if d <= self.max_rtt_ms)
+            cands, rtts = cands[:n], rtts[:n]
+        return self.nearest_with_capacity(req, cands, rtts)

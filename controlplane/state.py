@@ -1,0 +1,232 @@
+"""Live cluster state the control plane keeps: replicas with their slots, KV budget, queue and load status.
+
+State changes only through explicit method calls with the time passed in (no clocks, no threads), so the
+simulator and the live gateway drive the very same objects.
+
+Invariants (tested):
+- a replica never runs more than ``slots`` sequences nor reserves more than ``kv_capacity`` KV tokens;
+- per GPU, the resident replicas' ``bytes_per_gpu`` never exceed the GPU's memory;
+- a request is in at most one place: one replica's queue or one replica's running set.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from controlplane.catalog import Catalog, ModelSpec
+from edgepop.errors import UserError
+
+READY, LOADING, COLD = "ready", "loading", "cold"
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """What routing needs to know about one request, plus where it went (filled in by the control plane)."""
+
+    id: int
+    model: str
+    ingress: int  # row of the topology's PoP table (the anycast ingress)
+    prompt_tokens: int
+    output_tokens: int = 0  # expected / maximum new tokens: reserved in the KV budget
+    arrival: float = 0.0
+    session: object = None
+    reject_if_busy: bool = False
+    account: str = "default"
+    hash_ids: tuple = ()
+    payload: object = None  # the caller's own data (the simulator's or gateway's request object)
+    replica: Replica | None = None
+    rtt_ms: float = 0.0
+    enqueued_at: float = -1.0
+    started_at: float = -1.0
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+
+@dataclass(slots=True, eq=False)
+class Replica:
+    """One model replica on ``tp`` GPUs of one node."""
+
+    id: int
+    spec: ModelSpec
+    node: int
+    site: int
+    gpu: str
+    gpu_index: tuple
+    slots: int
+    kv_capacity: int  # tokens; for models without a KV cache this is effectively unbounded
+    queue_limit: int
+    status: str = READY
+    ready_at: float = 0.0
+    up: bool = True
+    active: int = 0
+    kv_used: int = 0
+    last_busy: float = 0.0
+    queue: deque = field(default_factory=deque)
+    running: set = field(default_factory=set)
+    est_prefill_a: float = 0.0  # prefill_ms ~ a + b * tokens (for routing predictions)
+    est_prefill_b: float = 0.0
+    est_request_ms: float = 0.0  # typical busy time of one request on this replica
+
+    @property
+    def model(self) -> str:
+        return self.spec.id
+
+    def can_start(self, kv_tokens: int) -> bool:
+        return (self.up and self.status == READY and self.active < self.slots
+                and self.kv_used + kv_tokens <= self.kv_capacity)
+
+    def has_queue_room(self) -> bool:
+        return self.up and len(self.queue) < self.queue_limit
+
+    @property
+    def load(self) -> float:
+        """Running plus queued sequences per slot (1.0 = every slot busy, nothing waiting)."""
+        return (self.active + len(self.queue)) / self.slots
+
+    def _start(self, req: Request, now: float) -> None:
+        self.active += 1
+        self.kv_used += req.kv_tokens
+        self.running.add(req)
+        self.last_busy = now
+        req.replica, req.started_at = self, now
+
+    def _release(self, req: Request, now: float) -> None:
+        self.running.remove(req)
+        self.active -= 1
+        self.kv_used -= req.kv_tokens
+        self.last_busy = now
+
+
+class ClusterState:
+    """All replicas of a deployment, indexed per model, with cached per-ingress candidate lists.
+
+    ``rtt`` is the ingress-PoP x site RTT matrix (ms) of the fleet (``controlplane.fleet.ingress_site_rtt``).
+    """
+
+    def __init__(self, catalog: Catalog, fleet, placement: pd.DataFrame, rtt: np.ndarray, queue_limit: int = 64,
+                 kv_pool_scale: float = 1.0):
+        self.catalog, self.fleet, self.rtt = catalog, fleet, np.asarray(rtt, dtype=np.float64)
+        self.queue_limit = queue_limit
+        self.kv_pool_scale = kv_pool_scale
+        nodes = fleet.nodes
+        self.node_gpu = nodes.gpu.to_numpy()
+        self.node_site = nodes.site.to_numpy()
+        self.node_up = np.ones(len(nodes), dtype=bool)
+        self.gpu_capacity = [np.full(int(g), m * 1e9) for g, m in zip(nodes.gpus, nodes.gpu_memory_gb, strict=True)]
+        self.gpu_used = [np.zeros(int(g)) for g in nodes.gpus]
+        self.replicas: list[Replica] = []
+        self.by_model: dict[str, list[Replica]] = {}
+        self._cand: dict[tuple[int, str], tuple[list[Replica], list[float]]] = {}
+        for i, row in enumerate(placement.itertuples()):
+            gpu_index = tuple(row.gpu_index) if hasattr(row, "gpu_index") else None
+            try:
+                self.add_replica(catalog[row.model], int(row.node), gpu_index, status=READY)
+            except (ValueError, IndexError) as exc:
+                raise UserError(f"placement row {i}: {exc}") from None
+
+    # ---------------------------------------------------------------- replicas and memory
+    def fits(self, spec: ModelSpec, node: int) -> tuple | None:
+        """GPU indices on ``node`` with room for one replica of ``spec`` (most free first), or None."""
+        free = self.gpu_capacity[node] - self.gpu_used[node]
+        if len(free) < spec.tensor_parallel:
+            return None
+        order = np.argsort(-free, kind="stable")[: spec.tensor_parallel]
+        return tuple(int(i) for i in sorted(order)) if free[order].min() >= spec.bytes_per_gpu else None
+
+    def add_replica(self, spec: ModelSpec, node: int, gpu_index: tuple | None = None, status: str = READY,
+                    ready_at: float = 0.0) -> Replica:
+        """Reserve GPU memory on ``node`` and register a replica (raises ValueError when it does not fit)."""
+        if gpu_index is None:
+            gpu_index = self.fits(spec, node)
+            if gpu_index is None:
+                raise ValueError(f"{spec.id} ({spec.bytes_per_gpu / 1e9:.1f} GB per GPU x {spec.tensor_parallel}) "
+                                 f"does not fit on node {self.fleet.nodes.node_id.iloc[node]}")
+        self._reserve(spec, node, gpu_index, +1)
+        kv = int(spec.kv_pool_tokens * self.kv_pool_scale) if spec.generative else 1 << 62
+        r = Replica(len(self.replicas), spec, node, int(self.node_site[node]), str(self.node_gpu[node]),
+                    tuple(gpu_index), spec.max_batch, kv, self.queue_limit, status=status, ready_at=ready_at,
+                    up=bool(self.node_up[node]))
+        self.replicas.append(r)
+        self.by_model.setdefault(spec.id, []).append(r)
+        self._cand.clear()
+        return r
+
+    def _reserve(self, spec: ModelSpec, node: int, gpu_index: tuple, sign: int) -> None:
+        used = self.gpu_used[node]
+        for g in gpu_index:
+            used[g] += sign * spec.bytes_per_gpu
+        if sign > 0 and np.any(used > self.gpu_capacity[node] + 1.0):
+            for g in gpu_index:
+                used[g] -= spec.bytes_per_gpu
+            raise ValueError(f"{spec.id} would over-commit GPU memory on node {self.fleet.nodes.node_id.iloc[node]}")
+
+    def unload(self, r: Replica) -> None:
+        """Scale a replica to zero: free its GPU memory; it stays known (COLD) and can be loaded again."""
+        if r.status != COLD:
+            self._reserve(r.spec, r.node, r.gpu_index, -1)
+            r.status = COLD
+
+    def fits_back(self, r: Replica) -> bool:
+        """Whether a COLD replica's GPUs still have room to load it again."""
+        free = self.gpu_capacity[r.node] - self.gpu_used[r.node]
+        return min(free[g] for g in r.gpu_index) >= r.spec.bytes_per_gpu
+
+    def begin_load(self, r: Replica, now: float, load_s: float) -> bool:
+        """Start loading a COLD replica's weights; False when its GPUs no longer have room."""
+        if r.status != COLD:
+            return True
+        if not self.fits_back(r):
+            return False
+        self._reserve(r.spec, r.node, r.gpu_index, +1)
+        r.status, r.ready_at = LOADING, now + load_s
+        return True
+
+    # ---------------------------------------------------------------- health
+    def set_node_up(self, node: int, up: bool) -> list[Replica]:
+        """Mark a GPU node up or down; returns its replicas."""
+        self.node_up[node] = up
+        hit = [r for r in self.replicas if r.node == node]
+        for r in hit:
+            r.up = up
+        return hit
+
+    def set_rtt(self, rtt: np.ndarray) -> None:
+        """Swap the ingress x site RTT matrix (after a backbone link fault or repair)."""
+        self.rtt = np.asarray(rtt, dtype=np.float64)
+        self._cand.clear()
+
+    # ---------------------------------------------------------------- candidates
+    def candidates(self, ingress: int, model: str) -> tuple[list[Replica], list[float]]:
+        """Replicas of ``model`` sorted by RTT from ``ingress`` (ties by replica id), with those RTTs."""
+        key = (ingress, model)
+        hit = self._cand.get(key)
+        if hit is None:
+            reps = self.by_model.get(model, [])
+            if reps:
+                sites = np.fromiter((r.site for r in reps), dtype=np.int64, count=len(reps))
+                rtts = self.rtt[ingress, sites]
+                order = np.argsort(rtts, kind="stable")
+                hit = ([reps[i] for i in order], rtts[order].tolist())
+            else:
+                hit = ([], [])
+            self._cand[key] = hit
+        return hit
+
+    def precompute(self, ingresses=None, models=None) -> None:
+        """Build the candidate lists up front so that every routing decision is a cached lookup."""
+        ingresses = range(self.rtt.shape[0]) if ingresses is None else ingresses
+        for m in (self.by_model if models is None else models):
+            for i in ingresses:
+                self.candidates(int(i), m)
+
+    def memory_report(self) -> pd.DataFrame:
+        """Per node: used and total GPU memory (GB) of resident replicas."""
+        return pd.DataFrame({"node_id": self.fleet.nodes.node_id.to_numpy(),
+                             "used_gb": [u.sum() / 1e9 for u in self.gpu_used],
+                             "total_gb": [c.sum() / 1e9 for c in self.gpu_capacity]})
