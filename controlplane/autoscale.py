@@ -83,7 +83,7 @@ class Reactive(Autoscaler):
             live = [r for r in reps if r.status != COLD]
             if not live or len(live) >= self.max_per_site:
                 continue
-            if sum(len(r.queue) for r in live) / len(live) < self.queue_high:
+            if len(live[0].queue) / len(live) < self.queue_high:  # the site queue, per live replica
                 continue
             self._scale_out(plane, now, site, model, reps)
 

@@ -157,17 +157,18 @@ class ControlPlane:
         Returns (requests that start now, requests dropped with 3007).
         """
         started: list[Request] = []
-        for r in self.state.replicas:
-            if r.status == LOADING and r.ready_at <= now:
-                r.status = READY
-                started += self.drain(r, now)
+        due = [r for r in self.state.loading if r.ready_at <= now]
+        for r in sorted(due, key=lambda r: r.id):
+            self.state.loading.discard(r)
+            r.status = READY
+            started += self.drain(r, now)
         if self.autoscaler is not None:
             self.autoscaler.tick(self, now)
         expired = []
         while self._deadlines and self._deadlines[0][0] <= now:
             _, req = self._deadlines.popleft()
             r = req.replica
-            if req.started_at < 0 and r is not None and req in r.queue:
+            if req.started_at < 0 and r is not None and req in r.queue:  # (the site queue it joined)
                 r.queue.remove(req)
                 expired.append(req)
         self.counts["expired"] += len(expired)
@@ -175,7 +176,7 @@ class ControlPlane:
 
     def next_wakeup(self) -> float:
         """Earliest time :meth:`poll` has work (a load completing or a queue deadline); inf if none."""
-        t = min((r.ready_at for r in self.state.replicas if r.status == LOADING), default=float("inf"))
+        t = min((r.ready_at for r in self.state.loading), default=float("inf"))
         if self._deadlines:
             t = min(t, self._deadlines[0][0])
         if self.autoscaler is not None:
@@ -195,10 +196,11 @@ class ControlPlane:
                 r._release(req, now)
                 req.replica = None
                 lost.append(req)
-            while r.queue:
-                req = r.queue.popleft()
-                req.replica = None
-                evicted.append(req)
+            if not any(other.up for other in r.queue.replicas):  # no one left to serve this site queue
+                while r.queue:
+                    req = r.queue.popleft()
+                    req.replica = None
+                    evicted.append(req)
         return lost, evicted
 
     def set_site_up(self, site: int, up: bool, now: float) -> tuple[list[Request], list[Request]]:
@@ -217,7 +219,7 @@ class ControlPlane:
         return {**self.counts, "replicas": len(reps),
                 "ready": sum(r.status == READY for r in reps), "loading": sum(r.status == LOADING for r in reps),
                 "cold": sum(r.status == COLD for r in reps), "running": sum(r.active for r in reps),
-                "waiting": sum(len(r.queue) for r in reps)}
+                "waiting": sum(len(q) for q in self.state.site_queues.values())}
 
 
 __all__ = ["QUEUE", "REJECT", "START", "AdmissionConfig", "ControlPlane", "Decision", "Request"]

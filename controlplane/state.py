@@ -6,7 +6,7 @@ simulator and the live gateway drive the very same objects.
 Invariants (tested):
 - a replica never runs more than ``slots`` sequences nor reserves more than ``kv_capacity`` KV tokens;
 - per GPU, the resident replicas' ``bytes_per_gpu`` never exceed the GPU's memory;
-- a request is in at most one place: one replica's queue or one replica's running set.
+- a request is in at most one place: one site queue or one replica's running set.
 """
 
 from __future__ import annotations
@@ -48,6 +48,21 @@ class Request:
         return self.prompt_tokens + self.output_tokens
 
 
+class SiteQueue(deque):
+    """The FIFO queue shared by all replicas of one model at one site (a PoP-local load balancer's queue).
+
+    Whichever of them frees a slot first takes the head, so a site with c replicas of one slot each is an M/M/c
+    queue. Its length limit is ``queue_limit`` per sharing replica.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.replicas: list = []
+
+    def room(self, queue_limit: int) -> bool:
+        return len(self) < queue_limit * len(self.replicas)
+
+
 @dataclass(slots=True, eq=False)
 class Replica:
     """One model replica on ``tp`` GPUs of one node."""
@@ -82,12 +97,12 @@ class Replica:
                 and self.kv_used + kv_tokens <= self.kv_capacity)
 
     def has_queue_room(self) -> bool:
-        return self.up and len(self.queue) < self.queue_limit
+        return self.up and self.queue.room(self.queue_limit)
 
     @property
     def load(self) -> float:
-        """Running plus queued sequences per slot (1.0 = every slot busy, nothing waiting)."""
-        return (self.active + len(self.queue)) / self.slots
+        """Running sequences plus this replica's share of the site queue, per slot (1.0 = full, none waiting)."""
+        return (self.active + len(self.queue) / len(self.queue.replicas)) / self.slots
 
     def _start(self, req: Request, now: float) -> None:
         self.active += 1
@@ -123,6 +138,8 @@ class ClusterState:
         self.replicas: list[Replica] = []
         self.by_model: dict[str, list[Replica]] = {}
         self._cand: dict[tuple[int, str], tuple[list[Replica], list[float]]] = {}
+        self.site_queues: dict[tuple[int, str], SiteQueue] = {}
+        self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
         for i, row in enumerate(placement.itertuples()):
             gpu_index = tuple(row.gpu_index) if hasattr(row, "gpu_index") else None
             try:
@@ -152,7 +169,11 @@ class ClusterState:
         r = Replica(len(self.replicas), spec, node, int(self.node_site[node]), str(self.node_gpu[node]),
                     tuple(gpu_index), spec.max_batch, kv, self.queue_limit, status=status, ready_at=ready_at,
                     up=bool(self.node_up[node]))
+        r.queue = self.site_queues.setdefault((r.site, spec.id), SiteQueue())
+        r.queue.replicas.append(r)
         self.replicas.append(r)
+        if status == LOADING:
+            self.loading.add(r)
         self.by_model.setdefault(spec.id, []).append(r)
         self._cand.clear()
         return r
@@ -185,6 +206,7 @@ class ClusterState:
             return False
         self._reserve(r.spec, r.node, r.gpu_index, +1)
         r.status, r.ready_at = LOADING, now + load_s
+        self.loading.add(r)
         return True
 
     # ---------------------------------------------------------------- health

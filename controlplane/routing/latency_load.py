@@ -11,7 +11,7 @@ class LatencyLoad(Router):
     """Score each of the ``k`` nearest replicas by the time to first token it would give, and take the best.
 
     score = RTT + predicted wait + prefill(prompt). The wait is 0 with a free slot; otherwise the queue ahead
-    (plus this request) drains at ``slots`` requests per typical request time. Cold replicas add their load time.
+    (plus this request) drains at ``slots`` requests per typical request time per replica sharing the site queue. Cold replicas add their load time.
     Estimates come from the replica's perf figures (filled in by the control plane from its PerfModel).
     """
 
@@ -35,7 +35,7 @@ class LatencyLoad(Router):
             elif req.reject_if_busy or not r.has_queue_room():
                 continue
             else:
-                wait = (len(r.queue) + 1) * r.est_request_ms / r.slots
+                wait = (len(r.queue) + 1) * r.est_request_ms / (r.slots * len(r.queue.replicas))
                 if r.status == LOADING:
                     wait += max(0.0, (r.ready_at - now) * 1e3)
                 elif r.status == COLD:

@@ -39,7 +39,8 @@ def brute_force(state, req):
         return QUEUE, min(cold, key=key)
     if req.reject_if_busy:
         return REJECT, None
-    room = [r for r in reps if r.up and r.status == READY and len(r.queue) < r.queue_limit]
+    room = [r for r in reps if r.up and r.status == READY
+            and len(r.queue) < r.queue_limit * sum(o.site == r.site for o in reps)]  # shared site queue
     return (QUEUE, min(room, key=key)) if room else (REJECT, None)
 
 

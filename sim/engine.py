@@ -1,0 +1,185 @@
+"""Node model: iteration-level continuous batching on one replica, advanced analytically between batch changes.
+
+A replica alternates prefill iterations (all requests that reached it since the last one, prefilled together;
+decoding sequences stall meanwhile, as in vLLM's default scheduler) and decode iterations (one token for every
+running sequence). Between two changes of batch membership every decode iteration takes the same time, so the
+engine never simulates single tokens: it keeps a step counter ``steps`` that grows at ``1 / step_s`` and knows the
+step at which each sequence finishes. Events therefore scale with requests, not tokens.
+
+Invariants: a sequence is in exactly one of ``pending`` (waiting for prefill), ``prefilling`` or the decode heap;
+``ctx_sum`` equals the sum of the running sequences' current lengths; stalls counted per sequence equal the
+prefill iterations it sat through while decoding.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+
+class Seq:
+    """A request on a replica (times in simulated seconds); ``rec`` is the simulator's handle for it."""
+
+    __slots__ = ("rec", "prompt", "output", "joined_at", "first_token_at", "finish_step", "join_step",
+                 "stall_mark", "stall_count_mark", "done")
+
+    def __init__(self, rec, prompt: int, output: int):
+        self.rec, self.prompt, self.output = rec, prompt, output
+        self.joined_at = self.first_token_at = -1.0
+        self.finish_step = self.join_step = 0.0
+        self.stall_mark = 0.0
+        self.stall_count_mark = 0
+        self.done = False
+
+
+class ReplicaEngine:
+    """Continuous batching on one replica. ``on_first_token(seq, t)`` and ``on_finish(seq, t)`` report back;
+    ``arm(engine, t, version)`` asks the simulator for a wake-up at time ``t`` (s); stale ones are ignored.
+    """
+
+    __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
+                 "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
+                 "stall_count", "version", "busy_s", "busy_since", "_step_cache", "generative", "dead")
+
+    def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish):
+        self.spec, self.gpu, self.perf = spec, gpu, perf
+        self.arm, self.on_first_token, self.on_finish = arm, on_first_token, on_finish
+        self.generative = spec.generative
+        self.pending: list[Seq] = []
+        self.prefilling: list[Seq] = []
+        self.prefill_end = -1.0
+        self.heap: list = []  # (finish_step, tiebreak id, seq)
+        self.steps = 0.0
+        self.t_ref = 0.0
+        self.step_s = 0.0
+        self.ctx_sum = 0.0  # sum of prompt lengths of decoding sequences (current lengths = + steps - join_step)
+        self.join_sum = 0.0
+        self.stall_s = 0.0
+        self.stall_count = 0
+        self.version = 0
+        self.busy_s = 0.0
+        self.busy_since = -1.0
+        self._step_cache: dict = {}
+        self.dead = False
+
+    # ---------------------------------------------------------------- helpers
+    @property
+    def decoding(self) -> int:
+        return len(self.heap)
+
+    def _advance(self, t: float) -> None:
+        """Move the decode step counter to time ``t`` (decode is frozen while a prefill iteration runs)."""
+        if self.heap and self.prefill_end < 0 and self.step_s > 0:
+            self.steps += (t - self.t_ref) / self.step_s
+        self.t_ref = t
+
+    def _step_time(self) -> float:
+        b = len(self.heap)
+        if b == 0:
+            return 0.0
+        ctx = (self.ctx_sum + b * self.steps - self.join_sum) / b
+        key = (b, int(ctx) >> 6)  # 64-token context buckets: decode time is nearly linear in context
+        ms = self._step_cache.get(key)
+        if ms is None:
+            ms = self.perf.decode_step_ms(self.spec, self.gpu, b, float((key[1] << 6) + 32)) / 1e3
+            self._step_cache[key] = ms
+        return ms
+
+    def _schedule(self, t: float) -> None:
+        """Re-arm the wake-up for the next change: prefill end, or the next sequence finishing."""
+        self.version += 1
+        if self.prefill_end >= 0:
+            self.arm(self, self.prefill_end, self.version)
+        elif self.heap:
+            self.step_s = self._step_time()
+            nxt = self.heap[0][0]
+            self.arm(self, t + max(0.0, nxt - self.steps) * self.step_s, self.version)
+        elif self.busy_since >= 0:
+            self.busy_s += t - self.busy_since
+            self.busy_since = -1.0
+
+    # ---------------------------------------------------------------- events
+    def join(self, seq: Seq, t: float) -> None:
+        """A request reached the replica with its slot already reserved by the control plane."""
+        if self.dead or seq.done:  # the node failed while the request was on its way
+            return
+        seq.joined_at = t
+        if self.busy_since < 0:
+            self.busy_since = t
+        self.pending.append(seq)
+        if self.prefill_end < 0:
+            self._advance(t)
+            self._start_prefill(t)
+            self._schedule(t)
+
+    def _start_prefill(self, t: float) -> None:
+        batch, self.pending = self.pending, []
+        tokens = sum(s.prompt for s in batch)
+        if self.generative or self.spec.unit != "token":
+            dur = self.perf.prefill_ms(self.spec, self.gpu, tokens) / 1e3
+        else:  # encoders: one padded pass over the batch
+            dur = self.perf.prefill_ms(self.spec, self.gpu, max(s.prompt for s in batch) * len(batch)) / 1e3
+        if self.heap:
+            self.stall_s += dur  # every decoding sequence waits this long for its next token
+            self.stall_count += 1
+        self.prefilling = batch
+        self.prefill_end = t + dur
+
+    def wake(self, t: float, version: int) -> None:
+        """The simulator's timer fired; ignore it unless it is the latest one armed."""
+        if version != self.version or self.dead:
+            return
+        if self.prefill_end >= 0 and t >= self.prefill_end - 1e-9:
+            self._end_prefill(t)
+        else:
+            self._advance(t)
+            self._finish_due(t)
+        if self.prefill_end < 0 and self.pending:
+            self._advance(t)
+            self._start_prefill(t)
+        self._schedule(t)
+
+    def _end_prefill(self, t: float) -> None:
+        batch, self.prefilling, self.prefill_end = self.prefilling, [], -1.0
+        self.t_ref = t
+        for s in batch:
+            s.first_token_at = t
+            self.on_first_token(s, t)
+            if not self.generative or s.output <= 1:
+                s.done = True
+                self.on_finish(s, t)
+                continue
+            s.join_step = self.steps
+            s.finish_step = self.steps + (s.output - 1)
+            s.stall_mark, s.stall_count_mark = self.stall_s, self.stall_count
+            self.ctx_sum += s.prompt
+            self.join_sum += self.steps
+            heapq.heappush(self.heap, (s.finish_step, id(s), s))
+        self._finish_due(t)
+
+    def _finish_due(self, t: float) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= self.steps + 1e-6:
+            _, _, s = heapq.heappop(heap)
+            self.ctx_sum -= s.prompt
+            self.join_sum -= s.join_step
+            s.done = True
+            self.on_finish(s, t)
+
+    def seq_stalls(self, s: Seq) -> tuple[float, int]:
+        """Stall time (s) and number of stalled gaps a sequence saw while decoding."""
+        return self.stall_s - s.stall_mark, self.stall_count - s.stall_count_mark
+
+    def kill(self, t: float) -> list[Seq]:
+        """The node failed: drop every sequence (returned so the simulator can fail or retry them)."""
+        lost = self.pending + self.prefilling + [e[2] for e in self.heap]
+        self.pending, self.prefilling, self.heap = [], [], []
+        self.prefill_end, self.ctx_sum, self.join_sum = -1.0, 0.0, 0.0
+        self.version += 1
+        if self.busy_since >= 0:
+            self.busy_s += t - self.busy_since
+            self.busy_since = -1.0
+        return lost
+
+    def busy_until(self, t: float) -> float:
+        """Seconds this replica has had work, up to ``t``."""
+        return self.busy_s + (t - self.busy_since if self.busy_since >= 0 else 0.0)

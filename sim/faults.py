@@ -1,0 +1,118 @@
+"""Faults: a PoP, a GPU node or a backbone link down for an interval.
+
+Spec syntax (CLI ``--fail`` and scenario ``faults = [...]``): ``KIND:TARGET@START+DURATION`` with times in
+simulated seconds, e.g. ``pop:FRA@600+300``, ``node:FRA-0@0+3600``, ``link:LHR-JFK@100+50``.
+
+- node: the node's replicas stop; running requests that have not streamed a token are retried elsewhere (or all
+  fail, with ``fault_policy = "fail"``); queued ones are re-routed; routing skips the node until it is back.
+- pop: every node at the PoP goes down and, for the edge, the PoP stops announcing its anycast prefix: new
+  requests from its users enter at their next-nearest live PoP.
+- link: the backbone link is cut; RTTs are recomputed over the remaining graph and routing uses them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from edgepop.errors import UserError
+from sim.simulator import Fault
+
+FAULT_SPEC = re.compile(r"^(pop|node|link):([A-Za-z0-9:_.\-]+)@(\d+(?:\.\d+)?)\+(\d+(?:\.\d+)?)$")
+
+
+def parse_fault(spec: str) -> Fault:
+    """Parse ``KIND:TARGET@START+DURATION`` (one-line error naming the spec when malformed)."""
+    m = FAULT_SPEC.match(spec.strip())
+    if not m:
+        raise UserError(f"bad fault spec {spec!r}: expected KIND:TARGET@START+DURATION with KIND pop|node|link, "
+                        "e.g. pop:FRA@600+300")
+    kind, target, start, dur = m.groups()
+    if float(dur) <= 0:
+        raise UserError(f"bad fault spec {spec!r}: duration must be positive")
+    return Fault(kind, target, float(start), float(dur))
+
+
+class FaultHandler:
+    """Applies faults to one running simulation; knows the topology to re-route ingress and recompute RTTs."""
+
+    def __init__(self, topo, deployment, faults, rtt_builder):
+        self.topo, self.dep = topo, deployment
+        self.rtt_builder = rtt_builder  # latency model -> the deployment's ingress x site RTT matrix
+        self.down_pops: set[int] = set()
+        self._city_pop_rtt: dict[int, np.ndarray] = {}
+        self._base_latency = topo.latency
+        self._cut_links: set[tuple[int, int]] = set()
+        self.validate(faults)
+
+    def validate(self, faults) -> None:
+        nodes = set(self.dep.fleet.nodes.node_id)
+        pops = set(self.topo.pops.id)
+        names = set(self.topo.latency.backbone.nodes.name)
+        for f in faults:
+            if f.kind == "node" and f.target not in nodes:
+                raise UserError(f"fault {f.kind}:{f.target}: no GPU node {f.target!r} in the {self.dep.name} fleet")
+            if f.kind == "pop" and f.target not in pops:
+                raise UserError(f"fault pop:{f.target}: unknown PoP id")
+            if f.kind == "link":
+                a, _, b = f.target.partition("-")
+                if a not in names or b not in names:
+                    raise UserError(f"fault link:{f.target}: endpoints must be backbone node names (PoP ids, "
+                                    "region ids or landing points) joined by '-'")
+                if self._link_index(a, b) is None:
+                    raise UserError(f"fault link:{f.target}: there is no direct backbone link between {a} and {b}")
+
+    def _link_index(self, a: str, b: str):
+        bb = self._base_latency.backbone
+        idx = {n: i for i, n in enumerate(bb.nodes.name)}
+        i, j = idx[a], idx[b]
+        hit = bb.links[((bb.links.i == i) & (bb.links.j == j)) | ((bb.links.i == j) & (bb.links.j == i))]
+        return None if hit.empty else (min(i, j), max(i, j))
+
+    # ---------------------------------------------------------------- apply
+    def apply(self, sim, fault, down: bool) -> None:
+        now = sim.env.now
+        if fault.kind == "node":
+            node = int(np.flatnonzero(self.dep.fleet.nodes.node_id.to_numpy() == fault.target)[0])
+            (sim.kill_node if down else sim.revive_node)(node, now)
+        elif fault.kind == "pop":
+            pop = int(np.flatnonzero(self.topo.pops.id.to_numpy() == fault.target)[0])
+            (self.down_pops.add if down else self.down_pops.discard)(pop)
+            nodes = np.flatnonzero(self.dep.fleet.nodes.site_id.to_numpy() == fault.target)
+            for node in nodes:
+                (sim.kill_node if down else sim.revive_node)(int(node), now)
+        else:
+            a, _, b = fault.target.partition("-")
+            link = self._link_index(a, b)
+            (self._cut_links.add if down else self._cut_links.discard)(link)
+            self.dep.plane.state.set_rtt(self.rtt_builder(self._latency()))
+
+    def _latency(self):
+        """The latency model without the cut links (all-pairs shortest paths recomputed)."""
+        from topology.latency import Backbone, LatencyModel
+
+        base = self._base_latency
+        if not self._cut_links:
+            return base
+        links = base.backbone.links
+        keep = [(min(i, j), max(i, j)) not in self._cut_links for i, j in zip(links.i, links.j, strict=True)]
+        return LatencyModel(Backbone(base.backbone.nodes, links[keep].reset_index(drop=True)), base.params)
+
+    def reingress(self, sim, k: int) -> int:
+        """Ingress key for request ``k`` now: its anycast PoP, or the next-nearest live one if that PoP is down."""
+        key = int(sim.key[k])
+        if self.dep.ingress_col != "ingress" or key not in self.down_pops:
+            return key
+        city = int(sim.w.city.iat[k])
+        rtt = self._city_pop_rtt.get(city)
+        if rtt is None:
+            d = self.topo.demand
+            rtt = self.topo.user_pop_rtt(d.lat.to_numpy()[[city]], d.lon.to_numpy()[[city]])[0]
+            self._city_pop_rtt[city] = rtt
+        masked = rtt.copy()
+        masked[list(self.down_pops)] = np.inf
+        new = int(np.argmin(masked))
+        sim.access_s[k] = float(rtt[new]) / 1e3
+        sim.key[k] = new
+        return new

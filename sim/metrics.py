@@ -1,0 +1,119 @@
+"""Summaries of simulated requests: latency percentiles, SLO attainment, goodput, cost, and edge-vs-central gains."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from controlplane.billing import USD_PER_1000_NEURONS, fleet_cost, neurons_array
+
+PCTS = (50, 90, 95, 99)
+
+
+def percentiles(x) -> dict:
+    x = np.asarray(x, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return {f"p{p}": None for p in PCTS} | {"mean": None, "n": 0}
+    vals = np.percentile(x, PCTS)
+    return {f"p{p}": round(float(v), 3) for p, v in zip(PCTS, vals, strict=True)} | {
+        "mean": round(float(x.mean()), 3), "n": int(x.size)}
+
+
+def slo_met(frame: pd.DataFrame, slo) -> np.ndarray:
+    """Per request: ended ok and met its SLO (TTFT and TPOT for generation, E2E for one-shot tasks)."""
+    ok = frame.outcome.to_numpy() == "ok"
+    gen = frame.task.to_numpy() == "text-generation"
+    ttft = frame.ttft_ms.to_numpy()
+    tpot = np.nan_to_num(frame.tpot_ms.to_numpy(), nan=0.0)
+    e2e = frame.e2e_ms.to_numpy()
+    with np.errstate(invalid="ignore"):
+        gen_ok = (ttft <= slo.ttft_ms) & (tpot <= slo.tpot_ms)
+        one_ok = e2e <= slo.e2e_ms
+    return ok & np.where(gen, gen_ok, one_ok)
+
+
+def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_s: float, slo, catalog,
+                       gpu_busy_s: float) -> dict:
+    """The per-deployment block of summary.json."""
+    counts = frame.outcome.value_counts().to_dict()
+    ok = frame.outcome == "ok"
+    met = slo_met(frame, slo)
+    gen = frame.task == "text-generation"
+    neurons = neurons_array(catalog, frame.model, frame.prompt_tokens, frame.output_tokens)
+    neurons = np.where(ok, neurons, 0.0)
+    cost = fleet_cost(fleet, duration_s)
+    total_gpus = float(fleet.nodes.gpus.sum())
+    errors = frame[frame.error_code > 0].error_code.value_counts().to_dict()
+    return {
+        "requests": int(len(frame)),
+        "outcomes": {k: int(counts.get(k, 0)) for k in ("ok", "rejected", "failed")},
+        "error_codes": {str(int(k)): int(v) for k, v in errors.items()},
+        "ttft_ms": percentiles(frame.ttft_ms[ok & gen]),
+        "ttft_ms_all_tasks": percentiles(frame.ttft_ms[ok]),
+        "tpot_ms": percentiles(frame.tpot_ms[ok & gen]),
+        "e2e_ms": percentiles(frame.e2e_ms[ok]),
+        "network_rtt_ms": percentiles(frame.network_rtt_ms[ok]),
+        "queue_ms": percentiles(frame.queue_ms[ok]),
+        "slo_attainment": round(float(met.mean()), 4) if len(frame) else None,
+        "goodput_rps": round(float(met.sum()) / max(duration_s, 1e-9), 3),
+        "gpu_utilisation": round(gpu_busy_s / max(total_gpus * duration_s, 1e-9), 4),
+        "mean_slot_utilisation": round(float(util.slot_utilisation.mean()), 4) if len(util) else None,
+        "gpus": int(total_gpus), "gpu_hours": round(cost["gpu_hours"], 2), "gpu_usd": round(cost["usd"], 2),
+        "neurons": round(float(neurons.sum()), 1),
+        "neuron_usd": round(float(neurons.sum()) * USD_PER_1000_NEURONS / 1000, 4),
+        "per_continent": per_group(frame, "user_continent", slo),
+    }
+
+
+def per_group(frame: pd.DataFrame, col: str, slo) -> dict:
+    out = {}
+    met = slo_met(frame, slo)
+    for key, g in frame.groupby(col, sort=True):
+        ok = g.outcome == "ok"
+        gen = g.task == "text-generation"
+        ttft = g.ttft_ms[ok & gen]
+        out[str(key)] = {"requests": int(len(g)), "ok": int(ok.sum()),
+                         "ttft_p50_ms": _r(ttft.median()), "ttft_p95_ms": _r(ttft.quantile(0.95)),
+                         "network_rtt_p50_ms": _r(g.network_rtt_ms[ok].median()),
+                         "slo_attainment": round(float(met[g.index.to_numpy() - frame.index[0]].mean()), 4)}
+    return out
+
+
+def _r(v):
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else round(float(v), 2)
+
+
+def gains(edge: dict, central: dict) -> dict:
+    """Relative reduction (%) of edge vs central: positive = the edge is better."""
+    def red(a, b):
+        return None if a is None or b in (None, 0) else round(100.0 * (b - a) / b, 2)
+
+    out = {}
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "network_rtt_ms"):
+        for p in ("p50", "p95", "p99"):
+            out[f"{metric}_{p}_reduction_pct"] = red(edge[metric][p], central[metric][p])
+    out["slo_attainment_delta"] = (None if edge["slo_attainment"] is None or central["slo_attainment"] is None
+                                   else round(edge["slo_attainment"] - central["slo_attainment"], 4))
+    per = {}
+    for cont, e in edge["per_continent"].items():
+        c = central["per_continent"].get(cont)
+        if c:
+            per[cont] = {"ttft_p50_reduction_pct": red(e["ttft_p50_ms"], c["ttft_p50_ms"]),
+                         "network_rtt_p50_reduction_pct": red(e["network_rtt_p50_ms"], c["network_rtt_p50_ms"])}
+    out["per_continent"] = per
+    return out
+
+
+def country_gain(edge: pd.DataFrame, central: pd.DataFrame) -> pd.DataFrame:
+    """Per user country: median TTFT of text generation at the edge and central, and the gain in %."""
+    def med(f):
+        ok = (f.outcome == "ok") & (f.task == "text-generation")
+        g = f[ok].groupby("user_country")
+        return pd.DataFrame({"ttft": g.ttft_ms.median(), "lat": g.user_lat.mean(), "lon": g.user_lon.mean(),
+                             "n": g.size()})
+
+    e, c = med(edge), med(central)
+    j = e.join(c[["ttft"]], rsuffix="_central", how="inner").rename(columns={"ttft": "ttft_edge"})
+    j["gain_pct"] = 100.0 * (j.ttft_central - j.ttft_edge) / j.ttft_central
+    return j.reset_index()

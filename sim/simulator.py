@@ -1,0 +1,353 @@
+"""The discrete-event simulation of one deployment (edge or central) on a fixed workload, on SimPy.
+
+Request path: user -> entry point (half the access RTT) -> control-plane decision -> backbone to the serving site
+(half its RTT) -> queue -> cold start -> prefill -> decode; every token travels back the same way, so the client
+sees TTFT = network RTT + queue + cold start + prefill, and the server's inter-token gaps.
+
+Actors are SimPy processes (arrivals, the control plane's clock, faults, the utilisation sampler); replica engines
+are driven by one re-armable timer each (see ``sim.engine``), so events scale with requests, not tokens.
+
+Invariant (checked at the end of every run, also under faults): every arrival ends exactly once -- ok, rejected
+or failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from controlplane.outcomes import Code
+from controlplane.plane import ControlPlane
+from controlplane.routing import REJECT, START
+from controlplane.state import Request
+from sim.engine import ReplicaEngine, Seq
+
+OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
+OUTCOME_NAMES = {OUT_OK: "ok", OUT_REJECTED: "rejected", OUT_FAILED: "failed"}
+
+
+class ConservationError(RuntimeError):
+    """The every-request-ends-exactly-once invariant was violated (a simulator bug, never a user error)."""
+
+
+@dataclass
+class Deployment:
+    """A control plane over a fleet plus how requests reach it.
+
+    ``ingress_col``: workload column used as the router's ingress key (``ingress`` = PoP row for the edge,
+    ``city`` for central regions reached directly). ``access_col``/``access_ms``: the per-request RTT to that entry
+    point (the edge uses the workload's ``access_rtt_ms``; central uses the last mile only, the rest is in ``rtt``).
+    """
+
+    name: str
+    plane: ControlPlane
+    fleet: object
+    ingress_col: str = "ingress"
+    access_col: str | None = "access_rtt_ms"
+    access_ms: float = 0.0
+
+
+@dataclass
+class Fault:
+    """A PoP, GPU node or backbone link down during [start_s, start_s + duration_s)."""
+
+    kind: str  # "pop" | "node" | "link"
+    target: str
+    start_s: float
+    duration_s: float
+
+
+@dataclass
+class SimResult:
+    deployment: str
+    requests: pd.DataFrame
+    utilisation: pd.DataFrame
+    counters: dict = field(default_factory=dict)
+    sim_end_s: float = 0.0
+
+
+class Simulation:
+    """Run ``workload`` (the frame from ``sim.workload``) through ``deployment``."""
+
+    def __init__(self, deployment: Deployment, workload: pd.DataFrame, perf, faults=(), fault_policy: str = "retry",
+                 sample_s: float = 60.0, progress=None, fault_handler=None, drain_s: float = 3600.0):
+        self.dep, self.plane, self.perf = deployment, deployment.plane, perf
+        self.w = workload
+        self.n = n = len(workload)
+        self.env = simpy.Environment()
+        self.faults, self.fault_policy, self.fault_handler = list(faults), fault_policy, fault_handler
+        self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
+        self.arrival = workload.arrival_s.to_numpy(dtype=np.float64)
+        self.key = workload[deployment.ingress_col].to_numpy(dtype=np.int64)
+        access = (workload[deployment.access_col].to_numpy(dtype=np.float64) if deployment.access_col
+                  else np.full(n, deployment.access_ms))
+        self.access_s = access / 1e3
+        self.models = workload.model.to_numpy()
+        self.prompt = workload.prompt_tokens.to_numpy(dtype=np.int64)
+        self.output = workload.output_tokens.to_numpy(dtype=np.int64)
+        self.session = workload.session_id.to_numpy() if "session_id" in workload else np.full(n, -1)
+        self.rib = workload.reject_if_busy.to_numpy() if "reject_if_busy" in workload else np.zeros(n, bool)
+        nan = lambda: np.full(n, np.nan)  # noqa: E731
+        self.first_decision, self.decided, self.at_node, self.joined = nan(), nan(), nan(), nan()
+        self.first_token, self.finished, self.backbone_ms, self.cold_ms = nan(), nan(), nan(), np.zeros(n)
+        self.stall_s, self.stalls = np.zeros(n), np.zeros(n, dtype=np.int64)
+        self.site, self.node = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        self.outcome, self.code = np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int32)
+        self.retries = np.zeros(n, dtype=np.int16)
+        self.engines: dict[int, ReplicaEngine] = {}
+        self.reqs: list[Request | None] = [None] * n
+        self.seqs: list[Seq | None] = [None] * n
+        self.remaining = n
+        self.arrivals_done = False
+        self.done = self.env.event()
+        self._finished_buffer: list[Seq] = []
+        self.samples: list[tuple] = []
+
+    # ---------------------------------------------------------------- bookkeeping
+    def _end(self, k: int, outcome: int, code: int = 0) -> None:
+        if self.outcome[k] != OUT_NONE:
+            raise ConservationError(f"request {k} ended twice ({self.outcome[k]} then {outcome})")
+        self.outcome[k], self.code[k] = outcome, code
+        self.remaining -= 1
+        if self.remaining == 0 and self.arrivals_done and not self.done.triggered:
+            self.done.succeed()
+
+    def _engine(self, replica) -> ReplicaEngine:
+        eng = self.engines.get(replica.id)
+        if eng is None:
+            eng = ReplicaEngine(replica.spec, replica.gpu, self.perf, self._arm, self._first_token, self._finish)
+            self.engines[replica.id] = eng
+        return eng
+
+    def _arm(self, eng: ReplicaEngine, t: float, version: int) -> None:
+        ev = self.env.timeout(max(0.0, t - self.env.now))
+        ev.callbacks.append(lambda _e: self._wake(eng, version))
+
+    def _wake(self, eng: ReplicaEngine, version: int) -> None:
+        eng.wake(self.env.now, version)
+        self._flush()
+
+    def _first_token(self, seq: Seq, t: float) -> None:
+        self.first_token[seq.rec] = t
+
+    def _finish(self, seq: Seq, t: float) -> None:
+        self._finished_buffer.append(seq)
+
+    def _flush(self) -> None:
+        """Complete finished sequences outside the engine's own call (their slots may start queued requests)."""
+        buf = self._finished_buffer
+        while buf:
+            seq = buf.pop()
+            k = seq.rec
+            now = self.env.now
+            self.finished[k] = now
+            req = self.reqs[k]
+            eng = self.engines[req.replica.id]
+            self.stall_s[k], self.stalls[k] = eng.seq_stalls(seq)
+            self._end(k, OUT_OK)
+            for started in self.plane.finish(req, now):
+                self._start(started, now)
+
+    # ---------------------------------------------------------------- request path
+    def _submit(self, k: int, now: float) -> None:
+        req = self.reqs[k]
+        if req is None:
+            req = Request(k, self.models[k], int(self.key[k]), int(self.prompt[k]), int(self.output[k]),
+                          arrival=float(self.arrival[k]), session=None if self.session[k] < 0 else self.session[k],
+                          reject_if_busy=bool(self.rib[k]), payload=k)
+            self.reqs[k] = req
+            self.first_decision[k] = now
+        if self.fault_handler is not None and self.fault_handler.down_pops:
+            req.ingress = self.fault_handler.reingress(self, k)
+        d = self.plane.submit(req, now)
+        self.decided[k] = now
+        if d.action == REJECT:
+            self._end(k, OUT_REJECTED, d.code or int(Code.OUT_OF_CAPACITY))
+            return
+        r = d.replica
+        self.backbone_ms[k] = d.rtt_ms
+        self.site[k], self.node[k] = r.site, r.node
+        self.at_node[k] = now + d.rtt_ms / 2e3
+        if d.cold:
+            self.cold_ms[k] = max(0.0, r.ready_at - self.at_node[k]) * 1e3
+        if d.action == START:
+            self._start(req, now)
+
+    def _start(self, req: Request, now: float) -> None:
+        """The control plane started ``req`` (now or from a queue): it joins its replica once it is there."""
+        k = req.payload
+        self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
+        seq = Seq(k, int(self.prompt[k]), int(self.output[k]))
+        self.seqs[k] = seq
+        eng = self._engine(req.replica)
+        at = self.at_node[k]
+        if at > now:
+            self.joined[k] = at
+            ev = self.env.timeout(at - now)
+            ev.callbacks.append(lambda _e: (eng.join(seq, self.env.now), self._flush()))
+        else:
+            self.joined[k] = now
+            eng.join(seq, now)
+            self._flush()
+
+    def _lost(self, reqs, now: float, started: bool) -> None:
+        """Requests whose node failed: retry those that have not streamed a token yet, fail the rest."""
+        for req in reqs:
+            k = req.payload
+            seq = self.seqs[k]
+            if seq is not None:
+                seq.done = True
+            streamed = not np.isnan(self.first_token[k])
+            if self.fault_policy == "retry" and not streamed:
+                self.retries[k] += 1
+                self.cold_ms[k] = 0.0
+                self.seqs[k] = None
+                req.replica = None
+                self._submit(k, now)
+            else:
+                self._end(k, OUT_FAILED, int(Code.INTERNAL))
+
+    # ---------------------------------------------------------------- processes
+    def _arrivals(self):
+        env = self.env
+        t_dec = self.arrival + self.access_s / 2
+        order = np.argsort(t_dec, kind="stable")
+        step = max(1, self.n // 200)
+        for i, k in enumerate(order.tolist()):
+            dt = t_dec[k] - env.now
+            if dt > 0:
+                yield env.timeout(dt)
+            self._submit(k, env.now)
+            if self.progress is not None and i % step == 0:
+                self.progress(i, self.n)
+        self.arrivals_done = True
+        if self.remaining == 0 and not self.done.triggered:
+            self.done.succeed()
+
+    def _clock(self):
+        """The control plane's timers: finished loads, queue timeouts, autoscaling."""
+        env = self.env
+        while True:
+            started, expired = self.plane.poll(env.now)
+            for req in started:
+                self._start(req, env.now)
+            for req in expired:
+                self._end(req.payload, OUT_REJECTED, int(Code.TIMEOUT))
+            nxt = min(self.plane.next_wakeup(), env.now + 1.0)
+            yield env.timeout(max(nxt - env.now, 1e-3))
+
+    def _sampler(self):
+        env = self.env
+        reps = self.plane.state.replicas
+        while True:
+            slots = sum(r.slots for r in reps if r.status == "ready")
+            running = sum(r.active for r in reps)
+            waiting = sum(len(r.queue) for r in reps)
+            busy = sum(1 for e in self.engines.values() if e.busy_since >= 0)
+            self.samples.append((env.now, running, waiting, slots, busy, len(reps)))
+            yield env.timeout(self.sample_s)
+
+    def _faults(self, fault: Fault):
+        yield self.env.timeout(max(0.0, fault.start_s - self.env.now))
+        self.fault_handler.apply(self, fault, down=True)
+        yield self.env.timeout(fault.duration_s)
+        self.fault_handler.apply(self, fault, down=False)
+
+    def kill_node(self, node: int, now: float) -> None:
+        """Take a GPU node down: its engines drop everything, its requests are retried or failed."""
+        lost, evicted = self.plane.set_node_up(node, False, now)
+        for r in self.plane.state.replicas:
+            if r.node == node and r.id in self.engines:
+                self.engines[r.id].kill(now)
+                self.engines[r.id].dead = True
+        self._lost(lost, now, started=True)
+        self._lost(evicted, now, started=False)
+        self._flush()
+
+    def revive_node(self, node: int, now: float) -> None:
+        self.plane.set_node_up(node, True, now)
+        for r in self.plane.state.replicas:
+            if r.node == node and r.id in self.engines:
+                self.engines[r.id].dead = False
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> SimResult:
+        env = self.env
+        env.process(self._arrivals())
+        env.process(self._clock())
+        env.process(self._sampler())
+        for f in self.faults:
+            env.process(self._faults(f))
+        horizon = (float(self.arrival.max()) if self.n else 0.0) + self.drain_s
+        if self.n:
+            env.run(until=simpy.AnyOf(env, [self.done, env.timeout(horizon)]))
+        end = env.now
+        if self.remaining:
+            open_ = np.flatnonzero(self.outcome == OUT_NONE)
+            # Requests still queued or running at the horizon are timed out, so that each ends exactly once.
+            for k in open_:
+                self._end(int(k), OUT_REJECTED if np.isnan(self.first_token[k]) else OUT_FAILED, int(Code.TIMEOUT))
+        self.check_conservation()
+        return SimResult(self.dep.name, self.frame(), self.utilisation_frame(), dict(self.plane.counts), end)
+
+    def check_conservation(self) -> None:
+        if np.any(self.outcome == OUT_NONE) or self.remaining != 0:
+            raise ConservationError(f"{int(np.sum(self.outcome == OUT_NONE))} requests never ended")
+
+    def frame(self) -> pd.DataFrame:
+        """One row per request with the latency decomposition at the client (ms)."""
+        ok = self.outcome == OUT_OK
+        net = self.backbone_ms + self.access_s * 1e3
+        one_way_back = net / 2e3
+        ttft = (self.first_token + one_way_back - self.arrival) * 1e3
+        e2e = (self.finished + one_way_back - self.arrival) * 1e3
+        gen = self.output > 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(gen & ok, (self.finished - self.first_token) * 1e3 / np.maximum(self.output - 1, 1), np.nan)
+        prefill = (self.first_token - self.joined) * 1e3
+        queue = (self.joined - self.at_node) * 1e3 - self.cold_ms
+        lost = (self.decided - self.first_decision) * 1e3
+        started = ~np.isnan(self.first_token)
+        fleet = self.dep.fleet
+        site_ids = fleet.sites.site_id.to_numpy()
+        node_ids = fleet.nodes.node_id.to_numpy()
+        return pd.DataFrame({
+            "deployment": self.dep.name,
+            "request_id": self.w.request_id.to_numpy(),
+            "model": self.models, "task": self.w.task.to_numpy(),
+            "user_lat": self.w.user_lat.to_numpy(), "user_lon": self.w.user_lon.to_numpy(),
+            "user_country": self.w.user_country.to_numpy(), "user_continent": self.w.user_continent.to_numpy(),
+            "ingress_pop": self.w.ingress_pop.to_numpy(),
+            "serving_site": np.where(self.site >= 0, site_ids[np.maximum(self.site, 0)], ""),
+            "node": np.where(self.node >= 0, node_ids[np.maximum(self.node, 0)], ""),
+            "arrival_s": self.arrival,
+            "network_rtt_ms": np.where(self.site >= 0, net, np.nan),
+            "queue_ms": np.where(started, queue, np.nan),
+            "cold_start_ms": np.where(started, self.cold_ms, np.nan),
+            "prefill_ms": np.where(started, prefill, np.nan),
+            "ttft_ms": np.where(started, ttft, np.nan),
+            "tpot_ms": tpot,
+            "e2e_ms": np.where(ok, e2e, np.nan),
+            "stall_ms": np.where(ok, self.stall_s * 1e3, np.nan), "stalls": self.stalls,
+            "retry_lost_ms": np.where(started, lost, np.nan), "retries": self.retries,
+            "prompt_tokens": self.prompt, "output_tokens": np.where(ok, self.output, 0),
+            "cached_tokens": np.zeros(self.n, dtype=np.int64),
+            "outcome": pd.Series(self.outcome).map(OUTCOME_NAMES).to_numpy(),
+            "error_code": self.code,
+        })
+
+    def utilisation_frame(self) -> pd.DataFrame:
+        cols = ["t_s", "running", "waiting", "ready_slots", "busy_replicas", "replicas"]
+        df = pd.DataFrame(self.samples, columns=cols)
+        df["slot_utilisation"] = df.running / df.ready_slots.clip(lower=1)
+        df["deployment"] = self.dep.name
+        return df
+
+    def gpu_busy_seconds(self) -> float:
+        """GPU-seconds during which replicas had work (a replica on k GPUs counts k)."""
+        now = self.env.now
+        reps = {r.id: r for r in self.plane.state.replicas}
+        return float(sum(e.busy_until(now) * reps[i].spec.tensor_parallel for i, e in self.engines.items()))
