@@ -38,7 +38,8 @@ class ReplicaEngine:
 
     __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
-                 "stall_count", "version", "busy_s", "busy_since", "_step_cache", "generative", "dead")
+                 "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
+                 "dead")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -59,6 +60,7 @@ class ReplicaEngine:
         self.busy_s = 0.0
         self.busy_since = -1.0
         self._step_cache: dict = {}
+        self._prefill_cache: dict = {}
         self.dead = False
 
     # ---------------------------------------------------------------- helpers
@@ -113,11 +115,17 @@ class ReplicaEngine:
 
     def _start_prefill(self, t: float) -> None:
         batch, self.pending = self.pending, []
-        tokens = sum(s.prompt for s in batch)
-        if self.generative or self.spec.unit != "token":
-            dur = self.perf.prefill_ms(self.spec, self.gpu, tokens) / 1e3
+        if len(batch) == 1:
+            tokens = batch[0].prompt
+        elif self.generative or self.spec.unit != "token":
+            tokens = sum(s.prompt for s in batch)
         else:  # encoders: one padded pass over the batch
-            dur = self.perf.prefill_ms(self.spec, self.gpu, max(s.prompt for s in batch) * len(batch)) / 1e3
+            tokens = max(s.prompt for s in batch) * len(batch)
+        dur = self._prefill_cache.get(tokens)
+        if dur is None:
+            dur = self.perf.prefill_ms(self.spec, self.gpu, tokens) / 1e3
+            if len(self._prefill_cache) < 65536:
+                self._prefill_cache[tokens] = dur
         if self.heap:
             self.stall_s += dur  # every decoding sequence waits this long for its next token
             self.stall_count += 1

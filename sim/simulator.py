@@ -123,12 +123,14 @@ class Simulation:
         return eng
 
     def _arm(self, eng: ReplicaEngine, t: float, version: int) -> None:
-        ev = self.env.timeout(max(0.0, t - self.env.now))
-        ev.callbacks.append(lambda _e: self._wake(eng, version))
+        ev = self.env.timeout(max(0.0, t - self.env.now), (eng, version))
+        ev.callbacks.append(self._wake)
 
-    def _wake(self, eng: ReplicaEngine, version: int) -> None:
+    def _wake(self, ev) -> None:
+        eng, version = ev._value
         eng.wake(self.env.now, version)
-        self._flush()
+        if self._finished_buffer:
+            self._flush()
 
     def _first_token(self, seq: Seq, t: float) -> None:
         self.first_token[seq.rec] = t

@@ -1,0 +1,117 @@
+"""``edgepop simulate`` (the main job) and ``edgepop sweep``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from edgepop.errors import UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="simulate edge vs central inference on identical arrivals (the main job)",
+                       description="Simulate a scenario through the edge deployment and a centralized baseline "
+                                   "on the same arrivals; write requests.parquet, summary.json and report.md.")
+    p.add_argument("--scenario", default="default", help="embedded scenario name or a TOML file (default: default)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--requests", type=int, help="number of requests (overrides the scenario)")
+    size.add_argument("--duration", type=float, metavar="S", help="simulated seconds of arrivals")
+    p.add_argument("--seed", type=int, help="random seed (overrides the scenario)")
+    p.add_argument("--trace", help="replay an Azure LLM trace CSV or a Mooncake JSONL instead of Poisson arrivals")
+    p.add_argument("--fail", action="append", default=[], metavar="SPEC",
+                   help="fault KIND:TARGET@START+DURATION, e.g. pop:FRA@600+300 (repeatable)")
+    p.add_argument("--only", choices=["edge", "central"], help="simulate one deployment only")
+    p.add_argument("--out", default="edgepop-out", help="output directory (default: edgepop-out)")
+    p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of tables")
+    p.add_argument("--list-scenarios", action="store_true", help="list embedded scenarios and exit")
+    p.set_defaults(func=cmd_simulate)
+
+    s = sub.add_parser("sweep", help="run scenario variants in parallel and gather one Parquet",
+                       description="Run a grid of scenario variants (a TOML grid file) on a local process pool "
+                                   "or a Ray cluster; write DIR/sweep.parquet and DIR/sweep_summary.parquet.")
+    s.add_argument("--grid", required=True, help="grid TOML file")
+    s.add_argument("--engine", choices=["local", "ray"], default="local")
+    s.add_argument("--workers", type=int, default=None, help="parallel workers (default: CPU count)")
+    s.add_argument("--out", default="edgepop-sweep", help="output directory")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_sweep)
+
+
+def _validate_sizes(args) -> None:
+    if args.requests is not None and args.requests <= 0:
+        raise UserError(f"--requests must be positive, got {args.requests}")
+    if args.duration is not None and args.duration <= 0:
+        raise UserError(f"--duration must be positive, got {args.duration}")
+
+
+def cmd_simulate(args) -> int:
+    from sim.scenario import embedded_scenarios, load_scenario
+
+    if args.list_scenarios:
+        for name in embedded_scenarios():
+            sc = load_scenario(name)
+            print(f"{name:12s} {sc.description}")
+        return 0
+    _validate_sizes(args)
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sim.run import run_scenario, write_outputs
+
+    sc = load_scenario(args.scenario)
+    console = Console(stderr=True)
+    deployments = (args.only,) if args.only else ("edge", "central")
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
+        tasks = {}
+
+        def progress(name, i, n):
+            if name not in tasks:
+                tasks[name] = bar.add_task(f"simulating {name}", total=n)
+            bar.update(tasks[name], completed=i)
+
+        out = run_scenario(sc, requests=args.requests, duration_s=args.duration, seed=args.seed, trace=args.trace,
+                           faults=args.fail, progress=progress, deployments=deployments)
+    path = write_outputs(out, args.out)
+    if args.json:
+        from sim.run import _json_default
+
+        print(json.dumps(out.summary, indent=2, default=_json_default))
+    else:
+        print_headline(out.summary, path)
+    return 0
+
+
+def print_headline(summary: dict, path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.report import _fmt, headline_rows
+
+    t = Table(title=f"edgepop simulate: {summary['scenario']} ({summary['requests']:,} requests, seed "
+                    f"{summary['seed']})")
+    for col in ("metric", "edge", "central", "edge gain"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for m, a, b, g in headline_rows(summary):
+        t.add_row(m, _fmt(a), _fmt(b), g or "")
+    console = Console()
+    console.print(t)
+    perf = summary.get("performance", {})
+    console.print(f"{perf.get('simulated_requests_per_wall_s', 0):,.0f} simulated requests per wall second; "
+                  f"wall time {perf.get('wall_s')} s. Wrote {path}/requests.parquet, summary.json, report.md")
+
+
+def cmd_sweep(args) -> int:
+    from sim.sweep import run_sweep
+
+    if args.workers is not None and args.workers <= 0:
+        raise UserError(f"--workers must be positive, got {args.workers}")
+    result = run_sweep(args.grid, engine=args.engine, workers=args.workers, out=args.out)
+    if args.json:
+        print(result.summary.to_json(orient="records", indent=2))
+    else:
+        from rich.console import Console
+
+        Console().print(result.summary.to_string(index=False))
+        print(f"wrote {result.path}", file=sys.stderr)
+    return 0
