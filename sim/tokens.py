@@ -18,13 +18,13 @@ Defaults (the medians and log-standard deviations) are fitted to or chosen from 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from controlplane.catalog import TASKS, ModelSpec
 from edgepop.errors import UserError
+from sim.validate import number
 
 AUDIO_SECONDS_PER_MINUTE = 60
 
@@ -95,14 +95,6 @@ DEFAULT_TOKENS: dict[str, TaskTokens] = {
 assert set(DEFAULT_TOKENS) == set(TASKS) == set(TASK_FIELDS)
 
 
-def _number(where: str, name: str, value, lo: float, lo_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise UserError(f"{where}: {name} must be a number, got {value!r}")
-    if value < lo or (lo_open and value == lo):
-        raise UserError(f"{where}: {name} must be {'>' if lo_open else '>='} {lo}, got {value!r}")
-    return float(value)
-
-
 def _lognormal(where: str, raw, base: LogNormal | None) -> LogNormal:
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a table like {{ median = 100, sigma = 0.8 }}, got {raw!r}")
@@ -114,8 +106,8 @@ def _lognormal(where: str, raw, base: LogNormal | None) -> LogNormal:
     d.update(raw)
     if "median" not in d:
         raise UserError(f"{where}: median is required")
-    median = _number(where, "median", d["median"], 0.0, lo_open=True)
-    sigma = _number(where, "sigma", d["sigma"], 0.0)
+    median = number(where, "median", d["median"], 0.0, lo_open=True)
+    sigma = number(where, "sigma", d["sigma"], 0.0)
     lo = d.get("min", 1)
     hi = d.get("max")
     if isinstance(lo, bool) or not isinstance(lo, int) or lo < 0:
@@ -144,7 +136,7 @@ def tokens_from_dict(raw, where: str) -> dict[str, TaskTokens]:
                 raise UserError(f"{w}: field {name!r} does not apply to {task} "
                                 f"(fields: {', '.join(TASK_FIELDS[task])})")
             if name == "passages":
-                current = replace(current, passages=_number(f"{w}", "passages", value, 1.0))
+                current = replace(current, passages=number(f"{w}", "passages", value, 1.0))
             else:
                 current = replace(current, **{name: _lognormal(f"{w}.{name}", value, getattr(current, name))})
         out[task] = current

@@ -6,7 +6,6 @@ Every bad key, type or range raises one one-line :class:`~edgepop.errors.UserErr
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from edgepop.errors import UserError
 from sim.tokens import TaskTokens, tokens_from_dict
+from sim.validate import boolean, fraction, number, opt_integer, opt_number
 from topology.pops import CONTINENTS
 
 KINDS = ("poisson", "azure", "mooncake")
@@ -98,30 +98,30 @@ class WorkloadConfig:
         if wrong:
             raise UserError(f"{where}: field {sorted(wrong)[0]!r} does not apply to kind = {kind!r}")
         c = cls(kind=kind)
-        c.requests = _opt_int(where, "requests", d.get("requests"), 1)
-        c.duration_s = _opt_num(where, "duration_s", d.get("duration_s"), 0.0, lo_open=True)
+        c.requests = opt_integer(where, "requests", d.get("requests"), 1)
+        c.duration_s = opt_number(where, "duration_s", d.get("duration_s"), 0.0, lo_open=True)
         if kind == "poisson" and c.requests is None and c.duration_s is None:
             raise UserError(f"{where}: give requests (a count) or duration_s (seconds) for kind = 'poisson'")
-        c.rps = _num(where, "rps", d.get("rps", c.rps), 0.0, lo_open=True)
+        c.rps = number(where, "rps", d.get("rps", c.rps), 0.0, lo_open=True)
         if "start_utc" in d:
             c.start_utc = _parse_time("start_utc", d["start_utc"], where)
-        comp = _opt_num(where, "day_compression", d.get("day_compression"), 0.0)
+        comp = opt_number(where, "day_compression", d.get("day_compression"), 0.0)
         if comp and comp < MIN_DAY_COMPRESSION_S:
             raise UserError(f"{where}: day_compression must be 0 (real time) or >= {MIN_DAY_COMPRESSION_S:g} "
                             f"simulated seconds per day, got {comp!r}")
         c.day_compression = comp or None
-        c.diurnal = _bool(where, "diurnal", d.get("diurnal", True))
+        c.diurnal = boolean(where, "diurnal", d.get("diurnal", True))
         c.mix = _mix(where, d["mix"]) if "mix" in d else None
         c.tokens = tokens_from_dict(d.get("tokens"), where)
         c.bursts = _bursts(where, d.get("bursts", []))
-        c.session_fraction = _fraction(where, "session_fraction", d.get("session_fraction", 0.0))
-        c.session_turns = _num(where, "session_turns", d.get("session_turns", c.session_turns), 1.0)
-        c.think_time_s = _num(where, "think_time_s", d.get("think_time_s", c.think_time_s), 0.0, lo_open=True)
-        c.block_tokens = _opt_int(where, "block_tokens", d.get("block_tokens", c.block_tokens), 1) or 0
+        c.session_fraction = fraction(where, "session_fraction", d.get("session_fraction", 0.0))
+        c.session_turns = number(where, "session_turns", d.get("session_turns", c.session_turns), 1.0)
+        c.think_time_s = number(where, "think_time_s", d.get("think_time_s", c.think_time_s), 0.0, lo_open=True)
+        c.block_tokens = opt_integer(where, "block_tokens", d.get("block_tokens", c.block_tokens), 1) or 0
         if not c.block_tokens:
             raise UserError(f"{where}: block_tokens must be an integer >= 1, got {d.get('block_tokens')!r}")
-        c.batch_fraction = _fraction(where, "batch_fraction", d.get("batch_fraction", 0.0))
-        c.reject_if_busy_fraction = _fraction(where, "reject_if_busy_fraction", d.get("reject_if_busy_fraction", 0.0))
+        c.batch_fraction = fraction(where, "batch_fraction", d.get("batch_fraction", 0.0))
+        c.reject_if_busy_fraction = fraction(where, "reject_if_busy_fraction", d.get("reject_if_busy_fraction", 0.0))
         if d.get("trace") is not None:
             if not isinstance(d["trace"], str) or not d["trace"].strip():
                 raise UserError(f"{where}: trace must be a file path, got {d['trace']!r}")
@@ -131,8 +131,8 @@ class WorkloadConfig:
         if not isinstance(model, str) or not re.fullmatch(r"@[\w.\-]+(/[\w.\-]+){1,2}", model):
             raise UserError(f"{where}: trace_model must be a model id like {DEFAULT_TRACE_MODEL!r}, got {model!r}")
         c.trace_model = model
-        c.trace_speed = _num(where, "trace_speed", d.get("trace_speed", 1.0), 0.0, lo_open=True)
-        c.trace_limit = _opt_int(where, "trace_limit", d.get("trace_limit"), 1)
+        c.trace_speed = number(where, "trace_speed", d.get("trace_speed", 1.0), 0.0, lo_open=True)
+        c.trace_limit = opt_integer(where, "trace_limit", d.get("trace_limit"), 1)
         return c
 
     def to_dict(self) -> dict:
@@ -160,45 +160,12 @@ def _parse_time(name: str, value, where: str) -> datetime:
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
-def _num(where: str, name: str, value, lo: float, lo_open: bool = False, hi: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise UserError(f"{where}: {name} must be a number, got {value!r}")
-    if value < lo or (lo_open and value == lo) or (hi is not None and value > hi):
-        rng = f"> {lo:g}" if lo_open else f">= {lo:g}"
-        if hi is not None:
-            rng = f"in [{lo:g}, {hi:g}]"
-        raise UserError(f"{where}: {name} must be {rng}, got {value!r}")
-    return float(value)
-
-
-def _opt_num(where, name, value, lo, lo_open=False):
-    return None if value is None else _num(where, name, value, lo, lo_open)
-
-
-def _fraction(where: str, name: str, value) -> float:
-    return _num(where, name, value, 0.0, hi=1.0)
-
-
-def _opt_int(where: str, name: str, value, lo: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise UserError(f"{where}: {name} must be an integer >= {lo}, got {value!r}")
-    return value
-
-
-def _bool(where: str, name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise UserError(f"{where}: {name} must be true or false, got {value!r}")
-    return value
-
-
 def _mix(where: str, raw) -> dict[str, float]:
     if not isinstance(raw, dict) or not raw:
         raise UserError(f"{where}: mix must be a non-empty table of model id = share, got {raw!r}")
     out = {}
     for model, share in raw.items():
-        out[model] = _num(where, f"mix share of {model!r}", share, 0.0)
+        out[model] = number(where, f"mix share of {model!r}", share, 0.0)
     if sum(out.values()) <= 0:
         raise UserError(f"{where}: mix shares sum to zero")
     return out
@@ -224,6 +191,6 @@ def _bursts(where: str, raw) -> tuple[Burst, ...]:
             raise UserError(f"{w}: continent must be one of {', '.join(CONTINENTS)}, got {cont!r}")
         if cc is not None and (not isinstance(cc, str) or not re.fullmatch(r"[A-Z]{2}", cc)):
             raise UserError(f"{w}: country must be a two-letter ISO code like 'DE', got {cc!r}")
-        out.append(Burst(_num(w, "start_s", b["start_s"], 0.0), _num(w, "duration_s", b["duration_s"], 0.0, True),
-                         _num(w, "multiplier", b["multiplier"], 0.0), cont, cc))
+        out.append(Burst(number(w, "start_s", b["start_s"], 0.0), number(w, "duration_s", b["duration_s"], 0.0, True),
+                         number(w, "multiplier", b["multiplier"], 0.0), cont, cc))
     return tuple(out)
