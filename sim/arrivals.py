@@ -1,0 +1,175 @@
+"""Where and when requests arrive: a non-homogeneous Poisson process over the topology's demand cities.
+
+Each city's rate is ``rps x population share x diurnal factor at its local hour x burst multipliers``. Cities
+that share a UTC offset and a country have the same rate curve, so the process is drawn per *group* (about 230
+of them) with piecewise-constant rates over short bins -- one real minute of the diurnal clock, never more than
+60 simulated seconds, with extra edges where bursts start and end -- and each arrival then picks a city of its
+group by population. Within a bin arrivals are uniform (exact for a constant rate); the diurnal curve is
+piecewise linear in the hour, so the bin-midpoint rate is exact except in the bins that cross a whole hour.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.workload_config import Burst, WorkloadConfig
+from topology.demand import diurnal_factor, utc_offset_hours
+
+BLOCK_BINS = 4096  # bins whose rates are computed and drawn at once (bounds memory for long runs)
+
+
+@dataclass(frozen=True)
+class Cities:
+    """The topology's demand cities with their anycast ingress, computed once per topology."""
+
+    lat: np.ndarray
+    lon: np.ndarray
+    cc: np.ndarray  # object (str)
+    continent: np.ndarray  # object (str)
+    tz: np.ndarray  # object (str)
+    weight: np.ndarray  # population share, sums to 1
+    ingress: np.ndarray  # int64 row of topo.pops
+    ingress_pop: np.ndarray  # object (PoP id)
+    access_rtt_ms: np.ndarray  # float64, user -> ingress incl. last mile
+
+    def __len__(self) -> int:
+        return len(self.lat)
+
+    def draw_by_population(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` city rows drawn with probability proportional to population."""
+        cum = np.cumsum(self.weight)
+        return np.minimum(np.searchsorted(cum, rng.random(n) * cum[-1], side="right"), len(cum) - 1)
+
+
+_CITY_CACHE: dict[int, tuple[weakref.ref, object, float, Cities]] = {}
+
+
+def city_table(topo) -> Cities:
+    """The demand cities of ``topo`` and their ingress PoPs (cached per Topology object: ingress takes ~2 s)."""
+    key = id(topo)
+    hit = _CITY_CACHE.get(key)
+    if hit and hit[0]() is topo and hit[1] is topo.demand and hit[2] == topo.last_mile_ms:
+        return hit[3]
+    d = topo.demand
+    lat, lon = d.lat.to_numpy(np.float64), d.lon.to_numpy(np.float64)
+    idx, rtt = topo.ingress(lat, lon)
+    w = d.weight.to_numpy(np.float64)
+    cities = Cities(lat, lon, d.cc.to_numpy(object), d.continent.to_numpy(object), d.tz.to_numpy(object),
+                    w / w.sum(), idx.astype(np.int64), topo.pops.id.to_numpy(object)[idx],
+                    rtt.astype(np.float64))
+    _CITY_CACHE[key] = (weakref.ref(topo, lambda _ref, k=key: _CITY_CACHE.pop(k, None)), topo.demand,
+                        topo.last_mile_ms, cities)
+    return cities
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Cities grouped by (UTC offset at the start time, country): one rate curve per group."""
+
+    city_order: np.ndarray  # city rows sorted by group
+    cum_weight: np.ndarray  # cumulative population share along city_order
+    start_cum: np.ndarray  # cumulative share before each group's first city
+    weight: np.ndarray  # population share of each group
+    hour0: np.ndarray  # local clock hour of each group at simulated time 0
+    cc: np.ndarray
+    continent: np.ndarray
+
+    @classmethod
+    def build(cls, cities: Cities, cfg: WorkloadConfig) -> Groups:
+        # Offsets are taken at the start time: a daylight-saving change during a run is not followed.
+        offset = utc_offset_hours(cities.tz, cfg.start_utc)
+        _, cc_code = np.unique(cities.cc.astype(str), return_inverse=True)
+        quarter_hours = np.rint(offset * 4).astype(np.int64)  # every zone is a whole number of quarter hours
+        _, group = np.unique(quarter_hours * 1000 + cc_code, return_inverse=True)
+        order = np.argsort(group, kind="stable")
+        g_sorted = group[order]
+        n_groups = int(group.max()) + 1
+        first = np.searchsorted(g_sorted, np.arange(n_groups))
+        cum = np.cumsum(cities.weight[order])
+        start_cum = np.concatenate(([0.0], cum))[first]
+        weight = np.bincount(group, weights=cities.weight, minlength=n_groups)
+        t0 = cfg.start_utc
+        hour0 = (t0.hour + t0.minute / 60 + t0.second / 3600 + offset[order][first]) % 24.0
+        return cls(order, cum, start_cum, weight, hour0, cities.cc[order][first], cities.continent[order][first])
+
+    def draw_city(self, group: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """A city of each given group, by population."""
+        target = self.start_cum[group] + rng.random(len(group)) * self.weight[group]
+        pos = np.searchsorted(self.cum_weight, target, side="right")
+        return self.city_order[np.minimum(pos, len(self.city_order) - 1)]
+
+    def burst_mask(self, b: Burst) -> np.ndarray:
+        m = np.ones(len(self.weight), bool)
+        if b.continent:
+            m &= self.continent == b.continent
+        if b.country:
+            m &= self.cc == b.country
+        return m
+
+
+def bin_width_s(cfg: WorkloadConfig) -> float:
+    """One real minute of the diurnal clock in simulated seconds, at most 60."""
+    return min(60.0, 60.0 / cfg.time_speed)
+
+
+def _edges(a: float, b: float, dt: float, bursts) -> np.ndarray:
+    grid = np.arange(np.floor(a / dt) + 1, np.ceil(b / dt)) * dt  # a global grid, so chunks line up
+    extra = [x for br in bursts for x in (br.start_s, br.end_s) if a < x < b]
+    return np.unique(np.concatenate(([a, b], grid[(grid > a) & (grid < b)], extra)))
+
+
+def bin_rates(groups: Groups, cfg: WorkloadConfig, rps: float, edges: np.ndarray,
+              masks: list[np.ndarray]) -> np.ndarray:
+    """Expected arrivals (bins x groups) for bins between consecutive ``edges``, at rate ``rps`` in total."""
+    mid = 0.5 * (edges[:-1] + edges[1:])
+    width = np.diff(edges)
+    lam = np.broadcast_to(rps * groups.weight, (len(mid), len(groups.weight))).copy()
+    if cfg.diurnal:
+        hours = groups.hour0[None, :] + (mid * cfg.time_speed / 3600.0)[:, None]
+        lam *= diurnal_factor(hours)
+    for br, m in zip(cfg.bursts, masks, strict=True):
+        active = (mid >= br.start_s) & (mid < br.end_s)
+        if active.any():
+            lam[np.ix_(active, m)] *= br.multiplier
+    return lam * width[:, None]
+
+
+def poisson_chunks(groups: Groups, cfg: WorkloadConfig, rps: float, rng: np.random.Generator,
+                   start: float, end: float | None, expected: float | None) -> Iterator[tuple]:
+    """Arrivals in ``[start, stop)`` as ``(t, city)`` blocks plus the final ``stop``.
+
+    ``stop`` is ``end`` when given, else (count mode) the first bin edge where the expected number of arrivals
+    since ``start`` reaches ``expected``. Yields ``(t, city, stop_or_None)`` per block of bins; the last block
+    carries ``stop``. Arrival times are unsorted within a block.
+    """
+    dt = bin_width_s(cfg)
+    masks = [groups.burst_mask(b) for b in cfg.bursts]
+    total, a = 0.0, start
+    while True:
+        b = a + BLOCK_BINS * dt
+        if end is not None:
+            b = min(b, end)
+        edges = _edges(a, b, dt, cfg.bursts)
+        lam = bin_rates(groups, cfg, rps, edges, masks)
+        done = end is not None and b >= end
+        if expected is not None:
+            cum = total + np.cumsum(lam.sum(axis=1))
+            k = int(np.searchsorted(cum, expected))
+            if k < len(cum):
+                lam, edges, done = lam[:k + 1], edges[:k + 2], True
+            total = cum[min(k, len(cum) - 1)]
+        counts = rng.poisson(lam).ravel()
+        nz = np.flatnonzero(counts)
+        idx = np.repeat(nz, counts[nz])
+        n_groups = lam.shape[1]
+        bins, grp = idx // n_groups, idx % n_groups
+        t = edges[bins] + (edges[bins + 1] - edges[bins]) * rng.random(len(idx))
+        city = groups.draw_city(grp, rng)
+        a = float(edges[-1])
+        yield t, city, (a if done else None)
+        if done:
+            return

@@ -1,0 +1,117 @@
+"""Multi-turn chat sessions and prefix-block ids (``hash_ids``), vectorised.
+
+A session is one user's conversation with one LLM. Turn 1 sends a chat prompt; every later turn sends the whole
+history (earlier prompts and answers) plus a short new user message, after a think time. So consecutive turns share
+a prefix, which is what prefix caching and session affinity exploit.
+
+``hash_ids`` follow the Mooncake trace convention: a prompt of ``p`` tokens is cut into ``ceil(p / B)`` blocks of
+``B`` tokens and each block gets an id that identifies the block *and everything before it* (a chained hash). Two
+prompts share block ``i``'s id exactly when their first ``(i + 1) * B`` tokens are identical: the full blocks of a
+session's history keep their ids from turn to turn, while a partial last block is new in every request. Ids are
+numbered 0, 1, 2, ... in order of first appearance in arrival order, as in Mooncake's files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.tokens import TaskTokens
+
+THINK_SIGMA = 0.8  # spread of the think time between turns (lognormal): most gaps between ~1/3x and 3x the median
+EMPTY: tuple = ()
+
+
+@dataclass
+class Turns:
+    """Turns of a set of sessions, in session order then turn order."""
+
+    t: np.ndarray
+    session: np.ndarray  # index of the session (0..S-1 within this call)
+    turn: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+
+
+def _segmented_cumsum(x: np.ndarray, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Cumulative sum of ``x`` restarting at each segment (segments of ``counts`` items starting at ``first``)."""
+    c = np.cumsum(x)
+    return c - np.repeat(c[first] - x[first], counts)
+
+
+def expand_sessions(t0: np.ndarray, context: np.ndarray, dist: TaskTokens, mean_turns: float,
+                    think_time_s: float, rng: np.random.Generator) -> Turns:
+    """Turns of sessions starting at ``t0`` on models with context windows ``context`` (one per session).
+
+    Turns per session are geometric with mean ``mean_turns``; a session ends early when its next prompt would not
+    fit the context window (the user starts a new chat). Outputs are clipped so prompt + output fits the window.
+    """
+    n = len(t0)
+    k = rng.geometric(1.0 / mean_turns, n) if n else np.zeros(0, np.int64)
+    first = np.cumsum(k) - k
+    session = np.repeat(np.arange(n), k)
+    turn = np.arange(int(k.sum())) - np.repeat(first, k)
+    later = turn > 0
+    msg = np.empty(len(turn), np.int64)
+    msg[~later] = dist.prompt.sample(rng, n)
+    msg[later] = dist.followup.sample(rng, int(later.sum()))
+    output = dist.output.sample(rng, len(turn))
+    ctx = context[session]
+    msg[~later] = np.minimum(msg[~later], context - 1)
+    # Each turn adds the previous answer and a new message to the history it sends.
+    grow = msg.copy()
+    grow[later] += output[np.flatnonzero(later) - 1]
+    prompt = _segmented_cumsum(grow, first, k)
+    gaps = np.where(later, think_time_s * np.exp(THINK_SIGMA * rng.standard_normal(len(turn))), 0.0)
+    t = t0[session] + _segmented_cumsum(gaps, first, k)
+    # Prompts grow strictly, so dropping the turns that overflow drops a session's tail.
+    keep = prompt <= ctx - 1
+    output = np.minimum(output, ctx - prompt)
+    return Turns(t[keep], session[keep], turn[keep], prompt[keep], output[keep])
+
+
+def block_hash_ids(prompt: np.ndarray, group: np.ndarray, block_tokens: int) -> np.ndarray:
+    """Flat prefix-block ids and the offsets of each request's slice (``len(prompt) + 1`` offsets).
+
+    Requests are in arrival order; ``group`` (non-negative ints, used as indices) names what a request's prompt
+    is a prefix of: the session for turns, a distinct value for each session-less request.
+    Returns ``(ids, offsets)``.
+    """
+    prompt = np.asarray(prompt, np.int64)
+    full = prompt // block_tokens
+    partial = (prompt % block_tokens) > 0
+    g = np.asarray(group, np.int64)
+    max_full = np.zeros(g.max() + 1 if len(g) else 0, np.int64)
+    np.maximum.at(max_full, g, full)
+    base = np.cumsum(max_full) - max_full
+    length = full + partial
+    offsets = np.concatenate(([0], np.cumsum(length)))
+    owner = np.repeat(np.arange(len(prompt)), length)
+    pos = np.arange(offsets[-1]) - offsets[owner]
+    partial_id = max_full.sum() + np.cumsum(partial) - 1  # a fresh id per partial last block
+    ids = np.where(pos < full[owner], base[g][owner] + pos, partial_id[owner])
+    # Renumber by first appearance so ids grow along the trace, like Mooncake's.
+    return first_appearance_ids(ids, np.ones(len(ids), bool)), offsets
+
+
+def split_tuples(ids: np.ndarray, offsets: np.ndarray, tracked: np.ndarray) -> np.ndarray:
+    """An object array with a tuple of ints per request (the empty tuple where ``tracked`` is False)."""
+    flat = ids.tolist()
+    rows = np.flatnonzero(tracked)
+    out = np.empty(len(tracked), object)
+    out.fill(EMPTY)
+    out[rows] = [tuple(flat[a:b]) for a, b in zip(offsets[rows].tolist(), offsets[rows + 1].tolist(), strict=True)]
+    return out
+
+
+def first_appearance_ids(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Renumber ``values`` (where ``valid``) 0, 1, 2, ... in order of first appearance; -1 elsewhere."""
+    out = np.full(len(values), -1, np.int64)
+    v = values[valid]
+    if len(v):
+        _, first, inverse = np.unique(v, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        out[valid] = rank[inverse]
+    return out

@@ -1,0 +1,183 @@
+"""Request traces: readers for the Azure LLM inference trace (CSV) and Mooncake-style JSONL, a JSONL writer, and
+the token-level prefix reuse ratio of a trace.
+
+Both readers return the same frame, one row per request in file order: ``arrival_s`` (seconds after the earliest
+request, full sub-second precision), ``prompt_tokens``, ``output_tokens``, ``hash_ids`` (a tuple of ints; empty
+where the format carries none). Every malformed row raises one :class:`TraceFileError` naming file, line and field.
+
+Shipped traces (``sim/data``, see ``ATTRIBUTION.md``):
+
+* ``AZURE_CONV_TRACE``: the Azure LLM inference conversation trace of 2023, whole (19,366 requests, one hour);
+* ``MOONCAKE_EXAMPLE``: a *synthetic* Mooncake-format example made by edgepop's own generator (not Mooncake data).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from edgepop.errors import DataFileError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+AZURE_CONV_TRACE = DATA_DIR / "azure_llm_conv_2023.csv"
+MOONCAKE_EXAMPLE = DATA_DIR / "mooncake_style_synthetic.jsonl"
+MOONCAKE_BLOCK_TOKENS = 512
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "hash_ids")
+
+
+class TraceFileError(DataFileError):
+    """A malformed trace file; the one-line message names the file, the line (1-based) and the field."""
+
+    def __init__(self, path: object, line: int | None, field: str | None, problem: str):
+        super().__init__(path, line, field, problem)
+        where = str(path) + (f", line {line}" if line is not None else "") + \
+            (f", field '{field}'" if field is not None else "")
+        self.args = (f"{where}: {problem}",)
+
+
+def _frame(arrival_s: np.ndarray, prompt, output, hash_ids) -> pd.DataFrame:
+    return pd.DataFrame({"arrival_s": arrival_s, "prompt_tokens": np.asarray(prompt, np.int64),
+                         "output_tokens": np.asarray(output, np.int64), "hash_ids": hash_ids})
+
+
+def read_azure_trace(path: str | Path) -> pd.DataFrame:
+    """Read an Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``, extra columns ignored).
+
+    TIMESTAMP is an ISO time such as ``2023-11-16 18:15:46.6805900`` (up to nanoseconds, optional UTC offset);
+    ``arrival_s`` is measured from the earliest row (the first one in a time-ordered file) in integer
+    nanoseconds before the conversion to float seconds, so sub-second digits are kept.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFileError(path, None, None, "no such file")
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise TraceFileError(path, None, None, f"not a readable CSV file ({' '.join(str(exc).split())})") from None
+    for col in AZURE_COLUMNS:
+        if col not in raw.columns:
+            raise TraceFileError(path, 1, col, f"missing column in the header (need {','.join(AZURE_COLUMNS)})")
+    if raw.empty:
+        raise TraceFileError(path, None, None, "no data rows")
+    ts = pd.to_datetime(raw.TIMESTAMP.str.strip(), format="ISO8601", errors="coerce", utc=True)
+    _first_bad(path, raw.TIMESTAMP, ts.isna().to_numpy(), "TIMESTAMP", "is not a time like '2023-11-16 18:15:46.68'")
+    ns = ts.dt.as_unit("ns").astype("int64").to_numpy()
+    tokens = []
+    for col in AZURE_COLUMNS[1:]:
+        text = raw[col].str.strip()
+        ok = text.str.fullmatch(r"\d{1,18}").to_numpy(dtype=bool)
+        _first_bad(path, raw[col], ~ok, col, "is not a non-negative integer")
+        tokens.append(text.astype(np.int64).to_numpy())
+    empty = np.empty(len(raw), object)
+    empty.fill(())
+    return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty)
+
+
+def _first_bad(path: Path, values: pd.Series, bad: np.ndarray, field: str, problem: str) -> None:
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceFileError(path, i + 2, field, f"{values.iloc[i]!r} {problem}")  # line 1 is the header
+
+
+def _int_field(path, line, rec, name, required=True):
+    v = rec.get(name)
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TraceFileError(path, line, name, f"{v!r} is not a non-negative integer")
+    return v
+
+
+def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
+    """Read a Mooncake-style JSONL trace: one object per line with ``timestamp`` (ms, number), ``input_length``,
+    ``output_length`` and ``hash_ids`` (list of block ids; optional). Other keys are ignored, as are blank lines.
+
+    This is the format of the traces published with Mooncake (github.com/kvcache-ai/Mooncake), whose hash ids
+    label 512-token prefix blocks.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFileError(path, None, None, "no such file")
+    times, prompts, outputs, hashes = [], [], [], []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise TraceFileError(path, None, None, "not a UTF-8 text file") from None
+    for line, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            rec = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceFileError(path, line, None, f"not valid JSON ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise TraceFileError(path, line, None, "expected a JSON object")
+        ts = rec.get("timestamp")
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
+            raise TraceFileError(path, line, "timestamp", f"{ts!r} is not a non-negative number of milliseconds")
+        hid = rec.get("hash_ids", [])
+        if not isinstance(hid, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 for h in hid):
+            raise TraceFileError(path, line, "hash_ids", f"{hid!r} is not a list of non-negative integers")
+        times.append(ts)
+        prompts.append(_int_field(path, line, rec, "input_length"))
+        outputs.append(_int_field(path, line, rec, "output_length"))
+        hashes.append(tuple(hid))
+    if not times:
+        raise TraceFileError(path, None, None, "no requests")
+    t = np.asarray(times, dtype=np.float64)
+    ids = np.empty(len(hashes), object)
+    ids[:] = hashes
+    return _frame((t - t.min()) / 1e3, prompts, outputs, ids)
+
+
+def write_mooncake_trace(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Write requests (``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``hash_ids``) as Mooncake JSONL;
+    times are rounded to whole milliseconds as in Mooncake's files."""
+    path = Path(path)
+    ms = np.rint(frame.arrival_s.to_numpy() * 1e3).astype(np.int64).tolist()
+    with open(path, "w", encoding="utf-8") as fh:
+        for t, p, o, h in zip(ms, frame.prompt_tokens.tolist(), frame.output_tokens.tolist(),
+                              frame.hash_ids.tolist(), strict=True):
+            fh.write(json.dumps({"timestamp": t, "input_length": p, "output_length": o,
+                                 "hash_ids": list(h)}) + "\n")
+    return path
+
+
+def read_trace(kind: str, path: str | Path | None) -> tuple[pd.DataFrame, str]:
+    """The trace of ``kind`` (``azure`` or ``mooncake``) at ``path`` or the shipped one, and its file name."""
+    if kind == "azure":
+        p = Path(path) if path else AZURE_CONV_TRACE
+        return read_azure_trace(p), p.name
+    if kind == "mooncake":
+        p = Path(path) if path else MOONCAKE_EXAMPLE
+        return read_mooncake_trace(p), p.name
+    raise ValueError(f"not a trace kind: {kind!r}")
+
+
+def prefix_reuse_ratio(hash_ids: Iterable[Sequence[int]], block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+                       input_lengths: Sequence[int] | None = None) -> float:
+    """Share of all input tokens that an unbounded prefix cache would find cached, replaying requests in order.
+
+    A request's blocks hit from its first block up to (not including) the first block id never seen in an earlier
+    request -- a prefix cache cannot reuse a block after a miss; with chained ids such as Mooncake's every seen
+    block lies in that prefix anyway. Every block counts ``block_tokens`` tokens, except that with
+    ``input_lengths`` the last block holds the remainder and tokens beyond the listed blocks count as misses.
+    """
+    seen: set[int] = set()
+    hit = total = 0
+    for i, ids in enumerate(hash_ids):
+        n = len(ids)
+        length = n * block_tokens if input_lengths is None else int(input_lengths[i])
+        k = 0
+        while k < n and ids[k] in seen:
+            k += 1
+        hit += max(0, min(k * block_tokens, length))
+        total += length
+        seen.update(ids)
+    return hit / total if total else 0.0

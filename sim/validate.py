@@ -1,0 +1,43 @@
+"""Checks for values read from scenario files: each raises one one-line UserError naming where, field and value."""
+
+from __future__ import annotations
+
+import math
+
+from edgepop.errors import UserError
+
+
+def number(where: str, name: str, value, lo: float, lo_open: bool = False, hi: float | None = None) -> float:
+    """A finite number >= ``lo`` (> ``lo`` if ``lo_open``) and <= ``hi`` when given, as float."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise UserError(f"{where}: {name} must be a number, got {value!r}")
+    if value < lo or (lo_open and value == lo) or (hi is not None and value > hi):
+        bound = f"in [{lo:g}, {hi:g}]" if hi is not None else f"> {lo:g}" if lo_open else f">= {lo:g}"
+        raise UserError(f"{where}: {name} must be {bound}, got {value!r}")
+    return float(value)
+
+
+def opt_number(where: str, name: str, value, lo: float, lo_open: bool = False) -> float | None:
+    """``number`` or None."""
+    return None if value is None else number(where, name, value, lo, lo_open)
+
+
+def fraction(where: str, name: str, value) -> float:
+    """A share in [0, 1]."""
+    return number(where, name, value, 0.0, hi=1.0)
+
+
+def opt_integer(where: str, name: str, value, lo: int) -> int | None:
+    """None, or an integer (not a bool, not a float) >= ``lo``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise UserError(f"{where}: {name} must be an integer >= {lo}, got {value!r}")
+    return value
+
+
+def boolean(where: str, name: str, value) -> bool:
+    """True or false, nothing else (no 0/1, no strings)."""
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: {name} must be true or false, got {value!r}")
+    return value

@@ -1,0 +1,176 @@
+"""Trace readers and replay: the shipped Azure trace replays with its exact arrival times and token counts,
+Mooncake JSONL round-trips, prefix reuse ratio on hand-made cases, one-line errors for bad rows."""
+
+import csv
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from edgepop.errors import UserError
+from sim.traces import (
+    AZURE_CONV_TRACE,
+    MOONCAKE_EXAMPLE,
+    TraceFileError,
+    prefix_reuse_ratio,
+    read_azure_trace,
+    read_mooncake_trace,
+    write_mooncake_trace,
+)
+from sim.workload import generate
+from sim.workload_config import WorkloadConfig
+
+
+def replay(topo, seed=0, **kw):
+    return generate(WorkloadConfig.from_dict(kw, where="test [workload]"), topo, None, np.random.default_rng(seed))
+
+
+def azure_rows_by_hand():
+    """The shipped CSV parsed independently: exact decimal seconds since the first row, and token counts."""
+    with open(AZURE_CONV_TRACE, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+    times = []
+    for ts, _, _ in rows[1:]:
+        whole, frac = ts.split(".")
+        t = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+        times.append(Decimal(int(t)) + Decimal("0." + frac))
+    seconds = [float(t - times[0]) for t in times]
+    return np.array(seconds), np.array([int(r[1]) for r in rows[1:]]), np.array([int(r[2]) for r in rows[1:]])
+
+
+def test_azure_replay_reproduces_arrival_times_and_token_counts(topo):
+    t, ctx, gen = azure_rows_by_hand()
+    assert len(t) == 19_366
+    w = replay(topo, kind="azure")
+    r = w.requests
+    w.check()
+    assert w.source == "azure_llm_conv_2023.csv" and len(r) == len(t)
+    assert np.abs(r.arrival_s.to_numpy() - t).max() < 1e-9  # sub-microsecond digits kept
+    assert (r.prompt_tokens.to_numpy() == ctx).all() and (r.output_tokens.to_numpy() == gen).all()
+    assert (r.model == "@cf/meta/llama-3.1-8b-instruct").all() and (r.task == "text-generation").all()
+    assert (r.session_id == -1).all() and (r.hash_ids.map(len) == 0).all()
+    # Users are drawn by population.
+    share = r.user_continent.value_counts(normalize=True)
+    pop = topo.demand.groupby("continent").weight.sum()
+    for cont in ("AS", "EU", "NA"):
+        assert abs(share[cont] - pop[cont]) < 4 * np.sqrt(pop[cont] * (1 - pop[cont]) / len(r)), cont
+    # Same seed, same users; another seed, other users, same times and sizes.
+    again, other = replay(topo, kind="azure").requests, replay(topo, seed=1, kind="azure").requests
+    pd.testing.assert_frame_equal(r, again)
+    assert not np.array_equal(other.city, r.city) and np.array_equal(other.arrival_s, r.arrival_s)
+
+
+def test_trace_speed_limit_and_duration(topo):
+    t, ctx, _ = azure_rows_by_hand()
+    fast = replay(topo, kind="azure", trace_speed=4.0, trace_limit=1000, trace_model="@cf/meta/llama-3.2-1b-instruct")
+    assert len(fast) == 1000 and (fast.requests.model == "@cf/meta/llama-3.2-1b-instruct").all()
+    assert np.allclose(fast.requests.arrival_s, t[:1000] / 4.0, rtol=0, atol=1e-9)
+    assert (fast.requests.prompt_tokens.to_numpy() == ctx[:1000]).all()
+    short = replay(topo, kind="azure", duration_s=60.0)
+    assert len(short) == int((t < 60.0).sum())
+    assert len(replay(topo, kind="azure", requests=77)) == 77
+
+
+def test_trace_model_must_be_an_llm(topo):
+    with pytest.raises(UserError, match="text-generation"):
+        replay(topo, kind="azure", trace_model="@cf/baai/bge-m3")
+    with pytest.raises(UserError, match="no-such"):
+        replay(topo, kind="azure", trace_model="@cf/acme/no-such")
+
+
+def test_mooncake_round_trip_and_replay(tmp_path, topo):
+    frame = pd.DataFrame({"arrival_s": [0.0, 0.25, 1.5, 7.001], "prompt_tokens": [1024, 1500, 10, 600],
+                          "output_tokens": [5, 0, 7, 9],
+                          "hash_ids": [(0, 1), (0, 1, 2), (3,), (4, 5)]})
+    path = write_mooncake_trace(frame, tmp_path / "t.jsonl")
+    assert path.read_text().splitlines()[1] == \
+        '{"timestamp": 250, "input_length": 1500, "output_length": 0, "hash_ids": [0, 1, 2]}'
+    back = read_mooncake_trace(path)
+    pd.testing.assert_frame_equal(back, frame)
+    w = replay(topo, kind="mooncake", trace=str(path), trace_speed=0.5)
+    r = w.requests
+    assert np.allclose(r.arrival_s, frame.arrival_s * 2) and list(r.hash_ids) == list(frame.hash_ids)
+    assert list(r.prompt_tokens) == [1024, 1500, 10, 600] and list(r.output_tokens) == [5, 0, 7, 9]
+
+
+def test_mooncake_reader_takes_real_format_extras_and_offsets(tmp_path):
+    p = tmp_path / "real.jsonl"
+    p.write_text('{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]}\n\n'
+                 '{"timestamp": 30535, "input_length": 6472, "output_length": 26, "hash_ids": [46, 47], "x": 1}\n'
+                 '{"timestamp": 30000.5, "input_length": 10, "output_length": 1}\n')
+    t = read_mooncake_trace(p)
+    assert np.allclose(t.arrival_s, [0.0, 3.053, 2.5185]) and t.hash_ids.tolist() == [(46, 47), (46, 47), ()]
+
+
+def test_shipped_mooncake_example_is_consistent():
+    t = read_mooncake_trace(MOONCAKE_EXAMPLE)
+    assert len(t) == 400 and (np.diff(t.arrival_s) >= 0).all()
+    assert (t.hash_ids.map(len) == -(-t.prompt_tokens // 512)).all()
+    assert 0.3 < prefix_reuse_ratio(t.hash_ids, 512, t.prompt_tokens.to_numpy()) < 0.8
+
+
+def test_prefix_reuse_ratio_by_hand():
+    seq = [(1, 2, 3), (1, 2, 4), (5,), (1, 2, 3, 6)]
+    # Hits: request 1 reuses blocks 1, 2 (8 of 10 tokens); request 3 reuses 1, 2, 3 (12 of 15).
+    assert prefix_reuse_ratio(seq, 4, [12, 10, 3, 15]) == pytest.approx(20 / 40)
+    assert prefix_reuse_ratio(seq, 4) == pytest.approx(20 / 44)  # every block counted as full
+    # A seen block after a miss is not reusable by a prefix cache.
+    assert prefix_reuse_ratio([(1, 2), (9, 2)], 4) == 0.0
+    # A whole repeated prompt hits entirely, including its partial last block.
+    assert prefix_reuse_ratio([(1, 2), (1, 2)], 4, [6, 6]) == pytest.approx(0.5)
+    assert prefix_reuse_ratio([], 4) == 0.0
+
+
+@pytest.mark.parametrize("body, line, field", [
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\nnot-a-time,1,1\n",
+     3, "TIMESTAMP"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:47,-3,1\n",
+     3, "ContextTokens"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,4.5\n", 2, "GeneratedTokens"),
+    ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,374\n", 1, "GeneratedTokens"),
+])
+def test_bad_azure_rows_name_file_line_and_field(tmp_path, body, line, field):
+    p = tmp_path / "bad.csv"
+    p.write_text(body)
+    with pytest.raises(TraceFileError) as err:
+        read_azure_trace(p)
+    msg = str(err.value)
+    assert "bad.csv" in msg and f"line {line}" in msg and f"'{field}'" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("body, line, field", [
+    ('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5,\n', 2, None),
+    ('{"timestamp": 0, "output_length": 1}\n', 1, "input_length"),
+    ('{"timestamp": -5, "input_length": 5, "output_length": 1}\n', 1, "timestamp"),
+    ('{"timestamp": 0, "input_length": 5, "output_length": true}\n', 1, "output_length"),
+    ('\n{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "a"]}\n', 2, "hash_ids"),
+    ('[1, 2]\n', 1, None),
+])
+def test_bad_mooncake_rows_name_file_line_and_field(tmp_path, body, line, field):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(body)
+    with pytest.raises(TraceFileError) as err:
+        read_mooncake_trace(p)
+    msg = str(err.value)
+    assert "bad.jsonl" in msg and f"line {line}" in msg and "\n" not in msg
+    if field:
+        assert f"'{field}'" in msg
+
+
+def test_missing_or_empty_trace_files(tmp_path, topo):
+    with pytest.raises(UserError, match="no such file"):
+        replay(topo, kind="azure", trace=str(tmp_path / "nope.csv"))
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(UserError, match="no requests"):
+        read_mooncake_trace(tmp_path / "empty.jsonl")
+    (tmp_path / "head.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    with pytest.raises(UserError, match="no data rows"):
+        read_azure_trace(tmp_path / "head.csv")
+
+
+def test_relative_trace_path_resolves_against_scenario_folder(tmp_path):
+    cfg = WorkloadConfig.from_dict({"kind": "mooncake", "trace": "traces/a.jsonl"}, base_dir=tmp_path)
+    assert cfg.trace == str(tmp_path / "traces" / "a.jsonl")
