@@ -40,7 +40,9 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
     ok = frame.outcome == "ok"
     met = slo_met(frame, slo)
     gen = frame.task == "text-generation"
-    neurons = neurons_array(catalog, frame.model, frame.prompt_tokens, frame.output_tokens)
+    audio = frame.model.isin([s.id for s in catalog if s.unit == "audio-minute"]).to_numpy()
+    units = np.where(audio, frame.prompt_tokens.to_numpy() / 60.0, frame.prompt_tokens.to_numpy())
+    neurons = neurons_array(catalog, frame.model, units, frame.output_tokens)
     neurons = np.where(ok, neurons, 0.0)
     cost = fleet_cost(fleet, duration_s)
     total_gpus = float(fleet.nodes.gpus.sum())

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from controlplane.catalog import Catalog
+from edgepop.errors import UserError
 from sim.scenario import Scenario, load_scenario, with_overrides
 from sim.simulator import Simulation
 
@@ -59,12 +60,17 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
 
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     wl = {}
-    if requests is not None:
-        wl.update(requests=requests, duration_s=None)
-    if duration_s is not None:
-        wl.update(duration_s=duration_s, requests=None)
     if trace is not None:
-        wl.update(trace=str(trace), kind=_trace_kind(trace))
+        wl.update(trace=str(trace), kind=_trace_kind(trace), requests=None, duration_s=None)
+    is_trace = wl.get("kind", sc.workload.kind) != "poisson"
+    if requests is not None:
+        if requests <= 0:
+            raise UserError(f"requests must be positive, got {requests}")
+        wl.update(trace_limit=requests) if is_trace else wl.update(requests=requests, duration_s=None)
+    if duration_s is not None:
+        if is_trace:
+            raise UserError("a duration cannot be combined with trace replay (use --requests to limit it)")
+        wl.update(duration_s=duration_s, requests=None)
     over = {"workload": wl} if wl else {}
     if seed is not None:
         over["seed"] = seed
@@ -77,7 +83,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     perf = build_perf(sc.perf, topo)
     r = rngs(sc.seed)
     workload = generate(sc.workload, topo, catalog, r["workload"])
-    frame = workload.frame
+    frame = workload.requests
     span = float(frame.arrival_s.max()) if len(frame) else 0.0
     mean_rps = sc.planning_rps or (len(frame) / max(span, 1e-9) if len(frame) > 1 else 1.0)
     mix = frame.model.value_counts(normalize=True).to_dict()

@@ -87,7 +87,7 @@ def _typed(cls, raw: dict, where: str):
     return cls(**out)
 
 
-def parse_scenario(doc: dict, source: str) -> Scenario:
+def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scenario:
     from sim.workload import WorkloadConfig
 
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
@@ -97,7 +97,8 @@ def parse_scenario(doc: dict, source: str) -> Scenario:
             raise UserError(f"{source}: unknown table [{key}] (known: workload, edge, central, slo)")
     sc = _typed(Scenario, {"name": Path(source).stem, **top}, source)
     sc.source = source
-    sc.workload = WorkloadConfig.from_dict(tables.get("workload", {}), where=f"{source} [workload]")
+    sc.workload = WorkloadConfig.from_dict(tables.get("workload", {}), where=f"{source} [workload]",
+                                            base_dir=base_dir)
     sc.edge = _typed(DeploymentConfig, tables.get("edge", {}), f"{source} [edge]")
     if "central" in tables and tables["central"].get("enabled", True) is False:
         sc.central = None
@@ -131,7 +132,7 @@ def load_scenario(name_or_path: str | Path = "default") -> Scenario:
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path.name}: not valid TOML: {exc}") from None
-    return parse_scenario(doc, path.name)
+    return parse_scenario(doc, path.name, base_dir=path.parent)
 
 
 def with_overrides(sc: Scenario, **kw) -> Scenario:

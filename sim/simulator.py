@@ -87,6 +87,10 @@ class Simulation:
         self.access_s = access / 1e3
         self.models = workload.model.to_numpy()
         self.prompt = workload.prompt_tokens.to_numpy(dtype=np.int64)
+        # Service times take the catalog's unit: speech prompts are audio seconds, priced and timed per minute.
+        catalog = deployment.plane.catalog
+        audio = np.isin(self.models, [s.id for s in catalog if s.unit == "audio-minute"])
+        self.units = np.where(audio, self.prompt / 60.0, self.prompt).tolist()
         self.output = workload.output_tokens.to_numpy(dtype=np.int64)
         self.session = workload.session_id.to_numpy() if "session_id" in workload else np.full(n, -1)
         self.rib = workload.reject_if_busy.to_numpy() if "reject_if_busy" in workload else np.zeros(n, bool)
@@ -182,7 +186,7 @@ class Simulation:
         """The control plane started ``req`` (now or from a queue): it joins its replica once it is there."""
         k = req.payload
         self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
-        seq = Seq(k, int(self.prompt[k]), int(self.output[k]))
+        seq = Seq(k, self.units[k], int(self.output[k]))
         self.seqs[k] = seq
         eng = self._engine(req.replica)
         at = self.at_node[k]
