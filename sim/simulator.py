@@ -48,6 +48,7 @@ class Deployment:
     ingress_col: str = "ingress"
     access_col: str | None = "access_rtt_ms"
     access_ms: float = 0.0
+    ingress_ids: object = None  # PoP id per ingress key (edge), to report where requests really entered
 
 
 @dataclass
@@ -326,7 +327,8 @@ class Simulation:
             "model": self.models, "task": self.w.task.to_numpy(),
             "user_lat": self.w.user_lat.to_numpy(), "user_lon": self.w.user_lon.to_numpy(),
             "user_country": self.w.user_country.to_numpy(), "user_continent": self.w.user_continent.to_numpy(),
-            "ingress_pop": self.w.ingress_pop.to_numpy(),
+            "ingress_pop": (self.dep.ingress_ids[self.key] if self.dep.ingress_ids is not None
+                            else self.w.ingress_pop.to_numpy()),
             "serving_site": np.where(self.site >= 0, site_ids[np.maximum(self.site, 0)], ""),
             "node": np.where(self.node >= 0, node_ids[np.maximum(self.node, 0)], ""),
             "arrival_s": self.arrival,
