@@ -80,7 +80,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     t_wall = time.perf_counter()
     topo = topo or Topology.load(last_mile_ms=sc.last_mile_ms)
     catalog = Catalog.load(sc.catalog) if sc.catalog else __import__("controlplane.catalog").catalog.default_catalog()
-    perf = build_perf(sc.perf, topo)
+    from sim.perfcache import CachedPerf
+
+    perf = CachedPerf(build_perf(sc.perf, topo))
     r = rngs(sc.seed)
     workload = generate(sc.workload, topo, catalog, r["workload"])
     frame = workload.requests

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from edgepop.cli import main
-from sim.run import run_scenario, write_outputs
+from sim.run import run_scenario
 
 
 @pytest.fixture(scope="module")
