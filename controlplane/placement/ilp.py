@@ -1,19 +1,23 @@
 """``ilp``: minimise the evaluator's objective with a mixed-integer program (scipy.optimize.milp / HiGHS).
 
 The MILP (:mod:`controlplane.placement.ilp_model`) plans with each pair's ``candidates_k`` nearest capable sites
-and one integer count per (node group, model). The solve runs in three steps within ``time_limit_s``:
+and one integer count per (node group, model). Within ``time_limit_s`` the policy runs:
 
-1. the LP relaxation, whose optimum is a lower bound on every plan of the MILP;
-2. a starting plan: the relaxation's counts rounded (fractional counts rounded up in decreasing fraction while
-   the replica still fits the group's GPUs, down otherwise), or another policy's plan (``warm_start``);
-3. HiGHS branch-and-bound from that start (passed as a MIP start through the ``read_solution_file`` option,
-   which scipy hands to HiGHS verbatim): over the whole MILP when it has at most ``exact_max_integers`` integer
-   variables (small problems are solved to proven optimality), otherwise over the relaxation's neighbourhood —
-   every count between the floor and the ceiling of its relaxed value (RENS, a standard MIP heuristic).
+1. the ``warm_start`` policy (greedy-demand by default), then the LP relaxation, whose optimum is a lower bound
+   on every plan of the MILP;
+2. starting plans: the relaxation's counts rounded (fractional counts rounded up, largest fraction first, while
+   the replica still fits its group's GPUs) and the warm-start plan; the one the MILP prices lowest is passed
+   to HiGHS as a MIP start (through the ``read_solution_file`` option, which scipy hands to HiGHS verbatim);
+3. branch-and-bound: on large problems (more than ``exact_max_integers`` integers) first a third of the time
+   on the relaxation's neighbourhood (every count between the floor and ceiling of its relaxed value, widened
+   to hold the starts: RENS, a standard MIP heuristic), then the full MILP from the best plan so far; small
+   problems go straight to the full MILP and are solved to proven optimality (``mip_rel_gap``).
 
-The result reports the mode, HiGHS status, the lower bound and the gap. Counts are packed per GPU (first-fit
+Every candidate plan (starts and the MILP's) is scored by the shared evaluator and the best is returned, with
+the phases, the lower bound and the MILP gap in ``Placement.solver``. Counts are packed per GPU (first-fit
 decreasing, exact re-seating on small nodes, other nodes of the site as fallback); a replica that still fits
-nowhere (the MILP checks memory per group, not per GPU) is dropped and listed in ``Placement.dropped``.
+nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packing cuts make this rare).
+A time-limited solve depends on machine speed; with a generous limit the result is reproducible.
 """
 
 from __future__ import annotations
