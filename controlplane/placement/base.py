@@ -101,8 +101,9 @@ class PlacementProblem:
             prompt, output = TASK_REQUEST_SHAPE[spec.task]
             self.prompt_tokens.setdefault(model, prompt)
             self.output_tokens.setdefault(model, output)
-        self._rtt_cache: dict[int, np.ndarray] = {id(self.fleet): self.rtt}
-        self._networks: dict[int, object] = {}
+        # Per-fleet caches keyed by id(), each entry holding the fleet itself so the id cannot be recycled.
+        self._rtt_cache: dict[int, tuple[Fleet, np.ndarray]] = {id(self.fleet): (self.fleet, self.rtt)}
+        self._networks: dict[int, tuple[Fleet, object]] = {}
         check_fleet_fits(self, self.fleet)
 
     # ------------------------------------------------------------------ construction helpers
@@ -172,8 +173,9 @@ class PlacementProblem:
         """Ingress x site RTT for ``fleet`` (the problem's own matrix for its own fleet)."""
         key = id(fleet)
         if key not in self._rtt_cache:
-            self._rtt_cache[key] = ingress_site_rtt(self.topo, fleet)
-        return self._rtt_cache[key]
+            self._trim(self._rtt_cache)
+            self._rtt_cache[key] = (fleet, ingress_site_rtt(self.topo, fleet))
+        return self._rtt_cache[key][1]
 
     def network(self, fleet: Fleet | None = None):
         """The precomputed arrays (capacities, candidate sites) for ``fleet`` (default: the problem's)."""
@@ -183,8 +185,14 @@ class PlacementProblem:
         key = id(fleet)
         if key not in self._networks:
             check_fleet_fits(self, fleet)
-            self._networks[key] = Network(self, fleet)
-        return self._networks[key]
+            self._trim(self._networks)
+            self._networks[key] = (fleet, Network(self, fleet))
+        return self._networks[key][1]
+
+    def _trim(self, cache: dict, keep: int = 4) -> None:
+        """Bound a per-fleet cache (policies like ``central`` build a fresh fleet per call)."""
+        for key in [k for k in cache if k != id(self.fleet)][:max(0, len(cache) - keep)]:
+            del cache[key]
 
 
 def check_fleet_fits(problem: PlacementProblem, fleet: Fleet) -> None:

@@ -178,7 +178,9 @@ def print_tables(s: dict, out: Path | None) -> None:
               f"unserved {s['unserved_rps']:.1f} req/s")
     if s["dropped_replicas"]:
         con.print(f"[yellow]{s['dropped_replicas']} planned replica(s) did not fit their GPUs and were dropped[/]")
-    if s["solver"]:
-        con.print("solver: " + ", ".join(f"{k}={v}" for k, v in s["solver"].items()))
+    brief = {k: s["solver"][k] for k in ("baseline", "mode", "plan", "status", "milp_gap", "lower_bound_ms",
+                                         "solve_s") if s["solver"].get(k) is not None}
+    if brief:
+        con.print("solver: " + ", ".join(f"{k}={v}" for k, v in brief.items()) + " (all figures: --json)")
     if out:
         con.print(f"wrote {out / 'placement.parquet'} and {out / 'summary.json'}")

@@ -1,19 +1,23 @@
 """``ilp``: minimise the evaluator's objective with a mixed-integer program (scipy.optimize.milp / HiGHS).
 
 The MILP (:mod:`controlplane.placement.ilp_model`) plans with each pair's ``candidates_k`` nearest capable sites
-and one integer count per (node group, model). The solve runs in three steps within ``time_limit_s``:
+and one integer count per (node group, model). Within ``time_limit_s`` the policy runs:
 
-1. the LP relaxation, whose optimum is a lower bound on every plan of the MILP;
-2. a starting plan: the relaxation's counts rounded (fractional counts rounded up in decreasing fraction while
-   the replica still fits the group's GPUs, down otherwise), or another policy's plan (``warm_start``);
-3. HiGHS branch-and-bound from that start (passed as a MIP start through the ``read_solution_file`` option,
-   which scipy hands to HiGHS verbatim): over the whole MILP when it has at most ``exact_max_integers`` integer
-   variables (small problems are solved to proven optimality), otherwise over the relaxation's neighbourhood —
-   every count between the floor and the ceiling of its relaxed value (RENS, a standard MIP heuristic).
+1. the ``warm_start`` policy (greedy-demand by default), then the LP relaxation, whose optimum is a lower bound
+   on every plan of the MILP;
+2. starting plans: the relaxation's counts rounded (fractional counts rounded up, largest fraction first, while
+   the replica still fits its group's GPUs) and the warm-start plan; the one the MILP prices lowest is passed
+   to HiGHS as a MIP start (through the ``read_solution_file`` option, which scipy hands to HiGHS verbatim);
+3. branch-and-bound: on large problems (more than ``exact_max_integers`` integers) first a third of the time
+   on the relaxation's neighbourhood (every count between the floor and ceiling of its relaxed value, widened
+   to hold the starts: RENS, a standard MIP heuristic), then the full MILP from the best plan so far; small
+   problems go straight to the full MILP and are solved to proven optimality (``mip_rel_gap``).
 
-The result reports the mode, HiGHS status, the lower bound and the gap. Counts are packed per GPU (first-fit
+Every candidate plan (starts and the MILP's) is scored by the shared evaluator and the best is returned, with
+the phases, the lower bound and the MILP gap in ``Placement.solver``. Counts are packed per GPU (first-fit
 decreasing, exact re-seating on small nodes, other nodes of the site as fallback); a replica that still fits
-nowhere (the MILP checks memory per group, not per GPU) is dropped and listed in ``Placement.dropped``.
+nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packing cuts make this rare).
+A time-limited solve depends on machine speed; with a generous limit the result is reproducible.
 """
 
 from __future__ import annotations
@@ -56,68 +60,84 @@ class IlpPlacement(PlacementPolicy):
             raise UserError("ilp option warm_start cannot be 'ilp' itself")
         t0 = time.perf_counter()
         net = problem.network()
-        seeded = None  # the warm-start policy's plan, already scored by the evaluator
+        plans: dict[str, Placement] = {}  # candidate answers, each scored by the evaluator
         if self.warm_start not in ("rounding", "none"):
-            seeded = get_policy(self.warm_start).place(problem, rng)
+            plans[self.warm_start] = get_policy(self.warm_start).place(problem, rng)
+        seed_s = time.perf_counter() - t0
         extra = None
-        if seeded is not None:  # make sure the MILP has a unit for every replica of the seeded plan
+        if plans:  # make sure the MILP has a unit for every replica of the seeded plan
             group_of, first = net.site_groups()
             extra = np.zeros((len(first), net.n_models), dtype=bool)
-            np.logical_or.at(extra, group_of, seeded.counts > 0)
+            np.logical_or.at(extra, group_of, plans[self.warm_start].counts > 0)
         k = min(int(self.candidates_k), problem.candidates_k)
         model = IlpModel(net, k, self.memory_tiebreak_ms_per_gb, extra)
         t_lp = time.perf_counter()
         relaxed = model.relaxation()
-        reserve = time.perf_counter() - t_lp  # scoring the MILP's plan afterwards costs about one such LP
         if relaxed.status != 0:
             raise UserError(f"ilp placement: the LP relaxation failed ({relaxed.message})")
+        # Scoring the MILP's plan at the end costs about one LP of this size plus packing: keep that time.
+        deadline = t0 + self.time_limit_s - 1.5 * (time.perf_counter() - t_lp)
         c_relaxed = relaxed.x[model.prog.n:]
-        starts = {}  # name -> counts per unit
-        if self.warm_start != "none":
-            starts["rounding"] = round_relaxation(model, c_relaxed)
-        if seeded is not None:
-            starts[self.warm_start] = model.unit_counts(seeded.counts)
-        completed = {name: model.complete(c) for name, c in starts.items()}
-        completed = {name: x for name, x in completed.items() if x is not None}
-        x0 = min(completed.values(), key=lambda x: model.cost @ x, default=None)
-        n_int = len(model.unit_group)
-        mode = "exact" if n_int <= self.exact_max_integers else "rens"
-        lower, upper = np.zeros(model.n), model.upper.copy()
-        if mode == "rens":  # counts between floor and ceiling of the relaxation, widened to hold the starts
-            lower[model.prog.n:] = np.minimum.reduce([np.floor(c_relaxed + 1e-6), *starts.values()])
-            upper[model.prog.n:] = np.maximum.reduce([np.ceil(c_relaxed - 1e-6), *starts.values()])
+        starts = {} if self.warm_start == "none" else {"rounding": round_relaxation(model, c_relaxed)}
+        if self.warm_start in plans:
+            starts[self.warm_start] = model.unit_counts(plans[self.warm_start].counts)
+        solutions = {name: model.complete(c) for name, c in starts.items()}
+        solutions = {name: x for name, x in solutions.items() if x is not None}
+        if "rounding" in solutions:
+            plans["rounding"] = self._placement(problem, model, solutions["rounding"])
+        x0 = min(solutions.values(), key=lambda x: model.cost @ x, default=None)
+        mode = "exact" if len(model.unit_group) <= self.exact_max_integers else "rens+exact"
         prep_s = time.perf_counter() - t0
-        left = self.time_limit_s - prep_s - reserve
-        res, status = None, "no time left for branch-and-bound"
-        if left > 0.2:
-            res = self._solve(model, lower, upper, x0, left)
-            status = {0: "optimal", 1: "time limit"}.get(res.status, res.message)
-        bound = float(relaxed.fun)
-        if mode == "exact" and res is not None and res.mip_dual_bound is not None and res.status == 0:
-            bound = max(bound, float(res.mip_dual_bound))
-        solver = {"mode": mode, "status": status, "warm_start": self.warm_start, "lower_bound_ms": round(bound, 6),
-                  "start_objectives_ms": {n: round(float(model.cost @ x), 6) for n, x in completed.items()},
-                  "prepare_s": round(prep_s, 3), "variables": int(model.n), "integers": n_int,
-                  "constraints": int(model.A.shape[0]), "candidates_k": k}
+        res, phases, bound = self._branch_and_bound(model, mode, c_relaxed, list(starts.values()), x0, deadline)
+        if res is not None and res.x is not None:
+            solutions["milp"] = res.x
+            plans["milp"] = self._placement(problem, model, res.x)
+        if not plans:
+            raise UserError(f"ilp placement found no plan within {self.time_limit_s:g} s; raise the time limit")
+        bound = max(float(relaxed.fun), bound)
         # The MILP plans with static candidate sites; the evaluator routes to the k nearest replicas. A plan
         # the MILP ranks higher can score lower there (more so when branch-and-bound stopped early): every
         # candidate plan is scored by the evaluator and the best one is returned.
-        plans = [(n, completed[n]) for n in completed if n != self.warm_start]
-        if res is not None and res.x is not None:
-            plans.append(("milp", res.x))
-        best = seeded
-        if best is not None:  # the seeded plan as this policy's answer, unless a better one turns up
-            best.policy, best.solver = self.name, dict(solver, plan=self.warm_start)
-        for name, x in plans:
-            found = float(model.cost @ x)
-            placement = self._placement(problem, model, x, dict(
-                solver, plan=name, ilp_objective_ms=round(found, 6), milp_gap=round(max(0.0, 1 - bound / found), 6)))
-            if best is None or placement.objective_ms < best.objective_ms - 1e-9:
-                best = placement
-        if best is None:
-            raise UserError(f"ilp placement found no plan within {self.time_limit_s:g} s; raise the time limit")
-        best.solver["solve_s"] = round(time.perf_counter() - t0, 3)
+        name = min(plans, key=lambda n: (plans[n].objective_ms, n != "milp"))
+        best = plans[name]
+        found = float(model.cost @ solutions[name]) if name in solutions else None
+        best.policy = self.name
+        best.solver = {
+            "mode": mode, "plan": name, "status": phases[-1]["status"] if phases else "no time for branch-and-bound",
+            "phases": phases, "warm_start": self.warm_start, "warm_start_s": round(seed_s, 3),
+            "ilp_objective_ms": None if found is None else round(found, 6), "lower_bound_ms": round(bound, 6),
+            "milp_gap": None if not found else round(max(0.0, 1 - bound / found), 6),
+            "start_objectives_ms": {n: round(float(model.cost @ x), 6) for n, x in solutions.items() if n != "milp"},
+            "evaluated_ms": {n: round(p.objective_ms, 6) for n, p in plans.items()},
+            "prepare_s": round(prep_s, 3), "solve_s": round(time.perf_counter() - t0, 3), "variables": int(model.n),
+            "integers": len(model.unit_group), "constraints": int(model.A.shape[0]), "candidates_k": k,
+            "dropped_replicas": len(best.dropped)}
         return best
+
+    def _branch_and_bound(self, model: IlpModel, mode: str, c_relaxed: np.ndarray, starts: list[np.ndarray],
+                          x0: np.ndarray | None, deadline: float):
+        """Run HiGHS until ``deadline``: RENS for a third of the time (large problems), then the full MILP.
+
+        Returns (best result or None, phase reports, lower bound from the full MILP or -inf)."""
+        res, phases, bound = None, [], -np.inf
+        if mode != "exact" and deadline - time.perf_counter() > 0.5:
+            # Counts between floor and ceiling of the relaxation, widened to hold the starts: quick to improve
+            # when capacity binds; the full MILP then continues from its plan.
+            lower, upper = np.zeros(model.n), model.upper.copy()
+            lower[model.prog.n:] = np.minimum.reduce([np.floor(c_relaxed + 1e-6), *starts])
+            upper[model.prog.n:] = np.maximum.reduce([np.ceil(c_relaxed - 1e-6), *starts])
+            res = self._solve(model, lower, upper, x0, (deadline - time.perf_counter()) / 3)
+            phases.append(_phase("rens", res))
+            if res.x is not None and (x0 is None or res.fun < model.cost @ x0):
+                x0 = res.x
+        if deadline - time.perf_counter() > 0.5:
+            full = self._solve(model, np.zeros(model.n), model.upper, x0, deadline - time.perf_counter())
+            phases.append(_phase("exact", full))
+            if full.mip_dual_bound is not None and np.isfinite(full.mip_dual_bound):
+                bound = float(full.mip_dual_bound)  # a lower bound for every plan of the MILP
+            if full.x is not None and (res is None or res.x is None or full.fun <= res.fun):
+                res = full
+        return res, phases, bound
 
     def _solve(self, model: IlpModel, lower: np.ndarray, upper: np.ndarray, x0: np.ndarray | None, seconds: float):
         opts = {"time_limit": float(seconds), "mip_rel_gap": float(self.mip_rel_gap), "disp": bool(self.verbose)}
@@ -131,13 +151,18 @@ class IlpPlacement(PlacementPolicy):
             return milp(model.cost, constraints=model.constraints, integrality=model.integrality,
                         bounds=Bounds(lower, upper), options=opts)
 
-    def _placement(self, problem, model: IlpModel, x: np.ndarray, solver: dict) -> Placement:
+    def _placement(self, problem, model: IlpModel, x: np.ndarray) -> Placement:
         net = model.net
         ledger, dropped = pack_groups(net, model.groups, model.group_counts(x[model.prog.n:]),
                                       fallback=model.site_nodes)
         sites = problem.fleet.sites.site_id.to_numpy()
         dropped = [(sites[model.g_site[g]], net.node_gpu[model.first[g]], net.models[m]) for g, m in dropped]
-        return Placement(problem, problem.fleet, self.name, ledger.placements(), dropped, solver)
+        return Placement(problem, problem.fleet, self.name, ledger.placements(), dropped)
+
+
+def _phase(name: str, res) -> dict:
+    status = {0: "optimal", 1: "time limit"}.get(res.status, str(res.message))
+    return {"phase": name, "status": status, "objective_ms": None if res.x is None else round(float(res.fun), 6)}
 
 
 def round_relaxation(model: IlpModel, c_relaxed: np.ndarray) -> np.ndarray:

@@ -56,18 +56,19 @@ class IlpModel:
         memory = sp.csr_matrix((net.replica_bytes[um] / 1e9, (ug, c_col)), shape=(len(first), n))
         at_least_one = sp.csr_matrix((np.ones(n_c), (um, c_col)), shape=(net.n_models, n))
         strong = self._local_links(y_pair, y_site, y_rtt, c_col)
+        useful = size[ug] * (net.node_gpus[first[ug]] // net.tp[um])
+        upper_c = np.minimum(size[ug] * net.max_replicas[first[ug], um], useful)
+        packing, packing_rhs = self._packing_cuts(c_col, upper_c, gpus)
         pad = sp.csr_matrix((prog.A_eq.shape[0], n_c)), sp.csr_matrix((prog.A_ub.shape[0], n_c))
         self.A = sp.vstack([sp.hstack([prog.A_eq, pad[0]]), sp.hstack([prog.A_ub, pad[1]]), link, memory,
-                            at_least_one, strong]).tocsr()
+                            at_least_one, strong, packing]).tocsr()
         inf = np.inf
         self.lo = np.concatenate([prog.b_eq, np.full(prog.A_ub.shape[0] + n_c + len(first), -inf),
-                                  np.ones(net.n_models), np.full(strong.shape[0], -inf)])
+                                  np.ones(net.n_models), np.full(strong.shape[0] + len(packing_rhs), -inf)])
         self.hi = np.concatenate([prog.b_eq, prog.b_ub, np.zeros(n_c), gpus * net.gpu_limit[first] / 1e9 - 1e-5,
-                                  np.full(net.n_models, inf), np.zeros(strong.shape[0])])
+                                  np.full(net.n_models, inf), np.zeros(strong.shape[0]), packing_rhs])
         self.cost = np.concatenate([prog.cost, tiebreak * net.replica_bytes[um] / 1e9])
-        useful = size[ug] * (net.node_gpus[first[ug]] // net.tp[um])
-        self.upper = np.concatenate([np.full(prog.n, inf),
-                                     np.minimum(size[ug] * net.max_replicas[first[ug], um], useful)])
+        self.upper = np.concatenate([np.full(prog.n, inf), upper_c])
         self.integrality = np.concatenate([np.zeros(prog.n), np.ones(n_c)])
         self.groups = [np.flatnonzero(self.group_of == g) for g in range(len(first))]
         # The other nodes of each group's site: where a replica that does not fit its group may still go.
@@ -83,6 +84,34 @@ class IlpModel:
     def relaxation(self):
         """The LP relaxation (its optimum is a lower bound on the MILP's)."""
         return milp(self.cost, constraints=self.constraints, bounds=Bounds(np.zeros(self.n), self.upper))
+
+    def _packing_cuts(self, c_col, upper_c, gpus) -> tuple[sp.csr_matrix, np.ndarray]:
+        """Per-GPU packing, which group memory alone misses, as valid inequalities for multi-GPU groups.
+
+        For a dual-feasible function f (here Fekete-Schepers u_k, k = 1..6) the items on one GPU satisfy
+        sum f(bytes / GPU limit) <= 1, so over a group: sum_u tp_u f(x_u) c_u <= GPUs. E.g. a 70B replica
+        (41.7 GB of a 48 GB L40S on each of two GPUs) leaves no room for an 11 GB model on that node.
+        """
+        net, ug, um = self.net, self.unit_group, self.unit_model
+        multi = net.node_gpus[self.first[ug]] >= 2
+        x = net.bytes_per_gpu[um] / net.gpu_limit[self.first[ug]]
+        rows, cols, vals, rhs = [], [], [], []
+        for k in range(1, 7):
+            scaled = (k + 1) * x
+            f = np.where(np.isclose(scaled, np.round(scaled)), x, np.floor(scaled + 1e-12) / k)
+            coef = np.where(multi, net.tp[um] * f, 0.0)
+            for g in np.unique(ug[coef > 0]):
+                units = np.flatnonzero((ug == g) & (coef > 0))
+                if coef[units] @ upper_c[units] <= gpus[g] + 1e-9:
+                    continue  # cannot bind
+                rows.append(np.full(len(units), len(rhs)))
+                cols.append(c_col[units])
+                vals.append(coef[units])
+                rhs.append(float(gpus[g]) + 1e-9)
+        if not rhs:
+            return sp.csr_matrix((0, self.n)), np.zeros(0)
+        return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                             shape=(len(rhs), self.n)), np.array(rhs)
 
     def _local_links(self, y_pair, y_site, y_rtt, c_col) -> sp.csr_matrix:
         """y[p, own site] - demand_p * (replicas of the model at that site) <= 0, for flows at 0 ms."""

@@ -145,8 +145,7 @@ class Placement:
             "replicas": len(self.table), "dropped_replicas": len(self.dropped),
             "dropped": [{"site_id": str(s), "gpu": str(g), "model": str(m)} for s, g, m in self.dropped],
             "coverage": {f"within_{t:g}ms": round(float(cov[f"within_{t:g}ms"].dot(w)), 6) for t in thresholds},
-            "models": {m: {k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}
-                       for m, r in cov.replace({np.nan: None}).to_dict("index").items()},
+            "models": {m: {k: _json_number(v) for k, v in r.items()} for m, r in cov.to_dict("index").items()},
             "memory": {"used_gb": round(float(mem.used_gb.sum()), 2), "total_gb": round(float(mem.total_gb.sum()), 2),
                        "by_gpu": {g: {"used_gb": round(float(r.used_gb), 2), "total_gb": round(float(r.total_gb), 2),
                                       "share": round(float(r.share), 6)} for g, r in mem.iterrows()}},
@@ -160,3 +159,10 @@ class Placement:
     def __repr__(self) -> str:
         return (f"Placement({self.policy!r}, fleet={self.fleet.name!r}, replicas={len(self.table)}, "
                 f"objective_ms={self.objective_ms:.3f})")
+
+
+def _json_number(v):
+    """Rounded float (None for NaN, e.g. the mean RTT of a model nothing serves), or the value as is."""
+    if isinstance(v, float | np.floating):
+        return None if np.isnan(v) else round(float(v), 6)
+    return int(v) if isinstance(v, np.integer) else v

@@ -40,10 +40,11 @@ def tiny_problem(topo, rates) -> PlacementProblem:
 def brute_force(problem: PlacementProblem, max_per_model: int) -> float:
     """Best evaluator objective over every per-node count vector that packs onto the GPUs."""
     net = problem.network()
-    per_node = [c for c in itertools.product(range(max_per_model + 1), repeat=net.n_models)
-                if np.dot(c, net.bytes_per_gpu) <= net.gpu_limit[0]]
+    per_node = [[c for c in itertools.product(range(max_per_model + 1), repeat=net.n_models)
+                 if np.dot(c, net.replica_bytes) <= net.gpu_limit[n] * net.node_gpus[n]
+                 and all(net.fits[n, m] or not c[m] for m in range(net.n_models))] for n in range(net.n_nodes)]
     best = np.inf
-    for combo in itertools.product(per_node, repeat=net.n_nodes):
+    for combo in itertools.product(*per_node):
         counts = np.array(combo)
         if (counts.sum(axis=0) == 0).any():
             continue  # a demanded model without any replica is not an acceptable placement
@@ -89,6 +90,20 @@ def test_ilp_matches_brute_force_and_greedy_never_beats_it(topo, rates):
     assert ilp.objective_ms == pytest.approx(best, rel=1e-6, abs=1e-6)
     greedy = get_policy("greedy-demand").place(problem, np.random.default_rng(0))
     assert greedy.objective_ms >= ilp.objective_ms - 1e-6
+
+
+def test_ilp_is_optimal_with_multi_gpu_nodes_and_tensor_parallel(topo):
+    # BEG: an L40S x2 node (96 GB) and an L4; BOD: an L4. The 70B spans both L40S GPUs (41.7 GB each), so
+    # per-GPU packing, not node memory, decides what else fits beside it.
+    models = ["@cf/meta/llama-3.3-70b-instruct-fp8-fast", "@cf/meta/llama-3.2-3b-instruct",
+              "@cf/meta/llama-3.2-1b-instruct"]
+    demand = pd.DataFrame([[1.5, 6.0, 9.0], [0.5, 3.0, 5.0], [1.0, 4.0, 8.0]], index=["BEG", "BOD", "BUD"],
+                          columns=models)
+    problem = PlacementProblem(topo, default_catalog(), edge_fleet(topo, ["BEG", "BOD"]), demand)
+    ilp = get_policy("ilp", **EXACT).place(problem, np.random.default_rng(0))
+    assert not ilp.dropped and ilp.solver["status"] == "optimal"
+    assert ilp.objective_ms == pytest.approx(brute_force(problem, max_per_model=2), rel=1e-6, abs=1e-6)
+    ilp.check_memory()
 
 
 def test_extra_replica_on_a_full_gpu_adds_nothing(topo):

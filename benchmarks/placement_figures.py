@@ -1,0 +1,87 @@
+"""Benchmark: placement policies on the full topology (339 PoP sites, 338 ingress PoPs) with 20 models.
+
+Figures: the ``ilp`` policy's wall time under its default 10 s budget (goal <= 10 s) and what it reached, the
+greedy objective and its ratio to the ILP's (goal within 5%), everywhere-fits and central (big3) for scale, and
+(unless quick) the ILP given 60 s. Objectives are the shared evaluator's expected RTT per request in ms.
+
+Run: python benchmarks/placement_figures.py [--quick]. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+# 18 Workers-AI-style models plus two of the executable stand-ins: every task, every size class.
+BENCH_EXTRA = ["@cf/meta/llama-3.1-8b-instruct-fp8", "@cf/google/gemma-3-12b-it",
+               "@cf/deepseek-ai/deepseek-r1-distill-qwen-32b", "@cf/qwen/qwen2.5-coder-32b-instruct",
+               "@cf/baai/bge-large-en-v1.5", "@cf/baai/bge-m3", "@cf/openai/whisper-large-v3-turbo",
+               "@edgepop/gpt2-small", "@edgepop/all-minilm-l6-v2"]
+
+
+def bench_mix(n_models: int) -> dict[str, float]:
+    """The default mix (90% of requests) plus further models sharing the remaining 10%, ``n_models`` in all."""
+    from controlplane.forecast import DEFAULT_MIX
+
+    extra = BENCH_EXTRA[:max(0, n_models - len(DEFAULT_MIX))]
+    base = dict(list(DEFAULT_MIX.items())[:n_models])
+    total = sum(base.values())
+    mix = {m: (0.9 if extra else 1.0) * s / total for m, s in base.items()}
+    mix.update({m: 0.1 / len(extra) for m in extra})
+    return mix
+
+
+def _timed(policy, problem, **options):
+    from controlplane.placement import get_policy
+
+    t = time.perf_counter()
+    placement = get_policy(policy, **options).place(problem, np.random.default_rng(0))
+    return placement, time.perf_counter() - t
+
+
+def run(quick: bool) -> dict:
+    """Placement figures as a flat dict (``quick``: 8 models at 5,000 req/s and no 60 s ILP run)."""
+    from controlplane.placement import PlacementProblem
+    from topology import Topology
+
+    n_models, rps, budget = (8, 5_000.0, 10.0) if quick else (20, 20_000.0, 10.0)
+    topo = Topology.load()
+    problem = PlacementProblem.build(topo, total_rps=rps, mix=bench_mix(n_models))
+    net = problem.network()
+    out = {"sites": net.n_sites, "ingress_pops": int(len(set(net.pair_ingress))), "models": net.n_models,
+           "gpu_nodes": net.n_nodes, "total_rps": rps, "ilp_time_limit_s": budget}
+    greedy, greedy_s = _timed("greedy-demand", problem)
+    ilp, ilp_s = _timed("ilp", problem, time_limit_s=budget)
+    out.update({
+        "ilp_solve_s": round(ilp_s, 2), "ilp_objective_ms": round(ilp.objective_ms, 4),
+        "ilp_plan": ilp.solver.get("plan"), "ilp_status": ilp.solver.get("status"),
+        "ilp_mode": ilp.solver.get("mode"), "ilp_milp_gap": ilp.solver.get("milp_gap"),
+        "ilp_integers": ilp.solver.get("integers"), "ilp_variables": ilp.solver.get("variables"),
+        "greedy_s": round(greedy_s, 2), "greedy_objective_ms": round(greedy.objective_ms, 4),
+        "greedy_over_ilp": round(greedy.objective_ms / ilp.objective_ms, 4),
+    })
+    for name, options in (("everywhere_fits", ("everywhere-fits", {})), ("central_big3", ("central", {}))):
+        placement, seconds = _timed(options[0], problem, **options[1])
+        out[f"{name}_objective_ms"] = round(placement.objective_ms, 4)
+        out[f"{name}_s"] = round(seconds, 2)
+    if not quick:
+        long, long_s = _timed("ilp", problem, time_limit_s=60.0)
+        out.update({"ilp60_solve_s": round(long_s, 2), "ilp60_objective_ms": round(long.objective_ms, 4),
+                    "ilp60_plan": long.solver.get("plan"), "ilp60_status": long.solver.get("status"),
+                    "ilp60_milp_gap": long.solver.get("milp_gap"),
+                    "greedy_over_ilp60": round(greedy.objective_ms / long.objective_ms, 4)})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="8 models at 5,000 req/s, no 60 s ILP run")
+    args = ap.parse_args()
+    print(json.dumps(run(args.quick)))
+
+
+if __name__ == "__main__":
+    main()
