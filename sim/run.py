@@ -46,7 +46,7 @@ def build_perf(spec: str, topo):
         return Roofline.from_topology(topo)
     from controlplane.perf_profile import MeasuredProfile
 
-    return MeasuredProfile.from_file(spec)
+    return MeasuredProfile.load(spec)
 
 
 def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,

@@ -22,12 +22,15 @@ from controlplane.placement.result import Placement
 @register_policy("central")
 @dataclass
 class Central(PlacementPolicy):
-    """Options: ``baseline``: a named region set (``us-east``, ``big3``, ``global-6``) or comma-separated ids."""
+    """Options: ``baseline``: a named region set (``us-east``, ``big3``, ``global-6``) or comma-separated ids;
+    ``scale``: central's GPU budget relative to the problem's fleet (1.0 = the same GPUs, 0.5 = half the nodes)."""
 
     baseline: str = "big3"
+    scale: float = 1.0
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
-        fleet = central_fleet(problem.topo, self.baseline, like=problem.fleet)
+        regions = [r.strip() for r in self.baseline.split(",")] if "," in self.baseline else self.baseline
+        fleet = central_fleet(problem.topo, regions, like=problem.fleet, scale=self.scale)
         net = problem.network(fleet)
         nearest = net.cand_site[:, 0]
         need = np.zeros((net.n_sites, net.n_models))
