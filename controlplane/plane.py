@@ -160,8 +160,7 @@ class ControlPlane:
         started: list[Request] = []
         due = [r for r in self.state.loading if r.ready_at <= now]
         for r in sorted(due, key=lambda r: r.id):
-            self.state.loading.discard(r)
-            r.status = READY
+            self.state.set_ready(r)
             started += self.drain(r, now)
         if self.autoscaler is not None:
             self.autoscaler.tick(self, now)

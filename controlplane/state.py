@@ -63,6 +63,20 @@ class SiteQueue(deque):
         return len(self) < queue_limit * len(self.replicas)
 
 
+class ModelStats:
+    """Running totals per model so a router can skip scans that cannot succeed (a saturated fleet).
+
+    ``free``: free slots over READY, up replicas; ``cold``: COLD or LOADING replicas that are up. Kept exact by
+    Replica._start/_release and by :meth:`ClusterState.refresh` after any status or health change.
+    """
+
+    __slots__ = ("free", "cold")
+
+    def __init__(self):
+        self.free = 0
+        self.cold = 0
+
+
 @dataclass(slots=True, eq=False)
 class Replica:
     """One model replica on ``tp`` GPUs of one node."""
@@ -87,6 +101,7 @@ class Replica:
     est_prefill_a: float = 0.0  # prefill_ms ~ a + b * tokens (for routing predictions)
     est_prefill_b: float = 0.0
     est_request_ms: float = 0.0  # typical busy time of one request on this replica
+    stats: ModelStats | None = None
 
     @property
     def model(self) -> str:
@@ -105,6 +120,7 @@ class Replica:
         return (self.active + len(self.queue) / len(self.queue.replicas)) / self.slots
 
     def _start(self, req: Request, now: float) -> None:
+        self.stats.free -= 1
         self.active += 1
         self.kv_used += req.kv_tokens
         self.running.add(req)
@@ -114,6 +130,8 @@ class Replica:
     def _release(self, req: Request, now: float) -> None:
         self.running.remove(req)
         self.active -= 1
+        if self.up and self.status == READY:
+            self.stats.free += 1
         self.kv_used -= req.kv_tokens
         self.last_busy = now
 
@@ -139,6 +157,7 @@ class ClusterState:
         self.by_model: dict[str, list[Replica]] = {}
         self._cand: dict[tuple[int, str], tuple[list[Replica], list[float]]] = {}
         self.site_queues: dict[tuple[int, str], SiteQueue] = {}
+        self.stats: dict[str, ModelStats] = {}
         self._rep_sites: dict[str, np.ndarray] = {}
         self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
         for i, row in enumerate(placement.itertuples()):
@@ -170,6 +189,7 @@ class ClusterState:
         r = Replica(len(self.replicas), spec, node, int(self.node_site[node]), str(self.node_gpu[node]),
                     tuple(gpu_index), spec.max_batch, kv, self.queue_limit, status=status, ready_at=ready_at,
                     up=bool(self.node_up[node]))
+        r.stats = self.stats.setdefault(spec.id, ModelStats())
         r.queue = self.site_queues.setdefault((r.site, spec.id), SiteQueue())
         r.queue.replicas.append(r)
         self.replicas.append(r)
@@ -178,6 +198,7 @@ class ClusterState:
         self.by_model.setdefault(spec.id, []).append(r)
         self._cand.clear()
         self._rep_sites.pop(spec.id, None)
+        self.refresh(spec.id)
         return r
 
     def _reserve(self, spec: ModelSpec, node: int, gpu_index: tuple, sign: int) -> None:
@@ -194,6 +215,7 @@ class ClusterState:
         if r.status != COLD:
             self._reserve(r.spec, r.node, r.gpu_index, -1)
             r.status = COLD
+            self.refresh(r.model)
 
     def fits_back(self, r: Replica) -> bool:
         """Whether a COLD replica's GPUs still have room to load it again."""
@@ -209,6 +231,7 @@ class ClusterState:
         self._reserve(r.spec, r.node, r.gpu_index, +1)
         r.status, r.ready_at = LOADING, now + load_s
         self.loading.add(r)
+        self.refresh(r.model)
         return True
 
     # ---------------------------------------------------------------- health
@@ -218,7 +241,23 @@ class ClusterState:
         hit = [r for r in self.replicas if r.node == node]
         for r in hit:
             r.up = up
+        for model in {r.model for r in hit}:
+            self.refresh(model)
         return hit
+
+    def set_ready(self, r: Replica) -> None:
+        """A LOADING replica finished loading its weights."""
+        self.loading.discard(r)
+        r.status = READY
+        self.refresh(r.model)
+
+    def refresh(self, model: str | None = None) -> None:
+        """Recompute the per-model totals (after status or health changes; cheap, they are rare)."""
+        for m in ([model] if model is not None else list(self.by_model)):
+            st = self.stats.setdefault(m, ModelStats())
+            reps = self.by_model.get(m, [])
+            st.free = sum(r.slots - r.active for r in reps if r.up and r.status == READY)
+            st.cold = sum(1 for r in reps if r.up and r.status != READY)
 
     def set_rtt(self, rtt: np.ndarray) -> None:
         """Swap the ingress x site RTT matrix (after a backbone link fault or repair)."""

@@ -54,13 +54,16 @@ class Router:
         """The card's default: the nearest replica that can start now; else a cold replica that can be loaded;
         else queue on the nearest with queue room (unless rejectIfBusy); else 3040."""
         kv = req.kv_tokens
-        for r, d in zip(cands, rtts, strict=True):
-            if r.can_start(kv):
-                return Decision(START, r, d)
-        for r, d in zip(cands, rtts, strict=True):
-            if r.up and r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots and (
-                    r.status == LOADING or self.state.fits_back(r)):
-                return Decision(QUEUE, r, d, cold=True)
+        stats = cands[0].stats if cands else None
+        if stats is None or stats.free > 0:  # a saturated model skips the scan (saturation is when it matters)
+            for r, d in zip(cands, rtts, strict=True):
+                if r.can_start(kv):
+                    return Decision(START, r, d)
+        if stats is None or stats.cold > 0:
+            for r, d in zip(cands, rtts, strict=True):
+                if r.up and r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots and (
+                        r.status == LOADING or self.state.fits_back(r)):
+                    return Decision(QUEUE, r, d, cold=True)
         if req.reject_if_busy:
             return reject()
         for r, d in zip(cands, rtts, strict=True):

@@ -64,6 +64,10 @@ def test_nearest_with_capacity_matches_brute_force(catalog, data):
             r._start(Request(-1, TINY, 0, data.draw(st.integers(1, 9000))), 0.0)
         for _ in range(data.draw(st.integers(0, 2))):
             r.queue.append(Request(-2, TINY, 0, 1))
+    cp.state.refresh()  # the test edited statuses and occupancy behind the state's back
+    for m, stats in cp.state.stats.items():  # ... and the running totals must agree with a recount
+        reps = cp.state.by_model[m]
+        assert stats.free == sum(r.slots - r.active for r in reps if r.up and r.status == READY)
     req = Request(1, TINY, data.draw(st.integers(0, 2)), data.draw(st.integers(1, 400)),
                   data.draw(st.integers(0, 100)), reject_if_busy=data.draw(st.booleans()))
     want_action, want = brute_force(cp.state, req)

@@ -123,7 +123,10 @@ def test_every_request_ends_exactly_once_under_faults(policy):
         assert f.retries.sum() > 0
         assert counts.get("failed", 0) < counts.get("ok", 0) / 50  # only streams cut mid-way fail
     assert set(f[f.outcome == "rejected"].error_code) <= {3040, 3007}
-    assert (dep.plane.state.replicas[0].active, dep.plane.state.replicas[0].kv_used) == (0, 0)
+    state = dep.plane.state
+    assert (state.replicas[0].active, state.replicas[0].kv_used) == (0, 0)
+    recount = sum(r.slots - r.active for r in state.replicas if r.up and r.status == "ready")
+    assert state.stats[model].free == recount == sum(r.slots for r in state.replicas)
 
 
 def test_scale_to_zero_then_cold_start_shows_in_ttft():
