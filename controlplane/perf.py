@@ -2,18 +2,46 @@
 
 ``PerfModel`` is the interface the router (predicted wait), placement (replica capacity) and the simulator use.
 ``Roofline`` derives times from the GPU spec table (FLOPS, memory bandwidth, interconnect) and the catalog's
-architecture figures, with efficiency factors for how much of the peak real kernels reach.
+architecture figures (:mod:`controlplane.perf_arch` counts FLOPs and bytes), with a few efficiency constants fitted
+to published measurements (``controlplane/data/perf_params.json``, refit with ``python -m
+controlplane.perf_calibration``). :class:`controlplane.perf_profile.MeasuredProfile` is the other implementation,
+interpolating a table measured by ``edgepop profile``.
+
+Per pass the roofline charges, on each of the ``tp`` GPUs of a replica:
+
+* compute: matrix FLOPs at the precision's tensor peak times a GEMM efficiency that depends on the GPU
+  generation and falls for small token counts (``eff * n / (n + n_half)``), plus attention FLOPs at the 16-bit peak;
+* memory: the streamed weights (all of them, every pass) and the KV cache read/written, at a fraction of HBM
+  bandwidth (lower again for weight-only formats, which dequantise in the kernel);
+* the two of them combined as a smooth maximum (real kernels do not overlap perfectly near the knee);
+* interconnect: two all-reduces of the new tokens' activations per layer (ring: 2(tp-1)/tp of the data each way,
+  plus a per-call latency);
+* a fixed overhead per prefill and per decode step (scheduling, sampling, kernel launches).
+
+Hardware constants are shared; the overheads and the attention-kernel efficiency belong to an
+:class:`EngineProfile` (``default``: a modern optimised engine), because they are properties of the serving
+software, not of the GPU.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Protocol
 
 import pandas as pd
 
-from controlplane.catalog import ModelSpec
+from controlplane import perf_arch
+from controlplane.catalog import PRECISION_BYTES, RUNTIME_OVERHEAD_BYTES, ModelSpec
 from edgepop.errors import UserError
+
+PARAMS_FILE = Path(__file__).parent / "data" / "perf_params.json"
+# GPU generation of the shipped GPU types; FP8 tensor cores exist on Hopper and Ada only.
+ARCHS = {"H100": "hopper", "H200": "hopper", "A100-80GB": "ampere", "A100": "ampere", "L40S": "ada",
+         "L4": "ada", "T4": "turing"}
+FP8_ARCHS = frozenset({"hopper", "ada"})
 
 
 class PerfModel(Protocol):
@@ -28,37 +56,145 @@ class PerfModel(Protocol):
 
 @dataclass(frozen=True)
 class GPU:
+    """One GPU type. Rates in bytes/s and FLOP/s; ``link_bw`` is one direction between two GPUs of a node."""
+
     name: str
-    mem_bw: float  # bytes/s
-    flops16: float  # dense 16-bit tensor FLOP/s
-    flops8: float  # dense 8-bit FLOP/s
-    link_bw: float  # bytes/s between GPUs of one node
+    memory_bytes: float
+    mem_bw: float
+    flops16: float
+    flops8: float
+    link_bw: float
+    arch: str
+    has_fp8: bool
+
+    def peak(self, which: str) -> float:
+        return {"flops8": self.flops8, "flops16": self.flops16, "flops32": self.flops16 / 2}[which]
+
+
+def _arch(name: str, notes: str) -> str:
+    if name in ARCHS:
+        return ARCHS[name]
+    text = notes.lower()
+    if "no fp8" in text or "no bf16" in text:
+        return "ampere" if "no bf16" not in text else "turing"
+    return "hopper" if "fp8" in text else "ampere"
 
 
 def gpu_table(gpus: pd.DataFrame) -> dict[str, GPU]:
-    return {r.gpu: GPU(r.gpu, r.mem_bw_gbps * 1e9, r.bf16_tflops * 1e12, r.fp8_int8_tflops * 1e12,
-                       r.interconnect_gbps * 1e9) for r in gpus.itertuples()}
+    """GPU types from the topology's spec table (``topology/data/gpus.csv`` columns).
+
+    The table's interconnect figure is the bidirectional total (NVLink 4: 900 GB/s; PCIe Gen4 x16: 64 GB/s), so
+    one direction, what a ring all-reduce step uses, is half of it.
+    """
+    out = {}
+    for r in gpus.itertuples():
+        notes = str(getattr(r, "notes", "") or "")
+        arch = _arch(r.gpu, notes)
+        out[r.gpu] = GPU(r.gpu, r.memory_gb * 1e9, r.mem_bw_gbps * 1e9, r.bf16_tflops * 1e12,
+                         r.fp8_int8_tflops * 1e12, r.interconnect_gbps * 1e9 / 2, arch, arch in FP8_ARCHS)
+    return out
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What the serving software adds on top of the hardware: fixed costs per pass and attention kernel quality.
+
+    ``attn_efficiency`` is the fraction of the 16-bit peak the prefill attention kernel reaches (FlashAttention-2/3
+    reach 50-75%; stacks without fused attention much less).
+    """
+
+    prefill_overhead_ms: float = 3.0
+    step_overhead_ms: float = 2.0
+    attn_efficiency: float = 0.5
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """The fitted constants (see ``controlplane/data/perf_params.json`` for values and provenance).
+
+    Hardware-side constants are shared by every engine; ``engines`` holds one :class:`EngineProfile` per serving
+    stack seen in the reference data plus ``default`` (a modern optimised engine: what estimates use).
+    """
+
+    gemm_efficiency: dict = field(default_factory=lambda: {"ampere": 0.6, "hopper": 0.45, "ada": 0.5,
+                                                           "turing": 0.6})
+    gemm_half_tokens: float = 64.0
+    bw_efficiency: float = 0.8
+    weight_only_bw_efficiency: float = 0.8
+    overlap_exponent: float = 4.0
+    allreduce_latency_us: float = 15.0
+    link_efficiency: float = 0.7
+    engines: dict = field(default_factory=lambda: {"default": EngineProfile(description="built-in default")})
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> RooflineParams:
+        """Read the fitted constants (the shipped file by default; built-in defaults if it does not exist)."""
+        path = Path(path) if path else PARAMS_FILE
+        if not path.exists():
+            return cls()
+        try:
+            doc = json.loads(path.read_text())["params"]
+            values = {f.name: doc[f.name] for f in fields(cls) if f.name != "engines"}
+            engines = {name: EngineProfile(**prof) for name, prof in doc["engines"].items()}
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{path}: not a perf parameter file ({exc})") from None
+        if "default" not in engines:
+            raise UserError(f"{path}: engines has no 'default' profile")
+        return cls(**values, engines=engines)
+
+    def engine(self, name: str) -> EngineProfile:
+        try:
+            return self.engines[name]
+        except KeyError:
+            raise UserError(f"unknown engine profile {name!r} (known: {', '.join(sorted(self.engines))})") from None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Milliseconds of one pass and what they are made of (per GPU of the replica)."""
+
+    compute_ms: float
+    memory_ms: float
+    comm_ms: float
+    overhead_ms: float
+    total_ms: float
+
+    @property
+    def bottleneck(self) -> str:
+        """``compute``, ``memory`` or ``interconnect``: the largest of the three; ``overhead`` if it beats all."""
+        parts = {"compute": self.compute_ms, "memory": self.memory_ms, "interconnect": self.comm_ms,
+                 "overhead": self.overhead_ms}
+        return max(parts, key=parts.get)
 
 
 @dataclass
 class Roofline:
-    """max(compute time, memory time) per phase, scaled by efficiency factors, plus fixed per-call overheads.
+    """Roofline service times; satisfies :class:`PerfModel` and adds batched prefill and breakdowns.
 
-    Defaults are typical of vLLM/TensorRT-LLM-class serving: prefill reaches ~55% of dense tensor peak, decode
-    streams weights and KV at ~75% of HBM bandwidth, each kernel launch sequence costs a fixed overhead.
+    Every method takes ``tp`` (GPUs per replica; default the catalog's ``tensor_parallel``) and ``weight_only``
+    (force weight-only execution of an 8-bit format).
     """
 
     gpus: dict[str, GPU]
-    prefill_efficiency: float = 0.55
-    decode_bw_efficiency: float = 0.75
-    decode_compute_efficiency: float = 0.4
-    prefill_overhead_ms: float = 2.0
-    step_overhead_ms: float = 1.5
-    tp_comm_efficiency: float = 0.7
+    params: RooflineParams = field(default_factory=RooflineParams.load)
+    engine: str = "default"
+
+    def __post_init__(self):
+        self.profile = self.params.engine(self.engine)
 
     @classmethod
-    def from_topology(cls, topo, **kw) -> Roofline:
-        return cls(gpu_table(topo.gpus), **kw)
+    def from_topology(cls, topo, engine: str = "default", **kw) -> Roofline:
+        """Roofline over ``topo.gpus`` for an engine profile; keyword arguments override fitted constants
+        (or pass ``params=`` a whole :class:`RooflineParams`)."""
+        params = kw.pop("params", None) or RooflineParams.load()
+        unknown = set(kw) - {f.name for f in fields(RooflineParams)}
+        if unknown:
+            raise UserError(f"unknown roofline parameter(s): {', '.join(sorted(unknown))}")
+        return cls(gpu_table(topo.gpus), replace(params, **kw), engine)
 
     def gpu(self, name: str) -> GPU:
         try:
@@ -66,48 +202,127 @@ class Roofline:
         except KeyError:
             raise UserError(f"unknown GPU type {name!r} (known: {', '.join(sorted(self.gpus))})") from None
 
-    def _peak(self, spec: ModelSpec, g: GPU) -> float:
-        if spec.precision in ("fp8", "int8", "int4"):
-            return g.flops8
-        return g.flops16 / 2 if spec.precision == "fp32" else g.flops16
+    # ------------------------------------------------------------------ deployment checks
+    def check_tp(self, spec: ModelSpec, tp: int | None) -> int:
+        """The tensor-parallel degree to use; it must divide the attention heads (engines shard by head)."""
+        tp = spec.tensor_parallel if tp is None else int(tp)
+        if tp < 1:
+            raise UserError(f"tensor parallelism must be >= 1, got {tp}")
+        if tp > 1 and spec.heads and spec.heads % tp:
+            raise UserError(f"{spec.id}: tp {tp} does not divide its {spec.heads} attention heads")
+        return tp
 
-    def _allreduce_ms(self, spec: ModelSpec, g: GPU, tokens: float) -> float:
-        """Two all-reduces of the hidden state per layer under tensor parallelism (ring: 2(tp-1)/tp of the data)."""
-        tp = spec.tensor_parallel
-        if tp == 1:
-            return 0.0
-        data = 2 * spec.layers * tokens * spec.hidden * 2.0 * 2 * (tp - 1) / tp
-        return 1e3 * data / (g.link_bw * self.tp_comm_efficiency)
+    def _kv_replication(self, spec: ModelSpec, tp: int) -> float:
+        # With fewer KV heads than GPUs, each KV head is replicated on tp/kv_heads GPUs (GQA under wide TP).
+        return max(1.0, tp / spec.kv_heads) if spec.kv_heads else 1.0
 
-    def prefill_ms(self, spec: ModelSpec, gpu: str, tokens: int) -> float:
-        g, tp, n = self.gpu(gpu), spec.tensor_parallel, max(int(tokens), 1)
-        if spec.unit != "token":
-            flops = spec.gflops_per_unit * 1e9 * n
-            attn = 0.0
-        else:
-            flops = 2.0 * spec.parameters * n
-            attn = 2.0 * spec.layers * n * n * spec.heads * spec.head_dim if spec.heads else 0.0
-        compute = (flops + attn) / (self._peak(spec, g) * self.prefill_efficiency * tp)
-        memory = (spec.weight_bytes + n * spec.kv_bytes_per_token) / (g.mem_bw * self.decode_bw_efficiency * tp)
-        return 1e3 * max(compute, memory) + self._allreduce_ms(spec, g, n) + self.prefill_overhead_ms
+    def scheme(self, spec: ModelSpec, gpu: str, weight_only: bool = False) -> perf_arch.Scheme:
+        return perf_arch.scheme(spec.precision, self.gpu(gpu).has_fp8, weight_only)
 
-    def decode_step_ms(self, spec: ModelSpec, gpu: str, batch: int, context: float) -> float:
-        g, tp, b = self.gpu(gpu), spec.tensor_parallel, max(int(batch), 1)
-        kv = b * max(context, 1.0) * spec.kv_bytes_per_token
-        memory = (spec.weight_bytes + kv) / (g.mem_bw * self.decode_bw_efficiency * tp)
-        flops = 2.0 * spec.parameters * b + 4.0 * spec.layers * b * context * spec.heads * spec.head_dim
-        compute = flops / (self._peak(spec, g) * self.decode_compute_efficiency * tp)
-        return 1e3 * max(memory, compute) + self._allreduce_ms(spec, g, b) + self.step_overhead_ms
+    def memory_per_gpu(self, spec: ModelSpec, gpu: str, tp: int | None = None, kv_tokens: float | None = None,
+                       weight_only: bool = False) -> dict:
+        """Bytes per GPU: weights, KV cache (``kv_tokens``, default the catalog's pool) and runtime overhead."""
+        g, tp = self.gpu(gpu), self.check_tp(spec, tp)
+        weights = perf_arch.stored_weight_bytes(spec, self.scheme(spec, gpu, weight_only)) / tp
+        tokens = spec.kv_pool_tokens if kv_tokens is None else kv_tokens
+        kv = tokens * spec.kv_bytes_per_token * self._kv_replication(spec, tp) / tp
+        total = weights + kv + RUNTIME_OVERHEAD_BYTES
+        return {"weights_bytes": weights, "kv_bytes": kv, "overhead_bytes": float(RUNTIME_OVERHEAD_BYTES),
+                "total_bytes": total, "capacity_bytes": g.memory_bytes, "fits": total <= g.memory_bytes}
+
+    # ------------------------------------------------------------------ timing
+    def _time(self, spec: ModelSpec, g: GPU, tp: int, sch: perf_arch.Scheme, cost: perf_arch.PassCost,
+              prefill: bool, profile: EngineProfile | None = None) -> StepTime:
+        p, prof = self.params, profile or self.profile
+        overhead_ms = prof.prefill_overhead_ms if prefill else prof.step_overhead_ms
+        peak = tp * g.peak(sch.gemm_peak) * p.gemm_efficiency.get(g.arch, p.gemm_efficiency["ampere"])
+
+        def ramp(rows: float) -> float:  # few GEMM rows leave tensor-core tiles partly empty
+            return rows / (rows + p.gemm_half_tokens) if math.isfinite(rows) else 1.0
+
+        compute = cost.gemm_flops / (peak * ramp(cost.gemm_rows)) + cost.head_flops / (peak * ramp(cost.seqs))
+        compute += cost.attn_flops / (tp * g.flops16 * prof.attn_efficiency)
+        bw = g.mem_bw * p.bw_efficiency
+        weight_bw = bw * (p.weight_only_bw_efficiency if sch.weight_only else 1.0)
+        kv = cost.kv_bytes * self._kv_replication(spec, tp)
+        memory = cost.weight_bytes / (tp * weight_bw) + kv / (tp * bw)
+        k = p.overlap_exponent
+        busy = (compute ** k + memory ** k) ** (1.0 / k)
+        comm = 0.0
+        if tp > 1:
+            ring = 2.0 * (tp - 1) / tp * cost.allreduce_bytes / (g.link_bw * p.link_efficiency)
+            comm = cost.allreduces * (p.allreduce_latency_us * 1e-6 + ring)
+        ms = 1e3
+        return StepTime(compute * ms, memory * ms, comm * ms, overhead_ms, (busy + comm) * ms + overhead_ms)
+
+    def prefill_breakdown(self, spec: ModelSpec, gpu: str, prompts: list[int], tp: int | None = None,
+                          weight_only: bool = False) -> StepTime:
+        """One prefill pass over the prompts of ``prompts`` (token counts) batched together."""
+        if not prompts or min(prompts) < 1:
+            raise UserError(f"prompt token counts must be positive, got {prompts}")
+        tp = self.check_tp(spec, tp)
+        sch = self.scheme(spec, gpu, weight_only)
+        cost = perf_arch.prefill_pass(spec, sch, [int(t) for t in prompts])
+        return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=True)
+
+    def decode_breakdown(self, spec: ModelSpec, gpu: str, batch: int, context: float, tp: int | None = None,
+                         weight_only: bool = False) -> StepTime:
+        """One decode step of ``batch`` sequences with ``context`` tokens each already in the KV cache."""
+        if batch < 1:
+            raise UserError(f"batch must be >= 1, got {batch}")
+        if context < 0:
+            raise UserError(f"context must be >= 0, got {context}")
+        tp = self.check_tp(spec, tp)
+        sch = self.scheme(spec, gpu, weight_only)
+        cost = perf_arch.decode_pass(spec, sch, int(batch), float(context))
+        return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=False)
+
+    def prefill_ms(self, spec: ModelSpec, gpu: str, tokens: int, tp: int | None = None,
+                   weight_only: bool = False) -> float:
+        """Time to first token of one request with ``tokens`` prompt tokens (units for image/audio models)."""
+        return self.prefill_breakdown(spec, gpu, [max(int(tokens), 1)], tp, weight_only).total_ms
+
+    def prefill_batch_ms(self, spec: ModelSpec, gpu: str, tokens_list: list[int], tp: int | None = None,
+                         weight_only: bool = False) -> float:
+        """One pass prefilling several requests together (weights are streamed once for all of them)."""
+        return self.prefill_breakdown(spec, gpu, list(tokens_list), tp, weight_only).total_ms
+
+    def decode_step_ms(self, spec: ModelSpec, gpu: str, batch: int, context: float, tp: int | None = None,
+                       weight_only: bool = False) -> float:
+        return self.decode_breakdown(spec, gpu, max(int(batch), 1), max(float(context), 0.0), tp,
+                                     weight_only).total_ms
+
+
+def with_precision(spec: ModelSpec, precision: str | None = None, kv_precision: str | None = None) -> ModelSpec:
+    """``spec`` served at another weight (and optionally KV) precision: weight bytes follow the precision."""
+    out = spec
+    if precision and precision != spec.precision:
+        if precision not in PRECISION_BYTES:
+            raise UserError(f"unknown precision {precision!r} (known: {', '.join(PRECISION_BYTES)})")
+        out = replace(out, precision=precision, weight_bytes=spec.parameters * PRECISION_BYTES[precision])
+    if kv_precision and kv_precision != spec.kv_precision:
+        if kv_precision not in PRECISION_BYTES:
+            raise UserError(f"unknown KV precision {kv_precision!r} (known: {', '.join(PRECISION_BYTES)})")
+        out = replace(out, kv_precision=kv_precision)
+    return out
 
 
 def capacity_rps(perf: PerfModel, spec: ModelSpec, gpu: str, prompt_tokens: float = 512,
-                 output_tokens: float = 128) -> float:
-    """Sustained requests/s of one replica at full batch: prefill serialised, decode shared by ``max_batch``."""
-    prefill = perf.prefill_ms(spec, gpu, int(prompt_tokens))
+                 output_tokens: float = 128, batch: int | None = None, **opts) -> float:
+    """Sustained requests/s of one replica at full batch: prefill serialised, decode shared by the batch.
+
+    ``batch`` defaults to the catalog's ``max_batch`` and is capped by how many sequences of
+    ``prompt_tokens + output_tokens`` fit the replica's KV pool. ``opts`` (``tp``, ``weight_only``) go to
+    models that take them (:class:`Roofline`).
+    """
+    batch = int(batch or spec.max_batch)
+    prefill = perf.prefill_ms(spec, gpu, int(prompt_tokens), **opts)
     if not spec.generative:
         # Encoders batch whole requests: a full batch costs about one pass over the batch's tokens.
-        batch_ms = perf.prefill_ms(spec, gpu, int(prompt_tokens * spec.max_batch))
-        return 1e3 * spec.max_batch / max(batch_ms, prefill)
-    step = perf.decode_step_ms(spec, gpu, spec.max_batch, prompt_tokens + output_tokens / 2)
-    per_request_ms = prefill + output_tokens * step / spec.max_batch
+        batch_ms = perf.prefill_ms(spec, gpu, int(prompt_tokens * batch), **opts)
+        return 1e3 * batch / max(batch_ms, prefill)
+    if spec.kv_pool_tokens:
+        batch = max(1, min(batch, math.floor(spec.kv_pool_tokens / max(prompt_tokens + output_tokens, 1))))
+    step = perf.decode_step_ms(spec, gpu, batch, prompt_tokens + output_tokens / 2, **opts)
+    per_request_ms = prefill + output_tokens * step / batch
     return 1e3 / per_request_ms

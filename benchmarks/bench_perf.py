@@ -1,0 +1,57 @@
+"""Benchmark: roofline calibration (fit time and errors) and service-time evaluation speed.
+
+Run: python benchmarks/bench_perf.py [--calls N]. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=20_000, help="roofline evaluations to time")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    from controlplane import perf_calibration
+    from controlplane.catalog import default_catalog
+    from controlplane.perf import Roofline
+    from topology import Topology
+
+    t0 = time.perf_counter()
+    report = perf_calibration.run(write=False)
+    fit_s = time.perf_counter() - t0
+
+    model = Roofline.from_topology(Topology.load())
+    specs = [s for s in default_catalog() if s.generative]
+    gpus = ["H100", "A100-80GB", "L40S", "L4"]
+    rng = np.random.default_rng(args.seed)
+    picks = rng.integers(0, len(specs), args.calls)
+    gpu_picks = rng.integers(0, len(gpus), args.calls)
+    tokens = rng.integers(1, 8192, args.calls)
+    batches = rng.integers(1, 64, args.calls)
+    t1 = time.perf_counter()
+    for i in range(args.calls):
+        spec, gpu = specs[picks[i]], gpus[gpu_picks[i]]
+        tp = spec.tensor_parallel
+        if i % 2:
+            model.decode_step_ms(spec, gpu, int(batches[i]), float(tokens[i]), tp=tp)
+        else:
+            model.prefill_ms(spec, gpu, int(tokens[i]), tp=tp)
+    eval_s = time.perf_counter() - t1
+    out = {"reference_points": report["points"], "fit_points": report["fit_points"],
+           "holdout_points": report["holdout_points"], "calibration_s": round(fit_s, 2),
+           "mape_fit": report["mape_fit"], "mape_holdout_70b": report["mape_holdout"],
+           "mape_holdout_70b_a100_h100": report["mape_holdout_a100_h100"],
+           "mape_holdout_70b_default_engine": report["mape_holdout_default_engine"],
+           "mape_overall": report["mape_overall"], "roofline_calls_per_s": round(args.calls / eval_s)}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

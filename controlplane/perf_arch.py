@@ -1,0 +1,154 @@
+"""Arithmetic of one transformer forward pass: FLOPs and bytes moved, from a catalog entry's architecture.
+
+Everything here is exact counting, no efficiency factors: :mod:`controlplane.perf` turns these counts into time.
+Counts are for the whole replica; the roofline divides them over the tensor-parallel GPUs.
+
+Conventions: a multiply-add is 2 FLOPs; "body" parameters are the matrices every token multiplies through (all
+layers); the input embedding is a gather (no FLOPs, no streaming) and the LM head multiplies only the tokens that
+emit a logit (the last prompt token of a prefill, every sequence of a decode step).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from controlplane.catalog import PRECISION_BYTES, ModelSpec
+from edgepop.errors import UserError
+
+# Families whose MLP is a plain up/down projection (2 matrices); all others use a gated MLP (SwiGLU, 3 matrices).
+PLAIN_MLP_FAMILIES = frozenset({"gpt2", "gptj", "falcon", "bloom", "opt", "bert"})
+WEIGHT_ONLY_SUFFIX = "-wo"
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How a precision executes on a GPU type.
+
+    ``weight_bytes``: bytes per weight streamed from HBM; ``gemm_peak``: which dense peak the matrix units run at
+    (``"flops8"`` for 8-bit tensor cores, else ``"flops16"``); ``weight_only``: weights are stored narrow and
+    dequantised to 16 bit inside the kernel (no narrow tensor cores used), which costs streaming efficiency.
+    """
+
+    precision: str
+    weight_bytes: float
+    gemm_peak: str
+    weight_only: bool
+    note: str
+
+
+def split_precision(text: str) -> tuple[str, bool]:
+    """``"int8-wo"`` -> ``("int8", True)``: a ``-wo`` suffix forces weight-only execution."""
+    forced = text.endswith(WEIGHT_ONLY_SUFFIX)
+    base = text[: -len(WEIGHT_ONLY_SUFFIX)] if forced else text
+    if base not in PRECISION_BYTES:
+        raise UserError(f"unknown precision {text!r} (known: {', '.join(PRECISION_BYTES)}, each optionally with "
+                        f"{WEIGHT_ONLY_SUFFIX!r} for weight-only execution)")
+    return base, forced
+
+
+def scheme(precision: str, has_fp8: bool, weight_only: bool = False) -> Scheme:
+    """What real engines do with ``precision`` on a GPU with (or without) FP8 tensor cores.
+
+    * fp8 on Hopper/Ada: W8A8 FP8 GEMMs at the 8-bit peak (TensorRT-LLM, vLLM ``fp8``).
+    * fp8 without FP8 tensor cores (A100, T4): weights stay 1 byte in HBM and are upcast to 16 bit in the GEMM
+      (vLLM's FP8-Marlin weight-only path), so decode streams half the bytes but prefill runs at the 16-bit peak.
+    * int8: W8A8 on INT8 tensor cores (SmoothQuant-style; every GPU in the table has them) unless forced weight-only.
+    * int4: weight-only (AWQ/GPTQ, Marlin kernels): 0.5 byte per weight, 16-bit math.
+    * fp32: TF32 tensor cores, taken as half the 16-bit peak.
+    """
+    nbytes = PRECISION_BYTES[precision]
+    if precision in ("bf16", "fp16"):
+        return Scheme(precision, nbytes, "flops16", False, "16-bit tensor cores")
+    if precision == "fp32":
+        return Scheme(precision, nbytes, "flops32", False, "fp32 weights on TF32 tensor cores (half the 16-bit peak)")
+    if precision == "int4" or weight_only:
+        return Scheme(precision, nbytes, "flops16", True, f"{precision} weight-only: narrow weights, 16-bit math")
+    if precision == "fp8" and not has_fp8:
+        return Scheme(precision, nbytes, "flops16", True,
+                      "no FP8 tensor cores: fp8 weights upcast to 16 bit (weight-only), 16-bit math")
+    return Scheme(precision, nbytes, "flops8", False, f"{precision} W8A8 on 8-bit tensor cores")
+
+
+def gated_mlp(spec: ModelSpec) -> bool:
+    return spec.family not in PLAIN_MLP_FAMILIES
+
+
+def body_params(spec: ModelSpec) -> float:
+    """Parameters every token multiplies through: attention and MLP matrices of all layers.
+
+    Derived from the architecture when the entry has it (heads, kv_heads, head_dim, intermediate); otherwise the
+    whole parameter count minus the embedding table (encoders and vision/speech entries).
+    """
+    if spec.heads and spec.head_dim and spec.intermediate:
+        q_o = 2 * spec.hidden * spec.heads * spec.head_dim
+        k_v = 2 * spec.hidden * (spec.kv_heads or spec.heads) * spec.head_dim
+        mlp = (3 if gated_mlp(spec) else 2) * spec.hidden * spec.intermediate
+        return float(spec.layers * (q_o + k_v + mlp))
+    return max(spec.parameters - spec.vocab * spec.hidden, 0.5 * spec.parameters)
+
+
+def head_params(spec: ModelSpec) -> float:
+    """The LM head (vocab x hidden) of a generative model; 0 for others."""
+    return float(spec.vocab * spec.hidden) if spec.generative else 0.0
+
+
+def kv_bytes_per_token(spec: ModelSpec) -> float:
+    return spec.kv_bytes_per_token
+
+
+def streamed_weight_bytes(spec: ModelSpec, sch: Scheme) -> float:
+    """Bytes of weights one forward pass reads from HBM (body and LM head; the embedding is only gathered)."""
+    return (body_params(spec) + head_params(spec)) * sch.weight_bytes
+
+
+def stored_weight_bytes(spec: ModelSpec, sch: Scheme) -> float:
+    """Bytes the weights occupy in GPU memory at this precision (the catalog's figure when precision matches)."""
+    if sch.precision == spec.precision:
+        return spec.weight_bytes
+    return spec.parameters * sch.weight_bytes
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """FLOPs and bytes of one forward pass over ``new_tokens`` tokens of ``seqs`` sequences (whole replica)."""
+
+    new_tokens: float
+    seqs: float
+    gemm_flops: float  # body GEMMs, gemm_rows rows each
+    head_flops: float  # LM head GEMM, one row per sequence that emits a logit
+    attn_flops: float
+    weight_bytes: float
+    kv_bytes: float
+    allreduce_bytes: float  # per all-reduce call (activations of the new tokens, 16-bit)
+    allreduces: int  # calls per pass under tensor parallelism
+    gemm_rows: float  # rows of the GEMMs' token dimension: few rows leave tensor cores idle
+
+
+def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int]) -> PassCost:
+    """One prefill pass over ``prompts`` (token counts of the requests batched together), empty KV history."""
+    n = float(sum(prompts))
+    seqs = float(len(prompts))
+    if spec.unit != "token":
+        # Images / audio minutes: the catalog gives FLOPs per unit; no attention term or KV cache.
+        # Convolution / encoder GEMMs over one image or minute of audio have thousands of rows already.
+        return PassCost(n, seqs, spec.gflops_per_unit * 1e9 * n, 0.0, 0.0, spec.parameters * sch.weight_bytes,
+                        0.0, 0.0, 0, math.inf)
+    gemm = 2.0 * body_params(spec) * n
+    head = 2.0 * head_params(spec) * seqs
+    # Causal self-attention: QK^T and PV each 2*t^2*d per head, halved by the causal mask.
+    attn = sum(2.0 * spec.layers * spec.heads * spec.head_dim * float(t) ** 2 for t in prompts)
+    kv_write = n * kv_bytes_per_token(spec)
+    return PassCost(n, seqs, gemm, head, attn, streamed_weight_bytes(spec, sch), kv_write,
+                    n * spec.hidden * 2.0, 2 * spec.layers, n)
+
+
+def decode_pass(spec: ModelSpec, sch: Scheme, batch: int, context: float) -> PassCost:
+    """One decode iteration: one new token for each of ``batch`` sequences holding ``context`` tokens of KV."""
+    b = float(batch)
+    gemm = 2.0 * body_params(spec) * b
+    head = 2.0 * head_params(spec) * b
+    attn = 4.0 * spec.layers * spec.heads * spec.head_dim * context * b
+    kv_read = b * context * kv_bytes_per_token(spec)
+    return PassCost(b, b, gemm, head, attn, streamed_weight_bytes(spec, sch), kv_read + b * kv_bytes_per_token(spec),
+                    b * spec.hidden * 2.0, 2 * spec.layers, b)

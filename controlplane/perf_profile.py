@@ -1,0 +1,159 @@
+"""A :class:`~controlplane.perf.PerfModel` that interpolates service times measured by ``edgepop profile``.
+
+The profile table (CSV or Parquet) has the columns ``model, phase, batch_size, tokens, context, ms, provider,
+host`` (see ``dataplane/profiler.py``). A catalog entry is served by its ``stand_in`` data-plane model, so its
+times are the stand-in's measured times on the profiled machine, whatever GPU type the caller names.
+
+Phases by task: text generation uses ``prefill`` (batch x prompt tokens) and ``decode`` (batch x context);
+encoders use ``encode`` (batch x tokens); image classifiers ``image`` (batch of images); speech ``audio`` (feature
+frames of 10 ms, so one audio minute is 6000 frames).
+
+Medians of short timings are noisy (a larger cell can come out faster), so each grid is made non-decreasing along
+every axis (a running maximum) before interpolating: more work is never predicted to be faster. Inside the grid
+the interpolation is piecewise linear; beyond the largest measured value it continues the last segment's slope;
+below the smallest it stays at the smallest measured time (fixed costs dominate there).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from controlplane.catalog import ModelSpec
+from edgepop.errors import DataFileError, UserError
+
+COLUMNS = ["model", "phase", "batch_size", "tokens", "context", "ms", "provider", "host"]
+FRAMES_PER_AUDIO_MINUTE = 6000
+PHASE_BY_TASK = {"text-embeddings": "encode", "text-classification": "encode", "text-reranking": "encode",
+                 "image-classification": "image", "automatic-speech-recognition": "audio"}
+
+
+def _interp1(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
+    """Piecewise-linear in ``xs`` (sorted, ``ys`` non-decreasing); flat below, last slope above."""
+    if len(xs) == 1:
+        return float(ys[0] * max(x / xs[0], 1.0)) if xs[0] > 0 else float(ys[0])
+    if x <= xs[-1]:
+        return float(np.interp(x, xs, ys))
+    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+    return float(ys[-1] + max(slope, 0.0) * (x - xs[-1]))
+
+
+def _monotone_grid(rows: pd.DataFrame, x: str, y: str) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+    """For each ``x`` value, the (y values, ms) curve; ms made non-decreasing along y and then along x."""
+    table = rows.groupby([x, y]).ms.median().unstack(y).sort_index()
+    table = table.sort_index(axis=1)
+    values = table.to_numpy(dtype=float)
+    # Running maximum along y (ignoring cells the profiler skipped), then along x.
+    filled = np.where(np.isnan(values), -np.inf, values)
+    filled = np.maximum.accumulate(filled, axis=1)
+    filled = np.maximum.accumulate(filled, axis=0)
+    grid = {}
+    for i, xv in enumerate(table.index):
+        keep = ~np.isnan(values[i])
+        grid[float(xv)] = (table.columns.to_numpy(dtype=float)[keep], filled[i][keep])
+    return grid
+
+
+def _interp2(grid: dict[float, tuple[np.ndarray, np.ndarray]], x: float, y: float) -> float:
+    xs = np.array(sorted(grid))
+    at_y = np.maximum.accumulate(np.array([_interp1(*grid[v], y) for v in xs]))
+    return _interp1(xs, at_y, x)
+
+
+class MeasuredProfile:
+    """Service times interpolated from a measured profile table; satisfies :class:`controlplane.perf.PerfModel`.
+
+    ``host``/``provider`` pick one machine when the table holds several (required then).
+    """
+
+    def __init__(self, table: pd.DataFrame, source: str = "<memory>", host: str | None = None,
+                 provider: str | None = None):
+        if list(table.columns) != COLUMNS:
+            raise DataFileError(source, None, None, f"not a profile table: columns {list(table.columns)}, "
+                                                    f"expected {COLUMNS}")
+        if (table.ms <= 0).any() or table.ms.isna().any():
+            row = int(np.flatnonzero((table.ms <= 0) | table.ms.isna())[0]) + 2
+            raise DataFileError(source, row, "ms", "must be a positive number")
+        for name, value in (("host", host), ("provider", provider)):
+            if value is not None:
+                if value not in set(table[name]):
+                    raise UserError(f"{source}: no rows with {name} {value!r} (has: {sorted(set(table[name]))})")
+                table = table[table[name] == value]
+        machines = table[["host", "provider"]].drop_duplicates()
+        if len(machines) > 1:
+            raise UserError(f"{source}: rows from {len(machines)} host/provider pairs; pick one with host= and "
+                            "provider=")
+        self.table = table.reset_index(drop=True)
+        self.source = source
+        self._grids: dict[tuple[str, str], dict] = {}
+
+    @classmethod
+    def load(cls, path: str | Path, host: str | None = None, provider: str | None = None) -> MeasuredProfile:
+        """Read a profile written by ``edgepop profile --out`` (``.csv``, or ``.parquet``)."""
+        path = Path(path)
+        try:
+            table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        except FileNotFoundError:
+            raise UserError(f"profile file {str(path)!r} not found") from None
+        except (ValueError, OSError) as exc:
+            raise DataFileError(path, None, None, f"cannot read profile table: {exc}") from None
+        return cls(table, source=str(path), host=host, provider=provider)
+
+    @property
+    def models(self) -> list[str]:
+        return sorted(set(self.table.model))
+
+    def _grid(self, spec: ModelSpec, phase: str, x: str, y: str) -> dict:
+        key = (spec.stand_in, phase)
+        if key not in self._grids:
+            rows = self.table[self.table.model == spec.stand_in]
+            if rows.empty:
+                raise UserError(f"{self.source}: no rows for model {spec.stand_in!r} (the stand-in of {spec.id}); "
+                                f"profiled models: {', '.join(self.models) or 'none'}")
+            rows = rows[rows.phase == phase]
+            if rows.empty:
+                raise UserError(f"{self.source}: model {spec.stand_in!r} has no {phase!r} rows "
+                                f"(it has: {', '.join(sorted(set(self.table[self.table.model == spec.stand_in].phase)))})")
+            self._grids[key] = _monotone_grid(rows, x, y)
+        return self._grids[key]
+
+    @staticmethod
+    def _single_device(tp: int | None) -> None:
+        if tp not in (None, 1):
+            raise UserError(f"a measured profile describes one device; tensor parallelism {tp} is not available")
+
+    def prefill_ms(self, spec: ModelSpec, gpu: str, tokens: int, tp: int | None = None, **_ignored) -> float:
+        """One request: ``tokens`` prompt tokens (images for image models, audio minutes for speech)."""
+        self._single_device(tp)
+        return self.prefill_batch_ms(spec, gpu, [tokens])
+
+    def prefill_batch_ms(self, spec: ModelSpec, gpu: str, tokens_list: list[int], tp: int | None = None,
+                         **_ignored) -> float:
+        """Several requests in one pass; the data plane pads them to the longest, so that length counts."""
+        self._single_device(tp)
+        if not tokens_list or min(tokens_list) <= 0:
+            raise UserError(f"token counts must be positive, got {list(tokens_list)}")
+        batch, longest = float(len(tokens_list)), float(max(tokens_list))
+        if spec.generative:
+            return _interp2(self._grid(spec, "prefill", "batch_size", "tokens"), batch, longest)
+        phase = PHASE_BY_TASK[spec.task]
+        if phase == "image":
+            # Units are images: the batch axis is the number of images.
+            grid = self._grid(spec, "image", "tokens", "batch_size")
+            return _interp2(grid, 0.0, float(sum(tokens_list)))
+        if phase == "audio":
+            return _interp2(self._grid(spec, "audio", "batch_size", "tokens"), batch,
+                            longest * FRAMES_PER_AUDIO_MINUTE)
+        return _interp2(self._grid(spec, "encode", "batch_size", "tokens"), batch, longest)
+
+    def decode_step_ms(self, spec: ModelSpec, gpu: str, batch: int, context: float, tp: int | None = None,
+                       **_ignored) -> float:
+        """One decode step of ``batch`` sequences with ``context`` tokens of history each."""
+        self._single_device(tp)
+        if not spec.generative:
+            raise UserError(f"{spec.id} is not a text-generation model: it has no decode step")
+        if batch < 1 or context < 0:
+            raise UserError(f"decode needs batch >= 1 and context >= 0, got batch {batch}, context {context}")
+        return _interp2(self._grid(spec, "decode", "batch_size", "context"), float(batch), float(context))

@@ -1,0 +1,163 @@
+"""``edgepop estimate``: capacity calculator — prefill and decode times, memory fit and requests/s of one replica.
+
+Everything comes from the calibrated roofline (:class:`controlplane.perf.Roofline`, constants fitted to published
+measurements by ``python -m controlplane.perf_calibration``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+
+GB = 1e9
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="capacity calculator: prefill/decode ms, memory fit, requests/s of a replica",
+                       description="Estimate one replica of a catalog model on a GPU type with the calibrated "
+                                   "roofline: time to first token, decode time per step, tokens/s, memory per GPU, "
+                                   "the bottleneck and requests/s.")
+    p.add_argument("--model", required=True, help="catalog model id, e.g. @cf/meta/llama-3.1-8b-instruct")
+    p.add_argument("--gpu", required=True, help="GPU type from the topology's GPU table, e.g. H100, A100-80GB, L4")
+    p.add_argument("--tp", type=int, default=None, help="GPUs per replica (tensor parallel; default: the catalog's)")
+    p.add_argument("--batch", type=int, default=1, help="sequences decoding together (default 1)")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt tokens per request (default 512); "
+                   "images or audio minutes for those models")
+    p.add_argument("--output-tokens", type=int, default=128, help="generated tokens per request (default 128)")
+    p.add_argument("--context", type=float, default=None,
+                   help="KV tokens per sequence at the decode step (default: prompt + output/2)")
+    p.add_argument("--precision", default=None,
+                   help="serve at another weight precision (fp32|bf16|fp16|fp8|int8|int4; '-wo' suffix forces "
+                        "weight-only, e.g. int8-wo); default: the catalog's")
+    p.add_argument("--kv-precision", default=None, help="KV-cache precision (default: the catalog's)")
+    p.add_argument("--engine", default="default", help="engine profile from perf_params.json (default: default)")
+    p.add_argument("--catalog", default=None, help="another catalog TOML (default: the shipped one)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _spec(args):
+    from controlplane.catalog import Catalog, default_catalog
+    from edgepop.errors import UserError
+
+    catalog = Catalog.load(args.catalog) if args.catalog else default_catalog()
+    if args.model not in catalog:
+        close = difflib.get_close_matches(args.model, catalog.ids, n=4, cutoff=0.3)
+        close += [i for i in catalog.ids if args.model.lower() in i.lower() and i not in close]
+        hint = f"; close: {', '.join(close[:4])}" if close else f"; e.g. {', '.join(catalog.ids[:3])}"
+        raise UserError(f"unknown model {args.model!r} ({len(catalog)} models in {catalog.source}{hint})")
+    return catalog[args.model]
+
+
+def estimate(args) -> dict:
+    """The estimate as a plain dict (what ``--json`` prints)."""
+    from controlplane import perf_arch
+    from controlplane.perf import Roofline, capacity_rps, with_precision
+    from edgepop.errors import UserError
+    from topology.world import Topology
+
+    for name in ("batch", "prompt_tokens", "output_tokens"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.context is not None and args.context < 0:
+        raise UserError(f"--context must be >= 0, got {args.context}")
+    weight_only = False
+    spec = _spec(args)
+    if args.precision:
+        base, weight_only = perf_arch.split_precision(args.precision)
+        spec = with_precision(spec, base)
+    spec = with_precision(spec, kv_precision=args.kv_precision)
+    model = Roofline.from_topology(Topology.load(), engine=args.engine)
+    g = model.gpu(args.gpu)
+    tp = model.check_tp(spec, args.tp)
+    wo = {"tp": tp, "weight_only": weight_only}
+    p_tok, o_tok, batch = args.prompt_tokens, args.output_tokens, args.batch
+    gen = spec.generative
+    kv_tokens = batch * (p_tok + o_tok) if gen else 0
+    mem = model.memory_per_gpu(spec, args.gpu, kv_tokens=kv_tokens, **wo)
+    weights_only = mem["weights_bytes"] + mem["overhead_bytes"]
+    if weights_only > g.memory_bytes:
+        need = next((t for t in (1, 2, 4, 8, 16) if t > tp and _fits_weights(model, spec, args.gpu, t, weight_only)),
+                    None)
+        hint = f"; --tp {need} fits" if need else "; no tensor-parallel degree up to 16 fits"
+        raise UserError(f"tp {tp} does not fit {spec.id} on {args.gpu}: weights need "
+                        f"{weights_only / GB:.1f} GB per GPU, the GPU has {g.memory_bytes / GB:.0f} GB{hint}")
+    free = g.memory_bytes - weights_only
+    per_seq = (p_tok + o_tok) * spec.kv_bytes_per_token * model._kv_replication(spec, tp) / tp if gen else 0
+    pre = model.prefill_breakdown(spec, args.gpu, [p_tok], **wo)
+    out = {"model": spec.id, "gpu": args.gpu, "tp": tp, "gpus": tp, "precision": spec.precision,
+           "kv_precision": spec.kv_precision if gen else None,
+           "execution": model.scheme(spec, args.gpu, weight_only).note, "engine": args.engine,
+           "unit": spec.unit, "batch": batch, "prompt_tokens": p_tok, "output_tokens": o_tok if gen else 0,
+           "prefill_ms": round(pre.total_ms, 3),
+           "prefill_batch_ms": round(model.prefill_batch_ms(spec, args.gpu, [p_tok] * batch, **wo), 3),
+           "bottleneck": {"prefill": pre.bottleneck}, "breakdown_ms": {"prefill": _parts(pre)}}
+    if gen:
+        context = args.context if args.context is not None else p_tok + o_tok / 2
+        dec = model.decode_breakdown(spec, args.gpu, batch, context, **wo)
+        step = dec.total_ms
+        out.update({"context": context, "decode_ms_per_step": round(step, 3), "decode_ms_per_token": round(step, 3),
+                    "decode_tokens_per_s_per_seq": round(1e3 / step, 2),
+                    "decode_tokens_per_s": round(batch * 1e3 / step, 2),
+                    "request_latency_ms": round(pre.total_ms + (o_tok - 1) * step, 1)})
+        out["bottleneck"]["decode"] = dec.bottleneck
+        out["breakdown_ms"]["decode"] = _parts(dec)
+    else:
+        out.update({"context": None, "decode_ms_per_step": None, "decode_ms_per_token": None,
+                    "decode_tokens_per_s_per_seq": None, "decode_tokens_per_s": None,
+                    "request_latency_ms": round(pre.total_ms, 1)})
+    out["memory_per_gpu"] = {"weights_gb": round(mem["weights_bytes"] / GB, 3),
+                             "kv_cache_gb": round(mem["kv_bytes"] / GB, 3),
+                             "runtime_overhead_gb": round(mem["overhead_bytes"] / GB, 3),
+                             "total_gb": round(mem["total_bytes"] / GB, 3),
+                             "gpu_memory_gb": round(g.memory_bytes / GB, 1), "fits": bool(mem["fits"]),
+                             "max_sequences_in_kv": int(free // per_seq) if per_seq else None}
+    out["capacity_rps_per_replica"] = round(capacity_rps(model, spec, args.gpu, p_tok, o_tok, batch=batch, **wo), 3)
+    return out
+
+
+def _fits_weights(model, spec, gpu, tp, weight_only) -> bool:
+    from edgepop.errors import UserError
+
+    try:
+        mem = model.memory_per_gpu(spec, gpu, tp=tp, kv_tokens=0, weight_only=weight_only)
+    except UserError:  # tp does not divide the heads
+        return False
+    return mem["fits"]
+
+
+def _parts(t) -> dict:
+    return {"compute": round(t.compute_ms, 3), "memory": round(t.memory_ms, 3), "interconnect": round(t.comm_ms, 3),
+            "overhead": round(t.overhead_ms, 3), "total": round(t.total_ms, 3)}
+
+
+def run(args: argparse.Namespace) -> int:
+    est = estimate(args)
+    if args.json:
+        print(json.dumps(est, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    unit = {"token": "tokens", "image": "images", "audio-minute": "audio minutes"}[est["unit"]]
+    t = Table(title=f"{est['model']} on {est['tp']} x {est['gpu']} ({est['precision']}, {est['engine']} engine)")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row(f"prefill, 1 request of {est['prompt_tokens']} {unit}", f"{est['prefill_ms']:.1f} ms")
+    t.add_row(f"prefill, {est['batch']} requests together", f"{est['prefill_batch_ms']:.1f} ms")
+    if est["decode_ms_per_step"] is not None:
+        t.add_row(f"decode step, batch {est['batch']}, context {est['context']:.0f}",
+                  f"{est['decode_ms_per_step']:.2f} ms/token")
+        t.add_row("decode tokens/s per sequence", f"{est['decode_tokens_per_s_per_seq']:.1f}")
+        t.add_row("decode tokens/s, whole batch", f"{est['decode_tokens_per_s']:.1f}")
+        t.add_row(f"one request ({est['output_tokens']} output tokens)", f"{est['request_latency_ms']:.0f} ms")
+    m = est["memory_per_gpu"]
+    t.add_row("memory per GPU (weights + KV + runtime)",
+              f"{m['weights_gb']:.1f} + {m['kv_cache_gb']:.1f} + {m['runtime_overhead_gb']:.1f} = "
+              f"{m['total_gb']:.1f} / {m['gpu_memory_gb']:.0f} GB ({'fits' if m['fits'] else 'DOES NOT FIT'})")
+    t.add_row("bottleneck", ", ".join(f"{k}: {v}" for k, v in est["bottleneck"].items()))
+    t.add_row("capacity per replica", f"{est['capacity_rps_per_replica']:.2f} requests/s")
+    Console().print(t)
+    Console().print(f"execution: {est['execution']}")
+    return 0

@@ -1,0 +1,278 @@
+"""Invariants of the roofline service-time model, its calibration, the measured profile and ``edgepop estimate``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from controlplane import perf_arch, perf_calibration
+from controlplane.catalog import default_catalog
+from controlplane.perf import PARAMS_FILE, Roofline, RooflineParams, capacity_rps, with_precision
+from controlplane.perf_profile import MeasuredProfile
+from edgepop.cli import main as edgepop_main
+from edgepop.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+L8 = "@cf/meta/llama-3.1-8b-instruct"
+L70 = "@cf/meta/llama-3.3-70b-instruct-fp8-fast"
+
+
+@pytest.fixture(scope="module")
+def model(topo):
+    return Roofline.from_topology(topo)
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return default_catalog()
+
+
+# ---------------------------------------------------------------- physics invariants
+@pytest.mark.parametrize("mid", [L8, L70, "@cf/mistral/mistral-7b-instruct-v0.1", "@cf/baai/bge-m3"])
+@pytest.mark.parametrize("gpu", ["H100", "A100-80GB", "L4", "T4"])
+def test_more_prompt_tokens_never_faster(model, cat, mid, gpu):
+    times = [model.prefill_ms(cat[mid], gpu, t) for t in (1, 2, 8, 32, 128, 512, 2048, 8192, 32768)]
+    assert all(b >= a for a, b in zip(times, times[1:], strict=False)), times
+
+
+@pytest.mark.parametrize("gpu", ["H100", "A100-80GB", "L40S"])
+def test_decode_step_grows_with_context_and_batch_but_throughput_does_not_fall(model, cat, gpu):
+    spec = cat[L8]
+    batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    for context in (128, 2048):
+        steps = np.array([model.decode_step_ms(spec, gpu, b, context) for b in batches])
+        assert np.all(np.diff(steps) >= 0), steps
+        throughput = np.array(batches) / steps
+        assert np.all(np.diff(throughput) >= -1e-9), throughput
+    by_context = [model.decode_step_ms(spec, gpu, 16, c) for c in (0, 100, 1000, 10000)]
+    assert all(b > a for a, b in zip(by_context, by_context[1:], strict=False))
+
+
+def test_higher_tp_reduces_step_time_for_big_models(model, cat):
+    spec = with_precision(cat[L70], "bf16", "bf16")
+    for gpu in ("H100", "A100-80GB"):
+        decode = [model.decode_step_ms(spec, gpu, 8, 1024, tp=tp) for tp in (1, 2, 4, 8)]
+        prefill = [model.prefill_ms(spec, gpu, 2048, tp=tp) for tp in (1, 2, 4, 8)]
+        assert all(b < a for a, b in zip(decode, decode[1:], strict=False)), decode
+        assert all(b < a for a, b in zip(prefill, prefill[1:], strict=False)), prefill
+
+
+def test_fp8_faster_than_bf16_only_where_the_gpu_has_fp8(model, cat):
+    fp8, bf16 = cat["@cf/meta/llama-3.1-8b-instruct-fp8"], with_precision(cat["@cf/meta/llama-3.1-8b-instruct-fp8"],
+                                                                          "bf16", "bf16")
+    for gpu in ("H100", "H200", "L40S", "L4"):
+        assert model.prefill_ms(fp8, gpu, 4096) < 0.75 * model.prefill_ms(bf16, gpu, 4096)
+        assert model.decode_step_ms(fp8, gpu, 1, 512) < model.decode_step_ms(bf16, gpu, 1, 512)
+    # A100 has no FP8 tensor cores: fp8 is weight-only, so prefill math is 16-bit (no speed-up) ...
+    assert model.scheme(fp8, "A100-80GB").weight_only
+    assert model.prefill_ms(fp8, "A100-80GB", 4096) == pytest.approx(model.prefill_ms(bf16, "A100-80GB", 4096),
+                                                                     rel=0.05)
+    # ... while decode streams half the weight bytes.
+    assert model.decode_step_ms(fp8, "A100-80GB", 1, 512) < 0.8 * model.decode_step_ms(bf16, "A100-80GB", 1, 512)
+
+
+@pytest.mark.parametrize("gpu", ["H100", "A100-80GB", "H200"])
+def test_batch1_decode_is_memory_bound_at_weight_bytes_over_bandwidth(model, cat, gpu):
+    spec = cat[L8]
+    g = model.gpu(gpu)
+    ideal_ms = 1e3 * perf_arch.streamed_weight_bytes(spec, model.scheme(spec, gpu)) / g.mem_bw
+    step = model.decode_breakdown(spec, gpu, 1, 64)
+    assert step.bottleneck == "memory"
+    assert ideal_ms < step.total_ms < 1.6 * ideal_ms + model.profile.step_overhead_ms
+
+
+def test_architecture_counts_match_published_parameter_counts(cat):
+    # Llama/Mistral keep a separate LM head; Gemma ties it to the embedding (one vocab x hidden table).
+    for mid, tied in ((L8, False), (L70, False), ("@cf/mistral/mistral-7b-instruct-v0.1", False),
+                      ("@cf/google/gemma-3-12b-it", True)):
+        spec = cat[mid]
+        counted = perf_arch.body_params(spec) + spec.vocab * spec.hidden * (1 if tied else 2)
+        assert counted == pytest.approx(spec.parameters, rel=0.04), mid
+
+
+def test_schemes_follow_the_hardware():
+    assert perf_arch.scheme("fp8", has_fp8=True).gemm_peak == "flops8"
+    assert perf_arch.scheme("fp8", has_fp8=False).weight_only
+    assert perf_arch.scheme("int8", has_fp8=False).gemm_peak == "flops8"  # INT8 tensor cores exist everywhere
+    assert perf_arch.scheme("int8", has_fp8=True, weight_only=True).weight_only
+    assert perf_arch.scheme("int4", has_fp8=True).weight_only
+    assert perf_arch.split_precision("int8-wo") == ("int8", True)
+    with pytest.raises(UserError):
+        perf_arch.split_precision("fp4")
+
+
+def test_tp_and_gpu_validation(model, cat, topo):
+    with pytest.raises(UserError, match="does not divide"):
+        model.prefill_ms(cat[L70], "H100", 128, tp=3)
+    with pytest.raises(UserError, match="unknown GPU"):
+        model.decode_step_ms(cat[L8], "B200", 1, 10)
+    with pytest.raises(UserError, match="unknown roofline parameter"):
+        Roofline.from_topology(topo, not_a_constant=1.0)
+    with pytest.raises(UserError, match="unknown engine"):
+        Roofline.from_topology(topo, engine="nope")
+    slower = Roofline.from_topology(topo, bw_efficiency=0.4)
+    assert slower.decode_step_ms(cat[L8], "H100", 1, 64) > model.decode_step_ms(cat[L8], "H100", 1, 64)
+
+
+def test_memory_per_gpu_splits_weights_and_replicates_kv_heads_under_wide_tp(model, cat):
+    spec = cat[L70]
+    two, eight = (model.memory_per_gpu(spec, "H100", tp=t, kv_tokens=10000) for t in (2, 8))
+    assert two["weights_bytes"] == pytest.approx(4 * eight["weights_bytes"])
+    assert two["kv_bytes"] == pytest.approx(4 * eight["kv_bytes"])  # 8 KV heads: no replication up to tp 8
+    sixteen = model.memory_per_gpu(spec, "H100", tp=16, kv_tokens=10000)
+    assert sixteen["kv_bytes"] == pytest.approx(eight["kv_bytes"])  # tp 16 > 8 KV heads: each head on 2 GPUs
+    assert not model.memory_per_gpu(with_precision(spec, "bf16"), "H100", tp=1)["fits"]
+
+
+def test_capacity_falls_with_longer_outputs_and_respects_the_kv_pool(model, cat):
+    spec = cat[L8]
+    short, long = (capacity_rps(model, spec, "H100", 512, o) for o in (64, 1024))
+    assert long < short
+    pool_limited = capacity_rps(model, spec, "H100", 512, 128, batch=10_000)
+    assert pool_limited == pytest.approx(capacity_rps(model, spec, "H100", 512, 128,
+                                                      batch=spec.kv_pool_tokens // 640))
+
+
+# ---------------------------------------------------------------- calibration
+@pytest.fixture(scope="module")
+def calibration():
+    return perf_calibration.run(write=False)
+
+
+def test_calibration_meets_the_stated_bound_on_held_out_70b_points(calibration):
+    assert calibration["holdout_points"] >= 40 and calibration["fit_points"] >= 80
+    assert calibration["mape_holdout"] <= perf_calibration.GOAL_MAPE, calibration["holdout_by"]
+    assert calibration["mape_holdout_a100_h100"] <= perf_calibration.GOAL_MAPE
+    assert calibration["mape_fit"] <= 0.10
+
+
+def test_shipped_params_are_the_current_fit(calibration):
+    doc = json.loads(PARAMS_FILE.read_text())
+    assert doc["metrics"]["mape_holdout"] == pytest.approx(calibration["mape_holdout"], abs=2e-3)
+    table = perf_calibration.load_reference()
+    points = perf_calibration.build_points(table, _gpus())
+    shipped = perf_calibration.evaluate(table, points, RooflineParams.load())
+    assert shipped["mape_holdout"] == pytest.approx(doc["metrics"]["mape_holdout"], abs=1e-4)
+
+
+def _gpus():
+    from controlplane.perf import gpu_table
+    from topology.gpus import load_gpus
+
+    return gpu_table(load_gpus())
+
+
+def test_held_out_points_never_influence_the_fit():
+    table = perf_calibration.load_reference()
+    points = perf_calibration.build_points(table, _gpus())
+    train = [p for p in points if not p.holdout]
+    assert all(not (60e9 <= p.spec.parameters <= 80e9) for p in train)
+    doubled = table.copy()
+    doubled.loc[[p.row for p in points if p.holdout], "measured_ms"] *= 2
+    again = perf_calibration.build_points(doubled, _gpus())
+    a = perf_calibration.fit(train)
+    b = perf_calibration.fit([p for p in again if not p.holdout])
+    assert a.to_dict() == b.to_dict()
+
+
+def test_reference_table_is_attributed():
+    table = perf_calibration.load_reference()
+    attribution = (ROOT / "controlplane" / "data" / "ATTRIBUTION.md").read_text()
+    for url in set(table.source):
+        assert url.split("/blob/")[0].split("/builds/")[0] in attribution, url
+
+
+# ---------------------------------------------------------------- measured profile
+@pytest.fixture(scope="module")
+def profile_csv(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile")
+    env = {**os.environ, "EDGEPOP_CACHE": str(out / "cache"), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "edgepop.cli", "profile", "--quick", "--models", "gpt2-tiny",
+                    "--out", str(out / "profile.csv")], check=True, env=env, capture_output=True, timeout=120)
+    return out / "profile.csv"
+
+
+def test_measured_profile_interpolates_the_real_profile(profile_csv, cat):
+    table = pd.read_csv(profile_csv)
+    assert set(table.phase) == {"prefill", "decode"}
+    prof = MeasuredProfile.load(profile_csv)
+    spec = cat["@edgepop/gpt2-tiny"]
+    pre = table[(table.phase == "prefill") & (table.batch_size == 1)].sort_values("tokens")
+    lo, hi = pre.iloc[0], pre.iloc[-1]
+    at_lo, at_hi = prof.prefill_ms(spec, "H100", int(lo.tokens)), prof.prefill_ms(spec, "H100", int(hi.tokens))
+    assert at_lo == pytest.approx(lo.ms)  # grid point (smallest cell is never raised by the running maximum)
+    assert at_hi >= hi.ms  # grid point, possibly raised to keep the curve monotone
+    mid = prof.prefill_ms(spec, "H100", int((lo.tokens + hi.tokens) // 2))
+    assert at_lo <= mid <= at_hi
+    assert prof.prefill_ms(spec, "H100", int(hi.tokens) * 4) > at_hi  # extrapolates upward
+    dec = [prof.decode_step_ms(spec, "H100", b, c) for b in (1, 2, 8, 32) for c in (32, 64, 200, 1000)]
+    assert min(dec) >= table[table.phase == "decode"].ms.min() - 1e-9
+    for b in (1, 8):
+        curve = [prof.decode_step_ms(spec, "H100", b, c) for c in (0, 64, 128, 256, 512)]
+        assert all(y >= x for x, y in zip(curve, curve[1:], strict=False))
+    assert capacity_rps(prof, spec, "H100", 64, 32, batch=8) > 0
+
+
+def test_measured_profile_errors_and_parquet(profile_csv, cat, tmp_path):
+    table = pd.read_csv(profile_csv)
+    table.to_parquet(tmp_path / "p.parquet", index=False)
+    prof = MeasuredProfile.load(tmp_path / "p.parquet")
+    spec = cat["@edgepop/gpt2-tiny"]
+    assert prof.decode_step_ms(spec, "x", 1, 64) == pytest.approx(
+        MeasuredProfile.load(profile_csv).decode_step_ms(spec, "x", 1, 64))
+    with pytest.raises(UserError, match="no rows for model 'minilm-l6-v2'"):
+        prof.prefill_ms(cat["@cf/baai/bge-base-en-v1.5"], "H100", 32)
+    no_decode = MeasuredProfile(table[table.phase != "decode"], source="t.csv")
+    with pytest.raises(UserError, match="no 'decode' rows"):
+        no_decode.decode_step_ms(spec, "H100", 1, 10)
+    with pytest.raises(UserError, match="one device"):
+        prof.prefill_ms(spec, "H100", 10, tp=2)
+    with pytest.raises(UserError, match="not a profile table"):
+        MeasuredProfile(table.drop(columns=["host"]))
+    with pytest.raises(UserError, match="not found"):
+        MeasuredProfile.load(tmp_path / "missing.csv")
+
+
+# ---------------------------------------------------------------- edgepop estimate
+def _estimate(capsys, *args):
+    rc = edgepop_main(["estimate", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_estimate_json_fields(capsys):
+    rc, out, _ = _estimate(capsys, "--model", L70, "--gpu", "A100-80GB", "--tp", "4", "--batch", "8",
+                           "--prompt-tokens", "1024", "--json")
+    assert rc == 0
+    est = json.loads(out)
+    for key in ("prefill_ms", "decode_ms_per_token", "decode_tokens_per_s_per_seq", "decode_tokens_per_s",
+                "memory_per_gpu", "bottleneck", "capacity_rps_per_replica", "execution"):
+        assert key in est, key
+    assert est["tp"] == 4 and est["batch"] == 8 and est["context"] == 1024 + 64
+    assert est["decode_tokens_per_s"] == pytest.approx(8 * est["decode_tokens_per_s_per_seq"], rel=1e-3)
+    assert est["memory_per_gpu"]["fits"] is True
+    assert est["bottleneck"]["decode"] in ("memory", "compute", "interconnect", "overhead")
+    assert "weight-only" in est["execution"]  # fp8 on an A100
+    rc, out, _ = _estimate(capsys, "--model", "@cf/baai/bge-m3", "--gpu", "L4", "--json")
+    assert rc == 0 and json.loads(out)["decode_ms_per_token"] is None
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "@cf/meta/llama-3.1-8b", "--gpu", "H100"], "close: @cf/meta/llama-3.1-8b-instruct"),
+    (["--model", L8, "--gpu", "B200"], "unknown GPU"),
+    (["--model", L70, "--gpu", "L4", "--tp", "1"], "does not fit"),
+    (["--model", L70, "--gpu", "H100", "--tp", "3"], "does not divide"),
+    (["--model", L8, "--gpu", "H100", "--batch", "0"], "--batch must be a positive"),
+    (["--model", L8, "--gpu", "H100", "--prompt-tokens", "-1"], "--prompt-tokens must be a positive"),
+])
+def test_estimate_errors_are_one_line(capsys, args, message):
+    rc, out, err = _estimate(capsys, *args)
+    assert rc == 2 and out == ""
+    assert message in err and err.count("\n") == 1 and err.startswith("edgepop: error:")
