@@ -49,6 +49,7 @@ class GatewayConfig:
     topology's RTT (False with ``--no-delay``); ``delay_scale`` multiplies it. ``tokens``: bearer token ->
     account id; ``no_auth`` serves everyone as account ``local``. ``db``: SQLite file of async batch jobs
     (None: a file in the working directory). ``lm_max_batch``: sequences one LM engine runs together.
+    ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
     """
 
     pops: list[str] = field(default_factory=lambda: list(DEFAULT_POPS))
@@ -73,6 +74,8 @@ class GatewayConfig:
     lm_kv_budget_tokens: int = 32768
     encoder_max_batch: int = 32
     encoder_max_wait_ms: float = 2.0
+    threads: int = 0
+    provider: str = "auto"
     seed: int = 0
     scenario: str | None = None
 
@@ -118,6 +121,10 @@ class GatewayConfig:
         if not isinstance(self.tokens, dict) or not all(
                 isinstance(k, str) and k and isinstance(v, str) and v for k, v in self.tokens.items()):
             bad("tokens", "must map non-empty token strings to non-empty account ids")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            bad("threads", f"{self.threads!r} is not a non-negative integer (0: one per core)")
+        if self.provider not in ("auto", "cpu", "cuda"):
+            bad("provider", f"{self.provider!r} is not one of auto, cpu, cuda")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             bad("seed", f"{self.seed!r} is not a non-negative integer")
         for name in ("delay", "no_auth"):

@@ -21,6 +21,7 @@ from dataplane.engine_batch import BatchConfig
 from dataplane.engine_lm import LMEngineConfig
 from dataplane.gateway.config import GatewayConfig
 from dataplane.service import DataPlane, DataPlaneConfig
+from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 
 
@@ -92,6 +93,7 @@ class Deployment:
         self.node_ids = self.fleet.nodes.node_id.to_numpy()
         self.pop_ids = self.topo.pops.id.to_numpy()
         self.dp = DataPlane(DataPlaneConfig(
+            session=SessionConfig(provider=cfg.provider, intra_op_threads=cfg.threads),
             lm=LMEngineConfig(max_batch=cfg.lm_max_batch, kv_budget_tokens=cfg.lm_kv_budget_tokens),
             batch=BatchConfig(max_batch=cfg.encoder_max_batch, max_wait_ms=cfg.encoder_max_wait_ms)))
 
@@ -110,7 +112,7 @@ class Deployment:
             "pops": list(c.pops), "router": c.router, "queue_limit": c.queue_limit,
             "queue_timeout_s": c.queue_timeout_s, "delay": c.delay, "delay_scale": c.delay_scale,
             "last_mile_ms": self.topo.last_mile_ms, "default_location": list(c.default_location),
-            "seed": c.seed, "scenario": c.scenario,
+            "seed": c.seed, "scenario": c.scenario, "threads": c.threads, "provider": c.provider,
             "stand_ins": dict(self.stand_in),
             "placement": self.placement.to_dict(orient="records"),
         }
