@@ -87,9 +87,11 @@ class GatewayConfig:
         def bad(name, problem):
             raise UserError(f"{where}: field {name!r}: {problem}")
 
-        if not self.pops or not all(isinstance(p, str) and p for p in self.pops):
+        if not isinstance(self.pops, list | tuple) or not self.pops or not all(
+                isinstance(p, str) and p for p in self.pops):
             bad("pops", f"{self.pops!r} is not a non-empty list of PoP ids")
-        if not self.models or not all(isinstance(m, str) and m for m in self.models):
+        if not isinstance(self.models, list | tuple) or not self.models or not all(
+                isinstance(m, str) and m for m in self.models):
             bad("models", f"{self.models!r} is not a non-empty list of catalog model ids")
         if not isinstance(self.placement, dict):
             bad("placement", "must be a table of model id -> list of PoP ids")
