@@ -131,6 +131,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         if spec.task == "text-generation" and inputs.get("stream") is True:
             call = await gw.admit(model, inputs, place, account=account, reject_if_busy=reject,
                                   endpoint="run-stream", **common(request))
+            _start(call)
             return StreamingResponse(_workers_stream(call), media_type="text/event-stream",
                                      headers={**SSE_HEADERS, **call.headers(final=False)})
         call, fin = await gw.infer(model, inputs, place, account=account, reject_if_busy=reject, endpoint="run",
@@ -138,6 +139,14 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         synthetic = gw.dep.dp.card(call.prep.stand_in).synthetic
         return JSONResponse(envelope(fin.result, model, spec.task, call.prep.stand_in, synthetic),
                             headers=call.headers())
+
+    def _start(call) -> None:
+        """Start the generation now: its slot is released when the engine finishes, even if the response body is
+        never iterated (a client that disconnects before the first byte)."""
+        try:
+            call.open_stream()
+        except Exception as exc:
+            raise from_exception(exc) from None
 
     async def _workers_stream(call):
         try:
@@ -176,6 +185,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         if stream:
             call = await gw.admit(model, {**inputs, "stream": True}, place, account=account,
                                   endpoint="chat-stream", **common(request))
+            _start(call)
             return StreamingResponse(_chat_stream(call, cid, model, include_usage), media_type="text/event-stream",
                                      headers={**SSE_HEADERS, **call.headers(final=False)})
         call, fin = await gw.infer(model, inputs, place, account=account, endpoint="chat", **common(request))

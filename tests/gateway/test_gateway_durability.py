@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 
 import httpx
@@ -34,10 +32,10 @@ def test_sigkill_restart_finishes_batch_exactly_once(tmp_path):
     cfg.write_text(CONFIG)
     tokens.write_text(f'[tokens]\n"{ALICE}" = "alice"\n')
     args = ["--config", str(cfg), "--tokens", str(tokens), "--db", str(db), "--no-warm"]
-    n = 8
+    n = 6
     proc, url = spawn_serve(args, log=log)
     try:
-        reqs = [{"prompt": f"job {i}", "max_tokens": 120, "ignore_eos": True, "seed": i} for i in range(n)]
+        reqs = [{"prompt": f"job {i}", "max_tokens": 100, "ignore_eos": True, "seed": i} for i in range(n)]
         r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs}, headers=headers())
         rid = r.json()["result"]["request_id"]
         deadline = time.monotonic() + 60
@@ -62,7 +60,7 @@ def test_sigkill_restart_finishes_batch_exactly_once(tmp_path):
         proc.wait(timeout=30)
     assert res["status"] == "done"
     assert [x["id"] for x in res["responses"]] == list(range(n))
-    assert all(x["success"] and x["result"]["usage"]["completion_tokens"] == 120 for x in res["responses"])
+    assert all(x["success"] and x["result"]["usage"]["completion_tokens"] == 100 for x in res["responses"])
     with sqlite3.connect(db) as con:
         rows = con.execute("SELECT idx, completions, attempts FROM items ORDER BY idx").fetchall()
     assert all(c == 1 for _, c, _ in rows)  # every item completed exactly once
@@ -71,18 +69,15 @@ def test_sigkill_restart_finishes_batch_exactly_once(tmp_path):
         assert "recovered 1 batch items" in log.read_text()
 
 
-def _edgepop(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgepop", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "EDGEPOP_TOKENS": ""})
+def test_serve_bad_options_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    from edgepop.cli import main
 
-
-def test_serve_bad_options_are_one_line_errors(tmp_path):
+    monkeypatch.setenv("EDGEPOP_TOKENS", "")
     for args, needle in ((["--pops", "XXX", "--no-auth"], "unknown PoP"),
                          (["--models", "@cf/none/x", "--no-auth"], "not in the catalog"),
                          (["--default-location", "100,0", "--no-auth"], "--default-location"),
                          ([], "no API tokens"),
                          (["--config", str(tmp_path / "missing.toml")], "not found")):
-        p = _edgepop("serve", *args, "--port", "1")
-        assert p.returncode == 2, (args, p.stderr)
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("edgepop: error:") and needle in lines[0], p.stderr
+        assert main(["serve", *args, "--port", "1"]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("edgepop: error:") and needle in lines[0], lines
