@@ -1,9 +1,8 @@
 """Gateway benchmark: overhead over a direct data-plane call, and throughput with batching at concurrency 32.
 
-1. Overhead: the same embedding request (``all-MiniLM-L6-v2``, one short sentence) run N times one after
-   another, (a) as a direct ``dataplane.tasks.text_embeddings`` call in this process (tokenize, engine, shape) and
+1. Overhead: the same embedding request (``all-MiniLM-L6-v2``, one short sentence) run N times, alternating (a) as a direct ``dataplane.tasks.text_embeddings`` call in this process (tokenize, engine, shape) and
    (b) over HTTP through an ``edgepop serve --no-delay --no-auth`` subprocess. Reported: p50 of (b) - p50 of (a)
-   as seen by the client (includes httpx's own cost), and the server-side ``gateway`` stage of ``server-timing``
+   and the median of the paired differences as seen by the client (includes httpx's own cost), and the server-side ``gateway`` stage of ``server-timing``
    (everything the gateway adds: parsing, tokenizing, control plane, JSON).
 2. Throughput at concurrency 32: embeddings (dynamic batching up to 32) and streamed chat completions
    (continuous batching), with requests/s, tokens/s, latency percentiles and the engines' mean batch size from
@@ -42,34 +41,29 @@ def pct(xs, q):
     return round(float(np.percentile(xs, q)), 3)
 
 
-def direct_ms(n: int) -> list[float]:
+def overhead_pairs(url: str, n: int) -> tuple[list[float], list[float], list[float]]:
+    """Direct calls and HTTP calls interleaved one by one, so both see the same background load.
+
+    Returns (direct ms, HTTP ms, server-side gateway-stage ms)."""
     from dataplane.service import DataPlane
     from dataplane.tasks import text_embeddings
 
-    with DataPlane() as dp:
+    u = f"{url}/client/v4/accounts/local/ai/run/{EMB}"
+    direct, client_ms, server_ms = [], [], []
+    with DataPlane() as dp, httpx.Client(timeout=30) as c:
         for _ in range(30):
             text_embeddings(dp, "minilm-l6-v2", {"text": TEXT})
-        out = []
+            c.post(u, json={"text": TEXT})
         for _ in range(n):
             t = time.perf_counter()
             text_embeddings(dp, "minilm-l6-v2", {"text": TEXT})
-            out.append((time.perf_counter() - t) * 1e3)
-    return out
-
-
-def http_ms(url: str, n: int) -> tuple[list[float], list[float]]:
-    u = f"{url}/client/v4/accounts/local/ai/run/{EMB}"
-    client_ms, server_ms = [], []
-    with httpx.Client(timeout=30) as c:
-        for _ in range(30):
-            c.post(u, json={"text": TEXT})
-        for _ in range(n):
+            direct.append((time.perf_counter() - t) * 1e3)
             t = time.perf_counter()
             r = c.post(u, json={"text": TEXT})
             client_ms.append((time.perf_counter() - t) * 1e3)
             assert r.status_code == 200, r.text
             server_ms.append(float(re.search(r"gateway;dur=([\d.]+)", r.headers["server-timing"]).group(1)))
-    return client_ms, server_ms
+    return direct, client_ms, server_ms
 
 
 async def _load(url: str, path: str, make_body, total: int, stream: bool) -> dict:
@@ -141,10 +135,9 @@ def server(tmp: Path, extra: list[str]):
 
 def main() -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
-    direct = direct_ms(N_SEQ)
     proc, url = server(tmp, ["slots = 256"])
     try:
-        client, srv = http_ms(url, N_SEQ)
+        direct, client, srv = overhead_pairs(url, N_SEQ)
         floor = floor_ms(url, N_SEQ)
         emb_path = f"/client/v4/accounts/local/ai/run/{EMB}"
         emb = measured_batch(url, "minilm-l6-v2", lambda: asyncio.run(
@@ -164,9 +157,10 @@ def main() -> dict:
         proc.terminate()
         proc.wait()
     d50, c50 = statistics.median(direct), statistics.median(client)
+    paired = statistics.median(np.array(client) - np.array(direct))
     result = {
         "direct_p50_ms": round(d50, 3), "http_p50_ms": round(c50, 3), "http_p95_ms": pct(client, 95),
-        "overhead_p50_ms": round(c50 - d50, 3), "server_gateway_stage_p50_ms": pct(srv, 50),
+        "overhead_p50_ms": round(c50 - d50, 3), "overhead_paired_median_ms": round(float(paired), 3), "server_gateway_stage_p50_ms": pct(srv, 50),
         "http_floor_p50_ms": pct(floor, 50),
         "overhead_goal_ms": 1.0,
         "embeddings_c32": emb, "embeddings_c32_no_batching": emb1,

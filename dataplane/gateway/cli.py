@@ -75,10 +75,10 @@ def gateway_config(args: argparse.Namespace):
         over.update(scenario=sc.name, seed=sc.seed, last_mile_ms=sc.last_mile_ms, router=sc.edge.router)
         if sc.edge.pops:
             over["pops"] = list(sc.edge.pops)
-    over.update(pops=_csv(args.pops), models=_csv(args.models), db=args.db, slots=args.slots,
-                queue_timeout_s=args.queue_timeout, request_timeout_s=args.request_timeout, router=args.router,
-                seed=args.seed, delay_scale=args.delay_scale, threads=args.threads,
-                provider=args.provider)
+    flags = dict(pops=_csv(args.pops), models=_csv(args.models), db=args.db, slots=args.slots,
+                 queue_timeout_s=args.queue_timeout, request_timeout_s=args.request_timeout, router=args.router,
+                 seed=args.seed, delay_scale=args.delay_scale, threads=args.threads, provider=args.provider)
+    over.update({k: v for k, v in flags.items() if v is not None})  # flags given win over the scenario
     if args.default_location:
         over["default_location"] = parse_location(args.default_location, "--default-location")
     if args.no_delay:

@@ -168,6 +168,7 @@ class Gateway:
             lease = self.admission.submit(req)
         except GatewayError as err:
             self.metrics.rejected(model, endpoint, err, place)
+            await self.delays.sleep_ms(place.access_rtt_ms / 2)  # the refusal travels back from the ingress
             raise
         at_node = time.monotonic() + self.delays.seconds(lease.decision.rtt_ms / 2)
         try:

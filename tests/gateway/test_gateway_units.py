@@ -131,3 +131,17 @@ def test_admission_releases_every_slot(gateway_topo):
     adm = asyncio.run(scenario())
     assert adm.leases_open == 0 and dep.plane.snapshot()["running"] == 0 and dep.plane.snapshot()["waiting"] == 0
     dep.close()
+
+
+def test_serve_flags_over_scenario_over_defaults(monkeypatch):
+    from dataplane.gateway.cli import gateway_config
+    from edgepop.cli import build_parser
+
+    monkeypatch.setenv("EDGEPOP_TOKENS", "tok-env-000001:acme")
+    parse = build_parser().parse_args
+    cfg = gateway_config(parse(["serve", "--scenario", "small"]))
+    assert (cfg.scenario, cfg.seed, cfg.router) == ("small", 7, "nearest-with-capacity")
+    assert cfg.tokens == {"tok-env-000001": "acme"}
+    cfg = gateway_config(parse(["serve", "--scenario", "small", "--seed", "3", "--pops", "FRA,LHR", "--no-delay",
+                                "--default-location", "1,2", "--slots", "4"]))
+    assert (cfg.seed, cfg.pops, cfg.delay, cfg.default_location, cfg.slots) == (3, ["FRA", "LHR"], False, (1.0, 2.0), 4)
