@@ -23,6 +23,7 @@ from dataplane.errors import CapacityError, InvalidInputError
 from dataplane.tasks import MAX_BATCH_TEXTS, _bytes_field, _field
 
 MEL_FRAMES_PER_S = 100  # log-mel features are 10 ms frames
+MAX_IMAGE_PIXELS = 40_000_000  # ~160 MB of RGBA once decoded: bigger images are refused (413) unread
 
 
 @dataclass
@@ -90,7 +91,7 @@ async def prepare(dp, task: str, stand_in: str, inputs) -> Prepared:
                         items=encs, extra={"top_k": top_k})
     if task == "image-classification":
         data = _bytes_field(inputs, "image")
-        x = await asyncio.to_thread(model.preprocess, data)
+        x = await asyncio.to_thread(_preprocess_image, model, data)
         return Prepared(task, stand_in, 1, 0, 1.0, items=[x])
     if task == "automatic-speech-recognition":
         data = _bytes_field(inputs, "audio")
@@ -98,6 +99,22 @@ async def prepare(dp, task: str, stand_in: str, inputs) -> Prepared:
         seconds = mel.shape[1] / MEL_FRAMES_PER_S
         return Prepared(task, stand_in, max(1, round(seconds)), 0, seconds / 60.0, items=[mel])
     raise InvalidInputError(f"task {task!r} is not served")
+
+
+def _preprocess_image(model, data: bytes) -> np.ndarray:
+    """Decode and resize an image, refusing decompression bombs before any pixel is decoded."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:  # reads the header only
+            w, h = img.size
+    except Exception as exc:
+        raise InvalidInputError(f"image bytes could not be decoded ({type(exc).__name__})") from None
+    if w * h > MAX_IMAGE_PIXELS:
+        raise CapacityError(f"image is {w}x{h} pixels; at most {MAX_IMAGE_PIXELS:,} are accepted")
+    return model.preprocess(data)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:

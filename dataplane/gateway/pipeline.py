@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,9 +20,11 @@ from dataplane.gateway import invoke
 from dataplane.gateway.admission import Admission, Lease
 from dataplane.gateway.config import GatewayConfig
 from dataplane.gateway.deployment import Deployment
-from dataplane.gateway.errors import GatewayError, from_code, from_exception, unknown_model
+from dataplane.gateway.errors import GatewayError, bad_input, from_code, from_exception, unknown_model
 from dataplane.gateway.geo import ClientLocator, ClientPlace, Delays
 from dataplane.gateway.metrics import Metrics
+
+log = logging.getLogger("edgepop.gateway")
 
 
 @dataclass
@@ -158,7 +161,11 @@ class Gateway:
             spec = self.spec(model)
             prep = await invoke.prepare(self.dep.dp, spec.task, self.dep.stand_in[model], inputs)
         except Exception as exc:
+            # Preparation only reads the client's input, so whatever goes wrong there is bad input, never a 500.
             err = from_exception(exc)
+            if err.status >= 500:
+                log.warning("input preparation failed for %s: %r", model, exc)
+                err = bad_input(f"could not process the input ({type(exc).__name__}: {str(exc)[:160]})")
             self.metrics.rejected(model, endpoint, err, place)
             raise err from None
         timing.wan_in = await self.delays.sleep_ms(place.access_rtt_ms / 2) * 1e3

@@ -151,3 +151,22 @@ def test_metrics_expose_requests_memory_and_control_plane(gateway):
     assert 'edgepop_cp_requests{state="running"}' in text
     assert 'edgepop_http_responses_total{route="/client/v4/accounts/{account_id}/ai/run/{model:path}",status="400"}' \
         in text
+
+
+def test_malformed_binaries_are_400s(gateway):
+    url, _ = gateway
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    buf = io.BytesIO()
+    Image.new("L", (7_000, 7_000)).save(buf, "PNG")  # 49 Mpixel decompression bomb, ~50 kB compressed
+    bomb = buf.getvalue()
+    wav = _wav()
+    cases = [("@cf/microsoft/resnet-50", rng.bytes(5000), 400), ("@cf/microsoft/resnet-50", _png()[:60], 400),
+             ("@cf/microsoft/resnet-50", bomb, 413), ("@cf/openai/whisper", rng.bytes(5000), 400),
+             ("@cf/openai/whisper", wav[:44], 400), ("@cf/openai/whisper", wav[:22] + b"\x00\x00" + wav[24:], 400),
+             ("@cf/openai/whisper", _wav(40.0, rate=2000), 400)]  # longer than the model's 30 s
+    for model, data, status in cases:
+        r = httpx.post(run_url(url, model), content=data, headers=headers(**{"content-type": "application/octet-stream"}),
+                       timeout=30)
+        assert r.status_code == status, (model, len(data), r.text)
