@@ -56,6 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--account", default="local", help="account id in the URL (default local)")
     r.add_argument("--concurrency", type=int, default=64, help="most requests in flight")
     r.add_argument("--profile", help="measured profile table for the simulator (default: measure one now)")
+    r.add_argument("--profile-source", default="gateway", choices=("gateway", "engine"),
+                   help="what to measure when no --profile is given: service times through the live gateway "
+                        "(default) or of the bare LM engine")
     r.add_argument("--no-sim", action="store_true", help="only the live side")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=run_replay)
@@ -121,6 +124,7 @@ def run_replay(args: argparse.Namespace) -> int:
                          time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,
                          max_output=args.max_output, token=args.token or os.environ.get("EDGEPOP_TOKEN"),
                          account=args.account, concurrency=args.concurrency, profile=args.profile,
+                         profile_source=args.profile_source,
                          simulate=not args.no_sim, seed=args.seed)
     report = replay_and_compare(opts, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(report)

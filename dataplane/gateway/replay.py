@@ -44,6 +44,7 @@ class ReplayOptions:
     account: str = "local"
     concurrency: int = 64
     profile: str | None = None
+    profile_source: str = "gateway"  # "gateway": measured through the live gateway; "engine": the LM engine alone
     simulate: bool = True
     seed: int = 0
     timeout_s: float = 120.0
@@ -184,11 +185,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print) -> str:
     out.mkdir(parents=True, exist_ok=True)
     profile = opts.profile
     if opts.simulate and not profile:  # measured before the live run, under the same machine conditions
-        from dataplane.gateway.fidelity import measure_profile
-        from dataplane.session import SessionConfig
-
-        session = SessionConfig(provider=desc.get("provider", "auto"), intra_op_threads=desc.get("threads", 0))
-        profile = measure_profile([desc["stand_ins"][opts.model]], progress, session)
+        profile = measure_for_replay(opts, desc, progress)
         profile.to_csv(out / "profile.csv", index=False)
     progress(f"replaying {len(frame)} requests over {frame.arrival_s.max():.1f} s against {opts.url}")
     live = asyncio.run(send_all(frame, opts, rng))
@@ -206,3 +203,25 @@ def replay_and_compare(opts: ReplayOptions, progress=print) -> str:
     table = compare(sim, live)
     table.to_csv(out / "comparison.csv", index=False)
     return table.to_string(index=False)
+
+
+def measure_for_replay(opts: ReplayOptions, desc: dict, progress=print) -> pd.DataFrame:
+    """The service-time profile the simulator uses: through the gateway (default) or of the bare LM engine."""
+    from dataplane import registry
+    from dataplane.session import SessionConfig
+
+    stand_in = desc["stand_ins"][opts.model]
+    session = SessionConfig(provider=desc.get("provider", "auto"), intra_op_threads=desc.get("threads", 0))
+    if opts.profile_source == "engine":
+        from dataplane.gateway.fidelity import measure_profile
+
+        return measure_profile([stand_in], progress, session)
+    if opts.profile_source != "gateway":
+        raise UserError(f"replay: profile source must be 'gateway' or 'engine', got {opts.profile_source!r}")
+    from dataplane.gateway.live_profile import gateway_profile
+
+    progress(f"measuring {opts.model} ({stand_in}) through the gateway (pass --profile to reuse a table)")
+    n_ctx = registry.load(stand_in, session).spec.n_ctx
+    scale = float(desc["delay_scale"]) if desc["delay"] else 0.0
+    return gateway_profile(opts.url, opts.model, stand_in, scale, opts.token, opts.account, max_context=n_ctx,
+                           seed=opts.seed)

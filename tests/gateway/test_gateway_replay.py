@@ -92,3 +92,18 @@ def test_replay_command_end_to_end(delayed_gateway, tmp_path):
     cmp = pd.read_csv(out / "comparison.csv")
     assert len(cmp) == 6 and (cmp.n == 4).all()
     assert main(["replay", "--live", "http://10.1.2.3:8787", "--trace", "x.csv"]) == 2  # loopback only
+
+
+def test_gateway_profile_subtracts_the_injected_rtt(delayed_gateway):
+    from controlplane.catalog import default_catalog
+    from controlplane.perf_profile import MeasuredProfile
+    from dataplane.gateway.live_profile import gateway_profile
+
+    url, _ = delayed_gateway
+    # A Sydney client is ~100 ms from its serving PoP: a profile that forgot the RTT would show it in prefill.
+    table = gateway_profile(url, GEN, "gpt2-tiny", 1.0, location="-33.87,151.21", prompt_tokens=(8, 64),
+                            decode_batch=(1, 2), contexts=(32,), steps=4, repeats=1)
+    assert list(table.phase) == ["prefill", "prefill", "decode", "decode"]
+    assert (table.ms > 0).all() and (table.ms < 60).all(), table
+    perf = MeasuredProfile(table)
+    assert perf.prefill_ms(default_catalog()[GEN], "cpu", 64) > 0
