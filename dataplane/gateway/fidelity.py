@@ -4,12 +4,15 @@ deployment, with service times measured on this machine, and compare client-side
 The mirror is built from the gateway's ``/edgepop/deployment`` description: the same PoPs (``edge_fleet``), the
 same replicas on the same nodes with the same slots, the same router, queue limit and timeout, the same WAN
 delays (scaled, or none), and each catalog model timed as its stand-in by
-:class:`controlplane.perf_profile.MeasuredProfile`. Requests keep their live arrival times, sizes and client
-locations; output lengths are the ones the live gateway produced.
+:class:`controlplane.perf_profile.MeasuredProfile` (over a table measured through the gateway,
+:mod:`dataplane.gateway.live_profile`, of the bare engine, :mod:`dataplane.gateway.engine_profile`, or any
+``edgepop profile`` table). Requests keep their live arrival times, sizes and client locations; output lengths
+are the ones the live gateway produced.
 
 Known gap, by construction: the gateway runs every emulated PoP on this machine's cores (one engine per stand-in),
-whereas the simulator gives each replica its own device, so the two agree when live requests rarely overlap and
-drift apart as concurrency grows (see docs/readme/gateway.md).
+whereas the simulator gives each replica its own device. With one serving PoP the two are the same system and
+agree closely; with several they agree when live requests rarely overlap and drift apart as concurrency grows
+(see docs/readme/gateway.md).
 
 Goal of the issue: simulated vs live TTFT within 5% at p50 and 10% at p95.
 """
