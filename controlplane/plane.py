@@ -90,8 +90,9 @@ class ControlPlane:
             spec = self.catalog[req.model]
         except CatalogError:
             return int(Code.NO_SUCH_MODEL)
-        if spec.unit == "token" and (req.prompt_tokens > spec.context_window
-                                     or req.prompt_tokens + req.output_tokens > spec.context_window):
+        # A reranking request is a query scored against several passages, each pair within the window.
+        one_sequence = spec.unit == "token" and spec.task != "text-reranking"
+        if one_sequence and req.prompt_tokens + req.output_tokens > spec.context_window:
             return int(Code.TOO_LARGE)
         if spec.generative and req.kv_tokens > spec.kv_pool_tokens:
             return int(Code.TOO_LARGE)

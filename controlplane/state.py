@@ -139,6 +139,7 @@ class ClusterState:
         self.by_model: dict[str, list[Replica]] = {}
         self._cand: dict[tuple[int, str], tuple[list[Replica], list[float]]] = {}
         self.site_queues: dict[tuple[int, str], SiteQueue] = {}
+        self._rep_sites: dict[str, np.ndarray] = {}
         self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
         for i, row in enumerate(placement.itertuples()):
             gpu_index = tuple(row.gpu_index) if hasattr(row, "gpu_index") else None
@@ -176,6 +177,7 @@ class ClusterState:
             self.loading.add(r)
         self.by_model.setdefault(spec.id, []).append(r)
         self._cand.clear()
+        self._rep_sites.pop(spec.id, None)
         return r
 
     def _reserve(self, spec: ModelSpec, node: int, gpu_index: tuple, sign: int) -> None:
@@ -225,18 +227,20 @@ class ClusterState:
 
     # ---------------------------------------------------------------- candidates
     def candidates(self, ingress: int, model: str) -> tuple[list[Replica], list[float]]:
-        """Replicas of ``model`` sorted by RTT from ``ingress`` (ties by replica id), with those RTTs."""
+        """Replicas of ``model`` sorted by RTT from ``ingress`` (ties: lower site index, then replica id)."""
         key = (ingress, model)
         hit = self._cand.get(key)
         if hit is None:
             reps = self.by_model.get(model, [])
-            if reps:
-                sites = np.fromiter((r.site for r in reps), dtype=np.int64, count=len(reps))
-                rtts = self.rtt[ingress, sites]
-                order = np.argsort(rtts, kind="stable")
-                hit = ([reps[i] for i in order], rtts[order].tolist())
+            sites = self._rep_sites.get(model)
+            if sites is None:
+                sites = self._rep_sites[model] = np.fromiter((r.site for r in reps), np.int64, len(reps))
+            rt = self.rtt[ingress, sites]
+            if len(reps) > 24:
+                order = np.lexsort((sites, rt)).tolist()  # stable: equal (rtt, site) keep replica-id order
             else:
-                hit = ([], [])
+                order = sorted(range(len(reps)), key=lambda i: (rt[i], sites[i], i))
+            hit = ([reps[i] for i in order], rt[order].tolist())
             self._cand[key] = hit
         return hit
 

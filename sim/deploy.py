@@ -32,21 +32,28 @@ def central_rtt_builder(topo, fleet):
 
 def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog, perf, demand_rps: float, mix: dict,
                      rng_place: np.random.Generator, rng_route: np.random.Generator, typical_tokens=(1000, 130),
-                     scenario_start=None, day_s: float = 86_400.0):
+                     scenario_start=None, day_s: float = 86_400.0, shape: dict | None = None):
     """Place models for ``demand_rps`` with ``mix`` and wrap the result in a control plane.
 
+    ``shape`` = {"prompt": {model: mean units}, "output": {model: mean tokens}} sizes replica capacity.
     Returns (Deployment, Placement, rtt_builder). The edge routes by anycast ingress PoP (access RTT from the
     workload); central deployments are reached directly from each user's city (last mile + core RTT).
     """
     from controlplane.placement import PlacementProblem, get_policy
 
+    from controlplane.fleet import edge_fleet
+
     options = dict(cfg.placement_options)
     if name == "central":
         options.setdefault("baseline", cfg.baseline)
-        options.setdefault("scale", cfg.gpu_scale)
+        if cfg.gpu_scale != 1.0:
+            options.setdefault("scale", cfg.gpu_scale)
     policy = get_policy(cfg.placement, **options)
-    problem = PlacementProblem.build(topo, catalog=catalog, total_rps=demand_rps, mix=mix, perf=perf,
-                                     pops=cfg.pops)
+    fleet = edge_fleet(topo, pops=cfg.pops) if cfg.pops else None
+    shape = shape or {}
+    problem = PlacementProblem.build(topo, catalog=catalog, fleet=fleet, total_rps=demand_rps, mix=mix, perf=perf,
+                                     prompt_tokens=dict(shape.get("prompt", {})),
+                                     output_tokens=dict(shape.get("output", {})))
     placement = policy.place(problem, rng_place)
     fleet = placement.fleet
     central = name == "central"
@@ -63,5 +70,6 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog, perf, dema
     if central:
         dep = Deployment("central", plane, fleet, ingress_col="city", access_col=None, access_ms=topo.last_mile_ms)
     else:
-        dep = Deployment("edge", plane, fleet, ingress_col="ingress", access_col="access_rtt_ms")
+        dep = Deployment("edge", plane, fleet, ingress_col="ingress", access_col="access_rtt_ms",
+                         ingress_ids=topo.pops.id.to_numpy())
     return dep, placement, rtt_builder

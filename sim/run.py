@@ -80,7 +80,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     t_wall = time.perf_counter()
     topo = topo or Topology.load(last_mile_ms=sc.last_mile_ms)
     catalog = Catalog.load(sc.catalog) if sc.catalog else __import__("controlplane.catalog").catalog.default_catalog()
-    perf = build_perf(sc.perf, topo)
+    from sim.perfcache import CachedPerf
+
+    perf = CachedPerf(build_perf(sc.perf, topo))
     r = rngs(sc.seed)
     workload = generate(sc.workload, topo, catalog, r["workload"])
     frame = workload.requests
@@ -89,6 +91,10 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     mix = frame.model.value_counts(normalize=True).to_dict()
     gen = frame[frame.task == "text-generation"]
     typical = (int(gen.prompt_tokens.mean()), int(gen.output_tokens.mean())) if len(gen) else (512, 128)
+    audio = frame.model.isin([s.id for s in catalog if s.unit == "audio-minute"])
+    units = frame.prompt_tokens.where(~audio, frame.prompt_tokens / 60.0)
+    shape = {"prompt": units.groupby(frame.model).mean().to_dict(),
+             "output": frame.output_tokens.groupby(frame.model).mean().to_dict()}
     start = getattr(sc.workload, "start_utc", None)
     day_s = float(getattr(sc.workload, "day_compression", None) or 86_400.0)
     from sim.deploy import build_deployment
@@ -101,7 +107,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
         t0 = time.perf_counter()
         dep, placement, rtt_builder = build_deployment(
             name, cfg, topo, catalog, perf, mean_rps, mix, r[f"place_{name}"], r[f"route_{name}"], typical,
-            start, day_s)
+            start, day_s, shape)
         handler = FaultHandler(topo, dep, sc.faults, rtt_builder) if sc.faults else None
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()

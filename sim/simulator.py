@@ -48,6 +48,7 @@ class Deployment:
     ingress_col: str = "ingress"
     access_col: str | None = "access_rtt_ms"
     access_ms: float = 0.0
+    ingress_ids: object = None  # PoP id per ingress key (edge), to report where requests really entered
 
 
 @dataclass
@@ -161,9 +162,11 @@ class Simulation:
     def _submit(self, k: int, now: float) -> None:
         req = self.reqs[k]
         if req is None:
-            req = Request(k, self.models[k], int(self.key[k]), int(self.prompt[k]), int(self.output[k]),
-                          arrival=float(self.arrival[k]), session=None if self.session[k] < 0 else self.session[k],
-                          reject_if_busy=bool(self.rib[k]), payload=k)
+            lists = self._lists
+            session = lists["session"][k]
+            req = Request(k, lists["model"][k], lists["key"][k], lists["prompt"][k], lists["output"][k],
+                          arrival=lists["arrival"][k], session=None if session < 0 else session,
+                          reject_if_busy=lists["rib"][k], payload=k)
             self.reqs[k] = req
             self.first_decision[k] = now
         if self.fault_handler is not None and self.fault_handler.down_pops:
@@ -186,7 +189,7 @@ class Simulation:
         """The control plane started ``req`` (now or from a queue): it joins its replica once it is there."""
         k = req.payload
         self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
-        seq = Seq(k, self.units[k], int(self.output[k]))
+        seq = Seq(k, self.units[k], self._lists["output"][k])
         self.seqs[k] = seq
         eng = self._engine(req.replica)
         at = self.at_node[k]
@@ -219,8 +222,13 @@ class Simulation:
     # ---------------------------------------------------------------- processes
     def _arrivals(self):
         env = self.env
-        t_dec = self.arrival + self.access_s / 2
-        order = np.argsort(t_dec, kind="stable")
+        t_dec_arr = self.arrival + self.access_s / 2
+        order = np.argsort(t_dec_arr, kind="stable")
+        t_dec = t_dec_arr.tolist()
+        # Python lists: per-request reads of numpy scalars would cost more than the rest of the bookkeeping.
+        self._lists = {"model": self.models.tolist(), "key": self.key.tolist(), "prompt": self.prompt.tolist(),
+                       "output": self.output.tolist(), "arrival": self.arrival.tolist(),
+                       "session": np.asarray(self.session).tolist(), "rib": np.asarray(self.rib, bool).tolist()}
         step = max(1, self.n // 200)
         for i, k in enumerate(order.tolist()):
             dt = t_dec[k] - env.now
@@ -326,7 +334,8 @@ class Simulation:
             "model": self.models, "task": self.w.task.to_numpy(),
             "user_lat": self.w.user_lat.to_numpy(), "user_lon": self.w.user_lon.to_numpy(),
             "user_country": self.w.user_country.to_numpy(), "user_continent": self.w.user_continent.to_numpy(),
-            "ingress_pop": self.w.ingress_pop.to_numpy(),
+            "ingress_pop": (self.dep.ingress_ids[self.key] if self.dep.ingress_ids is not None
+                            else self.w.ingress_pop.to_numpy()),
             "serving_site": np.where(self.site >= 0, site_ids[np.maximum(self.site, 0)], ""),
             "node": np.where(self.node >= 0, node_ids[np.maximum(self.node, 0)], ""),
             "arrival_s": self.arrival,

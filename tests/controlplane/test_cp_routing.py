@@ -28,7 +28,7 @@ def fill(replica, now=0.0):
 def brute_force(state, req):
     """Reference for nearest-with-capacity, written independently: scan all replicas, keep the best by (rtt, id)."""
     reps = [r for r in state.replicas if r.model == req.model]
-    key = lambda r: (state.rtt[req.ingress, r.site], r.id)  # noqa: E731
+    key = lambda r: (state.rtt[req.ingress, r.site], r.site, r.id)  # noqa: E731  (documented tie-break)
     can = [r for r in reps if r.up and r.status == READY and r.active < r.slots
            and r.kv_used + req.kv_tokens <= r.kv_capacity]
     if can:

@@ -1,0 +1,129 @@
+"""End-to-end runs of the small embedded scenario: determinism, faults, edge vs central, CLI and outputs."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from edgepop.cli import main
+from sim.run import run_scenario
+
+
+@pytest.fixture(scope="module")
+def small(topo):
+    return run_scenario("small", topo=topo)
+
+
+def test_same_seed_same_parquet(topo, small, tmp_path):
+    again = run_scenario("small", topo=topo)
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    small.requests.to_parquet(a, index=False)
+    again.requests.to_parquet(b, index=False)
+    assert a.read_bytes() == b.read_bytes()
+    other = run_scenario("small", topo=topo, seed=99)
+    assert not other.requests[["arrival_s", "model"]].equals(small.requests[["arrival_s", "model"]])
+
+
+def test_both_deployments_see_identical_arrivals(small):
+    f = small.requests
+    e, c = f[f.deployment == "edge"], f[f.deployment == "central"]
+    assert len(e) == len(c) == small.summary["requests"]
+    for col in ("request_id", "arrival_s", "model", "prompt_tokens", "user_lat", "user_lon"):
+        np.testing.assert_array_equal(e[col].to_numpy(), c[col].to_numpy())
+
+
+def test_every_request_ends_once_with_a_known_outcome(small):
+    f = small.requests
+    assert f.groupby("deployment").request_id.apply(lambda s: s.is_unique).all()
+    assert set(f.outcome) <= {"ok", "rejected", "failed"}
+    ok = f[f.outcome == "ok"]
+    assert ok.ttft_ms.notna().all() and ok.e2e_ms.notna().all()
+    assert (f[f.outcome != "ok"].error_code > 0).all()
+
+
+def test_edge_beats_central_on_network_rtt_far_from_the_baseline(small):
+    f = small.requests[small.requests.outcome == "ok"]
+    far = f.user_continent.isin(["OC", "AF", "SA"]) | f.user_country.isin(["IN", "JP", "ID"])
+    e = f[(f.deployment == "edge") & far].network_rtt_ms.median()
+    c = f[(f.deployment == "central") & far].network_rtt_ms.median()
+    assert e < 0.5 * c  # big3 is Virginia, Oregon and Ireland: far users gain most of their RTT
+    gains = small.summary["gains"]
+    assert gains["network_rtt_ms_p50_reduction_pct"] > 0
+
+
+def test_summary_blocks(small):
+    s = small.summary
+    for dep in ("edge", "central"):
+        b = s["deployments"][dep]
+        assert sum(b["outcomes"].values()) == s["requests"]
+        assert b["ttft_ms"]["p50"] <= b["ttft_ms"]["p95"] <= b["ttft_ms"]["p99"]
+        assert 0 <= b["slo_attainment"] <= 1 and b["gpu_hours"] > 0 and b["neurons"] > 0
+        assert set(b["per_continent"]) <= {"AF", "AS", "EU", "NA", "OC", "SA"}
+    assert s["performance"]["simulated_requests_per_wall_s"] > 0
+
+
+@pytest.mark.parametrize("policy", ["retry", "fail"])
+def test_conservation_under_real_faults(topo, policy):
+    from sim.scenario import load_scenario, with_overrides
+
+    sc = with_overrides(load_scenario("small"), fault_policy=policy)
+    busiest = "FRA"
+    out = run_scenario(sc, topo=topo, requests=2000, deployments=("edge",),
+                       faults=[f"pop:{busiest}@10+40", "node:LHR-0@5+60", "link:LHR-JFK@0+100"])
+    f = out.requests
+    assert len(f) == 2000 and set(f.outcome) <= {"ok", "rejected", "failed"}
+    down = f[(f.arrival_s > 11) & (f.arrival_s < 49)]
+    assert not (down.serving_site == busiest).any() and not (down.ingress_pop == busiest).any()
+    assert not (down.node.str.startswith(busiest + "-")).any()
+    if policy == "fail":
+        assert (f[f.outcome == "failed"].error_code.isin([3043, 3007])).all()
+
+
+def test_bad_fault_spec_is_one_line(capsys):
+    assert main(["simulate", "--scenario", "small", "--fail", "pop:FRA@oops"]) == 2
+    err = capsys.readouterr().err
+    assert "bad fault spec" in err and err.count("\n") == 1
+
+
+def test_unknown_scenario_and_bad_sizes(capsys, tmp_path):
+    assert main(["simulate", "--scenario", "nope"]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["simulate", "--scenario", "small", "--requests", "0", "--out", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()  # nothing written on a user error
+
+
+def test_bad_scenario_file_names_the_field(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[workload]\nkind = "poisson"\nrequests = 10\n\n[edge]\nrouter = 5\n')
+    assert main(["simulate", "--scenario", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml [edge]" in err and "'router'" in err
+
+
+def test_cli_writes_parquet_summary_and_report(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["simulate", "--scenario", "small", "--requests", "600", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"] == 600
+    frame = pd.read_parquet(out / "requests.parquet")
+    expected = {"deployment", "request_id", "model", "task", "user_lat", "user_lon", "user_country", "ingress_pop",
+                "serving_site", "node", "arrival_s", "network_rtt_ms", "queue_ms", "cold_start_ms", "prefill_ms",
+                "ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "output_tokens", "cached_tokens", "outcome",
+                "error_code"}
+    assert expected <= set(frame.columns) and len(frame) == 1200
+    assert json.loads((out / "summary.json").read_text())["requests"] == 600
+    report = (out / "report.md").read_text()
+    for png in ("ttft_cdf.png", "utilisation.png", "ttft_gain_map.png"):
+        assert (out / png).stat().st_size > 10_000 and png in report
+
+
+def test_trace_replay_keeps_the_trace(topo):
+    from sim.traces import read_azure_trace
+
+    out = run_scenario("small", topo=topo, trace="sim/data/azure_llm_conv_2023.csv", requests=500,
+                       deployments=("edge",))
+    trace = read_azure_trace("sim/data/azure_llm_conv_2023.csv").iloc[:500]
+    f = out.requests.sort_values("request_id")
+    np.testing.assert_allclose(np.sort(f.arrival_s.to_numpy()), np.sort(trace.arrival_s.to_numpy()), atol=1e-9)
+    assert sorted(f.prompt_tokens) == sorted(trace.prompt_tokens)
