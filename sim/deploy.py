@@ -39,9 +39,8 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog, perf, dema
     Returns (Deployment, Placement, rtt_builder). The edge routes by anycast ingress PoP (access RTT from the
     workload); central deployments are reached directly from each user's city (last mile + core RTT).
     """
-    from controlplane.placement import PlacementProblem, get_policy
-
     from controlplane.fleet import edge_fleet
+    from controlplane.placement import PlacementProblem, get_policy
 
     options = dict(cfg.placement_options)
     if name == "central":

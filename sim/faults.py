@@ -1,7 +1,7 @@
 """Faults: a PoP, a GPU node or a backbone link down for an interval.
 
 Spec syntax (CLI ``--fail`` and scenario ``faults = [...]``): ``KIND:TARGET@START+DURATION`` with times in
-simulated seconds, e.g. ``pop:FRA@600+300``, ``node:FRA-0@0+3600``, ``link:LHR-JFK@100+50``.
+simulated seconds, e.g. ``pop:FRA@600+300``, ``node:FRA-0@0+3600``, ``link:NewYork-Bude@100+50``.
 
 - node: the node's replicas stop; running requests that have not streamed a token are retried elsewhere (or all
   fail, with ``fault_policy = "fail"``); queued ones are re-routed; routing skips the node until it is back.

@@ -116,6 +116,7 @@ def country_gain(edge: pd.DataFrame, central: pd.DataFrame) -> pd.DataFrame:
                              "n": g.size()})
 
     e, c = med(edge), med(central)
-    j = e.join(c[["ttft"]], rsuffix="_central", how="inner").rename(columns={"ttft": "ttft_edge"})
+    j = e.rename(columns={"ttft": "ttft_edge"}).join(c[["ttft"]].rename(columns={"ttft": "ttft_central"}),
+                                                     how="inner")
     j["gain_pct"] = 100.0 * (j.ttft_central - j.ttft_edge) / j.ttft_central
     return j.reset_index()

@@ -82,10 +82,10 @@ class Simulation:
         self.faults, self.fault_policy, self.fault_handler = list(faults), fault_policy, fault_handler
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
         self.arrival = workload.arrival_s.to_numpy(dtype=np.float64)
-        self.key = workload[deployment.ingress_col].to_numpy(dtype=np.int64)
+        self.key = workload[deployment.ingress_col].to_numpy(dtype=np.int64, copy=True)  # re-routed on PoP faults
         access = (workload[deployment.access_col].to_numpy(dtype=np.float64) if deployment.access_col
                   else np.full(n, deployment.access_ms))
-        self.access_s = access / 1e3
+        self.access_s = np.array(access / 1e3, dtype=np.float64)
         self.models = workload.model.to_numpy()
         self.prompt = workload.prompt_tokens.to_numpy(dtype=np.int64)
         # Service times take the catalog's unit: speech prompts are audio seconds, priced and timed per minute.

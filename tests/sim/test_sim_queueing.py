@@ -124,3 +124,21 @@ def test_every_request_ends_exactly_once_under_faults(policy):
         assert counts.get("failed", 0) < counts.get("ok", 0) / 50  # only streams cut mid-way fail
     assert set(f[f.outcome == "rejected"].error_code) <= {3040, 3007}
     assert (dep.plane.state.replicas[0].active, dep.plane.state.replicas[0].kv_used) == (0, 0)
+
+
+def test_scale_to_zero_then_cold_start_shows_in_ttft():
+    from controlplane.autoscale import Reactive
+
+    catalog, model = one_slot_catalog("@edgepop/gpt2-tiny", max_batch=4)
+    # a burst, 60 s of silence (the replica is unloaded after 10 s idle), then another burst
+    arrivals = [0.0, 0.1, 0.2, 70.0, 70.1, 70.2]
+    frame = workload(arrivals, model, "text-generation", 2000, 5)
+    dep = deployment(catalog, model, 1, np.zeros((1, 1)), autoscaler=Reactive(interval_s=1.0, idle_s=10.0))
+    f = run(dep, frame, TokenClock(step_ms=10.0)).requests.set_index("request_id")
+    assert (f.outcome == "ok").all()
+    assert (f.loc[[0, 1, 2], "cold_start_ms"] == 0).all()
+    cold = catalog[model].weight_bytes / 2e9 * 1e3 + 5000.0  # AdmissionConfig defaults: 2 GB/s + 5 s init
+    assert f.loc[3, "cold_start_ms"] == pytest.approx(cold, rel=1e-6)
+    assert f.loc[4, "cold_start_ms"] == pytest.approx(cold - 100.0, rel=1e-6)  # arrived 0.1 s into the load
+    total = f.network_rtt_ms + f.queue_ms + f.cold_start_ms + f.prefill_ms + f.retry_lost_ms
+    np.testing.assert_allclose(f.ttft_ms, total, atol=1e-6)

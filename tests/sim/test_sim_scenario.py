@@ -70,7 +70,7 @@ def test_conservation_under_real_faults(topo, policy):
     sc = with_overrides(load_scenario("small"), fault_policy=policy)
     busiest = "FRA"
     out = run_scenario(sc, topo=topo, requests=2000, deployments=("edge",),
-                       faults=[f"pop:{busiest}@10+40", "node:LHR-0@5+60", "link:LHR-JFK@0+100"])
+                       faults=[f"pop:{busiest}@10+40", "node:LHR-0@5+60", "link:NewYork-Bude@0+100"])
     f = out.requests
     assert len(f) == 2000 and set(f.outcome) <= {"ok", "rejected", "failed"}
     down = f[(f.arrival_s > 11) & (f.arrival_s < 49)]

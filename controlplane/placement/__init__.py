@@ -1,0 +1,32 @@
+"""Placement: which model replicas run on which GPU node, by a policy picked by name.
+
+    from controlplane.placement import PlacementProblem, get_policy
+    problem = PlacementProblem.build(topo, total_rps=20_000)
+    placement = get_policy("greedy-demand").place(problem, np.random.default_rng(0))
+    placement.table, placement.objective_ms, placement.coverage(), placement.memory_use()
+
+Policies: ``everywhere-fits``, ``greedy-demand``, ``ilp``, ``central`` (see their modules). All are scored by
+:func:`controlplane.placement.evaluate.evaluate`.
+"""
+
+from controlplane.placement import central, everywhere, greedy, ilp  # noqa: F401  (register the policies)
+from controlplane.placement.base import (
+    TASK_REQUEST_SHAPE,
+    InfeasiblePlacementError,
+    ModelTooLargeError,
+    PlacementError,
+    PlacementPolicy,
+    PlacementProblem,
+    UnknownPolicyError,
+    get_policy,
+    policy_names,
+    register_policy,
+)
+from controlplane.placement.evaluate import Evaluation, evaluate
+from controlplane.placement.result import TABLE_COLUMNS, Placement
+
+__all__ = [
+    "TABLE_COLUMNS", "TASK_REQUEST_SHAPE", "Evaluation", "InfeasiblePlacementError", "ModelTooLargeError",
+    "Placement", "PlacementError", "PlacementPolicy", "PlacementProblem", "UnknownPolicyError", "evaluate",
+    "get_policy", "policy_names", "register_policy",
+]

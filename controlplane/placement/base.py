@@ -1,0 +1,265 @@
+"""The placement problem, the policy interface and the policy registry.
+
+A placement decides how many replicas of each model run on each GPU node of a fleet, and on which GPUs of the
+node. Every policy receives the same :class:`PlacementProblem` and returns a
+:class:`~controlplane.placement.result.Placement` scored by the shared evaluator
+(:mod:`controlplane.placement.evaluate`), so policies are compared on one objective.
+
+Invariant (checked by :meth:`Placement.check_memory` and tested for every policy): on every GPU the sum of
+``bytes_per_gpu`` of the replicas it holds is at most the GPU's memory times :attr:`PlacementProblem.memory_factor`,
+which is 1 unless the problem was built with ``overcommit=True``; a replica of a model with ``tensor_parallel=k``
+occupies exactly ``k`` distinct GPUs of one node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from controlplane.catalog import Catalog, ModelSpec, default_catalog
+from controlplane.fleet import Fleet, edge_fleet, ingress_site_rtt
+from controlplane.forecast import ingress_demand
+from controlplane.perf import PerfModel, Roofline
+from edgepop.errors import UserError
+from topology import Topology
+
+
+class PlacementError(UserError):
+    """A placement cannot be computed from this input."""
+
+
+class UnknownPolicyError(PlacementError):
+    """No placement policy of that name is registered."""
+
+
+class ModelTooLargeError(PlacementError):
+    """A demanded model fits no node of the fleet (memory per GPU or GPUs per node)."""
+
+
+class InfeasiblePlacementError(PlacementError):
+    """Demand exists that no placement in this fleet can give a replica."""
+
+
+# Mean request shape per task when the caller gives none: prompt units (tokens, images, audio minutes) and
+# generated tokens. Chat turns of ~512 prompt / 128 output tokens; short passages for encoders; one image; one
+# 1-minute clip (the roofline's smallest audio unit).
+TASK_REQUEST_SHAPE: dict[str, tuple[float, float]] = {
+    "text-generation": (512.0, 128.0),
+    "text-embeddings": (256.0, 0.0),
+    "text-classification": (128.0, 0.0),
+    "text-reranking": (512.0, 0.0),
+    "image-classification": (1.0, 0.0),
+    "automatic-speech-recognition": (1.0, 0.0),
+}
+
+
+@dataclass
+class PlacementProblem:
+    """Everything a placement policy needs; validated on construction (bad input raises one ``UserError``).
+
+    ``demand``: requests/s, rows = ingress PoP ids (a subset of ``topo.pops.id``), columns = model ids.
+    ``rtt``: ms from every PoP of ``topo`` (rows, table order) to every site of ``fleet`` (columns); computed
+    when omitted. ``prompt_tokens`` / ``output_tokens``: mean request shape per model (task defaults from
+    :data:`TASK_REQUEST_SHAPE` fill the gaps), used for replica capacity via ``capacity_rps``.
+    ``candidates_k``: an ingress may be served by its ``k`` nearest sites that host the model.
+    ``utilisation_cap``: plan each replica (and each GPU's time) to run at most this share of its capacity.
+    ``overcommit``: allow ``overcommit_ratio`` x GPU memory to be committed per GPU (KV pools reserved but rarely
+    full); off by default.
+    """
+
+    topo: Topology
+    catalog: Catalog
+    fleet: Fleet
+    demand: pd.DataFrame
+    rtt: np.ndarray | None = None
+    perf: PerfModel | None = None
+    prompt_tokens: dict[str, float] = field(default_factory=dict)
+    output_tokens: dict[str, float] = field(default_factory=dict)
+    unserved_penalty_ms: float = 1000.0
+    candidates_k: int = 16
+    utilisation_cap: float = 0.7
+    overcommit: bool = False
+    overcommit_ratio: float = 1.25
+
+    def __post_init__(self) -> None:
+        self._check_options()
+        self.demand = self._checked_demand(self.demand)
+        self.prompt_tokens, self.output_tokens = dict(self.prompt_tokens), dict(self.output_tokens)
+        if self.rtt is None:
+            self.rtt = ingress_site_rtt(self.topo, self.fleet)
+        self.rtt = np.asarray(self.rtt, dtype=float)
+        if self.rtt.shape != (len(self.topo.pops), len(self.fleet.sites)):
+            raise UserError(f"rtt matrix has shape {self.rtt.shape}; expected (PoPs, fleet sites) = "
+                            f"({len(self.topo.pops)}, {len(self.fleet.sites)})")
+        if self.perf is None:
+            self.perf = Roofline.from_topology(self.topo)
+        for model in self.models:
+            spec = self.catalog[model]
+            prompt, output = TASK_REQUEST_SHAPE[spec.task]
+            self.prompt_tokens.setdefault(model, prompt)
+            self.output_tokens.setdefault(model, output)
+        self._rtt_cache: dict[int, np.ndarray] = {id(self.fleet): self.rtt}
+        self._networks: dict[int, object] = {}
+        check_fleet_fits(self, self.fleet)
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def build(cls, topo: Topology, catalog: Catalog | None = None, fleet: Fleet | None = None,
+              total_rps: float = 20_000.0, mix: dict[str, float] | None = None,
+              when_utc: datetime | None = None, **options) -> PlacementProblem:
+        """The common case: the edge fleet of ``topo``, demand from :func:`ingress_demand` (default mix)."""
+        catalog = catalog or default_catalog()
+        fleet = fleet or edge_fleet(topo)
+        demand = ingress_demand(topo, catalog, total_rps, mix, when_utc)
+        return cls(topo=topo, catalog=catalog, fleet=fleet, demand=demand, **options)
+
+    def _check_options(self) -> None:
+        def positive(name, value):
+            if isinstance(value, bool) or not np.isfinite(value) or value <= 0:
+                raise UserError(f"placement option {name!r} must be positive, got {value!r}")
+
+        positive("unserved_penalty_ms", self.unserved_penalty_ms)
+        positive("candidates_k", self.candidates_k)
+        positive("utilisation_cap", self.utilisation_cap)
+        if self.utilisation_cap > 1:
+            raise UserError(f"placement option 'utilisation_cap' must be at most 1, got {self.utilisation_cap}")
+        if int(self.candidates_k) != self.candidates_k:
+            raise UserError(f"placement option 'candidates_k' must be an integer, got {self.candidates_k!r}")
+        if self.overcommit and self.overcommit_ratio < 1:
+            raise UserError(f"placement option 'overcommit_ratio' must be at least 1, got {self.overcommit_ratio}")
+
+    def _checked_demand(self, demand: pd.DataFrame) -> pd.DataFrame:
+        if not isinstance(demand, pd.DataFrame) or demand.empty:
+            raise UserError("demand must be a non-empty DataFrame (ingress PoP ids x model ids, requests/s)")
+        for model in demand.columns:
+            self.catalog[model]  # UnknownModelError names the id
+        unknown = sorted(set(map(str, demand.index)) - set(self.topo.pops.id))
+        if unknown:
+            raise UserError(f"demand: unknown ingress PoP id(s): {', '.join(unknown[:5])}")
+        values = demand.to_numpy(dtype=float)
+        if not np.all(np.isfinite(values)) or (values < 0).any():
+            raise UserError("demand: every rate must be a finite non-negative number of requests/s")
+        full = demand.groupby(level=0).sum().reindex(self.topo.pops.id, fill_value=0.0).astype(float)
+        full.index.name = "ingress"
+        full = full.loc[:, full.sum(axis=0) > 0]
+        if full.empty:
+            raise InfeasiblePlacementError("demand is zero for every model: nothing to place")
+        return full
+
+    # ------------------------------------------------------------------ derived quantities
+    @property
+    def models(self) -> list[str]:
+        """Model ids with positive demand, in demand column order."""
+        return list(self.demand.columns)
+
+    @property
+    def specs(self) -> list[ModelSpec]:
+        return [self.catalog[m] for m in self.models]
+
+    @property
+    def total_rps(self) -> float:
+        return float(self.demand.to_numpy().sum())
+
+    @property
+    def memory_factor(self) -> float:
+        """Share of each GPU's memory that may be committed: 1, or ``overcommit_ratio`` when overcommitting."""
+        return self.overcommit_ratio if self.overcommit else 1.0
+
+    def rtt_for(self, fleet: Fleet) -> np.ndarray:
+        """Ingress x site RTT for ``fleet`` (the problem's own matrix for its own fleet)."""
+        key = id(fleet)
+        if key not in self._rtt_cache:
+            self._rtt_cache[key] = ingress_site_rtt(self.topo, fleet)
+        return self._rtt_cache[key]
+
+    def network(self, fleet: Fleet | None = None):
+        """The precomputed arrays (capacities, candidate sites) for ``fleet`` (default: the problem's)."""
+        from controlplane.placement.network import Network
+
+        fleet = fleet or self.fleet
+        key = id(fleet)
+        if key not in self._networks:
+            check_fleet_fits(self, fleet)
+            self._networks[key] = Network(self, fleet)
+        return self._networks[key]
+
+
+def check_fleet_fits(problem: PlacementProblem, fleet: Fleet) -> None:
+    """Raise :class:`ModelTooLargeError` for a demanded model no node of ``fleet`` can hold, and
+    :class:`InfeasiblePlacementError` when one replica of every demanded model exceeds the fleet's memory."""
+    nodes = fleet.nodes
+    if nodes.empty:
+        raise InfeasiblePlacementError(f"fleet {fleet.name!r} has no GPU nodes")
+    limit = nodes.gpu_memory_gb.to_numpy() * 1e9 * problem.memory_factor
+    gpus = nodes.gpus.to_numpy()
+    for spec in problem.specs:
+        ok = (limit >= spec.bytes_per_gpu) & (gpus >= spec.tensor_parallel)
+        if ok.any():
+            continue
+        need = f"model {spec.id} needs {spec.bytes_per_gpu / 1e9:.1f} GB per GPU on {spec.tensor_parallel} GPU(s)"
+        if (limit < spec.bytes_per_gpu).all():
+            raise ModelTooLargeError(f"{need}; the largest GPU in fleet {fleet.name!r} has "
+                                     f"{limit.max() / 1e9:.0f} GB")
+        if (gpus < spec.tensor_parallel).all():
+            raise ModelTooLargeError(f"{need} of one node; the largest node in fleet {fleet.name!r} has "
+                                     f"{gpus.max()} GPU(s)")
+        raise ModelTooLargeError(f"{need} of one node; no node in fleet {fleet.name!r} has "
+                                 f"{spec.tensor_parallel} GPUs that large")
+    need = sum(s.replica_bytes for s in problem.specs)
+    have = float((limit * gpus).sum())
+    if need > have:
+        raise InfeasiblePlacementError(
+            f"one replica of each of the {len(problem.specs)} demanded models needs {need / 1e9:.1f} GB; fleet "
+            f"{fleet.name!r} has {have / 1e9:.1f} GB of GPU memory")
+
+
+# ---------------------------------------------------------------------- policies and their registry
+class PlacementPolicy:
+    """Interface: ``place(problem, rng)`` returns a :class:`Placement` of ``problem``'s demand.
+
+    Subclasses are dataclasses whose fields are the policy's options; ``rng`` is for policies that randomise
+    (the shipped ones are deterministic and break ties by index).
+    """
+
+    name: str = "?"
+
+    def place(self, problem: PlacementProblem, rng: np.random.Generator):  # -> Placement
+        raise NotImplementedError
+
+
+_POLICIES: dict[str, type[PlacementPolicy]] = {}
+
+
+def register_policy(name: str):
+    """Class decorator: make a :class:`PlacementPolicy` subclass available as ``get_policy(name)``."""
+
+    def deco(cls: type[PlacementPolicy]) -> type[PlacementPolicy]:
+        if name in _POLICIES:
+            raise ValueError(f"placement policy {name!r} registered twice")
+        cls.name = name
+        _POLICIES[name] = cls
+        return cls
+
+    return deco
+
+
+def policy_names() -> list[str]:
+    """Registered policy names, sorted."""
+    return sorted(_POLICIES)
+
+
+def get_policy(name: str, **options) -> PlacementPolicy:
+    """An instance of the policy called ``name`` with ``options`` as its dataclass fields."""
+    try:
+        cls = _POLICIES[name]
+    except KeyError:
+        raise UnknownPolicyError(f"unknown placement policy {name!r} (known: {', '.join(policy_names())})") from None
+    known = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else set()
+    bad = sorted(set(options) - known)
+    if bad:
+        raise UserError(f"placement policy {name!r} has no option(s) {', '.join(bad)} "
+                        f"(options: {', '.join(sorted(known)) or 'none'})")
+    return cls(**options)

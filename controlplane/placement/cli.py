@@ -1,0 +1,184 @@
+"""``edgepop place``: place model replicas on the GPU fleet with a named policy and report coverage and memory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from datetime import UTC, datetime
+from pathlib import Path
+
+from edgepop.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("place", help="place model replicas on GPU nodes with a policy; print coverage and memory",
+                       description="Decide which model replicas run on which GPU node for a demand forecast and "
+                                   "report the share of demand within 25/50/100 ms of a replica, per model, "
+                                   "the expected RTT per request and GPU memory use.")
+    p.add_argument("--policy", help="placement policy (see --list-policies)")
+    p.add_argument("--rps", type=float, default=20_000.0, help="total demand in requests/s (default 20000)")
+    mix = p.add_mutually_exclusive_group()
+    mix.add_argument("--models", help="comma-separated model ids, demand split equally (default: the built-in mix)")
+    mix.add_argument("--mix", type=Path, help="JSON or TOML file mapping model id -> share of requests")
+    p.add_argument("--catalog", type=Path, help="custom model catalog TOML (default: the shipped one)")
+    p.add_argument("--at", help="UTC time (ISO 8601) to shape demand by local time of day (default: daily mean)")
+    p.add_argument("--baseline", help="region set for --policy central: us-east, big3 (default), global-6 or ids")
+    p.add_argument("--candidates-k", type=int, default=16, help="nearest replica sites an ingress may use (16)")
+    p.add_argument("--utilisation-cap", type=float, default=0.7, help="planned share of replica capacity (0.7)")
+    p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="random seed handed to the policy (default 0)")
+    p.add_argument("--out", type=Path, help="folder for placement.parquet and summary.json")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    p.add_argument("--list-policies", action="store_true", help="list the placement policies and exit")
+    p.add_argument("--list-models", action="store_true", help="list the catalog's models and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from controlplane.catalog import Catalog, default_catalog
+    from controlplane.placement import PlacementProblem, get_policy, policy_names
+
+    catalog = Catalog.load(args.catalog) if args.catalog else default_catalog()
+    if args.list_policies:
+        print(json.dumps(policy_names()) if args.json else "\n".join(policy_names()))
+        return 0
+    if args.list_models:
+        return _list_models(catalog, args.json)
+    if not args.policy:
+        raise UserError("--policy is required (one of: " + ", ".join(policy_names()) + ")")
+    options = {}
+    if args.baseline is not None:
+        if args.policy != "central":
+            raise UserError("--baseline applies to --policy central only")
+        options["baseline"] = args.baseline
+    if args.time_limit is not None:
+        if args.policy != "ilp":
+            raise UserError("--time-limit applies to --policy ilp only")
+        options["time_limit_s"] = args.time_limit
+    policy = get_policy(args.policy, **options)  # unknown names fail before the topology loads
+
+    from topology import Topology
+
+    topo = Topology.load()
+    problem = PlacementProblem.build(topo, catalog, total_rps=args.rps, mix=_mix(args, catalog),
+                                     when_utc=_when(args.at), candidates_k=args.candidates_k,
+                                     utilisation_cap=args.utilisation_cap)
+    if args.json:
+        placement = policy.place(problem, np.random.default_rng(args.seed))
+    else:
+        from rich.console import Console
+
+        with Console(stderr=True).status(f"placing {len(problem.models)} models with {args.policy}..."):
+            placement = policy.place(problem, np.random.default_rng(args.seed))
+    summary = placement.summary()
+    summary["seed"] = args.seed
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        placement.table.assign(gpu_index=placement.table.gpu_index.map(list)).to_parquet(
+            args.out / "placement.parquet", index=False)
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_tables(summary, args.out)
+    return 0
+
+
+def _mix(args, catalog) -> dict[str, float] | None:
+    if args.models:
+        ids = [m.strip() for m in args.models.split(",") if m.strip()]
+        if not ids:
+            raise UserError("--models: no model ids given")
+        for m in ids:
+            catalog[m]
+        return {m: 1.0 for m in ids}
+    if args.mix:
+        path = args.mix
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise UserError(f"--mix {str(path)!r}: cannot read ({exc.strerror})") from None
+        try:
+            raw = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        except (ValueError, tomllib.TOMLDecodeError) as exc:
+            raise UserError(f"--mix {str(path)!r}: not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: "
+                            f"{exc}") from None
+        if not isinstance(raw, dict) or not raw:
+            raise UserError(f"--mix {str(path)!r}: expected a table of model id -> share")
+        for model, share in raw.items():
+            if isinstance(share, bool) or not isinstance(share, int | float):
+                raise UserError(f"--mix {str(path)!r}: share of {model!r} is {share!r}, not a number")
+        return {m: float(s) for m, s in raw.items()}
+    return None
+
+
+def _when(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"--at {text!r} is not an ISO 8601 time (e.g. 2025-06-01T18:00)") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def _list_models(catalog, as_json: bool) -> int:
+    frame = catalog.to_frame()[["id", "task", "precision", "replica_gb", "tp"]]
+    if as_json:
+        print(json.dumps(frame.round(3).to_dict("records"), indent=2))
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"{len(frame)} models ({catalog.source})")
+    for col in ("id", "task", "precision", "replica GB", "GPUs"):
+        t.add_column(col, justify="left" if col in ("id", "task", "precision") else "right")
+    for r in frame.itertuples():
+        t.add_row(r.id, r.task, r.precision, f"{r.replica_gb:.1f}", str(r.tp))
+    _console().print(t)
+    return 0
+
+
+def _console():
+    from rich.console import Console
+
+    con = Console()
+    return con if con.is_terminal else Console(width=150)  # piped: do not squeeze model ids into 80 columns
+
+
+def print_tables(s: dict, out: Path | None) -> None:
+    from rich.table import Table
+
+    con = _console()
+    cov = list(s["coverage"])
+    t = Table(title=f"{s['policy']} on {s['fleet']}: {s['replicas']} replicas, {s['total_rps']:g} req/s; share of "
+                    "demand whose nearest replica is within")
+    for col in ("model", "req/s", "replicas", "sites", *(c.replace("within_", "<=") for c in cov), "served",
+                "mean RTT ms"):
+        t.add_column(col, justify="left" if col == "model" else "right")
+    for model, r in s["models"].items():
+        rtt = "-" if r["mean_rtt_ms"] is None else f"{r['mean_rtt_ms']:.1f}"
+        t.add_row(model, f"{r['demand_rps']:.1f}", str(r["replicas"]), str(r["sites"]),
+                  *(f"{r[c]:.1%}" for c in cov), f"{r['served_share']:.1%}", rtt)
+    t.add_row("all", f"{s['total_rps']:g}", str(s["replicas"]), "", *(f"{s['coverage'][c]:.1%}" for c in cov),
+              f"{s['served_share']:.1%}", f"{s['mean_served_rtt_ms']:.1f}", style="bold")
+    con.print(t)
+    m = Table(title="GPU memory committed")
+    for col in ("GPU", "used GB", "total GB", "share"):
+        m.add_column(col, justify="left" if col == "GPU" else "right")
+    for gpu, r in s["memory"]["by_gpu"].items():
+        m.add_row(gpu, f"{r['used_gb']:,.0f}", f"{r['total_gb']:,.0f}", f"{r['share']:.1%}")
+    mem = s["memory"]
+    m.add_row("all", f"{mem['used_gb']:,.0f}", f"{mem['total_gb']:,.0f}", f"{mem['used_gb'] / mem['total_gb']:.1%}",
+              style="bold")
+    con.print(m)
+    con.print(f"expected RTT per request (unserved at the penalty): {s['objective_ms']:.3f} ms; "
+              f"unserved {s['unserved_rps']:.1f} req/s")
+    if s["dropped_replicas"]:
+        con.print(f"[yellow]{s['dropped_replicas']} planned replica(s) did not fit their GPUs and were dropped[/]")
+    if s["solver"]:
+        con.print("solver: " + ", ".join(f"{k}={v}" for k, v in s["solver"].items()))
+    if out:
+        con.print(f"wrote {out / 'placement.parquet'} and {out / 'summary.json'}")

@@ -1,0 +1,193 @@
+"""``greedy-demand``: add the replica with the best latency gain per GPU-GB until nothing fits or nothing gains.
+
+The gain of a new replica of model ``m`` on node ``n`` (site ``s``) is the reduction of the evaluator's objective
+when the replica takes demand up to its capacity: pairs that list ``s`` among their candidate sites offer their
+unserved demand (worth ``unserved_penalty_ms - rtt``) and demand served farther away (worth the RTT saved), best
+first. Accepted moves free capacity elsewhere, which is refilled the same way. Gains only shrink as replicas are
+added (demand gets closer, memory and GPU time get used), so a lazy priority queue re-scores only the top entry.
+The final plan is scored by the shared evaluator, which re-routes demand optimally.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from controlplane.placement.base import PlacementPolicy, PlacementProblem, register_policy
+from controlplane.placement.packing import GpuLedger
+from controlplane.placement.result import Placement
+
+_EPS = 1e-9
+
+
+class _Routing:
+    """Greedy's own bookkeeping: where each pair's demand is served and what each node has left.
+
+    Hot loops run on plain Python lists (numpy scalar indexing would dominate the run time).
+    """
+
+    def __init__(self, net):
+        self.net = net
+        self.penalty = float(net.problem.unserved_penalty_ms)
+        self.util = float(net.util)
+        self.unserved = net.pair_demand.astype(float).tolist()
+        # served[p]: node -> [rps, rtt ms from the pair's ingress to that node's site]
+        self.served: list[dict[int, list[float]]] = [{} for _ in range(len(net.pair_demand))]
+        # worst[p]: the highest per-rps cost any of p's demand pays now (penalty while some is unserved).
+        self.worst = [self.penalty] * len(net.pair_demand)
+        self.counts = [[0] * net.n_models for _ in range(net.n_nodes)]
+        self.flow = [[0.0] * net.n_models for _ in range(net.n_nodes)]
+        self.cap = net.cap.tolist()
+        self.time_per_rps = net.gpu_time_per_rps.tolist()
+        self.time_left = (net.util * net.node_gpus.astype(float)).tolist()
+        self.node_site = net.node_site.tolist()
+        self.pair_model = net.pair_model.tolist()
+        self.takers: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+        for p, (sites, rtts) in enumerate(zip(net.cand_site.tolist(), net.cand_rtt.tolist(), strict=True)):
+            m = self.pair_model[p]
+            for s, r in zip(sites, rtts, strict=True):
+                if s >= 0:
+                    self.takers[(s, m)].append((p, r))
+
+    def available(self, node: int, m: int, extra: int = 0) -> float:
+        """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""
+        by_replicas = (self.counts[node][m] + extra) * self.cap[node][m] * self.util - self.flow[node][m]
+        per = self.time_per_rps[node][m]
+        by_time = self.time_left[node] / per if per > 0 else 0.0
+        return max(0.0, min(by_replicas, by_time))
+
+    def offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
+        """Demand that would gain by moving to ``node``: (gain ms per rps, pair, from node or -1, rps), best first."""
+        out = []
+        penalty, unserved, served, worst = self.penalty, self.unserved, self.served, self.worst
+        for p, r in self.takers.get((self.node_site[node], m), ()):
+            if worst[p] - r <= _EPS:
+                continue  # all of p's demand is already at least this close
+            if unserved[p] > _EPS:
+                out.append((penalty - r, p, -1, unserved[p]))
+            for other, (amount, rtt) in served[p].items():
+                if rtt - r > _EPS:
+                    out.append((rtt - r, p, other, amount))
+        out.sort(key=lambda o: (-o[0], o[1], o[2]))
+        return out
+
+    def gain(self, node: int, m: int, capacity: float) -> float:
+        """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
+        total = 0.0
+        for gain, _, _, amount in self.offers(node, m):
+            if capacity <= _EPS:
+                break
+            take = min(amount, capacity)
+            total += gain * take
+            capacity -= take
+        return total
+
+    def move(self, p: int, src: int, dst: int, dst_rtt: float, amount: float) -> None:
+        m = self.pair_model[p]
+        if src < 0:
+            self.unserved[p] -= amount
+        else:
+            entry = self.served[p][src]
+            entry[0] -= amount
+            if entry[0] <= _EPS:
+                del self.served[p][src]
+            self.flow[src][m] -= amount
+            self.time_left[src] += amount * self.time_per_rps[src][m]
+        entry = self.served[p].setdefault(dst, [0.0, dst_rtt])
+        entry[0] += amount
+        if self.unserved[p] > _EPS:
+            self.worst[p] = self.penalty
+        else:
+            self.worst[p] = max((e[1] for e in self.served[p].values()), default=0.0)
+        self.flow[dst][m] += amount
+        self.time_left[dst] -= amount * self.time_per_rps[dst][m]
+
+    def fill(self, node: int, max_steps: int = 20_000) -> set[int]:
+        """Move the best offers onto ``node``'s replicas up to their free capacity, then refill the nodes that
+        freed capacity, and so on. Returns the nodes whose GPU time was freed (their gains may have grown)."""
+        queue, steps, freed = [node], 0, set()
+        rtt = self.net.rtt
+        ingress = self.net.pair_ingress
+        while queue and steps < max_steps:
+            target = queue.pop()
+            steps += 1
+            site = self.node_site[target]
+            for model, count in enumerate(self.counts[target]):
+                if not count:
+                    continue
+                capacity = self.available(target, model)
+                for _, p, src, amount in self.offers(target, model):
+                    if capacity <= _EPS:
+                        break
+                    take = min(amount, capacity)
+                    self.move(p, src, target, float(rtt[ingress[p], site]), take)
+                    capacity -= take
+                    if src >= 0:
+                        queue.append(src)
+                        freed.add(src)
+        return freed
+
+
+@register_policy("greedy-demand")
+@dataclass
+class GreedyDemand(PlacementPolicy):
+    """Options: ``min_gain_ms_per_gb``: stop when the best replica improves the objective by less than this
+    (ms per request, per GB of replica memory)."""
+
+    min_gain_ms_per_gb: float = 1e-7
+
+    def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
+        net = problem.network()
+        state = _Routing(net)
+        ledger = GpuLedger(net)
+        gb = net.replica_bytes / 1e9
+        scale = 1.0 / net.total_demand
+
+        def priority(node: int, m: int) -> float:
+            capacity = state.available(node, m, extra=1) - state.available(node, m)
+            return state.gain(node, m, capacity) * scale / gb[m] if capacity > _EPS else 0.0
+
+        # Lazy greedy: entries hold upper bounds of their gain; ``version`` retires superseded entries.
+        heap, version = [], {}
+
+        def push(node: int, m: int, value: float) -> None:
+            version[node, m] = version.get((node, m), 0) + 1
+            heapq.heappush(heap, (-value, node, m, version[node, m]))
+
+        fitting = [np.flatnonzero(row).tolist() for row in net.fits]
+        placed = []
+
+        def accept(node: int, m: int) -> set[int]:
+            placed.append((node, m, ledger.add(node, m)))
+            state.counts[node][m] += 1
+            return state.fill(node)
+
+        # Every demanded model first gets one replica (hardest to fit first, where it gains most): a plan
+        # that leaves a model out cannot serve it at all, however well it serves the rest.
+        for m in sorted(range(net.n_models), key=lambda m: (-net.bytes_per_gpu[m], -net.tp[m], m)):
+            nodes = [n for n in np.flatnonzero(net.fits[:, m]).tolist() if ledger.slot(n, m) is not None]
+            if nodes:
+                accept(max(nodes, key=lambda n: (priority(n, m), -n)), m)
+        for n, m in zip(*np.nonzero(net.fits), strict=True):
+            push(int(n), int(m), priority(int(n), int(m)))
+        while heap:
+            _, node, m, v = heapq.heappop(heap)
+            if version[node, m] != v or ledger.slot(node, m) is None:
+                continue  # superseded, or no room (memory on a node only shrinks)
+            value = priority(node, m)
+            if value < self.min_gain_ms_per_gb:
+                continue  # dormant until GPU time frees on this node (then it is re-queued)
+            if heap and value < -heap[0][0]:
+                push(node, m, value)  # the bound was stale: re-queue with the fresh score
+                continue
+            freed = accept(node, m)
+            push(node, m, value)
+            # GPU time freed on other nodes can raise the gains there: re-queue them as unknown (+inf).
+            for other in freed - {node}:
+                for model in fitting[other]:
+                    push(other, model, np.inf)
+        return Placement(problem, problem.fleet, self.name, placed,
+                         solver={"replicas_considered": int(net.fits.sum())})

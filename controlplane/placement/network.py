@@ -1,0 +1,93 @@
+"""Arrays shared by the evaluator and the policies for one (problem, fleet): who can host what, at what rate.
+
+Demand is a list of *pairs* (ingress PoP, model) with positive rate. A node *fits* a model when one replica's
+``bytes_per_gpu`` fits a GPU (times the memory factor) and the node has ``tensor_parallel`` GPUs. A site is
+*capable* of a model when one of its nodes fits it. Each pair's *static candidates* are its ``k`` nearest capable
+sites (what the optimising policies plan with); the evaluator uses the ``k`` nearest sites that actually host a
+replica, a superset of the static candidates that host one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from controlplane.fleet import Fleet
+from controlplane.perf import capacity_rps
+
+
+class Network:
+    """Capacities, fit masks, demand pairs and candidate sites of ``problem`` on ``fleet``."""
+
+    def __init__(self, problem, fleet: Fleet):
+        self.problem, self.fleet = problem, fleet
+        self.models = problem.models
+        self.specs = problem.specs
+        self.rtt = problem.rtt_for(fleet)
+        nodes = fleet.nodes
+        self.n_nodes, self.n_sites, self.n_models = len(nodes), len(fleet.sites), len(self.models)
+        self.node_site = nodes.site.to_numpy().astype(int)
+        self.node_gpus = nodes.gpus.to_numpy().astype(int)
+        self.node_gpu = nodes.gpu.to_numpy()
+        self.gpu_limit = nodes.gpu_memory_gb.to_numpy() * 1e9 * problem.memory_factor  # bytes per GPU
+        self.tp = np.array([s.tensor_parallel for s in self.specs])
+        self.bytes_per_gpu = np.array([s.bytes_per_gpu for s in self.specs])
+        self.replica_bytes = np.array([s.replica_bytes for s in self.specs])
+        self.util = problem.utilisation_cap
+
+        self.fits = (self.gpu_limit[:, None] >= self.bytes_per_gpu[None, :]) & \
+                    (self.node_gpus[:, None] >= self.tp[None, :])
+        # Replicas of one model alone a node can hold: GPU "slots" of bytes_per_gpu, tp of them per replica.
+        slots = np.floor(self.gpu_limit[:, None] / self.bytes_per_gpu[None, :]) * self.node_gpus[:, None]
+        self.max_replicas = np.where(self.fits, np.floor(slots / self.tp[None, :]), 0).astype(int)
+        self.cap = self._capacities()  # rps of one replica at 100% (nodes x models), 0 where it does not fit
+        # GPU-time one rps of model m takes on node n (in GPUs busy): tp / capacity.
+        with np.errstate(divide="ignore"):
+            self.gpu_time_per_rps = np.where(self.cap > 0, self.tp[None, :] / np.maximum(self.cap, 1e-300), 0.0)
+        self.site_capable = np.zeros((self.n_sites, self.n_models), dtype=bool)
+        np.logical_or.at(self.site_capable, self.node_site, self.fits)
+
+        d = problem.demand.to_numpy()
+        self.pair_ingress, self.pair_model = np.nonzero(d)
+        self.pair_demand = d[self.pair_ingress, self.pair_model]
+        self.total_demand = float(self.pair_demand.sum())
+        self.cand_site, self.cand_rtt = self.nearest_sites(self.site_capable, problem.candidates_k)
+
+    def _capacities(self) -> np.ndarray:
+        p = self.problem
+        out = np.zeros((self.n_nodes, self.n_models))
+        for gpu in np.unique(self.node_gpu):
+            rows = self.node_gpu == gpu
+            for m, spec in enumerate(self.specs):
+                rate = capacity_rps(p.perf, spec, gpu, p.prompt_tokens[spec.id], p.output_tokens[spec.id])
+                out[rows, m] = np.where(self.fits[rows, m], rate, 0.0)
+        return out
+
+    def nearest_sites(self, mask: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per pair, the ``k`` nearest sites where ``mask[site, model]`` holds (padded with -1 / inf), by RTT."""
+        k = int(min(k, self.n_sites))
+        site = np.full((len(self.pair_demand), k), -1, dtype=int)
+        rtt = np.full((len(self.pair_demand), k), np.inf)
+        for m in range(self.n_models):
+            pairs = np.flatnonzero(self.pair_model == m)
+            allowed = np.flatnonzero(mask[:, m])
+            if len(pairs) == 0 or len(allowed) == 0:
+                continue
+            sub = self.rtt[np.ix_(self.pair_ingress[pairs], allowed)]
+            kk = min(k, len(allowed))
+            # Stable full sort on a (rtt, site) order so ties always resolve to the lower site index.
+            order = np.argsort(sub, axis=1, kind="stable")[:, :kk]
+            site[pairs, :kk] = allowed[order]
+            rtt[pairs, :kk] = np.take_along_axis(sub, order, axis=1)
+        return site, rtt
+
+    def site_groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """Identical nodes of a site (same GPU type and count) grouped: (group of each node, first node per group).
+
+        The ILP decides replica counts per group; packing spreads them over the group's nodes.
+        """
+        keys = [f"{s}|{g}|{n}" for s, g, n in zip(self.node_site, self.node_gpu, self.node_gpus, strict=True)]
+        _, first, group = np.unique(np.array(keys), return_index=True, return_inverse=True)
+        order = np.argsort(first)  # number groups in node order
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        return rank[group], first[order]

@@ -1,0 +1,283 @@
+"""Placement: ILP optimality against brute force, the memory invariant for every policy, policy shapes, errors, CLI."""
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controlplane.catalog import Catalog, UnknownModelError, default_catalog
+from controlplane.fleet import Fleet, edge_fleet
+from controlplane.placement import (
+    TABLE_COLUMNS,
+    InfeasiblePlacementError,
+    ModelTooLargeError,
+    PlacementProblem,
+    UnknownPolicyError,
+    evaluate,
+    get_policy,
+    policy_names,
+)
+from controlplane.placement.packing import GpuLedger, pack_nodes
+from edgepop.cli import main
+from edgepop.errors import UserError
+
+TINY_SITES = ["BOD", "GVA", "LUX"]  # one L4 (24 GB) each
+TINY_INGRESS = ["BOD", "GVA", "LUX", "LYS", "MRS", "ZRH"]
+TINY_MODELS = ["@cf/meta/llama-3.1-8b-instruct", "@cf/meta/llama-3.2-3b-instruct", "@cf/meta/llama-3.2-1b-instruct"]
+EXACT = {"warm_start": "none", "mip_rel_gap": 0.0, "time_limit_s": 60.0}
+
+
+def tiny_problem(topo, rates) -> PlacementProblem:
+    demand = pd.DataFrame(np.reshape(rates, (len(TINY_INGRESS), len(TINY_MODELS))), index=TINY_INGRESS,
+                          columns=TINY_MODELS)
+    return PlacementProblem(topo, default_catalog(), edge_fleet(topo, TINY_SITES), demand)
+
+
+def brute_force(problem: PlacementProblem, max_per_model: int) -> float:
+    """Best evaluator objective over every per-node count vector that packs onto the GPUs."""
+    net = problem.network()
+    per_node = [c for c in itertools.product(range(max_per_model + 1), repeat=net.n_models)
+                if np.dot(c, net.bytes_per_gpu) <= net.gpu_limit[0]]
+    best = np.inf
+    for combo in itertools.product(per_node, repeat=net.n_nodes):
+        counts = np.array(combo)
+        if (counts.sum(axis=0) == 0).any():
+            continue  # a demanded model without any replica is not an acceptable placement
+        if pack_nodes(net, counts)[1]:
+            continue
+        best = min(best, evaluate(net, counts).objective_ms)
+    return best
+
+
+@pytest.fixture(scope="module")
+def real_problem(topo):
+    return PlacementProblem.build(topo, total_rps=2000.0)
+
+
+@pytest.fixture(scope="module")
+def real_placements(real_problem):
+    options = {"ilp": {"time_limit_s": 8.0}}
+    return {name: get_policy(name, **options.get(name, {})).place(real_problem, np.random.default_rng(0))
+            for name in policy_names()}
+
+
+# ---------------------------------------------------------------------- optimality
+def test_ilp_is_optimal_against_full_brute_force(topo):
+    rates = np.array([[2.0, 3.0, 6.0], [1.5, 0.5, 9.0], [3.0, 4.0, 1.0], [2.5, 2.0, 4.0], [0.5, 6.0, 2.0],
+                      [1.0, 1.0, 7.0]])
+    problem = tiny_problem(topo, rates)
+    ilp = get_policy("ilp", **EXACT).place(problem, np.random.default_rng(0))
+    assert ilp.solver["mode"] == "exact" and ilp.solver["status"] == "optimal"
+    best = brute_force(problem, max_per_model=2)
+    assert ilp.objective_ms == pytest.approx(best, rel=1e-6, abs=1e-6)
+    greedy = get_policy("greedy-demand").place(problem, np.random.default_rng(0))
+    assert greedy.objective_ms >= best - 1e-6
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.floats(0.0, 8.0), min_size=18, max_size=18).filter(lambda r: min(
+    sum(r[i::3]) for i in range(3)) > 0.1))
+def test_ilp_matches_brute_force_and_greedy_never_beats_it(topo, rates):
+    problem = tiny_problem(topo, rates)
+    ilp = get_policy("ilp", **EXACT).place(problem, np.random.default_rng(0))
+    # One replica per model per single-GPU node is enough: a second adds memory, not GPU time.
+    best = brute_force(problem, max_per_model=1)
+    assert ilp.objective_ms == pytest.approx(best, rel=1e-6, abs=1e-6)
+    greedy = get_policy("greedy-demand").place(problem, np.random.default_rng(0))
+    assert greedy.objective_ms >= ilp.objective_ms - 1e-6
+
+
+def test_extra_replica_on_a_full_gpu_adds_nothing(topo):
+    problem = tiny_problem(topo, np.full(18, 5.0))
+    net = problem.network()
+    one = np.ones((net.n_nodes, net.n_models), dtype=int)
+    one[:, 0] = 0  # no 8B, so 3B and 1B fit twice on a 24 GB L4 in memory
+    two = one.copy()
+    two[:, 2] = 2
+    assert evaluate(net, two).objective_ms == pytest.approx(evaluate(net, one).objective_ms, rel=1e-9)
+
+
+# ---------------------------------------------------------------------- invariants on the real topology
+@pytest.mark.parametrize("name", ["everywhere-fits", "greedy-demand", "ilp", "central"])
+def test_memory_never_overcommitted_and_table_shape(real_placements, name):
+    placement = real_placements[name]
+    placement.check_memory()
+    t = placement.table
+    assert list(t.columns) == TABLE_COLUMNS
+    assert (t.replica_id.to_numpy() == np.arange(len(t))).all()
+    nodes = placement.fleet.nodes
+    assert (nodes.node_id.to_numpy()[t.node] == t.node_id).all()
+    assert (nodes.site.to_numpy()[t.node] == t.site).all()
+    assert (placement.fleet.sites.site_id.to_numpy()[t.site] == t.site_id).all()
+    tp = t.model.map(lambda m: default_catalog()[m].tensor_parallel)
+    assert (t.gpu_index.map(len) == tp).all()
+    usage = placement.gpu_usage_bytes()
+    limit = nodes.gpu_memory_gb.to_numpy() * 1e9
+    assert all((u <= lim + 1).all() for u, lim in zip(usage, limit, strict=True))
+    mem = placement.memory_use()
+    assert (mem.used_gb <= mem.total_gb + 1e-9).all()
+    ev = placement.evaluation
+    assert ev.served_rps + ev.unserved_rps == pytest.approx(placement.problem.total_rps, rel=1e-6)
+    cov = placement.coverage()
+    assert ((cov.within_25ms <= cov.within_50ms + 1e-12) & (cov.within_50ms <= cov.within_100ms + 1e-12)).all()
+    json.loads(placement.to_json())
+
+
+def test_evaluator_respects_capacity_and_gpu_time(real_placements):
+    placement = real_placements["greedy-demand"]
+    net, ev = placement.net, placement.evaluation
+    util = placement.problem.utilisation_cap
+    assert (ev.node_flow <= placement.counts * net.cap * util + 1e-6).all()
+    busy = (ev.node_flow * net.gpu_time_per_rps).sum(axis=1)
+    assert (busy <= util * net.node_gpus + 1e-6).all()
+
+
+def test_optimising_policies_beat_everywhere_fits_and_central(real_placements):
+    obj = {name: p.objective_ms for name, p in real_placements.items()}
+    assert obj["ilp"] <= obj["greedy-demand"] + 1e-9  # the ILP starts from greedy and keeps the best plan
+    assert obj["greedy-demand"] < obj["everywhere-fits"] < obj["central"]
+
+
+def test_overcommit_is_bounded_by_the_ratio(topo):
+    problem = PlacementProblem.build(topo, total_rps=2000.0, overcommit=True, overcommit_ratio=1.25)
+    placement = get_policy("everywhere-fits").place(problem, np.random.default_rng(0))
+    placement.check_memory()  # against memory x 1.25
+    usage = placement.gpu_usage_bytes()
+    limit = placement.fleet.nodes.gpu_memory_gb.to_numpy() * 1e9
+    assert any((u > lim).any() for u, lim in zip(usage, limit, strict=True))  # it did use the headroom
+    assert all((u <= 1.25 * lim + 1).all() for u, lim in zip(usage, limit, strict=True))
+
+
+def test_everywhere_fits_fills_every_node_maximally(real_placements):
+    placement = real_placements["everywhere-fits"]
+    net = placement.net
+    ledger = GpuLedger(net)
+    for node, model, gpus in zip(placement.table.node, placement.table.model, placement.table.gpu_index,
+                                 strict=True):
+        ledger.free[node][list(gpus)] -= net.bytes_per_gpu[net.models.index(model)]
+    for node in range(net.n_nodes):
+        held = set(placement.table.model[placement.table.node == node])
+        for m, model in enumerate(net.models):
+            assert model in held or ledger.slot(node, m) is None  # every absent model no longer fits
+    # The most demanded small model still fits beside the biggest model each node could take.
+    small = placement.table[placement.table.model == "@cf/baai/bge-base-en-v1.5"]
+    assert small.node.nunique() == net.n_nodes
+
+
+@pytest.mark.parametrize("baseline", ["big3", "us-east"])
+def test_central_only_uses_the_baseline_regions(topo, real_problem, real_placements, baseline):
+    from topology import baseline as baseline_regions
+
+    placement = real_placements["central"] if baseline == "big3" else get_policy(
+        "central", baseline=baseline).place(real_problem, np.random.default_rng(0))
+    regions = set(baseline_regions(baseline, topo.regions).id)
+    assert placement.fleet.name == f"central:{baseline}"
+    assert set(placement.table.site_id) <= regions and set(placement.table.site_id) == regions
+    assert placement.evaluation.served_share > 0.99
+
+
+def test_greedy_is_deterministic(topo):
+    problem = tiny_problem(topo, np.linspace(0.5, 6.0, 18))
+    a = get_policy("greedy-demand").place(problem, np.random.default_rng(1))
+    b = get_policy("greedy-demand").place(problem, np.random.default_rng(2))
+    pd.testing.assert_frame_equal(a.table, b.table)
+
+
+# ---------------------------------------------------------------------- errors
+def test_unknown_policy_lists_the_known_ones():
+    with pytest.raises(UnknownPolicyError, match="known: central, everywhere-fits, greedy-demand, ilp"):
+        get_policy("best-effort")
+    with pytest.raises(UserError, match="no option"):
+        get_policy("central", time_limit_s=3)
+
+
+def test_unknown_model_in_demand(topo):
+    demand = pd.DataFrame({"@cf/nobody/nothing": [1.0]}, index=["BOD"])
+    with pytest.raises(UnknownModelError, match="@cf/nobody/nothing"):
+        PlacementProblem(topo, default_catalog(), edge_fleet(topo, TINY_SITES), demand)
+
+
+def _catalog_with(tmp_path, name: str, params: float, tp: int) -> Catalog:
+    text = (default_catalog_path().read_text() +
+            f'\n[models."@cf/test/{name}"]\ntask = "text-generation"\nfamily = "test"\nparameters = {params}\n'
+            f'precision = "bf16"\ncontext_window = 4096\ntensor_parallel = {tp}\nlayers = 80\nhidden = 8192\n'
+            'heads = 64\nkv_heads = 8\nintermediate = 28672\nvocab = 128256\nneurons_per_m_input = 1\n'
+            'neurons_per_m_output = 1\nkv_pool_tokens = 8192\nstand_in = "gpt2-small"\n')
+    path = tmp_path / "catalog.toml"
+    path.write_text(text)
+    return Catalog.load(path)
+
+
+def default_catalog_path():
+    from controlplane.catalog import CATALOG_FILE
+
+    return CATALOG_FILE
+
+
+def test_model_larger_than_every_gpu(topo, tmp_path):
+    catalog = _catalog_with(tmp_path, "huge", 100e9, 1)  # 200 GB of weights on one GPU
+    demand = pd.DataFrame({"@cf/test/huge": [1.0]}, index=["BOD"])
+    with pytest.raises(ModelTooLargeError, match=r"needs 2\d\d\.\d GB per GPU on 1 GPU\(s\); the largest GPU "
+                                                 r"in fleet 'edge' has 141 GB"):
+        PlacementProblem(topo, catalog, edge_fleet(topo), demand)
+    catalog = _catalog_with(tmp_path, "wide", 100e9, 16)  # fits per GPU, but needs 16 GPUs in one node
+    demand = pd.DataFrame({"@cf/test/wide": [1.0]}, index=["BOD"])
+    with pytest.raises(ModelTooLargeError, match="the largest node in fleet 'edge' has 8 GPU"):
+        PlacementProblem(topo, catalog, edge_fleet(topo), demand)
+
+
+def test_impossible_placements(topo):
+    catalog = default_catalog()
+    two_big = pd.DataFrame({"@cf/meta/llama-3.1-8b-instruct": [1.0], "@cf/mistral/mistral-7b-instruct-v0.1": [1.0]},
+                           index=["BOD"])
+    with pytest.raises(InfeasiblePlacementError, match="needs 41.3 GB; fleet 'edge' has 24.0 GB"):
+        PlacementProblem(topo, catalog, edge_fleet(topo, ["BOD"]), two_big)
+    # Fits in total (83.5 + 11.3 <= 96 GB) but not per GPU: the 70B spans both 48 GB GPUs of the node.
+    site = edge_fleet(topo, ["BEG"])
+    l40s = Fleet("one-l40s", site.nodes[site.nodes.gpu == "L40S"].reset_index(drop=True), site.sites)
+    demand = pd.DataFrame({"@cf/meta/llama-3.3-70b-instruct-fp8-fast": [2.0], "@cf/meta/llama-3.2-3b-instruct":
+                           [1.0]}, index=["BEG"])
+    problem = PlacementProblem(topo, catalog, l40s, demand)
+    with pytest.raises(InfeasiblePlacementError, match="could place no replica of @cf/meta/llama-3.2-3b"):
+        get_policy("everywhere-fits").place(problem, np.random.default_rng(0))
+    with pytest.raises(UserError, match="total demand must be a positive"):
+        PlacementProblem.build(topo, total_rps=0)
+
+
+# ---------------------------------------------------------------------- CLI
+def test_cli_place_json_and_files(tmp_path, capsys):
+    assert main(["place", "--policy", "everywhere-fits", "--rps", "1500", "--json", "--out", str(tmp_path)]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["policy"] == "everywhere-fits" and s["total_rps"] == pytest.approx(1500)
+    c = s["coverage"]
+    assert 0 < c["within_25ms"] <= c["within_50ms"] <= c["within_100ms"] <= 1
+    assert s["memory"]["used_gb"] <= s["memory"]["total_gb"]
+    assert set(s["memory"]["by_gpu"]) == {"H100", "H200", "L40S", "L4", "T4"}
+    table = pd.read_parquet(tmp_path / "placement.parquet")
+    assert list(table.columns) == TABLE_COLUMNS and len(table) == s["replicas"]
+    assert json.loads((tmp_path / "summary.json").read_text())["objective_ms"] == s["objective_ms"]
+
+
+def test_cli_central_with_models_and_tables(capsys):
+    assert main(["place", "--policy", "central", "--baseline", "us-east", "--rps", "500",
+                 "--models", "@cf/meta/llama-3.1-8b-instruct,@cf/baai/bge-base-en-v1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "central on central:us-east" in out and "@cf/baai/bge-base-en-v1.5" in out and "GPU memory" in out
+
+
+def test_cli_lists_and_errors(capsys):
+    assert main(["place", "--list-policies", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == policy_names()
+    assert main(["place", "--list-models"]) == 0
+    assert "@cf/meta/llama-3.1-8b-instruct" in capsys.readouterr().out
+    for argv, needle in [(["--policy", "nope"], "unknown placement policy 'nope'"),
+                         (["--policy", "ilp", "--models", "@cf/x/y"], "no model '@cf/x/y'"),
+                         (["--policy", "ilp", "--baseline", "big3"], "--baseline applies to --policy central"),
+                         (["--policy", "central", "--rps", "-5"], "positive number of requests/s")]:
+        assert main(["place", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("edgepop: error: ") and needle in err
