@@ -14,7 +14,8 @@ from edgepop import __version__
 from edgepop.errors import UserError
 
 # Order is the order in `edgepop --help`.
-COMMAND_MODULES = ("sim.cli", "sim.estimate_cli", "controlplane.cli", "dataplane.cli", "topology.cli")
+COMMAND_MODULES = ("sim.cli", "sim.estimate_cli", "controlplane.cli", "dataplane.cli", "dataplane.gateway.cli",
+                   "topology.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

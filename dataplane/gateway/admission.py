@@ -1,0 +1,141 @@
+"""The asyncio bridge to the control plane: submit, wait for a slot, release, and the timer that expires queues.
+
+The control plane is a pure library that is not thread-safe, so every call to it happens on the event loop's
+thread, with ``time.monotonic()`` as ``now``. A request the control plane queues waits on an asyncio future that
+is resolved when another request's :meth:`Admission.release` (``plane.finish``) starts it, or failed with 3007
+when :meth:`ControlPlane.poll` expires it.
+
+Invariant (tested): every submitted request is released exactly once, so the plane's running counts return to
+zero when the gateway is idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import time
+
+from controlplane.outcomes import Code
+from controlplane.plane import ControlPlane
+from controlplane.routing.base import QUEUE, REJECT, Decision
+from controlplane.state import Request
+from dataplane.gateway.errors import from_code
+
+
+class Lease:
+    """A request the control plane admitted: where it goes, and whether it holds (or waits for) a slot."""
+
+    __slots__ = ("req", "decision", "started", "released", "queued_at", "started_at")
+
+    def __init__(self, req: Request, decision: Decision, started: asyncio.Future, now: float):
+        self.req, self.decision, self.started = req, decision, started
+        self.released = False
+        self.queued_at = now
+        self.started_at = now if started.done() else math.nan
+
+    @property
+    def replica(self):
+        return self.req.replica
+
+    @property
+    def queued(self) -> bool:
+        return self.decision.action == QUEUE
+
+
+class Admission:
+    """Owns the control plane on the event loop."""
+
+    def __init__(self, plane: ControlPlane):
+        self.plane = plane
+        self._ids = itertools.count()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.leases_open = 0
+
+    def new_request(self, model: str, ingress: int, prompt_tokens: int, output_tokens: int, *, session=None,
+                    reject_if_busy: bool = False, account: str = "default") -> Request:
+        return Request(next(self._ids), model, ingress, prompt_tokens, output_tokens, arrival=time.monotonic(),
+                       session=session, reject_if_busy=reject_if_busy, account=account)
+
+    def submit(self, req: Request) -> Lease:
+        """Admit and route ``req`` now; raises the HTTP error of a REJECT (3040, 3006, 5007)."""
+        now = time.monotonic()
+        d = self.plane.submit(req, now)
+        if d.action == REJECT:
+            raise from_code(d.code or int(Code.OUT_OF_CAPACITY))
+        fut = asyncio.get_running_loop().create_future()
+        lease = Lease(req, d, fut, now)
+        req.payload = lease
+        if d.action == QUEUE:
+            self._wake.set()  # a new queue deadline for the timer
+        else:
+            fut.set_result(now)
+        self.leases_open += 1
+        return lease
+
+    async def wait_started(self, lease: Lease) -> None:
+        """Wait until the control plane starts ``lease`` (at once unless it was queued); 3007 on expiry."""
+        if not lease.started.done():
+            try:
+                lease.started_at = await asyncio.shield(lease.started)
+            except asyncio.CancelledError:
+                self.release(lease)  # the client went away while queued: leave the queue
+                raise
+        else:
+            lease.started_at = lease.started.result()
+
+    def release(self, lease: Lease) -> None:
+        """The request's engine work ended (or it was abandoned): free its slot or leave its queue; idempotent."""
+        if lease.released:
+            return
+        lease.released = True
+        self.leases_open -= 1
+        now = time.monotonic()
+        if lease.started.done() and not lease.started.cancelled() and lease.started.exception() is None:
+            self._start_all(self.plane.finish(lease.req, now), now)
+        else:
+            if not lease.started.done():
+                lease.started.cancel()
+            self._start_all(self.plane.cancel(lease.req, now), now)
+
+    def _start_all(self, started: list[Request], now: float) -> None:
+        for req in started:
+            lease = req.payload
+            if lease is not None and not lease.started.done():
+                lease.started.set_result(now)
+
+    # ------------------------------------------------------------------ the control plane's timer
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._timer(), name="edgepop-admission-timer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def poll(self) -> None:
+        """Run the control plane's due work: queued requests past their timeout fail with 3007."""
+        now = time.monotonic()
+        started, expired = self.plane.poll(now)
+        self._start_all(started, now)
+        for req in expired:
+            lease = req.payload
+            if lease is not None and not lease.started.done():
+                lease.started.set_exception(from_code(Code.TIMEOUT, f"queued longer than "
+                                                      f"{self.plane.admission.queue_timeout_s:g} s"))
+
+    async def _timer(self) -> None:
+        while True:
+            self.poll()
+            wait = self.plane.next_wakeup() - time.monotonic()
+            self._wake.clear()
+            if math.isfinite(wait):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.001))
+            else:
+                await self._wake.wait()

@@ -1,0 +1,240 @@
+"""The FastAPI application: Workers AI REST, async batch, model search, OpenAI-compatible routes, /metrics.
+
+Routes (``{a}`` is the account id; every ``/client/v4`` route needs ``Authorization: Bearer TOKEN``)::
+
+    POST /client/v4/accounts/{a}/ai/run/{model}                 run (SSE with "stream": true); ?queueRequest=true
+    GET  /client/v4/accounts/{a}/ai/models/search               served models
+    POST /client/v4/accounts/{a}/ai/v1/chat/completions         OpenAI chat (SSE with "stream": true)
+    POST /client/v4/accounts/{a}/ai/v1/embeddings               OpenAI embeddings
+    GET  /client/v4/accounts/{a}/ai/v1/models                   OpenAI model list
+    GET  /metrics  /edgepop/deployment  /healthz                (no auth)
+
+Bodies are read and parsed by hand (never by FastAPI's validators), so malformed input is always a 400 with a
+Workers AI envelope and never a 422 or a 500; any unexpected exception is a logged 500 (3043) that leaves the
+worker running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dataplane.gateway import openai_compat as oai
+from dataplane.gateway.auth import Authenticator
+from dataplane.gateway.batch import BatchService
+from dataplane.gateway.config import GatewayConfig
+from dataplane.gateway.errors import GatewayError, bad_input, from_exception
+from dataplane.gateway.http_util import envelope, flag, ok, parse_json, read_body, run_inputs, search_models
+from dataplane.gateway.metrics import CONTENT_TYPE
+from dataplane.gateway.pipeline import Gateway
+from dataplane.gateway.sse import DONE_FRAME, frame
+
+log = logging.getLogger("edgepop.gateway")
+PREFIX = "/client/v4/accounts/{account_id}/ai"
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class _StatusCounter:
+    """Pure ASGI middleware counting responses per route template and status (cheaper than BaseHTTPMiddleware,
+    and safe with streaming)."""
+
+    def __init__(self, app, metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def counted(message):
+            if message["type"] == "http.response.start":
+                route = scope.get("route")
+                self.metrics.http.labels(getattr(route, "path", "unrouted"), str(message["status"])).inc()
+            await send(message)
+
+        return await self.app(scope, receive, counted)
+
+
+def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True) -> FastAPI:
+    """Build the gateway (topology, placement, control plane, engines, batch store) and its routes."""
+    cfg = config or GatewayConfig()
+    auth = Authenticator(cfg.tokens, enabled=not cfg.no_auth)
+    gw = Gateway(cfg, topo)
+    gw.batch = batch = BatchService(gw, cfg.db or "edgepop-batch.sqlite", cfg.batch_concurrency)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        await gw.start()
+        if warm:
+            await asyncio.to_thread(gw.dep.warm)
+        batch.start()
+        try:
+            yield
+        finally:
+            await batch.stop()
+            await gw.stop()
+
+    app = FastAPI(title="edgepop gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.gateway = gw
+    app.add_middleware(_StatusCounter, metrics=gw.metrics)
+
+    def is_openai(request: Request) -> bool:
+        return "/ai/v1/" in request.url.path
+
+    def error_response(request: Request, err: GatewayError) -> JSONResponse:
+        body = err.openai_body() if is_openai(request) else err.envelope()
+        return JSONResponse(body, status_code=err.status)
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, err: GatewayError):
+        return error_response(request, err)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        return error_response(request, GatewayError(exc.status_code, 7000 + exc.status_code, str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(request, from_exception(exc))
+
+    def place_of(request: Request):
+        return gw.locator.place(request.headers)
+
+    def common(request: Request) -> dict:
+        return {"session": request.headers.get("x-session-affinity") or None}
+
+    # ------------------------------------------------------------------ Workers AI REST
+    @app.post(PREFIX + "/run/{model:path}")
+    async def run_model(request: Request, account_id: str, model: str):
+        account = auth.check(request.headers.get("authorization"), account_id)
+        body = await read_body(request, cfg.max_body_bytes)
+        queue = flag(request.query_params.get("queueRequest"))
+        spec_task = gw.dep.catalog[model].task if model in gw.dep.catalog else "text-generation"
+        inputs = run_inputs(body, request.headers.get("content-type"), spec_task)
+        if "request_id" in inputs and (queue or len(inputs) == 1):
+            return ok(await batch.poll(account, inputs["request_id"]))
+        if queue:
+            return ok(await batch.submit(account, model, inputs, place_of(request)))
+        options = inputs.pop("options", None) or {}
+        if not isinstance(options, dict):
+            raise bad_input("field 'options' must be an object")
+        reject = flag(options.get("rejectIfBusy")) or flag(request.query_params.get("rejectIfBusy"))
+        place = place_of(request)
+        spec = gw.spec(model)
+        if spec.task == "text-generation" and inputs.get("stream") is True:
+            call = await gw.admit(model, inputs, place, account=account, reject_if_busy=reject,
+                                  endpoint="run-stream", **common(request))
+            _start(call)
+            return StreamingResponse(_workers_stream(call), media_type="text/event-stream",
+                                     headers={**SSE_HEADERS, **call.headers(final=False)})
+        call, fin = await gw.infer(model, inputs, place, account=account, reject_if_busy=reject, endpoint="run",
+                                   **common(request))
+        synthetic = gw.dep.dp.card(call.prep.stand_in).synthetic
+        return JSONResponse(envelope(fin.result, model, spec.task, call.prep.stand_in, synthetic),
+                            headers=call.headers())
+
+    def _start(call) -> None:
+        """Start the generation now: its slot is released when the engine finishes, even if the response body is
+        never iterated (a client that disconnects before the first byte)."""
+        try:
+            call.open_stream()
+        except Exception as exc:
+            raise from_exception(exc) from None
+
+    async def _workers_stream(call):
+        try:
+            async for piece in call.stream():
+                yield frame({"response": piece})
+            u = call.stream_.usage()
+            yield frame({"response": "", "usage": {k: u[k] for k in ("prompt_tokens", "completion_tokens",
+                                                                     "total_tokens") if k in u}})
+        except Exception as exc:  # the status line is gone: report in-band, then end the stream cleanly
+            err = from_exception(exc)
+            yield frame({"error": {"code": err.code, "message": err.message}})
+        yield DONE_FRAME
+
+    @app.get(PREFIX + "/models/search")
+    async def models_search(request: Request, account_id: str):
+        auth.check(request.headers.get("authorization"), account_id)
+        q = request.query_params
+        try:
+            page, per_page = int(q.get("page", 1)), int(q.get("per_page", 50))
+        except ValueError:
+            raise bad_input("page and per_page must be integers") from None
+        if page < 1 or not 1 <= per_page <= 1000:
+            raise bad_input("page must be >= 1 and per_page in [1, 1000]")
+        return ok(search_models(gw, q.get("search"), q.get("task"), page, per_page))
+
+    # ------------------------------------------------------------------ OpenAI-compatible
+    @app.post(PREFIX + "/v1/chat/completions")
+    async def chat_completions(request: Request, account_id: str):
+        account = auth.check(request.headers.get("authorization"), account_id)
+        body = parse_json(await read_body(request, cfg.max_body_bytes))
+        model, inputs, stream, include_usage = oai.chat_inputs(body)
+        if gw.spec(model).task != "text-generation":
+            raise bad_input(f"model {model!r} is not a text-generation model")
+        place = place_of(request)
+        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        if stream:
+            call = await gw.admit(model, {**inputs, "stream": True}, place, account=account,
+                                  endpoint="chat-stream", **common(request))
+            _start(call)
+            return StreamingResponse(_chat_stream(call, cid, model, include_usage), media_type="text/event-stream",
+                                     headers={**SSE_HEADERS, **call.headers(final=False)})
+        call, fin = await gw.infer(model, inputs, place, account=account, endpoint="chat", **common(request))
+        return JSONResponse(oai.chat_completion(cid, model, fin.result["response"], fin.usage),
+                            headers=call.headers())
+
+    async def _chat_stream(call, cid: str, model: str, include_usage: bool):
+        created = int(time.time())
+        yield frame(oai.chat_chunk(cid, model, created, {"role": "assistant", "content": ""}))
+        try:
+            async for piece in call.stream():
+                yield frame(oai.chat_chunk(cid, model, created, {"content": piece}))
+            u = call.stream_.usage()
+            yield frame(oai.chat_chunk(cid, model, created, {}, oai.finish_reason(u)))
+            if include_usage:
+                yield frame(oai.chat_chunk(cid, model, created, {}, usage=u))
+        except Exception as exc:
+            yield frame(from_exception(exc).openai_body())
+        yield DONE_FRAME
+
+    @app.post(PREFIX + "/v1/embeddings")
+    async def embeddings(request: Request, account_id: str):
+        account = auth.check(request.headers.get("authorization"), account_id)
+        body = parse_json(await read_body(request, cfg.max_body_bytes))
+        model, inputs, fmt = oai.embedding_inputs(body)
+        if gw.spec(model).task != "text-embeddings":
+            raise bad_input(f"model {model!r} is not a text-embeddings model")
+        call, fin = await gw.infer(model, inputs, place_of(request), account=account, endpoint="embeddings",
+                                   **common(request))
+        return JSONResponse(oai.embedding_list(model, fin.result, fmt, int(fin.usage.get("prompt_tokens", 0))),
+                            headers=call.headers())
+
+    @app.get(PREFIX + "/v1/models")
+    async def list_models(request: Request, account_id: str):
+        auth.check(request.headers.get("authorization"), account_id)
+        return {"object": "list", "data": [{"id": s.id, "object": "model", "created": 0, "owned_by": "edgepop"}
+                                           for s in gw.dep.catalog]}
+
+    # ------------------------------------------------------------------ operations
+    @app.get("/metrics")
+    async def metrics():
+        return Response(gw.metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/edgepop/deployment")
+    async def deployment():
+        return gw.dep.describe()
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"ok": True, "open_requests": gw.admission.leases_open, **gw.dep.plane.snapshot()}
+
+    return app

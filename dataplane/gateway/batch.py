@@ -1,0 +1,135 @@
+"""Async batch: ``?queueRequest=true`` jobs stored in SQLite and run in the background through the same path as
+live requests (control plane, engines, WAN delays), at most ``batch_concurrency`` items at a time.
+
+Items refused for capacity (3040) or that time out in a queue (3007) go back to the store and are retried after a
+short pause; any other error is that item's outcome (``success: false``). All SQLite work happens on one worker
+thread so the event loop never waits on a disk sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from dataplane.gateway.batch_store import BatchStore
+from dataplane.gateway.errors import NOT_FOUND, GatewayError, bad_input, from_exception
+
+MAX_REQUESTS = 10_000
+RETRY_S = 0.25
+IDLE_POLL_S = 0.5
+
+
+class BatchService:
+    """Stores jobs, answers polls and runs queued items."""
+
+    def __init__(self, gw, path: str | Path, concurrency: int = 4):
+        self.gw, self.concurrency = gw, concurrency
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="edgepop-sqlite")
+        self.store: BatchStore = self._pool.submit(BatchStore, path).result()
+        self.cached_counts = self.store.counts()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._inflight: set[asyncio.Task] = set()
+
+    async def _db(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def submit(self, account: str, model: str, body: dict, place) -> dict:
+        """Queue ``body["requests"]``; returns the Workers AI ``result`` ({status, request_id, model})."""
+        self.gw.spec(model)  # 5007 before anything is stored
+        reqs = body.get("requests")
+        if not isinstance(reqs, list) or not reqs or len(reqs) > MAX_REQUESTS:
+            raise bad_input(f"field 'requests' must be a list of 1 to {MAX_REQUESTS} input objects")
+        for i, r in enumerate(reqs):
+            if not isinstance(r, dict):
+                raise bad_input(f"requests[{i}] is not an object")
+        job = await self._db(self.store.create, account, model, reqs, place.lat, place.lon)
+        if self._wake is not None:
+            self._wake.set()
+        return {"status": "queued", "request_id": job, "model": model}
+
+    async def poll(self, account: str, request_id) -> dict:
+        """The job's status, or all its responses once every item is done (404 for another account's job)."""
+        if not isinstance(request_id, str) or not request_id:
+            raise bad_input("field 'request_id' must be a non-empty string")
+        job = await self._db(self.store.job, account, request_id)
+        if job is None:
+            raise GatewayError(404, NOT_FOUND, f"no batch request {request_id!r} for this account")
+        items = job["items"]
+        done = sum(i["status"] == "done" for i in items)
+        if done < len(items):
+            status = "running" if any(i["status"] != "queued" for i in items) else "queued"
+            return {"status": status, "request_id": request_id, "model": job["model"],
+                    "completed": done, "total": len(items)}
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        responses = []
+        for i in items:
+            res = i["result"] or {}
+            for k in usage:
+                usage[k] += int(res.get("usage", {}).get(k, 0)) if i["success"] else 0
+            entry = {"id": i["id"], "success": i["success"], "external_reference": i["external_reference"]}
+            entry.update({"result": res.get("result")} if i["success"] else {"errors": res.get("errors", [])})
+            responses.append(entry)
+        return {"status": "done", "request_id": request_id, "model": job["model"], "responses": responses,
+                "usage": usage}
+
+    # ------------------------------------------------------------------ background runner
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="edgepop-batch")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._inflight) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._pool.submit(self.store.close).result()
+        self._pool.shutdown()
+
+    async def _loop(self) -> None:
+        while True:
+            room = self.concurrency - len(self._inflight)
+            claimed = await self._db(self.store.claim, room) if room > 0 else []
+            for item in claimed:
+                t = asyncio.get_running_loop().create_task(self._run_item(item))
+                self._inflight.add(t)
+                t.add_done_callback(self._item_finished)
+            self.cached_counts = await self._db(self.store.counts)
+            if claimed and len(self._inflight) < self.concurrency:
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=IDLE_POLL_S)
+
+    def _item_finished(self, task: asyncio.Task) -> None:
+        self._inflight.discard(task)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run_item(self, item: dict) -> None:
+        inputs = dict(item["input"])
+        inputs.pop("stream", None)  # a batch item is answered whole
+        place = self.gw.locator.at(item["lat"], item["lon"], "batch")
+        try:
+            _, fin = await self.gw.infer(item["model"], inputs, place, account=item["account"], endpoint="batch")
+            await self._db(self.store.complete, item["job"], item["idx"],
+                           {"result": fin.result, "usage": _usage(fin)}, True)
+        except asyncio.CancelledError:
+            raise  # shutting down: the item stays 'running' and is recovered on the next start
+        except Exception as exc:
+            err = from_exception(exc)
+            if err.code in (3040, 3007):  # transient: capacity or queue timeout; try again shortly
+                await self._db(self.store.requeue, item["job"], item["idx"], RETRY_S)
+            else:
+                await self._db(self.store.complete, item["job"], item["idx"],
+                               {"errors": [{"code": err.code, "message": err.message}]}, False)
+
+
+def _usage(fin) -> dict:
+    p = int(fin.usage.get("prompt_tokens", 0) or 0)
+    c = int(fin.usage.get("completion_tokens", 0) or 0)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}

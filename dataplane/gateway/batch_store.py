@@ -1,0 +1,129 @@
+"""Durable async batch jobs in SQLite (stdlib ``sqlite3``, WAL journal, ``synchronous=FULL``).
+
+A job is one ``POST ...?queueRequest=true`` with ``{"requests": [...]}``; each request is an *item*. Item states:
+``queued`` -> ``running`` -> ``done``. Durability rules:
+
+* a job and all its items are written in one transaction before its ``request_id`` is returned;
+* an item is marked ``running`` (attempts + 1) before it is run, and ``done`` together with its result in one
+  transaction, guarded by ``status = 'running'``, so an item completes at most once (``completions`` <= 1);
+* on start, items left ``running`` by a killed process were never completed: they go back to ``queued`` and run
+  again. So after a SIGKILL and restart every item completes exactly once: none lost, none completed twice.
+
+Every method is synchronous and must be called from one thread (the gateway uses a one-thread executor).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, account TEXT NOT NULL, model TEXT NOT NULL, created REAL NOT NULL,
+    lat REAL NOT NULL, lon REAL NOT NULL, n INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS items (
+    job TEXT NOT NULL, idx INTEGER NOT NULL, input TEXT NOT NULL, external_reference TEXT,
+    status TEXT NOT NULL DEFAULT 'queued', result TEXT, success INTEGER, attempts INTEGER NOT NULL DEFAULT 0,
+    completions INTEGER NOT NULL DEFAULT 0, not_before REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (job, idx));
+CREATE INDEX IF NOT EXISTS items_status ON items (status, not_before);
+"""
+
+
+class BatchStore:
+    """Jobs and items in a SQLite file (``":memory:"`` for a throwaway store)."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+        self.recovered = self.recover()
+
+    def recover(self) -> int:
+        """Put items a dead process left ``running`` back in the queue; returns how many."""
+        with self.db:
+            cur = self.db.execute("UPDATE items SET status = 'queued', not_before = 0 WHERE status = 'running'")
+        return cur.rowcount
+
+    def create(self, account: str, model: str, requests: list[dict], lat: float, lon: float) -> str:
+        """Store a job and its items atomically; returns its request id."""
+        job = str(uuid.uuid4())
+        rows = []
+        for i, r in enumerate(requests):
+            inputs = {k: v for k, v in r.items() if k != "external_reference"}
+            rows.append((job, i, json.dumps(inputs), r.get("external_reference")))
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (job, account, model, time.time(), lat, lon, len(rows)))
+            self.db.executemany("INSERT INTO items (job, idx, input, external_reference) VALUES (?, ?, ?, ?)", rows)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return job
+
+    def claim(self, limit: int, now: float | None = None) -> list[dict]:
+        """Mark up to ``limit`` queued items (oldest job first) ``running`` and return them with their job."""
+        now = time.time() if now is None else now
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            rows = self.db.execute(
+                "SELECT i.job, i.idx, i.input, j.account, j.model, j.lat, j.lon FROM items i JOIN jobs j "
+                "ON i.job = j.id WHERE i.status = 'queued' AND i.not_before <= ? ORDER BY j.created, i.job, i.idx "
+                "LIMIT ?", (now, limit)).fetchall()
+            self.db.executemany("UPDATE items SET status = 'running', attempts = attempts + 1 "
+                                "WHERE job = ? AND idx = ?", [(r[0], r[1]) for r in rows])
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return [{"job": r[0], "idx": r[1], "input": json.loads(r[2]), "account": r[3], "model": r[4],
+                 "lat": r[5], "lon": r[6]} for r in rows]
+
+    def complete(self, job: str, idx: int, result, success: bool) -> bool:
+        """Record an item's outcome; False if it was not running (it cannot complete twice)."""
+        with self.db:
+            cur = self.db.execute("UPDATE items SET status = 'done', result = ?, success = ?, "
+                                  "completions = completions + 1 WHERE job = ? AND idx = ? AND status = 'running'",
+                                  (json.dumps(result), int(success), job, idx))
+        return cur.rowcount == 1
+
+    def requeue(self, job: str, idx: int, delay_s: float) -> None:
+        """Give a running item back (e.g. out of capacity), to be retried after ``delay_s``."""
+        with self.db:
+            self.db.execute("UPDATE items SET status = 'queued', not_before = ? WHERE job = ? AND idx = ? "
+                            "AND status = 'running'", (time.time() + delay_s, job, idx))
+
+    def job(self, account: str, job: str) -> dict | None:
+        """A job of ``account`` with its items (None if there is no such job for that account)."""
+        row = self.db.execute("SELECT model, n, created FROM jobs WHERE id = ? AND account = ?",
+                              (job, account)).fetchone()
+        if row is None:
+            return None
+        items = self.db.execute("SELECT idx, status, result, success, external_reference, attempts, completions "
+                                "FROM items WHERE job = ? ORDER BY idx", (job,)).fetchall()
+        return {"request_id": job, "model": row[0], "n": row[1], "created": row[2],
+                "items": [{"id": i[0], "status": i[1], "result": json.loads(i[2]) if i[2] is not None else None,
+                           "success": bool(i[3]) if i[3] is not None else None, "external_reference": i[4],
+                           "attempts": i[5], "completions": i[6]} for i in items]}
+
+    def counts(self) -> dict[str, int]:
+        """Items per status."""
+        rows = self.db.execute("SELECT status, COUNT(*) FROM items GROUP BY status").fetchall()
+        return {"queued": 0, "running": 0, "done": 0, **{s: n for s, n in rows}}
+
+    def next_due(self) -> float | None:
+        """Earliest ``not_before`` of a queued item (wall-clock seconds), or None if none is queued."""
+        row = self.db.execute("SELECT MIN(not_before) FROM items WHERE status = 'queued'").fetchone()
+        return row[0]
+
+    def close(self) -> None:
+        self.db.close()

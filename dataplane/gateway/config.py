@@ -1,0 +1,177 @@
+"""Gateway settings: one dataclass, read from a small TOML file and/or command-line flags.
+
+Example ``gateway.toml`` (every key optional)::
+
+    pops = ["FRA", "LHR", "IAD"]
+    models = ["@cf/meta/llama-3.2-1b-instruct", "@cf/baai/bge-base-en-v1.5"]
+    default_location = [50.11, 8.68]        # lat, lon of clients that send no location header
+    slots = 8                               # concurrent requests per replica (default: the catalog's max_batch)
+    queue_timeout_s = 30
+    db = "edgepop-batch.sqlite"
+
+    [placement]                             # which PoPs hold which model (default: every model on every PoP)
+    "@cf/meta/llama-3.2-1b-instruct" = ["FRA"]
+
+    [stand_ins]                             # run a catalog model on another data-plane model
+    "@edgepop/bert-small-classify" = "bert-tiny-classify"
+
+A bad key or value raises one :class:`~edgepop.errors.UserError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from edgepop.errors import UserError
+
+DEFAULT_POPS = ("FRA", "LHR", "IAD", "SJC", "NRT", "SIN")
+DEFAULT_MODELS = (
+    "@edgepop/gpt2-tiny",
+    "@cf/meta/llama-3.2-1b-instruct",
+    "@cf/baai/bge-base-en-v1.5",
+    "@edgepop/all-minilm-l6-v2",
+    "@edgepop/bert-small-classify",
+    "@cf/baai/bge-reranker-base",
+    "@cf/microsoft/resnet-50",
+    "@cf/openai/whisper",
+)
+DEFAULT_LOCATION = (50.11, 8.68)  # Frankfurt: clients that say nothing about where they are
+
+
+@dataclass
+class GatewayConfig:
+    """Everything ``edgepop serve`` needs. Times in seconds; sizes in bytes.
+
+    ``slots``: concurrent requests per replica (None: the catalog's ``max_batch``). ``delay``: inject the
+    topology's RTT (False with ``--no-delay``); ``delay_scale`` multiplies it. ``tokens``: bearer token ->
+    account id; ``no_auth`` serves everyone as account ``local``. ``db``: SQLite file of async batch jobs
+    (None: a file in the working directory). ``lm_max_batch``: sequences one LM engine runs together.
+    ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
+    """
+
+    pops: list[str] = field(default_factory=lambda: list(DEFAULT_POPS))
+    models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
+    placement: dict[str, list[str]] = field(default_factory=dict)
+    stand_ins: dict[str, str] = field(default_factory=dict)
+    default_location: tuple[float, float] = DEFAULT_LOCATION
+    router: str = "session-affinity"
+    slots: int | None = None
+    queue_limit: int = 64
+    queue_timeout_s: float = 30.0
+    request_timeout_s: float = 120.0
+    delay: bool = True
+    delay_scale: float = 1.0
+    last_mile_ms: float = 10.0
+    tokens: dict[str, str] = field(default_factory=dict)
+    no_auth: bool = False
+    db: str | None = None
+    batch_concurrency: int = 4
+    max_body_bytes: int = 10 * 1024 * 1024
+    lm_max_batch: int = 32
+    lm_kv_budget_tokens: int = 32768
+    encoder_max_batch: int = 32
+    encoder_max_wait_ms: float = 2.0
+    threads: int = 0
+    provider: str = "auto"
+    seed: int = 0
+    scenario: str | None = None
+
+    def __post_init__(self):
+        self.validate("gateway config")
+
+    def validate(self, where: str) -> None:
+        """Check every value; raise one UserError naming ``where`` and the field."""
+        def bad(name, problem):
+            raise UserError(f"{where}: field {name!r}: {problem}")
+
+        if not isinstance(self.pops, list | tuple) or not self.pops or not all(
+                isinstance(p, str) and p for p in self.pops):
+            bad("pops", f"{self.pops!r} is not a non-empty list of PoP ids")
+        if not isinstance(self.models, list | tuple) or not self.models or not all(
+                isinstance(m, str) and m for m in self.models):
+            bad("models", f"{self.models!r} is not a non-empty list of catalog model ids")
+        if not isinstance(self.placement, dict):
+            bad("placement", "must be a table of model id -> list of PoP ids")
+        for model, pops in self.placement.items():
+            if not isinstance(pops, list) or not all(isinstance(p, str) for p in pops):
+                bad("placement", f"{model!r} -> {pops!r} is not a list of PoP ids")
+        if not isinstance(self.stand_ins, dict) or not all(isinstance(v, str) for v in self.stand_ins.values()):
+            bad("stand_ins", "must be a table of model id -> data-plane model name")
+        loc = self.default_location
+        if (not isinstance(loc, list | tuple) or len(loc) != 2
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in loc)
+                or not -90 <= loc[0] <= 90 or not -180 <= loc[1] <= 180):
+            bad("default_location", f"{loc!r} is not [lat, lon] with lat in [-90, 90] and lon in [-180, 180]")
+        self.default_location = (float(loc[0]), float(loc[1]))
+        for name in ("queue_limit", "batch_concurrency", "max_body_bytes", "lm_max_batch", "lm_kv_budget_tokens",
+                     "encoder_max_batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                bad(name, f"{v!r} is not a positive integer")
+        if self.slots is not None and (isinstance(self.slots, bool) or not isinstance(self.slots, int)
+                                       or self.slots < 1):
+            bad("slots", f"{self.slots!r} is not a positive integer")
+        for name in ("queue_timeout_s", "request_timeout_s", "delay_scale", "last_mile_ms", "encoder_max_wait_ms"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                bad(name, f"{v!r} is not a non-negative number")
+        if self.queue_timeout_s <= 0 or self.request_timeout_s <= 0:
+            bad("queue_timeout_s" if self.queue_timeout_s <= 0 else "request_timeout_s", "must be positive")
+        if not isinstance(self.tokens, dict) or not all(
+                isinstance(k, str) and k and isinstance(v, str) and v for k, v in self.tokens.items()):
+            bad("tokens", "must map non-empty token strings to non-empty account ids")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            bad("threads", f"{self.threads!r} is not a non-negative integer (0: one per core)")
+        if self.provider not in ("auto", "cpu", "cuda"):
+            bad("provider", f"{self.provider!r} is not one of auto, cpu, cuda")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            bad("seed", f"{self.seed!r} is not a non-negative integer")
+        for name in ("delay", "no_auth"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "must be true or false")
+
+    def with_overrides(self, **kw) -> GatewayConfig:
+        """A copy with the given fields replaced (``None`` values are ignored: flags that were not given)."""
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+
+_FIELDS = {f.name for f in fields(GatewayConfig)}
+
+
+def load_config(path: str | Path | None) -> GatewayConfig:
+    """Read a gateway TOML file (``None``: the defaults)."""
+    if path is None:
+        return GatewayConfig()
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"gateway config {str(path)!r} not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from None
+    unknown = sorted(set(doc) - _FIELDS)
+    if unknown:
+        raise UserError(f"{path}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
+    if "default_location" in doc and isinstance(doc["default_location"], list):
+        doc["default_location"] = tuple(doc["default_location"])
+    cfg = GatewayConfig.__new__(GatewayConfig)
+    base = GatewayConfig()
+    for f in fields(GatewayConfig):
+        setattr(cfg, f.name, doc.get(f.name, getattr(base, f.name)))
+    cfg.validate(str(path))
+    return cfg
+
+
+def parse_location(text: str, where: str) -> tuple[float, float]:
+    """``"lat,lon"`` -> (lat, lon); a bad value raises one UserError naming ``where``."""
+    parts = text.split(",")
+    try:
+        lat, lon = (float(p) for p in parts) if len(parts) == 2 else (math.nan, math.nan)
+    except ValueError:
+        lat = lon = math.nan
+    if not (math.isfinite(lat) and math.isfinite(lon) and -90 <= lat <= 90 and -180 <= lon <= 180):
+        raise UserError(f"{where}: {text!r} is not 'lat,lon' with lat in [-90, 90] and lon in [-180, 180]")
+    return lat, lon

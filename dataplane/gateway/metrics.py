@@ -1,0 +1,103 @@
+"""Prometheus metrics of one gateway (its own registry, so several gateways can live in one test process).
+
+Counters and histograms are updated on the request path; control-plane occupancy, engine batching and batch-job
+counts are read at scrape time by a custom collector. ``process_resident_memory_bytes`` comes from
+prometheus_client's process collector (Linux).
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _StateCollector:
+    """Gauges read from the control plane, the engines and the batch store when Prometheus scrapes."""
+
+    def __init__(self, gw):
+        self.gw = gw
+
+    def collect(self):
+        snap = self.gw.dep.plane.snapshot()
+        g = GaugeMetricFamily("edgepop_cp_requests", "Control-plane requests now running or waiting",
+                              labels=["state"])
+        g.add_metric(["running"], snap["running"])
+        g.add_metric(["waiting"], snap["waiting"])
+        yield g
+        c = CounterMetricFamily("edgepop_cp_decisions", "Control-plane decisions since start", labels=["kind"])
+        for k in ("submitted", "started", "queued", "rejected", "expired"):
+            c.add_metric([k], snap[k])
+        yield c
+        r = GaugeMetricFamily("edgepop_replicas", "Replicas per serving PoP and model", labels=["pop", "model"])
+        for row in self.gw.dep.placement.itertuples():
+            r.add_metric([row.pop, row.model], 1)
+        yield r
+        items = CounterMetricFamily("edgepop_engine_items", "Items run by each data-plane engine",
+                                    labels=["stand_in"])
+        calls = CounterMetricFamily("edgepop_engine_batches", "Engine calls (batches or decode steps)",
+                                    labels=["stand_in"])
+        for name, eng in list(self.gw.dep.dp._engines.items()):
+            st = eng.stats
+            if hasattr(st, "items"):
+                items.add_metric([name], st.items)
+                calls.add_metric([name], st.batches)
+            else:
+                items.add_metric([name], st.tokens)
+                calls.add_metric([name], st.steps)
+        yield items
+        yield calls
+        store = getattr(self.gw, "batch", None)
+        if store is not None:
+            b = GaugeMetricFamily("edgepop_batch_items", "Async batch items by status", labels=["status"])
+            for status, n in store.cached_counts.items():
+                b.add_metric([status], n)
+            yield b
+
+
+class Metrics:
+    """The gateway's metrics; ``render()`` gives the Prometheus text format."""
+
+    def __init__(self, gw):
+        self._served = set(gw.dep.catalog.ids)
+        self.registry = reg = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("edgepop_requests", "Requests by model, serving PoP, endpoint and HTTP status",
+                                ["model", "pop", "endpoint", "status"], registry=reg)
+        self.http = Counter("edgepop_http_responses", "HTTP responses by route and status", ["route", "status"],
+                            registry=reg)
+        self.latency = Histogram("edgepop_request_seconds", "Server-side time to the last byte, WAN included",
+                                 ["model", "endpoint"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.ttft = Histogram("edgepop_ttft_seconds", "Server-side time to the first streamed piece",
+                              ["model"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.queue = Histogram("edgepop_queue_seconds", "Time waiting for a control-plane slot", ["model"],
+                               buckets=LATENCY_BUCKETS, registry=reg)
+        self.tokens = Counter("edgepop_tokens", "Tokens by model and kind", ["model", "kind"], registry=reg)
+        self.wan = Counter("edgepop_injected_wan_seconds", "WAN delay injected from the topology", registry=reg)
+        ProcessCollector(registry=reg)
+        reg.register(_StateCollector(gw))
+
+    def done(self, call, usage: dict) -> None:
+        pop = call.headers(final=False)["x-edgepop-pop"]
+        t = call.timing
+        self.requests.labels(call.model, pop, call.endpoint, "200").inc()
+        self.latency.labels(call.model, call.endpoint).observe(time.monotonic() - t.t0)
+        self.queue.labels(call.model).observe(t.queue / 1e3)
+        self.wan.inc((t.wan_in + t.wan_out) / 1e3)
+        for kind in ("prompt_tokens", "completion_tokens"):
+            if usage.get(kind):
+                self.tokens.labels(call.model, kind.split("_")[0]).inc(usage[kind])
+
+    def first_token(self, call, seconds: float) -> None:
+        self.ttft.labels(call.model).observe(seconds)
+
+    def rejected(self, model: str, endpoint: str, err, place=None, pop: str = "") -> None:
+        # Unknown model names come from clients: one label value for all of them keeps cardinality bounded.
+        name = model if model in self._served else "_unknown"
+        self.requests.labels(name, pop, endpoint, str(err.status)).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,124 @@
+"""OpenAI-compatible request and response shapes (``/ai/v1/chat/completions``, ``/ai/v1/embeddings``), translated to
+and from the Workers AI task inputs the gateway runs.
+
+Chat: ``model``, ``messages`` (string content or a list of ``{"type": "text", "text": ...}`` parts), ``max_tokens``
+or ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stream``, ``stream_options.include_usage``,
+and the vLLM extension ``ignore_eos``; ``n`` must be 1. Other OpenAI fields are accepted and ignored.
+Embeddings: ``model``, ``input`` (a string or a list of strings), ``encoding_format`` (``float`` or ``base64``:
+little-endian float32, which is what the ``openai`` client asks for by default).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import numpy as np
+
+from dataplane.gateway.errors import bad_input
+
+
+def _model(body) -> str:
+    if not isinstance(body, dict):
+        raise bad_input("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_input("field 'model' must be a non-empty string")
+    return model
+
+
+def _content(i: int, content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_input(f"messages[{i}].content: only text parts are supported")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad_input(f"messages[{i}].content must be a string or a list of text parts")
+
+
+def chat_inputs(body) -> tuple[str, dict, bool, bool]:
+    """OpenAI chat body -> (model, Workers AI inputs, stream, include_usage)."""
+    model = _model(body)
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise bad_input("field 'messages' must be a non-empty list")
+    messages = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise bad_input(f"messages[{i}] must be an object")
+        role = "system" if m.get("role") == "developer" else m.get("role")
+        messages.append({"role": role, "content": _content(i, m.get("content"))})
+    if body.get("n") not in (None, 1):
+        raise bad_input("field 'n': only n = 1 is supported")
+    inputs: dict = {"messages": messages}
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    for key, value in (("max_tokens", max_tokens), ("temperature", body.get("temperature")),
+                       ("top_p", body.get("top_p")), ("seed", body.get("seed")),
+                       ("ignore_eos", body.get("ignore_eos"))):
+        if value is not None:
+            inputs[key] = value
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise bad_input("field 'stream' must be true or false")
+    opts = body.get("stream_options") or {}
+    include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+    return model, inputs, stream, include_usage
+
+
+def chat_completion(cid: str, model: str, text: str, usage: dict) -> dict:
+    """The non-streaming ``chat.completion`` object."""
+    p, c = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": finish_reason(usage), "logprobs": None}],
+            "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}}
+
+
+def finish_reason(usage: dict) -> str:
+    return "length" if usage.get("finish_reason") == "length" else "stop"
+
+
+def chat_chunk(cid: str, model: str, created: int, delta: dict, finish: str | None = None,
+               usage: dict | None = None) -> dict:
+    """One ``chat.completion.chunk`` (``choices`` is empty for the final usage chunk)."""
+    out = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+           "choices": [] if usage is not None else [{"index": 0, "delta": delta, "finish_reason": finish,
+                                                     "logprobs": None}]}
+    if usage is not None:
+        p, c = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        out["usage"] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    return out
+
+
+def embedding_inputs(body) -> tuple[str, dict, str]:
+    """OpenAI embeddings body -> (model, Workers AI inputs, encoding format)."""
+    model = _model(body)
+    inp = body.get("input")
+    if isinstance(inp, str):
+        texts = [inp]
+    elif isinstance(inp, list) and inp and all(isinstance(t, str) for t in inp):
+        texts = inp
+    else:
+        raise bad_input("field 'input' must be a string or a non-empty list of strings (token arrays are not "
+                        "supported)")
+    fmt = body.get("encoding_format") or "float"
+    if fmt not in ("float", "base64"):
+        raise bad_input(f"field 'encoding_format' must be 'float' or 'base64', got {fmt!r}")
+    return model, {"text": texts}, fmt
+
+
+def embedding_list(model: str, result: dict, fmt: str, prompt_tokens: int) -> dict:
+    """Workers AI ``{shape, data}`` -> the OpenAI ``list`` of ``embedding`` objects."""
+    data = []
+    for i, vec in enumerate(result["data"]):
+        if fmt == "base64":
+            emb = base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode()
+        else:
+            emb = vec
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    return {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}

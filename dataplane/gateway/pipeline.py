@@ -1,0 +1,213 @@
+"""One request's path through the emulated deployment (the same path the simulator models, see ``sim.simulator``):
+
+client --(access RTT / 2)--> ingress PoP: control plane decides --(backbone RTT / 2)--> serving PoP: queue,
+engine --(every chunk: (access + backbone) / 2)--> client.
+
+:class:`Gateway` is transport-free: the HTTP layer (:mod:`dataplane.gateway.app`), the OpenAI layer and the async
+batch worker all call :meth:`Gateway.admit` and then :meth:`Call.finish` or :meth:`Call.stream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from dataplane.gateway import invoke
+from dataplane.gateway.admission import Admission, Lease
+from dataplane.gateway.config import GatewayConfig
+from dataplane.gateway.deployment import Deployment
+from dataplane.gateway.errors import GatewayError, bad_input, from_code, from_exception, unknown_model
+from dataplane.gateway.geo import ClientLocator, ClientPlace, Delays
+from dataplane.gateway.metrics import Metrics
+
+log = logging.getLogger("edgepop.gateway")
+
+
+@dataclass
+class Timing:
+    """Server-side milliseconds per stage, reported in the ``server-timing`` header."""
+
+    wan_in: float = 0.0
+    queue: float = 0.0
+    infer: float = 0.0
+    wan_out: float = 0.0
+    t0: float = field(default_factory=time.monotonic)
+
+    def header(self, final: bool = True) -> str:
+        parts = [f"wan-in;dur={self.wan_in:.2f}", f"queue;dur={self.queue:.2f}"]
+        if final:
+            total = (time.monotonic() - self.t0) * 1e3
+            overhead = max(0.0, total - self.wan_in - self.queue - self.infer - self.wan_out)
+            parts += [f"infer;dur={self.infer:.2f}", f"wan-out;dur={self.wan_out:.2f}",
+                      f"gateway;dur={overhead:.2f}", f"total;dur={total:.2f}"]
+        return ", ".join(parts)
+
+
+class Call:
+    """An admitted request: it holds (or waited for) a control-plane slot until its engine work ends."""
+
+    def __init__(self, gw: Gateway, model: str, prep: invoke.Prepared, place: ClientPlace, lease: Lease,
+                 timing: Timing, endpoint: str):
+        self.gw, self.model, self.prep, self.place, self.lease = gw, model, prep, place, lease
+        self.timing, self.endpoint = timing, endpoint
+        self.run: invoke.EngineRun | None = None
+        self.stream_: invoke.TokenStream | None = None
+
+    @property
+    def backbone_ms(self) -> float:
+        return self.lease.decision.rtt_ms
+
+    @property
+    def back_s(self) -> float:
+        """One-way time from the serving PoP back to the client."""
+        return self.gw.delays.seconds((self.place.access_rtt_ms + self.backbone_ms) / 2)
+
+    def headers(self, final: bool = True) -> dict[str, str]:
+        r = self.lease.replica
+        dep = self.gw.dep
+        return {"x-edgepop-pop": str(dep.site_ids[r.site]), "x-edgepop-node": str(dep.node_ids[r.node]),
+                "x-edgepop-ingress": self.place.ingress_pop,
+                "x-edgepop-rtt-ms": f"{self.place.access_rtt_ms + self.backbone_ms:.2f}",
+                "x-edgepop-stand-in": self.prep.stand_in, "server-timing": self.timing.header(final)}
+
+    def _release_when_done(self, run: invoke.EngineRun | None) -> None:
+        if run is None:
+            self.gw.admission.release(self.lease)
+        else:
+            run.done.add_done_callback(lambda _f: self.gw.admission.release(self.lease))
+
+    async def finish(self) -> invoke.Finished:
+        """Run to completion and wait out the return trip; returns the result."""
+        t = time.monotonic()
+        try:
+            self.run = invoke.EngineRun(self.gw.dep.dp, self.prep)
+        except Exception:
+            self._release_when_done(None)
+            raise
+        self._release_when_done(self.run)
+        try:
+            fin = await asyncio.wait_for(self.run.result(), timeout=self.gw.config.request_timeout_s)
+        except TimeoutError:
+            self.run.cancel()
+            raise from_code(3007, f"no result within {self.gw.config.request_timeout_s:g} s") from None
+        except asyncio.CancelledError:
+            self.run.cancel()
+            raise
+        self.timing.infer = (fin.t_done - t) * 1e3
+        t_back = time.monotonic()
+        await Delays.until(fin.t_done + self.back_s)
+        self.timing.wan_out = (time.monotonic() - t_back) * 1e3
+        self.gw.metrics.done(self, fin.usage)
+        return fin
+
+    def open_stream(self) -> invoke.TokenStream:
+        """Start the generation; iterate :meth:`stream` to receive its pieces."""
+        try:
+            self.stream_ = invoke.TokenStream(self.gw.dep.dp, self.prep)
+        except Exception:
+            self._release_when_done(None)
+            raise
+        self._release_when_done(self.stream_.run)
+        return self.stream_
+
+    async def stream(self) -> AsyncIterator[str]:
+        """Text pieces, each delivered one-way-back after the engine produced it; cancels the generation if the
+        consumer stops early (client gone)."""
+        s = self.stream_ or self.open_stream()
+        t_start, first, deadline = time.monotonic(), True, time.monotonic() + self.gw.config.request_timeout_s
+        try:
+            async for piece, t_gen in s.pieces():
+                if t_gen > deadline:
+                    raise from_code(3007, f"generation ran past {self.gw.config.request_timeout_s:g} s")
+                await Delays.until(t_gen + self.back_s)
+                if first:
+                    self.gw.metrics.first_token(self, time.monotonic() - self.timing.t0)
+                    first = False
+                yield piece
+            self.timing.infer = (time.monotonic() - t_start) * 1e3
+            self.gw.metrics.done(self, s.usage())
+        finally:
+            if not s.run.done.done():
+                s.run.cancel()
+
+
+class Gateway:
+    """The deployment plus client geography, delays, admission and metrics; shared by every endpoint."""
+
+    def __init__(self, config: GatewayConfig, topo=None):
+        self.config = config
+        self.dep = Deployment(config, topo)
+        self.locator = ClientLocator(self.dep.topo, config.default_location)
+        self.delays = Delays(config.delay, config.delay_scale)
+        self.admission = Admission(self.dep.plane)
+        self.metrics = Metrics(self)
+
+    def spec(self, model: str):
+        """The served catalog entry of ``model`` (400/5007 if it is not served here)."""
+        if model not in self.dep.catalog:
+            raise unknown_model(model)
+        return self.dep.catalog[model]
+
+    async def admit(self, model: str, inputs, place: ClientPlace, *, account: str, session=None,
+                    reject_if_busy: bool = False, endpoint: str = "run") -> Call:
+        """Validate, travel to the ingress, get a control-plane decision, travel to the serving PoP and wait for
+        a slot. Raises :class:`GatewayError` (400, 413, 429, 408, ...)."""
+        timing = Timing()
+        try:
+            spec = self.spec(model)
+            prep = await invoke.prepare(self.dep.dp, spec.task, self.dep.stand_in[model], inputs)
+        except Exception as exc:
+            # Preparation only reads the client's input, so whatever goes wrong there is bad input, never a 500.
+            err = from_exception(exc)
+            if err.status >= 500:
+                log.warning("input preparation failed for %s: %r", model, exc)
+                err = bad_input(f"could not process the input ({type(exc).__name__}: {str(exc)[:160]})")
+            self.metrics.rejected(model, endpoint, err, place)
+            raise err from None
+        timing.wan_in = await self.delays.sleep_ms(place.access_rtt_ms / 2) * 1e3
+        req = self.admission.new_request(model, place.ingress, prep.units, prep.output_tokens, session=session,
+                                         reject_if_busy=reject_if_busy, account=account)
+        try:
+            lease = self.admission.submit(req)
+        except GatewayError as err:
+            self.metrics.rejected(model, endpoint, err, place)
+            await self.delays.sleep_ms(place.access_rtt_ms / 2)  # the refusal travels back from the ingress
+            raise
+        at_node = time.monotonic() + self.delays.seconds(lease.decision.rtt_ms / 2)
+        try:
+            await self.admission.wait_started(lease)
+            await Delays.until(at_node)
+        except BaseException as exc:
+            self.admission.release(lease)
+            if isinstance(exc, GatewayError):
+                self.metrics.rejected(model, endpoint, exc, place)
+            raise
+        now = time.monotonic()
+        # wan-in: both halves of the inbound trip; queue: waiting for a slot beyond the backbone leg.
+        backbone_s = self.delays.seconds(lease.decision.rtt_ms / 2)
+        timing.wan_in += backbone_s * 1e3
+        timing.queue = max(0.0, (now - lease.queued_at) - backbone_s) * 1e3
+        return Call(self, model, prep, place, lease, timing, endpoint)
+
+    async def infer(self, model: str, inputs, place: ClientPlace, **kw) -> tuple[Call, invoke.Finished]:
+        """Admit and run to completion (no streaming)."""
+        call = await self.admit(model, inputs, place, **kw)
+        try:
+            fin = await call.finish()
+        except Exception as exc:
+            err = from_exception(exc)
+            self.metrics.rejected(model, call.endpoint, err, place, pop=call.headers()["x-edgepop-pop"])
+            raise err from None
+        return call, fin
+
+    async def start(self) -> None:
+        self.admission.start()
+
+    async def stop(self) -> None:
+        await self.admission.stop()
+        with contextlib.suppress(Exception):
+            self.dep.close()
