@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
-from topology import Topology, baseline, haversine_km
+from topology import FIBRE_KM_PER_MS, Topology, baseline, haversine_km
 
 
 @dataclass
@@ -115,11 +115,20 @@ def _nearest_pop(topo: Topology, lat: float, lon: float) -> int:
     return int(np.argmin(haversine_km(lat, lon, topo.pops.lat.to_numpy(), topo.pops.lon.to_numpy())))
 
 
-def ingress_site_rtt(topo: Topology, fleet: Fleet) -> np.ndarray:
+def ingress_site_rtt(topo: Topology, fleet: Fleet, latency=None) -> np.ndarray:
     """RTT (ms) from every PoP (rows, as ingress) to every fleet site (columns): backbone path plus base cost.
 
-    Serving at the ingress PoP itself costs no backbone RTT (0 ms).
+    Serving at the ingress PoP itself costs no backbone RTT (0 ms). ``latency`` overrides the topology's model (a
+    backbone with cut links). Pairs the backbone graph does not connect (custom PoP tables with isolated cities)
+    fall back to a great-circle path inflated like a land route, so every pair has a finite RTT.
     """
-    rtt = topo.latency.params.base_ms + topo.latency.node_ms[np.ix_(topo.pop_nodes, fleet.sites.backbone)]
-    same = topo.pop_nodes[:, None] == fleet.sites.backbone.to_numpy()[None, :]
+    latency = latency or topo.latency
+    sites = fleet.sites.backbone.to_numpy()
+    rtt = latency.params.base_ms + latency.node_ms[np.ix_(topo.pop_nodes, sites)]
+    if not np.all(np.isfinite(rtt)):
+        km = haversine_km(latency.node_lat[topo.pop_nodes][:, None], latency.node_lon[topo.pop_nodes][:, None],
+                          latency.node_lat[sites][None, :], latency.node_lon[sites][None, :])
+        fallback = latency.params.base_ms + 2.0 * latency.params.alpha_land * km / FIBRE_KM_PER_MS
+        rtt = np.where(np.isfinite(rtt), rtt, fallback)
+    same = topo.pop_nodes[:, None] == sites[None, :]
     return np.where(same, 0.0, rtt)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from controlplane.autoscale import make_autoscaler
-from controlplane.fleet import Fleet
+from controlplane.fleet import Fleet, ingress_site_rtt
 from controlplane.plane import AdmissionConfig, ControlPlane
 from sim.scenario import DeploymentConfig
 from sim.simulator import Deployment
@@ -19,11 +19,7 @@ def city_site_rtt(topo, fleet: Fleet, latency=None) -> np.ndarray:
 
 
 def edge_rtt_builder(topo, fleet):
-    def build(latency):
-        rtt = latency.params.base_ms + latency.node_ms[np.ix_(topo.pop_nodes, fleet.sites.backbone)]
-        same = topo.pop_nodes[:, None] == fleet.sites.backbone.to_numpy()[None, :]
-        return np.where(same, 0.0, rtt)
-    return build
+    return lambda latency: ingress_site_rtt(topo, fleet, latency)
 
 
 def central_rtt_builder(topo, fleet):
