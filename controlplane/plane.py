@@ -44,11 +44,13 @@ class ControlPlane:
 
     def __init__(self, catalog: Catalog, fleet, placement, rtt: np.ndarray, router: str = "nearest-with-capacity",
                  router_options: dict | None = None, admission: AdmissionConfig | None = None, perf=None,
-                 rng: np.random.Generator | None = None, autoscaler=None, typical_tokens: tuple = (512, 128)):
+                 rng: np.random.Generator | None = None, autoscaler=None, typical_tokens: tuple = (512, 128),
+                 max_candidates: int | None = 64):
         self.catalog = catalog
         self.admission = admission or AdmissionConfig()
         table = getattr(placement, "table", placement)
-        self.state = ClusterState(catalog, fleet, table, rtt, queue_limit=self.admission.queue_limit)
+        self.state = ClusterState(catalog, fleet, table, rtt, queue_limit=self.admission.queue_limit,
+                                  max_candidates=max_candidates)
         self.perf, self.typical_tokens = perf, typical_tokens
         self._estimates: dict = {}
         for r in self.state.replicas:

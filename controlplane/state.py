@@ -143,9 +143,10 @@ class ClusterState:
     """
 
     def __init__(self, catalog: Catalog, fleet, placement: pd.DataFrame, rtt: np.ndarray, queue_limit: int = 64,
-                 kv_pool_scale: float = 1.0):
+                 kv_pool_scale: float = 1.0, max_candidates: int | None = 64):
         self.catalog, self.fleet, self.rtt = catalog, fleet, np.asarray(rtt, dtype=np.float64)
         self.queue_limit = queue_limit
+        self.max_candidates = max_candidates
         self.kv_pool_scale = kv_pool_scale
         nodes = fleet.nodes
         self.node_gpu = nodes.gpu.to_numpy()
@@ -265,9 +266,13 @@ class ClusterState:
         self._cand.clear()
 
     # ---------------------------------------------------------------- candidates
-    def candidates(self, ingress: int, model: str) -> tuple[list[Replica], list[float]]:
-        """Replicas of ``model`` sorted by RTT from ``ingress`` (ties: lower site index, then replica id)."""
-        key = (ingress, model)
+    def candidates(self, ingress: int, model: str, full: bool = False) -> tuple[list[Replica], list[float]]:
+        """Replicas of ``model`` sorted by RTT from ``ingress`` (ties: lower site index, then replica id).
+
+        Only the nearest ``max_candidates`` unless ``full``: routers look at the first few, and the
+        nearest-with-capacity rule asks for the full list when none of those can start the request.
+        """
+        key = (ingress, model, full)
         hit = self._cand.get(key)
         if hit is None:
             reps = self.by_model.get(model, [])
@@ -275,11 +280,17 @@ class ClusterState:
             if sites is None:
                 sites = self._rep_sites[model] = np.fromiter((r.site for r in reps), np.int64, len(reps))
             rt = self.rtt[ingress, sites]
-            if len(reps) > 24:
-                order = np.lexsort((sites, rt)).tolist()  # stable: equal (rtt, site) keep replica-id order
+            k = len(reps) if full or self.max_candidates is None else self.max_candidates
+            if len(reps) > k:  # the k nearest, ties at the k-th RTT included, then ordered exactly
+                cut = np.partition(rt, k - 1)[k - 1]
+                idx = np.flatnonzero(rt <= cut)
+                idx = idx[np.lexsort((sites[idx], rt[idx]))][:k]
+            elif len(reps) > 24:
+                idx = np.lexsort((sites, rt))  # stable: equal (rtt, site) keep replica-id order
             else:
-                order = sorted(range(len(reps)), key=lambda i: (rt[i], sites[i], i))
-            hit = ([reps[i] for i in order], rt[order].tolist())
+                idx = np.array(sorted(range(len(reps)), key=lambda i: (rt[i], sites[i], i)), dtype=np.int64)
+            order = idx.tolist()
+            hit = ([reps[i] for i in order], rt[idx].tolist())
             self._cand[key] = hit
         return hit
 

@@ -116,6 +116,7 @@ class Simulation:
         if self.outcome[k] != OUT_NONE:
             raise ConservationError(f"request {k} ended twice ({self.outcome[k]} then {outcome})")
         self.outcome[k], self.code[k] = outcome, code
+        self.reqs[k] = self.seqs[k] = None  # memory grows with in-flight requests only, not with the run
         self.remaining -= 1
         if self.remaining == 0 and self.arrivals_done and not self.done.triggered:
             self.done.succeed()

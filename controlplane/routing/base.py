@@ -8,6 +8,7 @@ A router looks at one request and the cluster state and returns a :class:`Decisi
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,9 +51,24 @@ class Router:
         """Called when a request ends (for policies that keep per-session state)."""
 
     # Shared building blocks -----------------------------------------------------------------------------
-    def nearest_with_capacity(self, req: Request, cands: list[Replica], rtts: list[float]) -> Decision:
+    def nearest_with_capacity(self, req: Request, cands: list[Replica], rtts: list[float],
+                              max_rtt_ms: float | None = None) -> Decision:
         """The card's default: the nearest replica that can start now; else a cold replica that can be loaded;
-        else queue on the nearest with queue room (unless rejectIfBusy); else 3040."""
+        else queue on the nearest with queue room (unless rejectIfBusy); else 3040.
+
+        ``cands`` may be the truncated nearest list; when nothing in it can start the request, the rule is
+        applied again to the full list, so spillover reaches every replica (``max_rtt_ms`` bounds the distance).
+        """
+        d = self._nearest(req, cands, rtts, max_rtt_ms)
+        if d.action != START and len(cands) < len(self.state.by_model.get(req.model, ())):
+            full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
+            d = self._nearest(req, full, full_rtts, max_rtt_ms)
+        return d
+
+    def _nearest(self, req: Request, cands: list[Replica], rtts: list[float], max_rtt_ms) -> Decision:
+        if max_rtt_ms is not None:
+            n = bisect_right(rtts, max_rtt_ms)
+            cands, rtts = cands[:n], rtts[:n]
         kv = req.kv_tokens
         stats = cands[0].stats if cands else None
         if stats is None or stats.free > 0:  # a saturated model skips the scan (saturation is when it matters)

@@ -19,7 +19,4 @@ class NearestWithCapacity(Router):
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)
-        if self.max_rtt_ms is not None:
-            n = sum(1 for d in rtts if d <= self.max_rtt_ms)
-            cands, rtts = cands[:n], rtts[:n]
-        return self.nearest_with_capacity(req, cands, rtts)
+        return self.nearest_with_capacity(req, cands, rtts, self.max_rtt_ms)

@@ -53,7 +53,8 @@ def test_nearest_with_capacity_matches_brute_force(catalog, data):
     rtt = np.array(data.draw(st.lists(st.lists(st.sampled_from([0.0, 5.0, 10.0, 20.0, 35.0]), min_size=n_sites,
                                                 max_size=n_sites), min_size=3, max_size=3)))
     cp = ControlPlane(catalog, fleet, placement([(TINY, n) for n in range(len(sites))]), rtt,
-                      admission=AdmissionConfig(queue_limit=2))
+                      admission=AdmissionConfig(queue_limit=2),
+                      max_candidates=data.draw(st.sampled_from([None, 1, 2, 4])))  # truncated lists too
     for r in cp.state.replicas:  # random occupancy, health and queues
         r.up = data.draw(st.booleans()) or data.draw(st.booleans())
         status = data.draw(st.sampled_from([READY, READY, READY, COLD, LOADING]))
