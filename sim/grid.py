@@ -1,0 +1,263 @@
+"""Sweep grids: a base scenario plus axes whose values override scenario fields by dotted path.
+
+A grid file (TOML)::
+
+    base = "small"            # an embedded scenario name, or a scenario file (relative to the grid file)
+    requests = 2000           # optional: every variant runs this many requests (or duration_s = seconds)
+    seeds = [1, 2]            # optional: replicate every point over these seeds (default: the base's seed)
+    deployments = ["edge", "central"]   # optional: simulate only some deployments
+    [axes]
+    "edge.placement" = ["greedy-demand", "everywhere-fits"]
+    "workload.rps" = [20.0, 40.0]
+
+An axis key is ``table.field`` (tables ``workload``, ``edge``, ``central``, ``slo``), a top-level scenario field
+(``planning_rps``, ``last_mile_ms``, ``faults``, ...), or ``table.field.key`` for a table-valued field
+(``edge.placement_options.time_limit_s``). An axis with one value fixes that field for every variant.
+
+Every axis value is applied to the base scenario's TOML document and re-read by the scenario parser, so values
+are checked by the same rules as scenario files; policy, router and autoscaler names are checked against the
+registries. Any problem is one :class:`~edgepop.errors.UserError` naming the grid file, the axis and the value.
+
+Variants are the cartesian product of the axes in file order (the last axis varies fastest), each replicated over
+``seeds`` (innermost); variant ids count from 0 in that order.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from edgepop.errors import UserError
+from sim.scenario import SCENARIO_DIR, SLO, DeploymentConfig, Scenario, parse_scenario
+
+GRID_DIR = SCENARIO_DIR / "grids"
+GRID_KEYS = ("base", "description", "requests", "duration_s", "seeds", "deployments", "axes")
+DEPLOYMENTS = ("edge", "central")
+# Scenario fields an axis may not set: identity, the seed (use `seeds`), and the tables as a whole.
+NOT_AXES = frozenset({"name", "description", "source", "seed", "workload", "edge", "central", "slo"})
+# Fields holding a table whose keys an axis may address one level deeper.
+TABLE_FIELDS = frozenset({"placement_options", "router_options", "autoscaler_options", "mix", "tokens"})
+# Columns of the sweep outputs that an axis name must not shadow.
+RESERVED_COLUMNS = frozenset({"variant", "seed", "deployment"})
+
+
+def _table_fields() -> dict[str, set[str]]:
+    from sim.workload import WorkloadConfig
+
+    deployment = {f.name for f in fields(DeploymentConfig)}
+    return {"workload": {f.name for f in fields(WorkloadConfig)}, "edge": deployment,
+            "central": deployment | {"enabled"}, "slo": {f.name for f in fields(SLO)}}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One run of a sweep: the axis values it sets (axis key -> value) and its seed."""
+
+    id: int
+    values: dict
+    seed: int
+    scenario: Scenario
+
+    @property
+    def label(self) -> str:
+        """``edge.placement='ilp', workload.rps=20.0, seed=1``: how errors and progress name the variant."""
+        parts = [f"{k}={v!r}" for k, v in self.values.items()] + [f"seed={self.seed}"]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A parsed, validated grid. ``axes`` keeps file order; ``variants`` is the expanded, ordered run list."""
+
+    source: str
+    base: str
+    axes: dict
+    seeds: tuple[int, ...]
+    requests: int | None
+    duration_s: float | None
+    deployments: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    description: str = ""
+
+    def axis_column(self, key: str) -> list:
+        """The axis values as stored in the output tables: numbers and strings as they are, lists and tables as
+        JSON text, ints widened to float when the axis mixes ints and floats (one type per column)."""
+        return [column_value(v, self.axes[key]) for v in self.axes[key]]
+
+
+def column_value(value, axis_values: list):
+    if isinstance(value, bool) or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        mixed = any(isinstance(v, float) for v in axis_values)
+        return float(value) if mixed else value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def embedded_grids() -> list[str]:
+    return sorted(p.stem for p in GRID_DIR.glob("*.toml"))
+
+
+def load_grid(name_or_path: str | Path) -> Grid:
+    """An embedded grid by name (``policies``) or a grid TOML file by path."""
+    path = Path(name_or_path)
+    if not path.suffix and (GRID_DIR / f"{name_or_path}.toml").exists():
+        path = GRID_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise UserError(f"grid {str(name_or_path)!r} not found: not a file and not one of the embedded grids "
+                        f"({', '.join(embedded_grids()) or 'none'})")
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path.name}: not valid TOML: {exc}") from None
+    return parse_grid(doc, source=path.name, base_dir=path.parent)
+
+
+def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = None) -> Grid:
+    """Validate a grid document (what ``tomllib`` returns) and expand it into variants."""
+    base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
+    for key in doc:
+        if key not in GRID_KEYS:
+            raise UserError(f"{source}: unknown key {key!r} (known: {', '.join(GRID_KEYS)})")
+    if "base" not in doc:
+        raise UserError(f"{source}: 'base' is required (an embedded scenario name or a scenario file)")
+    base_path = _base_path(doc["base"], source, base_dir)
+    try:
+        base_doc = tomllib.loads(base_path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{source}: base {base_path.name}: not valid TOML: {exc}") from None
+    requests, duration = doc.get("requests"), doc.get("duration_s")
+    if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or requests <= 0):
+        raise UserError(f"{source}: requests must be a positive integer, got {requests!r}")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)
+                                 or duration <= 0):
+        raise UserError(f"{source}: duration_s must be a positive number, got {duration!r}")
+    if requests is not None and duration is not None:
+        raise UserError(f"{source}: give requests or duration_s, not both")
+    deployments = _deployments(doc.get("deployments", list(DEPLOYMENTS)), source)
+    axes = _axes(doc.get("axes", {}), source)
+
+    def scenario(over: dict, what: str) -> Scenario:
+        d = copy.deepcopy(base_doc)
+        for key, value in over.items():
+            _set(d, key, value)
+        try:
+            sc = parse_scenario(d, base_path.name, base_dir=base_path.parent)
+            _check_registries(sc, deployments)
+        except UserError as exc:
+            raise UserError(f"{source}: {what}: {exc}") from None
+        return sc
+
+    base_sc = scenario({}, f"base {base_path.name}")
+    for key, values in axes.items():  # each value alone first, so an error names the axis value at fault
+        for value in values:
+            scenario({key: value}, f"axis {key!r} value {value!r}")
+    seeds = _seeds(doc.get("seeds"), source, base_sc.seed)
+    variants = []
+    for point in itertools.product(*axes.values()):
+        values = dict(zip(axes, point, strict=True))
+        sc = scenario(values, "variant " + ", ".join(f"{k}={v!r}" for k, v in values.items())) if values \
+            else base_sc
+        for seed in seeds:
+            variants.append(Variant(len(variants), values, seed, sc))
+    return Grid(source=source, base=str(doc["base"]), axes=axes, seeds=seeds, requests=requests,
+                duration_s=None if duration is None else float(duration), deployments=deployments,
+                variants=tuple(variants), description=str(doc.get("description", "")))
+
+
+def _base_path(base, source: str, base_dir: Path) -> Path:
+    if not isinstance(base, str) or not base.strip():
+        raise UserError(f"{source}: base must be a scenario name or file, got {base!r}")
+    if not Path(base).suffix and (SCENARIO_DIR / f"{base}.toml").exists():
+        return SCENARIO_DIR / f"{base}.toml"
+    path = Path(base).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    if not path.is_file():
+        from sim.scenario import embedded_scenarios
+
+        raise UserError(f"{source}: base {base!r} not found: not a file and not one of the embedded scenarios "
+                        f"({', '.join(embedded_scenarios())})")
+    return path
+
+
+def _deployments(raw, source: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or any(d not in DEPLOYMENTS for d in raw) or len(set(raw)) < len(raw):
+        raise UserError(f"{source}: deployments must be a non-empty list of distinct names from "
+                        f"{', '.join(DEPLOYMENTS)}, got {raw!r}")
+    return tuple(d for d in DEPLOYMENTS if d in raw)  # always edge first: output order does not depend on the file
+
+
+def _seeds(raw, source: str, default: int) -> tuple[int, ...]:
+    if raw is None:
+        return (default,)
+    if (not isinstance(raw, list) or not raw or len(set(raw)) < len(raw)
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in raw)):
+        raise UserError(f"{source}: seeds must be a non-empty list of distinct non-negative integers, got {raw!r}")
+    return tuple(raw)
+
+
+def _axes(raw, source: str) -> dict:
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: [axes] must be a table of \"dotted.field\" = [values], got {raw!r}")
+    tables = _table_fields()
+    top = {f.name for f in fields(Scenario)} - NOT_AXES
+    out = {}
+    for key, values in raw.items():
+        if isinstance(values, dict):  # an unquoted dotted key (edge.placement = [...]) arrives as a nested table
+            raise UserError(f"{source} [axes]: axis {key!r} must be a list of values; quote dotted keys, "
+                            f"e.g. \"{key}.{next(iter(values), 'field')}\" = [...]")
+        parts = key.split(".")
+        if parts[0] in tables:
+            known = tables[parts[0]]
+            if len(parts) < 2 or parts[1] not in known:
+                field = parts[1] if len(parts) > 1 else ""
+                raise UserError(f"{source} [axes]: unknown axis {key!r}: [{parts[0]}] has no field {field!r} "
+                                f"(fields: {', '.join(sorted(known))})")
+            if len(parts) > 3 or (len(parts) == 3 and parts[1] not in TABLE_FIELDS):
+                raise UserError(f"{source} [axes]: unknown axis {key!r}: only table fields "
+                                f"({', '.join(sorted(TABLE_FIELDS))}) take a key after the field name")
+        elif len(parts) != 1 or parts[0] not in top:
+            raise UserError(f"{source} [axes]: unknown axis {key!r} (a top-level scenario field: "
+                            f"{', '.join(sorted(top))}; or table.field with table one of "
+                            f"{', '.join(tables)}; the seed is swept with seeds = [...])")
+        if key in RESERVED_COLUMNS:
+            raise UserError(f"{source} [axes]: axis {key!r} would shadow an output column")
+        if not isinstance(values, list) or not values:
+            raise UserError(f"{source} [axes]: axis {key!r} must be a non-empty list of values, got {values!r}")
+        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        if len(set(seen)) < len(seen):
+            raise UserError(f"{source} [axes]: axis {key!r} repeats a value: {values!r}")
+        out[key] = list(values)
+    return out
+
+
+def _set(doc: dict, key: str, value) -> None:
+    """Write ``value`` at dotted ``key`` of a scenario document, creating tables on the way."""
+    *path, last = key.split(".")
+    node = doc
+    for part in path:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"field {part!r} is not a table")
+    node[last] = copy.deepcopy(value)
+
+
+def _check_registries(sc: Scenario, deployments: tuple[str, ...]) -> None:
+    """Names the scenario parser leaves as free strings: placement, router and autoscaler policies."""
+    from controlplane.autoscale import AUTOSCALERS
+    from controlplane.placement import policy_names
+    from controlplane.routing import router_names
+
+    for name in deployments:
+        cfg = sc.edge if name == "edge" else sc.central
+        if cfg is None:
+            continue
+        checks = (("placement", cfg.placement, policy_names()), ("router", cfg.router, router_names()),
+                  ("autoscaler", cfg.autoscaler, ["none", *AUTOSCALERS]))
+        for what, value, known in checks:
+            if value not in known:
+                raise UserError(f"[{name}]: unknown {what} policy {value!r} (known: {', '.join(known)})")

@@ -1,0 +1,284 @@
+"""``edgepop sweep``: run every variant of a grid (:mod:`sim.grid`) in parallel and gather the results.
+
+    from sim.sweep import run_sweep
+    result = run_sweep("policies", engine="local", workers=2, out="sweep-out")
+    result.summary          # one row per variant x deployment (also DIR/sweep_summary.parquet)
+    result.requests()       # every request row with its variant columns (DIR/sweep.parquet)
+
+Engines: ``local`` runs variants on a spawn-context process pool (``workers`` processes, default the CPU count;
+``workers=1`` runs them in this process); ``ray`` runs them as Ray tasks on the cluster at ``RAY_ADDRESS`` or on a
+local Ray instance started for the sweep. Each variant is a pure function of its scenario and seed (its own seeded
+generators, see :func:`sim.run.rngs`), and results are assembled in variant order, so the outputs do not depend on
+the engine, the worker count or the order in which variants finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from edgepop.errors import UserError
+from sim.grid import Grid, Variant, load_grid
+
+ENGINES = ("local", "ray")
+# Summary percentiles copied per deployment: (summary.json block, percentile) -> column.
+LATENCIES = {"ttft_ms": ("p50", "p90", "p95", "p99"), "tpot_ms": ("p50", "p95"), "e2e_ms": ("p50", "p95", "p99"),
+             "network_rtt_ms": ("p50", "p95"), "queue_ms": ("p50", "p95")}
+DEPLOYMENT_FIGURES = ("slo_attainment", "goodput_rps", "gpu_utilisation", "mean_slot_utilisation", "gpus",
+                      "gpu_hours", "gpu_usd", "neurons", "neuron_usd")
+GAINS = ("ttft_ms_p50_reduction_pct", "ttft_ms_p95_reduction_pct", "ttft_ms_p99_reduction_pct",
+         "e2e_ms_p50_reduction_pct", "network_rtt_ms_p50_reduction_pct", "slo_attainment_delta")
+
+
+class SweepError(RuntimeError):
+    """A variant failed with an unexpected error (a bug, not bad input); the message names the variant and holds
+    the worker's traceback."""
+
+
+@dataclass
+class SweepResult:
+    """What a sweep produced: the summary table, the output directory and the run's bookkeeping."""
+
+    grid: Grid
+    summary: pd.DataFrame
+    path: Path
+    wall_s: float
+    variant_wall_s: list[float] = field(default_factory=list)
+
+    def requests(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """Request rows of every variant (``DIR/sweep.parquet``), optionally only some columns."""
+        return pd.read_parquet(self.path / "sweep.parquet", columns=columns)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What a worker needs for one variant (picklable: plain data and the validated Scenario)."""
+
+    variant: Variant
+    requests: int | None
+    duration_s: float | None
+    deployments: tuple[str, ...]
+
+
+_TOPOLOGIES: dict = {}  # per worker process: Topology by last-mile ms (loading one takes about a second)
+
+
+def _topology(last_mile_ms: float):
+    if last_mile_ms not in _TOPOLOGIES:
+        from topology import Topology
+
+        _TOPOLOGIES[last_mile_ms] = Topology.load(last_mile_ms=last_mile_ms)
+    return _TOPOLOGIES[last_mile_ms]
+
+
+def run_variant(task: _Task) -> dict:
+    """Simulate one variant (runs in a worker). Never raises: failures come back as ``{"error": ...}`` so both
+    engines report them the same way."""
+    from sim.run import run_scenario
+
+    v = task.variant
+    t0 = time.perf_counter()
+    try:
+        out = run_scenario(v.scenario, requests=task.requests, duration_s=task.duration_s, seed=v.seed,
+                           topo=_topology(v.scenario.last_mile_ms), deployments=task.deployments)
+    except UserError as exc:
+        return {"id": v.id, "error": str(exc), "user_error": True}
+    except Exception as exc:  # noqa: BLE001  (reported with its traceback by the parent)
+        return {"id": v.id, "error": f"{type(exc).__name__}: {exc}", "user_error": False,
+                "traceback": traceback.format_exc()}
+    return {"id": v.id, "summary": summary_rows(out.summary), "requests": out.requests,
+            "wall_s": time.perf_counter() - t0}
+
+
+def summary_rows(summary: dict) -> list[dict]:
+    """One flat row per deployment of a run's summary.json: latency percentiles, SLO, GPU use, cost, gains."""
+    gains = summary.get("gains") or {}
+    rows = []
+    for name, block in summary["deployments"].items():
+        row = {"deployment": name, "requests": block["requests"], **block["outcomes"]}
+        for metric, pcts in LATENCIES.items():
+            for p in pcts:
+                row[f"{metric[:-3]}_{p}_ms"] = block[metric][p]
+        row.update({k: block[k] for k in DEPLOYMENT_FIGURES})
+        ok = block["outcomes"]["ok"]
+        row["gpu_usd_per_1k_ok"] = 1000.0 * block["gpu_usd"] / ok if ok else None
+        row["placement"] = block["placement"]["policy"]
+        row["replicas"] = block["placement"]["replicas"]
+        row["simulated_span_s"] = summary["simulated_span_s"]
+        # The edge's gain over central belongs to the variant: repeated on each of its rows, empty without both.
+        row.update({f"gain_{k}": gains.get(k) for k in GAINS})
+        rows.append(row)
+    return rows
+
+
+def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | None = None,
+              out: str | Path = "edgepop-sweep", progress: bool | None = None) -> SweepResult:
+    """Run every variant of ``grid`` (an embedded grid name, a grid file or a parsed :class:`Grid`).
+
+    Writes ``out/sweep.parquet`` (request rows with ``variant``, ``seed`` and one column per axis),
+    ``out/sweep_summary.parquet`` (one row per variant x deployment) and ``out/sweep.json`` (the grid, the
+    variants and their wall times), all or nothing. ``progress``: show a bar (default: when stderr is a terminal).
+    A variant that fails stops the sweep with an error naming it (``UserError`` for bad input, else
+    :class:`SweepError`).
+    """
+    grid = grid if isinstance(grid, Grid) else load_grid(grid)
+    if engine not in ENGINES:
+        raise UserError(f"unknown sweep engine {engine!r} (known: {', '.join(ENGINES)})")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0):
+        raise UserError(f"workers must be a positive integer, got {workers!r}")
+    tasks = [_Task(v, grid.requests, grid.duration_s, grid.deployments) for v in grid.variants]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".edgepop-sweep-", dir=out.parent))
+    t0 = time.perf_counter()
+    try:
+        sink = _Sink(grid, tmp)
+        with _progress_bar(len(tasks), progress) as advance:
+            def collect(result: dict) -> None:
+                sink.add(result)
+                advance()
+
+            if engine == "ray":
+                from sim.sweep_ray import run_on_ray
+
+                run_on_ray(tasks, workers, collect)
+            else:
+                _run_local(tasks, workers, collect)
+        summary = sink.finish()
+        wall = time.perf_counter() - t0
+        (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2))
+        _move_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return SweepResult(grid, summary, out, wall, sink.wall_s)
+
+
+def _run_local(tasks: list[_Task], workers: int | None, collect) -> None:
+    workers = min(workers or os.cpu_count() or 1, len(tasks))
+    if workers <= 1:
+        for task in tasks:
+            collect(run_variant(task))
+        return
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    # spawn, not fork: a forked child would inherit threads (rich's refresher, BLAS pools) in unknown states.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = {pool.submit(run_variant, t) for t in tasks}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=lambda f: f.result()["id"]):
+                    collect(fut.result())
+        except BrokenProcessPool as exc:
+            raise SweepError(f"a sweep worker process died ({exc}): out of memory, killed, or a script that "
+                             "starts a sweep without an `if __name__ == '__main__':` guard (workers are "
+                             "spawned and re-import the main module)") from None
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # let running variants end; start no more
+            raise
+
+
+class _Sink:
+    """Receives variant results in any order; writes each variant's request rows to its own part file at once
+    (memory stays at about one variant) and assembles everything in variant order at the end."""
+
+    def __init__(self, grid: Grid, tmp: Path):
+        self.grid, self.tmp = grid, tmp
+        self.parts = tmp / "parts"
+        self.parts.mkdir()
+        self.rows: dict[int, list[dict]] = {}
+        self.walls: dict[int, float] = {}
+
+    def _columns(self, variant: Variant) -> dict:
+        cols = {"variant": variant.id, "seed": variant.seed}
+        for key, value in variant.values.items():
+            cols[key] = self.grid.axis_column(key)[self.grid.axes[key].index(value)]
+        return cols
+
+    def add(self, result: dict) -> None:
+        variant = self.grid.variants[result["id"]]
+        if "error" in result:
+            msg = f"{self.grid.source}: variant {variant.id} ({variant.label}) failed: {result['error']}"
+            if result["user_error"]:
+                raise UserError(msg)
+            raise SweepError(f"{msg}\n--- worker traceback ---\n{result['traceback']}")
+        cols = self._columns(variant)
+        frame = result["requests"]
+        frame = pd.concat([pd.DataFrame(cols, index=frame.index), frame], axis=1)
+        frame.to_parquet(self.parts / f"variant-{variant.id:06d}.parquet", index=False)
+        self.rows[variant.id] = [{**cols, **row} for row in result["summary"]]
+        self.walls[variant.id] = round(result["wall_s"], 3)
+
+    @property
+    def wall_s(self) -> list[float]:
+        return [self.walls[i] for i in sorted(self.walls)]
+
+    def finish(self) -> pd.DataFrame:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        ids = sorted(self.rows)
+        assert ids == list(range(len(self.grid.variants))), "every variant reports exactly once"
+        files = [self.parts / f"variant-{i:06d}.parquet" for i in ids]
+        schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+        with pq.ParquetWriter(self.tmp / "sweep.parquet", schema) as writer:
+            for f in files:
+                writer.write_table(pq.read_table(f).cast(schema))
+        shutil.rmtree(self.parts)
+        summary = pd.DataFrame([row for i in ids for row in self.rows[i]])
+        summary = summary.fillna(np.nan).infer_objects()  # None (no data) -> NaN in numeric columns
+        summary.to_parquet(self.tmp / "sweep_summary.parquet", index=False)
+        return summary
+
+
+def _manifest(grid: Grid, engine: str, workers: int | None, wall: float, walls: list[float]) -> dict:
+    return {"grid": grid.source, "base": grid.base, "description": grid.description, "engine": engine,
+            "workers": workers, "requests": grid.requests, "duration_s": grid.duration_s,
+            "deployments": list(grid.deployments), "seeds": list(grid.seeds), "axes": grid.axes,
+            "wall_s": round(wall, 2),
+            "variants": [{"variant": v.id, "seed": v.seed, "values": v.values, "wall_s": w}
+                         for v, w in zip(grid.variants, walls, strict=True)]}
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Replace our files in ``out`` (or create it) from the finished temporary directory."""
+    if out.exists():
+        for p in tmp.iterdir():
+            p.replace(out / p.name)
+        tmp.rmdir()
+    else:
+        tmp.replace(out)
+
+
+class _progress_bar:
+    """Variants done / total on stderr, with elapsed time; a no-op when disabled."""
+
+    def __init__(self, total: int, enabled: bool | None):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        enabled = console.is_terminal if enabled is None else enabled
+        self.bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("variants"),
+                            TimeElapsedColumn(), console=console, transient=True, disable=not enabled)
+        self.total = total
+
+    def __enter__(self):
+        self.bar.__enter__()
+        task = self.bar.add_task("sweep", total=self.total)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)

@@ -1,0 +1,52 @@
+"""The ``ray`` engine of :func:`sim.sweep.run_sweep`: variants as Ray tasks.
+
+With ``RAY_ADDRESS`` set (``ray://head:10001`` or ``auto``), the sweep joins that cluster, whose nodes must have
+edgepop installed (the same version as here). Otherwise it starts a local Ray instance with ``workers`` CPUs (no
+dashboard, worker logs not forwarded) and shuts it down afterwards. A Ray session that is already initialised
+(``ray.init`` called by the caller) is used as it is and left running.
+"""
+
+from __future__ import annotations
+
+import os
+
+from edgepop.errors import UserError
+
+
+def _ray():
+    try:
+        import ray
+    except ModuleNotFoundError:
+        raise UserError("the ray engine needs the 'ray' package: pip install 'edgepop[ray]' "
+                        "(or use --engine local)") from None
+    return ray
+
+
+def run_on_ray(tasks: list, workers: int | None, collect) -> None:
+    """Run ``sim.sweep.run_variant`` on every task, at most ``workers`` in flight when given; ``collect`` each
+    result as it arrives (the caller orders them)."""
+    from sim.sweep import run_variant
+
+    ray = _ray()
+    started = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                     logging_level="warning")
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_variant)
+        limit = workers or len(tasks)
+        queue, pending = list(tasks), []
+        while queue or pending:
+            while queue and len(pending) < limit:
+                pending.append(remote.remote(queue.pop(0)))
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                collect(ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,188 @@
+"""Sweeps: grid parsing and validation, the local engine (pool and in-process), the Ray engine, the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from edgepop.cli import main
+from edgepop.errors import UserError
+from sim.grid import load_grid, parse_grid
+from sim.sweep import run_sweep
+
+REQUESTS = 250
+# 2 x 2 variants; everywhere-fits places in about a second, so a variant takes ~2-3 s on one core.
+GRID = {"base": "small", "requests": REQUESTS,
+        "axes": {"edge.placement": ["everywhere-fits"], "edge.router": ["nearest-with-capacity", "p2c"],
+                 "workload.rps": [20, 60.0]}}
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory):
+    """The 2 x 2 grid on a two-process pool (the engine CI and laptops use)."""
+    out = tmp_path_factory.mktemp("sweep") / "pool"
+    return run_sweep(parse_grid(GRID, "grid.toml"), engine="local", workers=2, out=out, progress=False)
+
+
+# ---------------------------------------------------------------- parsing and validation
+def test_variants_are_the_ordered_product_with_seeds_innermost():
+    g = parse_grid({**GRID, "seeds": [3, 4]}, "g.toml")
+    assert len(g.variants) == 2 * 2 * 2
+    assert [v.id for v in g.variants] == list(range(8))
+    assert [v.seed for v in g.variants] == [3, 4] * 4
+    assert [(v.values["edge.router"], v.values["workload.rps"]) for v in g.variants[::2]] == [
+        ("nearest-with-capacity", 20), ("nearest-with-capacity", 60.0), ("p2c", 20), ("p2c", 60.0)]
+    v = g.variants[5]
+    assert v.scenario.edge.router == "p2c" and v.scenario.workload.rps == 20.0
+    assert v.scenario.edge.placement == "everywhere-fits"
+    assert v.scenario.central.router == "nearest-with-capacity"  # only the addressed table changes
+    assert v.label == "edge.placement='everywhere-fits', edge.router='p2c', workload.rps=20, seed=4"
+    assert g.axis_column("workload.rps") == [20.0, 60.0]  # one type per column: ints widened with floats
+
+
+def test_defaults_table_keys_and_embedded_grid(tmp_path):
+    g = parse_grid({"base": "small"}, "g.toml")
+    assert len(g.variants) == 1 and g.seeds == (7,) and g.deployments == ("edge", "central")
+    g = parse_grid({"base": "small", "deployments": ["central", "edge"],
+                    "axes": {"edge.placement_options.time_limit_s": [1.0, 2.0], "slo.ttft_ms": [500.0],
+                             "planning_rps": [30.0], "central.enabled": [True, False]}}, "g.toml")
+    assert g.deployments == ("edge", "central")
+    assert g.variants[0].scenario.edge.placement_options == {"time_limit_s": 1.0}
+    assert g.variants[0].scenario.slo.ttft_ms == 500.0 and g.variants[0].scenario.planning_rps == 30.0
+    assert g.variants[1].scenario.central is None
+    policies = load_grid("policies")
+    assert len(policies.variants) == 6 and policies.requests == 2000
+    (tmp_path / "mine.toml").write_text('[workload]\nrequests = 10\nrps = 3.0\n')
+    (tmp_path / "grid.toml").write_text('base = "mine.toml"\n[axes]\n"workload.rps" = [1.0, 2.0]\n')
+    g = load_grid(tmp_path / "grid.toml")  # a base path is relative to the grid file
+    assert [v.scenario.workload.rps for v in g.variants] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"base": "small", "axes": {"edge.placment": ["x"]}}, r"unknown axis 'edge.placment': \[edge\] has no field"),
+    ({"base": "small", "axes": {"cloud.router": ["p2c"]}}, r"unknown axis 'cloud.router'"),
+    ({"base": "small", "axes": {"seed": [1, 2]}}, r"unknown axis 'seed'.*seeds = \[...\]"),
+    ({"base": "small", "axes": {"edge.router.k": [1]}}, r"only table fields"),
+    ({"base": "small", "axes": {"edge": {"placement": ["ilp"]}}}, r"quote dotted keys"),
+    ({"base": "small", "axes": {"edge.router": "p2c"}}, r"'edge.router' must be a non-empty list"),
+    ({"base": "small", "axes": {"edge.router": []}}, r"'edge.router' must be a non-empty list"),
+    ({"base": "small", "axes": {"edge.router": ["p2c", "p2c"]}}, r"repeats a value"),
+    ({"base": "small", "axes": {"edge.placement": ["ilp", "nope"]}},
+     r"axis 'edge.placement' value 'nope': \[edge\]: unknown placement policy 'nope'"),
+    ({"base": "small", "axes": {"central.router": ["fastest"]}}, r"value 'fastest'.*unknown router policy"),
+    ({"base": "small", "axes": {"workload.rps": [10.0, -3.0]}}, r"axis 'workload.rps' value -3.0: .*rps must be > 0"),
+    ({"base": "small", "axes": {"edge.queue_limit": ["big"]}}, r"value 'big': .*'queue_limit' must be a number"),
+    ({"base": "small", "axes": {"workload.kind": ["azure"]}}, r"value 'azure': .*does not apply to kind"),
+    ({"base": "small", "axes": {"faults": [["pop:FRA@bad"]]}}, r"axis 'faults' value \['pop:FRA@bad'\]"),
+    ({"base": "nosuch"}, r"base 'nosuch' not found"),
+    ({"axes": {}}, r"'base' is required"),
+    ({"base": "small", "rquests": 5}, r"unknown key 'rquests'"),
+    ({"base": "small", "requests": 0}, r"requests must be a positive integer"),
+    ({"base": "small", "requests": 5, "duration_s": 2.0}, r"not both"),
+    ({"base": "small", "seeds": [1, 1]}, r"seeds must be a non-empty list of distinct"),
+    ({"base": "small", "deployments": ["edge", "cloud"]}, r"deployments must be"),
+])
+def test_bad_grids_are_one_line_errors_naming_key_and_value(doc, message):
+    with pytest.raises(UserError, match=message) as info:
+        parse_grid(doc, "grid.toml")
+    text = str(info.value)
+    assert text.startswith("grid.toml") and "\n" not in text
+
+
+def test_unknown_engine_and_bad_workers(tmp_path):
+    g = parse_grid({"base": "small"}, "g.toml")
+    with pytest.raises(UserError, match="unknown sweep engine 'spark'"):
+        run_sweep(g, engine="spark", out=tmp_path / "o")
+    with pytest.raises(UserError, match="workers must be a positive integer"):
+        run_sweep(g, workers=0, out=tmp_path / "o")
+
+
+# ---------------------------------------------------------------- running
+def test_pool_sweep_writes_the_expected_rows(pooled):
+    s = pooled.summary
+    assert list(s.variant) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert list(s.deployment) == ["edge", "central"] * 4
+    assert list(s["edge.router"]) == ["nearest-with-capacity"] * 4 + ["p2c"] * 4
+    assert list(s["workload.rps"]) == [20.0, 20.0, 60.0, 60.0] * 2 and s["workload.rps"].dtype == "float64"
+    assert (s.seed == 7).all() and (s.requests == REQUESTS).all()
+    assert (s.ok + s.rejected + s.failed == s.requests).all()
+    assert list(s.placement) == ["everywhere-fits", "central"] * 4
+    assert s.ttft_p50_ms.notna().all() and ((s.slo_attainment >= 0) & (s.slo_attainment <= 1)).all()
+    assert (s.gpu_usd > 0).all() and (s.neurons > 0).all()
+    # gains belong to the variant: the same on its edge and central rows, and they match the two rows' figures
+    for _, pair in s.groupby("variant"):
+        edge, central = pair.iloc[0], pair.iloc[1]
+        assert edge.gain_ttft_ms_p50_reduction_pct == central.gain_ttft_ms_p50_reduction_pct
+        expect = 100 * (central.ttft_p50_ms - edge.ttft_p50_ms) / central.ttft_p50_ms
+        assert edge.gain_ttft_ms_p50_reduction_pct == pytest.approx(expect, abs=0.01)
+    # the central deployment does not depend on the edge's router: same arrivals, same seed, same figures
+    assert s[s.deployment == "central"].groupby("workload.rps").ttft_p99_ms.nunique().eq(1).all()
+
+    r = pooled.requests()
+    assert list(r.columns[:6]) == ["variant", "seed", "edge.placement", "edge.router", "workload.rps", "deployment"]
+    assert len(r) == 4 * 2 * REQUESTS
+    counts = r.groupby(["variant", "deployment"]).size()
+    assert (counts == REQUESTS).all()
+    keyed = r.groupby("variant")[["edge.router", "workload.rps"]].first()
+    assert keyed.reset_index().equals(s[s.deployment == "edge"][["variant", "edge.router", "workload.rps"]]
+                                      .reset_index(drop=True))
+    assert (r.groupby(["variant", "deployment"]).outcome.apply(lambda o: o.isin(["ok", "rejected", "failed"]).all())
+            .all())
+    on_disk = pd.read_parquet(pooled.path / "sweep_summary.parquet")
+    pd.testing.assert_frame_equal(on_disk, s)
+    manifest = json.loads((pooled.path / "sweep.json").read_text())
+    assert [v["variant"] for v in manifest["variants"]] == [0, 1, 2, 3]
+    assert all(v["wall_s"] > 0 for v in manifest["variants"]) and manifest["engine"] == "local"
+    assert sorted(p.name for p in pooled.path.parent.iterdir()) == ["pool"]  # no temporary directory left
+
+
+def test_same_tables_in_process_and_on_the_pool(pooled, tmp_path):
+    inline = run_sweep(pooled.grid, engine="local", workers=1, out=tmp_path / "inline", progress=False)
+    pd.testing.assert_frame_equal(inline.summary, pooled.summary)
+    pd.testing.assert_frame_equal(inline.requests(), pooled.requests())
+
+
+def test_ray_engine_gives_the_same_tables(pooled, tmp_path, monkeypatch):
+    import ray  # in the test extra
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
+    try:
+        result = run_sweep(pooled.grid, engine="ray", workers=2, out=tmp_path / "ray", progress=False)
+        assert ray.is_initialized()  # a session the caller started is left running
+    finally:
+        ray.shutdown()
+    pd.testing.assert_frame_equal(result.summary, pooled.summary)
+    pd.testing.assert_frame_equal(result.requests(), pooled.requests())
+
+
+def test_a_failing_variant_is_named_and_nothing_is_written(tmp_path):
+    g = parse_grid({"base": "small", "requests": 50, "deployments": ["edge"],
+                    "axes": {"edge.pops": [["XXX"], ["YYY"]]}}, "grid.toml")
+    with pytest.raises(UserError) as info:
+        run_sweep(g, engine="local", workers=2, out=tmp_path / "out", progress=False)
+    assert re.fullmatch(r"grid\.toml: variant [01] \(edge\.pops=\['(XXX|YYY)'\], seed=7\) failed: "
+                        r"unknown PoP id\(s\): (XXX|YYY)", str(info.value))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_sweep_table_json_and_errors(tmp_path, capsys):
+    grid = tmp_path / "g.toml"
+    grid.write_text('base = "small"\nrequests = 60\ndeployments = ["edge"]\n'
+                    '[axes]\n"edge.placement" = ["everywhere-fits"]\n"slo.ttft_ms" = [200.0, 2000.0]\n')
+    assert main(["sweep", "--grid", str(grid), "--workers", "1", "--out", str(tmp_path / "o"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["variant"], r["deployment"], r["slo.ttft_ms"]) for r in rows] == [(0, "edge", 200.0),
+                                                                                 (1, "edge", 2000.0)]
+    assert rows[0]["slo_attainment"] <= rows[1]["slo_attainment"]  # same runs, looser objective
+    assert rows[0]["gain_ttft_ms_p50_reduction_pct"] is None  # no central deployment, no gain
+    assert (tmp_path / "o" / "sweep.parquet").exists()
+    assert main(["sweep", "--grid", str(tmp_path / "missing.toml")]) == 2
+    assert capsys.readouterr().err.strip().startswith("edgepop: error: grid ")
+    grid.write_text('base = "small"\n[axes]\n"edge.router" = ["fastest"]\n')
+    assert main(["sweep", "--grid", str(grid), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edgepop: error: g.toml: axis 'edge.router' value 'fastest'") and "\n" not in err

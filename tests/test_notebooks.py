@@ -1,0 +1,52 @@
+"""The notebooks in notebooks/ run headless (nbclient, kernel python3) with small parameters and draw their figures;
+the committed files are what scripts/build_notebooks.py writes, without outputs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+SMALL = {"EDGEPOP_NB_SCENARIO": "small", "EDGEPOP_NB_REQUESTS": "300", "EDGEPOP_NB_SEED": "3",
+         "EDGEPOP_NB_ILP_TIME_S": "3", "EDGEPOP_NB_DEMAND_RPS": "2000", "EDGEPOP_NB_LOADS": "25,800",
+         "EDGEPOP_NB_WORKERS": "1"}
+# Figures each notebook must show (matplotlib figures rendered as image/png outputs).
+FIGURES = {"edge_vs_central": 4, "placement_policies": 3, "capacity_planning": 2}
+
+
+def test_committed_notebooks_are_built_and_have_no_outputs():
+    built = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_notebooks.py"), "--check"],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(FIGURES)
+    for path in NOTEBOOKS.glob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.cells[1].metadata.get("tags") == ["parameters"], path.name
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, path.name
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_notebook_runs_headless_and_draws_its_figures(name, monkeypatch, tmp_path):
+    for key, value in SMALL.items():
+        monkeypatch.setenv(key, value)
+    # The kernel imports this checkout (not whatever edgepop is installed) and draws inline, not with Agg.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=240, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    images = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
+    assert len(images) >= FIGURES[name], f"{name}: {len(images)} figures"
+    tables = [o for o in outputs if o.output_type == "execute_result" and "text/html" in o.get("data", {})]
+    assert tables, f"{name}: no table shown"
