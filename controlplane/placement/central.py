@@ -39,20 +39,32 @@ class Central(PlacementPolicy):
         time_left = net.util * net.node_gpus.astype(float)
         order = sorted(range(net.n_models), key=lambda m: (-net.bytes_per_gpu[m], -net.tp[m], m))
         placed = []
+        left_need = need.copy()
         for site in range(net.n_sites):
             members = np.flatnonzero(net.node_site == site)
+            # First one replica of every model the region is asked for, so that a region short of capacity
+            # still serves every model (at higher utilisation) instead of spending it all on the first ones.
             for m in order:
-                left = need[site, m]
-                while left > 1e-9:
-                    node = self._best_node(net, ledger, members, m, time_left)
-                    if node < 0:
+                if left_need[site, m] > 1e-9:
+                    self._add(net, ledger, members, m, time_left, left_need[site], placed)
+            for m in order:
+                while left_need[site, m] > 1e-9:
+                    if not self._add(net, ledger, members, m, time_left, left_need[site], placed):
                         break  # region full for this model: the rest is unserved (the evaluator says how much)
-                    rate = min(net.cap[node, m] * net.util, time_left[node] / net.gpu_time_per_rps[node, m])
-                    take = min(rate, left)
-                    placed.append((node, m, ledger.add(node, m)))
-                    time_left[node] -= take * net.gpu_time_per_rps[node, m]
-                    left -= take
         return Placement(problem, fleet, self.name, placed, solver={"baseline": self.baseline})
+
+    def _add(self, net, ledger, members, m, time_left, need_row, placed) -> bool:
+        """One more replica of model ``m`` in the region; False when no node can take it."""
+        node = self._best_node(net, ledger, members, m, time_left)
+        if node < 0:
+            return False
+        rate = min(net.cap[node, m] * net.util, time_left[node] / net.gpu_time_per_rps[node, m])
+        take = min(rate, need_row[m])
+        placed.append((node, m, ledger.add(node, m)))
+        time_left[node] -= take * net.gpu_time_per_rps[node, m]
+        need_row[m] -= take
+        return True
+
 
     @staticmethod
     def _best_node(net, ledger: GpuLedger, members: np.ndarray, m: int, time_left: np.ndarray) -> int:

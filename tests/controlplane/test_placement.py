@@ -296,3 +296,17 @@ def test_cli_lists_and_errors(capsys):
         assert main(["place", *argv]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("edgepop: error: ") and needle in err
+
+
+def test_central_short_of_capacity_still_serves_every_model(topo):
+    """At a demand the regions cannot carry, central places what it can instead of giving up."""
+    import numpy as np
+
+    from controlplane.placement import PlacementProblem, get_policy
+
+    problem = PlacementProblem.build(topo, total_rps=100_000)
+    plan = get_policy("central").place(problem, np.random.default_rng(0))
+    assert set(plan.table.model) == set(problem.demand.columns)
+    assert plan.objective_ms > 300  # much demand goes unserved, at the penalty
+    small = get_policy("central", scale=0.5).place(problem, np.random.default_rng(0))
+    assert small.fleet.nodes.gpus.sum() < 0.6 * plan.fleet.nodes.gpus.sum()
