@@ -142,9 +142,8 @@ def text_classification(dp, model: str, inputs) -> list[dict]:
                   key=lambda d: -d["score"])
 
 
-def text_reranking(dp, model: str, inputs) -> dict:
-    """{query, contexts: [{text}], top_k?} -> {response: [{id, score}]}, best first; score = sigmoid(logit)."""
-    _check_task(dp, model, "text-reranking")
+def reranking_inputs(inputs) -> tuple[str, list, int | None]:
+    """Validated (query, contexts, top_k) of a reranking request (shared with the gateway)."""
     query = _field(inputs, "query", str)
     contexts = _field(inputs, "contexts", list)
     top_k = _field(inputs, "top_k", int, False)
@@ -154,6 +153,13 @@ def text_reranking(dp, model: str, inputs) -> dict:
         raise InvalidInputError("each item of 'contexts' must be {text: string}")
     if top_k is not None and top_k < 1:
         raise InvalidInputError("field 'top_k' must be positive")
+    return query, contexts, top_k
+
+
+def text_reranking(dp, model: str, inputs) -> dict:
+    """{query, contexts: [{text}], top_k?} -> {response: [{id, score}]}, best first; score = sigmoid(logit)."""
+    _check_task(dp, model, "text-reranking")
+    query, contexts, top_k = reranking_inputs(inputs)
     m, eng = dp.model(model), dp.engine(model)
     logits = _gather([eng.submit(m.encode(query, c["text"])) for c in contexts])
     scored = [{"id": i, "score": float(1 / (1 + np.exp(-lg[0])))} for i, lg in enumerate(logits)]

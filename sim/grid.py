@@ -32,7 +32,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from edgepop.errors import UserError
-from sim.scenario import SCENARIO_DIR, SLO, DeploymentConfig, Scenario, parse_scenario
+from sim.scenario import SCENARIO_DIR, SLO, DeploymentConfig, Scenario, parse_scenario, read_named_toml
 
 GRID_DIR = SCENARIO_DIR / "grids"
 GRID_KEYS = ("base", "description", "requests", "duration_s", "seeds", "deployments", "axes")
@@ -104,16 +104,7 @@ def embedded_grids() -> list[str]:
 
 def load_grid(name_or_path: str | Path) -> Grid:
     """An embedded grid by name (``policies``) or a grid TOML file by path."""
-    path = Path(name_or_path)
-    if not path.suffix and (GRID_DIR / f"{name_or_path}.toml").exists():
-        path = GRID_DIR / f"{name_or_path}.toml"
-    if not path.is_file():
-        raise UserError(f"grid {str(name_or_path)!r} not found: not a file and not one of the embedded grids "
-                        f"({', '.join(embedded_grids()) or 'none'})")
-    try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path.name}: not valid TOML: {exc}") from None
+    doc, path = read_named_toml(name_or_path, GRID_DIR, "grid")
     return parse_grid(doc, source=path.name, base_dir=path.parent)
 
 

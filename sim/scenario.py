@@ -120,18 +120,24 @@ def embedded_scenarios() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
 
 
-def load_scenario(name_or_path: str | Path = "default") -> Scenario:
-    """An embedded scenario by name, or a TOML file by path."""
+def read_named_toml(name_or_path: str | Path, folder: Path, kind: str) -> tuple[dict, Path]:
+    """Parse an embedded ``folder/<name>.toml`` or a TOML file by path; one-line errors for missing/invalid files."""
     path = Path(name_or_path)
-    if not path.suffix and (SCENARIO_DIR / f"{name_or_path}.toml").exists():
-        path = SCENARIO_DIR / f"{name_or_path}.toml"
-    if not path.exists():
-        raise UserError(f"scenario {str(name_or_path)!r} not found: not a file and not one of the embedded "
-                        f"scenarios ({', '.join(embedded_scenarios())})")
+    if not path.suffix and (folder / f"{name_or_path}.toml").exists():
+        path = folder / f"{name_or_path}.toml"
+    if not path.is_file():
+        embedded = sorted(p.stem for p in folder.glob("*.toml"))
+        raise UserError(f"{kind} {str(name_or_path)!r} not found: not a file and not one of the embedded "
+                        f"{kind}s ({', '.join(embedded) or 'none'})")
     try:
-        doc = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text()), path
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path.name}: not valid TOML: {exc}") from None
+
+
+def load_scenario(name_or_path: str | Path = "default") -> Scenario:
+    """An embedded scenario by name, or a TOML file by path."""
+    doc, path = read_named_toml(name_or_path, SCENARIO_DIR, "scenario")
     return parse_scenario(doc, path.name, base_dir=path.parent)
 
 

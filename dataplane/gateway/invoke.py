@@ -20,7 +20,7 @@ import numpy as np
 
 from dataplane import tasks
 from dataplane.errors import CapacityError, InvalidInputError
-from dataplane.tasks import MAX_BATCH_TEXTS, _bytes_field, _field
+from dataplane.tasks import MAX_BATCH_TEXTS, _bytes_field, _field, reranking_inputs
 
 MEL_FRAMES_PER_S = 100  # log-mel features are 10 ms frames
 MAX_IMAGE_PIXELS = 40_000_000  # ~160 MB of RGBA once decoded: bigger images are refused (413) unread
@@ -77,15 +77,7 @@ async def prepare(dp, task: str, stand_in: str, inputs) -> Prepared:
         enc = model.encode(_field(inputs, "text", str))
         return Prepared(task, stand_in, len(enc), 0, float(len(enc)), items=[enc])
     if task == "text-reranking":
-        query = _field(inputs, "query", str)
-        contexts = _field(inputs, "contexts", list)
-        top_k = _field(inputs, "top_k", int, False)
-        if not contexts or len(contexts) > MAX_BATCH_TEXTS:
-            raise InvalidInputError(f"field 'contexts' must hold 1 to {MAX_BATCH_TEXTS} items")
-        if not all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in contexts):
-            raise InvalidInputError("each item of 'contexts' must be {text: string}")
-        if top_k is not None and top_k < 1:
-            raise InvalidInputError("field 'top_k' must be positive")
+        query, contexts, top_k = reranking_inputs(inputs)
         encs = [model.encode(query, c["text"]) for c in contexts]
         return Prepared(task, stand_in, max(len(e) for e in encs), 0, float(sum(len(e) for e in encs)),
                         items=encs, extra={"top_k": top_k})
