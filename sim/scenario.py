@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from edgepop.errors import UserError
+from sim.techniques import Techniques, parse_techniques
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
@@ -60,6 +61,7 @@ class Scenario:
     fault_policy: str = "retry"
     sample_s: float = 60.0
     planning_rps: float | None = None  # demand the placement plans for (default: the workload's mean rate)
+    techniques: Techniques = field(default_factory=Techniques)  # all off unless [techniques] says
     source: str = "<memory>"
 
 
@@ -93,8 +95,8 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in doc.items() if isinstance(v, dict)}
     for key in tables:
-        if key not in ("workload", "edge", "central", "slo"):
-            raise UserError(f"{source}: unknown table [{key}] (known: workload, edge, central, slo)")
+        if key not in ("workload", "edge", "central", "slo", "techniques"):
+            raise UserError(f"{source}: unknown table [{key}] (known: workload, edge, central, slo, techniques)")
     sc = _typed(Scenario, {"name": Path(source).stem, **top}, source)
     sc.source = source
     sc.workload = WorkloadConfig.from_dict(tables.get("workload", {}), where=f"{source} [workload]",
@@ -106,6 +108,7 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
         raw = {k: v for k, v in tables.get("central", {}).items() if k != "enabled"}
         sc.central = _typed(DeploymentConfig, {"placement": "central", **raw}, f"{source} [central]")
     sc.slo = _typed(SLO, tables.get("slo", {}), f"{source} [slo]")
+    sc.techniques = parse_techniques(tables.get("techniques", {}), f"{source} [techniques]")
     if sc.fault_policy not in ("retry", "fail"):
         raise UserError(f"{source}: fault_policy must be 'retry' or 'fail', got {sc.fault_policy!r}")
     if sc.central is not None and sc.central.gpu_scale <= 0:

@@ -1,0 +1,85 @@
+"""Serving techniques a scenario can switch on, one by one (the ``[techniques]`` table).
+
+Every switch defaults to off, so a scenario without the table simulates plain continuous batching. The ablation
+(``edgepop simulate --scenario ablation``) turns each on alone against the same arrivals.
+
+Fields, by technique (each owner module documents the model behind it):
+
+- prefix caching (``controlplane.prefix_cache``, router ``prefix-aware``): ``prefix_cache``, ``prefix_block_tokens``
+- speculative decoding (``sim.engine``): ``speculative``, ``spec_k``, ``spec_acceptance`` (per task),
+  ``spec_draft_cost``
+- prefill/decode disaggregation (``sim.disagg``): ``disaggregation``, ``prefill_fraction``, ``kv_link_gbps``
+- quantization (``controlplane.catalog`` precision): ``precision`` ("" keeps each catalog entry's own)
+- LoRA adapters (``controlplane.lora``): ``lora``, ``lora_routing``
+- async batch on idle GPUs (``sim.batch_policy``): ``batch_policy``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edgepop.errors import UserError
+
+PRECISIONS = ("", "fp16", "bf16", "fp8", "int8", "int4")
+BATCH_POLICIES = ("none", "night")
+
+
+@dataclass
+class Techniques:
+    """Switches and parameters of the serving techniques; all off by default."""
+
+    # prefix caching
+    prefix_cache: bool = False
+    prefix_block_tokens: int = 512  # Mooncake traces hash 512-token blocks
+    # speculative decoding
+    speculative: bool = False
+    spec_k: int = 4
+    spec_acceptance: dict = field(default_factory=lambda: {"text-generation": 0.7})
+    spec_draft_cost: float = 0.1  # draft forward time as a fraction of the target's
+    # prefill/decode disaggregation
+    disaggregation: bool = False
+    prefill_fraction: float = 0.5  # share of each site's GPUs in the prefill pool
+    kv_link_gbps: float = 100.0
+    # quantization
+    precision: str = ""
+    # LoRA adapters
+    lora: bool = False
+    lora_routing: bool = True  # prefer nodes with the adapter loaded
+    # async batch on idle GPUs
+    batch_policy: str = "none"
+
+    def enabled(self) -> list[str]:
+        """Names of the techniques switched on, for reports."""
+        on = [n for n in ("prefix_cache", "speculative", "disaggregation", "lora") if getattr(self, n)]
+        if self.precision:
+            on.append(f"precision={self.precision}")
+        if self.batch_policy != "none":
+            on.append(f"batch_policy={self.batch_policy}")
+        return on
+
+
+def parse_techniques(raw: dict, where: str) -> Techniques:
+    """Validate a ``[techniques]`` table (one-line errors naming the field)."""
+    from sim.scenario import _typed
+
+    spec = raw.get("spec_acceptance")
+    t = _typed(Techniques, {k: v for k, v in raw.items() if k != "spec_acceptance"}, where)
+    if spec is not None:
+        if not isinstance(spec, dict):
+            raise UserError(f"{where}: field 'spec_acceptance' must be a table of task = rate, got {spec!r}")
+        for task, rate in spec.items():
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
+                raise UserError(f"{where}: spec_acceptance.{task} must be in [0, 1), got {rate!r}")
+        t.spec_acceptance = dict(spec)
+    if t.precision not in PRECISIONS:
+        names = ", ".join(repr(p) for p in PRECISIONS)
+        raise UserError(f"{where}: precision must be one of {names}, got {t.precision!r}")
+    if t.batch_policy not in BATCH_POLICIES:
+        raise UserError(f"{where}: batch_policy must be one of {', '.join(BATCH_POLICIES)}, got {t.batch_policy!r}")
+    if t.prefix_block_tokens < 1 or t.spec_k < 1:
+        raise UserError(f"{where}: prefix_block_tokens and spec_k must be at least 1")
+    if not 0 < t.prefill_fraction < 1:
+        raise UserError(f"{where}: prefill_fraction must be in (0, 1), got {t.prefill_fraction!r}")
+    if t.kv_link_gbps <= 0:
+        raise UserError(f"{where}: kv_link_gbps must be positive, got {t.kv_link_gbps!r}")
+    return t
