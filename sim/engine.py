@@ -156,13 +156,33 @@ class ReplicaEngine:
                 s.done = True
                 self.on_finish(s, t)
                 continue
-            s.join_step = self.steps
-            s.finish_step = self.steps + (s.output - 1)
-            s.stall_mark, s.stall_count_mark = self.stall_s, self.stall_count
-            self.ctx_sum += s.prompt
-            self.join_sum += self.steps
-            heapq.heappush(self.heap, (s.finish_step, id(s), s))
+            self._enter_decode(s)
         self._finish_due(t)
+
+    def _enter_decode(self, s: Seq) -> None:
+        s.join_step = self.steps
+        s.finish_step = self.steps + (s.output - 1)
+        s.stall_mark, s.stall_count_mark = self.stall_s, self.stall_count
+        self.ctx_sum += s.prompt
+        self.join_sum += self.steps
+        heapq.heappush(self.heap, (s.finish_step, id(s), s))
+
+    def join_decode(self, seq: Seq, t: float) -> None:
+        """A sequence prefilled elsewhere (disaggregation: its KV cache just arrived) starts decoding here."""
+        if self.dead or seq.done:
+            return
+        seq.joined_at = t
+        if self.busy_since < 0:
+            self.busy_since = t
+        self._advance(t)
+        self._enter_decode(seq)
+        if self.prefill_end < 0:
+            self._finish_due(t)
+            self._schedule(t)
+
+    def kv_tokens(self) -> float:
+        """KV-cache tokens the decoding sequences will hold at their end (what decode admission budgets)."""
+        return sum(e[2].prompt + e[2].output for e in self.heap)
 
     def _finish_due(self, t: float) -> None:
         heap = self.heap

@@ -81,8 +81,11 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     topo = topo or Topology.load(last_mile_ms=sc.last_mile_ms)
     catalog = Catalog.load(sc.catalog) if sc.catalog else __import__("controlplane.catalog").catalog.default_catalog()
     from sim.perfcache import CachedPerf
+    from sim.tech_apply import TechniqueRuntime
 
-    perf = CachedPerf(build_perf(sc.perf, topo))
+    tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
+    catalog = tech.catalog(catalog)
+    perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
     r = rngs(sc.seed)
     workload = generate(sc.workload, topo, catalog, r["workload"])
     frame = workload.requests
@@ -111,9 +114,10 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
         handler = FaultHandler(topo, dep, sc.faults, rtt_builder) if sc.faults else None
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        sim = Simulation(dep, frame, perf, faults=sc.faults, fault_policy=sc.fault_policy, sample_s=sc.sample_s,
+        dep_frame, orig_arrival = tech.workload(name, frame, dep, placement, topo, start, day_s)
+        sim = Simulation(dep, dep_frame, perf, faults=sc.faults, fault_policy=sc.fault_policy, sample_s=sc.sample_s,
                          progress=(lambda i, n, _name=name: progress(_name, i, n)) if progress else None,
-                         fault_handler=handler)
+                         fault_handler=handler, engine_factory=tech.engine_factory(name))
         res = sim.run()
         run_s = time.perf_counter() - t0
         duration = max(span, res.sim_end_s)
@@ -121,6 +125,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                                           sim.gpu_busy_seconds())
         blocks[name]["placement"] = {"policy": cfg.placement, "replicas": int(len(placement.table)),
                                      "build_s": round(build_s, 2)}
+        tblock = tech.summary(name, res.requests, dep_frame, orig_arrival, dep.fleet, start, day_s)
+        if tblock is not None:
+            blocks[name]["techniques"] = tblock
         sim_stats[name] = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1)}
         frames.append(res.requests)
         utils.append(res.utilisation)

@@ -74,13 +74,16 @@ class Simulation:
     """Run ``workload`` (the frame from ``sim.workload``) through ``deployment``."""
 
     def __init__(self, deployment: Deployment, workload: pd.DataFrame, perf, faults=(), fault_policy: str = "retry",
-                 sample_s: float = 60.0, progress=None, fault_handler=None, drain_s: float = 3600.0):
+                 sample_s: float = 60.0, progress=None, fault_handler=None, drain_s: float = 3600.0,
+                 engine_factory=None):
         self.dep, self.plane, self.perf = deployment, deployment.plane, perf
         self.w = workload
         self.n = n = len(workload)
         self.env = simpy.Environment()
         self.faults, self.fault_policy, self.fault_handler = list(faults), fault_policy, fault_handler
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
+        # engine_factory(sim, replica) -> engine or None (None: plain continuous batching); sim.disagg uses it
+        self.engine_factory = engine_factory
         self.arrival = workload.arrival_s.to_numpy(dtype=np.float64)
         self.key = workload[deployment.ingress_col].to_numpy(dtype=np.int64, copy=True)  # re-routed on PoP faults
         access = (workload[deployment.access_col].to_numpy(dtype=np.float64) if deployment.access_col
@@ -123,6 +126,10 @@ class Simulation:
 
     def _engine(self, replica) -> ReplicaEngine:
         eng = self.engines.get(replica.id)
+        if eng is None and self.engine_factory is not None:
+            eng = self.engine_factory(self, replica)
+            if eng is not None:
+                self.engines[replica.id] = eng
         if eng is None:
             eng = ReplicaEngine(replica.spec, replica.gpu, self.perf, self._arm, self._first_token, self._finish)
             self.engines[replica.id] = eng
