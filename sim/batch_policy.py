@@ -3,7 +3,7 @@
 Interactive traffic follows the sun, so a site where the local solar time is between 22:00 and 06:00 has idle GPUs.
 Under the ``night`` policy every workload row with ``batch = True`` enters at a site that hosts its model and is
 at night at the request's arrival (solar time from the site's longitude, ``utc + lon / 15``); among several such
-sites the one that has received the fewest batch requests so far is used (spreading the load). When no hosting
+sites the one with the fewest batch requests so far per replica of the model is used (spreading the load). When no hosting
 site is at night the request is *held* until the first one enters its night window. Interactive rows never move.
 
 The request's network path is charged honestly: its access RTT grows by the backbone RTT from its own PoP to the
@@ -31,10 +31,14 @@ def hours_until_night(local_hour):
 
 
 def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, start_utc, day_s: float,
-                       site_rtt: np.ndarray) -> tuple[pd.DataFrame, np.ndarray, dict]:
-    """Re-enter the batch rows of ``frame`` at night-side sites hosting their model.
+                       site_rtt: np.ndarray, window_s: float = 60.0,
+                       low_util: float = 0.5) -> tuple[pd.DataFrame, np.ndarray, dict]:
+    """Re-enter the batch rows of ``frame`` at night-side (or lightly loaded) sites hosting their model.
 
-    ``table``: the placement (model, node); ``site_rtt``: PoP x site RTT (ms) of the edge deployment.
+    ``table``: the placement (model, node); ``site_rtt``: PoP x site RTT (ms) of the edge deployment. Load of a
+    site is what it saw in the previous ``window_s`` seconds (interactive arrivals at their nearest hosting site,
+    plus the batch rows already sent there), per replica of the model: causal, as a live utilisation signal
+    would be. A day-side site whose load is under ``low_util`` times the hosts' mean also qualifies.
     Returns the new frame, the original arrival times, and counts for the report.
     """
     orig = frame.arrival_s.to_numpy(dtype=np.float64).copy()
@@ -45,35 +49,59 @@ def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, st
     pop_row = {pid: i for i, pid in enumerate(topo.pops.id.tolist())}
     site_pop = np.array([pop_row.get(s, -1) for s in fleet.sites.site_id.tolist()])
     site_lon = fleet.sites.lon.to_numpy(dtype=np.float64)
-    hosts = {m: np.array(sorted(s for s in set(node_site[g.node.to_numpy()]) if site_pop[s] >= 0))
-             for m, g in table.groupby("model")}
+    n_sites, n_bins = len(site_lon), int(orig.max() // window_s) + 2
+    ingress = out.ingress.to_numpy(dtype=np.int64).copy()
+    batch = out.batch.to_numpy(dtype=bool)
+    models = out.model.to_numpy()
+    hosts, reps, inter = {}, {}, {}
+    sent = np.zeros((n_bins, n_sites))  # batch rows sent to each site per window
+    for m, g in table.groupby("model"):
+        sites, counts = np.unique(node_site[g.node.to_numpy()], return_counts=True)
+        keep = site_pop[sites] >= 0
+        if not keep.any():
+            continue
+        hosts[m] = sites[keep]
+        reps[m] = np.ones(n_sites)
+        reps[m][sites[keep]] = counts[keep]
+        rows = np.flatnonzero((models == m) & ~batch)
+        nearest = hosts[m][np.argmin(site_rtt[np.ix_(ingress[rows], hosts[m])], axis=1)]
+        inter[m] = np.zeros((n_bins, n_sites))
+        np.add.at(inter[m], ((orig[rows] // window_s).astype(int), nearest), 1.0)
     start = pd.Timestamp(start_utc) if start_utc is not None else pd.Timestamp("2024-01-01T00:00:00+00:00")
     start_h = start.hour + start.minute / 60.0 + start.second / 3600.0
-    used = np.zeros(len(site_lon))
-    ingress = out.ingress.to_numpy(dtype=np.int64).copy()
+    used = np.zeros(n_sites)
     access = out.access_rtt_ms.to_numpy(dtype=np.float64).copy()
     arrival = orig.copy()
-    held, moved = 0, 0
-    models = out.model.to_numpy()
-    for k in np.flatnonzero(out.batch.to_numpy(dtype=bool)):
+    held, moved, low = 0, 0, 0
+    for k in np.flatnonzero(batch):
         sites = hosts.get(models[k])
-        if sites is None or len(sites) == 0:
+        if sites is None:
             continue
         utc_h = start_h + orig[k] * 24.0 / day_s
         wait_h = hours_until_night(solar_hour(site_lon[sites], utc_h))
+        b = int(orig[k] // window_s)
+        seen = (inter[models[k]][b - 1] + sent[b - 1] if b else 0.0) + sent[b]  # previous window + batch sent now
+        per_rep = (seen * np.ones(n_sites))[sites] / reps[models[k]][sites]
+        quiet = per_rep <= low_util * per_rep.mean()
         soonest = wait_h.min()
-        cand = sites[wait_h <= soonest + 1e-9]
-        s = int(cand[np.argmin(used[cand] + 1e-6 * site_rtt[ingress[k], cand])])
+        ok = (wait_h <= soonest + 1e-9) | quiet
+        cand = sites[ok]
+        # the least loaded candidate per replica; nearest to the user on ties
+        s = int(cand[np.argmin(per_rep[ok] + 1e-9 * site_rtt[ingress[k], cand])])
+        if soonest > 0 and wait_h[sites == s][0] > 0:
+            if quiet[sites == s][0]:
+                low += 1
+            else:
+                held += 1
+                arrival[k] = orig[k] + soonest * day_s / 24.0
         used[s] += 1
-        if soonest > 0:
-            held += 1
-            arrival[k] = orig[k] + soonest * day_s / 24.0
+        sent[b, s] += 1.0
         access[k] += site_rtt[ingress[k], s]
         moved += int(site_pop[s] != ingress[k])
         ingress[k] = site_pop[s]
     out["ingress"], out["access_rtt_ms"], out["arrival_s"] = ingress, access, arrival
-    info = {"batch_requests": int(out.batch.sum()), "moved": moved, "held": held,
-            "night_sites_used": int((used > 0).sum())}
+    info = {"batch_requests": int(batch.sum()), "moved": moved, "held": held, "day_side_low_load": low,
+            "sites_used": int((used > 0).sum())}
     return out, orig, info
 
 

@@ -59,6 +59,10 @@ def cmd_simulate(args) -> int:
     from sim.run import run_scenario, write_outputs
 
     sc = load_scenario(args.scenario)
+    if sc.techniques.ablation:  # e.g. --scenario ablation: every technique alone against the same arrivals
+        from sim.ablation import cmd_ablation
+
+        return cmd_ablation(sc, args)
     console = Console(stderr=True)
     deployments = (args.only,) if args.only else ("edge", "central")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),

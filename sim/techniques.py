@@ -47,6 +47,8 @@ class Techniques:
     lora_routing: bool = True  # prefer nodes with the adapter loaded
     # async batch on idle GPUs
     batch_policy: str = "none"
+    # ablation rows (sim.ablation.ROWS); a non-empty list makes `edgepop simulate` run the ablation
+    ablation: list = field(default_factory=list)
 
     def enabled(self) -> list[str]:
         """Names of the techniques switched on, for reports."""
@@ -76,6 +78,8 @@ def parse_techniques(raw: dict, where: str) -> Techniques:
         raise UserError(f"{where}: precision must be one of {names}, got {t.precision!r}")
     if t.batch_policy not in BATCH_POLICIES:
         raise UserError(f"{where}: batch_policy must be one of {', '.join(BATCH_POLICIES)}, got {t.batch_policy!r}")
+    if not isinstance(t.ablation, list) or not all(isinstance(r, str) for r in t.ablation):
+        raise UserError(f"{where}: ablation must be a list of row names, got {t.ablation!r}")
     if t.prefix_block_tokens < 1 or t.spec_k < 1:
         raise UserError(f"{where}: prefix_block_tokens and spec_k must be at least 1")
     if not 0 < t.prefill_fraction < 1:
