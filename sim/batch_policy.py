@@ -31,7 +31,7 @@ def hours_until_night(local_hour):
 
 
 def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, start_utc, day_s: float,
-                       site_rtt: np.ndarray, window_s: float = 60.0,
+                       site_rtt: np.ndarray, window_s: float = 10.0,
                        low_util: float = 0.5) -> tuple[pd.DataFrame, np.ndarray, dict]:
     """Re-enter the batch rows of ``frame`` at night-side (or lightly loaded) sites hosting their model.
 
@@ -82,7 +82,8 @@ def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, st
         b = int(orig[k] // window_s)
         seen = (inter[models[k]][b - 1] + sent[b - 1] if b else 0.0) + sent[b]  # previous window + batch sent now
         per_rep = (seen * np.ones(n_sites))[sites] / reps[models[k]][sites]
-        quiet = per_rep <= low_util * per_rep.mean()
+        # without a window of history yet, nothing is known to be quiet: night sites only
+        quiet = (per_rep <= low_util * per_rep.mean()) if b else np.zeros(len(sites), bool)
         soonest = wait_h.min()
         ok = (wait_h <= soonest + 1e-9) | quiet
         cand = sites[ok]
