@@ -133,7 +133,7 @@ def print_table(df: pd.DataFrame, title: str) -> None:
         t.add_column(label, justify="right", no_wrap=True)
     t.add_column("note")
     for r in df.to_dict("records"):
-        cells = [_cell(r.get(c)) for _, c in COLUMNS]
+        cells = [_cell(r.get(c), integer=c == "gpus_placed") for _, c in COLUMNS]
         t.add_row(r["technique"], *cells, str(r.get("note") or ""))
     console = Console()
     if not console.is_terminal:
@@ -141,9 +141,11 @@ def print_table(df: pd.DataFrame, title: str) -> None:
     console.print(t)
 
 
-def _cell(v) -> str:
+def _cell(v, integer: bool = False) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
+    if integer:
+        return str(int(v))
     return f"{v:,.2f}" if isinstance(v, float) else str(v)
 
 
