@@ -163,6 +163,9 @@ def cmd_ablation(sc, args) -> int:
     """``edgepop simulate`` on a scenario with an ``ablation`` list."""
     import time
 
+    if args.trace or args.fail or args.only == "central":
+        raise UserError(f"{sc.source}: an ablation scenario runs its own edge-only workload; --trace, --fail and "
+                        "--only central do not apply")
     t0 = time.perf_counter()
     df = run_ablation(sc, requests=args.requests, seed=args.seed)
     wall = round(time.perf_counter() - t0, 2)

@@ -1,5 +1,6 @@
 """Async batch on night-side GPUs and the technique ablation (issue 7, items 6 and 7)."""
 
+import json
 import math
 from dataclasses import replace
 from types import SimpleNamespace
@@ -100,3 +101,15 @@ def test_tiny_ablation_has_one_finite_row_per_technique(tmp_path):
     assert by.loc["precision=fp8", "tpot_p50_ms"] < by.loc["baseline", "tpot_p50_ms"]
     out = write_ablation(df, tmp_path / "abl", {"scenario": "ablation"})
     assert len(pd.read_csv(out / "ablation.csv")) == len(ROWS)
+
+
+def test_cli_runs_the_ablation_scenario(tmp_path, capsys):
+    from edgepop.cli import main
+
+    out = tmp_path / "abl"
+    assert main(["simulate", "--scenario", "ablation", "--requests", "200", "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["technique"] for r in doc["rows"]] == list(ROWS)
+    assert (out / "ablation.csv").exists()
+    assert main(["simulate", "--scenario", "ablation", "--fail", "pop:FRA@1+1", "--out", str(out)]) == 2
+    assert "do not apply" in capsys.readouterr().err
