@@ -32,6 +32,7 @@ ROWS = {
     "lora": ({"lora": True}, {}),
     "batch_policy=night": ({"batch_policy": "night"}, {}),
 }
+ADAPTER_FRACTION = 0.2  # share of requests naming a LoRA adapter, once the workload can draw them
 DELTA_OF = ("ttft_p95_ms", "itl_p99_ms", "e2e_p95_ms", "tpot_p50_ms")
 
 
@@ -43,11 +44,28 @@ def unsupported(row: str) -> str | None:
         if "prefix-aware" not in ROUTERS:
             return "router 'prefix-aware' is not registered in this build (prefix caching not merged)"
     if row == "lora":
-        from sim.workload import COLUMNS
+        from sim.workload_config import WorkloadConfig
 
-        if importlib.util.find_spec("controlplane.lora") is None or "adapter" not in COLUMNS:
-            return "no LoRA adapters in this build (controlplane.lora / workload column 'adapter' missing)"
+        if importlib.util.find_spec("controlplane.lora") is None or not _has_field(WorkloadConfig,
+                                                                                    "adapter_fraction"):
+            return "no LoRA adapters in this build (controlplane.lora / workload adapter_fraction missing)"
     return None
+
+
+def _has_field(cls, name: str) -> bool:
+    return name in getattr(cls, "__dataclass_fields__", {})
+
+
+def with_adapters(sc):
+    """Give a share of the requests an adapter when this build can draw them and the scenario did not say.
+
+    The draw comes last in the workload generator, so every other draw (arrivals, sizes, sessions) is unchanged;
+    every row (baseline included) sees the same adapter requests, served as the base model unless ``lora`` is on.
+    """
+    wl = sc.workload
+    if _has_field(type(wl), "adapter_fraction") and not wl.adapter_fraction and unsupported("lora") is None:
+        return replace(sc, workload=replace(wl, adapter_fraction=ADAPTER_FRACTION))
+    return sc
 
 
 def variant(sc, row: str):
@@ -75,6 +93,7 @@ def run_ablation(sc, rows=None, requests: int | None = None, seed: int | None = 
         raise UserError(f"{sc.source} [techniques]: unknown ablation row(s) {unknown} (known: {', '.join(ROWS)})")
     if "baseline" not in rows:
         rows.insert(0, "baseline")
+    sc = with_adapters(sc)
     records = []
     for row in rows:
         why = unsupported(row)

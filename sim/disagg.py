@@ -89,16 +89,19 @@ class DisaggPool:
                 self.wait_p.popleft()
                 continue
             i = min(range(len(self.prefill)), key=self.p_tokens.__getitem__)
-            if self.p_tokens[i] > 0 and self.p_tokens[i] + seq.prompt > self.max_prefill_tokens:
+            cached = getattr(seq, "cached", 0)  # prefix-cache hit, when that technique is in the build
+            if self.p_tokens[i] > 0 and self.p_tokens[i] + seq.prompt - cached > self.max_prefill_tokens:
                 return
             self.wait_p.popleft()
-            self.p_tokens[i] += seq.prompt
+            self.p_tokens[i] += seq.prompt - cached
             proxy = Seq((seq, i), seq.prompt, 1)  # prefill only: it "finishes" with its first token
+            if cached:
+                proxy.cached = cached
             self.prefill[i].join(proxy, t)
 
     def _prefilled(self, proxy: Seq, t: float) -> None:
         seq, i = proxy.rec
-        self.p_tokens[i] -= seq.prompt
+        self.p_tokens[i] -= seq.prompt - getattr(seq, "cached", 0)
         dt = kv_transfer_s(self.spec, seq.prompt, self.gbps)
         self.kv_transfers += 1
         self.kv_transfer_s += dt
