@@ -112,6 +112,11 @@ def run_ablation(sc, rows=None, requests: int | None = None, seed: int | None = 
         gpus = _placed_gpus(table)
         busy_h = block["gpu_utilisation"] * block["gpus"] * max(out.summary["simulated_span_s"], 1e-9) / 3600
         note = ", ".join(f"{k}={v}" for k, v in (block.get("techniques", {}).get("disaggregation") or {}).items())
+        if isinstance(block.get("prefix_cache"), dict):  # filled by sim.cache_techniques when merged
+            note = f"prefix token hit ratio {block['prefix_cache'].get('token_hit_ratio')}"
+        if isinstance(block.get("lora"), dict):
+            lora = block["lora"]
+            note = f"adapter requests {lora.get('adapter_requests')}, mean adapter wait {lora.get('adapter_load_ms')} ms"
         if row == "batch_policy=night":
             share = block.get("techniques", {}).get("batch_served_at_night_share")
             note = f"batch served at night-side sites: {share}"
