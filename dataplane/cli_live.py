@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--out", required=True, help="directory for the int8 model")
     q.add_argument("--repeats", type=int, default=20, help="timed runs per variant (median is reported)")
     q.add_argument("--threads", type=int, default=1, help="intra-op threads for the timing (default 1)")
+    q.add_argument("--keep-tied-head", action="store_true",
+                   help="do not fold constant Transposes (GPT-2's tied LM head then stays fp32: smaller file, "
+                        "slower decode)")
     q.set_defaults(func=run_quantize)
 
 
@@ -56,5 +59,6 @@ def run_quantize(args: argparse.Namespace) -> int:
     from dataplane import quantize
 
     print(json.dumps(quantize.quantize_and_measure(args.model, args.out, repeats=args.repeats,
-                                                   threads=args.threads)))
+                                                   threads=args.threads,
+                                                   fold_transposes=not args.keep_tied_head)))
     return 0

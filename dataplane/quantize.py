@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 from onnxruntime.quantization import (
     CalibrationDataReader,
     QuantFormat,
@@ -71,11 +73,48 @@ class SeededImageReader(CalibrationDataReader):
         return next(self._items, None)
 
 
+def fold_constant_transposes(model: onnx.ModelProto) -> int:
+    """Replace each ``Transpose(initializer)`` by a transposed initializer, in place; returns how many.
+
+    GPT-2's tied LM head is ``MatMul(x, Transpose(wte))``; the quantizer only quantizes a MatMul whose
+    weight is an initializer, so without this the biggest matmul of a decode step stays fp32 and even
+    re-dequantizes the int8 ``wte`` on every call. Folding stores the head separately (int8 file ~3x
+    instead of ~4x smaller for gpt2-small) and makes its decode step ~3x faster instead of ~1.05x.
+    """
+    inits = {i.name: i for i in model.graph.initializer}
+    keep, folded = [], 0
+    for node in model.graph.node:
+        if node.op_type == "Transpose" and node.input[0] in inits:
+            arr = numpy_helper.to_array(inits[node.input[0]])
+            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+            model.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(arr.transpose(perm)),
+                                                                   node.output[0]))
+            folded += 1
+        else:
+            keep.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    return folded
+
+
 def quantize_file(src: str | Path, dst: str | Path, family: str, rng: np.random.Generator | None = None,
-                  calibration: int = 16, input_name: str = "pixel_values", image_size: int = 224) -> Path:
-    """Write the int8 version of ``src`` to ``dst``: dynamic for text models, static QDQ for ResNet."""
+                  calibration: int = 16, input_name: str = "pixel_values", image_size: int = 224,
+                  fold_transposes: bool = True) -> Path:
+    """Write the int8 version of ``src`` to ``dst``: dynamic for text models, static QDQ for ResNet.
+
+    ``fold_transposes`` (text models) first folds constant Transposes so a tied LM head is quantized too.
+    """
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
+    if family != "resnet" and fold_transposes:
+        model = onnx.load(str(src))
+        if fold_constant_transposes(model):
+            src = dst.with_name(dst.stem + ".folded-fp32.onnx")
+            onnx.save(model, str(src))
+            try:
+                return quantize_file(src, dst, family, fold_transposes=False)
+            finally:
+                src.unlink()
     if family == "resnet":
         reader = SeededImageReader(input_name, image_size, calibration, rng or np.random.default_rng(0))
         quantize_static(str(src), str(dst), reader, quant_format=QuantFormat.QDQ, per_channel=True,
@@ -141,7 +180,7 @@ def image_drift(fp32, int8, rng: np.random.Generator, count: int = 16) -> dict:
 
 
 def quantize_and_measure(name: str, out_dir: str | Path, repeats: int = 20, threads: int = 1,
-                         seed: int = 0) -> dict:
+                         seed: int = 0, fold_transposes: bool = True) -> dict:
     """Quantize registered model ``name`` into ``out_dir`` and return size, speed-up and drift figures."""
     if repeats < 1 or threads < 0:
         raise InvalidInputError(f"repeats must be >= 1 and threads >= 0 (got {repeats}, {threads})")
@@ -154,12 +193,13 @@ def quantize_and_measure(name: str, out_dir: str | Path, repeats: int = 20, thre
     rng = np.random.default_rng(seed)
     src = fp32.session.path
     dst = quantize_file(src, Path(out_dir) / f"{name}.int8.onnx", card.family, rng,
-                        image_size=getattr(fp32, "size", 224))
+                        image_size=getattr(fp32, "size", 224), fold_transposes=fold_transposes)
     int8 = copy.copy(fp32)  # same pre/post-processing, the int8 graph underneath
     int8.session = Session(dst, config)
     fig = {"model": name, "method": "static-qdq" if card.family == "resnet" else "dynamic",
            "fp32_bytes": src.stat().st_size, "int8_bytes": dst.stat().st_size, "threads": threads,
-           "repeats": repeats, "int8_path": str(dst)}
+           "repeats": repeats, "int8_path": str(dst),
+           "fold_transposes": fold_transposes and card.family != "resnet"}
     fig["size_ratio"] = fig["fp32_bytes"] / fig["int8_bytes"]
     if card.family == "bert":
         encs = [fp32.encode(s) for s in SENTENCES[:8]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 
 from dataplane import quantize
@@ -26,9 +27,14 @@ def test_minilm_dynamic_int8_keeps_embeddings(tmp_path):
     assert fig["ms_int8"] > 0 and fig["ms_fp32"] > 0
 
 
+def _matmul_integer_count(path) -> int:
+    return sum(n.op_type == "MatMulInteger" for n in onnx.load(str(path)).graph.node)
+
+
 def test_gpt2_dynamic_int8_keeps_next_token(tmp_path):
     fig = quantize.quantize_and_measure("gpt2-tiny", tmp_path, repeats=2)
     assert fig["size_ratio"] >= 3.5
+    assert _matmul_integer_count(fig["int8_path"]) == 4 * 6 + 1  # 4 projections x 6 layers + the tied LM head
     assert fig["positions"] == len(quantize.SENTENCES) * 37  # 40 tokens, first prediction after 4
     assert fig["top1_agreement"] >= 0.93
     assert 1e-4 < fig["logit_rel_l2"] <= 0.06
@@ -48,6 +54,8 @@ def test_int8_lm_generation_path_runs_with_cache(tmp_path, lm):
 
     path = quantize.quantize_file(lm.session.path, tmp_path / "q.onnx", "gpt2")
     q = LanguageModel("gpt2-tiny-int8", lm.spec, path)
+    kept = quantize.quantize_file(lm.session.path, tmp_path / "kept.onnx", "gpt2", fold_transposes=False)
+    assert _matmul_integer_count(kept) == 4 * 6  # the head stays an fp32 MatMul on Transpose(wte)
     ids = np.array([q.tokenizer.encode("int8 at the edge, cached")], np.int64)
     steps = quantize.lm_position_logits(q, ids, n_prompt=4)
     full = q.prefill([list(ids[0])])[0]
