@@ -251,6 +251,7 @@ class LoraLanguageModel(LanguageModel):
                                                                             self.targets))
         super().__init__(name, spec, path, config)
         self.adapters: Adapter | Sequence[Adapter | None] | None = None
+        self._feeds: tuple[list, dict] = ([], {})  # last (rows, feeds): decode steps reuse the same rows
 
     def step(self, input_ids, attention_mask, position_ids, past):
         return self.step_with(input_ids, attention_mask, position_ids, past, self.adapters)
@@ -263,7 +264,11 @@ class LoraLanguageModel(LanguageModel):
             raise AdapterError(f"{len(rows)} adapters for a batch of {b_} rows")
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         feeds.update(zip(self.past_names, past, strict=True))
-        feeds.update(adapter_feeds(self.spec, rows, self.targets))
+        last_rows, last_feeds = self._feeds
+        if len(last_rows) != len(rows) or any(a is not b for a, b in zip(last_rows, rows, strict=True)):
+            last_feeds = adapter_feeds(self.spec, rows, self.targets)
+            self._feeds = (rows, last_feeds)  # adapters are treated as immutable once served
+        feeds.update(last_feeds)
         out = self.session.run(feeds)
         return out[0], out[1:]
 
