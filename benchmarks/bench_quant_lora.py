@@ -43,10 +43,13 @@ def lora_serving_cost(batch: int = 8, rank: int = 16, repeats: int = 30, context
         base = LanguageModel("base", spec, path, config)
         multi = lora.LoraLanguageModel("bench", spec, path, config)
         multi.adapters = [lora.random_adapter(spec, rank, 2.0 * rank, rng, name=f"a{i}") for i in range(batch)]
+        int8 = quantize.int8_copy(multi, Path(tmp) / "lora.int8.onnx", "gpt2")  # int8 base, fp32 side path
+        drift = _int8_lora_drift(multi, int8)
         ids = rng.integers(0, spec.vocab_size, (batch, context))
         step = (ids[:, :1], np.ones((batch, context + 1), np.int64), np.full((batch, 1), context, np.int64))
         runs = {"base": (base, base.prefill([list(r) for r in ids])[1]),
-                "lora": (multi, multi.prefill([list(r) for r in ids])[1])}
+                "lora": (multi, multi.prefill([list(r) for r in ids])[1]),
+                "int8_lora": (int8, int8.prefill([list(r) for r in ids])[1])}
         times: dict[str, list[float]] = {k: [] for k in runs}
         for _ in range(repeats):
             for k, (m, past) in runs.items():
@@ -55,7 +58,16 @@ def lora_serving_cost(batch: int = 8, rank: int = 16, repeats: int = 30, context
                 times[k].append((time.perf_counter() - t0) * 1e3)
     ms = {k: statistics.median(v) for k, v in times.items()}
     return {"batch": batch, "rank": rank, "context": context, "decode_ms_base": ms["base"],
-            "decode_ms_8_adapters": ms["lora"], "overhead": ms["lora"] / ms["base"]}
+            "decode_ms_8_adapters": ms["lora"], "overhead": ms["lora"] / ms["base"],
+            "decode_ms_8_adapters_int8_base": ms["int8_lora"], "int8_lora": drift}
+
+
+def _int8_lora_drift(fp32, int8) -> dict:
+    """int8-base + LoRA vs fp32 + LoRA on the drift sentences, each row with its own adapter."""
+    ids = np.array([fp32.tokenizer.encode(s)[:40] for s in quantize.SENTENCES[: len(fp32.adapters)]], np.int64)
+    f, q = quantize.lm_position_logits(fp32, ids), quantize.lm_position_logits(int8, ids)
+    return {"logit_rel_l2": float(np.linalg.norm(q - f) / np.linalg.norm(f)),
+            "top1_agreement": float((q.argmax(-1) == f.argmax(-1)).mean())}
 
 
 def main() -> None:

@@ -125,6 +125,17 @@ def quantize_file(src: str | Path, dst: str | Path, family: str, rng: np.random.
     return dst
 
 
+def int8_copy(model, dst: str | Path, family: str, config: SessionConfig | None = None, **kw):
+    """A shallow copy of a loaded runtime model whose session runs the int8 version of its graph.
+
+    Works for any graph built on the base, e.g. a :class:`dataplane.lora.LoraLanguageModel`: its LoRA side
+    path has non-constant factors, so it stays fp32 while the base projections become int8.
+    """
+    q = copy.copy(model)  # same pre/post-processing and adapter state, the int8 graph underneath
+    q.session = Session(quantize_file(model.session.path, dst, family, **kw), config or model.session.config)
+    return q
+
+
 def _median_ms(fns: dict, repeats: int) -> dict[str, float]:
     """Median wall time per callable, running them interleaved after one warm-up each."""
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -192,10 +203,9 @@ def quantize_and_measure(name: str, out_dir: str | Path, repeats: int = 20, thre
     fp32 = registry.load(name, config)
     rng = np.random.default_rng(seed)
     src = fp32.session.path
-    dst = quantize_file(src, Path(out_dir) / f"{name}.int8.onnx", card.family, rng,
-                        image_size=getattr(fp32, "size", 224), fold_transposes=fold_transposes)
-    int8 = copy.copy(fp32)  # same pre/post-processing, the int8 graph underneath
-    int8.session = Session(dst, config)
+    int8 = int8_copy(fp32, Path(out_dir) / f"{name}.int8.onnx", card.family, config, rng=rng,
+                     image_size=getattr(fp32, "size", 224), fold_transposes=fold_transposes)
+    dst = int8.session.path
     fig = {"model": name, "method": "static-qdq" if card.family == "resnet" else "dynamic",
            "fp32_bytes": src.stat().st_size, "int8_bytes": dst.stat().st_size, "threads": threads,
            "repeats": repeats, "int8_path": str(dst),

@@ -75,3 +75,26 @@ def test_quantize_cli_and_errors(tmp_path, capsys):
     assert "ctc-tiny" in err and "\n" not in err
     with pytest.raises(InvalidInputError, match="repeats"):
         quantize.quantize_and_measure("resnet-tiny", tmp_path, repeats=0)
+
+
+def test_int8_base_serves_lora_adapters(tmp_path, lm):
+    """QLoRA-style serving: int8 base projections, fp32 low-rank side path fed per request."""
+    from dataplane import lora
+
+    fp32 = lora.LoraLanguageModel("gpt2-tiny", lm.spec, lm.session.path)
+    int8 = quantize.int8_copy(fp32, tmp_path / "lora.int8.onnx", "gpt2")
+    graph = onnx.load(str(int8.session.path)).graph
+    assert sum(n.op_type == "MatMulInteger" for n in graph.node) == 25  # base only; 48 LoRA MatMuls stay fp32
+    ad = lora.random_adapter(lm.spec, 8, 16.0, np.random.default_rng(4))
+    ids = np.array([fp32.tokenizer.encode(s)[:24] for s in quantize.SENTENCES[:8]], np.int64)
+    out = {}
+    for tag, model in (("f", fp32), ("q", int8)):
+        for key, adapter in (("base", None), ("lora", ad)):
+            model.adapters = adapter
+            out[tag, key] = quantize.lm_position_logits(model, ids)
+    f, q = out["f", "lora"], out["q", "lora"]
+    assert np.linalg.norm(q - f) / np.linalg.norm(f) <= 0.06
+    assert (q.argmax(-1) == f.argmax(-1)).mean() >= 0.9
+    d_f, d_q = f - out["f", "base"], q - out["q", "base"]  # the adapter's effect survives quantization
+    assert np.linalg.norm(d_f) / np.linalg.norm(f) > 0.2
+    assert (d_f * d_q).sum() / (np.linalg.norm(d_f) * np.linalg.norm(d_q)) >= 0.99
