@@ -20,6 +20,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from controlplane.catalog import CatalogError
 from edgepop.errors import UserError
 
 MAX_RANK = 32
@@ -49,35 +50,35 @@ def parse_adapters(source: str, model_id: str, raw, shape: dict) -> tuple[Adapte
     """Validate a catalog entry's ``adapters`` list (one-line errors naming file, model, adapter and field)."""
     where = f"{source}: model {model_id!r}: adapters"
     if not isinstance(raw, list):
-        raise UserError(f"{where}: expected a list of tables ([[models.\"...\".adapters]]), got {raw!r}")
+        raise CatalogError(f"{where}: expected a list of tables ([[models.\"...\".adapters]]), got {raw!r}")
     if shape.get("task") != "text-generation":
-        raise UserError(f"{where}: only text-generation models take LoRA adapters")
+        raise CatalogError(f"{where}: only text-generation models take LoRA adapters")
     out, names = [], set()
     for i, a in enumerate(raw):
         if not isinstance(a, dict):
-            raise UserError(f"{where}[{i}]: expected a table, got {a!r}")
+            raise CatalogError(f"{where}[{i}]: expected a table, got {a!r}")
         for k in a:
             if k not in _FIELDS:
-                raise UserError(f"{where}[{i}]: unknown field {k!r} (known: {', '.join(sorted(_FIELDS))})")
+                raise CatalogError(f"{where}[{i}]: unknown field {k!r} (known: {', '.join(sorted(_FIELDS))})")
         name = a.get("name")
         if not isinstance(name, str) or not re.fullmatch(r"[\w.\-]+", name):
-            raise UserError(f"{where}[{i}]: field 'name' must be a non-empty word like 'support-chat', got {name!r}")
+            raise CatalogError(f"{where}[{i}]: field 'name' must be a non-empty word like 'support-chat', got {name!r}")
         if name in names:
-            raise UserError(f"{where}[{i}]: duplicate adapter name {name!r}")
+            raise CatalogError(f"{where}[{i}]: duplicate adapter name {name!r}")
         names.add(name)
         rank = a.get("rank")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= MAX_RANK:
-            raise UserError(f"{where}[{i}] {name!r}: field 'rank' must be an integer in 1..{MAX_RANK}, got {rank!r}")
+            raise CatalogError(f"{where}[{i}] {name!r}: field 'rank' must be an integer in 1..{MAX_RANK}, got {rank!r}")
         if "size_mb" in a:
             mb = a["size_mb"]
             if isinstance(mb, bool) or not isinstance(mb, int | float) or not math.isfinite(mb) or mb <= 0:
-                raise UserError(f"{where}[{i}] {name!r}: field 'size_mb' must be a positive number, got {mb!r}")
+                raise CatalogError(f"{where}[{i}] {name!r}: field 'size_mb' must be a positive number, got {mb!r}")
             size = float(mb) * 1e6
         else:
             size = attention_lora_bytes(rank, shape["layers"], shape["hidden"], shape["kv_heads"],
                                         shape.get("head_dim") or shape["hidden"] // shape["heads"])
         if size > MAX_BYTES:
-            raise UserError(f"{where}[{i}] {name!r}: size {size / 1e6:.1f} MB is over the {MAX_BYTES / 1e6:.0f} MB "
+            raise CatalogError(f"{where}[{i}] {name!r}: size {size / 1e6:.1f} MB is over the {MAX_BYTES / 1e6:.0f} MB "
                             "limit")
         out.append(Adapter(name, model_id, rank, size))
     return tuple(out)

@@ -12,8 +12,9 @@ LOADED, FREE_SLOT = 2.0, 1.0
 @register_router("adapter-aware")
 class AdapterAware(Router):
     """Requests naming a LoRA adapter prefer, among the ``k`` nearest ready replicas, one with the adapter loaded,
-    else one with a free adapter slot (a load that evicts nothing); everything else, and any pick the imbalance
-    gate rejects, goes to ``base`` (a policy name or a Router instance, e.g. the deployment's own router).
+    else one with a free adapter slot (a load that evicts nothing); a pick the imbalance gate rejects gives way
+    to the best balanced replica (``controlplane.routing.prefer``); everything else goes to ``base`` (a policy
+    name or a Router instance, e.g. the deployment's own router).
     Reads ``ClusterState.adapters`` (a :class:`controlplane.lora.AdapterIndex`; None = LoRA off).
     """
 
@@ -37,11 +38,8 @@ class AdapterAware(Router):
 
         cands, rtts = self.state.candidates(req.ingress, req.model)
         d, why = pick_preferred(req, cands, rtts, score, self.k, self.max_imbalance)
-        if why == PICKED:
-            self.counts["adapter_picked"] += 1
-            return d
-        self.counts["gated" if why == GATED else "base"] += 1
-        return self.base.route(req, now)
+        self.counts[{PICKED: "adapter_picked", GATED: "gated"}.get(why, "base")] += 1
+        return d if d is not None else self.base.route(req, now)
 
     def forget(self, req: Request) -> None:
         self.base.forget(req)

@@ -2,9 +2,10 @@
 unless that would pile load onto it.
 
 A preference router scores each of the ``k`` nearest ready replicas (longest cached prefix, adapter loaded, ...)
-and takes the highest score (ties: the nearer). The imbalance gate keeps it honest: when the pick's load (running +
-queued per slot) exceeds the least-loaded of those ``k`` by more than ``max_imbalance``, the preference is dropped
-and the caller falls back to its base policy, so a popular prefix or adapter never swamps one node.
+and takes the highest score (ties: the nearer). The imbalance gate keeps it honest: a replica whose load (running +
+queued per slot) exceeds the least-loaded of those ``k`` by more than ``max_imbalance`` is out of the running, and
+when that drops the best-scored one, the request takes the best of the balanced rest -- the nearest of them when
+none scores -- so a popular prefix or adapter never swamps one node (even when it sits on the nearest replica).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ def pick_preferred(req: Request, cands: list[Replica], rtts: list[float], score,
                    max_imbalance: float) -> tuple[Decision | None, str]:
     """The best-scored of the ``k`` nearest up, ready replicas that can take ``req`` (start now or queue).
 
-    ``score(replica) -> float``; only scores above 0 count as a preference. Returns (decision, PICKED) or
-    (None, GATED) when the imbalance gate tripped, (None, NONE) when nothing scored above 0.
+    ``score(replica) -> float``; only scores above 0 count as a preference. Returns (decision, PICKED); or
+    (decision, GATED) when the gate dropped the best-scored replica and the decision is the best balanced one;
+    or (None, NONE) when nothing scored above 0 or nothing nearby can take the request (the caller's base policy
+    decides then).
     """
     kv = req.kv_tokens
-    best, best_score, best_start, min_load, seen = -1, 0.0, False, float("inf"), 0
+    min_load, seen, able = float("inf"), 0, []
     for i, r in enumerate(cands):
         if not r.up or r.status != READY:
             continue
@@ -36,12 +39,15 @@ def pick_preferred(req: Request, cands: list[Replica], rtts: list[float], score,
         start = r.can_start(kv)
         if not start and (req.reject_if_busy or not r.has_queue_room()):
             continue
-        s = score(r)
-        if s > best_score:
-            best, best_score, best_start = i, s, start
-    if best < 0:
+        able.append((i, start, load, score(r)))
+    if not able or max(a[3] for a in able) <= 0:
         return None, NONE
-    r = cands[best]
-    if r.load - min_load > max_imbalance:
-        return None, GATED
-    return Decision(START if best_start else QUEUE, r, rtts[best]), PICKED
+    best = max(able, key=lambda a: (a[3], -a[0]))
+    why = PICKED
+    if best[2] - min_load > max_imbalance:
+        balanced = [a for a in able if a[2] - min_load <= max_imbalance]
+        if not balanced:
+            return None, NONE
+        best, why = max(balanced, key=lambda a: (a[3], -a[0])), GATED
+    i, start = best[0], best[1]
+    return Decision(START if start else QUEUE, cands[i], rtts[i]), why

@@ -19,7 +19,8 @@ class PrefixAware(Router):
     Session affinity feeds it: the replica that ran a session's previous turn gets a small bonus, so turns stay
     together even when their blocks were evicted or the request carries no hashes. Imbalance gate: if the pick's
     load exceeds the least-loaded candidate's by more than ``max_imbalance`` (load = running + queued per slot),
-    the request takes the base nearest-with-capacity choice instead. With prefix caching off it is
+    the request takes the best balanced candidate instead (nearest first), and with no preference anywhere the
+    base nearest-with-capacity choice. With prefix caching off it is
     nearest-with-capacity plus session pins.
     """
 
@@ -44,10 +45,8 @@ class PrefixAware(Router):
             return s + SESSION_BONUS if r is pin else float(s)
 
         d, why = pick_preferred(req, cands, rtts, score, self.k, self.max_imbalance)
-        if why == PICKED:
-            self.counts["prefix_picked"] += 1
-        else:
-            self.counts["gated" if why == GATED else "base"] += 1
+        self.counts[{PICKED: "prefix_picked", GATED: "gated"}.get(why, "base")] += 1
+        if d is None:
             d = self.nearest_with_capacity(req, cands, rtts)
         if req.session is not None and self.session_affinity and d.replica is not None:
             self.pins[req.session] = d.replica
