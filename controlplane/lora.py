@@ -10,7 +10,8 @@ A catalog entry may list adapters fine-tuned on it (Workers AI limits: rank at m
 A replica keeps up to ``slots`` adapters in GPU memory (S-LoRA-style unified pool, small next to the weights). A
 request for an adapter that is not loaded waits ``size / load_gbs`` before its prefill while it is copied in; later
 requests for it wait only for the copy still under way. Loaded adapters are evicted least recently used first, never
-while a running request uses them (with every slot in use the set briefly grows, counted as ``overcommits``).
+while a running request uses them: with every slot in use, a request for another adapter waits for a release (as
+vLLM's ``max_loras`` holds requests back).
 """
 
 from __future__ import annotations
@@ -87,12 +88,12 @@ def parse_adapters(source: str, model_id: str, raw, shape: dict) -> tuple[Adapte
 class AdapterSlots:
     """The adapters loaded on one replica: name -> [ready_at, requests using it], least recently used first."""
 
-    __slots__ = ("slots", "entries", "loads", "overcommits")
+    __slots__ = ("slots", "entries", "loads")
 
     def __init__(self, slots: int):
         self.slots = slots
         self.entries: OrderedDict = OrderedDict()
-        self.loads = self.overcommits = 0
+        self.loads = 0
 
     def loaded(self, name: str) -> bool:
         return name in self.entries
@@ -100,31 +101,36 @@ class AdapterSlots:
     def free_slot(self) -> bool:
         return len(self.entries) < self.slots
 
-    def acquire(self, name: str, now: float, load_s: float) -> tuple[float, bool]:
-        """A request for adapter ``name`` starts at ``now``: (time the adapter is ready, whether it was loaded)."""
+    def acquire(self, name: str, now: float, load_s: float) -> tuple[float, bool] | None:
+        """A request for adapter ``name`` starts at ``now``: (time the adapter is ready, whether it was loaded);
+        None when it is not loaded and every slot holds an adapter in use (the request waits for a release)."""
         e = self.entries.get(name)
         loaded = e is None
         if loaded:
-            self._make_room()
+            if not self._make_room():
+                return None
             e = self.entries[name] = [now + load_s, 0]
             self.loads += 1
         self.entries.move_to_end(name)
         e[1] += 1
         return e[0], loaded
 
-    def _make_room(self) -> None:
+    def _make_room(self) -> bool:
         if len(self.entries) < self.slots:
-            return
+            return True
         for name, (_, refs) in self.entries.items():
             if refs == 0:
                 del self.entries[name]
-                return
-        self.overcommits += 1
+                return True
+        return False
 
-    def release(self, name: str) -> None:
+    def release(self, name: str) -> bool:
+        """A request using ``name`` ended; True when that freed its slot for another adapter."""
         e = self.entries.get(name)
         if e is not None and e[1] > 0:
             e[1] -= 1
+            return e[1] == 0
+        return False
 
     def clear(self) -> None:
         self.entries.clear()
@@ -162,15 +168,15 @@ class AdapterIndex:
         s = self.sets.get(replica.id)
         return s is None or s.free_slot()
 
-    def acquire(self, replica, name: str, now: float) -> tuple[float, bool]:
-        """The request starts on ``replica`` at ``now``: (seconds it waits for the adapter, whether it loaded it)."""
-        ready, loaded = self.of(replica).acquire(name, now, self.load_s(self.adapter(replica, name)))
-        return max(0.0, ready - now), loaded
+    def acquire(self, replica, name: str, now: float) -> tuple[float, bool] | None:
+        """The request starts on ``replica`` at ``now``: (seconds it waits for the adapter, whether it loaded it),
+        or None while every adapter slot there is in use."""
+        got = self.of(replica).acquire(name, now, self.load_s(self.adapter(replica, name)))
+        return None if got is None else (max(0.0, got[0] - now), got[1])
 
-    def release(self, replica, name: str) -> None:
+    def release(self, replica, name: str) -> bool:
         s = self.sets.get(replica.id)
-        if s is not None:
-            s.release(name)
+        return s is not None and s.release(name)
 
     def drop_node(self, node: int, replicas) -> None:
         for r in replicas:
@@ -179,5 +185,4 @@ class AdapterIndex:
 
     def stats(self) -> dict:
         return {"slots": self.slots, "load_gbs": self.load_gbs,
-                "adapter_loads": int(sum(s.loads for s in self.sets.values())),
-                "overcommits": int(sum(s.overcommits for s in self.sets.values()))}
+                "adapter_loads": int(sum(s.loads for s in self.sets.values()))}

@@ -5,7 +5,9 @@
   (:mod:`controlplane.prefix_cache`); the hit is reported as ``cached_tokens`` and skipped by prefill (at least one
   prompt token is always computed, as in vLLM, for the first token's logits). Its blocks are then cached there.
 - A request naming an adapter takes it on its replica (:mod:`controlplane.lora`): if not loaded, it waits
-  ``size / lora_load_gbs`` before joining the batch (``adapter_load_ms``); the adapter is released when it ends.
+  ``size / lora_load_gbs`` before joining the batch; with every adapter slot there in use by running requests, it
+  first waits for one to free. Both waits are reported as ``adapter_load_ms`` (not in ``queue_ms``). The adapter
+  is released when the request ends.
 - With ``lora_routing`` the deployment's router is wrapped in ``adapter-aware``.
 """
 
@@ -49,6 +51,9 @@ class CacheHooks:
         self.adapter_wait_s = np.zeros(n)
         self.adapter_loaded = np.zeros(n, bool)
         self.held: dict[int, tuple] = {}  # request -> (replica, adapter) it holds
+        self.waiting: dict[int, dict] = {}  # replica id -> {request: (req, seq)} waiting for an adapter slot (FIFO)
+        self.arrived = np.zeros(n)  # when a LoRA request reached its replica
+        self.sim = sim
 
     def on_request(self, req, k: int) -> None:
         """Attach the request's block hashes and adapter (routers read them)."""
@@ -57,27 +62,63 @@ class CacheHooks:
         if self.adapters is not None:
             req.adapter = self.adapters[k]
 
-    def on_start(self, req, seq, t: float) -> float:
-        """``req`` starts on its replica, reaching it at ``t``: set the prefill skip; return the adapter wait (s)."""
+    def on_start(self, req, seq, t: float) -> float | None:
+        """``req`` starts on its replica, reaching it at ``t``: set its prefill skip and take its adapter.
+
+        Returns when it joins the batch (``t`` plus any adapter copy), or None while it waits for an adapter slot
+        (it joins when a request ending there frees one).
+        """
         k, r = req.payload, req.replica
+        self._forget(k)  # a retried request gives back what it held or waited for on its failed node
         if self.prefix is not None:
             hit = self.prefix.admit(r, req.hash_ids, req.prompt_tokens)
             self.cached[k] = hit
             seq.cached = min(hit, max(0, seq.prompt - 1))
-        wait = 0.0
-        if self.lora is not None and req.adapter:
-            self.on_end(k)  # a retried request gives back what it held on its failed node
-            wait, loaded = self.lora.acquire(r, req.adapter, t)
-            self.held[k] = (r, req.adapter)
-            self.adapter_wait_s[k], self.adapter_loaded[k] = wait, loaded
-        return wait
+        if self.lora is None or not req.adapter:
+            return t
+        self.arrived[k] = t
+        return self._take(req, seq, t)
+
+    def _take(self, req, seq, t: float) -> float | None:
+        k, r = req.payload, req.replica
+        got = self.lora.acquire(r, req.adapter, t)
+        if got is None:
+            self.waiting.setdefault(r.id, {})[k] = (req, seq)
+            return None
+        wait, loaded = got
+        self.held[k] = (r, req.adapter)
+        self.adapter_wait_s[k] = t + wait - self.arrived[k]
+        self.adapter_loaded[k] = loaded
+        return t + wait
+
+    def _forget(self, k: int) -> bool:
+        """Drop what request ``k`` holds or waits for; True when that freed an adapter slot."""
+        if self.lora is None:
+            return False
+        held = self.held.pop(k, None)
+        for waiting in self.waiting.values():
+            waiting.pop(k, None)
+        return held is not None and self.lora.release(*held)
 
     def on_end(self, k: int) -> None:
-        held = self.held.pop(k, None)
-        if held is not None:
-            self.lora.release(*held)
+        """Request ``k`` ended: release its adapter; requests waiting for a slot on that replica may now join."""
+        held = self.held.get(k)
+        if not self._forget(k):
+            return
+        waiting = self.waiting.get(held[0].id)
+        now = self.sim.env.now
+        while waiting:
+            j, (req, seq) = next(iter(waiting.items()))
+            at = self._take(req, seq, now)
+            if at is None:
+                break
+            del waiting[j]
+            self.sim._join(req, seq, at, now)
 
     def on_node_down(self, node: int, replicas) -> None:
+        for r in replicas:  # requests waiting there are retried or failed by the simulator (they are running)
+            if r.node == node:
+                self.waiting.pop(r.id, None)
         for part in (self.prefix, self.lora):
             if part is not None:
                 part.drop_node(node, replicas)

@@ -200,11 +200,17 @@ class Simulation:
         self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
         seq = Seq(k, self.units[k], self._lists["output"][k])
         self.seqs[k] = seq
-        eng = self._engine(req.replica)
         at = self.at_node[k]
-        if self.hooks is not None:  # prefix-cache hit; wait for a LoRA adapter to load
-            at = max(at, now)
-            at += self.hooks.on_start(req, seq, at)
+        if self.hooks is not None:  # prefix-cache hit; LoRA adapter load (None: it waits for an adapter slot)
+            at = self.hooks.on_start(req, seq, max(at, now))
+            if at is None:
+                return
+        self._join(req, seq, at, now)
+
+    def _join(self, req: Request, seq: Seq, at: float, now: float) -> None:
+        """``seq`` joins its replica's batch at ``at`` (now or later)."""
+        k = req.payload
+        eng = self._engine(req.replica)
         if at > now:
             self.joined[k] = at
             ev = self.env.timeout(at - now)

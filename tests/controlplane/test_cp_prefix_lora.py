@@ -135,8 +135,8 @@ def test_adapter_slots_lru_never_evicts_one_in_use():
     s.release("b")
     s.acquire("c", 3.0, 1.0)  # a is in use (two holders), so b goes
     assert set(s.entries) == {"a", "c"} and s.loads == 3
-    s.acquire("d", 4.0, 1.0)  # everything in use: the set over-commits rather than drop a running adapter
-    assert s.overcommits == 1 and len(s.entries) == 3
+    assert s.acquire("d", 4.0, 1.0) is None and len(s.entries) == 2  # all in use: d waits for a release
+    assert s.release("c") and s.acquire("d", 5.0, 1.0) == (6.0, True) and set(s.entries) == {"a", "d"}
 
 
 def test_adapter_index_load_time_is_size_over_bandwidth(catalog):
