@@ -87,7 +87,8 @@ def parse_techniques(raw: dict, where: str) -> Techniques:
         raise UserError(f"{where}: prefill_fraction must be in (0, 1), got {t.prefill_fraction!r}")
     if t.kv_link_gbps <= 0:
         raise UserError(f"{where}: kv_link_gbps must be positive, got {t.kv_link_gbps!r}")
-    if not 0 < t.prefix_cache_fraction <= 1 or t.lora_slots < 1 or not t.lora_load_gbs > 0:
-        raise UserError(f"{where}: prefix_cache_fraction must be in (0, 1], lora_slots >= 1 and lora_load_gbs > 0, "
-                        f"got {t.prefix_cache_fraction!r}, {t.lora_slots!r}, {t.lora_load_gbs!r}")
+    if not 0 < t.prefix_cache_fraction <= 1 or not isinstance(t.lora_slots, int) or t.lora_slots < 1 \
+            or not t.lora_load_gbs > 0:
+        raise UserError(f"{where}: prefix_cache_fraction must be in (0, 1], lora_slots an integer >= 1 and "
+                        f"lora_load_gbs > 0, got {t.prefix_cache_fraction!r}, {t.lora_slots!r}, {t.lora_load_gbs!r}")
     return t
