@@ -139,3 +139,27 @@ def test_lora_off_by_default_and_adapter_column_optional(topo):
                                                "session_fraction": 0.5}), topo, cat, np.random.default_rng(4))
     assert tuple(plain.requests.columns) == COLUMNS
     pd.testing.assert_frame_equal(plain.requests, w1.drop(columns=["adapter"]))
+
+
+def test_scenario_switches_and_block_size_check(topo):
+    from edgepop.errors import UserError
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario, with_overrides
+    from sim.techniques import parse_techniques
+
+    sc = with_overrides(load_scenario("small"), workload={"requests": 600, "session_fraction": 0.8,
+                                                          "adapter_fraction": 0.5})
+    base = run_scenario(sc, topo=topo, deployments=("edge",))
+    assert "prefix_cache" not in base.summary["deployments"]["edge"] and base.requests.cached_tokens.sum() == 0
+    sc.techniques = parse_techniques({"prefix_cache": True, "lora": True, "lora_slots": 2}, "t.toml [techniques]")
+    sc.edge.router = "prefix-aware"
+    on = run_scenario(sc, topo=topo, deployments=("edge",))
+    block = on.summary["deployments"]["edge"]
+    assert 0 < block["prefix_cache"]["token_hit_ratio"] < 1 and block["lora"]["adapter_loads"] > 0
+    assert on.requests.cached_tokens.sum() > 0 and (on.requests.adapter != "").any()
+    assert len(on.requests) == len(base.requests) and (on.requests.outcome == "ok").mean() > 0.9
+    with pytest.raises(UserError, match="prefix_block_tokens"):
+        sc.techniques = parse_techniques({"prefix_cache": True, "prefix_block_tokens": 256}, "t.toml [techniques]")
+        run_scenario(sc, topo=topo, deployments=("edge",))
+    with pytest.raises(UserError, match="lora_slots"):
+        parse_techniques({"lora_slots": 1.5}, "t.toml [techniques]")
