@@ -83,6 +83,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     from sim.perfcache import CachedPerf
 
     perf = CachedPerf(build_perf(sc.perf, topo))
+    from sim.cache_techniques import check_block_tokens
+
+    check_block_tokens(sc.techniques, sc.workload)
     r = rngs(sc.seed)
     workload = generate(sc.workload, topo, catalog, r["workload"])
     frame = workload.requests
@@ -113,12 +116,14 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
         t0 = time.perf_counter()
         sim = Simulation(dep, frame, perf, faults=sc.faults, fault_policy=sc.fault_policy, sample_s=sc.sample_s,
                          progress=(lambda i, n, _name=name: progress(_name, i, n)) if progress else None,
-                         fault_handler=handler)
+                         fault_handler=handler, techniques=sc.techniques)
         res = sim.run()
         run_s = time.perf_counter() - t0
         duration = max(span, res.sim_end_s)
         blocks[name] = deployment_summary(res.requests, res.utilisation, dep.fleet, duration, sc.slo, catalog,
                                           sim.gpu_busy_seconds())
+        if sim.hooks is not None:  # prefix-cache hit ratio, adapter loads
+            blocks[name].update(sim.hooks.summary(res.requests))
         blocks[name]["placement"] = {"policy": cfg.placement, "replicas": int(len(placement.table)),
                                      "build_s": round(build_s, 2)}
         sim_stats[name] = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1)}
