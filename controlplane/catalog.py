@@ -116,13 +116,15 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
     if not re.fullmatch(r"@[\w.\-]+(/[\w.\-]+){1,2}", model_id):
         raise CatalogError(f"{path.name}: model id {model_id!r} is not of the form @owner/vendor/name")
     for name in raw:
-        if name not in _KNOWN:
-            raise bad(name, f"unknown field (known: {', '.join(sorted(_KNOWN))})")
+        if name not in _KNOWN and name != "adapters":
+            raise bad(name, f"unknown field (known: {', '.join(sorted(_KNOWN | {'adapters'}))})")
     for name in _REQUIRED:
         if name not in raw:
             raise bad(name, "missing")
     values = {}
     for name, value in raw.items():
+        if name == "adapters":
+            continue
         if name in _INTS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise bad(name, f"{value!r} is not a non-negative integer")
@@ -155,6 +157,10 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
             raise bad("kv_heads", f"{values['heads']} heads are not a multiple of {values['kv_heads']} KV heads")
     if not values.get("weight_bytes"):
         values["weight_bytes"] = values["parameters"] * PRECISION_BYTES[values["precision"]]
+    if "adapters" in raw:  # LoRA adapters fine-tuned on this model (controlplane.lora)
+        from controlplane.lora import parse_adapters
+
+        values["adapters"] = parse_adapters(path.name, model_id, raw["adapters"], values)
     return ModelSpec(id=model_id, **values)
 
 

@@ -37,6 +37,7 @@ class Request:
     reject_if_busy: bool = False
     account: str = "default"
     hash_ids: tuple = ()
+    adapter: str = ""  # LoRA adapter name ("" = the base model alone)
     payload: object = None  # the caller's own data (the simulator's or gateway's request object)
     replica: Replica | None = None
     rtt_ms: float = 0.0
@@ -161,6 +162,10 @@ class ClusterState:
         self.stats: dict[str, ModelStats] = {}
         self._rep_sites: dict[str, np.ndarray] = {}
         self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
+        # Per-replica technique state routers may read (None = technique off): controlplane.prefix_cache.PrefixCaches
+        # and controlplane.lora.AdapterIndex.
+        self.prefix_caches = None
+        self.adapters = None
         for i, row in enumerate(placement.itertuples()):
             gpu_index = tuple(row.gpu_index) if hasattr(row, "gpu_index") else None
             try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dataplane import cli_live
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the data plane's sub-commands to the ``edgepop`` parser."""
@@ -23,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: one per core)")
     p.add_argument("--list-models", action="store_true", help="list registered models and exit")
     p.set_defaults(func=run_profile)
+    cli_live.register(subparsers)  # lora-check and quantize live in their own module
 
 
 def run_profile(args: argparse.Namespace) -> int:

@@ -5,7 +5,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ROOT / "docs" / "readme"
 ORDER = ["head.md", "sim.md", "sweep.md", "perf.md", "placement.md", "topology_cli.md", "profile.md", "gateway.md",
-         "controlplane.md", "workload.md", "dataplane.md", "world.md", "notebooks.md", "tail.md"]
+         "controlplane.md", "workload.md", "dataplane.md", "techniques_sim.md", "techniques_sim_cache.md",
+         "techniques_live_prefix.md", "techniques_live_quant.md", "world.md", "notebooks.md", "tail.md"]
 
 
 def main() -> None:

@@ -20,10 +20,11 @@ class Seq:
     """A request on a replica (times in simulated seconds); ``rec`` is the simulator's handle for it."""
 
     __slots__ = ("rec", "prompt", "output", "joined_at", "first_token_at", "finish_step", "join_step",
-                 "stall_mark", "stall_count_mark", "done")
+                 "stall_mark", "stall_count_mark", "done", "cached")
 
     def __init__(self, rec, prompt: int, output: int):
         self.rec, self.prompt, self.output = rec, prompt, output
+        self.cached = 0  # prompt tokens found in the replica's prefix cache: prefill skips them
         self.joined_at = self.first_token_at = -1.0
         self.finish_step = self.join_step = 0.0
         self.stall_mark = 0.0
@@ -116,9 +117,9 @@ class ReplicaEngine:
     def _start_prefill(self, t: float) -> None:
         batch, self.pending = self.pending, []
         if len(batch) == 1:
-            tokens = batch[0].prompt
+            tokens = batch[0].prompt - batch[0].cached
         elif self.generative or self.spec.unit != "token":
-            tokens = sum(s.prompt for s in batch)
+            tokens = sum(s.prompt - s.cached for s in batch)
         else:  # encoders: one padded pass over the batch
             tokens = max(s.prompt for s in batch) * len(batch)
         dur = self._prefill_cache.get(tokens)

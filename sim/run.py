@@ -86,6 +86,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = tech.catalog(catalog)
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
+    from sim.cache_techniques import check_block_tokens
+
+    check_block_tokens(sc.techniques, sc.workload)
     r = rngs(sc.seed)
     workload = generate(sc.workload, topo, catalog, r["workload"])
     frame = workload.requests
@@ -117,12 +120,15 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
         dep_frame, orig_arrival = tech.workload(name, frame, dep, placement, topo, start, day_s)
         sim = Simulation(dep, dep_frame, perf, faults=sc.faults, fault_policy=sc.fault_policy, sample_s=sc.sample_s,
                          progress=(lambda i, n, _name=name: progress(_name, i, n)) if progress else None,
-                         fault_handler=handler, engine_factory=tech.engine_factory(name))
+                         fault_handler=handler, techniques=sc.techniques,
+                         engine_factory=tech.engine_factory(name))
         res = sim.run()
         run_s = time.perf_counter() - t0
         duration = max(span, res.sim_end_s)
         blocks[name] = deployment_summary(res.requests, res.utilisation, dep.fleet, duration, sc.slo, catalog,
                                           sim.gpu_busy_seconds())
+        if sim.hooks is not None:  # prefix-cache hit ratio, adapter loads
+            blocks[name].update(sim.hooks.summary(res.requests))
         blocks[name]["placement"] = {"policy": cfg.placement, "replicas": int(len(placement.table)),
                                      "build_s": round(build_s, 2)}
         tblock = tech.summary(name, res.requests, dep_frame, orig_arrival, dep.fleet, start, day_s)

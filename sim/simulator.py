@@ -75,7 +75,7 @@ class Simulation:
 
     def __init__(self, deployment: Deployment, workload: pd.DataFrame, perf, faults=(), fault_policy: str = "retry",
                  sample_s: float = 60.0, progress=None, fault_handler=None, drain_s: float = 3600.0,
-                 engine_factory=None):
+                 techniques=None, engine_factory=None):
         self.dep, self.plane, self.perf = deployment, deployment.plane, perf
         self.w = workload
         self.n = n = len(workload)
@@ -113,12 +113,17 @@ class Simulation:
         self.done = self.env.event()
         self._finished_buffer: list[Seq] = []
         self.samples: list[tuple] = []
+        from sim.cache_techniques import make_hooks  # prefix caching and LoRA (None when both are off)
+
+        self.hooks = make_hooks(self, techniques)
 
     # ---------------------------------------------------------------- bookkeeping
     def _end(self, k: int, outcome: int, code: int = 0) -> None:
         if self.outcome[k] != OUT_NONE:
             raise ConservationError(f"request {k} ended twice ({self.outcome[k]} then {outcome})")
         self.outcome[k], self.code[k] = outcome, code
+        if self.hooks is not None:
+            self.hooks.on_end(k)
         self.reqs[k] = self.seqs[k] = None  # memory grows with in-flight requests only, not with the run
         self.remaining -= 1
         if self.remaining == 0 and self.arrivals_done and not self.done.triggered:
@@ -175,6 +180,8 @@ class Simulation:
             req = Request(k, lists["model"][k], lists["key"][k], lists["prompt"][k], lists["output"][k],
                           arrival=lists["arrival"][k], session=None if session < 0 else session,
                           reject_if_busy=lists["rib"][k], payload=k)
+            if self.hooks is not None:
+                self.hooks.on_request(req, k)
             self.reqs[k] = req
             self.first_decision[k] = now
         if self.fault_handler is not None and self.fault_handler.down_pops:
@@ -199,8 +206,17 @@ class Simulation:
         self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
         seq = Seq(k, self.units[k], self._lists["output"][k])
         self.seqs[k] = seq
-        eng = self._engine(req.replica)
         at = self.at_node[k]
+        if self.hooks is not None:  # prefix-cache hit; LoRA adapter load (None: it waits for an adapter slot)
+            at = self.hooks.on_start(req, seq, max(at, now))
+            if at is None:
+                return
+        self._join(req, seq, at, now)
+
+    def _join(self, req: Request, seq: Seq, at: float, now: float) -> None:
+        """``seq`` joins its replica's batch at ``at`` (now or later)."""
+        k = req.payload
+        eng = self._engine(req.replica)
         if at > now:
             self.joined[k] = at
             ev = self.env.timeout(at - now)
@@ -281,6 +297,8 @@ class Simulation:
     def kill_node(self, node: int, now: float) -> None:
         """Take a GPU node down: its engines drop everything, its requests are retried or failed."""
         lost, evicted = self.plane.set_node_up(node, False, now)
+        if self.hooks is not None:
+            self.hooks.on_node_down(node, self.plane.state.replicas)
         for r in self.plane.state.replicas:
             if r.node == node and r.id in self.engines:
                 self.engines[r.id].kill(now)
@@ -336,7 +354,7 @@ class Simulation:
         fleet = self.dep.fleet
         site_ids = fleet.sites.site_id.to_numpy()
         node_ids = fleet.nodes.node_id.to_numpy()
-        return pd.DataFrame({
+        frame = pd.DataFrame({
             "deployment": self.dep.name,
             "request_id": self.w.request_id.to_numpy(),
             "model": self.models, "task": self.w.task.to_numpy(),
@@ -361,6 +379,7 @@ class Simulation:
             "outcome": pd.Series(self.outcome).map(OUTCOME_NAMES).to_numpy(),
             "error_code": self.code,
         })
+        return frame if self.hooks is None else self.hooks.amend(frame)
 
     def utilisation_frame(self) -> pd.DataFrame:
         cols = ["t_s", "running", "waiting", "ready_slots", "busy_replicas", "replicas"]

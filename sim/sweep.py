@@ -114,6 +114,10 @@ def summary_rows(summary: dict) -> list[dict]:
         row["placement"] = block["placement"]["policy"]
         row["replicas"] = block["placement"]["replicas"]
         row["simulated_span_s"] = summary["simulated_span_s"]
+        if "prefix_cache" in block:  # [techniques] prefix_cache / lora (sim.cache_techniques)
+            row["prefix_token_hit_ratio"] = block["prefix_cache"]["token_hit_ratio"]
+        if "lora" in block:
+            row["adapter_loads"] = block["lora"]["adapter_loads"]
         # The edge's gain over central belongs to the variant: repeated on each of its rows, empty without both.
         row.update({f"gain_{k}": gains.get(k) for k in GAINS})
         rows.append(row)

@@ -5,12 +5,14 @@ Every switch defaults to off, so a scenario without the table simulates plain co
 
 Fields, by technique (each owner module documents the model behind it):
 
-- prefix caching (``controlplane.prefix_cache``, router ``prefix-aware``): ``prefix_cache``, ``prefix_block_tokens``
+- prefix caching (``controlplane.prefix_cache``, router ``prefix-aware``, wired by ``sim.cache_techniques``):
+  ``prefix_cache``, ``prefix_block_tokens``, ``prefix_cache_fraction``
 - speculative decoding (``sim.engine``): ``speculative``, ``spec_k``, ``spec_acceptance`` (per task),
   ``spec_draft_cost``
 - prefill/decode disaggregation (``sim.disagg``): ``disaggregation``, ``prefill_fraction``, ``kv_link_gbps``
 - quantization (``controlplane.catalog`` precision): ``precision`` ("" keeps each catalog entry's own)
-- LoRA adapters (``controlplane.lora``): ``lora``, ``lora_routing``
+- LoRA adapters (``controlplane.lora``, router wrapper ``adapter-aware``, wired by ``sim.cache_techniques``):
+  ``lora``, ``lora_routing``, ``lora_slots``, ``lora_load_gbs``
 - async batch on idle GPUs (``sim.batch_policy``): ``batch_policy``
 """
 
@@ -31,6 +33,7 @@ class Techniques:
     # prefix caching
     prefix_cache: bool = False
     prefix_block_tokens: int = 512  # Mooncake traces hash 512-token blocks
+    prefix_cache_fraction: float = 0.5  # share of each replica's KV pool that holds cached prefix blocks
     # speculative decoding
     speculative: bool = False
     spec_k: int = 4
@@ -45,6 +48,8 @@ class Techniques:
     # LoRA adapters
     lora: bool = False
     lora_routing: bool = True  # prefer nodes with the adapter loaded
+    lora_slots: int = 8  # adapters a replica keeps loaded (LRU)
+    lora_load_gbs: float = 2.0  # adapter copy bandwidth (GB/s, local NVMe to GPU)
     # async batch on idle GPUs
     batch_policy: str = "none"
     # ablation rows (sim.ablation.ROWS); a non-empty list makes `edgepop simulate` run the ablation
@@ -86,4 +91,8 @@ def parse_techniques(raw: dict, where: str) -> Techniques:
         raise UserError(f"{where}: prefill_fraction must be in (0, 1), got {t.prefill_fraction!r}")
     if t.kv_link_gbps <= 0:
         raise UserError(f"{where}: kv_link_gbps must be positive, got {t.kv_link_gbps!r}")
+    if not 0 < t.prefix_cache_fraction <= 1 or not isinstance(t.lora_slots, int) or t.lora_slots < 1 \
+            or not t.lora_load_gbs > 0:
+        raise UserError(f"{where}: prefix_cache_fraction must be in (0, 1], lora_slots an integer >= 1 and "
+                        f"lora_load_gbs > 0, got {t.prefix_cache_fraction!r}, {t.lora_slots!r}, {t.lora_load_gbs!r}")
     return t

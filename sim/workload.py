@@ -34,6 +34,7 @@ from sim.workload_config import WorkloadConfig
 COLUMNS = ("request_id", "arrival_s", "city", "user_lat", "user_lon", "user_country", "user_continent", "ingress",
            "ingress_pop", "access_rtt_ms", "model", "task", "prompt_tokens", "output_tokens", "session_id",
            "hash_ids", "batch", "reject_if_busy")
+OPTIONAL_COLUMNS = ("adapter",)  # present only when the config asks for it (adapter_fraction > 0)
 META_KEY = b"edgepop.workload"
 
 
@@ -80,7 +81,7 @@ class Workload:
     def check(self, catalog: Catalog | None = None) -> None:
         """Assert the invariants listed in the module docstring (used by tests; cheap enough for any run)."""
         r = self.requests
-        assert tuple(r.columns) == COLUMNS, list(r.columns)
+        assert tuple(r.columns) in (COLUMNS, COLUMNS + OPTIONAL_COLUMNS), list(r.columns)
         assert (r.request_id.to_numpy() == np.arange(len(r))).all()
         t = r.arrival_s.to_numpy()
         assert (t >= 0).all() and (np.diff(t) >= 0).all()
@@ -121,7 +122,7 @@ class Workload:
         except (OSError, ValueError) as exc:
             raise UserError(f"{path}: not a readable parquet file ({exc})") from None
         raw = (table.schema.metadata or {}).get(META_KEY)
-        if raw is None or tuple(table.column_names) != COLUMNS:
+        if raw is None or tuple(table.column_names) not in (COLUMNS, COLUMNS + OPTIONAL_COLUMNS):
             raise UserError(f"{path}: not an edgepop workload file (no {META_KEY.decode()} metadata or columns)")
         meta = json.loads(raw)
         ids = np.empty(table.num_rows, object)
@@ -282,6 +283,10 @@ def _frame(cols: dict, cities: Cities, catalog: Catalog, cfg: WorkloadConfig, rn
         "prompt_tokens": c["prompt"].astype(np.int64), "output_tokens": c["output"].astype(np.int64),
         "session_id": session, "hash_ids": hash_ids if n else np.zeros(0, object), "batch": batch,
         "reject_if_busy": reject})
+    if cfg.adapter_fraction > 0:  # drawn last, so workloads without adapters keep every other draw
+        from sim.adapters import draw_adapters
+
+        frame["adapter"] = draw_adapters(frame, catalog, cfg.adapter_fraction, cfg.adapter_zipf, rng)
     return frame
 
 

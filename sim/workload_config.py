@@ -71,6 +71,8 @@ class WorkloadConfig:
     trace_model: str = DEFAULT_TRACE_MODEL
     trace_speed: float = 1.0  # >1 replays faster: arrival_s = trace time / trace_speed
     trace_limit: int | None = None  # replay only the first N requests of the trace
+    adapter_fraction: float = 0.0  # share of LLM requests (on models with LoRA adapters) naming an adapter
+    adapter_zipf: float = 1.0  # popularity of a model's adapters: the i-th in catalog order ~ 1 / i^adapter_zipf
 
     @property
     def is_trace(self) -> bool:
@@ -133,6 +135,8 @@ class WorkloadConfig:
         c.trace_model = model
         c.trace_speed = number(where, "trace_speed", d.get("trace_speed", 1.0), 0.0, lo_open=True)
         c.trace_limit = opt_integer(where, "trace_limit", d.get("trace_limit"), 1)
+        c.adapter_fraction = fraction(where, "adapter_fraction", d.get("adapter_fraction", 0.0))
+        c.adapter_zipf = number(where, "adapter_zipf", d.get("adapter_zipf", 1.0), 0.0)
         return c
 
     def to_dict(self) -> dict:
@@ -143,6 +147,8 @@ class WorkloadConfig:
         d["bursts"] = [{k: v for k, v in asdict(b).items() if v is not None} for b in self.bursts]
         d["day_compression"] = self.day_compression or 0.0
         skip = POISSON_ONLY if self.is_trace else TRACE_ONLY
+        if not self.adapter_fraction:  # configs without adapters keep their old form
+            skip = skip | {"adapter_fraction", "adapter_zipf"}
         return {k: v for k, v in d.items() if v is not None and k not in skip}
 
 

@@ -1,6 +1,14 @@
-"""Routing policies, picked by name: nearest-with-capacity, p2c, latency-load, session-affinity."""
+"""Routing policies, picked by name: nearest-with-capacity, p2c, latency-load, session-affinity, prefix-aware,
+adapter-aware."""
 
-from controlplane.routing import affinity, latency_load, nearest, p2c  # noqa: F401  (register the policies)
+from controlplane.routing import (  # noqa: F401  (register the policies)
+    affinity,
+    latency_load,
+    lora,
+    nearest,
+    p2c,
+    prefix,
+)
 from controlplane.routing.base import (
                                        QUEUE,
                                        REJECT,

@@ -1,0 +1,56 @@
+"""``prefix-aware``: send a request where the longest prefix of its prompt is already cached, within a load gate."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from controlplane.routing.base import Decision, Router, register_router
+from controlplane.routing.prefer import GATED, PICKED, pick_preferred
+from controlplane.state import Request
+
+SESSION_BONUS = 0.5  # less than one token: a pin breaks ties between equal prefixes and wins when none is cached
+
+
+@register_router("prefix-aware")
+class PrefixAware(Router):
+    """Prefer, among the ``k`` nearest ready replicas, the one whose prefix cache holds the most of the prompt
+    (``ClusterState.prefix_caches``, matched on the request's ``hash_ids``).
+
+    Session affinity feeds it: the replica that ran a session's previous turn gets a small bonus, so turns stay
+    together even when their blocks were evicted or the request carries no hashes. Imbalance gate: if the pick's
+    load exceeds the least-loaded candidate's by more than ``max_imbalance`` (load = running + queued per slot),
+    the request takes the best balanced candidate instead (nearest first), and with no preference anywhere the
+    base nearest-with-capacity choice. With prefix caching off it is
+    nearest-with-capacity plus session pins.
+    """
+
+    def __init__(self, state, rng=None, k: int = 8, max_imbalance: float = 0.25, session_affinity: bool = True,
+                 max_sessions: int = 1_000_000):
+        super().__init__(state, rng)
+        if k < 1 or max_imbalance < 0:
+            raise ValueError("k must be at least 1 and max_imbalance non-negative")
+        self.k, self.max_imbalance = k, max_imbalance
+        self.session_affinity, self.max_sessions = session_affinity, max_sessions
+        self.pins: OrderedDict = OrderedDict()
+        self.counts = {"prefix_picked": 0, "gated": 0, "base": 0}
+
+    def route(self, req: Request, now: float) -> Decision:
+        cands, rtts = self.state.candidates(req.ingress, req.model)
+        caches = self.state.prefix_caches
+        pin = self.pins.get(req.session) if self.session_affinity and req.session is not None else None
+        hashes, prompt = req.hash_ids, req.prompt_tokens
+
+        def score(r) -> float:
+            s = caches.match(r, hashes, prompt) if caches is not None and hashes else 0
+            return s + SESSION_BONUS if r is pin else float(s)
+
+        d, why = pick_preferred(req, cands, rtts, score, self.k, self.max_imbalance)
+        self.counts[{PICKED: "prefix_picked", GATED: "gated"}.get(why, "base")] += 1
+        if d is None:
+            d = self.nearest_with_capacity(req, cands, rtts)
+        if req.session is not None and self.session_affinity and d.replica is not None:
+            self.pins[req.session] = d.replica
+            self.pins.move_to_end(req.session)
+            if len(self.pins) > self.max_sessions:
+                self.pins.popitem(last=False)
+        return d

@@ -1,0 +1,151 @@
+"""Prefix caches (chained matching, LRU within the byte budget), the prefix-aware gate, LoRA catalog and slots."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from conftest import LLAMA, line_rtt, make_fleet, placement
+
+from controlplane.catalog import Catalog, CatalogError, default_catalog
+from controlplane.lora import AdapterIndex, AdapterSlots, attention_lora_bytes
+from controlplane.plane import AdmissionConfig, ControlPlane
+from controlplane.prefix_cache import PrefixCache, PrefixCaches
+from controlplane.routing import START
+from controlplane.state import Request
+from edgepop.errors import UserError
+
+
+def test_chained_match_stops_at_the_first_missing_block():
+    c = PrefixCache(block_tokens=4, block_bytes=1.0, capacity_bytes=None)
+    assert c.admit((1, 2, 3), 11) == 0
+    assert c.match((1, 2, 9, 3), 16) == 8  # block 9 is missing: block 3 after it cannot be reused
+    assert c.match((1, 2, 3), 10) == 10  # the partial last block counts its remainder only
+    assert c.match((7, 1, 2), 12) == 0
+
+
+def test_lru_eviction_respects_the_byte_budget_and_evicts_leaves_first():
+    c = PrefixCache(block_tokens=16, block_bytes=100.0, capacity_bytes=450.0)  # room for 4 blocks
+    assert c.capacity_blocks == 4
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        ids = tuple(rng.integers(0, 40, rng.integers(1, 7)).tolist())
+        c.admit(ids, 16 * len(ids))
+        assert c.used_bytes <= 450.0 and len(c) <= 4
+    assert c.evictions > 0
+    c.clear()
+    c.admit((1, 2, 3), 48)
+    c.admit((8, 9), 32)  # one block must go: the least recent is the leaf 3, not the head block 1
+    assert list(c.blocks) == [2, 1, 9, 8] and c.match((1, 2, 3), 48) == 32
+    c.admit((5,), 16)
+    assert c.match((1, 2, 3), 48) == 16 and len(c) == 4
+
+
+def test_budget_comes_from_the_replica_kv_pool(catalog):
+    spec = catalog[LLAMA]
+    p = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), line_rtt(1, 1))
+    caches = PrefixCaches(block_tokens=512, fraction=0.5)
+    c = caches.of(p.state.replicas[0])
+    assert c.block_bytes == spec.kv_bytes_per_token * 512
+    assert c.capacity_blocks == int(0.5 * spec.kv_pool_tokens * spec.kv_bytes_per_token // c.block_bytes)
+    with pytest.raises(UserError, match="fraction"):
+        PrefixCaches(fraction=1.5)
+
+
+def _plane(catalog, router, n=4, **opt):
+    table = placement([(LLAMA, i) for i in range(n)])
+    rtt = np.zeros((1, n))  # every replica equally near: only the cache and the gate decide
+    return ControlPlane(catalog, make_fleet([1] * n), table, rtt, router=router, router_options=opt,
+                        admission=AdmissionConfig(queue_limit=64), rng=np.random.default_rng(0))
+
+
+def test_prefix_aware_follows_the_cache_until_the_gate_spreads_load(catalog):
+    p = _plane(catalog, "prefix-aware", max_imbalance=0.25)
+    caches = p.state.prefix_caches = PrefixCaches(block_tokens=512, fraction=0.5)
+    shared = (0, 1)
+    caches.admit(p.state.replicas[2], shared, 600)  # replica 2 holds the popular prefix
+    placed = []
+    for i in range(60):
+        req = Request(i, LLAMA, 0, 600, 16, hash_ids=shared)
+        d = p.submit(req, 0.0)
+        assert d.action == START
+        placed.append(d.replica.id)
+    slots = p.state.replicas[2].slots
+    # The first requests all follow the prefix; once replica 2 is max_imbalance x slots ahead, the rest spread.
+    assert placed[: int(0.25 * slots) + 1] == [2] * (int(0.25 * slots) + 1)
+    loads = [r.load for r in p.state.replicas]
+    assert max(loads) - min(loads) <= 0.25 + 1.0 / slots
+    assert p.router.counts["gated"] > 0 and len(set(placed)) > 1
+    # Without the gate (a huge threshold) everything piles onto replica 2: the gate is what spreads load.
+    q = _plane(catalog, "prefix-aware", max_imbalance=1e9)
+    q.state.prefix_caches = PrefixCaches(block_tokens=512, fraction=0.5)
+    q.state.prefix_caches.admit(q.state.replicas[2], shared, 600)
+    assert {q.submit(Request(i, LLAMA, 0, 600, 16, hash_ids=shared), 0.0).replica.id for i in range(60)} == {2}
+
+
+def test_prefix_aware_keeps_a_session_where_its_last_turn_ran(catalog):
+    p = _plane(catalog, "prefix-aware")
+    p.state.replicas[0]._start(Request(-1, LLAMA, 0, 10, 10), 0.0)  # make replica 0 not the obvious choice
+    first = p.submit(Request(0, LLAMA, 0, 100, 10, session=7), 0.0).replica
+    for i in range(1, 5):
+        assert p.submit(Request(i, LLAMA, 0, 100, 10, session=7), 0.0).replica is first
+
+
+def _catalog_with(tmp_path, adapters_toml: str) -> Catalog:
+    base = (tmp_path / "c.toml")
+    base.write_text(f'''[models."@cf/meta/llama-3.1-8b-instruct"]
+task = "text-generation"
+family = "llama"
+parameters = 8.03e9
+precision = "bf16"
+context_window = 7968
+layers = 32
+hidden = 4096
+heads = 32
+kv_heads = 8
+intermediate = 14336
+vocab = 128256
+neurons_per_m_input = 1
+neurons_per_m_output = 1
+kv_pool_tokens = 32768
+stand_in = "gpt2-small"
+{adapters_toml}''')
+    return Catalog.load(base)
+
+
+def test_catalog_adapters_parse_and_validate(tmp_path):
+    spec = default_catalog()[LLAMA]
+    assert len(spec.adapters) >= 4 and all(a.base == LLAMA and a.rank <= 32 for a in spec.adapters)
+    assert all(0 < a.size_bytes <= 300e6 for a in spec.adapters)
+    # default size: q, k, v, o projections, A and B, fp16: rank 16 on Llama 8B is 16 x 26624 x 32 x 2 bytes
+    assert attention_lora_bytes(16, 32, 4096, 8, 128) == 16 * 26624 * 32 * 2
+    ok = _catalog_with(tmp_path, '[[models."@cf/meta/llama-3.1-8b-instruct".adapters]]\nname = "a"\nrank = 8\n')
+    assert ok[LLAMA].adapters[0].name == "a"
+    for bad, msg in [('name = "a"\nrank = 64\n', "rank"), ('name = "a"\nrank = 8\nsize_mb = 301\n', "300 MB"),
+                     ('rank = 8\n', "name"), ('name = "a"\nrank = 8\nalpha = 2\n', "alpha")]:
+        with pytest.raises(CatalogError) as exc:
+            _catalog_with(tmp_path, '[[models."@cf/meta/llama-3.1-8b-instruct".adapters]]\n' + bad)
+        assert msg in str(exc.value) and "c.toml" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_adapter_slots_lru_never_evicts_one_in_use():
+    s = AdapterSlots(2)
+    assert s.acquire("a", 0.0, 1.0) == (1.0, True)
+    assert s.acquire("a", 0.5, 1.0) == (1.0, False)  # still loading: wait for the copy under way
+    s.acquire("b", 2.0, 1.0)
+    s.release("b")
+    s.acquire("c", 3.0, 1.0)  # a is in use (two holders), so b goes
+    assert set(s.entries) == {"a", "c"} and s.loads == 3
+    assert s.acquire("d", 4.0, 1.0) is None and len(s.entries) == 2  # all in use: d waits for a release
+    assert s.release("c") and s.acquire("d", 5.0, 1.0) == (6.0, True) and set(s.entries) == {"a", "d"}
+
+
+def test_adapter_index_load_time_is_size_over_bandwidth(catalog):
+    p = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), line_rtt(1, 1))
+    r = p.state.replicas[0]
+    a = r.spec.adapters[0]
+    idx = AdapterIndex(slots=2, load_gbs=4.0)
+    wait, loaded = idx.acquire(r, a.name, 10.0)
+    assert loaded and wait == pytest.approx(a.size_bytes / 4e9)
+    with pytest.raises(UserError, match="no LoRA adapter"):
+        idx.acquire(r, "nope", 0.0)
+    assert replace(r.spec, adapters=()).adapters == ()
