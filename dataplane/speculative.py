@@ -26,7 +26,8 @@ from dataplane.session import SessionConfig
 
 @dataclass
 class SpeculativeResult:
-    """Generated ids and the speculation counters (``accepted`` of ``proposed`` draft tokens, ``rounds``)."""
+    """Generated ids and the speculation counters: ``accepted`` of ``proposed`` draft tokens over ``rounds``
+    target calls, ``rejections`` rounds that ended on a mismatch (the others accepted all their proposals)."""
 
     token_ids: list[int]
     prompt_tokens: int
@@ -34,14 +35,22 @@ class SpeculativeResult:
     proposed: int = 0
     accepted: int = 0
     rounds: int = 0
+    rejections: int = 0
     accepted_per_round: list[int] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
+        """Accepted / proposed draft tokens (falls with ``k``: later proposals need all earlier ones right)."""
         return self.accepted / self.proposed if self.proposed else 0.0
 
+    @property
+    def agreement(self) -> float:
+        """Per-token agreement alpha: P(the next proposal is accepted | the ones before it were)."""
+        tried = self.accepted + self.rejections
+        return self.accepted / tried if tried else 0.0
 
-def load_pair(draft: str = "tiny", widen: int = 2, depth: int = 2, noise: float = 0.15, seed: int = 0,
+
+def load_pair(draft: str = "tiny", widen: int = 2, depth: int = 2, noise: float = 0.2, seed: int = 0,
               config: SessionConfig | None = None) -> tuple[LanguageModel, LanguageModel]:
     """(target, draft) language models of :mod:`dataplane.models.gpt2_pair` (built once, cached on disk).
 
@@ -134,6 +143,7 @@ def generate_speculative(target: LanguageModel, draft: LanguageModel, prompt: li
         res.rounds += 1
         res.proposed += kk
         res.accepted += m
+        res.rejections += m < kk
         res.accepted_per_round.append(m)
         keep = len(seq) + m  # rollback: drop KV of rejected proposals in both caches
         t_past = [a[:, :, :keep] for a in t_present]

@@ -69,7 +69,7 @@ def widen_deepen(spec: GPT2Spec, w: dict[str, np.ndarray], widen: int = 2, depth
     return t_spec, {k: v.astype(np.float32) for k, v in out.items()}
 
 
-def pair_paths(draft: str = "tiny", widen: int = 2, depth: int = 2, noise: float = 0.15, seed: int = 0):
+def pair_paths(draft: str = "tiny", widen: int = 2, depth: int = 2, noise: float = 0.2, seed: int = 0):
     """ONNX files (built once, cached on disk) of ``(target, draft, target_spec, draft_spec)``.
 
     The draft is the ``draft`` preset with its usual weights; the target is its Net2Net widening/deepening plus

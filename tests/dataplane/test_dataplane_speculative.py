@@ -20,7 +20,7 @@ def test_speculative_equals_greedy_for_several_prompts_and_k(pair):
     target, draft = pair
     rng = np.random.default_rng(11)
     prompts = [rng.integers(0, 256, n).tolist() for n in (1, 9, 40)]
-    proposed = accepted = 0
+    accepted = tried = 0
     for prompt in prompts:
         want = generate_greedy(target, prompt, 24)
         assert len(want) == 24
@@ -29,8 +29,8 @@ def test_speculative_equals_greedy_for_several_prompts_and_k(pair):
             assert res.token_ids == want, (len(prompt), k)
             assert res.rounds == len(res.accepted_per_round) and res.accepted == sum(res.accepted_per_round)
             assert res.rounds < 24 or res.accepted == 0  # accepted proposals save target calls
-            proposed, accepted = proposed + res.proposed, accepted + res.accepted
-    assert 0.2 < accepted / proposed < 0.95  # the pair agrees often, not always
+            accepted, tried = accepted + res.accepted, tried + res.accepted + res.rejections
+    assert 0.3 < accepted / tried < 0.95  # the pair agrees often, not always
 
 
 def test_eos_stops_speculation_like_greedy(pair):
