@@ -23,6 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: one per core)")
     p.add_argument("--list-models", action="store_true", help="list registered models and exit")
     p.set_defaults(func=run_profile)
+    from dataplane.speculative import register_cli
+
+    register_cli(subparsers)
 
 
 def run_profile(args: argparse.Namespace) -> int:
