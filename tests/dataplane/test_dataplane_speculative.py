@@ -72,3 +72,14 @@ def test_bad_arguments_are_refused(pair):
         generate_speculative(target, draft, [1, 2], k=0)
     with pytest.raises(InvalidInputError):
         generate_speculative(target, draft, [], k=2)
+
+
+def test_cli_speculate_prints_figures(pair, capsys):
+    import json
+
+    from edgepop.cli import main
+
+    assert main(["speculate", "--k", "3", "--max-tokens", "8", "--prompt", "edge"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["identical_to_greedy"] is True and figures["tokens"] == 8 and figures["k"] == 3
+    assert main(["speculate", "--k", "0"]) == 2
