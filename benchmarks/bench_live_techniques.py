@@ -23,7 +23,7 @@ from dataplane.engine_lm import LMEngine, LMEngineConfig
 from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.sampling import SamplingParams
 from dataplane.session import SessionConfig
-from dataplane.speculative import generate_greedy, generate_speculative, load_pair
+from dataplane.speculative import _call, generate_greedy, generate_speculative, load_pair
 
 
 def _ttft(engine: LMEngine, prompt: list[int]) -> tuple[float, int]:
@@ -59,9 +59,19 @@ def bench_prefix(lm_name: str, reps: int, rng: np.random.Generator) -> dict:
             "ttft_ms_cache": round(b * 1e3, 2), "ttft_speedup": round(a / b, 2), "outputs_identical": same}
 
 
-def bench_speculative(ks: list[int], n_prompts: int, max_tokens: int, noise: float,
+def _call_ms(model, n_new: int, past) -> float:
+    """Median ms of one call feeding ``n_new`` tokens after ``past``."""
+    ts = []
+    for _ in range(9):
+        t0 = time.perf_counter()
+        _call(model, list(range(n_new)), past)
+        ts.append(time.perf_counter() - t0)
+    return round(statistics.median(ts) * 1e3, 2)
+
+
+def bench_speculative(ks: list[int], n_prompts: int, max_tokens: int, noise: float, depth: int,
                       rng: np.random.Generator) -> dict:
-    target, draft = load_pair(noise=noise)
+    target, draft = load_pair(depth=depth, noise=noise)
     prompts = [rng.integers(0, 256, 32).tolist() for _ in range(n_prompts)]
     generate_greedy(target, prompts[0], 8)  # warm both sessions
     generate_greedy(draft, prompts[0], 8)
@@ -78,9 +88,11 @@ def bench_speculative(ks: list[int], n_prompts: int, max_tokens: int, noise: flo
             secs[name] += time.perf_counter() - t0
     t_plain, t_draft, want = secs["plain"], secs["draft"], outs["plain"]
     out = {"target_params_m": round(target.spec.n_params() / 1e6, 1), "draft_params_m": round(draft.spec.n_params() / 1e6, 1),
-           "noise": noise, "tokens": max_tokens * n_prompts,
+           "noise": noise, "depth": depth, "tokens": max_tokens * n_prompts,
            "target_ms_per_token": round(t_plain / (max_tokens * n_prompts) * 1e3, 3),
            "draft_ms_per_token": round(t_draft / (max_tokens * n_prompts) * 1e3, 3), "per_k": {}}
+    _, past = _call(target, prompts[0], target.empty_past(1))
+    out["target_call_ms_by_new_tokens"] = {str(n): _call_ms(target, n, past) for n in [1] + [k + 1 for k in ks]}
     for k in ks:
         res = outs[k]
         acc = sum(r.accepted for r in res)
@@ -98,6 +110,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--lm", default="gpt2-tiny", help="LM for the prefix-cache TTFT benchmark")
     ap.add_argument("--noise", type=float, default=0.2, help="Net2Net target noise (lower: higher acceptance)")
+    ap.add_argument("--depth", type=int, default=2, help="Net2Net target blocks per draft block")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
@@ -105,7 +118,7 @@ def main() -> None:
     print(f"prefix cache ({args.lm}): TTFT {prefix['ttft_ms_no_cache']} ms -> {prefix['ttft_ms_cache']} ms "
           f"(x{prefix['ttft_speedup']}), {prefix['cached_tokens']} of {prefix['prompt_tokens']} tokens cached",
           flush=True)
-    spec = bench_speculative([1, 2, 4, 6], 2 if args.quick else 4, 32 if args.quick else 64, args.noise, rng)
+    spec = bench_speculative([1, 2, 4, 6], 2 if args.quick else 4, 32 if args.quick else 64, args.noise, args.depth, rng)
     for k, r in spec["per_k"].items():
         print(f"speculative k={k}: x{r['speedup']} acceptance {r['acceptance']} agreement {r['agreement']} "
               f"identical={r['identical_to_greedy']}", flush=True)
