@@ -26,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--list-models", action="store_true", help="list registered models and exit")
     p.set_defaults(func=run_profile)
     cli_live.register(subparsers)  # lora-check and quantize live in their own module
+    from dataplane.speculative import register_cli
+
+    register_cli(subparsers)
 
 
 def run_profile(args: argparse.Namespace) -> int:

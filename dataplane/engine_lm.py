@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dataplane.errors import CapacityError, EngineClosedError, InvalidInputError
+from dataplane.prefix_cache import PrefixCache, PrefixCacheConfig
 from dataplane.runtime import LanguageModel
 from dataplane.sampling import SamplingParams, sample_token
 
@@ -41,15 +42,18 @@ TokenCallback = Callable[[int, str], None]
 
 @dataclass(frozen=True)
 class LMEngineConfig:
-    """``max_batch`` concurrent sequences; ``kv_budget_tokens`` reserved tokens over all of them."""
+    """``max_batch`` concurrent sequences; ``kv_budget_tokens`` reserved tokens over all of them;
+    ``prefix_cache``: reuse the KV of recent prompts' shared leading blocks (None: off)."""
 
     max_batch: int = 16
     kv_budget_tokens: int = 16384
+    prefix_cache: PrefixCacheConfig | None = None
 
 
 @dataclass
 class GenerationResult:
-    """The outcome of one request. ``finish_reason`` is ``stop`` (EOS), ``length`` or ``cancelled``."""
+    """The outcome of one request. ``finish_reason`` is ``stop`` (EOS), ``length`` or ``cancelled``;
+    ``cached_tokens``: prompt tokens whose KV came from the prefix cache instead of being prefilled."""
 
     text: str
     token_ids: list[int]
@@ -57,6 +61,7 @@ class GenerationResult:
     finish_reason: str
     provider: str
     synthetic: bool
+    cached_tokens: int = 0
 
     @property
     def completion_tokens(self) -> int:
@@ -112,6 +117,7 @@ class _Seq:
         self.h = handle
         self.rng = np.random.default_rng(handle.params.seed)
         self.pos = 0  # real tokens in the cache
+        self.cached = 0  # prompt tokens taken from the prefix cache
         self.next_token = -1  # sampled, not yet fed
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text: list[str] = []
@@ -144,6 +150,8 @@ class LMEngine:
         self._past: list[np.ndarray] | None = None
         self._mask: np.ndarray | None = None
         self._reserved = 0
+        pc = self.config.prefix_cache
+        self.prefix_cache = PrefixCache(pc) if pc is not None and pc.max_bytes > 0 else None
         self._thread = threading.Thread(target=self._loop, name=f"edgepop-lm-{model.name}", daemon=True)
         self._thread.start()
 
@@ -233,17 +241,22 @@ class LMEngine:
         return out
 
     def _prefill(self, seqs: list[_Seq]) -> None:
+        groups, cold = self._prefill_cached(seqs) if self.prefix_cache is not None else ([], seqs)
         try:
-            groups = [(seqs, *self.model.prefill([s.h.prompt_ids for s in seqs]))]
+            if cold:
+                groups.append((cold, *self.model.prefill([s.h.prompt_ids for s in cold])))
         except Exception:
-            groups = []  # isolate: each prompt alone, so only a failing one fails
-            for s in seqs:
+            for s in cold:  # isolate: each prompt alone, so only a failing one fails
                 try:
                     groups.append(([s], *self.model.prefill([s.h.prompt_ids])))
                 except Exception as exc:
                     self._finish(s, error=exc)
         self.stats.prefills += 1
         for group, logits, present, mask in groups:
+            if self.prefix_cache is not None:
+                for row, s in enumerate(group):
+                    pad = mask.shape[1] - len(s.h.prompt_ids)
+                    self.prefix_cache.insert(s.h.prompt_ids, [a[row, :, pad:] for a in present])
             keep = []
             for row, s in enumerate(group):
                 s.pos = len(s.h.prompt_ids)
@@ -251,6 +264,26 @@ class LMEngine:
                     keep.append(row)
             if keep:
                 self._merge([group[r] for r in keep], [a[keep] for a in present], mask[keep])
+
+    def _prefill_cached(self, seqs: list[_Seq]) -> tuple[list, list[_Seq]]:
+        """Prefill prompts with a cached prefix one by one from that KV; returns (groups, the other seqs)."""
+        groups, cold = [], []
+        for s in seqs:
+            ids = s.h.prompt_ids
+            n, kv = self.prefix_cache.lookup(ids)
+            if n == 0:
+                cold.append(s)
+                continue
+            s.cached = n
+            mask = np.ones((1, len(ids)), np.int64)
+            try:
+                logits, present = self.model.step(np.array([ids[n:]], np.int64), mask,
+                                                  np.arange(n, len(ids), dtype=np.int64)[None], kv)
+            except Exception as exc:
+                self._finish(s, error=exc)
+                continue
+            groups.append(([s], logits, present, mask))
+        return groups, cold
 
     def _decode(self) -> None:
         ids = np.array([[s.next_token] for s in self._running], np.int64)
@@ -357,4 +390,5 @@ class LMEngine:
         else:
             s.h.future.set_result(GenerationResult(
                 text="".join(s.text), token_ids=list(s.h.token_ids), prompt_tokens=len(s.h.prompt_ids),
-                finish_reason=reason or "stop", provider=self.model.provider, synthetic=self.model.synthetic))
+                finish_reason=reason or "stop", provider=self.model.provider, synthetic=self.model.synthetic,
+                cached_tokens=s.cached))

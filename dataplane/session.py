@@ -74,12 +74,15 @@ def resolve_provider(choice: str = "auto") -> str:
 
 @dataclass(frozen=True)
 class SessionConfig:
-    """How to open sessions. ``intra_op_threads=0`` lets onnxruntime use one thread per core."""
+    """How to open sessions. ``intra_op_threads=0`` lets onnxruntime use one thread per core.
+    ``allow_spinning=False`` makes idle intra-op threads sleep instead of spin-waiting, so two sessions that
+    take turns (a speculative draft and its target) do not steal each other's cores."""
 
     provider: str = "auto"
     intra_op_threads: int = 0
     inter_op_threads: int = 1
     optimization: str = "all"  # "basic" | "extended" | "all"
+    allow_spinning: bool = True
 
 
 _OPT = {
@@ -100,6 +103,8 @@ class Session:
         opts.intra_op_num_threads = self.config.intra_op_threads
         opts.inter_op_num_threads = self.config.inter_op_threads
         opts.graph_optimization_level = _OPT[self.config.optimization]
+        if not self.config.allow_spinning:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         wanted = resolve_provider(self.config.provider)
         providers = [wanted] if wanted == PROVIDERS["cpu"] else [wanted, PROVIDERS["cpu"]]
         self.ort = ort.InferenceSession(str(self.path), sess_options=opts, providers=providers)

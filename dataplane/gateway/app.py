@@ -32,6 +32,7 @@ from dataplane.gateway.batch import BatchService
 from dataplane.gateway.config import GatewayConfig
 from dataplane.gateway.errors import GatewayError, bad_input, from_exception
 from dataplane.gateway.http_util import envelope, flag, ok, parse_json, read_body, run_inputs, search_models
+from dataplane.gateway.invoke import workers_usage
 from dataplane.gateway.metrics import CONTENT_TYPE
 from dataplane.gateway.pipeline import Gateway
 from dataplane.gateway.sse import DONE_FRAME, frame
@@ -153,8 +154,8 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
             async for piece in call.stream():
                 yield frame({"response": piece})
             u = call.stream_.usage()
-            yield frame({"response": "", "usage": {k: u[k] for k in ("prompt_tokens", "completion_tokens",
-                                                                     "total_tokens") if k in u}})
+            yield frame({"response": "", "usage": workers_usage(u["prompt_tokens"], u["completion_tokens"],
+                                                                u.get("cached_tokens", 0)) if u else {}})
         except Exception as exc:  # the status line is gone: report in-band, then end the stream cleanly
             err = from_exception(exc)
             yield frame({"error": {"code": err.code, "message": err.message}})

@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--request-timeout", type=float, help="seconds an engine may take (3007 after)")
     p.add_argument("--router", help="routing policy (default session-affinity over nearest-with-capacity)")
     p.add_argument("--threads", type=int, help="onnxruntime intra-op threads per session (0: one per core)")
+    p.add_argument("--prefix-cache-mb", type=int,
+                   help="MiB of prompt-prefix KV each LM engine keeps for reuse (0: off, the default)")
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), help="onnxruntime execution provider")
     p.add_argument("--seed", type=int)
     p.add_argument("--no-warm", action="store_true", help="load models on first use instead of at start")
@@ -80,7 +82,8 @@ def gateway_config(args: argparse.Namespace):
             over["pops"] = list(sc.edge.pops)
     flags = dict(pops=_csv(args.pops), models=_csv(args.models), db=args.db, slots=args.slots,
                  queue_timeout_s=args.queue_timeout, request_timeout_s=args.request_timeout, router=args.router,
-                 seed=args.seed, delay_scale=args.delay_scale, threads=args.threads, provider=args.provider)
+                 seed=args.seed, delay_scale=args.delay_scale, threads=args.threads, provider=args.provider,
+                 lm_prefix_cache_mb=args.prefix_cache_mb)
     over.update({k: v for k, v in flags.items() if v is not None})  # flags given win over the scenario
     if args.default_location:
         over["default_location"] = parse_location(args.default_location, "--default-location")

@@ -49,6 +49,7 @@ class GatewayConfig:
     topology's RTT (False with ``--no-delay``); ``delay_scale`` multiplies it. ``tokens``: bearer token ->
     account id; ``no_auth`` serves everyone as account ``local``. ``db``: SQLite file of async batch jobs
     (None: a file in the working directory). ``lm_max_batch``: sequences one LM engine runs together.
+    ``lm_prefix_cache_mb``/``lm_prefix_block``: prefix KV reuse per LM engine (MiB, 0: off; block size in tokens).
     ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
     """
 
@@ -72,6 +73,8 @@ class GatewayConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     lm_max_batch: int = 32
     lm_kv_budget_tokens: int = 32768
+    lm_prefix_cache_mb: int = 0
+    lm_prefix_block: int = 16
     encoder_max_batch: int = 32
     encoder_max_wait_ms: float = 2.0
     threads: int = 0
@@ -107,7 +110,7 @@ class GatewayConfig:
             bad("default_location", f"{loc!r} is not [lat, lon] with lat in [-90, 90] and lon in [-180, 180]")
         self.default_location = (float(loc[0]), float(loc[1]))
         for name in ("queue_limit", "batch_concurrency", "max_body_bytes", "lm_max_batch", "lm_kv_budget_tokens",
-                     "encoder_max_batch"):
+                     "encoder_max_batch", "lm_prefix_block"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 bad(name, f"{v!r} is not a positive integer")
@@ -125,6 +128,9 @@ class GatewayConfig:
             bad("tokens", "must map non-empty token strings to non-empty account ids")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
             bad("threads", f"{self.threads!r} is not a non-negative integer (0: one per core)")
+        v = self.lm_prefix_cache_mb
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            bad("lm_prefix_cache_mb", f"{v!r} is not a non-negative integer (0: off)")
         if self.provider not in ("auto", "cpu", "cuda"):
             bad("provider", f"{self.provider!r} is not one of auto, cpu, cuda")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -20,6 +20,7 @@ from dataplane import registry
 from dataplane.engine_batch import BatchConfig
 from dataplane.engine_lm import LMEngineConfig
 from dataplane.gateway.config import GatewayConfig
+from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.service import DataPlane, DataPlaneConfig
 from dataplane.session import SessionConfig
 from edgepop.errors import UserError
@@ -94,7 +95,9 @@ class Deployment:
         self.pop_ids = self.topo.pops.id.to_numpy()
         self.dp = DataPlane(DataPlaneConfig(
             session=SessionConfig(provider=cfg.provider, intra_op_threads=cfg.threads),
-            lm=LMEngineConfig(max_batch=cfg.lm_max_batch, kv_budget_tokens=cfg.lm_kv_budget_tokens),
+            lm=LMEngineConfig(max_batch=cfg.lm_max_batch, kv_budget_tokens=cfg.lm_kv_budget_tokens,
+                              prefix_cache=PrefixCacheConfig(cfg.lm_prefix_block, cfg.lm_prefix_cache_mb << 20)
+                              if cfg.lm_prefix_cache_mb else None),
             batch=BatchConfig(max_batch=cfg.encoder_max_batch, max_wait_ms=cfg.encoder_max_wait_ms)))
 
     def warm(self) -> None:

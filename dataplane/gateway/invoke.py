@@ -135,6 +135,15 @@ def _shape(dp, prep: Prepared, outs: list):
     return {"text": text, "word_count": len(text.split())}
 
 
+def workers_usage(prompt: int, completion: int, cached: int = 0) -> dict:
+    """The Workers AI ``usage`` object; ``prompt_tokens_details.cached_tokens`` (OpenAI's field) appears when a
+    prefix of the prompt was served from the prefix KV cache."""
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if cached:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return out
+
+
 class EngineRun:
     """Work submitted to an engine: awaitable, cancellable, with a future that completes when the engine is done
     with it (success, failure or cancellation), which is when the control-plane slot is released."""
@@ -164,9 +173,9 @@ class EngineRun:
         if self.handle is not None:
             res = outs[0]
             p, c = res.prompt_tokens, res.completion_tokens
-            return Finished({"response": res.text, "usage": {"prompt_tokens": p, "completion_tokens": c,
-                                                             "total_tokens": p + c}},
-                            t, {"prompt_tokens": p, "completion_tokens": c, "finish_reason": res.finish_reason})
+            return Finished({"response": res.text, "usage": workers_usage(p, c, res.cached_tokens)},
+                            t, {"prompt_tokens": p, "completion_tokens": c, "finish_reason": res.finish_reason,
+                                "cached_tokens": res.cached_tokens})
         n = int(round(self.prep.input_units)) if self.prep.task.startswith("text-") else 0
         return Finished(_shape(self.dp, self.prep, outs), t, {"prompt_tokens": n, "completion_tokens": 0})
 
@@ -206,4 +215,4 @@ class TokenStream:
         res = fut.result()
         p, c = res.prompt_tokens, res.completion_tokens
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-                "finish_reason": res.finish_reason}
+                "finish_reason": res.finish_reason, "cached_tokens": res.cached_tokens}

@@ -71,11 +71,17 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
 
 def chat_completion(cid: str, model: str, text: str, usage: dict) -> dict:
     """The non-streaming ``chat.completion`` object."""
-    p, c = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
     return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": finish_reason(usage), "logprobs": None}],
-            "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}}
+            "usage": openai_usage(usage)}
+
+
+def openai_usage(usage: dict) -> dict:
+    """OpenAI ``usage`` with ``prompt_tokens_details.cached_tokens`` (prompt tokens served from the prefix cache)."""
+    p, c = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": int(usage.get("cached_tokens", 0))}}
 
 
 def finish_reason(usage: dict) -> str:
@@ -89,8 +95,7 @@ def chat_chunk(cid: str, model: str, created: int, delta: dict, finish: str | No
            "choices": [] if usage is not None else [{"index": 0, "delta": delta, "finish_reason": finish,
                                                      "logprobs": None}]}
     if usage is not None:
-        p, c = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-        out["usage"] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+        out["usage"] = openai_usage(usage)
     return out
 
 

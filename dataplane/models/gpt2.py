@@ -80,8 +80,11 @@ def random_weights(spec: GPT2Spec, rng: np.random.Generator) -> dict[str, np.nda
     return w
 
 
-def build_graph(spec: GPT2Spec, w: dict[str, np.ndarray]):
-    """The ONNX model for ``spec`` with weights ``w`` (see the module docstring for the interface)."""
+def build_graph(spec: GPT2Spec, w: dict[str, np.ndarray], all_logits: bool = False):
+    """The ONNX model for ``spec`` with weights ``w`` (see the module docstring for the interface).
+
+    ``all_logits``: output ``logits [B,T,V]`` for every new position (a speculative-decoding target verifies
+    all drafted tokens in one call) instead of the last position's ``[B,V]``."""
     g = GraphBuilder("gpt2")
     h_, d_ = spec.n_head, spec.head_dim
     ids = g.input("input_ids", np.int64, ["batch", "new"])
@@ -92,7 +95,7 @@ def build_graph(spec: GPT2Spec, w: dict[str, np.ndarray]):
         pk = g.input(f"past_key.{i}", np.float32, ["batch", h_, "past", d_])
         pv = g.input(f"past_value.{i}", np.float32, ["batch", h_, "past", d_])
         pasts.append((pk, pv))
-    g.output("logits", np.float32, ["batch", spec.vocab_size])
+    g.output("logits", np.float32, ["batch", "new", spec.vocab_size] if all_logits else ["batch", spec.vocab_size])
 
     wte = g.weight("wte", w["wte"])
     x = g.op("Add", [g.op("Gather", [wte, ids]), g.op("Gather", [g.weight("wpe", w["wpe"]), pos])])
@@ -128,7 +131,7 @@ def build_graph(spec: GPT2Spec, w: dict[str, np.ndarray]):
         m = g.gelu_tanh(g.linear(m, w[p + "fc.w"], w[p + "fc.b"], p + "fc"))
         x = g.op("Add", [x, g.linear(m, w[p + "fc_proj.w"], w[p + "fc_proj.b"], p + "fc_proj")])
 
-    last = g.op("Gather", [x, g.op("Sub", [t_len, g.const(1)])], axis=1)  # [B,C]: only the last position
+    last = x if all_logits else g.op("Gather", [x, g.op("Sub", [t_len, g.const(1)])], axis=1)  # [B,C]: last only
     last = g.layer_norm(last, w["ln_f.g"], w["ln_f.b"], "ln_f", spec.layer_norm_eps)
     g.op("MatMul", [last, g.op("Transpose", [wte], perm=[1, 0])], out="logits")  # tied LM head
     return g.build(doc=f"edgepop GPT-2 {spec}")
