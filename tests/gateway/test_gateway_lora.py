@@ -90,6 +90,10 @@ def test_openai_model_suffix_selects_adapter(lora_gateway):
                                     extra_body={"ignore_eos": True})
     assert out.model == f"{GEN}:legal"
     assert out.choices[0].message.content == _greedy(chat_prompt(msgs), ads["legal"])
+    chunks = c.chat.completions.create(model=f"{GEN}:support", messages=msgs, max_tokens=N_NEW, temperature=0,
+                                       stream=True, extra_body={"ignore_eos": True})
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == _greedy(chat_prompt(msgs), ads["support"])  # streaming carries the adapter too
     with pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model=f"{GEN}:nope", messages=msgs, max_tokens=2)
     assert "nope" in str(err.value) and "legal" in str(err.value)
