@@ -23,21 +23,19 @@ from __future__ import annotations
 import codecs
 import collections
 import itertools
-import queue
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from dataplane.errors import CapacityError, EngineClosedError, InvalidInputError
+from dataplane.lm_handle import _DONE, GenerationHandle, GenerationResult, LMStats, TokenCallback
+from dataplane.lora import Adapter, LoraLanguageModel, adapter_salt
 from dataplane.prefix_cache import PrefixCache, PrefixCacheConfig
 from dataplane.runtime import LanguageModel
 from dataplane.sampling import SamplingParams, sample_token
 
-_DONE = object()
-TokenCallback = Callable[[int, str], None]
+__all__ = ["GenerationHandle", "GenerationResult", "LMEngine", "LMEngineConfig", "LMStats", "TokenCallback"]
 
 
 @dataclass(frozen=True)
@@ -48,66 +46,6 @@ class LMEngineConfig:
     max_batch: int = 16
     kv_budget_tokens: int = 16384
     prefix_cache: PrefixCacheConfig | None = None
-
-
-@dataclass
-class GenerationResult:
-    """The outcome of one request. ``finish_reason`` is ``stop`` (EOS), ``length`` or ``cancelled``;
-    ``cached_tokens``: prompt tokens whose KV came from the prefix cache instead of being prefilled."""
-
-    text: str
-    token_ids: list[int]
-    prompt_tokens: int
-    finish_reason: str
-    provider: str
-    synthetic: bool
-    cached_tokens: int = 0
-
-    @property
-    def completion_tokens(self) -> int:
-        return len(self.token_ids)
-
-
-@dataclass
-class LMStats:
-    steps: int = 0
-    prefills: int = 0
-    tokens: int = 0
-    batch_sizes: collections.Counter = field(default_factory=collections.Counter)
-
-
-class GenerationHandle:
-    """A submitted request: iterate it for text pieces, ``result()`` for the whole, ``cancel()`` to stop."""
-
-    def __init__(self, rid: int, prompt_ids: list[int], params: SamplingParams, max_tokens: int,
-                 on_token: TokenCallback | None, wake: Callable[[], None]):
-        self.id, self.prompt_ids, self.params, self.max_tokens = rid, prompt_ids, params, max_tokens
-        self.on_token = on_token
-        self.future: Future = Future()
-        self.token_ids: list[int] = []
-        self._events: queue.Queue = queue.Queue()
-        self._cancel = threading.Event()
-        self._wake = wake
-
-    def cancel(self) -> None:
-        """Ask the engine to stop this request; it finishes with ``finish_reason='cancelled'``."""
-        self._cancel.set()
-        self._wake()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancel.is_set()
-
-    def __iter__(self) -> Iterator[str]:
-        """Text pieces as they are generated (blocking); re-raises the request's error, if any."""
-        while (piece := self._events.get()) is not _DONE:
-            yield piece
-        exc = self.future.exception()
-        if exc is not None:
-            raise exc
-
-    def result(self, timeout: float | None = None) -> GenerationResult:
-        return self.future.result(timeout)
 
 
 class _Seq:
@@ -157,9 +95,15 @@ class LMEngine:
 
     # ----- public API -----------------------------------------------------------------------------------
     def submit(self, prompt: str | list[int], params: SamplingParams | None = None,
-               on_token: TokenCallback | None = None) -> GenerationHandle:
-        """Validate and queue a request (a prompt string or token ids); returns immediately."""
+               on_token: TokenCallback | None = None, adapter: Adapter | None = None) -> GenerationHandle:
+        """Validate and queue a request (a prompt string or token ids); returns immediately.
+
+        ``adapter``: a LoRA :class:`~dataplane.lora.Adapter` for this request only (the model must be a
+        :class:`~dataplane.lora.LoraLanguageModel`); rows of one batch may use different adapters.
+        """
         params = params or SamplingParams()
+        if adapter is not None and not isinstance(self.model, LoraLanguageModel):
+            raise InvalidInputError(f"model {self.model.name!r} is not served with LoRA adapters")
         tok, n_ctx = self.model.tokenizer, self.model.spec.n_ctx
         if isinstance(prompt, str):
             ids = tok.encode(prompt)
@@ -176,7 +120,8 @@ class LMEngine:
         if len(ids) + max_tokens > self.config.kv_budget_tokens:
             raise CapacityError(f"prompt + max_tokens = {len(ids) + max_tokens} exceeds the KV budget "
                                 f"of {self.config.kv_budget_tokens} tokens")
-        handle = GenerationHandle(next(self._ids), ids, params, max_tokens, on_token, self._wake)
+        handle = GenerationHandle(next(self._ids), ids, params, max_tokens, on_token, self._wake, adapter,
+                                  adapter_salt(adapter))
         with self._cond:
             if self._closed:
                 raise EngineClosedError("engine is closed")
@@ -244,11 +189,11 @@ class LMEngine:
         groups, cold = self._prefill_cached(seqs) if self.prefix_cache is not None else ([], seqs)
         try:
             if cold:
-                groups.append((cold, *self.model.prefill([s.h.prompt_ids for s in cold])))
+                groups.append((cold, *self._prefill_rows(cold)))
         except Exception:
             for s in cold:  # isolate: each prompt alone, so only a failing one fails
                 try:
-                    groups.append(([s], *self.model.prefill([s.h.prompt_ids])))
+                    groups.append(([s], *self._prefill_rows([s])))
                 except Exception as exc:
                     self._finish(s, error=exc)
         self.stats.prefills += 1
@@ -256,7 +201,7 @@ class LMEngine:
             if self.prefix_cache is not None:
                 for row, s in enumerate(group):
                     pad = mask.shape[1] - len(s.h.prompt_ids)
-                    self.prefix_cache.insert(s.h.prompt_ids, [a[row, :, pad:] for a in present])
+                    self.prefix_cache.insert(s.h.prompt_ids, [a[row, :, pad:] for a in present], s.h.salt)
             keep = []
             for row, s in enumerate(group):
                 s.pos = len(s.h.prompt_ids)
@@ -270,15 +215,15 @@ class LMEngine:
         groups, cold = [], []
         for s in seqs:
             ids = s.h.prompt_ids
-            n, kv = self.prefix_cache.lookup(ids)
+            n, kv = self.prefix_cache.lookup(ids, s.h.salt)
             if n == 0:
                 cold.append(s)
                 continue
             s.cached = n
             mask = np.ones((1, len(ids)), np.int64)
             try:
-                logits, present = self.model.step(np.array([ids[n:]], np.int64), mask,
-                                                  np.arange(n, len(ids), dtype=np.int64)[None], kv)
+                logits, present = self._step(np.array([ids[n:]], np.int64), mask,
+                                             np.arange(n, len(ids), dtype=np.int64)[None], kv, [s])
             except Exception as exc:
                 self._finish(s, error=exc)
                 continue
@@ -292,7 +237,7 @@ class LMEngine:
         self.stats.steps += 1
         self.stats.batch_sizes[len(self._running)] += 1
         try:
-            logits, present = self.model.step(ids, mask, pos, self._past)
+            logits, present = self._step(ids, mask, pos, self._past, self._running)
             failed: list[int] = []
         except Exception:
             logits, present, failed = self._decode_rows(ids, mask, pos)
@@ -309,7 +254,8 @@ class LMEngine:
         failed = []
         for i, s in enumerate(self._running):
             try:
-                lg, pr = self.model.step(ids[i:i + 1], mask[i:i + 1], pos[i:i + 1], [a[i:i + 1] for a in self._past])
+                lg, pr = self._step(ids[i:i + 1], mask[i:i + 1], pos[i:i + 1], [a[i:i + 1] for a in self._past],
+                                    [s])
                 logits[i] = lg[0]
                 for dst, src in zip(present, pr, strict=True):
                     dst[i] = src[0]
@@ -317,6 +263,17 @@ class LMEngine:
                 failed.append(i)
                 self._finish(s, error=exc)
         return logits, present, failed
+
+    def _step(self, ids, mask, pos, past, seqs: list[_Seq]):
+        """One forward call; a LoRA model gets each row's adapter (None rows: zero factors, the base)."""
+        if isinstance(self.model, LoraLanguageModel):
+            return self.model.step_with(ids, mask, pos, past, [s.h.adapter for s in seqs])
+        return self.model.step(ids, mask, pos, past)
+
+    def _prefill_rows(self, seqs: list[_Seq]):
+        if isinstance(self.model, LoraLanguageModel):
+            self.model.adapters = [s.h.adapter for s in seqs]  # prefill() steps with these (engine thread only)
+        return self.model.prefill([s.h.prompt_ids for s in seqs])
 
     def _accept(self, s: _Seq, logits: np.ndarray) -> bool:
         """Sample and deliver one token; False when the sequence is finished (and already finalised)."""

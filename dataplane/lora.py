@@ -212,6 +212,26 @@ def merge_weights(w: dict[str, np.ndarray], adapter: Adapter) -> dict[str, np.nd
     return merged
 
 
+def adapter_salt(adapter: Adapter | None) -> bytes:
+    """A digest of the adapter's rank, alpha and factors (``b""`` for the base model).
+
+    Prefix-cache entries are namespaced by it: the same tokens have different KV under different adapters.
+    Memoised on the adapter object, which is treated as immutable once served.
+    """
+    if adapter is None:
+        return b""
+    salt = getattr(adapter, "_salt", None)
+    if salt is None:
+        h = hashlib.blake2b(f"lora:{adapter.rank}:{adapter.alpha!r}".encode(), digest_size=16)
+        for proj in sorted(adapter.tensors):
+            for t in adapter.tensors[proj]:
+                h.update(proj.encode())
+                h.update(np.ascontiguousarray(t, np.float32).tobytes())
+        salt = h.digest()
+        adapter._salt = salt
+    return salt
+
+
 def adapter_feeds(spec: GPT2Spec, rows: Sequence[Adapter | None],
                   targets: Sequence[str] = PROJECTIONS) -> dict[str, np.ndarray]:
     """Graph feeds for one batch: row ``i`` uses ``rows[i]`` (None: the base model, zero factors).

@@ -46,9 +46,11 @@ class PrefixCacheStats:
     evicted_blocks: int = 0
 
 
-def block_hashes(tokens: list[int], block_size: int) -> list[bytes]:
-    """Chained digests of the full blocks of ``tokens`` (a trailing partial block gets none)."""
-    out, parent = [], b""
+def block_hashes(tokens: list[int], block_size: int, salt: bytes = b"") -> list[bytes]:
+    """Chained digests of the full blocks of ``tokens`` (a trailing partial block gets none).
+
+    ``salt`` starts the chain: KV computed under different weights (e.g. LoRA adapters) never collides."""
+    out, parent = [], salt
     arr = np.asarray(tokens, dtype=np.int64)
     for start in range(0, len(tokens) - block_size + 1, block_size):
         parent = hashlib.blake2b(parent + arr[start:start + block_size].tobytes(), digest_size=16).digest()
@@ -68,12 +70,12 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def lookup(self, tokens: list[int]) -> tuple[int, list[np.ndarray] | None]:
+    def lookup(self, tokens: list[int], salt: bytes = b"") -> tuple[int, list[np.ndarray] | None]:
         """(n cached tokens, per-layer KV ``[1,H,n,D]``) of the longest cached prefix of full blocks, leaving
-        at least one token of ``tokens`` uncached; ``(0, None)`` on a miss."""
+        at least one token of ``tokens`` uncached; ``(0, None)`` on a miss. ``salt``: see :func:`block_hashes`."""
         bs = self.config.block_size
         self.stats.lookups += 1
-        usable = block_hashes(tokens[:len(tokens) - 1], bs)
+        usable = block_hashes(tokens[:len(tokens) - 1], bs, salt)
         chain = []
         for h in usable:
             if h not in self._blocks:
@@ -90,13 +92,13 @@ class PrefixCache:
         self.stats.hit_tokens += n
         return n, kv
 
-    def insert(self, tokens: list[int], kv: list[np.ndarray]) -> int:
+    def insert(self, tokens: list[int], kv: list[np.ndarray], salt: bytes = b"") -> int:
         """Store the full blocks of ``tokens`` whose KV ``kv`` (per layer ``[H, >=len(tokens), D]``, position
         ``j`` of the tensors is token ``j``) is not cached yet; returns how many blocks were added."""
         if self.config.max_bytes == 0:
             return 0
         bs, added = self.config.block_size, 0
-        hashes = block_hashes(tokens, bs)
+        hashes = block_hashes(tokens, bs, salt)
         for i in reversed(range(len(hashes))):  # parents inserted last, so they are the most recent
             h = hashes[i]
             if h in self._blocks:

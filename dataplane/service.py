@@ -31,6 +31,7 @@ class DataPlane:
     def __init__(self, config: DataPlaneConfig | None = None):
         self.config = config or DataPlaneConfig()
         self._engines: dict[str, LMEngine | BatchingEngine] = {}
+        self._lora: dict[str, object] = {}  # name -> LoraLanguageModel serving it instead of the plain LM
         self._lock = threading.Lock()
 
     def card(self, name: str) -> registry.ModelCard:
@@ -38,7 +39,25 @@ class DataPlane:
 
     def model(self, name: str):
         """The loaded runtime object of ``name``."""
-        return registry.load(name, self.config.session)
+        return self._lora.get(name) or registry.load(name, self.config.session)
+
+    def enable_lora(self, name: str):
+        """Serve the text-generation model ``name`` through a :class:`~dataplane.lora.LoraLanguageModel` (same
+        weights, per-row adapter inputs), so its engine accepts per-request adapters. Call before the engine
+        starts; returns the LoRA model (its ``spec`` validates adapter files)."""
+        from dataplane.lora import LoraLanguageModel
+
+        with self._lock:
+            if name in self._lora:
+                return self._lora[name]
+            if name in self._engines:
+                raise RuntimeError(f"{name!r} is already served without adapters")
+        if self.card(name).task != "text-generation":
+            raise ValueError(f"{name!r} is not a text-generation model; LoRA adapters need one")
+        base = registry.load(name, self.config.session)
+        lm = LoraLanguageModel(name, base.spec, base.session.path, self.config.session)
+        with self._lock:
+            return self._lora.setdefault(name, lm)
 
     def engine(self, name: str) -> LMEngine | BatchingEngine:
         """The engine serving ``name`` (an LM engine for text generation, a batching engine otherwise)."""

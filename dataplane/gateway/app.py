@@ -179,6 +179,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         account = auth.check(request.headers.get("authorization"), account_id)
         body = parse_json(await read_body(request, cfg.max_body_bytes))
         model, inputs, stream, include_usage = oai.chat_inputs(body)
+        shown = body["model"]  # echoed as sent, "<id>:<adapter>" included
         if gw.spec(model).task != "text-generation":
             raise bad_input(f"model {model!r} is not a text-generation model")
         place = place_of(request)
@@ -187,10 +188,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
             call = await gw.admit(model, {**inputs, "stream": True}, place, account=account,
                                   endpoint="chat-stream", **common(request))
             _start(call)
-            return StreamingResponse(_chat_stream(call, cid, model, include_usage), media_type="text/event-stream",
+            return StreamingResponse(_chat_stream(call, cid, shown, include_usage), media_type="text/event-stream",
                                      headers={**SSE_HEADERS, **call.headers(final=False)})
         call, fin = await gw.infer(model, inputs, place, account=account, endpoint="chat", **common(request))
-        return JSONResponse(oai.chat_completion(cid, model, fin.result["response"], fin.usage),
+        return JSONResponse(oai.chat_completion(cid, shown, fin.result["response"], fin.usage),
                             headers=call.headers())
 
     async def _chat_stream(call, cid: str, model: str, include_usage: bool):

@@ -15,12 +15,16 @@ Example ``gateway.toml`` (every key optional)::
     [stand_ins]                             # run a catalog model on another data-plane model
     "@edgepop/bert-small-classify" = "bert-tiny-classify"
 
+    [lora_adapters."@edgepop/gpt2-tiny"]    # LoRA adapters of an LM, by name (paths relative to this file);
+    support = "adapters/support.npz"        # requests pick one with `lora` (/ai/run) or model "<id>:<name>"
+
 A bad key or value raises one :class:`~edgepop.errors.UserError` naming the file and the field.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -38,6 +42,7 @@ DEFAULT_MODELS = (
     "@cf/microsoft/resnet-50",
     "@cf/openai/whisper",
 )
+ADAPTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # no ':' (OpenAI "<model>:<adapter>" splits on it)
 DEFAULT_LOCATION = (50.11, 8.68)  # Frankfurt: clients that say nothing about where they are
 
 
@@ -50,6 +55,7 @@ class GatewayConfig:
     account id; ``no_auth`` serves everyone as account ``local``. ``db``: SQLite file of async batch jobs
     (None: a file in the working directory). ``lm_max_batch``: sequences one LM engine runs together.
     ``lm_prefix_cache_mb``/``lm_prefix_block``: prefix KV reuse per LM engine (MiB, 0: off; block size in tokens).
+    ``lora_adapters``: model id -> {adapter name -> ``.npz`` path} (see :mod:`dataplane.lora`).
     ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
     """
 
@@ -57,6 +63,7 @@ class GatewayConfig:
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
     placement: dict[str, list[str]] = field(default_factory=dict)
     stand_ins: dict[str, str] = field(default_factory=dict)
+    lora_adapters: dict[str, dict[str, str]] = field(default_factory=dict)
     default_location: tuple[float, float] = DEFAULT_LOCATION
     router: str = "session-affinity"
     slots: int | None = None
@@ -103,6 +110,16 @@ class GatewayConfig:
                 bad("placement", f"{model!r} -> {pops!r} is not a list of PoP ids")
         if not isinstance(self.stand_ins, dict) or not all(isinstance(v, str) for v in self.stand_ins.values()):
             bad("stand_ins", "must be a table of model id -> data-plane model name")
+        if not isinstance(self.lora_adapters, dict):
+            bad("lora_adapters", "must be a table of model id -> table of adapter name -> .npz path")
+        for model, table in self.lora_adapters.items():
+            if not isinstance(table, dict) or not table:
+                bad("lora_adapters", f"{model!r} -> {table!r} is not a non-empty table of adapter name -> path")
+            for name, path in table.items():
+                if not ADAPTER_NAME.fullmatch(name):
+                    bad("lora_adapters", f"{model!r}: adapter name {name!r} must match {ADAPTER_NAME.pattern}")
+                if not isinstance(path, str) or not path:
+                    bad("lora_adapters", f"{model!r}.{name}: {path!r} is not a file path")
         loc = self.default_location
         if (not isinstance(loc, list | tuple) or len(loc) != 2
                 or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in loc)
@@ -168,6 +185,8 @@ def load_config(path: str | Path | None) -> GatewayConfig:
     for f in fields(GatewayConfig):
         setattr(cfg, f.name, doc.get(f.name, getattr(base, f.name)))
     cfg.validate(str(path))
+    # Adapter paths are relative to the TOML file, so a config directory can be moved as a whole.
+    cfg.lora_adapters = {m: {n: str(path.parent / p) for n, p in t.items()} for m, t in cfg.lora_adapters.items()}
     return cfg
 
 

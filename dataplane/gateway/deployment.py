@@ -19,7 +19,9 @@ from controlplane.plane import AdmissionConfig, ControlPlane
 from dataplane import registry
 from dataplane.engine_batch import BatchConfig
 from dataplane.engine_lm import LMEngineConfig
+from dataplane.errors import InvalidInputError
 from dataplane.gateway.config import GatewayConfig
+from dataplane.lora import Adapter, AdapterError, load_adapter
 from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.service import DataPlane, DataPlaneConfig
 from dataplane.session import SessionConfig
@@ -67,7 +69,7 @@ class Deployment:
             if m not in full:
                 raise UserError(f"gateway config: field 'models': {m!r} is not in the catalog "
                                 "(`edgepop place --list-models` or controlplane/data/catalog.toml lists them)")
-        for m in list(cfg.placement) + list(cfg.stand_ins):
+        for m in list(cfg.placement) + list(cfg.stand_ins) + list(cfg.lora_adapters):
             if m not in cfg.models:
                 raise UserError(f"gateway config: {m!r} is configured but not listed in 'models'")
         self.catalog = full.subset(list(dict.fromkeys(cfg.models)))
@@ -99,6 +101,32 @@ class Deployment:
                               prefix_cache=PrefixCacheConfig(cfg.lm_prefix_block, cfg.lm_prefix_cache_mb << 20)
                               if cfg.lm_prefix_cache_mb else None),
             batch=BatchConfig(max_batch=cfg.encoder_max_batch, max_wait_ms=cfg.encoder_max_wait_ms)))
+        self.adapters = self._load_adapters(cfg)
+
+    def _load_adapters(self, cfg: GatewayConfig) -> dict[str, dict[str, Adapter]]:
+        """Validate every declared LoRA adapter against its model's stand-in (one-line UserError if bad)."""
+        out: dict[str, dict[str, Adapter]] = {}
+        for model, table in cfg.lora_adapters.items():
+            if self.catalog[model].task != "text-generation":
+                raise UserError(f"gateway config: field 'lora_adapters': {model!r} is "
+                                f"{self.catalog[model].task}; only text-generation models take adapters")
+            lm = self.dp.enable_lora(self.stand_in[model])
+            out[model] = {}
+            for name, path in table.items():
+                try:
+                    out[model][name] = load_adapter(path, lm.spec)
+                except AdapterError as exc:
+                    raise UserError(f"gateway config: field 'lora_adapters': {model!r}.{name}: {exc}") from None
+        return out
+
+    def adapter(self, model: str, name) -> Adapter:
+        """The adapter ``name`` of ``model``; an unknown one is bad input (400, code 5006)."""
+        served = self.adapters.get(model, {})
+        if not isinstance(name, str) or name not in served:
+            listed = ", ".join(sorted(served)) or "none"
+            raise InvalidInputError(f"field 'lora': adapter {name!r} is not served for {model!r} "
+                                    f"(adapters: {listed})")
+        return served[name]
 
     def warm(self) -> None:
         """Load every stand-in and start its engine, so no request pays for a model build."""
@@ -117,6 +145,7 @@ class Deployment:
             "last_mile_ms": self.topo.last_mile_ms, "default_location": list(c.default_location),
             "seed": c.seed, "scenario": c.scenario, "threads": c.threads, "provider": c.provider,
             "stand_ins": dict(self.stand_in),
+            "lora_adapters": {m: sorted(t) for m, t in self.adapters.items()},
             "placement": self.placement.to_dict(orient="records"),
         }
 

@@ -153,7 +153,7 @@ class EngineRun:
         self.handle = None
         eng = dp.engine(prep.stand_in)
         if prep.task == "text-generation":
-            self.handle = eng.submit(prep.items[0], prep.params, on_piece)
+            self.handle = eng.submit(prep.items[0], prep.params, on_piece, adapter=prep.extra.get("adapter"))
             self._cfutures = [self.handle.future]
         else:
             self._cfutures = [eng.submit(x) for x in prep.items]

@@ -3,7 +3,7 @@ and from the Workers AI task inputs the gateway runs.
 
 Chat: ``model``, ``messages`` (string content or a list of ``{"type": "text", "text": ...}`` parts), ``max_tokens``
 or ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stream``, ``stream_options.include_usage``,
-and the vLLM extension ``ignore_eos``; ``n`` must be 1. Other OpenAI fields are accepted and ignored.
+the vLLM extension ``ignore_eos``, and ``model = "<id>:<adapter>"`` for a LoRA adapter; ``n`` must be 1. Other OpenAI fields are accepted and ignored.
 Embeddings: ``model``, ``input`` (a string or a list of strings), ``encoding_format`` (``float`` or ``base64``:
 little-endian float32, which is what the ``openai`` client asks for by default).
 """
@@ -41,8 +41,16 @@ def _content(i: int, content) -> str:
 
 
 def chat_inputs(body) -> tuple[str, dict, bool, bool]:
-    """OpenAI chat body -> (model, Workers AI inputs, stream, include_usage)."""
+    """OpenAI chat body -> (model, Workers AI inputs, stream, include_usage).
+
+    ``model = "<model id>:<adapter>"`` selects a LoRA adapter: the id is returned without the suffix and the
+    adapter name becomes the Workers AI ``lora`` input (catalog ids contain no ``:``)."""
     model = _model(body)
+    lora = None
+    if ":" in model:
+        model, lora = model.rsplit(":", 1)
+        if not model or not lora:
+            raise bad_input(f"field 'model': {body['model']!r} is not '<model>' or '<model>:<adapter>'")
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad_input("field 'messages' must be a non-empty list")
@@ -55,6 +63,8 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
     if body.get("n") not in (None, 1):
         raise bad_input("field 'n': only n = 1 is supported")
     inputs: dict = {"messages": messages}
+    if lora is not None:
+        inputs["lora"] = lora
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     for key, value in (("max_tokens", max_tokens), ("temperature", body.get("temperature")),
                        ("top_p", body.get("top_p")), ("seed", body.get("seed")),

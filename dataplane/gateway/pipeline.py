@@ -160,6 +160,8 @@ class Gateway:
         try:
             spec = self.spec(model)
             prep = await invoke.prepare(self.dep.dp, spec.task, self.dep.stand_in[model], inputs)
+            if isinstance(inputs, dict) and inputs.get("lora") is not None:  # Workers AI's per-request adapter
+                prep.extra["adapter"] = self.dep.adapter(model, inputs["lora"])
         except Exception as exc:
             # Preparation only reads the client's input, so whatever goes wrong there is bad input, never a 500.
             err = from_exception(exc)

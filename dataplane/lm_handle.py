@@ -1,0 +1,79 @@
+"""The caller's side of an LM engine request: its handle (stream, result, cancel), its result and engine stats.
+
+Split from :mod:`dataplane.engine_lm` (which re-exports these names) to keep the engine module small.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from dataplane.sampling import SamplingParams
+
+_DONE = object()
+TokenCallback = Callable[[int, str], None]
+
+
+@dataclass
+class GenerationResult:
+    """The outcome of one request. ``finish_reason`` is ``stop`` (EOS), ``length`` or ``cancelled``;
+    ``cached_tokens``: prompt tokens whose KV came from the prefix cache instead of being prefilled."""
+
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    finish_reason: str
+    provider: str
+    synthetic: bool
+    cached_tokens: int = 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass
+class LMStats:
+    steps: int = 0
+    prefills: int = 0
+    tokens: int = 0
+    batch_sizes: collections.Counter = field(default_factory=collections.Counter)
+
+
+class GenerationHandle:
+    """A submitted request: iterate it for text pieces, ``result()`` for the whole, ``cancel()`` to stop."""
+
+    def __init__(self, rid: int, prompt_ids: list[int], params: SamplingParams, max_tokens: int,
+                 on_token: TokenCallback | None, wake: Callable[[], None], adapter=None, salt: bytes = b""):
+        self.id, self.prompt_ids, self.params, self.max_tokens = rid, prompt_ids, params, max_tokens
+        self.adapter, self.salt = adapter, salt  # LoRA adapter (None: base) and its prefix-cache namespace
+        self.on_token = on_token
+        self.future: Future = Future()
+        self.token_ids: list[int] = []
+        self._events: queue.Queue = queue.Queue()
+        self._cancel = threading.Event()
+        self._wake = wake
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this request; it finishes with ``finish_reason='cancelled'``."""
+        self._cancel.set()
+        self._wake()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def __iter__(self) -> Iterator[str]:
+        """Text pieces as they are generated (blocking); re-raises the request's error, if any."""
+        while (piece := self._events.get()) is not _DONE:
+            yield piece
+        exc = self.future.exception()
+        if exc is not None:
+            raise exc
+
+    def result(self, timeout: float | None = None) -> GenerationResult:
+        return self.future.result(timeout)
