@@ -107,6 +107,10 @@ def text_generation(dp, model: str, inputs):
     or, with ``stream``, an iterator of ``{"response": piece}`` events."""
     _check_task(dp, model, "text-generation")
     prompt, params, stream = generation_request(inputs)
+    if isinstance(inputs, dict) and inputs.get("lora") is not None:
+        # adapters are loaded per deployment by the gateway (`lora_adapters`); never silently serve the base model
+        raise InvalidInputError("field 'lora': adapters are served by the gateway (`lora_adapters` in its config); "
+                                "DataPlane.run serves base models only")
     handle = dp.engine(model).submit(prompt, params)
     if stream:
         return _stream(handle)

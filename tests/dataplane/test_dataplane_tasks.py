@@ -35,6 +35,8 @@ def test_text_generation_shapes_and_streaming(dp):
     assert events[-1]["usage"]["completion_tokens"] == 5
     again = dp.run("gpt2-tiny", {**msgs, "stream": False})
     assert "".join(e["response"] for e in events) == again["response"]  # same seed, same text
+    with pytest.raises(InvalidInputError, match="field 'lora'"):  # never silently the base model
+        dp.run("gpt2-tiny", {"prompt": "Hi", "lora": "legal"})
 
 
 def test_embeddings_classification_reranking(dp):
