@@ -3,7 +3,8 @@
 
 - A request starting on a replica looks its ``hash_ids`` up in that replica's prefix cache
   (:mod:`controlplane.prefix_cache`); the hit is reported as ``cached_tokens`` and skipped by prefill (at least one
-  prompt token is always computed, as in vLLM, for the first token's logits). Its blocks are then cached there.
+  prompt token is always computed, as in vLLM, for the first token's logits). Its blocks are then pinned there
+  while it runs; when it ends they stay cached in the replica's free KV space (evicted when requests need it).
 - A request naming an adapter takes it on its replica (:mod:`controlplane.lora`): if not loaded, it waits
   ``size / lora_load_gbs`` before joining the batch; with every adapter slot there in use by running requests, it
   first waits for one to free. Both waits are reported as ``adapter_load_ms`` (not in ``queue_ms``). The adapter
@@ -51,6 +52,7 @@ class CacheHooks:
         self.adapter_wait_s = np.zeros(n)
         self.adapter_loaded = np.zeros(n, bool)
         self.held: dict[int, tuple] = {}  # request -> (replica, adapter) it holds
+        self.pinned: dict[int, tuple] = {}  # request -> (replica, request) whose prefix blocks it pins
         self.waiting: dict[int, dict] = {}  # replica id -> {request: (req, seq)} waiting for an adapter slot (FIFO)
         self.arrived = np.zeros(n)  # when a LoRA request reached its replica
         self.sim = sim
@@ -71,7 +73,10 @@ class CacheHooks:
         k, r = req.payload, req.replica
         self._forget(k)  # a retried request gives back what it held or waited for on its failed node
         if self.prefix is not None:
+            self._unpin(k)
             hit = self.prefix.admit(r, req.hash_ids, req.prompt_tokens)
+            if req.hash_ids:
+                self.pinned[k] = (r, req)
             self.cached[k] = hit
             seq.cached = min(hit, max(0, seq.prompt - 1))
         if self.lora is None or not req.adapter:
@@ -91,6 +96,14 @@ class CacheHooks:
         self.adapter_loaded[k] = loaded
         return t + wait
 
+    def _unpin(self, k: int) -> None:
+        """Request ``k`` no longer runs: its prefix blocks stay cached, unpinned (its KV reservation, if the
+        replica still counts it, is about to be freed, so it counts as free space)."""
+        got = self.pinned.pop(k, None)
+        if got is not None:
+            r, req = got
+            self.prefix.release(r, req.hash_ids, req.kv_tokens if req in r.running else 0)
+
     def _forget(self, k: int) -> bool:
         """Drop what request ``k`` holds or waits for; True when that freed an adapter slot."""
         if self.lora is None:
@@ -102,6 +115,8 @@ class CacheHooks:
 
     def on_end(self, k: int) -> None:
         """Request ``k`` ended: release its adapter; requests waiting for a slot on that replica may now join."""
+        if self.prefix is not None:
+            self._unpin(k)
         held = self.held.get(k)
         if not self._forget(k):
             return
@@ -119,6 +134,8 @@ class CacheHooks:
         for r in replicas:  # requests waiting there are retried or failed by the simulator (they are running)
             if r.node == node:
                 self.waiting.pop(r.id, None)
+        for k in [k for k, (r, _) in self.pinned.items() if r.node == node]:
+            del self.pinned[k]  # the node's caches are cleared below
         for part in (self.prefix, self.lora):
             if part is not None:
                 part.drop_node(node, replicas)

@@ -33,7 +33,7 @@ class Techniques:
     # prefix caching
     prefix_cache: bool = False
     prefix_block_tokens: int = 512  # Mooncake traces hash 512-token blocks
-    prefix_cache_fraction: float = 0.5  # share of each replica's KV pool that holds cached prefix blocks
+    prefix_cache_fraction: float = 1.0  # cap on the KV-pool share cached blocks may hold (1.0: all free space)
     # speculative decoding
     speculative: bool = False
     spec_k: int = 4

@@ -1,4 +1,4 @@
-"""Prefix caches (chained matching, LRU within the byte budget), the prefix-aware gate, LoRA catalog and slots."""
+"""Prefix caches (chained matching, pinning, LRU in the free KV space), the prefix-aware gate, LoRA catalog and slots."""
 
 from dataclasses import replace
 
@@ -24,20 +24,75 @@ def test_chained_match_stops_at_the_first_missing_block():
 
 
 def test_lru_eviction_respects_the_byte_budget_and_evicts_leaves_first():
-    c = PrefixCache(block_tokens=16, block_bytes=100.0, capacity_bytes=450.0)  # room for 4 blocks
+    c = PrefixCache(block_tokens=16, block_bytes=100.0, capacity_bytes=450.0)  # cap: 4 blocks
     assert c.capacity_blocks == 4
     rng = np.random.default_rng(5)
     for _ in range(300):
         ids = tuple(rng.integers(0, 40, rng.integers(1, 7)).tolist())
         c.admit(ids, 16 * len(ids))
-        assert c.used_bytes <= 450.0 and len(c) <= 4
+        assert set(ids) <= set(c.refs) and len(c.blocks) <= max(0, 4 - len(c.refs))  # running blocks are kept
+        c.release(ids)
+        assert c.used_bytes <= 450.0 and len(c) <= 4 and not c.refs
     assert c.evictions > 0
     c.clear()
-    c.admit((1, 2, 3), 48)
-    c.admit((8, 9), 32)  # one block must go: the least recent is the leaf 3, not the head block 1
+    for ids in ((1, 2, 3), (8, 9)):  # (8, 9) needs room for 2 blocks: the least recent is the leaf 3, not head 1
+        c.admit(ids, 16 * len(ids))
+        c.release(ids)
     assert list(c.blocks) == [2, 1, 9, 8] and c.match((1, 2, 3), 48) == 32
     c.admit((5,), 16)
     assert c.match((1, 2, 3), 48) == 16 and len(c) == 4
+    c.release((5,))
+    assert list(c.blocks) == [1, 9, 8, 5]
+
+
+def test_pinned_blocks_are_shared_and_unpinned_ones_fit_the_free_space():
+    c = PrefixCache(block_tokens=16, block_bytes=100.0, capacity_bytes=None)
+    c.admit((1, 2, 3), 48, free_tokens=1000)
+    c.admit((1, 2, 7), 48, free_tokens=1000)  # shares 1 and 2 with the running request
+    assert c.refs == {1: 2, 2: 2, 3: 1, 7: 1} and not c.blocks
+    c.release((1, 2, 3), free_tokens=0)  # no free space: 3 is evicted, 1 and 2 are still in use
+    assert c.refs == {1: 1, 2: 1, 7: 1} and not c.blocks and c.evictions == 1
+    c.release((1, 2, 7), free_tokens=40)  # room for 2 blocks of 16: the leaf 7 goes
+    assert list(c.blocks) == [2, 1] and c.evictions == 2 and c.match((1, 2, 7), 48) == 32
+
+
+def llama_plane(catalog, kv_pool_tokens):
+    cat = Catalog([replace(catalog[LLAMA], kv_pool_tokens=kv_pool_tokens)])
+    return ControlPlane(cat, make_fleet([1]), placement([(LLAMA, 0)]), line_rtt(1, 1))
+
+
+def test_running_requests_kv_pressure_evicts_cached_blocks(catalog):
+    p = llama_plane(catalog, 8192)
+    r, caches = p.state.replicas[0], PrefixCaches(block_tokens=512)  # fraction 1.0: all the free space
+    c = caches.of(r)
+    assert r.kv_capacity == 8192 and c.capacity_blocks is None
+
+    def run(i, hash_ids, prompt, output):
+        req = Request(i, LLAMA, 0, prompt, output, hash_ids=hash_ids)
+        assert p.submit(req, float(i)).action == START
+        hit = caches.admit(r, hash_ids, prompt)
+        assert r.kv_used + c.unpinned_tokens <= r.kv_capacity  # cached blocks never overfill the pool
+        return req, hit
+
+    def end(req):
+        caches.release(r, req.hash_ids, leaving=req.kv_tokens)
+        p.finish(req, 9.0)
+        assert r.kv_used + c.unpinned_tokens <= r.kv_capacity
+
+    a, _ = run(0, (1, 2, 3, 4), 2048, 0)
+    end(a)
+    assert r.kv_used == 0 and c.unpinned_tokens == 2048 and c.evictions == 0  # cached in the free space
+    b, hit = run(1, tuple(range(100, 114)), 7000, 168)  # needs all but 1024 tokens: 2 blocks go, leaves first
+    assert hit == 0 and c.evictions == 2 and c.match((1, 2, 3, 4), 2048) == 1024
+    end(b)
+    assert c.evictions == 2 and c.unpinned_tokens == 16 * 512  # its 14 blocks and 1, 2 fill the pool exactly
+    # A hit needs no new KV space: the cached blocks become the running request's own.
+    q = llama_plane(catalog, 8192)
+    p, r, caches = q, q.state.replicas[0], PrefixCaches(block_tokens=512)
+    c = caches.of(r)
+    end(run(0, (1, 2, 3, 4), 2048, 0)[0])
+    b, hit = run(1, (1, 2, 3, 4) + tuple(range(100, 110)), 7000, 168)
+    assert hit == 2048 and c.evictions == 0 and set(c.refs) >= {1, 2, 3, 4}
 
 
 def test_budget_comes_from_the_replica_kv_pool(catalog):

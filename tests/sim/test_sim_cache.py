@@ -163,3 +163,37 @@ def test_scenario_switches_and_block_size_check(topo):
         run_scenario(sc, topo=topo, deployments=("edge",))
     with pytest.raises(UserError, match="lora_slots"):
         parse_techniques({"lora_slots": 1.5}, "t.toml [techniques]")
+
+
+def test_cached_blocks_live_in_free_kv_and_never_overfill_the_pool():
+    w, t = trace_workload()
+    dep = big_node_deployment(llama_catalog(kv_pool_tokens=60_000), gpu_memory_gb=1000.0)
+    sim = Simulation(dep, w, TokenClock(step_ms=2.0), techniques=Techniques(prefix_cache=True))
+    caches = sim.hooks.prefix
+    assert caches.fraction == 1.0
+    seen = {"admit": 0, "release": 0, "full": 0}
+
+    def check(name, method):  # observe every pin/unpin: running KV plus unpinned cached blocks fit the pool
+        def observed(replica, hash_ids, *args):
+            out = method(replica, hash_ids, *args)
+            leaving = args[0] if name == "release" and args else 0
+            used = replica.kv_used - leaving + caches.of(replica).unpinned_tokens
+            assert used <= replica.kv_capacity, (name, used, replica.kv_capacity)
+            seen[name] += 1
+            seen["full"] += used > replica.kv_capacity - 512
+            return out
+        return observed
+
+    caches.admit, caches.release = check("admit", caches.admit), check("release", caches.release)
+    f = sim.run().requests
+    assert (f.outcome == "ok").all() and seen["admit"] == seen["release"] == len(f)
+    st = sim.hooks.summary(f)["prefix_cache"]
+    c = caches.caches[0]
+    assert st["evicted_blocks"] > 0 and seen["full"] > 0 and not c.refs and not sim.hooks.pinned
+    expected = prefix_reuse_ratio(t.hash_ids, 512, t.prompt_tokens.to_numpy())
+    assert 0 < st["token_hit_ratio"] < expected
+    # The old reserved share (a cap of half the pool) holds fewer blocks and hits less.
+    capped = Simulation(big_node_deployment(llama_catalog(kv_pool_tokens=60_000), gpu_memory_gb=1000.0), w,
+                        TokenClock(step_ms=2.0), techniques=Techniques(prefix_cache=True, prefix_cache_fraction=0.5))
+    fc = capped.run().requests
+    assert capped.hooks.summary(fc)["prefix_cache"]["token_hit_ratio"] < st["token_hit_ratio"]
