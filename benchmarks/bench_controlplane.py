@@ -16,18 +16,15 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from controlplane.catalog import default_catalog  # noqa: E402
-from controlplane.fleet import Fleet  # noqa: E402
-from controlplane.plane import AdmissionConfig, ControlPlane  # noqa: E402
-from controlplane.state import Request  # noqa: E402
-from topology import Topology, fibre_rtt_ms, haversine_km  # noqa: E402
+from controlplane.catalog import default_catalog
+from controlplane.fleet import Fleet
+from controlplane.plane import AdmissionConfig, ControlPlane
+from controlplane.state import Request
+from topology import Topology, fibre_rtt_ms, haversine_km
 
 CHAT, EMBED = "@cf/meta/llama-3.1-8b-instruct", "@cf/baai/bge-base-en-v1.5"
 

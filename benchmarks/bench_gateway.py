@@ -28,9 +28,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dataplane.gateway.server import spawn_serve  # noqa: E402
+from dataplane.gateway.server import spawn_serve
 
 EMB = "@edgepop/all-minilm-l6-v2"
 GEN = "@edgepop/gpt2-tiny"

@@ -18,6 +18,7 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +26,6 @@ import numpy as np
 import simpy
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def bare_simpy_mmc(n: int, c: int = 64, lam: float = 500.0, mu: float = 10.0, seed: int = 0) -> float:
@@ -97,7 +97,7 @@ def synthetic_topology(n_pops: int):
                          "lon": rows.lon.to_numpy(), "tz": rows.tz.to_numpy(),
                          "metro_pop": rows.population.to_numpy(), "tier": 3, "cf_region": "",
                          "coord_source": "synthetic"})
-    tmp = ROOT / ".bench-tmp"
+    tmp = Path(tempfile.gettempdir()) / "edgepop-bench"
     tmp.mkdir(exist_ok=True)
     path = tmp / f"pops_{n_pops}.csv"
     pops.to_csv(path, index=False)

@@ -24,9 +24,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dataplane.gateway.server import require_loopback, spawn_serve  # noqa: E402
+from dataplane.gateway.server import require_loopback, spawn_serve
 
 GEN, EMB, CLS = "@edgepop/gpt2-tiny", "@edgepop/all-minilm-l6-v2", "@edgepop/bert-small-classify"
 TOKEN, ACCOUNT = "tok-loadtest-00001", "load"

@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sim.run import run_scenario  # noqa: E402
-from sim.scenario import load_scenario, with_overrides  # noqa: E402
-from sim.techniques import Techniques  # noqa: E402
+from sim.run import run_scenario
+from sim.scenario import load_scenario, with_overrides
+from sim.techniques import Techniques
 
 LLAMA = "@cf/meta/llama-3.1-8b-instruct"
 

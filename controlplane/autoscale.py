@@ -14,7 +14,16 @@ import numpy as np
 
 from controlplane.state import COLD, READY
 from edgepop.errors import UserError
+from edgepop.registry import Registry
 from topology.demand import utc_offset_hours
+
+AUTOSCALERS = Registry("autoscaling policy")
+
+
+@AUTOSCALERS.register("none")
+def no_autoscaler() -> None:
+    """A static placement: replicas stay where the placement put them."""
+    return None
 
 
 class Autoscaler:
@@ -46,6 +55,7 @@ class Autoscaler:
                 self.unloads += 1
 
 
+@AUTOSCALERS.register("reactive")
 class Reactive(Autoscaler):
     """Scale out where queues build up, scale to zero where replicas sit idle.
 
@@ -54,8 +64,6 @@ class Reactive(Autoscaler):
     ``queue_high`` or more queued requests, one more replica is loaded at that site (a COLD one reloaded first,
     else a new one on the node with the most free memory), up to ``max_per_site``.
     """
-
-    name = "reactive"
 
     def __init__(self, interval_s: float = 10.0, idle_s: float = 300.0, queue_high: float = 4.0,
                  max_per_site: int = 16, min_ready: int = 0):
@@ -101,6 +109,7 @@ class Reactive(Autoscaler):
             self.loads += 1
 
 
+@AUTOSCALERS.register("scheduled")
 class Scheduled(Autoscaler):
     """Keep replicas warm during local working hours at each site and scale them to zero at night.
 
@@ -109,9 +118,7 @@ class Scheduled(Autoscaler):
     replicas are unloaded; at the start of the window cold ones are loaded again (taking their cold start).
     """
 
-    name = "scheduled"
-
-    def __init__(self, interval_s: float = 60.0, warm_hours: tuple = (7, 23), start_utc: str | datetime | None = None,
+    def __init__(self, interval_s: float = 60.0, warm_hours: list | tuple = (7, 23), start_utc: str | datetime | None = None,
                  day_s: float = 86_400.0):
         super().__init__(interval_s)
         if not (0 <= warm_hours[0] < 24 and 0 < warm_hours[1] <= 24):
@@ -143,18 +150,6 @@ class Scheduled(Autoscaler):
                     self.loads += 1
 
 
-AUTOSCALERS = {"reactive": Reactive, "scheduled": Scheduled}
-
-
 def make_autoscaler(name: str | None, **options) -> Autoscaler | None:
     """An autoscaling policy by name (``none`` or None for a static placement)."""
-    if name in (None, "none"):
-        return None
-    try:
-        cls = AUTOSCALERS[name]
-    except KeyError:
-        raise UserError(f"unknown autoscaling policy {name!r} (known: none, {', '.join(AUTOSCALERS)})") from None
-    try:
-        return cls(**options)
-    except TypeError as exc:
-        raise UserError(f"autoscaling policy {name!r}: bad options {sorted(options)}: {exc}") from None
+    return AUTOSCALERS.create(name or "none", options=options)

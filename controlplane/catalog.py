@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from edgepop.errors import UserError
@@ -157,8 +157,7 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
             raise bad("kv_heads", f"{values['heads']} heads are not a multiple of {values['kv_heads']} KV heads")
     if not values.get("weight_bytes"):
         values["weight_bytes"] = values["parameters"] * PRECISION_BYTES[values["precision"]]
-    if "adapters" in raw:  # LoRA adapters fine-tuned on this model (controlplane.lora)
-        from controlplane.lora import parse_adapters
+    if "adapters" in raw:  # LoRA adapters fine-tuned on this model
 
         values["adapters"] = parse_adapters(path.name, model_id, raw["adapters"], values)
     return ModelSpec(id=model_id, **values)
@@ -213,6 +212,11 @@ class Catalog:
         """A catalog holding only ``ids`` (each must exist)."""
         return Catalog([self[i] for i in ids], source=self.source)
 
+    def with_adapters(self, adapters: dict) -> Catalog:
+        """A copy whose entries ``model id -> (AdapterSpec, ...)`` declare those LoRA adapters instead."""
+        return Catalog([replace(s, adapters=tuple(adapters[s.id])) if s.id in adapters else s for s in self],
+                       source=self.source)
+
     def by_task(self, task: str) -> list[ModelSpec]:
         return [s for s in self._specs.values() if s.task == task]
 
@@ -229,6 +233,70 @@ class Catalog:
 
 
 _DEFAULT: Catalog | None = None
+
+
+# ---------------------------------------------------------------------- LoRA adapters declared in the catalog
+MAX_RANK = 32
+MAX_BYTES = 300e6
+LORA_BYTES = 2.0  # adapters are shipped in fp16/bf16
+_ADAPTER_FIELDS = {"name", "rank", "size_mb"}
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterSpec:
+    """One LoRA adapter declared in the catalog for base model ``base`` (the engine-side weights are
+    :class:`dataplane.lora.Adapter`)."""
+
+    name: str
+    base: str
+    rank: int
+    size_bytes: float
+
+
+def attention_lora_bytes(rank: int, layers: int, hidden: int, kv_heads: int, head_dim: int) -> float:
+    """Bytes of a rank-``rank`` adapter on the q, k, v and o projections (A and B matrices, fp16)."""
+    kv_dim = kv_heads * head_dim
+    per_layer = rank * ((hidden + hidden) * 2 + (hidden + kv_dim) * 2)  # q and o: d->d; k and v: d->kv_dim
+    return float(per_layer * layers * LORA_BYTES)
+
+
+def parse_adapters(source: str, model_id: str, raw, shape: dict) -> tuple[AdapterSpec, ...]:
+    """Validate a catalog entry's ``adapters`` list (one-line errors naming file, model, adapter and field)."""
+    where = f"{source}: model {model_id!r}: adapters"
+    if not isinstance(raw, list):
+        raise CatalogError(f"{where}: expected a list of tables ([[models.\"...\".adapters]]), got {raw!r}")
+    if shape.get("task") != "text-generation":
+        raise CatalogError(f"{where}: only text-generation models take LoRA adapters")
+    out, names = [], set()
+    for i, a in enumerate(raw):
+        if not isinstance(a, dict):
+            raise CatalogError(f"{where}[{i}]: expected a table, got {a!r}")
+        for k in a:
+            if k not in _ADAPTER_FIELDS:
+                raise CatalogError(f"{where}[{i}]: unknown field {k!r} (known: {', '.join(sorted(_ADAPTER_FIELDS))})")
+        name = a.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[\w.\-]+", name):
+            raise CatalogError(f"{where}[{i}]: field 'name' must be a non-empty word like 'support-chat', got {name!r}")
+        if name in names:
+            raise CatalogError(f"{where}[{i}]: duplicate adapter name {name!r}")
+        names.add(name)
+        rank = a.get("rank")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= MAX_RANK:
+            raise CatalogError(f"{where}[{i}] {name!r}: field 'rank' must be an integer in 1..{MAX_RANK}, got {rank!r}")
+        if "size_mb" in a:
+            mb = a["size_mb"]
+            if isinstance(mb, bool) or not isinstance(mb, int | float) or not math.isfinite(mb) or mb <= 0:
+                raise CatalogError(f"{where}[{i}] {name!r}: field 'size_mb' must be a positive number, got {mb!r}")
+            size = float(mb) * 1e6
+        else:
+            size = attention_lora_bytes(rank, shape["layers"], shape["hidden"], shape["kv_heads"],
+                                        shape.get("head_dim") or shape["hidden"] // shape["heads"])
+        if size > MAX_BYTES:
+            raise CatalogError(f"{where}[{i}] {name!r}: size {size / 1e6:.1f} MB is over the {MAX_BYTES / 1e6:.0f} MB "
+                            "limit")
+        out.append(AdapterSpec(name, model_id, rank, size))
+    return tuple(out)
+
 
 
 def default_catalog() -> Catalog:

@@ -7,6 +7,15 @@ The simulator and the live gateway both drive it the same way::
     started = plane.finish(req, now)    # requests that left a queue and start now
     started, expired = plane.poll(now)  # replicas that finished loading; queued requests past their timeout
     plane.next_wakeup()                 # when poll() has something to do next
+
+Techniques with state the router reads live here too, changed only through the plane:
+
+* prefix caching (``prefix``, a :class:`~controlplane.prefix_index.PrefixIndex`): a request's prefix blocks
+  are pinned on its replica when it starts (``req.cached_tokens`` is set then) and unpinned when it finishes, is
+  cancelled or is lost to a node failure; they stay cached in the replica's free KV space afterwards;
+* LoRA adapters (``adapters``, an :class:`~controlplane.adapter_index.AdapterIndex`): the driver calls
+  :meth:`ControlPlane.acquire_adapter` when a started request reaches its replica and
+  :meth:`ControlPlane.release_adapter` when it ends (which returns requests that were waiting for a slot).
 """
 
 from __future__ import annotations
@@ -16,9 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from controlplane.adapter_index import AdapterIndex
 from controlplane.catalog import Catalog, CatalogError
 from controlplane.outcomes import Code
-from controlplane.routing.base import QUEUE, REJECT, START, Decision, make_router, reject
+from controlplane.prefix_index import PrefixIndex
+from controlplane.routing import QUEUE, REJECT, START, Decision, make_router
+from controlplane.routing.base import reject
 from controlplane.state import COLD, LOADING, READY, ClusterState, Replica, Request
 
 
@@ -45,7 +57,8 @@ class ControlPlane:
     def __init__(self, catalog: Catalog, fleet, placement, rtt: np.ndarray, router: str = "nearest-with-capacity",
                  router_options: dict | None = None, admission: AdmissionConfig | None = None, perf=None,
                  rng: np.random.Generator | None = None, autoscaler=None, typical_tokens: tuple = (512, 128),
-                 max_candidates: int | None = 64):
+                 max_candidates: int | None = 64, prefix: PrefixIndex | None = None,
+                 adapters: AdapterIndex | None = None, adapter_routing: bool = True):
         self.catalog = catalog
         self.admission = admission or AdmissionConfig()
         table = getattr(placement, "table", placement)
@@ -55,8 +68,12 @@ class ControlPlane:
         self._estimates: dict = {}
         for r in self.state.replicas:
             self._estimate(r)
+        self.state.prefix, self.state.adapters = prefix, adapters
         self.router = make_router(router, self.state, rng, **(router_options or {}))
+        if adapters is not None and adapter_routing and self.router.name != "adapter-aware":
+            self.router = make_router("adapter-aware", self.state, rng, base=self.router)
         self.autoscaler = autoscaler
+        self._pins: dict = {}  # request -> replica whose prefix blocks it pins (prefix caching on)
         self._deadlines: deque = deque()  # (deadline, request): FIFO because the timeout is one constant
         self.counts = {"submitted": 0, "started": 0, "queued": 0, "rejected": 0, "expired": 0, "cold_loads": 0}
 
@@ -85,6 +102,14 @@ class ControlPlane:
         self.counts["cold_loads"] += int(cold)
         return r
 
+    def set_slots(self, slots: int, replicas=None) -> None:
+        """Concurrent sequences per replica (all, or ``replicas``): a live host's engine limit, say."""
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be a positive integer, got {slots!r}")
+        for r in self.state.replicas if replicas is None else replicas:
+            r.slots = slots
+        self.state.refresh()
+
     # ---------------------------------------------------------------- requests
     def check(self, req: Request) -> int | None:
         """Admission checks before routing: 5007 unknown model, 3006 too large for the context window."""
@@ -112,6 +137,7 @@ class ControlPlane:
         req.rtt_ms = d.rtt_ms
         if d.action == START:
             r._start(req, now)
+            self.pin_prefix(req)
             self.counts["started"] += 1
         else:
             if r.status == COLD:
@@ -128,6 +154,7 @@ class ControlPlane:
     def finish(self, req: Request, now: float) -> list[Request]:
         """A running request completed (or was cancelled); returns queued requests that start now."""
         r = req.replica
+        self.unpin_prefix(req)
         r._release(req, now)
         self.router.forget(req)
         return self.drain(r, now)
@@ -139,6 +166,8 @@ class ControlPlane:
             req = r.queue.popleft()
             r._start(req, now)
             started.append(req)
+        for req in started:  # after every reservation: cached blocks live in what is left free
+            self.pin_prefix(req)
         self.counts["started"] += len(started)
         return started
 
@@ -152,6 +181,45 @@ class ControlPlane:
         if req in r.queue:
             r.queue.remove(req)
         return []
+
+    # ---------------------------------------------------------------- prefix index and adapter slots
+    def pin_prefix(self, req: Request) -> int:
+        """``req`` started on its replica: its cached prefix tokens (also set as ``req.cached_tokens``); its
+        blocks stay pinned there until it finishes. A no-op (0) with prefix caching off or no ``hash_ids``."""
+        index = self.state.prefix
+        req.cached_tokens = 0
+        if index is None:
+            return 0
+        r = req.replica
+        req.cached_tokens = index.admit(r, req.hash_ids, req.prompt_tokens)
+        if req.hash_ids:
+            self._pins[req] = r
+        return req.cached_tokens
+
+    def unpin_prefix(self, req: Request) -> None:
+        """``req`` stops running: its blocks stay cached, unpinned, in its replica's free KV space."""
+        r = self._pins.pop(req, None)
+        if r is not None:
+            self.state.prefix.release(r, req.hash_ids, req.kv_tokens if req in r.running else 0)
+
+    def acquire_adapter(self, req: Request, t: float) -> tuple[float, bool] | None:
+        """``req`` (started) reaches its replica at ``t`` and needs its LoRA adapter: (when it can join its
+        batch, whether its adapter had to be loaded), or None while every adapter slot there is in use (it is
+        returned by a later :meth:`release_adapter`). Requests without an adapter, or LoRA off: (t, False)."""
+        index = self.state.adapters
+        if index is None or not req.adapter:
+            return t, False
+        return index.take(req.replica, req, t)
+
+    def release_adapter(self, req: Request, now: float) -> list[tuple[Request, float, bool]]:
+        """``req`` ended (or is retried): give back its adapter, or its place among the waiting. Returns the
+        requests waiting on that replica that now hold their adapter: (request, join time, loaded)."""
+        index = self.state.adapters
+        return [] if index is None else index.give_back(req, now)
+
+    def _drop_adapter(self, req: Request) -> None:
+        if self.state.adapters is not None:
+            self.state.adapters.forget(req)
 
     # ---------------------------------------------------------------- time-driven work
     def poll(self, now: float) -> tuple[list[Request], list[Request]]:
@@ -195,6 +263,8 @@ class ControlPlane:
             return lost, evicted
         for r in replicas:
             for req in list(r.running):
+                self._pins.pop(req, None)  # the node's prefix index is dropped below
+                self._drop_adapter(req)
                 r._release(req, now)
                 req.replica = None
                 lost.append(req)
@@ -203,6 +273,9 @@ class ControlPlane:
                     req = r.queue.popleft()
                     req.replica = None
                     evicted.append(req)
+        for part in (self.state.prefix, self.state.adapters):
+            if part is not None:
+                part.drop_node(node, replicas)
         return lost, evicted
 
     def set_site_up(self, site: int, up: bool, now: float) -> tuple[list[Request], list[Request]]:

@@ -38,6 +38,7 @@ class Request:
     account: str = "default"
     hash_ids: tuple = ()
     adapter: str = ""  # LoRA adapter name ("" = the base model alone)
+    cached_tokens: int = 0  # prompt tokens the replica's prefix index held when it started (set by the plane)
     payload: object = None  # the caller's own data (the simulator's or gateway's request object)
     replica: Replica | None = None
     rtt_ms: float = 0.0
@@ -162,9 +163,9 @@ class ClusterState:
         self.stats: dict[str, ModelStats] = {}
         self._rep_sites: dict[str, np.ndarray] = {}
         self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
-        # Per-replica technique state routers may read (None = technique off): controlplane.prefix_cache.PrefixCaches
-        # and controlplane.lora.AdapterIndex.
-        self.prefix_caches = None
+        # Technique state routers read (None = technique off): a controlplane.prefix_index.PrefixIndex and a
+        # controlplane.adapter_index.AdapterIndex. Owned and changed by the ControlPlane only.
+        self.prefix = None
         self.adapters = None
         for i, row in enumerate(placement.itertuples()):
             gpu_index = tuple(row.gpu_index) if hasattr(row, "gpu_index") else None

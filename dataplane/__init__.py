@@ -4,9 +4,11 @@
   :mod:`dataplane.byom` registers your own ONNX file from a manifest.
 * :mod:`dataplane.engine_lm` (continuous batching, KV cache) and :mod:`dataplane.engine_batch`
   (dynamic batching): background-thread engines with thread-safe ``submit``.
-* :mod:`dataplane.tasks` - Workers-AI-shaped task functions; :class:`dataplane.service.DataPlane` ties
-  models, engines and tasks together.
-* :mod:`dataplane.profiler` - the ``edgepop profile`` table for the simulator.
+* :mod:`dataplane.tasks` - the Workers AI task table (prepare -> run -> shape), used by
+  :class:`dataplane.service.DataPlane` (models, engines and tasks together) and by the gateway.
+* :mod:`dataplane.profiler` and :mod:`dataplane.engine_profile` - service-time tables for the simulator.
+* :mod:`dataplane.gateway` - the live HTTP gateway over these engines, routed by the control plane.
 
-This package never imports ``topology``, ``controlplane`` or ``sim``.
+Outside ``dataplane.gateway`` this package imports only ``edgepop``; the gateway alone uses ``controlplane``
+and ``topology``.
 """

@@ -1,7 +1,8 @@
 """The ``edgepop`` command: one sub-command per research job, registered by the package that owns it.
 
 Each owning package exposes ``<package>.cli.register(subparsers)``, which adds its sub-commands and sets
-``func`` on them. Modules are imported lazily so that ``edgepop topology`` does not pay for onnxruntime.
+``func`` on them. The command modules import their machinery inside the command functions, so that
+``edgepop topology`` does not pay for onnxruntime.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from edgepop import __version__
 from edgepop.errors import UserError
 
 # Order is the order in `edgepop --help`.
-COMMAND_MODULES = ("sim.cli", "sim.estimate_cli", "controlplane.cli", "dataplane.cli", "dataplane.gateway.cli",
-                   "topology.cli")
+COMMAND_MODULES = ("sim.cli", "sim.cli_estimate", "controlplane.cli", "dataplane.cli", "dataplane.gateway.cli",
+                   "sim.live.cli", "topology.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,13 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"edgepop {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # that package has no commands yet
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

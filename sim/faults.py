@@ -13,11 +13,39 @@ simulated seconds, e.g. ``pop:FRA@600+300``, ``node:FRA-0@0+3600``, ``link:NewYo
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
 from edgepop.errors import UserError
-from sim.simulator import Fault
+from edgepop.registry import Registry
+
+
+@dataclass
+class Fault:
+    """A PoP, GPU node or backbone link down during [start_s, start_s + duration_s)."""
+
+    kind: str  # "pop" | "node" | "link"
+    target: str
+    start_s: float
+    duration_s: float
+
+
+# What happens to requests on a node that fails: each policy answers "retry the ones that streamed nothing yet?".
+FAULT_POLICIES = Registry("fault policy")
+
+
+@FAULT_POLICIES.register("retry")
+def retry_unstreamed() -> bool:
+    """Requests that have not streamed a token are retried elsewhere; the rest fail with 3043."""
+    return True
+
+
+@FAULT_POLICIES.register("fail")
+def fail_all() -> bool:
+    """Every request on the failed node fails with 3043."""
+    return False
+
 
 FAULT_SPEC = re.compile(r"^(pop|node|link):([A-Za-z0-9:_.\-]+)@(\d+(?:\.\d+)?)\+(\d+(?:\.\d+)?)$")
 
@@ -37,9 +65,9 @@ def parse_fault(spec: str) -> Fault:
 class FaultHandler:
     """Applies faults to one running simulation; knows the topology to re-route ingress and recompute RTTs."""
 
-    def __init__(self, topo, deployment, faults, rtt_builder):
+    def __init__(self, topo, deployment, faults):
         self.topo, self.dep = topo, deployment
-        self.rtt_builder = rtt_builder  # latency model -> the deployment's ingress x site RTT matrix
+        self.rtt_builder = deployment.rtt_builder  # latency model -> the deployment's ingress x site RTT matrix
         self.down_pops: set[int] = set()
         self._city_pop_rtt: dict[int, np.ndarray] = {}
         self._base_latency = topo.latency

@@ -18,8 +18,19 @@ Every axis value is applied to the base scenario's TOML document and re-read by 
 are checked by the same rules as scenario files; policy, router and autoscaler names are checked against the
 registries. Any problem is one :class:`~edgepop.errors.UserError` naming the grid file, the axis and the value.
 
-Variants are the cartesian product of the axes in file order (the last axis varies fastest), each replicated over
-``seeds`` (innermost); variant ids count from 0 in that order.
+Named variants: a ``[[variants]]`` list gives runs that change several fields at once (an ablation, a set of
+configurations), each a table with a ``name`` and dotted ``"table.field" = value`` overrides::
+
+    [[variants]]
+    name = "prefix_cache"
+    "techniques.prefix_cache" = true
+    "edge.router" = "prefix-aware"
+
+With both, every named variant is crossed with the axes (named variants outermost). The outputs then carry a
+``variant_name`` column; ``baseline = "<name>"`` marks the variant the others are compared to.
+
+Variants are the cartesian product of the named variants and the axes in file order (the last axis varies
+fastest), each replicated over ``seeds`` (innermost); variant ids count from 0 in that order.
 """
 
 from __future__ import annotations
@@ -31,26 +42,30 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from controlplane.deployment import DeploymentConfig
 from edgepop.errors import UserError
-from sim.scenario import SCENARIO_DIR, SLO, DeploymentConfig, Scenario, parse_scenario, read_named_toml
+from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
+from sim.techniques.config import Techniques
+from sim.workload_config import WorkloadConfig
 
 GRID_DIR = SCENARIO_DIR / "grids"
-GRID_KEYS = ("base", "description", "requests", "duration_s", "seeds", "deployments", "axes")
+GRID_KEYS = ("base", "description", "requests", "duration_s", "seeds", "deployments", "axes", "variants",
+             "baseline")
 DEPLOYMENTS = ("edge", "central")
 # Scenario fields an axis may not set: identity, the seed (use `seeds`), and the tables as a whole.
-NOT_AXES = frozenset({"name", "description", "source", "seed", "workload", "edge", "central", "slo"})
+NOT_AXES = frozenset({"name", "description", "source", "seed", "workload", "edge", "central", "slo", "techniques"})
 # Fields holding a table whose keys an axis may address one level deeper.
-TABLE_FIELDS = frozenset({"placement_options", "router_options", "autoscaler_options", "mix", "tokens"})
+TABLE_FIELDS = frozenset({"placement_options", "router_options", "autoscaler_options", "mix", "tokens",
+                          "spec_acceptance"})
 # Columns of the sweep outputs that an axis name must not shadow.
-RESERVED_COLUMNS = frozenset({"variant", "seed", "deployment"})
+RESERVED_COLUMNS = frozenset({"variant", "variant_name", "seed", "deployment"})
 
 
 def _table_fields() -> dict[str, set[str]]:
-    from sim.workload import WorkloadConfig
-
     deployment = {f.name for f in fields(DeploymentConfig)}
     return {"workload": {f.name for f in fields(WorkloadConfig)}, "edge": deployment,
-            "central": deployment | {"enabled"}, "slo": {f.name for f in fields(SLO)}}
+            "central": deployment | {"enabled"}, "slo": {f.name for f in fields(SLO)},
+            "techniques": {f.name for f in fields(Techniques)}}
 
 
 @dataclass(frozen=True)
@@ -61,12 +76,13 @@ class Variant:
     values: dict
     seed: int
     scenario: Scenario
+    name: str = ""  # the named variant it belongs to ("" without [[variants]])
 
     @property
     def label(self) -> str:
         """``edge.placement='ilp', workload.rps=20.0, seed=1``: how errors and progress name the variant."""
-        parts = [f"{k}={v!r}" for k, v in self.values.items()] + [f"seed={self.seed}"]
-        return ", ".join(parts)
+        parts = ([f"{self.name}"] if self.name else []) + [f"{k}={v!r}" for k, v in self.values.items()]
+        return ", ".join(parts + [f"seed={self.seed}"])
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,8 @@ class Grid:
     deployments: tuple[str, ...]
     variants: tuple[Variant, ...]
     description: str = ""
+    names: tuple[str, ...] = ()  # the named variants, in file order (empty without [[variants]])
+    baseline: str | None = None
 
     def axis_column(self, key: str) -> list:
         """The axis values as stored in the output tables: numbers and strings as they are, lists and tables as
@@ -131,14 +149,18 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
         raise UserError(f"{source}: give requests or duration_s, not both")
     deployments = _deployments(doc.get("deployments", list(DEPLOYMENTS)), source)
     axes = _axes(doc.get("axes", {}), source)
+    named = _named(doc.get("variants"), source)
+    baseline = doc.get("baseline")
+    if baseline is not None and baseline not in named:
+        raise UserError(f"{source}: baseline {baseline!r} is not one of the named variants "
+                        f"({', '.join(named) or 'none: add [[variants]]'})")
 
     def scenario(over: dict, what: str) -> Scenario:
         d = copy.deepcopy(base_doc)
         for key, value in over.items():
             _set(d, key, value)
         try:
-            sc = parse_scenario(d, base_path.name, base_dir=base_path.parent)
-            _check_registries(sc, deployments)
+            sc = parse_scenario(d, base_path.name, base_dir=base_path.parent)  # registries checked there
         except UserError as exc:
             raise UserError(f"{source}: {what}: {exc}") from None
         return sc
@@ -147,17 +169,21 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     for key, values in axes.items():  # each value alone first, so an error names the axis value at fault
         for value in values:
             scenario({key: value}, f"axis {key!r} value {value!r}")
+    for name, over in named.items():
+        scenario(over, f"variant {name!r}")
     seeds = _seeds(doc.get("seeds"), source, base_sc.seed)
     variants = []
-    for point in itertools.product(*axes.values()):
-        values = dict(zip(axes, point, strict=True))
-        sc = scenario(values, "variant " + ", ".join(f"{k}={v!r}" for k, v in values.items())) if values \
-            else base_sc
-        for seed in seeds:
-            variants.append(Variant(len(variants), values, seed, sc))
+    for name, over in (named or {"": {}}).items():
+        for point in itertools.product(*axes.values()):
+            values = dict(zip(axes, point, strict=True))
+            what = ", ".join(([name] if name else []) + [f"{k}={v!r}" for k, v in values.items()])
+            sc = scenario({**over, **values}, f"variant {what}") if values or over else base_sc
+            for seed in seeds:
+                variants.append(Variant(len(variants), values, seed, sc, name))
     return Grid(source=source, base=str(doc["base"]), axes=axes, seeds=seeds, requests=requests,
                 duration_s=None if duration is None else float(duration), deployments=deployments,
-                variants=tuple(variants), description=str(doc.get("description", "")))
+                variants=tuple(variants), description=str(doc.get("description", "")), names=tuple(named),
+                baseline=baseline)
 
 
 def _base_path(base, source: str, base_dir: Path) -> Path:
@@ -168,8 +194,6 @@ def _base_path(base, source: str, base_dir: Path) -> Path:
     path = Path(base).expanduser()
     path = path if path.is_absolute() else base_dir / path
     if not path.is_file():
-        from sim.scenario import embedded_scenarios
-
         raise UserError(f"{source}: base {base!r} not found: not a file and not one of the embedded scenarios "
                         f"({', '.join(embedded_scenarios())})")
     return path
@@ -226,6 +250,25 @@ def _axes(raw, source: str) -> dict:
     return out
 
 
+def _named(raw, source: str) -> dict[str, dict]:
+    """``[[variants]]``: name -> {dotted key: value}, keys checked like axes."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list) or not raw or not all(isinstance(v, dict) for v in raw):
+        raise UserError(f"{source}: variants must be a list of tables ([[variants]] with a name), got {raw!r}")
+    out = {}
+    for i, v in enumerate(raw):
+        name = v.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise UserError(f"{source} [[variants]][{i}]: a non-empty 'name' is required")
+        if name in out:
+            raise UserError(f"{source} [[variants]]: variant name {name!r} repeats")
+        over = {k: x for k, x in v.items() if k != "name"}
+        _axes({k: [x] for k, x in over.items()}, f"{source} [[variants]] {name!r}")
+        out[name] = over
+    return out
+
+
 def _set(doc: dict, key: str, value) -> None:
     """Write ``value`` at dotted ``key`` of a scenario document, creating tables on the way."""
     *path, last = key.split(".")
@@ -235,20 +278,3 @@ def _set(doc: dict, key: str, value) -> None:
         if not isinstance(node, dict):
             raise UserError(f"field {part!r} is not a table")
     node[last] = copy.deepcopy(value)
-
-
-def _check_registries(sc: Scenario, deployments: tuple[str, ...]) -> None:
-    """Names the scenario parser leaves as free strings: placement, router and autoscaler policies."""
-    from controlplane.autoscale import AUTOSCALERS
-    from controlplane.placement import policy_names
-    from controlplane.routing import router_names
-
-    for name in deployments:
-        cfg = sc.edge if name == "edge" else sc.central
-        if cfg is None:
-            continue
-        checks = (("placement", cfg.placement, policy_names()), ("router", cfg.router, router_names()),
-                  ("autoscaler", cfg.autoscaler, ["none", *AUTOSCALERS]))
-        for what, value, known in checks:
-            if value not in known:
-                raise UserError(f"[{name}]: unknown {what} policy {value!r} (known: {', '.join(known)})")

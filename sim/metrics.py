@@ -6,18 +6,8 @@ import numpy as np
 import pandas as pd
 
 from controlplane.billing import USD_PER_1000_NEURONS, fleet_cost, neurons_array
-
-PCTS = (50, 90, 95, 99)
-
-
-def percentiles(x) -> dict:
-    x = np.asarray(x, dtype=np.float64)
-    x = x[~np.isnan(x)]
-    if x.size == 0:
-        return {f"p{p}": None for p in PCTS} | {"mean": None, "n": 0}
-    vals = np.percentile(x, PCTS)
-    return {f"p{p}": round(float(v), 3) for p, v in zip(PCTS, vals, strict=True)} | {
-        "mean": round(float(x.mean()), 3), "n": int(x.size)}
+from edgepop.stats import percentiles
+from sim.techniques.metrics import itl_percentiles
 
 
 def slo_met(frame: pd.DataFrame, slo) -> np.ndarray:
@@ -37,13 +27,15 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
                        gpu_busy_s: float) -> dict:
     """The per-deployment block of summary.json."""
     counts = frame.outcome.value_counts().to_dict()
-    ok = frame.outcome == "ok"
+    # Latency figures are the interactive requests'; async batch rows (queueRequest) have their own block.
+    batch = frame.batch.to_numpy(dtype=bool) if "batch" in frame else np.zeros(len(frame), bool)
+    ok = (frame.outcome == "ok") & ~batch
     met = slo_met(frame, slo)
     gen = frame.task == "text-generation"
     audio = frame.model.isin([s.id for s in catalog if s.unit == "audio-minute"]).to_numpy()
     units = np.where(audio, frame.prompt_tokens.to_numpy() / 60.0, frame.prompt_tokens.to_numpy())
     neurons = neurons_array(catalog, frame.model, units, frame.output_tokens)
-    neurons = np.where(ok, neurons, 0.0)
+    neurons = np.where(frame.outcome == "ok", neurons, 0.0)
     cost = fleet_cost(fleet, duration_s)
     total_gpus = float(fleet.nodes.gpus.sum())
     errors = frame[frame.error_code > 0].error_code.value_counts().to_dict()
@@ -54,6 +46,7 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "ttft_ms": percentiles(frame.ttft_ms[ok & gen]),
         "ttft_ms_all_tasks": percentiles(frame.ttft_ms[ok]),
         "tpot_ms": percentiles(frame.tpot_ms[ok & gen]),
+        "itl_ms": itl_percentiles(frame[gen.to_numpy() & ~batch]),
         "e2e_ms": percentiles(frame.e2e_ms[ok]),
         "network_rtt_ms": percentiles(frame.network_rtt_ms[ok]),
         "queue_ms": percentiles(frame.queue_ms[ok]),

@@ -15,18 +15,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from controlplane.catalog import Catalog
+from controlplane.catalog import Catalog, default_catalog
+from controlplane.deployment import Deployment, build_deployment
+from controlplane.perf_models import build_perf
 from edgepop.errors import UserError
+from edgepop.rng import streams
+from edgepop.stats import percentiles
+from sim.faults import FaultHandler, parse_fault
+from sim.metrics import deployment_summary, gains
+from sim.perfcache import CachedPerf
 from sim.scenario import Scenario, load_scenario, with_overrides
 from sim.simulator import Simulation
-
-# One child generator per concern, so changing one (say, routing) never shifts another's draws.
-RNG_STREAMS = ("workload", "place_edge", "place_central", "route_edge", "route_central")
-
-
-def rngs(seed: int) -> dict[str, np.random.Generator]:
-    children = np.random.SeedSequence(seed).spawn(len(RNG_STREAMS))
-    return {name: np.random.default_rng(c) for name, c in zip(RNG_STREAMS, children, strict=True)}
+from sim.techniques import TechniqueRuntime
+from sim.techniques.config import check_block_tokens
+from sim.traces import trace_kind
+from sim.workload import generate
+from topology import Topology
 
 
 @dataclass
@@ -39,29 +43,12 @@ class RunOutput:
     workload: object = None
 
 
-def build_perf(spec: str, topo):
-    if spec == "roofline":
-        from controlplane.perf import Roofline
-
-        return Roofline.from_topology(topo)
-    from controlplane.perf_profile import MeasuredProfile
-
-    return MeasuredProfile.load(spec)
-
-
-def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,
-                 duration_s: float | None = None, seed: int | None = None, trace: str | None = None,
-                 faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
-    """Simulate ``scenario`` (an embedded name, a path or a Scenario) with optional overrides."""
-    from sim.faults import FaultHandler, parse_fault
-    from sim.metrics import deployment_summary, gains
-    from sim.workload import generate
-    from topology import Topology
-
-    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s: float | None = None,
+                       seed: int | None = None, trace: str | None = None, faults=None) -> Scenario:
+    """``sc`` with the command line's size, seed, trace and fault overrides applied (one-line errors)."""
     wl = {}
     if trace is not None:
-        wl.update(trace=str(trace), kind=_trace_kind(trace), requests=None, duration_s=None)
+        wl.update(trace=str(trace), kind=trace_kind(trace), requests=None, duration_s=None)
     is_trace = wl.get("kind", sc.workload.kind) != "poisson"
     if requests is not None:
         if requests <= 0:
@@ -76,83 +63,136 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
         over["seed"] = seed
     if faults:
         over["faults"] = [parse_fault(f) if isinstance(f, str) else f for f in faults]
-    sc = with_overrides(sc, **over) if over else sc
-    t_wall = time.perf_counter()
+    return with_overrides(sc, **over) if over else sc
+
+
+@dataclass
+class Setup:
+    """Everything a scenario's deployments share: topology, catalog, perf model, techniques, random streams,
+    the workload and the demand the placements plan for."""
+
+    scenario: Scenario
+    topo: object
+    catalog: Catalog
+    perf: object
+    tech: TechniqueRuntime
+    rng: dict
+    workload: object
+    mean_rps: float
+    mix: dict
+    typical: tuple
+    shape: dict
+    start_utc: object
+    day_s: float
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return self.workload.requests
+
+    @property
+    def span_s(self) -> float:
+        return float(self.frame.arrival_s.max()) if len(self.frame) else 0.0
+
+
+def prepare(sc: Scenario, topo=None) -> Setup:
+    """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
     topo = topo or Topology.load(last_mile_ms=sc.last_mile_ms)
-    catalog = Catalog.load(sc.catalog) if sc.catalog else __import__("controlplane.catalog").catalog.default_catalog()
-    from sim.perfcache import CachedPerf
-    from sim.tech_apply import TechniqueRuntime
-
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
-    catalog = tech.catalog(catalog)
+    catalog = tech.catalog(Catalog.load(sc.catalog) if sc.catalog else default_catalog())
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
-    from sim.cache_techniques import check_block_tokens
-
-    check_block_tokens(sc.techniques, sc.workload)
-    r = rngs(sc.seed)
-    workload = generate(sc.workload, topo, catalog, r["workload"])
+    check_block_tokens(sc.techniques, sc.workload)  # again: a --trace override may change the workload's blocks
+    rng = streams(sc.seed)
+    workload = generate(sc.workload, topo, catalog, rng["workload"])
     frame = workload.requests
     span = float(frame.arrival_s.max()) if len(frame) else 0.0
     mean_rps = sc.planning_rps or (len(frame) / max(span, 1e-9) if len(frame) > 1 else 1.0)
-    mix = frame.model.value_counts(normalize=True).to_dict()
     gen = frame[frame.task == "text-generation"]
     typical = (int(gen.prompt_tokens.mean()), int(gen.output_tokens.mean())) if len(gen) else (512, 128)
     audio = frame.model.isin([s.id for s in catalog if s.unit == "audio-minute"])
     units = frame.prompt_tokens.where(~audio, frame.prompt_tokens / 60.0)
     shape = {"prompt": units.groupby(frame.model).mean().to_dict(),
              "output": frame.output_tokens.groupby(frame.model).mean().to_dict()}
-    start = getattr(sc.workload, "start_utc", None)
-    day_s = float(getattr(sc.workload, "day_compression", None) or 86_400.0)
-    from sim.deploy import build_deployment
+    return Setup(sc, topo, catalog, perf, tech, rng, workload, mean_rps,
+                 frame.model.value_counts(normalize=True).to_dict(), typical, shape,
+                 getattr(sc.workload, "start_utc", None),
+                 float(getattr(sc.workload, "day_compression", None) or 86_400.0))
 
-    frames, utils, blocks, placements, sim_stats = [], [], {}, {}, {}
-    for name in deployments:
-        cfg = sc.edge if name == "edge" else sc.central
-        if cfg is None:
-            continue
-        t0 = time.perf_counter()
-        dep, placement, rtt_builder = build_deployment(
-            name, cfg, topo, catalog, perf, mean_rps, mix, r[f"place_{name}"], r[f"route_{name}"], typical,
-            start, day_s, shape)
-        handler = FaultHandler(topo, dep, sc.faults, rtt_builder) if sc.faults else None
-        build_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        dep_frame, orig_arrival = tech.workload(name, frame, dep, placement, topo, start, day_s)
-        sim = Simulation(dep, dep_frame, perf, faults=sc.faults, fault_policy=sc.fault_policy, sample_s=sc.sample_s,
-                         progress=(lambda i, n, _name=name: progress(_name, i, n)) if progress else None,
-                         fault_handler=handler, techniques=sc.techniques,
-                         engine_factory=tech.engine_factory(name))
-        res = sim.run()
-        run_s = time.perf_counter() - t0
-        duration = max(span, res.sim_end_s)
-        blocks[name] = deployment_summary(res.requests, res.utilisation, dep.fleet, duration, sc.slo, catalog,
-                                          sim.gpu_busy_seconds())
-        if sim.hooks is not None:  # prefix-cache hit ratio, adapter loads
-            blocks[name].update(sim.hooks.summary(res.requests))
-        blocks[name]["placement"] = {"policy": cfg.placement, "replicas": int(len(placement.table)),
-                                     "build_s": round(build_s, 2)}
-        tblock = tech.summary(name, res.requests, dep_frame, orig_arrival, dep.fleet, start, day_s)
-        if tblock is not None:
-            blocks[name]["techniques"] = tblock
-        sim_stats[name] = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1)}
-        frames.append(res.requests)
-        utils.append(res.utilisation)
-        placements[name] = placement
-    requests_frame = pd.concat(frames, ignore_index=True)
-    summary = {"scenario": sc.name, "seed": sc.seed, "requests": int(len(frame)),
-               "simulated_span_s": round(span, 2), "deployments": blocks}
+
+def scenario_deployment(setup: Setup, name: str) -> Deployment:
+    """Deployment ``name`` (``edge`` or ``central``) of the scenario, placed for its workload's demand."""
+    sc = setup.scenario
+    cfg = sc.edge if name == "edge" else sc.central
+    return build_deployment(name, cfg, setup.topo, setup.catalog, perf=setup.perf, demand_rps=setup.mean_rps,
+                            mix=setup.mix, rng_place=setup.rng[f"place_{name}"], rng_route=setup.rng[f"route_{name}"],
+                            typical_tokens=setup.typical, scenario_start=setup.start_utc, day_s=setup.day_s,
+                            shape=setup.shape, **setup.tech.plane_options(name))
+
+
+@dataclass
+class DeploymentRun:
+    name: str
+    deployment: Deployment
+    requests: pd.DataFrame
+    utilisation: pd.DataFrame
+    block: dict
+    stats: dict
+
+
+def simulate_deployment(setup: Setup, name: str, progress=None) -> DeploymentRun:
+    """Build deployment ``name``, run the workload through it, and summarise it (its summary.json block)."""
+    sc, frame = setup.scenario, setup.frame
+    cfg = sc.edge if name == "edge" else sc.central
+    t0 = time.perf_counter()
+    dep = scenario_deployment(setup, name)
+    handler = FaultHandler(setup.topo, dep, sc.faults) if sc.faults else None
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    dep_frame, orig_arrival = setup.tech.workload(name, frame, dep, setup.topo, setup.start_utc, setup.day_s)
+    sim = Simulation(dep, dep_frame, setup.perf, faults=sc.faults, fault_policy=sc.fault_policy,
+                     sample_s=sc.sample_s, progress=(lambda i, n: progress(name, i, n)) if progress else None,
+                     fault_handler=handler, techniques=setup.tech.for_simulation(name))
+    res = sim.run()
+    run_s = time.perf_counter() - t0
+    req = res.requests
+    block = deployment_summary(req, res.utilisation, dep.fleet, max(setup.span_s, res.sim_end_s), sc.slo,
+                               setup.catalog, sim.gpu_busy_seconds())
+    setup.tech.summarize(name, block, sim, req, dep_frame, orig_arrival, dep.fleet, setup.start_utc, setup.day_s)
+    techniques_block = block.pop("techniques", None)  # keep the block order: placement before techniques
+    batch = req.batch.to_numpy(dtype=bool) & (req.outcome == "ok").to_numpy()
+    if batch.any():  # async batch: completion from when the user sent it (holds included)
+        done = req.arrival_s.to_numpy(dtype=float) + req.e2e_ms.to_numpy(dtype=float) / 1e3
+        block["batch_completion_s"] = percentiles((done - frame.arrival_s.to_numpy(dtype=float))[batch])
+    block["placement"] = {"policy": cfg.placement, "replicas": int(len(dep.table)),
+                          "gpus_placed": int(sum(len(g) for g in dep.table.gpu_index)), "build_s": round(build_s, 2)}
+    if techniques_block is not None:
+        block["techniques"] = techniques_block
+    stats = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1)}
+    return DeploymentRun(name, dep, req, res.utilisation, block, stats)
+
+
+def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,
+                 duration_s: float | None = None, seed: int | None = None, trace: str | None = None,
+                 faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
+    """Simulate ``scenario`` (an embedded name, a path or a Scenario) with optional overrides."""
+    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    sc = with_run_overrides(sc, requests=requests, duration_s=duration_s, seed=seed, trace=trace, faults=faults)
+    t_wall = time.perf_counter()
+    setup = prepare(sc, topo)
+    runs = [simulate_deployment(setup, name, progress) for name in deployments
+            if (sc.edge if name == "edge" else sc.central) is not None]
+    blocks = {r.name: r.block for r in runs}
+    summary = {"scenario": sc.name, "seed": sc.seed, "requests": int(len(setup.frame)),
+               "simulated_span_s": round(setup.span_s, 2), "deployments": blocks}
     if "edge" in blocks and "central" in blocks:
         summary["gains"] = gains(blocks["edge"], blocks["central"])
-    wall = time.perf_counter() - t_wall
-    total_sim = sum(s["sim_wall_s"] for s in sim_stats.values())
-    summary["performance"] = {"wall_s": round(wall, 2), **{f"{k}_{m}": v for k, s in sim_stats.items()
-                                                             for m, v in s.items()},
-                              "simulated_requests_per_wall_s": round(len(frames) * len(frame) / max(total_sim, 1e-9), 1)}
-    return RunOutput(sc, requests_frame, pd.concat(utils, ignore_index=True), summary, placements, workload)
-
-
-def _trace_kind(path) -> str:
-    return "mooncake" if str(path).endswith((".jsonl", ".json")) else "azure"
+    total_sim = sum(r.stats["sim_wall_s"] for r in runs)
+    summary["performance"] = {
+        "wall_s": round(time.perf_counter() - t_wall, 2),
+        **{f"{r.name}_{m}": v for r in runs for m, v in r.stats.items()},
+        "simulated_requests_per_wall_s": round(len(runs) * len(setup.frame) / max(total_sim, 1e-9), 1)}
+    return RunOutput(sc, pd.concat([r.requests for r in runs], ignore_index=True),
+                     pd.concat([r.utilisation for r in runs], ignore_index=True), summary,
+                     {r.name: r.deployment.placement for r in runs}, setup.workload)
 
 
 def write_outputs(out: RunOutput, directory: str | Path) -> Path:

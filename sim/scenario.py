@@ -8,32 +8,18 @@ the table and the field.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from controlplane.deployment import DeploymentConfig
+from controlplane.perf_models import check_perf
 from edgepop.errors import UserError
-from sim.techniques import Techniques, parse_techniques
+from sim.faults import FAULT_POLICIES, parse_fault
+from sim.techniques.config import Techniques, parse_techniques
+from sim.validate import typed
+from sim.workload_config import WorkloadConfig
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
-
-
-@dataclass
-class DeploymentConfig:
-    """How one deployment is built and operated. ``baseline`` and ``gpu_scale`` only matter for central."""
-
-    placement: str = "greedy-demand"
-    placement_options: dict = field(default_factory=dict)
-    router: str = "nearest-with-capacity"
-    router_options: dict = field(default_factory=dict)
-    autoscaler: str = "none"
-    autoscaler_options: dict = field(default_factory=dict)
-    queue_limit: int = 64
-    queue_timeout_s: float = 30.0
-    load_gbs: float = 2.0
-    init_s: float = 5.0
-    pops: list | None = None
-    baseline: str = "big3"
-    gpu_scale: float = 1.0
 
 
 @dataclass
@@ -50,7 +36,7 @@ class Scenario:
     name: str
     description: str = ""
     seed: int = 1
-    workload: object = None  # sim.workload.WorkloadConfig
+    workload: WorkloadConfig | None = None
     edge: DeploymentConfig = field(default_factory=DeploymentConfig)
     central: DeploymentConfig | None = field(default_factory=lambda: DeploymentConfig(placement="central"))
     slo: SLO = field(default_factory=SLO)
@@ -65,56 +51,31 @@ class Scenario:
     source: str = "<memory>"
 
 
-def _typed(cls, raw: dict, where: str):
-    """Build dataclass ``cls`` from ``raw``, checking names and basic types (one-line errors)."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: expected a table")
-    known = {f.name: f for f in fields(cls)}
-    out = {}
-    for key, value in raw.items():
-        if key not in known:
-            raise UserError(f"{where}: unknown field {key!r} (known: {', '.join(sorted(known))})")
-        default = known[key].default
-        if isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise UserError(f"{where}: field {key!r} must be true or false, got {value!r}")
-        elif isinstance(default, int | float):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise UserError(f"{where}: field {key!r} must be a number, got {value!r}")
-            if value < 0:
-                raise UserError(f"{where}: field {key!r} must not be negative, got {value!r}")
-        if isinstance(default, str) and not isinstance(value, str):
-            raise UserError(f"{where}: field {key!r} must be a string, got {value!r}")
-        out[key] = value
-    return cls(**out)
-
-
 def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scenario:
-    from sim.workload import WorkloadConfig
-
+    """Validate a scenario document (what ``tomllib`` returns); ``source`` names it in errors."""
     top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in doc.items() if isinstance(v, dict)}
     for key in tables:
         if key not in ("workload", "edge", "central", "slo", "techniques"):
             raise UserError(f"{source}: unknown table [{key}] (known: workload, edge, central, slo, techniques)")
-    sc = _typed(Scenario, {"name": Path(source).stem, **top}, source)
+    sc = typed(Scenario, {"name": Path(source).stem, **top}, source)
     sc.source = source
     sc.workload = WorkloadConfig.from_dict(tables.get("workload", {}), where=f"{source} [workload]",
                                             base_dir=base_dir)
-    sc.edge = _typed(DeploymentConfig, tables.get("edge", {}), f"{source} [edge]")
+    sc.edge = typed(DeploymentConfig, tables.get("edge", {}), f"{source} [edge]")
     if "central" in tables and tables["central"].get("enabled", True) is False:
         sc.central = None
     else:
         raw = {k: v for k, v in tables.get("central", {}).items() if k != "enabled"}
-        sc.central = _typed(DeploymentConfig, {"placement": "central", **raw}, f"{source} [central]")
-    sc.slo = _typed(SLO, tables.get("slo", {}), f"{source} [slo]")
-    sc.techniques = parse_techniques(tables.get("techniques", {}), f"{source} [techniques]")
-    if sc.fault_policy not in ("retry", "fail"):
-        raise UserError(f"{source}: fault_policy must be 'retry' or 'fail', got {sc.fault_policy!r}")
-    if sc.central is not None and sc.central.gpu_scale <= 0:
-        raise UserError(f"{source} [central]: gpu_scale must be positive")
-    from sim.faults import parse_fault
-
+        sc.central = typed(DeploymentConfig, {"placement": "central", **raw}, f"{source} [central]")
+    sc.slo = typed(SLO, tables.get("slo", {}), f"{source} [slo]")
+    sc.techniques = parse_techniques(tables.get("techniques", {}), f"{source} [techniques]", sc.workload)
+    FAULT_POLICIES.check(sc.fault_policy, where=f"{source}: field 'fault_policy'")
+    check_perf(sc.perf, source)
+    # policy names and options are checked here, before any workload is generated
+    sc.edge.check(f"{source} [edge]")
+    if sc.central is not None:
+        sc.central.check(f"{source} [central]")
     sc.faults = [parse_fault(f) if isinstance(f, str) else f for f in sc.faults]
     return sc
 

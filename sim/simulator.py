@@ -19,11 +19,12 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from controlplane.deployment import Deployment
 from controlplane.outcomes import Code
-from controlplane.plane import ControlPlane
 from controlplane.routing import REJECT, START
 from controlplane.state import Request
 from sim.engine import ReplicaEngine, Seq
+from sim.faults import FAULT_POLICIES, Fault
 
 OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
 OUTCOME_NAMES = {OUT_OK: "ok", OUT_REJECTED: "rejected", OUT_FAILED: "failed"}
@@ -31,34 +32,6 @@ OUTCOME_NAMES = {OUT_OK: "ok", OUT_REJECTED: "rejected", OUT_FAILED: "failed"}
 
 class ConservationError(RuntimeError):
     """The every-request-ends-exactly-once invariant was violated (a simulator bug, never a user error)."""
-
-
-@dataclass
-class Deployment:
-    """A control plane over a fleet plus how requests reach it.
-
-    ``ingress_col``: workload column used as the router's ingress key (``ingress`` = PoP row for the edge,
-    ``city`` for central regions reached directly). ``access_col``/``access_ms``: the per-request RTT to that entry
-    point (the edge uses the workload's ``access_rtt_ms``; central uses the last mile only, the rest is in ``rtt``).
-    """
-
-    name: str
-    plane: ControlPlane
-    fleet: object
-    ingress_col: str = "ingress"
-    access_col: str | None = "access_rtt_ms"
-    access_ms: float = 0.0
-    ingress_ids: object = None  # PoP id per ingress key (edge), to report where requests really entered
-
-
-@dataclass
-class Fault:
-    """A PoP, GPU node or backbone link down during [start_s, start_s + duration_s)."""
-
-    kind: str  # "pop" | "node" | "link"
-    target: str
-    start_s: float
-    duration_s: float
 
 
 @dataclass
@@ -71,19 +44,26 @@ class SimResult:
 
 
 class Simulation:
-    """Run ``workload`` (the frame from ``sim.workload``) through ``deployment``."""
+    """Run ``workload`` (the frame from ``sim.workload``) through ``deployment``.
+
+    ``techniques`` is the one seam for serving techniques that change how a replica runs (see
+    ``sim.techniques``): ``techniques.engine(sim, replica)`` may return an engine to use instead of plain
+    continuous batching, and ``techniques.amend(sim, frame)`` adds the techniques' columns to the request frame.
+    Prefix caching and LoRA adapters need no hook here: their state belongs to the control plane, which the
+    simulation drives like any other (``pin``/``unpin`` on start and finish, ``acquire``/``release`` adapters).
+    """
 
     def __init__(self, deployment: Deployment, workload: pd.DataFrame, perf, faults=(), fault_policy: str = "retry",
                  sample_s: float = 60.0, progress=None, fault_handler=None, drain_s: float = 3600.0,
-                 techniques=None, engine_factory=None):
+                 techniques=None):
         self.dep, self.plane, self.perf = deployment, deployment.plane, perf
         self.w = workload
         self.n = n = len(workload)
         self.env = simpy.Environment()
-        self.faults, self.fault_policy, self.fault_handler = list(faults), fault_policy, fault_handler
+        self.faults, self.fault_handler = list(faults), fault_handler
+        self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
-        # engine_factory(sim, replica) -> engine or None (None: plain continuous batching); sim.disagg uses it
-        self.engine_factory = engine_factory
+        self.techniques = techniques
         self.arrival = workload.arrival_s.to_numpy(dtype=np.float64)
         self.key = workload[deployment.ingress_col].to_numpy(dtype=np.int64, copy=True)  # re-routed on PoP faults
         access = (workload[deployment.access_col].to_numpy(dtype=np.float64) if deployment.access_col
@@ -113,17 +93,26 @@ class Simulation:
         self.done = self.env.event()
         self._finished_buffer: list[Seq] = []
         self.samples: list[tuple] = []
-        from sim.cache_techniques import make_hooks  # prefix caching and LoRA (None when both are off)
-
-        self.hooks = make_hooks(self, techniques)
+        # Prefix caching and LoRA: the request fields the control plane reads (None when that technique is off).
+        state = deployment.plane.state
+        self.hash_ids = (workload.hash_ids.tolist() if state.prefix is not None and "hash_ids" in workload
+                         else None)
+        self.adapters = (workload.adapter.fillna("").astype(str).tolist()
+                         if state.adapters is not None and "adapter" in workload else None)
+        self.cached = np.zeros(n, np.int64)
+        self.adapter_wait_s, self.adapter_loaded = np.zeros(n), np.zeros(n, bool)
+        self.arrived = np.zeros(n)  # when a request naming an adapter reached its replica
 
     # ---------------------------------------------------------------- bookkeeping
     def _end(self, k: int, outcome: int, code: int = 0) -> None:
         if self.outcome[k] != OUT_NONE:
             raise ConservationError(f"request {k} ended twice ({self.outcome[k]} then {outcome})")
         self.outcome[k], self.code[k] = outcome, code
-        if self.hooks is not None:
-            self.hooks.on_end(k)
+        if self.adapters is not None and self.reqs[k] is not None:
+            now = self.env.now
+            for other, ready, loaded in self.plane.release_adapter(self.reqs[k], now):
+                self._adapter_ready(other.payload, ready, loaded)
+                self._join(other, self.seqs[other.payload], ready, now)
         self.reqs[k] = self.seqs[k] = None  # memory grows with in-flight requests only, not with the run
         self.remaining -= 1
         if self.remaining == 0 and self.arrivals_done and not self.done.triggered:
@@ -131,8 +120,8 @@ class Simulation:
 
     def _engine(self, replica) -> ReplicaEngine:
         eng = self.engines.get(replica.id)
-        if eng is None and self.engine_factory is not None:
-            eng = self.engine_factory(self, replica)
+        if eng is None and self.techniques is not None:
+            eng = self.techniques.engine(self, replica)
             if eng is not None:
                 self.engines[replica.id] = eng
         if eng is None:
@@ -180,8 +169,10 @@ class Simulation:
             req = Request(k, lists["model"][k], lists["key"][k], lists["prompt"][k], lists["output"][k],
                           arrival=lists["arrival"][k], session=None if session < 0 else session,
                           reject_if_busy=lists["rib"][k], payload=k)
-            if self.hooks is not None:
-                self.hooks.on_request(req, k)
+            if self.hash_ids is not None:
+                req.hash_ids = self.hash_ids[k]
+            if self.adapters is not None:
+                req.adapter = self.adapters[k]
             self.reqs[k] = req
             self.first_decision[k] = now
         if self.fault_handler is not None and self.fault_handler.down_pops:
@@ -206,12 +197,21 @@ class Simulation:
         self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
         seq = Seq(k, self.units[k], self._lists["output"][k])
         self.seqs[k] = seq
+        self.cached[k] = req.cached_tokens
+        if req.cached_tokens:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)
+            seq.cached = min(req.cached_tokens, max(0, seq.prompt - 1))
         at = self.at_node[k]
-        if self.hooks is not None:  # prefix-cache hit; LoRA adapter load (None: it waits for an adapter slot)
-            at = self.hooks.on_start(req, seq, max(at, now))
-            if at is None:
+        if req.adapter:  # LoRA: wait for the adapter's copy, or for a free adapter slot (None: joins later)
+            self.arrived[k] = at = max(at, now)
+            got = self.plane.acquire_adapter(req, at)
+            if got is None:
                 return
+            at = self._adapter_ready(k, *got)
         self._join(req, seq, at, now)
+
+    def _adapter_ready(self, k: int, ready: float, loaded: bool) -> float:
+        self.adapter_wait_s[k], self.adapter_loaded[k] = ready - self.arrived[k], loaded
+        return ready
 
     def _join(self, req: Request, seq: Seq, at: float, now: float) -> None:
         """``seq`` joins its replica's batch at ``at`` (now or later)."""
@@ -234,7 +234,7 @@ class Simulation:
             if seq is not None:
                 seq.done = True
             streamed = not np.isnan(self.first_token[k])
-            if self.fault_policy == "retry" and not streamed:
+            if self.retry_unstreamed and not streamed:
                 self.retries[k] += 1
                 self.cold_ms[k] = 0.0
                 self.seqs[k] = None
@@ -297,8 +297,6 @@ class Simulation:
     def kill_node(self, node: int, now: float) -> None:
         """Take a GPU node down: its engines drop everything, its requests are retried or failed."""
         lost, evicted = self.plane.set_node_up(node, False, now)
-        if self.hooks is not None:
-            self.hooks.on_node_down(node, self.plane.state.replicas)
         for r in self.plane.state.replicas:
             if r.node == node and r.id in self.engines:
                 self.engines[r.id].kill(now)
@@ -375,11 +373,12 @@ class Simulation:
             "stall_ms": np.where(ok, self.stall_s * 1e3, np.nan), "stalls": self.stalls,
             "retry_lost_ms": np.where(started, lost, np.nan), "retries": self.retries,
             "prompt_tokens": self.prompt, "output_tokens": np.where(ok, self.output, 0),
-            "cached_tokens": np.zeros(self.n, dtype=np.int64),
+            "batch": (self.w.batch.to_numpy(dtype=bool) if "batch" in self.w else np.zeros(self.n, bool)),
+            "cached_tokens": self.cached,
             "outcome": pd.Series(self.outcome).map(OUTCOME_NAMES).to_numpy(),
             "error_code": self.code,
         })
-        return frame if self.hooks is None else self.hooks.amend(frame)
+        return frame if self.techniques is None else self.techniques.amend(self, frame)
 
     def utilisation_frame(self) -> pd.DataFrame:
         cols = ["t_s", "running", "waiting", "ready_slots", "busy_replicas", "replicas"]

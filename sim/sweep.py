@@ -8,7 +8,7 @@
 Engines: ``local`` runs variants on a spawn-context process pool (``workers`` processes, default the CPU count;
 ``workers=1`` runs them in this process); ``ray`` runs them as Ray tasks on the cluster at ``RAY_ADDRESS`` or on a
 local Ray instance started for the sweep. Each variant is a pure function of its scenario and seed (its own seeded
-generators, see :func:`sim.run.rngs`), and results are assembled in variant order, so the outputs do not depend on
+generators, see :func:`edgepop.rng.streams`), and results are assembled in variant order, so the outputs do not depend on
 the engine, the worker count or the order in which variants finish.
 """
 
@@ -19,7 +19,6 @@ import os
 import shutil
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,15 +27,9 @@ import pandas as pd
 
 from edgepop.errors import UserError
 from sim.grid import Grid, Variant, load_grid
+from sim.sweep_variant import VariantTask, run_variant
 
 ENGINES = ("local", "ray")
-# Summary percentiles copied per deployment: (summary.json block, percentile) -> column.
-LATENCIES = {"ttft_ms": ("p50", "p90", "p95", "p99"), "tpot_ms": ("p50", "p95"), "e2e_ms": ("p50", "p95", "p99"),
-             "network_rtt_ms": ("p50", "p95"), "queue_ms": ("p50", "p95")}
-DEPLOYMENT_FIGURES = ("slo_attainment", "goodput_rps", "gpu_utilisation", "mean_slot_utilisation", "gpus",
-                      "gpu_hours", "gpu_usd", "neurons", "neuron_usd")
-GAINS = ("ttft_ms_p50_reduction_pct", "ttft_ms_p95_reduction_pct", "ttft_ms_p99_reduction_pct",
-         "e2e_ms_p50_reduction_pct", "network_rtt_ms_p50_reduction_pct", "slo_attainment_delta")
 
 
 class SweepError(RuntimeError):
@@ -59,71 +52,6 @@ class SweepResult:
         return pd.read_parquet(self.path / "sweep.parquet", columns=columns)
 
 
-@dataclass(frozen=True)
-class _Task:
-    """What a worker needs for one variant (picklable: plain data and the validated Scenario)."""
-
-    variant: Variant
-    requests: int | None
-    duration_s: float | None
-    deployments: tuple[str, ...]
-
-
-_TOPOLOGIES: dict = {}  # per worker process: Topology by last-mile ms (loading one takes about a second)
-
-
-def _topology(last_mile_ms: float):
-    if last_mile_ms not in _TOPOLOGIES:
-        from topology import Topology
-
-        _TOPOLOGIES[last_mile_ms] = Topology.load(last_mile_ms=last_mile_ms)
-    return _TOPOLOGIES[last_mile_ms]
-
-
-def run_variant(task: _Task) -> dict:
-    """Simulate one variant (runs in a worker). Never raises: failures come back as ``{"error": ...}`` so both
-    engines report them the same way."""
-    from sim.run import run_scenario
-
-    v = task.variant
-    t0 = time.perf_counter()
-    try:
-        out = run_scenario(v.scenario, requests=task.requests, duration_s=task.duration_s, seed=v.seed,
-                           topo=_topology(v.scenario.last_mile_ms), deployments=task.deployments)
-    except UserError as exc:
-        return {"id": v.id, "error": str(exc), "user_error": True}
-    except Exception as exc:  # noqa: BLE001  (reported with its traceback by the parent)
-        return {"id": v.id, "error": f"{type(exc).__name__}: {exc}", "user_error": False,
-                "traceback": traceback.format_exc()}
-    return {"id": v.id, "summary": summary_rows(out.summary), "requests": out.requests,
-            "wall_s": time.perf_counter() - t0}
-
-
-def summary_rows(summary: dict) -> list[dict]:
-    """One flat row per deployment of a run's summary.json: latency percentiles, SLO, GPU use, cost, gains."""
-    gains = summary.get("gains") or {}
-    rows = []
-    for name, block in summary["deployments"].items():
-        row = {"deployment": name, "requests": block["requests"], **block["outcomes"]}
-        for metric, pcts in LATENCIES.items():
-            for p in pcts:
-                row[f"{metric[:-3]}_{p}_ms"] = block[metric][p]
-        row.update({k: block[k] for k in DEPLOYMENT_FIGURES})
-        ok = block["outcomes"]["ok"]
-        row["gpu_usd_per_1k_ok"] = 1000.0 * block["gpu_usd"] / ok if ok else None
-        row["placement"] = block["placement"]["policy"]
-        row["replicas"] = block["placement"]["replicas"]
-        row["simulated_span_s"] = summary["simulated_span_s"]
-        if "prefix_cache" in block:  # [techniques] prefix_cache / lora (sim.cache_techniques)
-            row["prefix_token_hit_ratio"] = block["prefix_cache"]["token_hit_ratio"]
-        if "lora" in block:
-            row["adapter_loads"] = block["lora"]["adapter_loads"]
-        # The edge's gain over central belongs to the variant: repeated on each of its rows, empty without both.
-        row.update({f"gain_{k}": gains.get(k) for k in GAINS})
-        rows.append(row)
-    return rows
-
-
 def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | None = None,
               out: str | Path = "edgepop-sweep", progress: bool | None = None) -> SweepResult:
     """Run every variant of ``grid`` (an embedded grid name, a grid file or a parsed :class:`Grid`).
@@ -139,7 +67,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
         raise UserError(f"unknown sweep engine {engine!r} (known: {', '.join(ENGINES)})")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0):
         raise UserError(f"workers must be a positive integer, got {workers!r}")
-    tasks = [_Task(v, grid.requests, grid.duration_s, grid.deployments) for v in grid.variants]
+    tasks = [VariantTask(v, grid.requests, grid.duration_s, grid.deployments) for v in grid.variants]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".edgepop-sweep-", dir=out.parent))
@@ -152,7 +80,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
                 advance()
 
             if engine == "ray":
-                from sim.sweep_ray import run_on_ray
+                from sim.sweep_ray import run_on_ray  # Ray is optional: imported only when asked for
 
                 run_on_ray(tasks, workers, collect)
             else:
@@ -167,7 +95,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     return SweepResult(grid, summary, out, wall, sink.wall_s)
 
 
-def _run_local(tasks: list[_Task], workers: int | None, collect) -> None:
+def _run_local(tasks: list[VariantTask], workers: int | None, collect) -> None:
     workers = min(workers or os.cpu_count() or 1, len(tasks))
     if workers <= 1:
         for task in tasks:
@@ -207,6 +135,8 @@ class _Sink:
 
     def _columns(self, variant: Variant) -> dict:
         cols = {"variant": variant.id, "seed": variant.seed}
+        if self.grid.names:
+            cols["variant_name"] = variant.name
         for key, value in variant.values.items():
             cols[key] = self.grid.axis_column(key)[self.grid.axes[key].index(value)]
         return cols
@@ -238,8 +168,12 @@ class _Sink:
         files = [self.parts / f"variant-{i:06d}.parquet" for i in ids]
         schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
         with pq.ParquetWriter(self.tmp / "sweep.parquet", schema) as writer:
-            for f in files:
-                writer.write_table(pq.read_table(f).cast(schema))
+            for f in files:  # variants may differ in columns (a technique's own): missing ones are null
+                t = pq.read_table(f)
+                for field in schema:
+                    if field.name not in t.column_names:
+                        t = t.append_column(field, pa.nulls(len(t), field.type))
+                writer.write_table(t.select(schema.names).cast(schema))
         shutil.rmtree(self.parts)
         summary = pd.DataFrame([row for i in ids for row in self.rows[i]])
         summary = summary.fillna(np.nan).infer_objects()  # None (no data) -> NaN in numeric columns
@@ -252,7 +186,8 @@ def _manifest(grid: Grid, engine: str, workers: int | None, wall: float, walls: 
             "workers": workers, "requests": grid.requests, "duration_s": grid.duration_s,
             "deployments": list(grid.deployments), "seeds": list(grid.seeds), "axes": grid.axes,
             "wall_s": round(wall, 2),
-            "variants": [{"variant": v.id, "seed": v.seed, "values": v.values, "wall_s": w}
+            "names": list(grid.names), "baseline": grid.baseline,
+            "variants": [{"variant": v.id, "name": v.name, "seed": v.seed, "values": v.values, "wall_s": w}
                          for v, w in zip(grid.variants, walls, strict=True)]}
 
 

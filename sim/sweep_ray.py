@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from edgepop.errors import UserError
+from sim.sweep_variant import run_variant
 
 
 def _ray():
@@ -23,10 +24,8 @@ def _ray():
 
 
 def run_on_ray(tasks: list, workers: int | None, collect) -> None:
-    """Run ``sim.sweep.run_variant`` on every task, at most ``workers`` in flight when given; ``collect`` each
-    result as it arrives (the caller orders them)."""
-    from sim.sweep import run_variant
-
+    """Run :func:`sim.sweep_variant.run_variant` on every task, at most ``workers`` in flight when given;
+    ``collect`` each result as it arrives (the caller orders them)."""
     ray = _ray()
     started = False
     if not ray.is_initialized():

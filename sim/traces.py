@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import DataFileError
+from edgepop.registry import Registry
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 AZURE_CONV_TRACE = DATA_DIR / "azure_llm_conv_2023.csv"
@@ -149,15 +150,30 @@ def write_mooncake_trace(frame: pd.DataFrame, path: str | Path) -> Path:
     return path
 
 
-def read_trace(kind: str, path: str | Path | None) -> tuple[pd.DataFrame, str]:
-    """The trace of ``kind`` (``azure`` or ``mooncake``) at ``path`` or the shipped one, and its file name."""
-    if kind == "azure":
-        p = Path(path) if path else AZURE_CONV_TRACE
-        return read_azure_trace(p), p.name
-    if kind == "mooncake":
-        p = Path(path) if path else MOONCAKE_EXAMPLE
-        return read_mooncake_trace(p), p.name
-    raise ValueError(f"not a trace kind: {kind!r}")
+# Trace formats by name: reader, the shipped example, and the file suffixes that identify the format.
+TRACE_FORMATS = Registry("trace format")
+TRACE_FORMATS.register("azure", shipped=AZURE_CONV_TRACE, suffixes=(".csv",))(read_azure_trace)
+TRACE_FORMATS.register("mooncake", shipped=MOONCAKE_EXAMPLE, suffixes=(".jsonl", ".json"))(read_mooncake_trace)
+
+
+def trace_kind(path: str | Path) -> str:
+    """The format of a trace file, from its suffix (``.csv``: azure; ``.jsonl``/``.json``: mooncake)."""
+    suffix = Path(path).suffix.lower()
+    for name in TRACE_FORMATS:
+        if suffix in TRACE_FORMATS.entry(name).extra["suffixes"]:
+            return name
+    raise TraceFileError(path, None, None, "unknown trace format: expected .csv (Azure) or .jsonl (Mooncake)")
+
+
+def read_trace(path: str | Path | None = None, kind: str | None = None) -> tuple[pd.DataFrame, str]:
+    """A trace as the common frame, and its file name: ``path`` in ``kind``'s format (sniffed from the suffix
+    when None), or the trace shipped for ``kind`` when ``path`` is None."""
+    if path is None and kind is None:
+        raise ValueError("read_trace needs a path or a kind")
+    kind = kind or trace_kind(path)
+    entry = TRACE_FORMATS.entry(kind)
+    p = Path(path) if path else entry.extra["shipped"]
+    return entry.target(p), p.name
 
 
 def prefix_reuse_ratio(hash_ids: Iterable[Sequence[int]], block_tokens: int = MOONCAKE_BLOCK_TOKENS,

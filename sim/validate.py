@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 from edgepop.errors import UserError
 
@@ -41,3 +42,27 @@ def boolean(where: str, name: str, value) -> bool:
     if not isinstance(value, bool):
         raise UserError(f"{where}: {name} must be true or false, got {value!r}")
     return value
+
+
+def typed(cls, raw: dict, where: str):
+    """Build dataclass ``cls`` from ``raw``, checking names and basic types (one-line errors)."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: expected a table")
+    known = {f.name: f for f in fields(cls)}
+    out = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise UserError(f"{where}: unknown field {key!r} (known: {', '.join(sorted(known))})")
+        default = known[key].default
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise UserError(f"{where}: field {key!r} must be true or false, got {value!r}")
+        elif isinstance(default, int | float):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise UserError(f"{where}: field {key!r} must be a number, got {value!r}")
+            if value < 0:
+                raise UserError(f"{where}: field {key!r} must not be negative, got {value!r}")
+        if isinstance(default, str) and not isinstance(value, str):
+            raise UserError(f"{where}: field {key!r} must be a string, got {value!r}")
+        out[key] = value
+    return cls(**out)

@@ -237,7 +237,7 @@ def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rando
     if not spec.generative:
         raise UserError(f"workload trace_model: {cfg.trace_model!r} is a {spec.task} model; traces replay "
                         "LLM requests, so it must be a text-generation model")
-    trace, name = read_trace(cfg.kind, cfg.trace)
+    trace, name = read_trace(cfg.trace, cfg.kind)
     order = np.argsort(trace.arrival_s.to_numpy(), kind="stable")
     if cfg.trace_limit is not None:
         order = order[:cfg.trace_limit]
@@ -284,7 +284,7 @@ def _frame(cols: dict, cities: Cities, catalog: Catalog, cfg: WorkloadConfig, rn
         "session_id": session, "hash_ids": hash_ids if n else np.zeros(0, object), "batch": batch,
         "reject_if_busy": reject})
     if cfg.adapter_fraction > 0:  # drawn last, so workloads without adapters keep every other draw
-        from sim.adapters import draw_adapters
+        from sim.techniques.adapters import draw_adapters
 
         frame["adapter"] = draw_adapters(frame, catalog, cfg.adapter_fraction, cfg.adapter_zipf, rng)
     return frame

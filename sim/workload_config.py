@@ -13,10 +13,11 @@ from pathlib import Path
 
 from edgepop.errors import UserError
 from sim.tokens import TaskTokens, tokens_from_dict
+from sim.traces import TRACE_FORMATS
 from sim.validate import boolean, fraction, number, opt_integer, opt_number
 from topology.pops import CONTINENTS
 
-KINDS = ("poisson", "azure", "mooncake")
+KINDS = ("poisson", *TRACE_FORMATS.names())  # generated arrivals, or a trace format of sim.traces
 DEFAULT_START_UTC = "2024-03-20T12:00:00Z"  # equinox noon UTC: Asia's evening, Europe's afternoon, US morning
 DEFAULT_TRACE_MODEL = "@cf/meta/llama-3.1-8b-instruct"
 MIN_DAY_COMPRESSION_S = 60.0  # a day in a minute: the per-bin diurnal rate would be too coarse below this

@@ -2,6 +2,9 @@ import os
 
 import pytest
 
+# Gateway servers (session fixtures) for the gateway and sim-vs-live tests.
+pytest_plugins = ("kit.gateway",)
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 

@@ -9,8 +9,9 @@ Policies: ``everywhere-fits``, ``greedy-demand``, ``ilp``, ``central`` (see thei
 :func:`controlplane.placement.evaluate.evaluate`.
 """
 
-from controlplane.placement import central, everywhere, greedy, ilp  # noqa: F401  (register the policies)
+from controlplane.placement import central, everywhere, greedy, ilp, per_pop  # noqa: F401  (register the policies)
 from controlplane.placement.base import (
+    PLACEMENTS,
     TASK_REQUEST_SHAPE,
     InfeasiblePlacementError,
     ModelTooLargeError,
@@ -20,7 +21,6 @@ from controlplane.placement.base import (
     UnknownPolicyError,
     get_policy,
     policy_names,
-    register_policy,
 )
 from controlplane.placement.evaluate import Evaluation, evaluate
 from controlplane.placement.result import TABLE_COLUMNS, Placement
@@ -28,5 +28,5 @@ from controlplane.placement.result import TABLE_COLUMNS, Placement
 __all__ = [
     "TABLE_COLUMNS", "TASK_REQUEST_SHAPE", "Evaluation", "InfeasiblePlacementError", "ModelTooLargeError",
     "Placement", "PlacementError", "PlacementPolicy", "PlacementProblem", "UnknownPolicyError", "evaluate",
-    "get_policy", "policy_names", "register_policy",
+    "PLACEMENTS", "get_policy", "policy_names",
 ]

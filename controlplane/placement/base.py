@@ -13,7 +13,7 @@ occupies exactly ``k`` distinct GPUs of one node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -24,6 +24,7 @@ from controlplane.fleet import Fleet, edge_fleet, ingress_site_rtt
 from controlplane.forecast import ingress_demand
 from controlplane.perf import PerfModel, Roofline
 from edgepop.errors import UserError
+from edgepop.registry import Registry
 from topology import Topology
 
 
@@ -238,36 +239,17 @@ class PlacementPolicy:
         raise NotImplementedError
 
 
-_POLICIES: dict[str, type[PlacementPolicy]] = {}
-
-
-def register_policy(name: str):
-    """Class decorator: make a :class:`PlacementPolicy` subclass available as ``get_policy(name)``."""
-
-    def deco(cls: type[PlacementPolicy]) -> type[PlacementPolicy]:
-        if name in _POLICIES:
-            raise ValueError(f"placement policy {name!r} registered twice")
-        cls.name = name
-        _POLICIES[name] = cls
-        return cls
-
-    return deco
+# The registry of placement policies; the built-in ones register when ``controlplane.placement`` is imported.
+PLACEMENTS = Registry("placement policy")
 
 
 def policy_names() -> list[str]:
     """Registered policy names, sorted."""
-    return sorted(_POLICIES)
+    return PLACEMENTS.names()
 
 
 def get_policy(name: str, **options) -> PlacementPolicy:
     """An instance of the policy called ``name`` with ``options`` as its dataclass fields."""
-    try:
-        cls = _POLICIES[name]
-    except KeyError:
-        raise UnknownPolicyError(f"unknown placement policy {name!r} (known: {', '.join(policy_names())})") from None
-    known = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else set()
-    bad = sorted(set(options) - known)
-    if bad:
-        raise UserError(f"placement policy {name!r} has no option(s) {', '.join(bad)} "
-                        f"(options: {', '.join(sorted(known)) or 'none'})")
-    return cls(**options)
+    if name not in PLACEMENTS:
+        raise UnknownPolicyError(f"unknown placement policy {name!r} (known: {', '.join(policy_names())})")
+    return PLACEMENTS.create(name, options=options)

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from controlplane.fleet import central_fleet
-from controlplane.placement.base import PlacementPolicy, PlacementProblem, register_policy
+from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementProblem
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
 
 
-@register_policy("central")
+@PLACEMENTS.register("central")
 @dataclass
 class Central(PlacementPolicy):
     """Options: ``baseline``: a named region set (``us-east``, ``big3``, ``global-6``) or comma-separated ids;

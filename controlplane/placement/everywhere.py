@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.placement.base import PlacementPolicy, PlacementProblem, register_policy
+from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementProblem
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
 
 
-@register_policy("everywhere-fits")
+@PLACEMENTS.register("everywhere-fits")
 @dataclass
 class EverywhereFits(PlacementPolicy):
     """One replica per model per node while it fits, models in descending total demand."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.placement.base import PlacementPolicy, PlacementProblem, register_policy
+from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementProblem
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
 
@@ -131,7 +131,7 @@ class _Routing:
         return freed
 
 
-@register_policy("greedy-demand")
+@PLACEMENTS.register("greedy-demand")
 @dataclass
 class GreedyDemand(PlacementPolicy):
     """Options: ``min_gain_ms_per_gb``: stop when the best replica improves the objective by less than this

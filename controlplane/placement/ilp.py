@@ -31,14 +31,14 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import Bounds, milp
 
-from controlplane.placement.base import PlacementPolicy, PlacementProblem, get_policy, register_policy
+from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementProblem, get_policy
 from controlplane.placement.ilp_model import IlpModel
 from controlplane.placement.packing import pack_groups
 from controlplane.placement.result import Placement
 from edgepop.errors import UserError
 
 
-@register_policy("ilp")
+@PLACEMENTS.register("ilp")
 @dataclass
 class IlpPlacement(PlacementPolicy):
     """Options: ``candidates_k`` (static candidate sites per pair, capped by the problem's), ``time_limit_s``

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from controlplane.routing.base import QUEUE, START, Decision, Router, make_router, register_router
+from controlplane.routing.base import QUEUE, ROUTERS, START, Decision, Router
 from controlplane.state import READY, Request
 
 
-@register_router("session-affinity")
+@ROUTERS.register("session-affinity", forward=("fallback", "nearest-with-capacity"))
 class SessionAffinity(Router):
     """Sticky by session id (the ``x-session-affinity`` header); requests without one use ``fallback``.
 
@@ -21,7 +21,7 @@ class SessionAffinity(Router):
                  max_sessions: int = 1_000_000, **fallback_options):
         super().__init__(state, rng)
         self.gate, self.max_sessions = gate, max_sessions
-        self.fallback = make_router(fallback, state, rng, **fallback_options)
+        self.fallback = ROUTERS.create(fallback, state, rng, options=fallback_options)
         self.pins: OrderedDict = OrderedDict()
         self.sticky_hits = 0
         self.gated = 0

@@ -1,7 +1,8 @@
 """Routing interface, decisions and the policy registry.
 
 A router looks at one request and the cluster state and returns a :class:`Decision`; it does not change state
-(the :class:`controlplane.plane.ControlPlane` applies the decision). Policies are picked by name::
+(the :class:`controlplane.plane.ControlPlane` applies the decision). Policies register in :data:`ROUTERS` and are
+picked by name (import :mod:`controlplane.routing`, which registers the built-in ones)::
 
     router = make_router("p2c", state, rng=np.random.default_rng(1), k=4)
 """
@@ -15,7 +16,7 @@ import numpy as np
 
 from controlplane.outcomes import Code
 from controlplane.state import COLD, LOADING, READY, ClusterState, Replica, Request
-from edgepop.errors import UserError
+from edgepop.registry import Registry
 
 START, QUEUE, REJECT = "start", "queue", "reject"
 
@@ -88,31 +89,14 @@ class Router:
         return reject()
 
 
-ROUTERS: dict[str, type[Router]] = {}
-
-
-def register_router(name: str):
-    """Class decorator adding a routing policy to the registry under ``name``."""
-    def add(cls):
-        cls.name = name
-        ROUTERS[name] = cls
-        return cls
-    return add
+# The registry of routing policies; the built-in ones register when ``controlplane.routing`` is imported.
+ROUTERS = Registry("routing policy", skip=2)
 
 
 def router_names() -> list[str]:
-    return sorted(ROUTERS)
+    return ROUTERS.names()
 
 
 def make_router(name: str, state: ClusterState, rng: np.random.Generator | None = None, **options) -> Router:
     """Instantiate the routing policy ``name`` with its options (unknown names or options: one clear error)."""
-    import controlplane.routing  # noqa: F401  (registers the built-in policies)
-
-    try:
-        cls = ROUTERS[name]
-    except KeyError:
-        raise UserError(f"unknown routing policy {name!r} (known: {', '.join(router_names())})") from None
-    try:
-        return cls(state, rng, **options)
-    except TypeError as exc:
-        raise UserError(f"routing policy {name!r}: bad options {sorted(options)}: {exc}") from None
+    return ROUTERS.create(name, state, rng, options=options)

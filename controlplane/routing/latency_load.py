@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from controlplane.routing.base import QUEUE, START, Decision, Router, register_router
+from controlplane.routing.base import QUEUE, ROUTERS, START, Decision, Router
 from controlplane.state import COLD, LOADING, Request
 
 
-@register_router("latency-load")
+@ROUTERS.register("latency-load")
 class LatencyLoad(Router):
     """Score each of the ``k`` nearest replicas by the time to first token it would give, and take the best.
 

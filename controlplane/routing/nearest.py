@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from controlplane.routing.base import Decision, Router, register_router
+from controlplane.routing.base import ROUTERS, Decision, Router
 from controlplane.state import Request
 
 
-@register_router("nearest-with-capacity")
+@ROUTERS.register("nearest-with-capacity")
 class NearestWithCapacity(Router):
     """Lowest-RTT replica that can start now; spill to the next nearest; queue or reject (3040) when all are full.
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from controlplane.routing.base import START, Decision, Router, register_router
+from controlplane.routing.base import ROUTERS, START, Decision, Router
 from controlplane.state import READY, Request
 
 
-@register_router("p2c")
+@ROUTERS.register("p2c")
 class PowerOfTwoChoices(Router):
     """Sample two of the ``k`` nearest ready replicas (seeded RNG) and take the less loaded; ties go to the nearer.
 

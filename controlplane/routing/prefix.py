@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from controlplane.routing.base import Decision, Router, register_router
+from controlplane.routing.base import ROUTERS, Decision, Router
 from controlplane.routing.prefer import GATED, PICKED, pick_preferred
 from controlplane.state import Request
 
 SESSION_BONUS = 0.5  # less than one token: a pin breaks ties between equal prefixes and wins when none is cached
 
 
-@register_router("prefix-aware")
+@ROUTERS.register("prefix-aware")
 class PrefixAware(Router):
     """Prefer, among the ``k`` nearest ready replicas, the one whose prefix cache holds the most of the prompt
-    (``ClusterState.prefix_caches``, matched on the request's ``hash_ids``).
+    (``ClusterState.prefix``, matched on the request's ``hash_ids``).
 
     Session affinity feeds it: the replica that ran a session's previous turn gets a small bonus, so turns stay
     together even when their blocks were evicted or the request carries no hashes. Imbalance gate: if the pick's
@@ -36,7 +36,7 @@ class PrefixAware(Router):
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)
-        caches = self.state.prefix_caches
+        caches = self.state.prefix
         pin = self.pins.get(req.session) if self.session_affinity and req.session is not None else None
         hashes, prompt = req.hash_ids, req.prompt_tokens
 

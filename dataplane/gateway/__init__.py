@@ -3,21 +3,25 @@
 One process emulates an edge deployment: a few PoPs of the topology, each holding replicas of catalog models
 (executed by their data-plane ``stand_in`` models through one shared :class:`~dataplane.service.DataPlane`), the
 control plane routing every request, and WAN delays from the topology injected on the way in and on every chunk
-out. Entry points::
+out. Reading guide:
 
-    from dataplane.gateway import GatewayConfig, create_app
-    app = create_app(GatewayConfig(pops=["FRA", "LHR"], no_delay=True))   # a FastAPI app
+* :mod:`~dataplane.gateway.config` (``GatewayConfig``, a TOML file and ``edgepop serve`` flags);
+* :mod:`~dataplane.gateway.backend`: the deployment (built by :func:`controlplane.deployment.build_deployment`,
+  as the simulator builds it) and the engines;
+* :mod:`~dataplane.gateway.pipeline`: one request's path (validate, WAN in, admit, run, stream back), with
+  :mod:`~dataplane.gateway.admission` bridging the clock-free control plane to asyncio and
+  :mod:`~dataplane.gateway.invoke` running the task table of :mod:`dataplane.tasks` on the engines;
+* :mod:`~dataplane.gateway.app`: the HTTP routes (``openai_compat``, ``batch``, ``auth``, ``metrics``).
 
-and the ``edgepop serve`` / ``edgepop replay`` commands (:mod:`dataplane.gateway.cli`).
+Entry points::
+
+    from dataplane.gateway import GatewayConfig
+    from dataplane.gateway.app import create_app
+    app = create_app(GatewayConfig(pops=["FRA", "LHR"], delay=False))   # a FastAPI app
+
+and ``edgepop serve`` (:mod:`dataplane.gateway.cli`).
 """
 
 from dataplane.gateway.config import GatewayConfig, load_config
 
-__all__ = ["GatewayConfig", "create_app", "load_config"]
-
-
-def create_app(config: GatewayConfig | None = None, **kw):
-    """The FastAPI application for ``config`` (imported lazily: FastAPI is only needed to serve)."""
-    from dataplane.gateway.app import create_app as _create
-
-    return _create(config, **kw)
+__all__ = ["GatewayConfig", "load_config"]

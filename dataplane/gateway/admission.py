@@ -5,6 +5,11 @@ thread, with ``time.monotonic()`` as ``now``. A request the control plane queues
 is resolved when another request's :meth:`Admission.release` (``plane.finish``) starts it, or failed with 3007
 when :meth:`ControlPlane.poll` expires it.
 
+A request naming a LoRA adapter also takes an adapter slot of its replica once it is there
+(:meth:`ControlPlane.acquire_adapter`); with every slot in use it waits for one, and releasing a request hands
+its slot to the next waiter (:meth:`ControlPlane.release_adapter`). The live engines hold every served adapter,
+so only the slot bookkeeping (what the ``adapter-aware`` router reads) is emulated, not the copy time.
+
 Invariant (tested): every submitted request is released exactly once, so the plane's running counts return to
 zero when the gateway is idle.
 """
@@ -27,11 +32,12 @@ from dataplane.gateway.errors import from_code
 class Lease:
     """A request the control plane admitted: where it goes, and whether it holds (or waits for) a slot."""
 
-    __slots__ = ("req", "decision", "started", "released", "queued_at", "started_at")
+    __slots__ = ("req", "decision", "started", "released", "queued_at", "started_at", "adapter")
 
     def __init__(self, req: Request, decision: Decision, started: asyncio.Future, now: float):
         self.req, self.decision, self.started = req, decision, started
         self.released = False
+        self.adapter: asyncio.Future | None = None  # set while waiting for an adapter slot
         self.queued_at = now
         self.started_at = now if started.done() else math.nan
 
@@ -55,9 +61,11 @@ class Admission:
         self.leases_open = 0
 
     def new_request(self, model: str, ingress: int, prompt_tokens: int, output_tokens: int, *, session=None,
-                    reject_if_busy: bool = False, account: str = "default") -> Request:
+                    reject_if_busy: bool = False, account: str = "default", hash_ids: tuple = (),
+                    adapter: str = "") -> Request:
         return Request(next(self._ids), model, ingress, prompt_tokens, output_tokens, arrival=time.monotonic(),
-                       session=session, reject_if_busy=reject_if_busy, account=account)
+                       session=session, reject_if_busy=reject_if_busy, account=account, hash_ids=hash_ids,
+                       adapter=adapter)
 
     def submit(self, req: Request) -> Lease:
         """Admit and route ``req`` now; raises the HTTP error of a REJECT (3040, 3006, 5007)."""
@@ -86,13 +94,25 @@ class Admission:
         else:
             lease.started_at = lease.started.result()
 
+    async def wait_adapter(self, lease: Lease) -> None:
+        """Take the request's adapter slot on its replica (at once unless every slot there is in use)."""
+        if self.plane.acquire_adapter(lease.req, time.monotonic()) is not None:
+            return
+        lease.adapter = asyncio.get_running_loop().create_future()
+        await lease.adapter
+
     def release(self, lease: Lease) -> None:
-        """The request's engine work ended (or it was abandoned): free its slot or leave its queue; idempotent."""
+        """The request's engine work ended (or it was abandoned): free its slot or leave its queue, give back its
+        adapter slot; idempotent."""
         if lease.released:
             return
         lease.released = True
         self.leases_open -= 1
         now = time.monotonic()
+        for req, _ready, _loaded in self.plane.release_adapter(lease.req, now):
+            waiter = req.payload.adapter if req.payload is not None else None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         if lease.started.done() and not lease.started.cancelled() and lease.started.exception() is None:
             self._start_all(self.plane.finish(lease.req, now), now)
         else:

@@ -73,7 +73,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     async def lifespan(_app):
         await gw.start()
         if warm:
-            await asyncio.to_thread(gw.dep.warm)
+            await asyncio.to_thread(gw.backend.warm)
         batch.start()
         try:
             yield
@@ -117,7 +117,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         account = auth.check(request.headers.get("authorization"), account_id)
         body = await read_body(request, cfg.max_body_bytes)
         queue = flag(request.query_params.get("queueRequest"))
-        spec_task = gw.dep.catalog[model].task if model in gw.dep.catalog else "text-generation"
+        spec_task = gw.backend.catalog[model].task if model in gw.backend.catalog else "text-generation"
         inputs = run_inputs(body, request.headers.get("content-type"), spec_task)
         if "request_id" in inputs and (queue or len(inputs) == 1):
             return ok(await batch.poll(account, inputs["request_id"]))
@@ -137,7 +137,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
                                      headers={**SSE_HEADERS, **call.headers(final=False)})
         call, fin = await gw.infer(model, inputs, place, account=account, reject_if_busy=reject, endpoint="run",
                                    **common(request))
-        synthetic = gw.dep.dp.card(call.prep.stand_in).synthetic
+        synthetic = gw.backend.dp.card(call.prep.stand_in).synthetic
         return JSONResponse(envelope(fin.result, model, spec.task, call.prep.stand_in, synthetic),
                             headers=call.headers())
 
@@ -224,7 +224,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     async def list_models(request: Request, account_id: str):
         auth.check(request.headers.get("authorization"), account_id)
         return {"object": "list", "data": [{"id": s.id, "object": "model", "created": 0, "owned_by": "edgepop"}
-                                           for s in gw.dep.catalog]}
+                                           for s in gw.backend.catalog]}
 
     # ------------------------------------------------------------------ operations
     @app.get("/metrics")
@@ -233,10 +233,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
 
     @app.get("/edgepop/deployment")
     async def deployment():
-        return gw.dep.describe()
+        return gw.backend.describe()
 
     @app.get("/healthz")
     async def healthz():
-        return {"ok": True, "open_requests": gw.admission.leases_open, **gw.dep.plane.snapshot()}
+        return {"ok": True, "open_requests": gw.admission.leases_open, **gw.backend.plane.snapshot()}
 
     return app

@@ -29,6 +29,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from controlplane.deployment import DeploymentConfig
 from edgepop.errors import UserError
 
 DEFAULT_POPS = ("FRA", "LHR", "IAD", "SJC", "NRT", "SIN")
@@ -55,7 +56,12 @@ class GatewayConfig:
     account id; ``no_auth`` serves everyone as account ``local``. ``db``: SQLite file of async batch jobs
     (None: a file in the working directory). ``lm_max_batch``: sequences one LM engine runs together.
     ``lm_prefix_cache_mb``/``lm_prefix_block``: prefix KV reuse per LM engine (MiB, 0: off; block size in tokens).
-    ``lora_adapters``: model id -> {adapter name -> ``.npz`` path} (see :mod:`dataplane.lora`).
+    ``lora_adapters``: model id -> {adapter name -> ``.npz`` path} (see :mod:`dataplane.lora`); ``lora_slots``:
+    adapters each replica's control-plane slots hold (the ``adapter-aware`` router prefers replicas holding one).
+    ``placement_policy``/``placement_options``, ``router``/``router_options``, ``autoscaler``/
+    ``autoscaler_options``, ``queue_limit`` and ``queue_timeout_s`` are the deployment's
+    (:class:`controlplane.deployment.DeploymentConfig`, the same defaults as a scenario's ``[edge]`` table except
+    the placement: ``per-pop``, every served model at every PoP, or at the PoPs ``placement`` lists for it).
     ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
     """
 
@@ -65,7 +71,12 @@ class GatewayConfig:
     stand_ins: dict[str, str] = field(default_factory=dict)
     lora_adapters: dict[str, dict[str, str]] = field(default_factory=dict)
     default_location: tuple[float, float] = DEFAULT_LOCATION
-    router: str = "session-affinity"
+    placement_policy: str = "per-pop"
+    placement_options: dict = field(default_factory=dict)
+    router: str = "nearest-with-capacity"
+    router_options: dict = field(default_factory=dict)
+    autoscaler: str = "none"
+    autoscaler_options: dict = field(default_factory=dict)
     slots: int | None = None
     queue_limit: int = 64
     queue_timeout_s: float = 30.0
@@ -82,6 +93,7 @@ class GatewayConfig:
     lm_kv_budget_tokens: int = 32768
     lm_prefix_cache_mb: int = 0
     lm_prefix_block: int = 16
+    lora_slots: int = 8
     encoder_max_batch: int = 32
     encoder_max_wait_ms: float = 2.0
     threads: int = 0
@@ -127,7 +139,7 @@ class GatewayConfig:
             bad("default_location", f"{loc!r} is not [lat, lon] with lat in [-90, 90] and lon in [-180, 180]")
         self.default_location = (float(loc[0]), float(loc[1]))
         for name in ("queue_limit", "batch_concurrency", "max_body_bytes", "lm_max_batch", "lm_kv_budget_tokens",
-                     "encoder_max_batch", "lm_prefix_block"):
+                     "encoder_max_batch", "lm_prefix_block", "lora_slots"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 bad(name, f"{v!r} is not a positive integer")
@@ -155,6 +167,20 @@ class GatewayConfig:
         for name in ("delay", "no_auth"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")
+        for name in ("placement_options", "router_options", "autoscaler_options"):
+            if not isinstance(getattr(self, name), dict):
+                bad(name, "must be a table of option = value")
+        self.deployment_config().check(where)
+
+    def deployment_config(self) -> DeploymentConfig:
+        """The deployment part of this config, as the simulator's ``[edge]`` table would give it."""
+        options = dict(self.placement_options)
+        if self.placement_policy == "per-pop" and self.placement:
+            options.setdefault("pops", dict(self.placement))
+        return DeploymentConfig(placement=self.placement_policy, placement_options=options, router=self.router,
+                                router_options=dict(self.router_options), autoscaler=self.autoscaler,
+                                autoscaler_options=dict(self.autoscaler_options), queue_limit=self.queue_limit,
+                                queue_timeout_s=self.queue_timeout_s, pops=list(self.pops))
 
     def with_overrides(self, **kw) -> GatewayConfig:
         """A copy with the given fields replaced (``None`` values are ignored: flags that were not given)."""

@@ -71,8 +71,8 @@ def task_title(task: str) -> str:
 def search_models(gw, search: str | None, task: str | None, page: int, per_page: int) -> list[dict]:
     """Served models in the Workers AI model-search shape, filtered by substring and task name."""
     out = []
-    placement = gw.dep.placement
-    for spec in gw.dep.catalog:
+    placement = gw.backend.placement
+    for spec in gw.backend.catalog:
         if search and search.lower() not in spec.id.lower() and search.lower() not in spec.description.lower():
             continue
         if task and task.lower() not in (spec.task, task_title(spec.task).lower()):
@@ -84,7 +84,7 @@ def search_models(gw, search: str | None, task: str | None, page: int, per_page:
             "tags": [], "properties": [
                 {"property_id": "context_window", "value": str(spec.context_window)},
                 {"property_id": "max_batch_prefill", "value": str(spec.max_batch)},
-                {"property_id": "stand_in", "value": gw.dep.stand_in[spec.id]},
+                {"property_id": "stand_in", "value": gw.backend.stand_in[spec.id]},
                 {"property_id": "pops", "value": ",".join(pops)},
             ]})
     start = (page - 1) * per_page

@@ -23,7 +23,7 @@ class _StateCollector:
         self.gw = gw
 
     def collect(self):
-        snap = self.gw.dep.plane.snapshot()
+        snap = self.gw.backend.plane.snapshot()
         g = GaugeMetricFamily("edgepop_cp_requests", "Control-plane requests now running or waiting",
                               labels=["state"])
         g.add_metric(["running"], snap["running"])
@@ -34,14 +34,14 @@ class _StateCollector:
             c.add_metric([k], snap[k])
         yield c
         r = GaugeMetricFamily("edgepop_replicas", "Replicas per serving PoP and model", labels=["pop", "model"])
-        for row in self.gw.dep.placement.itertuples():
+        for row in self.gw.backend.placement.itertuples():
             r.add_metric([row.pop, row.model], 1)
         yield r
         items = CounterMetricFamily("edgepop_engine_items", "Items run by each data-plane engine",
                                     labels=["stand_in"])
         calls = CounterMetricFamily("edgepop_engine_batches", "Engine calls (batches or decode steps)",
                                     labels=["stand_in"])
-        for name, eng in list(self.gw.dep.dp._engines.items()):
+        for name, eng in list(self.gw.backend.dp._engines.items()):
             st = eng.stats
             if hasattr(st, "items"):
                 items.add_metric([name], st.items)
@@ -63,7 +63,7 @@ class Metrics:
     """The gateway's metrics; ``render()`` gives the Prometheus text format."""
 
     def __init__(self, gw):
-        self._served = set(gw.dep.catalog.ids)
+        self._served = set(gw.backend.catalog.ids)
         self.registry = reg = CollectorRegistry(auto_describe=True)
         self.requests = Counter("edgepop_requests", "Requests by model, serving PoP, endpoint and HTTP status",
                                 ["model", "pop", "endpoint", "status"], registry=reg)

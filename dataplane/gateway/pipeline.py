@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 
 from dataplane.gateway import invoke
 from dataplane.gateway.admission import Admission, Lease
+from dataplane.gateway.backend import Backend
 from dataplane.gateway.config import GatewayConfig
-from dataplane.gateway.deployment import Deployment
 from dataplane.gateway.errors import GatewayError, bad_input, from_code, from_exception, unknown_model
 from dataplane.gateway.geo import ClientLocator, ClientPlace, Delays
 from dataplane.gateway.metrics import Metrics
+from dataplane.lora import adapter_salt
+from dataplane.prefix_cache import block_hashes
 
 log = logging.getLogger("edgepop.gateway")
 
@@ -68,8 +70,9 @@ class Call:
 
     def headers(self, final: bool = True) -> dict[str, str]:
         r = self.lease.replica
-        dep = self.gw.dep
-        return {"x-edgepop-pop": str(dep.site_ids[r.site]), "x-edgepop-node": str(dep.node_ids[r.node]),
+        b = self.gw.backend
+        return {"x-edgepop-pop": str(b.site_ids[r.site]), "x-edgepop-node": str(b.node_ids[r.node]),
+                "x-edgepop-replica": str(r.id), "x-edgepop-cached-tokens": str(self.lease.req.cached_tokens),
                 "x-edgepop-ingress": self.place.ingress_pop,
                 "x-edgepop-rtt-ms": f"{self.place.access_rtt_ms + self.backbone_ms:.2f}",
                 "x-edgepop-stand-in": self.prep.stand_in, "server-timing": self.timing.header(final)}
@@ -84,7 +87,7 @@ class Call:
         """Run to completion and wait out the return trip; returns the result."""
         t = time.monotonic()
         try:
-            self.run = invoke.EngineRun(self.gw.dep.dp, self.prep)
+            self.run = invoke.EngineRun(self.gw.backend.dp, self.prep)
         except Exception:
             self._release_when_done(None)
             raise
@@ -107,7 +110,7 @@ class Call:
     def open_stream(self) -> invoke.TokenStream:
         """Start the generation; iterate :meth:`stream` to receive its pieces."""
         try:
-            self.stream_ = invoke.TokenStream(self.gw.dep.dp, self.prep)
+            self.stream_ = invoke.TokenStream(self.gw.backend.dp, self.prep)
         except Exception:
             self._release_when_done(None)
             raise
@@ -140,17 +143,18 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig, topo=None):
         self.config = config
-        self.dep = Deployment(config, topo)
-        self.locator = ClientLocator(self.dep.topo, config.default_location)
+        self.backend = Backend(config, topo)
+        self.locator = ClientLocator(self.backend.topo, config.default_location)
         self.delays = Delays(config.delay, config.delay_scale)
-        self.admission = Admission(self.dep.plane)
+        self.admission = Admission(self.backend.plane)
+        self.prefix_block = config.lm_prefix_block if config.lm_prefix_cache_mb else 0
         self.metrics = Metrics(self)
 
     def spec(self, model: str):
         """The served catalog entry of ``model`` (400/5007 if it is not served here)."""
-        if model not in self.dep.catalog:
+        if model not in self.backend.catalog:
             raise unknown_model(model)
-        return self.dep.catalog[model]
+        return self.backend.catalog[model]
 
     async def admit(self, model: str, inputs, place: ClientPlace, *, account: str, session=None,
                     reject_if_busy: bool = False, endpoint: str = "run") -> Call:
@@ -159,9 +163,9 @@ class Gateway:
         timing = Timing()
         try:
             spec = self.spec(model)
-            prep = await invoke.prepare(self.dep.dp, spec.task, self.dep.stand_in[model], inputs)
+            prep = await invoke.prepare(self.backend.dp, spec.task, self.backend.stand_in[model], inputs)
             if isinstance(inputs, dict) and inputs.get("lora") is not None:  # Workers AI's per-request adapter
-                prep.extra["adapter"] = self.dep.adapter(model, inputs["lora"])
+                prep.extra["adapter"] = self.backend.adapter(model, inputs["lora"])
         except Exception as exc:
             # Preparation only reads the client's input, so whatever goes wrong there is bad input, never a 500.
             err = from_exception(exc)
@@ -171,8 +175,14 @@ class Gateway:
             self.metrics.rejected(model, endpoint, err, place)
             raise err from None
         timing.wan_in = await self.delays.sleep_ms(place.access_rtt_ms / 2) * 1e3
+        adapter = inputs.get("lora") if isinstance(inputs, dict) and prep.extra.get("adapter") is not None else ""
+        # The control plane's prefix index sees the prompt as the engine's prefix cache does: chained hashes of
+        # full blocks of token ids, salted per adapter (KV never crosses adapters).
+        hashes = (tuple(block_hashes(prep.items[0], self.prefix_block, adapter_salt(prep.extra.get("adapter"))))
+                  if self.prefix_block and spec.task == "text-generation" else ())
         req = self.admission.new_request(model, place.ingress, prep.units, prep.output_tokens, session=session,
-                                         reject_if_busy=reject_if_busy, account=account)
+                                         reject_if_busy=reject_if_busy, account=account, hash_ids=hashes,
+                                         adapter=adapter or "")
         try:
             lease = self.admission.submit(req)
         except GatewayError as err:
@@ -183,6 +193,7 @@ class Gateway:
         try:
             await self.admission.wait_started(lease)
             await Delays.until(at_node)
+            await self.admission.wait_adapter(lease)
         except BaseException as exc:
             self.admission.release(lease)
             if isinstance(exc, GatewayError):
@@ -212,4 +223,4 @@ class Gateway:
     async def stop(self) -> None:
         await self.admission.stop()
         with contextlib.suppress(Exception):
-            self.dep.close()
+            self.backend.close()

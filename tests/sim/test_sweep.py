@@ -47,10 +47,10 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
     g = parse_grid({"base": "small"}, "g.toml")
     assert len(g.variants) == 1 and g.seeds == (7,) and g.deployments == ("edge", "central")
     g = parse_grid({"base": "small", "deployments": ["central", "edge"],
-                    "axes": {"edge.placement_options.time_limit_s": [1.0, 2.0], "slo.ttft_ms": [500.0],
+                    "axes": {"edge.placement_options.min_gain_ms_per_gb": [1e-7, 1e-6], "slo.ttft_ms": [500.0],
                              "planning_rps": [30.0], "central.enabled": [True, False]}}, "g.toml")
     assert g.deployments == ("edge", "central")
-    assert g.variants[0].scenario.edge.placement_options == {"time_limit_s": 1.0}
+    assert g.variants[0].scenario.edge.placement_options == {"min_gain_ms_per_gb": 1e-7}
     assert g.variants[0].scenario.slo.ttft_ms == 500.0 and g.variants[0].scenario.planning_rps == 30.0
     assert g.variants[1].scenario.central is None
     policies = load_grid("policies")
@@ -68,11 +68,16 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
     ({"base": "small", "axes": {"edge.router.k": [1]}}, r"only table fields"),
     ({"base": "small", "axes": {"edge": {"placement": ["ilp"]}}}, r"quote dotted keys"),
     ({"base": "small", "axes": {"edge.router": "p2c"}}, r"'edge.router' must be a non-empty list"),
+    # policy options are typed and checked when the grid is parsed, before anything runs
+    ({"base": "small", "axes": {"edge.placement_options.time_limit_s": [1.0]}},
+     r"placement policy 'greedy-demand' has no option 'time_limit_s' \(options: min_gain_ms_per_gb\)"),
+    ({"base": "small", "axes": {"edge.router_options.k": ["4"]}, "deployments": ["edge"]},
+     r"routing policy 'nearest-with-capacity' has no option 'k'"),
     ({"base": "small", "axes": {"edge.router": []}}, r"'edge.router' must be a non-empty list"),
     ({"base": "small", "axes": {"edge.router": ["p2c", "p2c"]}}, r"repeats a value"),
     ({"base": "small", "axes": {"edge.placement": ["ilp", "nope"]}},
-     r"axis 'edge.placement' value 'nope': \[edge\]: unknown placement policy 'nope'"),
-    ({"base": "small", "axes": {"central.router": ["fastest"]}}, r"value 'fastest'.*unknown router policy"),
+     r"axis 'edge.placement' value 'nope': .*\[edge\]: field 'placement': unknown placement policy 'nope'"),
+    ({"base": "small", "axes": {"central.router": ["fastest"]}}, r"value 'fastest'.*unknown routing policy"),
     ({"base": "small", "axes": {"workload.rps": [10.0, -3.0]}}, r"axis 'workload.rps' value -3.0: .*rps must be > 0"),
     ({"base": "small", "axes": {"edge.queue_limit": ["big"]}}, r"value 'big': .*'queue_limit' must be a number"),
     ({"base": "small", "axes": {"workload.kind": ["azure"]}}, r"value 'azure': .*does not apply to kind"),

@@ -1,0 +1,198 @@
+"""Deployments: one builder for every control plane, whoever drives it (the simulator, the live gateway, or the
+simulated mirror of a live gateway).
+
+A :class:`DeploymentConfig` says how a deployment is built and operated (placement policy, router, autoscaler,
+admission limits, and for a central baseline its region set and GPU scale); it is the ``[edge]`` / ``[central]``
+table of a scenario and the deployment part of a gateway config. :func:`build_deployment` places replicas with the
+configured policy and wraps them in a :class:`ControlPlane` through :func:`build_control_plane`, the one place a
+control plane is made, so router, router options, autoscaler, techniques and their defaults are the same live and
+simulated. :func:`deployment_from_table` rebuilds a deployment from an explicit placement table (the fidelity
+mirror of a running gateway).
+
+A :class:`Deployment` is that control plane plus its fleet, its placement and how requests reach it: ``anycast``
+(the edge: users enter at their nearest PoP, the access RTT is measured to it) or ``direct`` (a central baseline:
+users reach the region straight from their city, last mile + core RTT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from controlplane.adapter_index import AdapterIndex
+from controlplane.autoscale import AUTOSCALERS
+from controlplane.catalog import Catalog
+from controlplane.fleet import Fleet, edge_fleet, ingress_site_rtt
+from controlplane.plane import AdmissionConfig, ControlPlane
+from controlplane.prefix_index import PrefixIndex
+from edgepop.errors import UserError
+
+ENTRIES = ("anycast", "direct")
+
+
+@dataclass
+class DeploymentConfig:
+    """How one deployment is built and operated. ``baseline`` and ``gpu_scale`` only matter for central.
+
+    ``placement``/``placement_options``: a policy of ``controlplane.placement`` and its options; ``router`` /
+    ``router_options``: a policy of ``controlplane.routing``; ``autoscaler``/``autoscaler_options``: ``none``,
+    ``reactive`` or ``scheduled``; ``queue_limit`` per replica and ``queue_timeout_s``; cold starts take weight
+    bytes / ``load_gbs`` + ``init_s``; ``pops`` restricts the edge fleet to these PoP ids.
+    """
+
+    placement: str = "greedy-demand"
+    placement_options: dict = field(default_factory=dict)
+    router: str = "nearest-with-capacity"
+    router_options: dict = field(default_factory=dict)
+    autoscaler: str = "none"
+    autoscaler_options: dict = field(default_factory=dict)
+    queue_limit: int = 64
+    queue_timeout_s: float = 30.0
+    load_gbs: float = 2.0
+    init_s: float = 5.0
+    pops: list | None = None
+    baseline: str = "big3"
+    gpu_scale: float = 1.0
+
+    def check(self, where: str) -> None:
+        """Policy names and their options against the registries (one-line UserError naming ``where``)."""
+        from controlplane.placement import PLACEMENTS
+        from controlplane.routing import ROUTERS
+
+        for field_, registry, options in (("placement", PLACEMENTS, self.placement_options),
+                                          ("router", ROUTERS, self.router_options),
+                                          ("autoscaler", AUTOSCALERS, self.autoscaler_options)):
+            name = getattr(self, field_)
+            registry.entry(name, f"{where}: field {field_!r}")
+            registry.check(name, options, f"{where} {field_}_options")
+        if self.gpu_scale <= 0:
+            raise UserError(f"{where}: gpu_scale must be positive, got {self.gpu_scale!r}")
+        if not isinstance(self.queue_limit, int) or self.queue_limit < 1:
+            raise UserError(f"{where}: queue_limit must be an integer >= 1, got {self.queue_limit!r}")
+        if self.queue_timeout_s <= 0:
+            raise UserError(f"{where}: queue_timeout_s must be positive, got {self.queue_timeout_s!r}")
+
+
+@dataclass
+class Deployment:
+    """A control plane over a fleet, its placement, and how requests reach it.
+
+    ``entry``: ``anycast`` (edge) or ``direct`` (central). ``ingress_col`` is the workload column the router uses
+    as the ingress key (``ingress`` = PoP row for anycast, ``city`` for direct); ``access_col``/``access_ms`` give
+    the per-request RTT to that entry point (the workload's ``access_rtt_ms`` for anycast; the last mile only for
+    direct, the rest is in the plane's RTT matrix). ``rtt_builder(latency)`` recomputes that matrix (link faults).
+    """
+
+    name: str
+    plane: ControlPlane
+    fleet: Fleet
+    table: pd.DataFrame | None = None  # the placement table (model, node, gpu_index, ...) the plane started from
+    placement: object = None  # the controlplane.placement.Placement that made it (None when given a table)
+    entry: str = "anycast"
+    ingress_col: str = "ingress"
+    access_col: str | None = "access_rtt_ms"
+    access_ms: float = 0.0
+    ingress_ids: object = None  # PoP id per ingress key (anycast), to report where requests really entered
+    rtt_builder: Callable | None = None
+
+
+def build_control_plane(cfg: DeploymentConfig, catalog: Catalog, fleet: Fleet, table: pd.DataFrame,
+                        rtt: np.ndarray, *, perf=None, rng: np.random.Generator | None = None,
+                        typical_tokens: tuple = (512, 128), scenario_start=None, day_s: float = 86_400.0,
+                        prefix: PrefixIndex | None = None, adapters: AdapterIndex | None = None,
+                        adapter_routing: bool = True, slots: int | None = None) -> ControlPlane:
+    """The control plane of ``cfg`` over ``table`` (model, node[, gpu_index]) on ``fleet``.
+
+    ``prefix``/``adapters``: the router-side prefix index and adapter slots (None: that technique is off); with
+    ``adapter_routing`` the configured router is wrapped in ``adapter-aware``. ``slots`` overrides every
+    replica's concurrent sequences (the live gateway's ``--slots``). ``scenario_start``/``day_s`` are the clock
+    of a ``scheduled`` autoscaler (its defaults unless its options say otherwise).
+    """
+    admission = AdmissionConfig(queue_limit=cfg.queue_limit, queue_timeout_s=cfg.queue_timeout_s,
+                                load_gbs=cfg.load_gbs, init_s=cfg.init_s)
+    scaler_opts = dict(cfg.autoscaler_options)
+    if cfg.autoscaler == "scheduled":
+        scaler_opts.setdefault("start_utc", scenario_start)
+        scaler_opts.setdefault("day_s", day_s)
+    plane = ControlPlane(catalog, fleet, table, rtt, router=cfg.router, router_options=cfg.router_options,
+                         admission=admission, perf=perf, rng=rng,
+                         autoscaler=AUTOSCALERS.create(cfg.autoscaler, options=scaler_opts),
+                         typical_tokens=typical_tokens, prefix=prefix, adapters=adapters,
+                         adapter_routing=adapter_routing)
+    if slots is not None:
+        plane.set_slots(slots)
+    return plane
+
+
+def _entry(name: str, central: bool, topo, fleet: Fleet) -> dict:
+    if central:
+        return {"entry": "direct", "ingress_col": "city", "access_col": None, "access_ms": topo.last_mile_ms,
+                "rtt_builder": lambda latency: city_site_rtt(topo, fleet, latency)}
+    return {"entry": "anycast", "ingress_col": "ingress", "access_col": "access_rtt_ms",
+            "ingress_ids": topo.pops.id.to_numpy(), "rtt_builder": lambda latency: ingress_site_rtt(topo, fleet, latency)}
+
+
+def city_site_rtt(topo, fleet: Fleet, latency=None) -> np.ndarray:
+    """Core RTT (ms) from every demand city (rows) straight to every fleet site: users reaching a cloud region."""
+    latency = latency or topo.latency
+    d = topo.demand
+    return latency.site_rtt_matrix(d.lat.to_numpy(), d.lon.to_numpy(), fleet.sites.backbone.to_numpy())
+
+
+def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *, perf=None,
+                     demand_rps: float = 1.0, mix: dict | None = None, rng_place=None, rng_route=None,
+                     typical_tokens: tuple = (512, 128), scenario_start=None, day_s: float = 86_400.0,
+                     shape: dict | None = None, rtt_scale: float = 1.0, **plane_options) -> Deployment:
+    """Place replicas for ``demand_rps`` with ``mix`` by ``cfg.placement`` and wrap them in a control plane.
+
+    ``name`` ``central`` builds the central baseline (fleet from ``cfg.baseline`` x ``cfg.gpu_scale``, users
+    reach it directly); any other name an edge deployment over ``cfg.pops`` (all PoPs when None).
+    ``shape`` = {"prompt": {model: mean units}, "output": {model: mean tokens}} sizes replica capacity.
+    ``rtt_scale`` multiplies the routing RTT matrix (a gateway injecting scaled or no WAN delay).
+    ``plane_options`` go to :func:`build_control_plane` (prefix, adapters, adapter_routing, slots).
+    """
+    from controlplane.placement import PlacementProblem, get_policy
+
+    central = name == "central"
+    options = dict(cfg.placement_options)
+    if central:
+        options.setdefault("baseline", cfg.baseline)
+        if cfg.gpu_scale != 1.0:
+            options.setdefault("scale", cfg.gpu_scale)
+    policy = get_policy(cfg.placement, **options)
+    fleet = edge_fleet(topo, pops=list(cfg.pops)) if cfg.pops else None
+    shape = shape or {}
+    mix = mix or {s.id: 1.0 for s in catalog}
+    rng_place = rng_place if rng_place is not None else np.random.default_rng(0)
+    problem = PlacementProblem.build(topo, catalog=catalog, fleet=fleet, total_rps=demand_rps, mix=mix, perf=perf,
+                                     prompt_tokens=dict(shape.get("prompt", {})),
+                                     output_tokens=dict(shape.get("output", {})))
+    placement = policy.place(problem, rng_place)
+    fleet = placement.fleet
+    entry = _entry(name, central, topo, fleet)
+    rtt = entry["rtt_builder"](topo.latency) * rtt_scale
+    plane = build_control_plane(cfg, catalog, fleet, placement.table, rtt, perf=perf, rng=rng_route,
+                                typical_tokens=typical_tokens, scenario_start=scenario_start, day_s=day_s,
+                                **plane_options)
+    return Deployment(name, plane, fleet, table=placement.table, placement=placement, **entry)
+
+
+def deployment_from_table(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, pops: list[str],
+                          table: pd.DataFrame, *, rng_route=None, rtt_scale: float = 1.0, perf=None,
+                          **plane_options) -> Deployment:
+    """An edge deployment over ``pops`` whose replicas are given by ``table`` (model, node[, gpu_index][, slots]).
+
+    Used to mirror a running gateway in the simulator: node rows refer to ``edge_fleet(topo, pops)``.
+    A ``slots`` column sets each replica's concurrent sequences.
+    """
+    fleet = edge_fleet(topo, list(pops))
+    entry = _entry(name, False, topo, fleet)
+    rtt = entry["rtt_builder"](topo.latency) * rtt_scale
+    plane = build_control_plane(cfg, catalog, fleet, table, rtt, perf=perf, rng=rng_route, **plane_options)
+    if "slots" in table:
+        for r, s in zip(plane.state.replicas, table.slots.tolist(), strict=True):
+            plane.set_slots(int(s), [r])
+    return Deployment(name, plane, fleet, table=table, **entry)

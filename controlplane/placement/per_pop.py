@@ -1,0 +1,56 @@
+"""``per-pop``: one replica of every model at every PoP of the fleet (or at the PoPs listed for it).
+
+A fixed, explicit deployment rather than a plan for a demand: what the live gateway serves by default (a handful
+of emulated PoPs, each holding every served model) and what a scenario names when the simulator must mirror such a
+gateway exactly. Each replica goes on the first node of its PoP with room for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from controlplane.placement.base import PLACEMENTS, PlacementError, PlacementPolicy, PlacementProblem
+from controlplane.placement.packing import GpuLedger
+from controlplane.placement.result import Placement
+
+
+@PLACEMENTS.register("per-pop")
+@dataclass
+class PerPop(PlacementPolicy):
+    """Options: ``pops``: model id -> the PoP ids that hold it (default: every PoP of the fleet where it fits;
+    a PoP listed for a model that has no node with room for it is an error)."""
+
+    pops: dict = field(default_factory=dict)
+
+    def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
+        net = problem.network()
+        ledger = GpuLedger(net)
+        fleet = problem.fleet
+        sites = fleet.sites.site_id.tolist()
+        node_site = fleet.nodes.site_id.to_numpy()
+        stray = sorted(set(self.pops) - set(problem.models))
+        if stray:
+            raise PlacementError(f"per-pop placement: pops names model(s) {', '.join(stray)} that are not served")
+        placed = []
+        for m, model in enumerate(problem.models):
+            listed = model in self.pops
+            wanted = self.pops.get(model, sites)
+            if not isinstance(wanted, list) or not all(isinstance(p, str) for p in wanted):
+                raise PlacementError(f"per-pop placement: pops.{model} must be a list of PoP ids, got {wanted!r}")
+            missing = sorted(set(wanted) - set(sites))
+            if missing:
+                raise PlacementError(f"per-pop placement: {model!r} names PoP(s) {', '.join(missing)} that are not "
+                                     f"among the served pops ({', '.join(sites)})")
+            for pop in wanted:
+                for node in np.flatnonzero(node_site == pop).tolist():
+                    gpus = ledger.add(node, m)
+                    if gpus is not None:
+                        placed.append((node, m, gpus))
+                        break
+                else:
+                    if not listed:
+                        continue
+                    raise PlacementError(f"per-pop placement: {model!r} does not fit on any GPU node of PoP {pop!r}")
+        return Placement(problem, fleet, self.name, placed)

@@ -1,0 +1,45 @@
+"""``adapter-aware``: wrap a routing policy so LoRA requests go where their adapter is loaded, within a load gate."""
+
+from __future__ import annotations
+
+from controlplane.routing.base import ROUTERS, Decision, Router
+from controlplane.routing.prefer import GATED, PICKED, pick_preferred
+from controlplane.state import Request
+
+LOADED, FREE_SLOT = 2.0, 1.0
+
+
+@ROUTERS.register("adapter-aware", forward=("base", "nearest-with-capacity"))
+class AdapterAware(Router):
+    """Requests naming a LoRA adapter prefer, among the ``k`` nearest ready replicas, one with the adapter loaded,
+    else one with a free adapter slot (a load that evicts nothing); a pick the imbalance gate rejects gives way
+    to the best balanced replica (``controlplane.routing.prefer``); everything else goes to ``base`` (a policy
+    name or a Router instance, e.g. the deployment's own router).
+    Reads ``ClusterState.adapters`` (a :class:`controlplane.adapter_index.AdapterIndex`; None = LoRA off).
+    """
+
+    def __init__(self, state, rng=None, base: str | Router = "nearest-with-capacity", k: int = 8, max_imbalance: float = 0.25,
+                 **base_options):
+        super().__init__(state, rng)
+        if k < 1 or max_imbalance < 0:
+            raise ValueError("k must be at least 1 and max_imbalance non-negative")
+        self.base = base if isinstance(base, Router) else ROUTERS.create(base, state, rng, options=base_options)
+        self.k, self.max_imbalance = k, max_imbalance
+        self.counts = {"adapter_picked": 0, "gated": 0, "base": 0}
+
+    def route(self, req: Request, now: float) -> Decision:
+        index = self.state.adapters
+        if not req.adapter or index is None:
+            return self.base.route(req, now)
+        name = req.adapter
+
+        def score(r) -> float:
+            return LOADED if index.loaded(r, name) else FREE_SLOT if index.free_slot(r) else 0.0
+
+        cands, rtts = self.state.candidates(req.ingress, req.model)
+        d, why = pick_preferred(req, cands, rtts, score, self.k, self.max_imbalance)
+        self.counts[{PICKED: "adapter_picked", GATED: "gated"}.get(why, "base")] += 1
+        return d if d is not None else self.base.route(req, now)
+
+    def forget(self, req: Request) -> None:
+        self.base.forget(req)

@@ -1,0 +1,148 @@
+"""What serves the gateway's requests: the deployment (topology, fleet, placement, control plane) and the engines.
+
+The deployment is built by :func:`controlplane.deployment.build_deployment`, the same builder the simulator uses,
+from the gateway config's deployment part (:meth:`GatewayConfig.deployment_config`): by default the ``per-pop``
+placement, one replica of every served model at every configured PoP (on the first node there with room), or
+the PoPs the config's ``[placement]`` table names; a scenario may name another policy, router, router options and
+autoscaler, which then apply live exactly as they do simulated.
+
+All replicas of a catalog model are executed by the model's ``stand_in`` data-plane model through ONE shared
+:class:`dataplane.service.DataPlane`: the emulated PoPs share this machine's cores, so the emulation is faithful
+in geography and admission, not in aggregate compute (see docs/gateway.md).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from controlplane.adapter_index import AdapterIndex
+from controlplane.catalog import AdapterSpec, default_catalog
+from controlplane.deployment import Deployment, build_deployment
+from controlplane.perf_models import build_perf
+from controlplane.prefix_index import PrefixIndex
+from dataplane import registry
+from dataplane.engine_batch import BatchConfig
+from dataplane.engine_lm import LMEngineConfig
+from dataplane.errors import InvalidInputError
+from dataplane.gateway.config import GatewayConfig
+from dataplane.lora import Adapter, AdapterError, load_adapter
+from dataplane.prefix_cache import PrefixCacheConfig
+from dataplane.service import DataPlane, DataPlaneConfig
+from dataplane.session import SessionConfig
+from edgepop.errors import UserError
+from edgepop.rng import streams
+
+
+class Backend:
+    """Topology, served catalog, :class:`Deployment` (control plane included) and the shared data plane."""
+
+    def __init__(self, cfg: GatewayConfig, topo=None):
+        from topology import Topology
+
+        self.config = cfg
+        self.topo = topo if topo is not None else Topology.load(last_mile_ms=cfg.last_mile_ms)
+        full = default_catalog()
+        for m in cfg.models:
+            if m not in full:
+                raise UserError(f"gateway config: field 'models': {m!r} is not in the catalog "
+                                "(`edgepop place --list-models` or controlplane/data/catalog.toml lists them)")
+        for m in list(cfg.placement) + list(cfg.stand_ins) + list(cfg.lora_adapters):
+            if m not in cfg.models:
+                raise UserError(f"gateway config: {m!r} is configured but not listed in 'models'")
+        catalog = full.subset(list(dict.fromkeys(cfg.models)))
+        self.stand_in: dict[str, str] = {}
+        for spec in catalog:
+            name = cfg.stand_ins.get(spec.id, spec.stand_in)
+            try:
+                card = registry.get_card(name)
+            except Exception as exc:
+                raise UserError(f"gateway config: stand-in of {spec.id!r}: {exc}") from None
+            if card.task != spec.task:
+                raise UserError(f"gateway config: stand-in {name!r} serves {card.task}, but {spec.id!r} is "
+                                f"{spec.task}")
+            self.stand_in[spec.id] = name
+        self.dp = DataPlane(DataPlaneConfig(
+            session=SessionConfig(provider=cfg.provider, intra_op_threads=cfg.threads),
+            lm=LMEngineConfig(max_batch=cfg.lm_max_batch, kv_budget_tokens=cfg.lm_kv_budget_tokens,
+                              prefix_cache=PrefixCacheConfig(cfg.lm_prefix_block, cfg.lm_prefix_cache_mb << 20)
+                              if cfg.lm_prefix_cache_mb else None),
+            batch=BatchConfig(max_batch=cfg.encoder_max_batch, max_wait_ms=cfg.encoder_max_wait_ms)))
+        self.adapters = self._load_adapters(cfg, catalog)
+        # The served adapters are declared on their catalog entries, so the control plane's adapter slots and the
+        # adapter-aware router know them as they know the simulator's.
+        self.catalog = catalog.with_adapters({
+            m: tuple(AdapterSpec(n, m, a.rank, float(sum(x.nbytes + y.nbytes for x, y in a.tensors.values())))
+                  for n, a in table.items())
+            for m, table in self.adapters.items()})
+        rng = streams(cfg.seed)  # the simulator's streams for the same seed: the same router draws
+        self.deployment: Deployment = build_deployment(
+            "edge", cfg.deployment_config(), self.topo, self.catalog, rng_place=rng["place_edge"],
+            rng_route=rng["route_edge"], slots=cfg.slots, perf=build_perf("roofline", self.topo),
+            prefix=PrefixIndex(cfg.lm_prefix_block) if cfg.lm_prefix_cache_mb else None,
+            adapters=AdapterIndex(cfg.lora_slots) if self.adapters else None)
+        self.plane = self.deployment.plane
+        self.plane.state.precompute()
+        fleet = self.deployment.fleet
+        self.site_ids = fleet.sites.site_id.to_numpy()
+        self.node_ids = fleet.nodes.node_id.to_numpy()
+        self.pop_ids = self.topo.pops.id.to_numpy()
+        reps = self.plane.state.replicas
+        self.placement = pd.DataFrame(
+            {"model": [r.model for r in reps], "node": [r.node for r in reps],
+             "node_id": [self.node_ids[r.node] for r in reps], "pop": [self.site_ids[r.site] for r in reps],
+             "gpu": [r.gpu for r in reps], "slots": [r.slots for r in reps], "replica": [r.id for r in reps]},
+            columns=["model", "node", "node_id", "pop", "gpu", "slots", "replica"])
+
+    def _load_adapters(self, cfg: GatewayConfig, catalog) -> dict[str, dict[str, Adapter]]:
+        """Validate every declared LoRA adapter against its model's stand-in (one-line UserError if bad)."""
+        out: dict[str, dict[str, Adapter]] = {}
+        for model, table in cfg.lora_adapters.items():
+            if catalog[model].task != "text-generation":
+                raise UserError(f"gateway config: field 'lora_adapters': {model!r} is "
+                                f"{catalog[model].task}; only text-generation models take adapters")
+            lm = self.dp.enable_lora(self.stand_in[model])
+            out[model] = {}
+            for name, path in table.items():
+                try:
+                    out[model][name] = load_adapter(path, lm.spec)
+                except AdapterError as exc:
+                    raise UserError(f"gateway config: field 'lora_adapters': {model!r}.{name}: {exc}") from None
+        return out
+
+    def adapter(self, model: str, name) -> Adapter:
+        """The adapter ``name`` of ``model``; an unknown one is bad input (400, code 5006)."""
+        served = self.adapters.get(model, {})
+        if not isinstance(name, str) or name not in served:
+            listed = ", ".join(sorted(served)) or "none"
+            raise InvalidInputError(f"field 'lora': adapter {name!r} is not served for {model!r} "
+                                    f"(adapters: {listed})")
+        return served[name]
+
+    def warm(self) -> None:
+        """Load every stand-in and start its engine, so no request pays for a model build."""
+        for name in dict.fromkeys(self.stand_in.values()):
+            self.dp.engine(name)
+
+    def task(self, model: str) -> str:
+        return self.catalog[model].task
+
+    def describe(self) -> dict:
+        """What this deployment is (``GET /edgepop/deployment``; the replay tool mirrors it in the simulator)."""
+        c = self.config
+        d = c.deployment_config()
+        return {
+            "pops": list(c.pops), "router": d.router, "router_options": dict(d.router_options),
+            "autoscaler": d.autoscaler, "autoscaler_options": dict(d.autoscaler_options),
+            "placement_policy": d.placement, "queue_limit": d.queue_limit, "queue_timeout_s": d.queue_timeout_s,
+            "delay": c.delay, "delay_scale": c.delay_scale,
+            "last_mile_ms": self.topo.last_mile_ms, "default_location": list(c.default_location),
+            "seed": c.seed, "scenario": c.scenario, "threads": c.threads, "provider": c.provider,
+            "stand_ins": dict(self.stand_in),
+            "prefix_block": c.lm_prefix_block if c.lm_prefix_cache_mb else None,
+            "lora_adapters": {m: sorted(t) for m, t in self.adapters.items()},
+            "placement": self.placement.to_dict(orient="records"),
+        }
+
+    def close(self) -> None:
+        self.dp.close()
+

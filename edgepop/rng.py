@@ -1,0 +1,19 @@
+"""Seeded random streams, one per concern, so changing one (say, routing) never shifts another's draws.
+
+Every random draw in edgepop comes from a generator handed down from here; the same seed gives the same run,
+simulated or live::
+
+    streams(seed)["route_edge"]     # the edge router's generator (p2c's samples)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+STREAMS = ("workload", "place_edge", "place_central", "route_edge", "route_central")
+
+
+def streams(seed: int) -> dict[str, np.random.Generator]:
+    """One independent generator per name of :data:`STREAMS`, all derived from ``seed``."""
+    children = np.random.SeedSequence(seed).spawn(len(STREAMS))
+    return {name: np.random.default_rng(c) for name, c in zip(STREAMS, children, strict=True)}

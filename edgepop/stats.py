@@ -1,0 +1,44 @@
+"""The one percentile convention of edgepop: percentiles over the finite values; an empty set gives ``None``
+(``null`` in JSON, never ``NaN``, which is not valid JSON)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+PCTS = (50, 90, 95, 99)
+
+
+def finite(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x[np.isfinite(x)]
+
+
+def percentile(x, q: float, digits: int | None = 3) -> float | None:
+    """The ``q``-th percentile of the finite values of ``x`` (rounded to ``digits``), or None when there are none."""
+    x = finite(x)
+    if x.size == 0:
+        return None
+    v = float(np.percentile(x, q))
+    return round(v, digits) if digits is not None else v
+
+
+def percentiles(x, pcts=PCTS, digits: int = 3) -> dict:
+    """``{"p50": ..., "p90": ..., "mean": ..., "n": ...}`` over the finite values of ``x`` (None when empty)."""
+    x = finite(x)
+    if x.size == 0:
+        return {f"p{p}": None for p in pcts} | {"mean": None, "n": 0}
+    vals = np.percentile(x, pcts)
+    return {f"p{p}": round(float(v), digits) for p, v in zip(pcts, vals, strict=True)} | {
+        "mean": round(float(x.mean()), digits), "n": int(x.size)}
+
+
+def weighted_percentiles(values, weights, pcts) -> list[float | None]:
+    """Percentiles of ``values`` each counted ``weights`` times (lower interpolation); None when empty."""
+    v, w = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
+    keep = np.isfinite(v) & (w > 0)
+    v, w = v[keep], w[keep]
+    if v.size == 0:
+        return [None] * len(pcts)
+    order = np.argsort(v, kind="stable")
+    v, cw = v[order], np.cumsum(w[order])
+    return [float(v[min(np.searchsorted(cw, p / 100.0 * cw[-1], side="left"), v.size - 1)]) for p in pcts]

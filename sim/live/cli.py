@@ -1,0 +1,47 @@
+"""``edgepop replay``: a trace against a live gateway, and the simulator's view of the same requests."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``replay`` to the ``edgepop`` parser."""
+    r = subparsers.add_parser(
+        "replay", help="send a request trace to a live gateway; compare with the simulator",
+        description="Replay a trace (Azure CSV or Mooncake JSONL) from emulated client locations against a live "
+        "gateway, record client-side TTFT/ITL/E2E, run the same requests through the simulator with a measured "
+        "profile, and print the comparison.")
+    r.add_argument("--live", required=True, help="gateway base URL (loopback only), e.g. http://127.0.0.1:8787")
+    r.add_argument("--trace", required=True, help="trace file (.csv Azure, .jsonl Mooncake)")
+    r.add_argument("--out", default="out/replay", help="output directory (default out/replay)")
+    r.add_argument("--requests", type=int, default=100, help="replay the first N requests (default 100)")
+    r.add_argument("--time-scale", type=float, default=1.0, help="divide inter-arrival times by this")
+    r.add_argument("--model", default="@cf/meta/llama-3.2-1b-instruct", help="catalog model to call")
+    r.add_argument("--max-prompt", type=int, default=256, help="cap prompt tokens (stand-ins are small)")
+    r.add_argument("--max-output", type=int, default=32, help="cap output tokens")
+    r.add_argument("--token", help="API token (default $EDGEPOP_TOKEN)")
+    r.add_argument("--account", default="local", help="account id in the URL (default local)")
+    r.add_argument("--concurrency", type=int, default=64, help="most requests in flight")
+    r.add_argument("--profile", help="measured profile table for the simulator (default: measure one now)")
+    r.add_argument("--profile-source", default="gateway", choices=("gateway", "engine"),
+                   help="what to measure when no --profile is given: service times through the live gateway "
+                        "(default) or of the bare LM engine")
+    r.add_argument("--no-sim", action="store_true", help="only the live side")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(func=run_replay)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from sim.live.replay import ReplayOptions, replay_and_compare
+
+    opts = ReplayOptions(url=args.live, trace=args.trace, out=args.out, requests=args.requests,
+                         time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,
+                         max_output=args.max_output, token=args.token or os.environ.get("EDGEPOP_TOKEN"),
+                         account=args.account, concurrency=args.concurrency, profile=args.profile,
+                         profile_source=args.profile_source, simulate=not args.no_sim, seed=args.seed)
+    report = replay_and_compare(opts, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(report)
+    return 0

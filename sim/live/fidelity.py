@@ -1,0 +1,154 @@
+"""Sim-vs-live fidelity: run the requests a live replay sent through the simulator, on a mirror of the live
+deployment, with service times measured on this machine, and compare client-side latency percentiles.
+
+The mirror is built from the gateway's ``/edgepop/deployment`` description by the builder the gateway itself used
+(:func:`controlplane.deployment.deployment_from_table`): the same PoPs, the same replicas on the same nodes with
+the same slots, the same router and router options, autoscaler, queue limit and timeout, the same WAN delays
+(scaled, or none), and each catalog model timed as its stand-in by
+:class:`controlplane.perf_profile.MeasuredProfile` (over a table measured through the gateway,
+:mod:`sim.live.live_profile`, of the bare engine, :mod:`dataplane.engine_profile`, or any ``edgepop profile``
+table). Requests keep their live arrival times, sizes and client locations; output lengths
+are the ones the live gateway produced.
+
+Known gap, by construction: the gateway runs every emulated PoP on this machine's cores (one engine per stand-in),
+whereas the simulator gives each replica its own device. With one serving PoP the two are the same system and
+agree closely; with several they agree when live requests rarely overlap and drift apart as concurrency grows
+(see docs/fidelity.md).
+
+The goal: simulated vs live TTFT within 5% at p50 and 10% at p95.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from controlplane.catalog import Catalog, default_catalog
+from controlplane.deployment import Deployment, DeploymentConfig, deployment_from_table
+from controlplane.fleet import edge_fleet
+from controlplane.perf_profile import MeasuredProfile
+from controlplane.prefix_index import PrefixIndex
+from dataplane import profiler, registry
+from dataplane.engine_profile import engine_profile
+from edgepop.errors import UserError
+from edgepop.stats import finite, percentile
+from sim.simulator import Simulation
+
+METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+GOALS = {("ttft_ms", "p50"): 5.0, ("ttft_ms", "p95"): 10.0}
+
+
+def measure_profile(stand_ins: list[str], progress=None, session=None) -> pd.DataFrame:
+    """A profile table for ``stand_ins`` measured now: language models through their engine
+    (:mod:`dataplane.engine_profile`), other models with ``edgepop profile``'s quick grid."""
+    parts = []
+    for name in sorted(set(stand_ins)):
+        if progress:
+            progress(f"measuring {name} on this machine (pass --profile to reuse a table)")
+        if registry.get_card(name).task == "text-generation":
+            parts.append(engine_profile(name, session=session))
+        else:
+            parts.append(profiler.profile([name], profiler.QUICK, session))
+    return pd.concat(parts, ignore_index=True)
+
+
+def load_perf(profile, stand_ins: list[str] | None = None, progress=None):
+    """A MeasuredProfile from ``profile``: a table, a path to one (``edgepop profile`` output), or None to
+    measure ``stand_ins`` now."""
+    if isinstance(profile, pd.DataFrame):
+        return MeasuredProfile(profile, source="measured now")
+    if profile:
+        return MeasuredProfile.load(profile)
+    return MeasuredProfile(measure_profile(stand_ins or [], progress), source="measured now")
+
+
+def mirror_catalog(desc: dict) -> Catalog:
+    """The served catalog of the gateway ``desc`` describes, each model with the stand-in it runs on."""
+    full = default_catalog()
+    models = list(dict.fromkeys(p["model"] for p in desc["placement"]))
+    return Catalog([replace(full[m], stand_in=desc["stand_ins"].get(m, full[m].stand_in)) for m in models],
+                   source="gateway mirror")
+
+
+def mirror_deployment(desc: dict, topo) -> tuple[Deployment, float]:
+    """A simulator Deployment equal to the live gateway described by ``desc`` (``/edgepop/deployment``), built
+    by the same builder, and the WAN delay scale it injects."""
+    cfg = DeploymentConfig(placement=desc.get("placement_policy", "per-pop"), router=desc["router"],
+                           router_options=dict(desc.get("router_options", {})),
+                           autoscaler=desc.get("autoscaler", "none"),
+                           autoscaler_options=dict(desc.get("autoscaler_options", {})),
+                           queue_limit=desc["queue_limit"], queue_timeout_s=desc["queue_timeout_s"],
+                           pops=list(desc["pops"]))
+    scale = float(desc["delay_scale"]) if desc["delay"] else 0.0
+    table = pd.DataFrame(desc["placement"])
+    node_ids = edge_fleet(topo, list(desc["pops"])).nodes.node_id.to_numpy()
+    for p in desc["placement"]:
+        if node_ids[p["node"]] != p["node_id"]:
+            raise UserError(f"mirror: node {p['node']} is {node_ids[p['node']]} here but {p['node_id']} live "
+                            "(different topology tables?)")
+    prefix = PrefixIndex(desc["prefix_block"]) if desc.get("prefix_block") else None
+    dep = deployment_from_table("edge", cfg, topo, mirror_catalog(desc), list(desc["pops"]),
+                                table[["model", "node", "slots"]], rng_route=np.random.default_rng(desc["seed"]),
+                                rtt_scale=scale, prefix=prefix)
+    return dep, scale
+
+
+def workload_from_live(live: pd.DataFrame, scale: float) -> pd.DataFrame:
+    """The simulator's workload frame for the requests a replay sent (live send times and output lengths)."""
+    w = live.copy()
+    lag = w.sent_lag_ms.fillna(0.0).to_numpy() / 1e3 if "sent_lag_ms" in w else 0.0
+    w["arrival_s"] = w.arrival_s.to_numpy() + lag
+    produced = pd.to_numeric(w.get("completion_tokens"), errors="coerce")
+    w["output_tokens"] = np.where(produced.notna() & (produced > 0), produced, w.output_tokens).astype(np.int64)
+    served = pd.to_numeric(w.get("prompt_tokens_served"), errors="coerce")
+    w["prompt_tokens"] = np.where(served.notna() & (served > 0), served, w.prompt_tokens).astype(np.int64)
+    w["access_rtt_ms"] = w.access_rtt_ms.to_numpy() * scale
+    w = w.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    return w
+
+
+def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None,
+                  progress=None) -> pd.DataFrame:
+    """The simulator's per-request frame (``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ...) for the live requests."""
+    dep, scale = mirror_deployment(desc, topo)
+    if perf is None:
+        stand_ins = [desc["stand_ins"][m] for m in set(live.model)]
+        perf = load_perf(profile, stand_ins, progress)
+    work = workload_from_live(live, scale)
+    res = Simulation(dep, work, perf, sample_s=1.0).run()
+    return res.requests
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """p50 and p95 of TTFT, TPOT and E2E over the rows that have them."""
+    rows = []
+    for m in METRICS:
+        x = finite(pd.to_numeric(frame[m], errors="coerce"))
+        rows.append({"metric": m, "n": len(x), "p50": percentile(x, 50, None), "p95": percentile(x, 95, None)})
+    return pd.DataFrame(rows)
+
+
+def compare(sim: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
+    """One row per metric and percentile: simulated, live, relative difference (sim vs live) and the goal.
+
+    Rows are matched by ``request_id`` and only requests that succeeded on both sides are compared.
+    """
+    ok_live = live[(live.status == 200) & (live.error.fillna("") == "")] if "status" in live else live
+    ok_sim = sim[sim.outcome == "ok"] if "outcome" in sim else sim
+    ids = np.intersect1d(ok_live.request_id.to_numpy(), ok_sim.request_id.to_numpy())
+    a = ok_sim.set_index("request_id").loc[ids]
+    b = ok_live.set_index("request_id").loc[ids]
+    rows = []
+    for m in METRICS:
+        xs = pd.to_numeric(a[m], errors="coerce").dropna().to_numpy()
+        xl = pd.to_numeric(b[m], errors="coerce").dropna().to_numpy()
+        for q in (50, 95):
+            s, v = percentile(xs, q, 2), percentile(xl, q, 2)
+            diff = round(100.0 * (s - v) / v, 2) if s is not None and v else None
+            goal = GOALS.get((m, f"p{q}"))
+            rows.append({"metric": m, "percentile": f"p{q}", "n": int(min(len(xs), len(xl))), "sim_ms": s,
+                         "live_ms": v, "diff_pct": diff, "goal_pct": goal,
+                         "met": bool(abs(diff) <= goal) if goal is not None and diff is not None else None})
+    return pd.DataFrame(rows)

@@ -1,0 +1,98 @@
+"""One sweep variant, run in a worker process (local pool or Ray): simulate it and flatten its summary.
+
+Each variant is a pure function of its scenario and seed (its own seeded generators, see :func:`edgepop.rng.streams`),
+so where it runs does not change what it produces.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+
+from edgepop.errors import UserError
+from sim.grid import Variant
+from sim.run import run_scenario
+
+# Summary percentiles copied per deployment: (summary.json block, percentile) -> column.
+LATENCIES = {"ttft_ms": ("p50", "p90", "p95", "p99"), "tpot_ms": ("p50", "p95"), "itl_ms": ("p50", "p99"),
+             "e2e_ms": ("p50", "p95", "p99"), "network_rtt_ms": ("p50", "p95"), "queue_ms": ("p50", "p95")}
+DEPLOYMENT_FIGURES = ("slo_attainment", "goodput_rps", "gpu_utilisation", "mean_slot_utilisation", "gpus",
+                      "gpu_hours", "gpu_usd", "neurons", "neuron_usd")
+GAINS = ("ttft_ms_p50_reduction_pct", "ttft_ms_p95_reduction_pct", "ttft_ms_p99_reduction_pct",
+         "e2e_ms_p50_reduction_pct", "network_rtt_ms_p50_reduction_pct", "slo_attainment_delta")
+
+
+@dataclass(frozen=True)
+class VariantTask:
+    """What a worker needs for one variant (picklable: plain data and the validated Scenario)."""
+
+    variant: Variant
+    requests: int | None
+    duration_s: float | None
+    deployments: tuple[str, ...]
+
+
+_TOPOLOGIES: dict = {}  # per worker process: Topology by last-mile ms (loading one takes about a second)
+
+
+def _topology(last_mile_ms: float):
+    if last_mile_ms not in _TOPOLOGIES:
+        from topology import Topology
+
+        _TOPOLOGIES[last_mile_ms] = Topology.load(last_mile_ms=last_mile_ms)
+    return _TOPOLOGIES[last_mile_ms]
+
+
+def run_variant(task: VariantTask) -> dict:
+    """Simulate one variant (runs in a worker). Never raises: failures come back as ``{"error": ...}`` so both
+    engines report them the same way."""
+    v = task.variant
+    t0 = time.perf_counter()
+    try:
+        out = run_scenario(v.scenario, requests=task.requests, duration_s=task.duration_s, seed=v.seed,
+                           topo=_topology(v.scenario.last_mile_ms), deployments=task.deployments)
+    except UserError as exc:
+        return {"id": v.id, "error": str(exc), "user_error": True}
+    except Exception as exc:  # noqa: BLE001  (reported with its traceback by the parent)
+        return {"id": v.id, "error": f"{type(exc).__name__}: {exc}", "user_error": False,
+                "traceback": traceback.format_exc()}
+    return {"id": v.id, "summary": summary_rows(out.summary), "requests": out.requests,
+            "wall_s": time.perf_counter() - t0}
+
+
+def summary_rows(summary: dict) -> list[dict]:
+    """One flat row per deployment of a run's summary.json: latency percentiles, SLO, GPU use, cost, gains."""
+    gains = summary.get("gains") or {}
+    rows = []
+    for name, block in summary["deployments"].items():
+        row = {"deployment": name, "requests": block["requests"], **block["outcomes"]}
+        for metric, pcts in LATENCIES.items():
+            for p in pcts:
+                row[f"{metric[:-3]}_{p}_ms"] = block[metric][p]
+        row.update({k: block[k] for k in DEPLOYMENT_FIGURES})
+        ok = block["outcomes"]["ok"]
+        row["gpu_usd_per_1k_ok"] = 1000.0 * block["gpu_usd"] / ok if ok else None
+        row["placement"] = block["placement"]["policy"]
+        row["replicas"] = block["placement"]["replicas"]
+        row["gpus_placed"] = block["placement"]["gpus_placed"]
+        row["simulated_span_s"] = summary["simulated_span_s"]
+        row["gpu_busy_hours"] = block["gpu_utilisation"] * block["gpus"] * summary["simulated_span_s"] / 3600
+        if "batch_completion_s" in block:
+            row["batch_completion_p50_s"] = block["batch_completion_s"]["p50"]
+            row["batch_completion_p95_s"] = block["batch_completion_s"]["p95"]
+        if "prefix_cache" in block:  # techniques that were on (sim.techniques)
+            row["prefix_token_hit_ratio"] = block["prefix_cache"]["token_hit_ratio"]
+        if "lora" in block:
+            row["adapter_loads"] = block["lora"]["adapter_loads"]
+            row["adapter_requests"] = block["lora"]["adapter_requests"]
+            row["adapter_load_ms"] = block["lora"]["adapter_load_ms"]
+        tech = block.get("techniques", {})
+        if "disaggregation" in tech:
+            row["kv_transfer_ms_mean"] = tech["disaggregation"]["kv_transfer_ms_mean"]
+        if "batch_served_at_night_share" in tech:
+            row["batch_served_at_night_share"] = tech["batch_served_at_night_share"]
+        # The edge's gain over central belongs to the variant: repeated on each of its rows, empty without both.
+        row.update({f"gain_{k}": gains.get(k) for k in GAINS})
+        rows.append(row)
+    return rows

@@ -1,0 +1,116 @@
+"""Technique ablation: a named grid of variants (every technique off, then each one on alone) run by the sweep.
+
+``edgepop ablation`` runs the embedded grid ``sim/scenarios/grids/ablation.toml`` (or any grid with named
+variants and a ``baseline``) through :func:`sim.sweep.run_sweep`, so it runs on the same engines (local pool or
+Ray) and writes the sweep's outputs; it then prints one row per variant with the figures the techniques are
+compared on and their change against the baseline, and writes ``ablation.csv`` and ``ablation.json`` beside them.
+Every variant reuses the base scenario's seed, so the workload (arrivals, sessions, hash_ids, batch flags,
+adapters) is identical; only the deployment's techniques differ.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from edgepop.errors import UserError
+from sim.grid import Grid, load_grid
+from sim.sweep import run_sweep
+
+FIGURES = ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",
+           "batch_completion_p50_s", "batch_completion_p95_s", "gpus_placed", "gpu_busy_hours")
+DELTA_OF = ("ttft_p95_ms", "itl_p99_ms", "e2e_p95_ms", "tpot_p50_ms")
+COLUMNS = (("TTFT p50", "ttft_p50_ms"), ("TTFT p95", "ttft_p95_ms"), ("TPOT p50", "tpot_p50_ms"),
+           ("ITL p50", "itl_p50_ms"), ("ITL p99", "itl_p99_ms"), ("E2E p50", "e2e_p50_ms"),
+           ("E2E p95", "e2e_p95_ms"), ("batch p95 s", "batch_completion_p95_s"), ("GPUs", "gpus_placed"),
+           ("GPU-h busy", "gpu_busy_hours"), ("dTTFT p95 %", "d_ttft_p95_ms_pct"),
+           ("dITL p99 %", "d_itl_p99_ms_pct"), ("dE2E p95 %", "d_e2e_p95_ms_pct"))
+
+
+def ablation_table(summary: pd.DataFrame, baseline: str, deployment: str = "edge") -> pd.DataFrame:
+    """One row per named variant (first seed) from a sweep summary, with % changes against ``baseline``."""
+    rows = summary[summary.deployment == deployment]
+    if "variant_name" not in rows:
+        raise UserError("an ablation needs a grid with named variants ([[variants]])")
+    rows = rows.drop_duplicates("variant_name")
+    df = pd.DataFrame({"technique": rows.variant_name.to_numpy(),
+                       **{f: rows[f].to_numpy() if f in rows else math.nan for f in FIGURES},
+                       "requests": rows.requests.to_numpy(), "note": [_note(r) for r in rows.to_dict("records")]})
+    base = df[df.technique == baseline].iloc[0]
+    for m in DELTA_OF:
+        df[f"d_{m}_pct"] = [round(100.0 * (v - base[m]) / base[m], 2) if _finite(v) and _finite(base[m]) and base[m]
+                            else math.nan for v in df[m]]
+    return df
+
+
+def _note(row: dict) -> str:
+    """What the technique itself reports (hit ratio, adapter waits, KV transfers, night share)."""
+    if _finite(row.get("prefix_token_hit_ratio")):
+        return f"prefix token hit ratio {row['prefix_token_hit_ratio']}"
+    if _finite(row.get("adapter_requests")):
+        return f"adapter requests {int(row['adapter_requests'])}, mean adapter wait {row['adapter_load_ms']} ms"
+    if _finite(row.get("kv_transfer_ms_mean")):
+        return f"mean KV transfer {row['kv_transfer_ms_mean']} ms"
+    if _finite(row.get("batch_served_at_night_share")):
+        return f"batch served at night-side sites: {row['batch_served_at_night_share']}"
+    return ""
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = "local",
+                 workers: int | None = None, out: str | Path = "edgepop-ablation", progress: bool | None = None):
+    """Run the ablation grid; returns (table, sweep result). ``requests`` overrides the grid's size."""
+    g = grid if isinstance(grid, Grid) else load_grid(grid)
+    if not g.names or g.baseline is None:
+        raise UserError(f"{g.source}: an ablation grid needs named variants ([[variants]]) and a baseline")
+    if requests is not None:
+        if requests <= 0:
+            raise UserError(f"requests must be positive, got {requests}")
+        g = replace(g, requests=requests, duration_s=None)
+    result = run_sweep(g, engine=engine, workers=workers, out=out, progress=progress)
+    table = ablation_table(result.summary, g.baseline, g.deployments[0])
+    write_ablation(table, result.path, {"grid": g.source, "base": g.base, "baseline": g.baseline,
+                                        "seeds": list(g.seeds), "wall_s": round(result.wall_s, 2)})
+    return table, result
+
+
+def write_ablation(df: pd.DataFrame, directory: str | Path, meta: dict) -> Path:
+    directory = Path(directory)
+    df.to_csv(directory / "ablation.csv", index=False)
+    rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+            for r in df.to_dict("records")]
+    (directory / "ablation.json").write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str))
+    return directory
+
+
+def print_table(df: pd.DataFrame, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column("technique", no_wrap=True)
+    for label, _ in COLUMNS:
+        t.add_column(label, justify="right", no_wrap=True)
+    t.add_column("note")
+    for r in df.to_dict("records"):
+        cells = [_cell(r.get(c), integer=c == "gpus_placed") for _, c in COLUMNS]
+        t.add_row(r["technique"], *cells, str(r.get("note") or ""))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)
+    console.print(t)
+
+
+def _cell(v, integer: bool = False) -> str:
+    if not _finite(v):
+        return "-"
+    if integer:
+        return str(int(v))
+    return f"{v:,.2f}" if isinstance(v, float) else str(v)

@@ -1,0 +1,198 @@
+"""Prefill/decode disaggregation inside a site (DistServe / Splitwise / Mooncake style).
+
+The replicas of one model at one site are split into a prefill pool (``prefill_fraction`` of them, at least one)
+and a decode pool (the rest, at least one). A request prefills on a prefill replica, its KV cache (prompt tokens x
+the catalog's KV bytes per token) then crosses the site's link at ``kv_link_gbps``, and it decodes on a decode
+replica that never runs a prefill, so decoding sequences are no longer stalled by other requests' prefills.
+
+Admission is token-aware per pool: a prefill replica takes a request while its queued prompt tokens stay under
+``max_prefill_tokens`` (or it is idle); a decode replica takes a sequence while the KV it will hold at the end of
+every resident sequence fits the catalog's KV pool (or it is empty). The rest wait in FIFO order per pool.
+
+The client sees its first token when the KV has landed on the decode replica (TTFT = prefill + queueing +
+transfer); a site with a single replica of the model stays colocated (there is nothing to split).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sim.engine import ReplicaEngine, Seq
+from sim.techniques.base import TECHNIQUES, Technique
+
+
+def kv_transfer_s(spec, prompt_tokens: float, gbps: float) -> float:
+    """Seconds to move the KV cache of ``prompt_tokens`` tokens over a ``gbps`` Gbit/s link."""
+    return prompt_tokens * spec.kv_bytes_per_token * 8.0 / (gbps * 1e9)
+
+
+class DisaggPool:
+    """One (site, model): the simulator's engine for every replica of it (same interface as ReplicaEngine)."""
+
+    def __init__(self, sim, replicas: list, prefill_fraction: float, kv_link_gbps: float,
+                 max_prefill_tokens: int = 8192):
+        self.sim, self.spec, self.gbps = sim, replicas[0].spec, kv_link_gbps
+        self.max_prefill_tokens = max_prefill_tokens
+        self.n_replicas = n = len(replicas)
+        n_p = min(n - 1, max(1, round(n * prefill_fraction)))
+        perf, arm = sim.perf, sim._arm
+        self.prefill = [ReplicaEngine(r.spec, r.gpu, perf, arm, _ignore, self._prefilled) for r in replicas[:n_p]]
+        self.decode = [ReplicaEngine(r.spec, r.gpu, perf, arm, _ignore, self._decoded) for r in replicas[n_p:]]
+        self.p_tokens = [0.0] * len(self.prefill)  # queued + running prompt tokens per prefill replica
+        self.kv = [0.0] * len(self.decode)  # KV tokens reserved per decode replica
+        self.wait_p: deque = deque()
+        self.wait_d: deque = deque()
+        self.where: dict = {}  # id(seq) -> (decode replica index, KV tokens reserved)
+        self.kv_transfers, self.kv_transfer_s = 0, 0.0
+        self.dead = False
+
+    # ------------------------------------------------------------ engine interface used by the simulator
+    @property
+    def busy_since(self) -> float:
+        return 0.0 if any(e.busy_since >= 0 for e in self.prefill + self.decode) else -1.0
+
+    def join(self, seq: Seq, t: float) -> None:
+        if self.dead or seq.done:
+            return
+        seq.joined_at = t
+        self.wait_p.append(seq)
+        self._admit_prefill(t)
+
+    def seq_stalls(self, seq: Seq) -> tuple[float, int]:
+        i, _ = self.where.pop(id(seq), (None, 0))
+        return (0.0, 0) if i is None else self.decode[i].seq_stalls(seq)
+
+    def kill(self, t: float) -> list:
+        # the simulator learns which requests were lost from the control plane; here only the state is dropped
+        lost = list(self.wait_p) + list(self.wait_d)
+        for e in self.prefill + self.decode:
+            e.kill(t)
+        self.wait_p.clear()
+        self.wait_d.clear()
+        self.p_tokens = [0.0] * len(self.prefill)
+        self.kv = [0.0] * len(self.decode)
+        return lost
+
+    def busy_until(self, t: float) -> float:
+        """Busy seconds per replica (the simulator multiplies by each replica's GPUs and sums over replicas)."""
+        return sum(e.busy_until(t) for e in self.prefill + self.decode) / self.n_replicas
+
+    # ------------------------------------------------------------ pools
+    def _later(self, dt: float, fn, *args) -> None:
+        # engine callbacks run inside an engine's own loop: act on a fresh event, never re-entrantly
+        ev = self.sim.env.timeout(max(0.0, dt))
+        ev.callbacks.append(lambda _e: (fn(*args), self.sim._flush()))
+
+    def _admit_prefill(self, t: float) -> None:
+        while self.wait_p:
+            seq = self.wait_p[0]
+            if seq.done:
+                self.wait_p.popleft()
+                continue
+            i = min(range(len(self.prefill)), key=self.p_tokens.__getitem__)
+            cached = getattr(seq, "cached", 0)  # prefix-cache hit, when that technique is in the build
+            if self.p_tokens[i] > 0 and self.p_tokens[i] + seq.prompt - cached > self.max_prefill_tokens:
+                return
+            self.wait_p.popleft()
+            self.p_tokens[i] += seq.prompt - cached
+            proxy = Seq((seq, i), seq.prompt, 1)  # prefill only: it "finishes" with its first token
+            if cached:
+                proxy.cached = cached
+            self.prefill[i].join(proxy, t)
+
+    def _prefilled(self, proxy: Seq, t: float) -> None:
+        seq, i = proxy.rec
+        self.p_tokens[i] -= seq.prompt - getattr(seq, "cached", 0)
+        dt = kv_transfer_s(self.spec, seq.prompt, self.gbps)
+        self.kv_transfers += 1
+        self.kv_transfer_s += dt
+        self._later(dt, self._kv_arrived, seq)
+        if self.wait_p:
+            self._later(0.0, lambda: self._admit_prefill(self.sim.env.now))
+
+    def _kv_arrived(self, seq: Seq) -> None:
+        if seq.done or self.dead:
+            return
+        t = self.sim.env.now
+        seq.first_token_at = t
+        self.sim._first_token(seq, t)
+        if seq.output <= 1:
+            seq.done = True
+            self.sim._finish(seq, t)
+            return
+        self.wait_d.append(seq)
+        self._admit_decode(t)
+
+    def _admit_decode(self, t: float) -> None:
+        cap = self.spec.kv_pool_tokens or float("inf")
+        while self.wait_d:
+            seq = self.wait_d[0]
+            need = seq.prompt + seq.output
+            i = min(range(len(self.decode)), key=self.kv.__getitem__)
+            if self.kv[i] > 0 and self.kv[i] + need > cap:
+                return
+            self.wait_d.popleft()
+            self.kv[i] += need
+            self.where[id(seq)] = (i, need)
+            self.decode[i].join_decode(seq, t)
+
+    def _decoded(self, seq: Seq, t: float) -> None:
+        i, need = self.where.get(id(seq), (None, 0))
+        if i is not None:
+            self.kv[i] -= need
+        self.sim._finish(seq, t)
+        if self.wait_d:
+            self._later(0.0, lambda: self._admit_decode(self.sim.env.now))
+
+
+def _ignore(seq, t) -> None:
+    """First tokens of pool-internal sequences are reported by the pool itself."""
+
+
+class DisaggFactory:
+    """Engines for one simulation: one :class:`DisaggPool` per (site, model) with at least two replicas."""
+
+    def __init__(self, prefill_fraction: float, kv_link_gbps: float, max_prefill_tokens: int = 8192):
+        self.prefill_fraction, self.kv_link_gbps = prefill_fraction, kv_link_gbps
+        self.max_prefill_tokens = max_prefill_tokens
+        self.pools: dict = {}
+        self.colocated_sites = 0
+
+    def __call__(self, sim, replica):
+        if not replica.spec.generative:
+            return None
+        key = (replica.site, replica.spec.id)
+        pool = self.pools.get(key)
+        if pool is None:
+            group = [r for r in sim.plane.state.replicas if r.site == replica.site and r.spec.id == replica.spec.id]
+            if len(group) < 2:
+                self.colocated_sites += 1
+                return None
+            pool = self.pools[key] = DisaggPool(sim, group, self.prefill_fraction, self.kv_link_gbps,
+                                                self.max_prefill_tokens)
+        return pool
+
+    def stats(self) -> dict:
+        pools = list(self.pools.values())
+        n = sum(p.kv_transfers for p in pools)
+        return {"pools": len(pools), "colocated_site_models": self.colocated_sites, "kv_transfers": n,
+                "kv_transfer_ms_mean": round(1e3 * sum(p.kv_transfer_s for p in pools) / max(n, 1), 3)}
+
+
+@TECHNIQUES.register("disaggregation", on=lambda t: t.disaggregation)
+class Disaggregation(Technique):
+    """``prefill_fraction`` of each site's replicas prefill, the rest decode; KV moves at ``kv_link_gbps``."""
+
+    def __init__(self, t):
+        super().__init__(t)
+        self.factories: dict[str, DisaggFactory] = {}
+
+    def engine(self, name, sim, replica):
+        factory = self.factories.get(name)
+        if factory is None:
+            factory = self.factories[name] = DisaggFactory(self.t.prefill_fraction, self.t.kv_link_gbps)
+        return factory(sim, replica)
+
+    def report(self, name, block, requests, frame, arrival_s, fleet, start_utc, day_s):
+        idle = DisaggFactory(self.t.prefill_fraction, self.t.kv_link_gbps)  # no generative replica ran
+        block["disaggregation"] = self.factories.get(name, idle).stats()

@@ -1,0 +1,203 @@
+"""Admission, queues and timeouts, cold starts and autoscaling, faults, memory accounting and billing."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kit.controlplane import LLAMA, TINY, line_rtt, make_fleet, placement
+
+from controlplane.autoscale import Reactive, Scheduled, make_autoscaler
+from controlplane.billing import (
+    FREE_NEURONS_PER_DAY,
+    Ledger,
+    fleet_cost,
+    invoice_requests,
+    neurons,
+    neurons_array,
+)
+from controlplane.plane import AdmissionConfig, ControlPlane
+from controlplane.routing import QUEUE, REJECT, START
+from controlplane.state import COLD, LOADING, READY, ClusterState, Request
+from edgepop.errors import UserError
+
+
+def one_node(catalog, model=TINY, **adm):
+    return ControlPlane(catalog, make_fleet([1]), placement([(model, 0)]), np.zeros((1, 1)),
+                        admission=AdmissionConfig(**adm))
+
+
+def test_admission_codes(catalog):
+    cp = one_node(catalog)
+    assert cp.submit(Request(0, "@cf/no/such", 0, 10), 0.0).code == 5007
+    ctx = catalog[TINY].context_window
+    assert cp.submit(Request(1, TINY, 0, ctx + 1), 0.0).code == 3006
+    assert cp.submit(Request(2, TINY, 0, ctx - 10, 20), 0.0).code == 3006  # prompt + output over the window
+    assert cp.submit(Request(3, TINY, 0, ctx - 10, 10), 0.0).action == START
+
+
+def test_finish_starts_queued_requests_in_fifo_order(catalog):
+    cp = one_node(catalog, queue_limit=10)
+    slots = cp.state.replicas[0].slots
+    running = [Request(k, TINY, 0, 5) for k in range(slots)]
+    for r in running:
+        assert cp.submit(r, 0.0).action == START
+    waiting = [Request(100 + k, TINY, 0, 5) for k in range(3)]
+    for r in waiting:
+        assert cp.submit(r, 0.1).action == QUEUE
+    assert cp.finish(running[0], 1.0) == [waiting[0]]
+    assert waiting[0].started_at == 1.0 and waiting[0].replica is cp.state.replicas[0]
+    assert cp.finish(running[1], 2.0) == [waiting[1]]
+
+
+def test_queue_timeout_is_3007_and_each_request_leaves_once(catalog):
+    cp = one_node(catalog, queue_limit=10, queue_timeout_s=5.0)
+    r0 = cp.state.replicas[0]
+    for k in range(r0.slots):
+        cp.submit(Request(k, TINY, 0, 5), 0.0)
+    late = Request(500, TINY, 0, 5)
+    cp.submit(late, 1.0)
+    assert cp.next_wakeup() == pytest.approx(6.0)
+    assert cp.poll(5.9) == ([], [])
+    started, expired = cp.poll(6.0)
+    assert expired == [late] and not r0.queue
+    assert cp.poll(100.0) == ([], [])  # never expired twice
+
+
+def test_cold_start_then_ready(catalog):
+    adm = AdmissionConfig(load_gbs=2.0, init_s=5.0)
+    cp = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), np.zeros((1, 1)), admission=adm)
+    r = cp.state.replicas[0]
+    cp.state.unload(r)
+    assert r.status == COLD and cp.state.gpu_used[0].sum() == 0
+    req = Request(0, LLAMA, 0, 100, 10)
+    d = cp.submit(req, 10.0)
+    assert d.action == QUEUE and d.cold and r.status == LOADING
+    load_s = catalog[LLAMA].weight_bytes / 2e9 + 5.0
+    assert cp.next_wakeup() == pytest.approx(10.0 + load_s)
+    started, _ = cp.poll(10.0 + load_s)
+    assert started == [req] and r.status == READY
+
+
+def test_reactive_autoscaler_scales_to_zero_and_out(catalog):
+    fleet = make_fleet([2, 1], sites=[0, 0])
+    scaler = Reactive(interval_s=1.0, idle_s=30.0, queue_high=2.0)
+    cp = ControlPlane(catalog, fleet, placement([(LLAMA, 0)]), np.zeros((1, 1)), autoscaler=scaler,
+                      admission=AdmissionConfig(queue_limit=50, queue_timeout_s=1e9))
+    r0 = cp.state.replicas[0]
+    cp.poll(31.0)
+    assert r0.status == COLD and scaler.unloads == 1  # idle for 30 s: scaled to zero
+    cp.poll(32.0)  # wake it again through a request
+    reqs = [Request(k, LLAMA, 0, 100, 10) for k in range(r0.slots + 10)]
+    for q in reqs:
+        cp.submit(q, 40.0)
+    assert r0.status == LOADING
+    cp.poll(41.0)  # queue is deep: the scaler adds a replica on the node with free memory
+    assert len(cp.state.replicas) == 2 and cp.state.replicas[1].status == LOADING
+    assert scaler.loads >= 1
+
+
+def test_scheduled_autoscaler_follows_local_time(catalog):
+    fleet = make_fleet([1, 1])
+    fleet.sites["tz"] = ["Asia/Tokyo", "America/New_York"]
+    scaler = Scheduled(interval_s=60, warm_hours=(7, 23), start_utc="2024-01-15T12:00:00+00:00")
+    cp = ControlPlane(catalog, fleet, placement([(TINY, 0), (TINY, 1)]), line_rtt(1, 2), autoscaler=scaler)
+    cp.poll(0.0)  # 21:00 in Tokyo (warm), 07:00 in New York (warm)
+    assert [r.status for r in cp.state.replicas] == [READY, READY]
+    cp.poll(3 * 3600.0)  # 00:00 in Tokyo: cold; 10:00 in New York: warm
+    assert [r.status for r in cp.state.replicas] == [COLD, READY]
+    cp.poll(10 * 3600.0)  # 07:00 in Tokyo again: loading back
+    assert cp.state.replicas[0].status == LOADING
+
+
+def test_unknown_autoscaler():
+    with pytest.raises(UserError, match="unknown autoscaling policy"):
+        make_autoscaler("magic")
+    assert make_autoscaler("none") is None
+
+
+def test_node_failure_releases_everything_and_routes_around(catalog):
+    cp = ControlPlane(catalog, make_fleet([1, 1]), placement([(TINY, 0), (TINY, 1)]), line_rtt(1, 2),
+                      admission=AdmissionConfig(queue_limit=5))
+    r0 = cp.state.replicas[0]
+    running = [Request(k, TINY, 0, 5) for k in range(r0.slots)]
+    for q in running:
+        cp.submit(q, 0.0)
+    for r in cp.state.replicas:
+        for k in range(r.slots - r.active):
+            cp.submit(Request(1000 + k, TINY, 0, 5), 0.0)
+    queued = Request(7, TINY, 0, 5)
+    assert cp.submit(queued, 0.0).replica is r0
+    lost, evicted = cp.set_node_up(0, False, 1.0)
+    assert set(lost) == set(running) and evicted == [queued]
+    assert r0.active == 0 and r0.kv_used == 0 and not r0.queue
+    assert cp.submit(Request(8, TINY, 0, 5), 1.0).replica is cp.state.replicas[1]
+    cp.set_node_up(0, True, 2.0)
+    assert cp.submit(Request(9, TINY, 0, 5), 2.0).replica is r0
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from([TINY, LLAMA, "@cf/meta/llama-3.3-70b-instruct-fp8-fast",
+                                               "@cf/baai/bge-base-en-v1.5"]), st.integers(0, 2),
+                              st.booleans()), max_size=40))
+def test_gpu_memory_is_never_over_committed(catalog, ops):
+    fleet = make_fleet([1, 2, 4], gpu_memory_gb=48.0)
+    state = ClusterState(catalog, fleet, pd.DataFrame(columns=["model", "node"]), np.zeros((1, 3)))
+    for model, node, unload in ops:
+        spec = catalog[model]
+        try:
+            r = state.add_replica(spec, node)
+        except ValueError:
+            assert state.fits(spec, node) is None
+            continue
+        assert len(set(r.gpu_index)) == spec.tensor_parallel
+        if unload:
+            state.unload(r)
+        for used, cap in zip(state.gpu_used, state.gpu_capacity, strict=True):
+            assert np.all(used <= cap + 1.0) and np.all(used >= -1.0)
+
+
+def test_bad_placement_row_is_one_clear_error(catalog):
+    with pytest.raises(UserError, match="placement row 0: .*does not fit on node N0"):
+        ControlPlane(catalog, make_fleet([1], gpu_memory_gb=16.0), placement([(LLAMA, 0)]), np.zeros((1, 1)))
+
+
+def test_neurons_and_invoice(catalog):
+    llama = catalog[LLAMA]
+    assert neurons(llama, 1e6, 0) == llama.neurons_per_m_input
+    n = neurons(llama, 1000, 200)
+    assert n == pytest.approx((1000 * 25608 + 200 * 75147) / 1e6)
+    arr = neurons_array(catalog, [LLAMA, "@cf/microsoft/resnet-50"], [1000, 1], [200, 0])
+    assert arr[0] == pytest.approx(n) and arr[1] == pytest.approx(228055 / 1e6)
+    ledger = Ledger()
+    ledger.charge("a", 0, 4000)
+    ledger.charge("a", 0, 8000)
+    ledger.charge("b", 0, 500)
+    ledger.charge("a", 1, 9000)
+    inv = ledger.invoice().set_index(["account", "day"])
+    assert inv.loc[("a", 0)].billable_neurons == 2000 and inv.loc[("a", 0)].usd == pytest.approx(0.022)
+    assert inv.loc[("b", 0)].usd == 0 and inv.loc[("a", 1)].usd == 0
+    frame = pd.DataFrame({"neurons": [6000.0, 6000.0, 6000.0], "arrival_s": [0.0, 10.0, 90_000.0]})
+    by_day = invoice_requests(frame).set_index("day")
+    assert by_day.loc[0].billable_neurons == 12000 - FREE_NEURONS_PER_DAY and by_day.loc[1].usd == 0
+
+
+def test_fleet_cost(catalog):
+    fleet = make_fleet([8, 2])
+    cost = fleet_cost(fleet, 7200)
+    assert cost["gpu_hours"] == 20 and cost["usd"] == pytest.approx(60.0)
+
+
+def test_decisions_and_counts_add_up(catalog):
+    cp = ControlPlane(catalog, make_fleet([1, 1]), placement([(TINY, 0), (TINY, 1)]), line_rtt(2, 2),
+                      admission=AdmissionConfig(queue_limit=3))
+    rng = np.random.default_rng(5)
+    actions = {START: 0, QUEUE: 0, REJECT: 0}
+    for k in range(400):
+        d = cp.submit(Request(k, TINY, int(rng.integers(0, 2)), int(rng.integers(1, 200))), 0.0)
+        actions[d.action] += 1
+    c = cp.counts
+    assert c["submitted"] == 400 and c["started"] == actions[START] and c["queued"] == actions[QUEUE]
+    assert c["rejected"] == actions[REJECT] > 0
+    snap = cp.snapshot()
+    assert snap["running"] + snap["waiting"] + c["rejected"] == 400

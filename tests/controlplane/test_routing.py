@@ -1,0 +1,187 @@
+"""Routing policies: true nearest feasible replica (property test vs brute force), spillover, 3040, affinity."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kit.controlplane import LLAMA, TINY, line_rtt, make_fleet, placement
+
+from controlplane.plane import AdmissionConfig, ControlPlane
+from controlplane.routing import QUEUE, REJECT, START, make_router
+from controlplane.state import COLD, LOADING, READY, Request
+from edgepop.errors import UserError
+
+
+def plane(catalog, n_sites=5, n_ingress=5, router="nearest-with-capacity", models=(TINY,), queue_limit=4, **opt):
+    fleet = make_fleet([1] * n_sites)
+    table = placement([(m, n) for n in range(n_sites) for m in models])
+    return ControlPlane(catalog, fleet, table, line_rtt(n_ingress, n_sites), router=router, router_options=opt,
+                        admission=AdmissionConfig(queue_limit=queue_limit), rng=np.random.default_rng(0))
+
+
+def fill(replica, now=0.0):
+    """Occupy every slot of a replica with dummy running requests."""
+    for i in range(replica.slots - replica.active):
+        replica._start(Request(-1 - i, replica.model, 0, 1), now)
+
+
+def brute_force(state, req):
+    """Reference for nearest-with-capacity, written independently: scan all replicas, keep the best by (rtt, id)."""
+    reps = [r for r in state.replicas if r.model == req.model]
+    key = lambda r: (state.rtt[req.ingress, r.site], r.site, r.id)  # noqa: E731  (documented tie-break)
+    can = [r for r in reps if r.up and r.status == READY and r.active < r.slots
+           and r.kv_used + req.kv_tokens <= r.kv_capacity]
+    if can:
+        return START, min(can, key=key)
+    cold = [r for r in reps if r.up and r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots
+            and (r.status == LOADING or state.fits_back(r))]
+    if cold:
+        return QUEUE, min(cold, key=key)
+    if req.reject_if_busy:
+        return REJECT, None
+    room = [r for r in reps if r.up and r.status == READY
+            and len(r.queue) < r.queue_limit * sum(o.site == r.site for o in reps)]  # shared site queue
+    return (QUEUE, min(room, key=key)) if room else (REJECT, None)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_nearest_with_capacity_matches_brute_force(catalog, data):
+    n_sites = data.draw(st.integers(1, 7))
+    sites = data.draw(st.lists(st.integers(0, n_sites - 1), min_size=1, max_size=9))
+    fleet = make_fleet([1] * len(sites), sites=sites)
+    rtt = np.array(data.draw(st.lists(st.lists(st.sampled_from([0.0, 5.0, 10.0, 20.0, 35.0]), min_size=n_sites,
+                                                max_size=n_sites), min_size=3, max_size=3)))
+    cp = ControlPlane(catalog, fleet, placement([(TINY, n) for n in range(len(sites))]), rtt,
+                      admission=AdmissionConfig(queue_limit=2),
+                      max_candidates=data.draw(st.sampled_from([None, 1, 2, 4])))  # truncated lists too
+    for r in cp.state.replicas:  # random occupancy, health and queues
+        r.up = data.draw(st.booleans()) or data.draw(st.booleans())
+        status = data.draw(st.sampled_from([READY, READY, READY, COLD, LOADING]))
+        if status == COLD:
+            cp.state.unload(r)
+        r.status = status
+        for _ in range(data.draw(st.sampled_from([0, 1, r.slots, r.slots]))):
+            r._start(Request(-1, TINY, 0, data.draw(st.integers(1, 9000))), 0.0)
+        for _ in range(data.draw(st.integers(0, 2))):
+            r.queue.append(Request(-2, TINY, 0, 1))
+    cp.state.refresh()  # the test edited statuses and occupancy behind the state's back
+    for m, stats in cp.state.stats.items():  # ... and the running totals must agree with a recount
+        reps = cp.state.by_model[m]
+        assert stats.free == sum(r.slots - r.active for r in reps if r.up and r.status == READY)
+    req = Request(1, TINY, data.draw(st.integers(0, 2)), data.draw(st.integers(1, 400)),
+                  data.draw(st.integers(0, 100)), reject_if_busy=data.draw(st.booleans()))
+    want_action, want = brute_force(cp.state, req)
+    got = cp.router.route(req, 0.0)
+    assert got.action == want_action
+    assert got.replica is want
+    if want is not None:
+        assert got.rtt_ms == cp.state.rtt[req.ingress, want.site]
+
+
+def test_spillover_order_then_queue_then_3040(catalog):
+    cp = plane(catalog, n_sites=3, n_ingress=1, queue_limit=2)
+    order = []
+    for k in range(3):
+        d = cp.router.route(Request(k, TINY, 0, 10), 0.0)
+        assert d.action == START
+        order.append(d.replica.site)
+        fill(d.replica)
+    assert order == [0, 1, 2]  # nearest first, then the next nearest
+    queued = [cp.submit(Request(10 + k, TINY, 0, 10), 0.0) for k in range(2 * 3)]
+    assert all(d.action == QUEUE for d in queued)
+    assert [d.replica.site for d in queued] == [0, 0, 1, 1, 2, 2]  # queue at the nearest with room
+    d = cp.submit(Request(99, TINY, 0, 10), 0.0)
+    assert d.action == REJECT and d.code == 3040
+
+
+def test_reject_if_busy_gives_3040_instead_of_queueing(catalog):
+    cp = plane(catalog, n_sites=2, n_ingress=1)
+    for r in cp.state.replicas:
+        fill(r)
+    d = cp.submit(Request(1, TINY, 0, 10, reject_if_busy=True), 0.0)
+    assert d.action == REJECT and d.code == 3040
+    assert cp.submit(Request(2, TINY, 0, 10), 0.0).action == QUEUE
+
+
+def test_kv_budget_limits_admission(catalog):
+    cp = plane(catalog, n_sites=1, n_ingress=1)
+    r = cp.state.replicas[0]
+    r._start(Request(-1, TINY, 0, r.kv_capacity - 100), 0.0)
+    assert cp.router.route(Request(1, TINY, 0, 50, 40), 0.0).action == START
+    assert cp.router.route(Request(2, TINY, 0, 80, 40), 0.0).action == QUEUE
+
+
+def test_down_nodes_are_never_chosen(catalog):
+    cp = plane(catalog, n_sites=3, n_ingress=1)
+    cp.set_node_up(0, False, 0.0)
+    for name in ("nearest-with-capacity", "p2c", "latency-load", "session-affinity"):
+        router = make_router(name, cp.state, np.random.default_rng(1))
+        for k in range(50):
+            d = router.route(Request(k, TINY, 0, 10, session=k % 3), 0.0)
+            assert d.replica is not None and d.replica.node != 0
+
+
+def test_p2c_balances_load_among_the_k_nearest(catalog):
+    cp = plane(catalog, n_sites=5, n_ingress=1, router="p2c", k=3)
+    for k in range(120):
+        cp.submit(Request(k, TINY, 0, 10), 0.0)
+    active = [r.active for r in cp.state.replicas]
+    assert sum(active[:3]) == 120 and active[3:] == [0, 0]  # only the 3 nearest
+    assert max(active[:3]) - min(active[:3]) <= 12  # and roughly balanced
+
+
+def test_p2c_is_deterministic_for_a_seed(catalog):
+    picks = []
+    for _ in range(2):
+        cp = plane(catalog, n_sites=5, n_ingress=1, router="p2c", k=4)
+        picks.append([cp.submit(Request(k, TINY, 0, 10), 0.0).replica.id for k in range(60)])
+    assert picks[0] == picks[1]
+
+
+def test_latency_load_prefers_a_farther_idle_replica_over_a_long_queue(catalog):
+    from controlplane.perf import Roofline, gpu_table
+    from topology import load_gpus
+
+    fleet = make_fleet([1, 1])
+    cp = ControlPlane(catalog, fleet, placement([(LLAMA, 0), (LLAMA, 1)]), np.array([[0.0, 30.0]]),
+                      router="latency-load", perf=Roofline(gpu_table(load_gpus())),
+                      admission=AdmissionConfig(queue_limit=100))
+    near = cp.state.replicas[0]
+    assert cp.router.route(Request(0, LLAMA, 0, 100, 50), 0.0).replica is near  # idle: nearest wins
+    fill(near)
+    for _ in range(60):
+        near.queue.append(Request(-5, LLAMA, 0, 100))
+    d = cp.router.route(Request(1, LLAMA, 0, 100, 50), 0.0)
+    assert d.replica is cp.state.replicas[1] and d.action == START
+
+
+def test_session_affinity_is_sticky_and_gated(catalog):
+    cp = plane(catalog, n_sites=3, n_ingress=3, router="session-affinity", gate=1.0)
+    first = cp.submit(Request(0, TINY, 0, 10, session="s"), 0.0).replica
+    assert first.site == 0
+    # from another ingress the nearest replica is elsewhere, but the session stays where its prefix is
+    again = cp.submit(Request(1, TINY, 2, 10, session="s"), 0.0)
+    assert again.replica is first and cp.router.sticky_hits == 1
+    # without a session the same request goes to its own nearest replica
+    assert cp.submit(Request(2, TINY, 2, 10), 0.0).replica.site == 2
+    fill(first)  # the pinned replica is full: the gate re-pins instead of queueing behind it
+    moved = cp.submit(Request(3, TINY, 0, 10, session="s"), 0.0)
+    assert moved.action == START and moved.replica is not first and cp.router.gated == 1
+    assert cp.router.pins["s"] is moved.replica
+
+
+def test_session_affinity_queues_below_the_gate(catalog):
+    cp = plane(catalog, n_sites=2, n_ingress=1, router="session-affinity", gate=1.5, queue_limit=10)
+    pinned = cp.submit(Request(0, TINY, 0, 10, session=7), 0.0).replica
+    fill(pinned)
+    d = cp.submit(Request(1, TINY, 0, 10, session=7), 0.0)
+    assert d.action == QUEUE and d.replica is pinned
+
+
+def test_unknown_router_or_option_is_one_clear_error(catalog):
+    cp = plane(catalog)
+    with pytest.raises(UserError, match="unknown routing policy 'fastest'"):
+        make_router("fastest", cp.state)
+    with pytest.raises(UserError, match="has no option .kk. \\(options: k\\)"):
+        make_router("p2c", cp.state, kk=3)

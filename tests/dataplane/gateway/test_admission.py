@@ -1,0 +1,144 @@
+"""Control-plane behaviour through HTTP: capacity (429/3040), rejectIfBusy, queue timeout (408/3007), slot release,
+session affinity, injected WAN delay, auth and batch isolation between accounts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+from kit.gateway import BOB, GEN, headers, run_url
+
+LONG = {"prompt": "busy", "max_tokens": 500, "ignore_eos": True, "temperature": 0}
+
+
+async def _post(client, url, body, hdrs, delay=0.0):
+    await asyncio.sleep(delay)
+    r = await client.post(url, json=body, headers=hdrs)
+    return r.status_code, r.json()
+
+
+def test_capacity_reject_if_busy_queue_full_and_queue_timeout(small_gateway):
+    url, app = small_gateway
+    u = run_url(url, GEN)
+
+    async def scenario():
+        async with httpx.AsyncClient(timeout=60) as c:
+            long_ = asyncio.create_task(_post(c, u, LONG, headers()))  # takes the only slot for ~1 s or more
+            await asyncio.sleep(0.15)
+            busy = await _post(c, u, {"prompt": "x", "max_tokens": 2, "options": {"rejectIfBusy": True}}, headers())
+            queued = asyncio.create_task(_post(c, u, {"prompt": "y", "max_tokens": 2}, headers()))  # waits
+            await asyncio.sleep(0.05)
+            full = await _post(c, u, {"prompt": "z", "max_tokens": 2}, headers())  # queue of one is full
+            return busy, await queued, full, await long_
+
+    busy, queued, full, long_ = asyncio.run(scenario())
+    assert busy[0] == 429 and busy[1]["errors"][0]["code"] == 3040
+    assert full[0] == 429 and full[1]["errors"][0]["code"] == 3040
+    assert queued[0] == 408 and queued[1]["errors"][0]["code"] == 3007
+    assert long_[0] == 200 and long_[1]["result"]["usage"]["completion_tokens"] == 500
+    gw = app.state.gateway
+    snap = gw.backend.plane.snapshot()
+    assert snap["running"] == 0 and snap["waiting"] == 0 and gw.admission.leases_open == 0  # every slot released
+    assert snap["expired"] >= 1
+
+
+def test_queued_request_starts_when_the_slot_frees(small_gateway):
+    url, app = small_gateway
+    u = run_url(url, GEN)
+
+    async def scenario():
+        async with httpx.AsyncClient(timeout=60) as c:
+            first = asyncio.create_task(_post(c, u, {"prompt": "a", "max_tokens": 20, "ignore_eos": True},
+                                              headers()))
+            await asyncio.sleep(0.05)
+            second = await _post(c, u, {"prompt": "b", "max_tokens": 3}, headers())
+            return await first, second
+
+    first, second = asyncio.run(scenario())
+    assert first[0] == 200 and second[0] == 200  # the second waited in the queue (< 0.4 s) and then ran
+    assert app.state.gateway.backend.plane.counts["queued"] >= 1
+
+
+def test_client_disconnect_mid_stream_frees_the_slot(small_gateway):
+    url, app = small_gateway
+    with httpx.stream("POST", run_url(url, GEN), json={**LONG, "stream": True}, headers=headers()) as r:
+        for _ in r.iter_lines():
+            break  # go away after the first event
+    gw = app.state.gateway
+    deadline = time.monotonic() + 5
+    while gw.admission.leases_open and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert gw.admission.leases_open == 0 and gw.backend.plane.snapshot()["running"] == 0
+    assert httpx.post(run_url(url, GEN), json={"prompt": "next", "max_tokens": 2}, headers=headers(),
+                      timeout=30).status_code == 200
+
+
+def test_injected_rtt_and_session_affinity(delayed_gateway):
+    url, _ = delayed_gateway
+    u = f"{url}/client/v4/accounts/local/ai/run/{GEN}"
+    body = {"prompt": "hi", "max_tokens": 1}
+    sydney = httpx.post(u, json=body, headers={"x-edgepop-client-city": "Sydney"}, timeout=30)
+    assert sydney.headers["x-edgepop-pop"] == "SIN"
+    rtt = float(sydney.headers["x-edgepop-rtt-ms"])
+    assert rtt > 80  # Sydney -> Singapore is far
+    assert sydney.elapsed.total_seconds() * 1e3 >= rtt * 0.95  # the whole RTT was waited out
+    timing = dict(p.split(";dur=") for p in sydney.headers["server-timing"].split(", "))
+    assert abs(float(timing["wan-in"]) + float(timing["wan-out"]) - rtt) < 0.15 * rtt
+    london = httpx.post(u, json=body, headers={"x-edgepop-client-location": "51.5,-0.12"}, timeout=30)
+    assert london.headers["x-edgepop-pop"] == "LHR" and float(london.headers["x-edgepop-rtt-ms"]) < 30
+    # A session pinned in Singapore stays there when its client shows up in London.
+    s = {"x-session-affinity": "sess-42"}
+    first = httpx.post(u, json=body, headers={**s, "x-edgepop-client-city": "Singapore"}, timeout=30)
+    again = httpx.post(u, json=body, headers={**s, "x-edgepop-client-location": "51.5,-0.12"}, timeout=30)
+    assert first.headers["x-edgepop-pop"] == again.headers["x-edgepop-pop"] == "SIN"
+
+
+def test_auth_401_403(gateway):
+    url, _ = gateway
+    u = run_url(url, GEN)
+    body = {"prompt": "x", "max_tokens": 1}
+    assert httpx.post(u, json=body).status_code == 401
+    assert httpx.post(u, json=body, headers={"authorization": "Bearer nope-nope-nope"}).status_code == 401
+    assert httpx.post(u, json=body, headers={"authorization": "Basic abc"}).status_code == 401
+    r = httpx.post(u, json=body, headers=headers(BOB))  # bob's token on alice's account
+    assert r.status_code == 403 and r.json()["errors"][0]["code"] == 10000
+    assert httpx.get(f"{url}/client/v4/accounts/alice/ai/models/search", headers=headers(BOB)).status_code == 403
+
+
+def _poll(url, model, rid, token, account, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = httpx.post(run_url(url, model, account) + "?queueRequest=true", json={"request_id": rid},
+                       headers=headers(token))
+        if r.status_code != 200 or r.json()["result"]["status"] == "done" or time.monotonic() > deadline:
+            return r
+        time.sleep(0.1)
+
+
+def test_async_batch_and_account_isolation(gateway):
+    url, _ = gateway
+    reqs = [{"prompt": f"item {i}", "max_tokens": 3, "external_reference": f"ref-{i}"} for i in range(5)]
+    reqs.append({"prompt": 17})  # a bad item fails alone
+    r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs}, headers=headers())
+    assert r.status_code == 200
+    queued = r.json()["result"]
+    assert queued["status"] == "queued" and queued["model"] == GEN
+    rid = queued["request_id"]
+    # Bob cannot see Alice's job, not even through his own account.
+    r = httpx.post(run_url(url, GEN, "bob") + "?queueRequest=true", json={"request_id": rid}, headers=headers(BOB))
+    assert r.status_code == 404
+    r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"request_id": rid}, headers=headers(BOB))
+    assert r.status_code == 403
+    done = _poll(url, GEN, rid, headers()["authorization"][7:], "alice").json()["result"]
+    assert done["status"] == "done" and [x["id"] for x in done["responses"]] == list(range(6))
+    assert all(x["success"] for x in done["responses"][:5]) and done["responses"][5]["success"] is False
+    assert done["responses"][5]["errors"][0]["code"] == 5006
+    assert [x["external_reference"] for x in done["responses"][:2]] == ["ref-0", "ref-1"]
+    assert done["usage"]["completion_tokens"] == sum(x["result"]["usage"]["completion_tokens"]
+                                                     for x in done["responses"][:5])
+    bad = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": []}, headers=headers())
+    assert bad.status_code == 400
+    unknown = httpx.post(run_url(url, "@cf/x/y") + "?queueRequest=true", json={"requests": [{}]},
+                         headers=headers())
+    assert (unknown.status_code, unknown.json()["errors"][0]["code"]) == (400, 5007)

@@ -1,0 +1,124 @@
+"""One deployment builder: a scenario served live routes exactly as it is simulated; the control plane's prefix
+index routes live traffic to the replica holding a prompt's prefix."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+from kit.gateway import GEN
+
+from controlplane.state import Request
+
+SCENARIO = """seed = 5
+[workload]
+kind = "poisson"
+requests = 50
+rps = 5.0
+mix = { "MODEL" = 1.0 }
+[edge]
+placement = "per-pop"
+pops = ["FRA", "LHR", "IAD", "SIN"]
+router = "ROUTER"
+router_options = { OPTIONS }
+queue_limit = 2
+queue_timeout_s = 4.0
+[central]
+enabled = false
+"""
+
+
+def _planes(tmp_path, gateway_topo, monkeypatch, router, options):
+    """The same scenario built by `edgepop serve --scenario` and by the simulator."""
+    from dataplane.gateway.backend import Backend
+    from dataplane.gateway.cli import gateway_config
+    from edgepop.cli import build_parser
+    from sim.run import prepare, scenario_deployment
+    from sim.scenario import load_scenario
+
+    path = tmp_path / "s.toml"
+    path.write_text(SCENARIO.replace("MODEL", GEN).replace("ROUTER", router).replace("OPTIONS", options))
+    monkeypatch.setenv("EDGEPOP_TOKENS", "tok-000000001:acme")
+    cfg = gateway_config(build_parser().parse_args(["serve", "--scenario", str(path), "--models", GEN]))
+    live = Backend(cfg, gateway_topo)
+    sim = scenario_deployment(prepare(load_scenario(path), topo=gateway_topo), "edge")
+    return live, sim
+
+
+@pytest.mark.parametrize("router, options", [("p2c", "k = 3"), ("nearest-with-capacity", ""),
+                                             ("session-affinity", "gate = 1.0")])
+def test_one_scenario_routes_the_same_live_and_simulated(tmp_path, gateway_topo, monkeypatch, router, options):
+    live_backend, sim_dep = _planes(tmp_path, gateway_topo, monkeypatch, router, options)
+    try:
+        live, sim = live_backend.plane, sim_dep.plane
+        assert type(live.router) is type(sim.router) and live.router.name == router
+        assert vars(live.admission) == vars(sim.admission)
+        cols = ["model", "node"]
+        assert live_backend.deployment.table[cols].equals(sim_dep.table[cols])
+        assert [r.gpu_index for r in live.state.replicas] == [r.gpu_index for r in sim.state.replicas]
+        rng = np.random.default_rng(11)
+        pops = rng.integers(0, len(gateway_topo.pops), 700)
+        reqs: dict[int, tuple] = {}
+        running: list[int] = []
+        actions = set()
+        for i, ingress in enumerate(pops.tolist()):
+            now = i * 0.01
+            reqs[i] = (Request(i, GEN, ingress, 64, 16, session=i % 7), Request(i, GEN, ingress, 64, 16, session=i % 7))
+            a, b = live.submit(reqs[i][0], now), sim.submit(reqs[i][1], now)
+            assert (a.action, getattr(a.replica, "id", None), a.rtt_ms) == \
+                   (b.action, getattr(b.replica, "id", None), b.rtt_ms), i
+            actions.add(a.action)
+            if a.action == "start":
+                running.append(i)
+            if running and rng.random() < 0.15:  # the same request finishes on both planes
+                k = running.pop(int(rng.integers(len(running))))
+                started = ([r.id for r in live.finish(reqs[k][0], now)], [r.id for r in sim.finish(reqs[k][1], now)])
+                assert started[0] == started[1]
+                running += started[0]
+        assert {"start", "queue", "reject"} <= actions  # every kind of decision was compared
+        assert live.snapshot() == sim.snapshot()
+    finally:
+        live_backend.close()
+
+
+@pytest.fixture(scope="module")
+def prefix_gateway(tmp_path_factory, gateway_topo):
+    from dataplane.gateway import GatewayConfig
+    from dataplane.gateway.app import create_app
+    from dataplane.gateway.server import ServerThread
+
+    cfg = GatewayConfig(pops=["FRA", "LHR", "SIN"], models=[GEN], no_auth=True, delay=False,
+                        router="prefix-aware", lm_prefix_cache_mb=16,
+                        db=str(tmp_path_factory.mktemp("gw-prefix") / "b.sqlite"))
+    server = ServerThread(create_app(cfg, topo=gateway_topo))
+    server.start()
+    yield server.url
+    server.stop()
+
+
+def _chat(url, prompt, location, session=None):
+    headers = {"x-edgepop-client-location": location}
+    if session:
+        headers["x-session-affinity"] = session
+    r = httpx.post(f"{url}/client/v4/accounts/local/ai/run/{GEN}", headers=headers, timeout=60,
+                   json={"prompt": prompt, "max_tokens": 3, "ignore_eos": True, "seed": 1})
+    assert r.status_code == 200, r.text
+    usage = r.json()["result"]["usage"]
+    return r.headers["x-edgepop-replica"], r.headers["x-edgepop-pop"], usage.get("prompt_tokens_details", {}).get(
+        "cached_tokens", 0)
+
+
+def test_live_prefix_aware_routing_follows_the_prefix_index(prefix_gateway):
+    frankfurt, london = "50.11,8.68", "51.51,-0.13"
+    history = "user: tell me about the edge. " * 12  # ~360 tokens: many 16-token blocks
+    first = _chat(prefix_gateway, history, frankfurt, session="s-1")
+    assert first[1] == "FRA" and first[2] == 0
+    # The second turn of the session: the same replica, and its engine serves the shared prefix from cache.
+    second = _chat(prefix_gateway, history + "assistant: it is near. user: how near?", frankfurt, session="s-1")
+    assert second[0] == first[0] and second[2] > 0
+    # A London user without a session sending the same prefix: nearest would be LHR, the index knows FRA has it.
+    third = _chat(prefix_gateway, history + "user: and in London?", london)
+    assert third[0] == first[0] and third[1] == "FRA" and third[2] > 0
+    # A London user with a prompt nobody sent before stays at the nearest PoP.
+    fresh = _chat(prefix_gateway, "a different conversation entirely. " * 8, london)
+    assert fresh[1] == "LHR" and fresh[2] == 0

@@ -1,0 +1,83 @@
+"""A real ``edgepop serve`` subprocess killed with SIGKILL mid-batch and restarted finishes the batch: no item lost,
+none completed twice. Also the serve command's one-line errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+
+import httpx
+from kit.gateway import ALICE, GEN, headers, run_url
+
+from dataplane.gateway.server import spawn_serve
+
+CONFIG = f"""
+pops = ["FRA", "LHR"]
+models = ["{GEN}"]
+batch_concurrency = 1
+delay = false
+"""
+
+
+def _status(url: str, rid: str) -> dict:
+    r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"request_id": rid}, headers=headers(), timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()["result"]
+
+
+def test_sigkill_restart_finishes_batch_exactly_once(tmp_path):
+    cfg, tokens, db, log = tmp_path / "gw.toml", tmp_path / "tokens.toml", tmp_path / "batch.sqlite", tmp_path / "log"
+    cfg.write_text(CONFIG)
+    tokens.write_text(f'[tokens]\n"{ALICE}" = "alice"\n')
+    args = ["--config", str(cfg), "--tokens", str(tokens), "--db", str(db), "--no-warm"]
+    n = 6
+    proc, url = spawn_serve(args, log=log)
+    try:
+        reqs = [{"prompt": f"job {i}", "max_tokens": 100, "ignore_eos": True, "seed": i} for i in range(n)]
+        r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs}, headers=headers())
+        rid = r.json()["result"]["request_id"]
+        deadline = time.monotonic() + 60
+        while _status(url, rid).get("completed", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with sqlite3.connect(db) as con:
+        before = dict(con.execute("SELECT status, COUNT(*) FROM items GROUP BY status").fetchall())
+    assert 2 <= before.get("done", 0) < n  # killed mid-job
+    running = before.get("running", 0)  # the item on the engine when the process died (0 in a rare gap)
+    assert running <= 1
+
+    proc, url = spawn_serve(args, log=log)
+    try:
+        deadline = time.monotonic() + 60
+        while (res := _status(url, rid))["status"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert res["status"] == "done"
+    assert [x["id"] for x in res["responses"]] == list(range(n))
+    assert all(x["success"] and x["result"]["usage"]["completion_tokens"] == 100 for x in res["responses"])
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT idx, completions, attempts FROM items ORDER BY idx").fetchall()
+    assert all(c == 1 for _, c, _ in rows)  # every item completed exactly once
+    assert sum(a for _, _, a in rows) == n + running  # only the item killed on the engine ran twice
+    if running:
+        assert "recovered 1 batch items" in log.read_text()
+
+
+def test_serve_bad_options_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    from edgepop.cli import main
+
+    monkeypatch.setenv("EDGEPOP_TOKENS", "")
+    for args, needle in ((["--pops", "XXX", "--no-auth"], "unknown PoP"),
+                         (["--models", "@cf/none/x", "--no-auth"], "not in the catalog"),
+                         (["--default-location", "100,0", "--no-auth"], "--default-location"),
+                         ([], "no API tokens"),
+                         (["--config", str(tmp_path / "missing.toml")], "not found")):
+        assert main(["serve", *args, "--port", "1"]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("edgepop: error:") and needle in lines[0], lines

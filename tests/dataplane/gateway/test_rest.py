@@ -1,0 +1,172 @@
+"""Workers AI REST over the live gateway: every task, SSE streaming, headers, model search, metrics, and errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+
+import httpx
+import numpy as np
+import pytest
+from kit.gateway import EMB, GEN, headers, run_url
+
+from dataplane.gateway.sse import DONE, parse_events
+
+
+def _wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    pcm = (np.sin(2 * np.pi * 440 * t) * 8000).astype("<i2").tobytes()
+    return (b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate,
+            rate * 2, 2, 16) + b"data" + struct.pack("<I", len(pcm)) + pcm)
+
+
+def _png() -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 60, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_every_task_answers_in_the_workers_ai_envelope(gateway):
+    url, _ = gateway
+    cases = [
+        (GEN, {"prompt": "Hello", "max_tokens": 6, "seed": 1}, lambda r: r["usage"]["completion_tokens"] <= 6),
+        (EMB, {"text": ["a cat", "a dog"]}, lambda r: r["shape"] == [2, 384] and len(r["data"][0]) == 384),
+        ("@edgepop/bert-small-classify", {"text": "great"}, lambda r: {d["label"] for d in r} == {"NEGATIVE",
+                                                                                                  "POSITIVE"}),
+        ("@edgepop/bert-small-rerank", {"query": "q", "contexts": [{"text": "a"}, {"text": "b"}], "top_k": 1},
+         lambda r: len(r["response"]) == 1 and 0 <= r["response"][0]["score"] <= 1),
+        ("@cf/microsoft/resnet-50", {"image": list(_png())}, lambda r: len(r) == 5),
+        ("@cf/openai/whisper", {"audio": list(_wav())}, lambda r: "text" in r and "word_count" in r),
+    ]
+    for model, body, check in cases:
+        r = httpx.post(run_url(url, model), json=body, headers=headers(), timeout=30)
+        assert r.status_code == 200, (model, r.text)
+        doc = r.json()
+        assert doc["success"] is True and doc["errors"] == [], model
+        assert check(doc["result"]), (model, doc["result"])
+        assert r.headers["x-edgepop-pop"] in {"FRA", "LHR", "IAD"}
+        timing = r.headers["server-timing"]
+        assert "infer;dur=" in timing and "gateway;dur=" in timing
+
+
+def test_raw_binary_body_for_image_models(gateway):
+    url, _ = gateway
+    r = httpx.post(run_url(url, "@cf/microsoft/resnet-50"), content=_png(),
+                   headers=headers(**{"content-type": "image/png"}), timeout=30)
+    assert r.status_code == 200 and len(r.json()["result"]) == 5
+
+
+def test_embeddings_are_the_real_minilm_vectors(gateway):
+    url, _ = gateway
+    r = httpx.post(run_url(url, EMB), json={"text": ["A man is eating food.", "A man is eating a meal.",
+                                                     "The stock market fell sharply."]}, headers=headers())
+    v = np.array(r.json()["result"]["data"])
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.3  # paraphrases are much closer than unrelated sentences
+
+
+def test_sse_stream_pieces_usage_and_done(gateway):
+    url, _ = gateway
+    with httpx.stream("POST", run_url(url, GEN), json={"prompt": "Tell me", "max_tokens": 12, "stream": True,
+                                                       "ignore_eos": True, "seed": 3}, headers=headers()) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        body = r.read().decode()
+    events = parse_events(body)
+    assert events[-1] == DONE
+    frames = [json.loads(e) for e in events[:-1]]
+    assert all("response" in f for f in frames)
+    assert frames[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 12, "total_tokens": 19}
+    streamed = "".join(f["response"] for f in frames)
+    plain = httpx.post(run_url(url, GEN), json={"prompt": "Tell me", "max_tokens": 12, "ignore_eos": True,
+                                                "seed": 3}, headers=headers()).json()["result"]["response"]
+    assert streamed == plain  # same seed: the stream carries exactly the generated text
+
+
+def test_models_search(gateway):
+    url, _ = gateway
+    base = f"{url}/client/v4/accounts/alice/ai/models/search"
+    all_ = httpx.get(base, headers=headers()).json()["result"]
+    assert {m["name"] for m in all_} >= {GEN, EMB}
+    gen = httpx.get(base, params={"task": "Text Generation"}, headers=headers()).json()["result"]
+    assert {m["name"] for m in gen} == {GEN, "@edgepop/gpt2-tiny"}
+    llama = httpx.get(base, params={"search": "llama"}, headers=headers()).json()["result"]
+    assert [m["name"] for m in llama] == [GEN]
+    props = {p["property_id"]: p["value"] for p in llama[0]["properties"]}
+    assert props["pops"] == "FRA,IAD,LHR" and props["stand_in"] == "gpt2-tiny"
+
+
+BAD_BODIES = [
+    (b"{not json", 5006), (b"", 5006), (b"[1, 2]", 5006), (b'"text"', 5006), (b"\xff\xfe\x00", 5006),
+    (json.dumps({"max_tokens": 5}).encode(), 5006),  # neither prompt nor messages
+    (json.dumps({"prompt": "x", "messages": [{"role": "user", "content": "y"}]}).encode(), 5006),
+    (json.dumps({"prompt": 5}).encode(), 5006), (json.dumps({"prompt": "x", "max_tokens": -1}).encode(), 5006),
+    (json.dumps({"prompt": "x", "max_tokens": "9"}).encode(), 5006),
+    (json.dumps({"prompt": "x", "temperature": 99}).encode(), 5006),
+    (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 5006),
+    (json.dumps({"messages": "hi"}).encode(), 5006), (json.dumps({"prompt": "x", "options": 3}).encode(), 5006),
+    (b"[" * 50_000 + b"]" * 50_000, 5006),  # nesting deeper than the JSON parser's recursion limit
+    (b"{" + b" " * 300_000 + b"}", 3006),  # over the 200 kB body limit of the test gateway
+]
+
+
+@pytest.mark.parametrize("body,code", BAD_BODIES)
+def test_bad_input_is_a_4xx_never_a_500(gateway, body, code):
+    url, _ = gateway
+    r = httpx.post(run_url(url, GEN), content=body, headers=headers(**{"content-type": "application/json"}))
+    assert r.status_code == (413 if code == 3006 else 400), r.text
+    doc = r.json()
+    assert doc["success"] is False and doc["errors"][0]["code"] == code and doc["errors"][0]["message"]
+
+
+def test_error_codes_for_model_size_and_schema(gateway):
+    url, _ = gateway
+    r = httpx.post(run_url(url, "@cf/no/such-model"), json={"prompt": "x"}, headers=headers())
+    assert (r.status_code, r.json()["errors"][0]["code"]) == (400, 5007)
+    r = httpx.post(run_url(url, GEN), json={"prompt": "x" * 600}, headers=headers())  # stand-in context is 512
+    assert (r.status_code, r.json()["errors"][0]["code"]) == (413, 3006)
+    r = httpx.post(run_url(url, EMB), json={"text": [1, 2]}, headers=headers())
+    assert r.status_code == 400
+    r = httpx.post(run_url(url, "@cf/microsoft/resnet-50"), content=b"not an image",
+                   headers=headers(**{"content-type": "application/octet-stream"}))
+    assert (r.status_code, r.json()["errors"][0]["code"]) == (400, 5006)
+    r = httpx.post(run_url(url, GEN), json={"prompt": "x"},
+                   headers=headers(**{"x-edgepop-client-location": "91,0"}))
+    assert r.status_code == 400 and "x-edgepop-client-location" in r.json()["errors"][0]["message"]
+    r = httpx.post(run_url(url, GEN), json={"prompt": "x"}, headers=headers(**{"x-edgepop-client-city": "Xyzzyville"}))
+    assert r.status_code == 400
+    # ... and the gateway still serves afterwards
+    assert httpx.post(run_url(url, GEN), json={"prompt": "ok", "max_tokens": 2}, headers=headers()).status_code == 200
+
+
+def test_metrics_expose_requests_memory_and_control_plane(gateway):
+    url, _ = gateway
+    httpx.post(run_url(url, GEN), json={"prompt": "m", "max_tokens": 2}, headers=headers())
+    text = httpx.get(f"{url}/metrics").text
+    assert 'edgepop_requests_total{endpoint="run",model="@cf/meta/llama-3.2-1b-instruct"' in text
+    assert "process_resident_memory_bytes" in text
+    assert 'edgepop_cp_requests{state="running"}' in text
+    assert 'edgepop_http_responses_total{route="/client/v4/accounts/{account_id}/ai/run/{model:path}",status="400"}' \
+        in text
+
+
+def test_malformed_binaries_are_400s(gateway):
+    url, _ = gateway
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    buf = io.BytesIO()
+    Image.new("L", (7_000, 7_000)).save(buf, "PNG")  # 49 Mpixel decompression bomb, ~50 kB compressed
+    bomb = buf.getvalue()
+    wav = _wav()
+    cases = [("@cf/microsoft/resnet-50", rng.bytes(5000), 400), ("@cf/microsoft/resnet-50", _png()[:60], 400),
+             ("@cf/microsoft/resnet-50", bomb, 413), ("@cf/openai/whisper", rng.bytes(5000), 400),
+             ("@cf/openai/whisper", wav[:44], 400), ("@cf/openai/whisper", wav[:22] + b"\x00\x00" + wav[24:], 400),
+             ("@cf/openai/whisper", _wav(40.0, rate=2000), 400)]  # longer than the model's 30 s
+    for model, data, status in cases:
+        r = httpx.post(run_url(url, model), content=data, headers=headers(**{"content-type": "application/octet-stream"}),
+                       timeout=30)
+        assert r.status_code == status, (model, len(data), r.text)

@@ -1,0 +1,77 @@
+"""Gateway test kit: constants, helpers, and session fixtures serving in-thread uvicorn servers on 127.0.0.1
+(free ports, tiny stand-in models, two accounts). A pytest plugin of the root conftest, so the gateway tests and
+the sim-vs-live tests share the servers."""
+
+from __future__ import annotations
+
+import pytest
+
+ALICE, BOB = "tok-alice-0000001", "tok-bob-00000001"
+TOKENS = {ALICE: "alice", BOB: "bob"}
+GEN = "@cf/meta/llama-3.2-1b-instruct"  # stand-in gpt2-tiny
+EMB = "@cf/baai/bge-base-en-v1.5"  # stand-in minilm-l6-v2 (real weights)
+MODELS = [GEN, "@edgepop/gpt2-tiny", EMB, "@edgepop/bert-small-classify", "@edgepop/bert-small-rerank",
+          "@cf/microsoft/resnet-50", "@cf/openai/whisper"]
+TINY = {"@edgepop/bert-small-classify": "bert-tiny-classify", "@edgepop/bert-small-rerank": "bert-tiny-rerank",
+        "@cf/microsoft/resnet-50": "resnet-tiny", "@cf/openai/whisper": "ctc-tiny"}
+
+
+def headers(token: str = ALICE, **extra) -> dict:
+    return {"authorization": f"Bearer {token}", **extra}
+
+
+def run_url(base: str, model: str, account: str = "alice") -> str:
+    return f"{base}/client/v4/accounts/{account}/ai/run/{model}"
+
+
+@pytest.fixture(scope="session")
+def gateway_topo(topo):
+    return topo
+
+
+def _serve(cfg, topo):
+    from dataplane.gateway.app import create_app
+    from dataplane.gateway.server import ServerThread
+
+    app = create_app(cfg, topo=topo)
+    server = ServerThread(app)
+    server.start()
+    return server, app
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory, gateway_topo):
+    """The main test gateway: 3 PoPs, every task, no WAN delay, auth on; yields (base URL, app)."""
+    from dataplane.gateway import GatewayConfig
+
+    cfg = GatewayConfig(pops=["FRA", "LHR", "IAD"], models=MODELS, stand_ins=TINY, tokens=TOKENS, delay=False,
+                        db=str(tmp_path_factory.mktemp("gw") / "batch.sqlite"), max_body_bytes=200_000,
+                        batch_concurrency=2)
+    server, app = _serve(cfg, gateway_topo)
+    yield server.url, app
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def small_gateway(tmp_path_factory, gateway_topo):
+    """One PoP, one slot, a queue of one and a short queue timeout: capacity and timeout errors on demand."""
+    from dataplane.gateway import GatewayConfig
+
+    cfg = GatewayConfig(pops=["FRA"], models=[GEN], tokens=TOKENS, delay=False, slots=1, queue_limit=1,
+                        queue_timeout_s=0.4, db=str(tmp_path_factory.mktemp("gw-small") / "b.sqlite"),
+                        router="nearest-with-capacity")
+    server, app = _serve(cfg, gateway_topo)
+    yield server.url, app
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def delayed_gateway(tmp_path_factory, gateway_topo):
+    """WAN delays on (scale 1) with the session-affinity router over FRA, LHR and SIN."""
+    from dataplane.gateway import GatewayConfig
+
+    cfg = GatewayConfig(pops=["FRA", "LHR", "SIN"], models=[GEN], no_auth=True, delay=True, router="session-affinity",
+                        db=str(tmp_path_factory.mktemp("gw-delay") / "b.sqlite"))
+    server, app = _serve(cfg, gateway_topo)
+    yield server.url, app
+    server.stop()

@@ -1,0 +1,125 @@
+"""``edgepop replay``: trace -> live requests from emulated locations, client-side timings, the simulator's mirror of
+the live deployment, the engine-level profile, and the comparison table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pandas as pd
+from kit.gateway import GEN
+
+from dataplane.engine_profile import engine_profile
+from sim.live import live_profile
+from sim.live.fidelity import compare, mirror_deployment, simulate_like, summarize
+from sim.live.replay import ReplayOptions, build_requests, fetch_deployment, send_all
+from sim.traces import read_trace
+
+
+class ConstPerf:
+    """Fixed service times, so the simulator's numbers are known exactly."""
+
+    def prefill_ms(self, spec, gpu, tokens, **_):
+        return 5.0
+
+    def decode_step_ms(self, spec, gpu, batch, context, **_):
+        return 2.0
+
+
+def _trace(path, n=6):
+    with open(path, "w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"timestamp": i * 150, "input_length": 20 + 10 * i, "output_length": 4 + i,
+                                 "hash_ids": []}) + "\n")
+    return path
+
+
+def test_replay_live_side_and_simulator_mirror(delayed_gateway, gateway_topo, tmp_path):
+    url, _ = delayed_gateway
+    opts = ReplayOptions(url=url, trace=str(_trace(tmp_path / "t.jsonl")), model=GEN, max_prompt=64, max_output=8)
+    frame = build_requests(read_trace(opts.trace)[0], gateway_topo, opts, np.random.default_rng(1))
+    again = build_requests(read_trace(opts.trace)[0], gateway_topo, opts, np.random.default_rng(1))
+    pd.testing.assert_frame_equal(frame, again)  # seeded: same cities, same sizes
+    assert list(frame.prompt_tokens) == [20, 30, 40, 50, 60, 64] and list(frame.output_tokens) == [4, 5, 6, 7, 8, 8]
+    live = asyncio.run(send_all(frame, opts, np.random.default_rng(2)))
+    assert (live.status == 200).all() and (live.error == "").all(), live.error.tolist()
+    assert (live.completion_tokens == frame.output_tokens).all()  # ignore_eos: exact lengths
+    assert (live.prompt_tokens_served == frame.prompt_tokens).all()  # one token per ASCII character
+    assert (live.ttft_ms >= live.access_rtt_ms * 0.95).all()  # at least the access round trip was waited out
+    assert (live.e2e_ms >= live.ttft_ms).all() and live.tpot_ms.notna().all()
+
+    desc = fetch_deployment(url)
+    dep, scale = mirror_deployment(desc, gateway_topo)
+    assert scale == 1.0 and len(dep.plane.state.replicas) == 3
+    sim = simulate_like(desc, live, gateway_topo, perf=ConstPerf())
+    merged = sim.merge(live[["request_id", "serving_pop"]], on="request_id")
+    assert (merged.serving_site == merged.serving_pop).all()  # the mirror routes every request as the gateway did
+    assert (sim.outcome == "ok").all()
+    # Simulated TTFT = network RTT + 5 ms prefill exactly (no queueing at this load).
+    assert np.allclose(sim.ttft_ms, sim.network_rtt_ms + 5.0, atol=1e-6)
+    table = compare(sim, live)
+    assert list(table.metric) == ["ttft_ms", "ttft_ms", "tpot_ms", "tpot_ms", "e2e_ms", "e2e_ms"]
+    assert (table.n == 6).all() and table.diff_pct.notna().all()
+    row = table.iloc[0]
+    assert np.isclose(row.diff_pct, 100 * (row.sim_ms - row.live_ms) / row.live_ms, atol=0.05)
+    assert summarize(live).set_index("metric").loc["ttft_ms", "n"] == 6
+
+
+def test_engine_profile_feeds_the_measured_profile_model():
+    from controlplane.catalog import default_catalog
+    from controlplane.perf_profile import MeasuredProfile
+
+    table = engine_profile("gpt2-tiny", prompt_tokens=(8, 64), decode_batch=(1, 2), contexts=(32,), steps=4,
+                           repeats=1)
+    assert set(table.phase) == {"prefill", "decode"} and (table.ms > 0).all()
+    perf = MeasuredProfile(table)
+    spec = default_catalog()[GEN]  # served by gpt2-tiny
+    assert perf.prefill_ms(spec, "cpu", 64) >= perf.prefill_ms(spec, "cpu", 8) > 0
+    assert perf.decode_step_ms(spec, "cpu", 2, 32) > 0
+
+
+def test_replay_command_end_to_end(delayed_gateway, tmp_path):
+    from edgepop.cli import main
+
+    url, _ = delayed_gateway
+    profile = tmp_path / "profile.csv"
+    engine_profile("gpt2-tiny", prompt_tokens=(8, 64), decode_batch=(1, 2), contexts=(32,), steps=4,
+                   repeats=1).to_csv(profile, index=False)
+    out = tmp_path / "out"
+    code = main(["replay", "--live", url, "--trace", str(_trace(tmp_path / "t.jsonl", 4)), "--out", str(out),
+                 "--requests", "4", "--max-output", "4", "--profile", str(profile)])
+    assert code == 0
+    assert {p.name for p in out.iterdir()} >= {"live.parquet", "sim.parquet", "comparison.csv"}
+    cmp = pd.read_csv(out / "comparison.csv")
+    assert len(cmp) == 6 and (cmp.n == 4).all()
+    assert main(["replay", "--live", "http://10.1.2.3:8787", "--trace", "x.csv"]) == 2  # loopback only
+
+
+def test_gateway_profile_subtracts_the_injected_rtt(monkeypatch):
+    """Prefill = client TTFT minus the RTT the gateway reports times the delay scale (no timing asserted: the
+    stream is replaced by one with known piece times)."""
+    rtt_ms, first_piece_s = 80.0, 0.095
+
+    async def fake_stream(client, url, headers, prompt, max_tokens, seed):
+        return rtt_ms, [10.0, 10.0 + first_piece_s] + [10.0 + first_piece_s + 0.004 * i for i in range(1, max_tokens)]
+
+    monkeypatch.setattr(live_profile, "_stream", fake_stream)
+    table = live_profile.gateway_profile("http://127.0.0.1:9", GEN, "gpt2-tiny", 0.5, prompt_tokens=(8, 64),
+                                         decode_batch=(1, 2), contexts=(32,), steps=4, repeats=1)
+    assert list(table.phase) == ["prefill", "prefill", "decode", "decode"]
+    prefill = table[table.phase == "prefill"].ms.to_numpy()
+    assert np.allclose(prefill, first_piece_s * 1e3 - 0.5 * rtt_ms)  # 95 ms - 40 ms of injected delay
+    assert np.allclose(table[table.phase == "decode"].ms, 4.0)
+
+
+def test_gateway_profile_through_a_live_gateway(delayed_gateway):
+    from controlplane.catalog import default_catalog
+    from controlplane.perf_profile import MeasuredProfile
+
+    url, _ = delayed_gateway
+    table = live_profile.gateway_profile(url, GEN, "gpt2-tiny", 1.0, location="-33.87,151.21", prompt_tokens=(8, 64),
+                                         decode_batch=(1, 2), contexts=(32,), steps=4, repeats=1)
+    assert list(table.phase) == ["prefill", "prefill", "decode", "decode"] and (table.ms > 0).all()
+    perf = MeasuredProfile(table)
+    assert perf.prefill_ms(default_catalog()[GEN], "cpu", 64) > 0

@@ -1,0 +1,121 @@
+"""Async batch on night-side GPUs, and the technique ablation run as a named grid by the sweep machinery."""
+
+import json
+import math
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from kit.sim import deployment, workload
+
+from controlplane.catalog import Catalog, default_catalog
+from edgepop.errors import UserError
+from sim.grid import load_grid, parse_grid
+from sim.simulator import Simulation
+from sim.techniques import TechniqueRuntime, Techniques
+from sim.techniques.ablation import run_ablation
+from sim.techniques.batch_policy import apply_night_policy, hours_until_night, night_share, solar_hour
+from sim.techniques.metrics import technique_figures
+
+LLAMA = "@cf/meta/llama-3.1-8b-instruct"
+
+
+def test_solar_night_window():
+    assert solar_hour(0.0, 23.0) == pytest.approx(23.0)
+    assert solar_hour(180.0, 12.0) == pytest.approx(0.0)
+    assert list(hours_until_night([23.0, 3.0, 12.0, 21.5])) == [0.0, 0.0, 10.0, 0.5]
+
+
+def test_night_policy_serves_batch_at_night_side_and_keeps_interactive_ttft():
+    spec = replace(default_catalog()[LLAMA], max_batch=16)
+    cat = Catalog([spec])
+    rng = np.random.default_rng(3)
+    n = 400
+    arrivals = np.cumsum(rng.exponential(1 / 6.0, n))
+    w = workload(arrivals, spec.id, "text-generation", rng.integers(200, 3000, n), output=rng.integers(20, 200, n))
+    w["batch"] = rng.random(n) < 0.3
+    rtt = [[0.0, 60.0], [60.0, 0.0]]  # two PoPs / sites; every user enters at S0 (noon), S1 is at midnight
+
+    def run(policy: bool):
+        dep = deployment(cat, spec.id, 2, rtt, sites=[0, 1])
+        dep.fleet.sites["lon"] = [0.0, 180.0]
+        frame, orig = w, w.arrival_s.to_numpy()
+        if policy:
+            topo = SimpleNamespace(pops=pd.DataFrame({"id": ["S0", "S1"]}))
+            table = pd.DataFrame({"model": [spec.id, spec.id], "node": [0, 1]})
+            frame, orig, info = apply_night_policy(w, topo, dep.fleet, table, "2024-03-20T12:00:00+00:00",
+                                                   86_400.0, np.asarray(rtt))
+            assert info["batch_requests"] == int(w.batch.sum()) and info["held"] == 0
+        req = Simulation(dep, frame, _roofline()).run().requests
+        done = req.e2e_ms.to_numpy() / 1e3 + (frame.arrival_s.to_numpy() - orig)
+        return req, technique_figures(req, ~w.batch.to_numpy(), done), dep
+
+    base, f0, _ = run(False)
+    night, f1, dep = run(True)
+    batch = w.batch.to_numpy()
+    assert (night.serving_site[batch & (night.outcome == "ok")] == "S1").all()
+    assert night_share(night, batch, dep.fleet, "2024-03-20T12:00:00+00:00", 86_400.0, w.arrival_s) == 1.0
+    assert (base.serving_site[batch & (base.outcome == "ok")] == "S0").mean() > 0.5
+    assert f1["ttft_p95_ms"] <= f0["ttft_p95_ms"]
+    assert math.isfinite(f1["batch_completion_p95_s"])
+
+
+def _roofline():
+    from pathlib import Path
+
+    from controlplane.perf import Roofline, gpu_table
+
+    return Roofline(gpu_table(pd.read_csv(Path(__file__).resolve().parents[2] / "topology" / "data" / "gpus.csv")))
+
+
+def test_techniques_off_change_nothing():
+    rt = TechniqueRuntime(Techniques())
+    cat, perf = default_catalog(), object()
+    assert not rt.parts and rt.catalog(cat) is cat and rt.perf(perf) is perf
+    assert rt.plane_options("edge") == {} and rt.for_simulation("edge") is None
+
+
+ROWS = ["baseline", "prefix_cache", "speculative", "disaggregation", "precision=fp8", "lora", "batch_policy=night"]
+
+
+def test_ablation_grid_is_validated():
+    grid = load_grid("ablation")
+    assert list(grid.names) == ROWS and grid.baseline == "baseline" and grid.deployments == ("edge",)
+    bad = {"base": "ablation", "baseline": "nothing", "variants": [{"name": "baseline"}]}
+    with pytest.raises(UserError, match="baseline 'nothing' is not one of the named variants"):
+        parse_grid(bad, "g.toml")
+    with pytest.raises(UserError, match="unknown axis 'techniques.warp_drive'"):
+        parse_grid({"base": "ablation", "variants": [{"name": "x", "techniques.warp_drive": True}]}, "g.toml")
+    with pytest.raises(UserError, match="unknown routing policy 'warp'"):
+        parse_grid({"base": "ablation", "variants": [{"name": "x", "edge.router": "warp"}]}, "g.toml")
+
+
+def test_tiny_ablation_has_one_finite_row_per_technique(tmp_path):
+    df, result = run_ablation("ablation", requests=300, workers=1, out=tmp_path / "abl")
+    assert list(df.technique) == ROWS
+    for r in df.to_dict("records"):
+        for m in ("ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",
+                  "gpu_busy_hours"):
+            assert math.isfinite(r[m]) and r[m] > 0, (r["technique"], m)
+        assert r["gpus_placed"] > 0
+    by = df.set_index("technique")
+    assert by.loc["speculative", "tpot_p50_ms"] < by.loc["baseline", "tpot_p50_ms"]
+    assert by.loc["precision=fp8", "tpot_p50_ms"] < by.loc["baseline", "tpot_p50_ms"]
+    assert by.loc["baseline", "d_ttft_p95_ms_pct"] == 0.0
+    assert "hit ratio" in by.loc["prefix_cache", "note"] and "adapter requests" in by.loc["lora", "note"]
+    assert len(pd.read_csv(result.path / "ablation.csv")) == len(ROWS)
+    assert set(pd.read_parquet(result.path / "sweep_summary.parquet").variant_name) == set(ROWS)
+
+
+def test_cli_runs_the_ablation_grid(tmp_path, capsys):
+    from edgepop.cli import main
+
+    out = tmp_path / "abl"
+    assert main(["ablation", "--requests", "200", "--workers", "1", "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["technique"] for r in doc["rows"]] == ROWS and doc["baseline"] == "baseline"
+    assert (out / "ablation.csv").exists()
+    assert main(["ablation", "--grid", "policies", "--out", str(out)]) == 2
+    assert "named variants" in capsys.readouterr().err

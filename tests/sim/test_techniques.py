@@ -1,0 +1,111 @@
+"""Speculative decoding, P/D disaggregation and quantization in the simulator."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from kit.sim import deployment, workload
+
+from controlplane.catalog import Catalog, default_catalog
+from controlplane.perf import Roofline, gpu_table, with_precision
+from sim.simulator import Simulation
+from sim.techniques import Techniques
+from sim.techniques.disagg import Disaggregation, kv_transfer_s
+from sim.techniques.metrics import itl_percentiles
+from sim.techniques.quantization import quantize_catalog
+from sim.techniques.runtime import SimulationSeam
+from sim.techniques.speculative import SpeculativePerf, expected_tokens
+
+LLAMA = "@cf/meta/llama-3.1-8b-instruct"
+GPUS = Path(__file__).resolve().parents[2] / "topology" / "data" / "gpus.csv"
+
+
+@pytest.fixture(scope="module")
+def roof():
+    return Roofline(gpu_table(pd.read_csv(GPUS)))
+
+
+def disagg(prefill_fraction, kv_link_gbps):
+    """The seam a run with only disaggregation on hands to Simulation, and the technique (for its stats)."""
+    part = Disaggregation(Techniques(disaggregation=True, prefill_fraction=prefill_fraction,
+                                     kv_link_gbps=kv_link_gbps))
+    return SimulationSeam("edge", [part]), part
+
+
+def llama(max_batch=32):
+    spec = replace(default_catalog()[LLAMA], max_batch=max_batch)
+    return Catalog([spec]), spec
+
+
+def test_expected_tokens_per_step_is_the_geometric_sum():
+    for a in (0.0, 0.3, 0.7, 0.95):
+        for k in (1, 4, 8):
+            assert expected_tokens(a, k) == pytest.approx(sum(a ** i for i in range(k + 1)))
+    assert expected_tokens(0.7, 4) == pytest.approx((1 - 0.7 ** 5) / 0.3)
+    assert expected_tokens(0.0, 4) == 1.0
+
+
+def test_single_request_tpot_equals_the_analytic_speculative_step(roof):
+    cat, spec = llama()
+    k, a, c = 4, 0.7, 0.1
+    sp = SpeculativePerf(roof, k, {"text-generation": a}, c)
+    w = workload([0.0], spec.id, "text-generation", 100, output=33)
+    tpot = Simulation(deployment(cat, spec.id, 1, [[0.0]]), w, sp).run().requests.tpot_ms[0]
+    plain = Simulation(deployment(cat, spec.id, 1, [[0.0]]), w, roof).run().requests.tpot_ms[0]
+    ctx = 96.0  # the engine times a 100-token context in its 64-token bucket's centre
+    one = roof.decode_step_ms(spec, "H100", 1, ctx)
+    verify = sp.verify_ms(spec, "H100", 1, ctx)
+    assert tpot == pytest.approx((k * c * one + verify) / expected_tokens(a, k), rel=1e-9)
+    assert plain == pytest.approx(one, rel=1e-9)
+    # verifying k+1 positions costs more than one step, less than k+1 independent sequences
+    assert one < verify < roof.decode_step_ms(spec, "H100", k + 1, ctx)
+    assert tpot < plain
+
+
+def test_disaggregated_ttft_is_colocated_ttft_plus_kv_transfer(roof):
+    cat, spec = llama()
+    w = workload([0.0], spec.id, "text-generation", 2000, output=20)
+    colo = Simulation(deployment(cat, spec.id, 2, [[0.0]], sites=[0, 0]), w, roof).run().requests
+    seam, part = disagg(prefill_fraction=0.5, kv_link_gbps=25.0)
+    dis = Simulation(deployment(cat, spec.id, 2, [[0.0]], sites=[0, 0]), w, roof, techniques=seam).run().requests
+    fac = part.factories["edge"]
+    transfer_ms = kv_transfer_s(spec, 2000, 25.0) * 1e3
+    assert transfer_ms == pytest.approx(2000 * spec.kv_bytes_per_token * 8 / 25e9 * 1e3)
+    assert dis.ttft_ms[0] == pytest.approx(colo.ttft_ms[0] + transfer_ms, rel=1e-9)
+    assert dis.tpot_ms[0] == pytest.approx(colo.tpot_ms[0], rel=1e-9)
+    assert fac.stats()["pools"] == 1 and fac.stats()["kv_transfers"] == 1
+
+
+def test_disaggregation_lowers_itl_p99_on_a_mixed_load(roof):
+    cat, spec = llama()
+    rng = np.random.default_rng(5)
+    n = 300
+    arrivals = np.cumsum(rng.exponential(1 / 4.0, n))
+    prompt = rng.integers(300, 4000, n)
+    output = rng.integers(50, 300, n)
+    w = workload(arrivals, spec.id, "text-generation", prompt, output=output)
+    colo = Simulation(deployment(cat, spec.id, 2, [[0.0]], sites=[0, 0]), w, roof).run().requests
+    dis = Simulation(deployment(cat, spec.id, 2, [[0.0]], sites=[0, 0]), w, roof,
+                     techniques=disagg(0.5, 100.0)[0]).run().requests
+    assert (colo.outcome == "ok").all() and (dis.outcome == "ok").all()
+    assert dis.stalls.sum() == 0 and colo.stalls.sum() > 0  # decode replicas never run a prefill
+    assert itl_percentiles(dis)["p99"] < itl_percentiles(colo)["p99"]
+
+
+def test_quantized_decode_is_faster_and_a_big_model_fits_after_quantization(roof):
+    _, spec = llama()
+    bf16 = with_precision(spec, "bf16")
+    for p in ("fp8", "int4"):
+        assert roof.decode_step_ms(with_precision(spec, p), "H100", 8, 1000) < roof.decode_step_ms(bf16, "H100", 8,
+                                                                                                      1000)
+    # compute-bound prefill runs on the FP8 tensor cores of an H100, not on an A100 (weight-only there)
+    assert roof.prefill_ms(with_precision(spec, "fp8"), "H100", 4000) < 0.8 * roof.prefill_ms(bf16, "H100", 4000)
+    big = default_catalog()["@cf/meta/llama-3.3-70b-instruct-fp8-fast"]
+    big = replace(with_precision(big, "bf16"), tensor_parallel=1)
+    h100 = roof.gpu("H100").memory_bytes
+    assert big.bytes_per_gpu > h100
+    q = quantize_catalog(Catalog([big]), "int4")[big.id]
+    assert q.precision == "int4" and q.weight_bytes == big.weight_bytes / 4
+    assert q.bytes_per_gpu <= h100
