@@ -1,7 +1,9 @@
 """The data plane as one object: loaded models plus one engine per model, created on first use.
 
-The gateway holds a :class:`DataPlane` and calls the Workers-AI-shaped task functions of
-:mod:`dataplane.tasks` (or :meth:`DataPlane.run`, which dispatches on the model's task).
+:meth:`DataPlane.run` serves a Workers-AI-shaped request synchronously through the task table of
+:mod:`dataplane.tasks` (prepare, submit to the engine, wait, shape). The live gateway holds a :class:`DataPlane`
+too and runs the same table's prepare and shape around its own asynchronous engine step
+(:mod:`dataplane.gateway.invoke`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from dataplane import registry
+from dataplane import registry, tasks
 from dataplane.engine_batch import BatchConfig, BatchingEngine
 from dataplane.engine_lm import LMEngine, LMEngineConfig
 from dataplane.runtime import SYNTHETIC_NOTE
@@ -79,10 +81,10 @@ class DataPlane:
             return self._engines.setdefault(name, eng)
 
     def run(self, name: str, inputs: dict):
-        """Run the task of model ``name`` on Workers-AI-shaped ``inputs``; returns the task's result."""
-        from dataplane import tasks
-
-        return tasks.TASK_FUNCTIONS[self.card(name).task](self, name, inputs)
+        """Run the task of model ``name`` on Workers-AI-shaped ``inputs``; returns the task's result (with
+        ``stream: true``, a text generation returns an iterator of events). A ``lora`` field is refused here:
+        adapters are served by the gateway."""
+        return tasks.run(self, name, inputs)
 
     def envelope(self, name: str, result) -> dict:
         """The Workers AI REST envelope around ``result``, with metadata (provider, synthetic weights)."""

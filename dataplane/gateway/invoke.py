@@ -1,11 +1,18 @@
-"""Asynchronous task execution on the data-plane engines, split into *prepare* and *run*.
+"""The gateway's asynchronous *run* step around the task table's prepare and shape (:mod:`dataplane.tasks`).
 
-:func:`dataplane.tasks` validates, submits and blocks in one call. The gateway needs the request's size before
-the control plane admits it (prompt tokens decide 3006 and the KV reservation) and must never block the event
-loop, so here each task is two steps: :func:`prepare` validates and tokenizes (images and audio are decoded in a
-worker thread) and returns a :class:`Prepared`; :func:`run` submits it to the stand-in's engine and awaits the
-engine's futures. Inputs and results have the same Workers AI shapes as :mod:`dataplane.tasks`, whose field
-checks are reused.
+:meth:`DataPlane.run` validates, submits and blocks in one call. The gateway needs the request's size before the
+control plane admits it (prompt tokens decide 3006 and the KV reservation) and must never block the event loop,
+so it takes the steps apart:
+
+* :func:`prepare` - the task's ``prepare`` from :data:`~dataplane.tasks.TASKS` (validation, tokenizing; in a
+  worker thread for tasks marked ``heavy``: image decoding, audio features), giving a :class:`Prepared`;
+* :class:`EngineRun` - submits it (:func:`dataplane.tasks.submit`), awaits the engine's futures and shapes them
+  with the task's ``shape`` into a :class:`Finished`;
+* :class:`TokenStream` - a generation's text pieces as the engine produces them.
+
+:class:`Prepared` and :func:`workers_usage` are defined with the table and re-exported here for the gateway.
+
+Validation and result shapes live only in the table, so the gateway and :meth:`DataPlane.run` answer alike.
 """
 
 from __future__ import annotations
@@ -13,32 +20,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from dataplane import tasks
-from dataplane.errors import CapacityError, InvalidInputError
-from dataplane.tasks import MAX_BATCH_TEXTS, _bytes_field, _field, reranking_inputs
+from dataplane.tasks import Prepared, workers_usage
 
-MEL_FRAMES_PER_S = 100  # log-mel features are 10 ms frames
-MAX_IMAGE_PIXELS = 40_000_000  # ~160 MB of RGBA once decoded: bigger images are refused (413) unread
-
-
-@dataclass
-class Prepared:
-    """A validated request: what the control plane needs (``units``, ``output_tokens``) and the engine input."""
-
-    task: str
-    stand_in: str
-    units: int  # prompt tokens (the longest text for encoders), images, or audio seconds
-    output_tokens: int = 0
-    input_units: float = 0.0  # billed input: all tokens / images / audio minutes
-    stream: bool = False
-    items: list = field(default_factory=list)
-    params: Any = None
-    extra: dict = field(default_factory=dict)
+__all__ = ["EngineRun", "Finished", "Prepared", "TokenStream", "prepare", "workers_usage"]
 
 
 @dataclass
@@ -52,96 +40,10 @@ class Finished:
 
 async def prepare(dp, task: str, stand_in: str, inputs) -> Prepared:
     """Validate ``inputs`` for ``task`` and turn them into engine items (raises InvalidInputError/CapacityError)."""
-    if not isinstance(inputs, dict):
-        raise InvalidInputError("inputs must be a JSON object")
-    model = dp.model(stand_in)
-    if task == "text-generation":
-        prompt, params, stream = tasks.generation_request(inputs)
-        if _field(inputs, "ignore_eos", bool, False, False):  # vLLM's extension: exact output lengths
-            params = replace(params, stop_on_eos=False)
-        ids = model.tokenizer.encode(prompt) or [model.tokenizer.eos_id]
-        n_ctx = model.spec.n_ctx
-        if len(ids) >= n_ctx:
-            raise CapacityError(f"prompt has {len(ids)} tokens; {stand_in}'s context holds {n_ctx}")
-        out = min(params.max_tokens, n_ctx - len(ids))
-        return Prepared(task, stand_in, len(ids), out, float(len(ids)), stream, [ids], params)
-    if task == "text-embeddings":
-        text = _field(inputs, "text", (str, list))
-        texts = [text] if isinstance(text, str) else text
-        if not texts or len(texts) > MAX_BATCH_TEXTS or not all(isinstance(t, str) for t in texts):
-            raise InvalidInputError(f"field 'text' must be a string or hold 1 to {MAX_BATCH_TEXTS} strings")
-        encs = [model.encode(t) for t in texts]
-        return Prepared(task, stand_in, max(len(e) for e in encs), 0, float(sum(len(e) for e in encs)),
-                        items=encs)
-    if task == "text-classification":
-        enc = model.encode(_field(inputs, "text", str))
-        return Prepared(task, stand_in, len(enc), 0, float(len(enc)), items=[enc])
-    if task == "text-reranking":
-        query, contexts, top_k = reranking_inputs(inputs)
-        encs = [model.encode(query, c["text"]) for c in contexts]
-        return Prepared(task, stand_in, max(len(e) for e in encs), 0, float(sum(len(e) for e in encs)),
-                        items=encs, extra={"top_k": top_k})
-    if task == "image-classification":
-        data = _bytes_field(inputs, "image")
-        x = await asyncio.to_thread(_preprocess_image, model, data)
-        return Prepared(task, stand_in, 1, 0, 1.0, items=[x])
-    if task == "automatic-speech-recognition":
-        data = _bytes_field(inputs, "audio")
-        mel = await asyncio.to_thread(model.features, data)
-        seconds = mel.shape[1] / MEL_FRAMES_PER_S
-        return Prepared(task, stand_in, max(1, round(seconds)), 0, seconds / 60.0, items=[mel])
-    raise InvalidInputError(f"task {task!r} is not served")
-
-
-def _preprocess_image(model, data: bytes) -> np.ndarray:
-    """Decode and resize an image, refusing decompression bombs before any pixel is decoded."""
-    import io
-
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as img:  # reads the header only
-            w, h = img.size
-    except Exception as exc:
-        raise InvalidInputError(f"image bytes could not be decoded ({type(exc).__name__})") from None
-    if w * h > MAX_IMAGE_PIXELS:
-        raise CapacityError(f"image is {w}x{h} pixels; at most {MAX_IMAGE_PIXELS:,} are accepted")
-    return model.preprocess(data)
-
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    p = np.exp(x - x.max())
-    return p / p.sum()
-
-
-def _shape(dp, prep: Prepared, outs: list):
-    """Engine outputs -> the Workers AI result of the task (as :mod:`dataplane.tasks` shapes it)."""
-    m = dp.model(prep.stand_in)
-    if prep.task == "text-embeddings":
-        return {"shape": [len(outs), int(outs[0].shape[0])], "data": [r.astype(float).tolist() for r in outs]}
-    if prep.task == "text-classification":
-        p = _softmax(outs[0])
-        return sorted(({"label": lab, "score": float(s)} for lab, s in zip(m.labels, p, strict=True)),
-                      key=lambda d: -d["score"])
-    if prep.task == "text-reranking":
-        scored = [{"id": i, "score": float(1 / (1 + np.exp(-lg[0])))} for i, lg in enumerate(outs)]
-        scored.sort(key=lambda d: -d["score"])
-        k = prep.extra.get("top_k")
-        return {"response": scored[:k] if k else scored}
-    if prep.task == "image-classification":
-        probs = outs[0]
-        return [{"label": m.labels[i], "score": float(probs[i])} for i in np.argsort(-probs)[:5]]
-    text = outs[0]
-    return {"text": text, "word_count": len(text.split())}
-
-
-def workers_usage(prompt: int, completion: int, cached: int = 0) -> dict:
-    """The Workers AI ``usage`` object; ``prompt_tokens_details.cached_tokens`` (OpenAI's field) appears when a
-    prefix of the prompt was served from the prefix KV cache."""
-    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-    if cached:
-        out["prompt_tokens_details"] = {"cached_tokens": cached}
-    return out
+    row = tasks.task_named(task)
+    if row.heavy:
+        return await asyncio.to_thread(row.prepare, dp, stand_in, inputs)
+    return row.prepare(dp, stand_in, inputs)  # text is only tokenized: cheaper than a hop to a thread and back
 
 
 class EngineRun:
@@ -149,14 +51,8 @@ class EngineRun:
     with it (success, failure or cancellation), which is when the control-plane slot is released."""
 
     def __init__(self, dp, prep: Prepared, on_piece=None):
-        self.prep, self.dp = prep, dp
-        self.handle = None
-        eng = dp.engine(prep.stand_in)
-        if prep.task == "text-generation":
-            self.handle = eng.submit(prep.items[0], prep.params, on_piece, adapter=prep.extra.get("adapter"))
-            self._cfutures = [self.handle.future]
-        else:
-            self._cfutures = [eng.submit(x) for x in prep.items]
+        self.prep, self.dp, self.task = prep, dp, tasks.TASKS[prep.task]
+        self.handle, self._cfutures = tasks.submit(dp, prep, on_piece)
         self.futures = [asyncio.wrap_future(f) for f in self._cfutures]
         self.done = asyncio.gather(*self.futures, return_exceptions=True)
 
@@ -170,14 +66,15 @@ class EngineRun:
         """Wait for the outputs and shape them (raises the engine's error)."""
         outs = [await f for f in self.futures]
         t = time.monotonic()
+        result = self.task.shape(self.dp, self.prep, outs)
+        # ``usage`` here is the gateway's metrics record, not the Workers AI field (that is in ``result``).
         if self.handle is not None:
             res = outs[0]
-            p, c = res.prompt_tokens, res.completion_tokens
-            return Finished({"response": res.text, "usage": workers_usage(p, c, res.cached_tokens)},
-                            t, {"prompt_tokens": p, "completion_tokens": c, "finish_reason": res.finish_reason,
-                                "cached_tokens": res.cached_tokens})
-        n = int(round(self.prep.input_units)) if self.prep.task.startswith("text-") else 0
-        return Finished(_shape(self.dp, self.prep, outs), t, {"prompt_tokens": n, "completion_tokens": 0})
+            return Finished(result, t, {"prompt_tokens": res.prompt_tokens,
+                                        "completion_tokens": res.completion_tokens,
+                                        "finish_reason": res.finish_reason, "cached_tokens": res.cached_tokens})
+        n = int(round(self.prep.input_units)) if self.task.unit == "tokens" else 0
+        return Finished(result, t, {"prompt_tokens": n, "completion_tokens": 0})
 
 
 class TokenStream:
