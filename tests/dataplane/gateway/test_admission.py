@@ -82,9 +82,10 @@ def test_injected_rtt_and_session_affinity(delayed_gateway):
     assert sydney.headers["x-edgepop-pop"] == "SIN"
     rtt = float(sydney.headers["x-edgepop-rtt-ms"])
     assert rtt > 80  # Sydney -> Singapore is far
-    assert sydney.elapsed.total_seconds() * 1e3 >= rtt * 0.95  # the whole RTT was waited out
+    # The whole RTT was waited out (lower bounds only: a loaded machine can only make sleeps longer).
+    assert sydney.elapsed.total_seconds() * 1e3 >= rtt * 0.95
     timing = dict(p.split(";dur=") for p in sydney.headers["server-timing"].split(", "))
-    assert abs(float(timing["wan-in"]) + float(timing["wan-out"]) - rtt) < 0.15 * rtt
+    assert float(timing["wan-in"]) + float(timing["wan-out"]) >= 0.95 * rtt
     london = httpx.post(u, json=body, headers={"x-edgepop-client-location": "51.5,-0.12"}, timeout=30)
     assert london.headers["x-edgepop-pop"] == "LHR" and float(london.headers["x-edgepop-rtt-ms"]) < 30
     # A session pinned in Singapore stays there when its client shows up in London.
