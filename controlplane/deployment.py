@@ -177,6 +177,8 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     plane = build_control_plane(cfg, catalog, fleet, placement.table, rtt, perf=perf, rng=rng_route,
                                 typical_tokens=typical_tokens, scenario_start=scenario_start, day_s=day_s,
                                 **plane_options)
+    if not central:  # a few hundred ingress PoPs: every routing decision becomes a cached lookup
+        plane.state.precompute()
     return Deployment(name, plane, fleet, table=placement.table, placement=placement, **entry)
 
 

@@ -74,6 +74,7 @@ class ControlPlane:
             self.router = make_router("adapter-aware", self.state, rng, base=self.router)
         self.autoscaler = autoscaler
         self._pins: dict = {}  # request -> replica whose prefix blocks it pins (prefix caching on)
+        self._limits: dict = {}  # model -> admission limits (check() runs once per request)
         self._deadlines: deque = deque()  # (deadline, request): FIFO because the timeout is one constant
         self.counts = {"submitted": 0, "started": 0, "queued": 0, "rejected": 0, "expired": 0, "cold_loads": 0}
 
@@ -111,17 +112,29 @@ class ControlPlane:
         self.state.refresh()
 
     # ---------------------------------------------------------------- requests
+    def _limits_of(self, model: str) -> tuple | None:
+        """(context window or None, KV pool or None) of ``model``; None for a model not in the catalog."""
+        try:
+            spec = self.catalog[model]
+        except CatalogError:
+            lim = None
+        else:
+            # A reranking request is a query scored against several passages, each pair within the window.
+            one_sequence = spec.unit == "token" and spec.task != "text-reranking"
+            lim = (spec.context_window if one_sequence else None, spec.kv_pool_tokens if spec.generative else None)
+        self._limits[model] = lim
+        return lim
+
     def check(self, req: Request) -> int | None:
         """Admission checks before routing: 5007 unknown model, 3006 too large for the context window."""
-        try:
-            spec = self.catalog[req.model]
-        except CatalogError:
+        lim = self._limits.get(req.model, False)
+        if lim is False:
+            lim = self._limits_of(req.model)
+        if lim is None:
             return int(Code.NO_SUCH_MODEL)
-        # A reranking request is a query scored against several passages, each pair within the window.
-        one_sequence = spec.unit == "token" and spec.task != "text-reranking"
-        if one_sequence and req.prompt_tokens + req.output_tokens > spec.context_window:
-            return int(Code.TOO_LARGE)
-        if spec.generative and req.kv_tokens > spec.kv_pool_tokens:
+        window, pool = lim
+        kv = req.prompt_tokens + req.output_tokens
+        if (window is not None and kv > window) or (pool is not None and kv > pool):
             return int(Code.TOO_LARGE)
         return None
 
@@ -137,7 +150,8 @@ class ControlPlane:
         req.rtt_ms = d.rtt_ms
         if d.action == START:
             r._start(req, now)
-            self.pin_prefix(req)
+            if self.state.prefix is not None:
+                self.pin_prefix(req)
             self.counts["started"] += 1
         else:
             if r.status == COLD:
@@ -154,7 +168,8 @@ class ControlPlane:
     def finish(self, req: Request, now: float) -> list[Request]:
         """A running request completed (or was cancelled); returns queued requests that start now."""
         r = req.replica
-        self.unpin_prefix(req)
+        if self._pins:
+            self.unpin_prefix(req)
         r._release(req, now)
         self.router.forget(req)
         return self.drain(r, now)
@@ -166,8 +181,9 @@ class ControlPlane:
             req = r.queue.popleft()
             r._start(req, now)
             started.append(req)
-        for req in started:  # after every reservation: cached blocks live in what is left free
-            self.pin_prefix(req)
+        if self.state.prefix is not None:
+            for req in started:  # after every reservation: cached blocks live in what is left free
+                self.pin_prefix(req)
         self.counts["started"] += len(started)
         return started
 

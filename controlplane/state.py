@@ -68,15 +68,17 @@ class SiteQueue(deque):
 class ModelStats:
     """Running totals per model so a router can skip scans that cannot succeed (a saturated fleet).
 
-    ``free``: free slots over READY, up replicas; ``cold``: COLD or LOADING replicas that are up. Kept exact by
-    Replica._start/_release and by :meth:`ClusterState.refresh` after any status or health change.
+    ``free``: free slots over READY, up replicas; ``free_set``: those replicas (at least one free slot each);
+    ``cold``: COLD or LOADING replicas that are up. Kept exact by Replica._start/_release and by
+    :meth:`ClusterState.refresh` after any status or health change.
     """
 
-    __slots__ = ("free", "cold")
+    __slots__ = ("free", "cold", "free_set")
 
     def __init__(self):
         self.free = 0
         self.cold = 0
+        self.free_set: set = set()
 
 
 @dataclass(slots=True, eq=False)
@@ -124,6 +126,8 @@ class Replica:
     def _start(self, req: Request, now: float) -> None:
         self.stats.free -= 1
         self.active += 1
+        if self.active >= self.slots:
+            self.stats.free_set.discard(self)
         self.kv_used += req.kv_tokens
         self.running.add(req)
         self.last_busy = now
@@ -134,6 +138,7 @@ class Replica:
         self.active -= 1
         if self.up and self.status == READY:
             self.stats.free += 1
+            self.stats.free_set.add(self)
         self.kv_used -= req.kv_tokens
         self.last_busy = now
 
@@ -161,18 +166,22 @@ class ClusterState:
         self._cand: dict[tuple[int, str], tuple[list[Replica], list[float]]] = {}
         self.site_queues: dict[tuple[int, str], SiteQueue] = {}
         self.stats: dict[str, ModelStats] = {}
-        self._rep_sites: dict[str, np.ndarray] = {}
+        self._groups: dict[str, tuple] = {}  # model -> (its sites ascending, its replicas per site in id order)
+        self._bulk = False
         self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
         # Technique state routers read (None = technique off): a controlplane.prefix_index.PrefixIndex and a
         # controlplane.adapter_index.AdapterIndex. Owned and changed by the ControlPlane only.
         self.prefix = None
         self.adapters = None
+        self._bulk = True  # per-model totals are computed once below, not after every replica
         for i, row in enumerate(placement.itertuples()):
             gpu_index = tuple(row.gpu_index) if hasattr(row, "gpu_index") else None
             try:
                 self.add_replica(catalog[row.model], int(row.node), gpu_index, status=READY)
             except (ValueError, IndexError) as exc:
                 raise UserError(f"placement row {i}: {exc}") from None
+        self._bulk = False
+        self.refresh()
 
     # ---------------------------------------------------------------- replicas and memory
     def fits(self, spec: ModelSpec, node: int) -> tuple | None:
@@ -204,8 +213,9 @@ class ClusterState:
             self.loading.add(r)
         self.by_model.setdefault(spec.id, []).append(r)
         self._cand.clear()
-        self._rep_sites.pop(spec.id, None)
-        self.refresh(spec.id)
+        self._groups.pop(spec.id, None)
+        if not self._bulk:
+            self.refresh(spec.id)
         return r
 
     def _reserve(self, spec: ModelSpec, node: int, gpu_index: tuple, sign: int) -> None:
@@ -264,6 +274,7 @@ class ClusterState:
             st = self.stats.setdefault(m, ModelStats())
             reps = self.by_model.get(m, [])
             st.free = sum(r.slots - r.active for r in reps if r.up and r.status == READY)
+            st.free_set = {r for r in reps if r.up and r.status == READY and r.active < r.slots}
             st.cold = sum(1 for r in reps if r.up and r.status != READY)
 
     def set_rtt(self, rtt: np.ndarray) -> None:
@@ -281,31 +292,58 @@ class ClusterState:
         key = (ingress, model, full)
         hit = self._cand.get(key)
         if hit is None:
-            reps = self.by_model.get(model, [])
-            sites = self._rep_sites.get(model)
-            if sites is None:
-                sites = self._rep_sites[model] = np.fromiter((r.site for r in reps), np.int64, len(reps))
-            rt = self.rtt[ingress, sites]
-            k = len(reps) if full or self.max_candidates is None else self.max_candidates
-            if len(reps) > k:  # the k nearest, ties at the k-th RTT included, then ordered exactly
-                cut = np.partition(rt, k - 1)[k - 1]
-                idx = np.flatnonzero(rt <= cut)
-                idx = idx[np.lexsort((sites[idx], rt[idx]))][:k]
-            elif len(reps) > 24:
-                idx = np.lexsort((sites, rt))  # stable: equal (rtt, site) keep replica-id order
-            else:
-                idx = np.array(sorted(range(len(reps)), key=lambda i: (rt[i], sites[i], i)), dtype=np.int64)
-            order = idx.tolist()
-            hit = ([reps[i] for i in order], rt[idx].tolist())
-            self._cand[key] = hit
+            hit = self._cand[key] = self._nearest_replicas(ingress, model, full)
         return hit
 
+    def _nearest_replicas(self, ingress: int, model: str, full: bool) -> tuple[list[Replica], list[float]]:
+        # Replicas are grouped by site: order the model's sites by (RTT, site index), then take each site's
+        # replicas in id order, which is exactly the (RTT, site, replica) order of all its replicas.
+        sites, members = self._site_groups(model)
+        rt = self.rtt[ingress, sites]
+        if len(sites) > 24:
+            order = np.lexsort((sites, rt)).tolist()  # ties: the lower site index first
+        else:
+            rl = rt.tolist()
+            order = sorted(range(len(rl)), key=lambda i: (rl[i], i))
+        return self._take(model, members, order, rt.tolist(), full)
+
+    def _site_groups(self, model: str) -> tuple[np.ndarray, list[list[Replica]]]:
+        groups = self._groups.get(model)
+        if groups is None:
+            by_site: dict[int, list[Replica]] = {}
+            for r in self.by_model.get(model, []):
+                by_site.setdefault(r.site, []).append(r)
+            sites = np.array(sorted(by_site), dtype=np.int64)
+            groups = self._groups[model] = (sites, [by_site[s] for s in sites.tolist()])
+        return groups
+
+    def _take(self, model: str, members, order, rl: list[float], full: bool) -> tuple[list[Replica], list[float]]:
+        """The replicas of the sites in ``order``, site by site, up to the candidate count."""
+        n = len(self.by_model.get(model, ())) if full or self.max_candidates is None else self.max_candidates
+        cands: list[Replica] = []
+        rtts: list[float] = []
+        for i in order:
+            group = members[i]
+            cands += group
+            rtts += [rl[i]] * len(group)
+            if len(cands) >= n:
+                break
+        return cands[:n], rtts[:n]
+
     def precompute(self, ingresses=None, models=None) -> None:
-        """Build the candidate lists up front so that every routing decision is a cached lookup."""
-        ingresses = range(self.rtt.shape[0]) if ingresses is None else ingresses
-        for m in (self.by_model if models is None else models):
-            for i in ingresses:
-                self.candidates(int(i), m)
+        """Build the candidate lists up front so that every routing decision is a cached lookup (one sort of
+        every ingress row at once per model)."""
+        rows = np.arange(self.rtt.shape[0]) if ingresses is None else np.asarray(list(ingresses), dtype=np.int64)
+        for m in list(self.by_model if models is None else models):
+            sites, members = self._site_groups(m)
+            if not len(sites):
+                continue
+            rt = self.rtt[np.ix_(rows, sites)]
+            order = np.lexsort((np.broadcast_to(np.arange(len(sites)), rt.shape), rt), axis=1)
+            for ingress, o, r in zip(rows.tolist(), order.tolist(), rt.tolist(), strict=True):
+                key = (ingress, m, False)
+                if key not in self._cand:
+                    self._cand[key] = self._take(m, members, o, r, False)
 
     def memory_report(self) -> pd.DataFrame:
         """Per node: used and total GPU memory (GB) of resident replicas."""

@@ -40,7 +40,7 @@ class ReplicaEngine:
     __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
-                 "dead")
+                 "dead", "_prefill_fn")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -62,6 +62,8 @@ class ReplicaEngine:
         self.busy_since = -1.0
         self._step_cache: dict = {}
         self._prefill_cache: dict = {}
+        fn = getattr(perf, "prefill_fn", None)  # a memoised model hands out one function per (model, GPU)
+        self._prefill_fn = fn(spec, gpu) if fn is not None else (lambda tokens: perf.prefill_ms(spec, gpu, tokens))
         self.dead = False
 
     # ---------------------------------------------------------------- helpers
@@ -124,7 +126,7 @@ class ReplicaEngine:
             tokens = max(s.prompt for s in batch) * len(batch)
         dur = self._prefill_cache.get(tokens)
         if dur is None:
-            dur = self.perf.prefill_ms(self.spec, self.gpu, tokens) / 1e3
+            dur = self._prefill_fn(tokens) / 1e3
             if len(self._prefill_cache) < 65536:
                 self._prefill_cache[tokens] = dur
         if self.heap:

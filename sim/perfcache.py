@@ -35,15 +35,24 @@ class CachedPerf:
         return t
 
     def prefill_ms(self, spec, gpu, tokens) -> float:
-        table, grid = self._table(spec, gpu), self.grid
-        x = float(tokens)
-        i = bisect_right(grid, x) - 1
-        if i <= 0:
-            return table[0] if x <= 1.0 else table[1]
-        if i >= len(grid) - 1:
-            return self.perf.prefill_ms(spec, gpu, tokens)
-        x0, x1 = grid[i], grid[i + 1]
-        return table[i] + (table[i + 1] - table[i]) * (x - x0) / (x1 - x0)
+        return self.prefill_fn(spec, gpu)(tokens)
+
+    def prefill_fn(self, spec, gpu):
+        """``tokens -> prefill ms`` for one (model, GPU): what a replica engine calls on every prefill."""
+        table, grid, perf = self._table(spec, gpu), self.grid, self.perf
+        last = len(grid) - 1
+
+        def prefill(tokens) -> float:
+            x = float(tokens)
+            i = bisect_right(grid, x) - 1
+            if i <= 0:
+                return table[0] if x <= 1.0 else table[1]
+            if i >= last:
+                return perf.prefill_ms(spec, gpu, tokens)
+            x0, x1 = grid[i], grid[i + 1]
+            return table[i] + (table[i + 1] - table[i]) * (x - x0) / (x1 - x0)
+
+        return prefill
 
     def decode_step_ms(self, spec, gpu, batch, context) -> float:
         key = (spec.id, gpu, int(batch), int(context) >> 6)

@@ -13,6 +13,7 @@ or failed.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,9 +26,10 @@ from controlplane.routing import REJECT, START
 from controlplane.state import Request
 from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES, Fault
+from sim.request_frame import request_frame
 
 OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
-OUTCOME_NAMES = {OUT_OK: "ok", OUT_REJECTED: "rejected", OUT_FAILED: "failed"}
+NAN = float("nan")
 
 
 class ConservationError(RuntimeError):
@@ -78,13 +80,17 @@ class Simulation:
         self.output = workload.output_tokens.to_numpy(dtype=np.int64)
         self.session = workload.session_id.to_numpy() if "session_id" in workload else np.full(n, -1)
         self.rib = workload.reject_if_busy.to_numpy() if "reject_if_busy" in workload else np.zeros(n, bool)
-        nan = lambda: np.full(n, np.nan)  # noqa: E731
-        self.first_decision, self.decided, self.at_node, self.joined = nan(), nan(), nan(), nan()
-        self.first_token, self.finished, self.backbone_ms, self.cold_ms = nan(), nan(), nan(), np.zeros(n)
-        self.stall_s, self.stalls = np.zeros(n), np.zeros(n, dtype=np.int64)
-        self.site, self.node = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-        self.outcome, self.code = np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int32)
-        self.retries = np.zeros(n, dtype=np.int16)
+        # Per-request state is kept in Python lists: they are written a few times per request from the event
+        # loop, where a list store costs a fraction of a numpy scalar store; frame() turns them into arrays.
+        self.first_decision, self.decided, self.at_node, self.joined = [NAN] * n, [NAN] * n, [NAN] * n, [NAN] * n
+        self.first_token, self.finished, self.backbone_ms, self.cold_ms = [NAN] * n, [NAN] * n, [NAN] * n, [0.0] * n
+        self.stall_s, self.stalls = [0.0] * n, [0] * n
+        self.site, self.node = [-1] * n, [-1] * n
+        self.outcome, self.code, self.retries = [OUT_NONE] * n, [0] * n, [0] * n
+        # Request fields as lists: per-request reads of numpy scalars would cost more than the bookkeeping.
+        self._lists = {"model": self.models.tolist(), "key": self.key.tolist(), "prompt": self.prompt.tolist(),
+                       "output": self.output.tolist(), "arrival": self.arrival.tolist(),
+                       "session": np.asarray(self.session).tolist(), "rib": np.asarray(self.rib, bool).tolist()}
         self.engines: dict[int, ReplicaEngine] = {}
         self.reqs: list[Request | None] = [None] * n
         self.seqs: list[Seq | None] = [None] * n
@@ -99,9 +105,9 @@ class Simulation:
                          else None)
         self.adapters = (workload.adapter.fillna("").astype(str).tolist()
                          if state.adapters is not None and "adapter" in workload else None)
-        self.cached = np.zeros(n, np.int64)
-        self.adapter_wait_s, self.adapter_loaded = np.zeros(n), np.zeros(n, bool)
-        self.arrived = np.zeros(n)  # when a request naming an adapter reached its replica
+        self.cached = [0] * n
+        self.adapter_wait_s, self.adapter_loaded = [0.0] * n, [False] * n
+        self.arrived = [0.0] * n  # when a request naming an adapter reached its replica
 
     # ---------------------------------------------------------------- bookkeeping
     def _end(self, k: int, outcome: int, code: int = 0) -> None:
@@ -119,6 +125,7 @@ class Simulation:
             self.done.succeed()
 
     def _engine(self, replica) -> ReplicaEngine:
+        """The engine of ``replica`` (created on first use; a technique may supply its own)."""
         eng = self.engines.get(replica.id)
         if eng is None and self.techniques is not None:
             eng = self.techniques.engine(self, replica)
@@ -216,7 +223,7 @@ class Simulation:
     def _join(self, req: Request, seq: Seq, at: float, now: float) -> None:
         """``seq`` joins its replica's batch at ``at`` (now or later)."""
         k = req.payload
-        eng = self._engine(req.replica)
+        eng = self.engines.get(req.replica.id) or self._engine(req.replica)
         if at > now:
             self.joined[k] = at
             ev = self.env.timeout(at - now)
@@ -224,7 +231,8 @@ class Simulation:
         else:
             self.joined[k] = now
             eng.join(seq, now)
-            self._flush()
+            if self._finished_buffer:
+                self._flush()
 
     def _lost(self, reqs, now: float, started: bool) -> None:
         """Requests whose node failed: retry those that have not streamed a token yet, fail the rest."""
@@ -233,7 +241,7 @@ class Simulation:
             seq = self.seqs[k]
             if seq is not None:
                 seq.done = True
-            streamed = not np.isnan(self.first_token[k])
+            streamed = self.first_token[k] == self.first_token[k]  # not NaN
             if self.retry_unstreamed and not streamed:
                 self.retries[k] += 1
                 self.cold_ms[k] = 0.0
@@ -249,10 +257,6 @@ class Simulation:
         t_dec_arr = self.arrival + self.access_s / 2
         order = np.argsort(t_dec_arr, kind="stable")
         t_dec = t_dec_arr.tolist()
-        # Python lists: per-request reads of numpy scalars would cost more than the rest of the bookkeeping.
-        self._lists = {"model": self.models.tolist(), "key": self.key.tolist(), "prompt": self.prompt.tolist(),
-                       "output": self.output.tolist(), "arrival": self.arrival.tolist(),
-                       "session": np.asarray(self.session).tolist(), "rib": np.asarray(self.rib, bool).tolist()}
         step = max(1, self.n // 200)
         for i, k in enumerate(order.tolist()):
             dt = t_dec[k] - env.now
@@ -320,64 +324,32 @@ class Simulation:
         for f in self.faults:
             env.process(self._faults(f))
         horizon = (float(self.arrival.max()) if self.n else 0.0) + self.drain_s
-        if self.n:
-            env.run(until=simpy.AnyOf(env, [self.done, env.timeout(horizon)]))
+        # Everything built so far (topology, placement, candidate lists) lives for the whole run: frozen, the
+        # garbage collector's full passes stop walking it (they cost 100+ ms each on a large deployment).
+        gc.freeze()
+        try:
+            if self.n:
+                env.run(until=simpy.AnyOf(env, [self.done, env.timeout(horizon)]))
+        finally:
+            gc.unfreeze()
         end = env.now
         if self.remaining:
-            open_ = np.flatnonzero(self.outcome == OUT_NONE)
+            open_ = [k for k, o in enumerate(self.outcome) if o == OUT_NONE]
             # Requests still queued or running at the horizon are timed out, so that each ends exactly once.
             for k in open_:
-                self._end(int(k), OUT_REJECTED if np.isnan(self.first_token[k]) else OUT_FAILED, int(Code.TIMEOUT))
+                streamed = self.first_token[k] == self.first_token[k]
+                self._end(k, OUT_FAILED if streamed else OUT_REJECTED, int(Code.TIMEOUT))
         self.check_conservation()
         return SimResult(self.dep.name, self.frame(), self.utilisation_frame(), dict(self.plane.counts), end)
 
     def check_conservation(self) -> None:
-        if np.any(self.outcome == OUT_NONE) or self.remaining != 0:
-            raise ConservationError(f"{int(np.sum(self.outcome == OUT_NONE))} requests never ended")
+        never = self.outcome.count(OUT_NONE)
+        if never or self.remaining != 0:
+            raise ConservationError(f"{never} requests never ended")
 
     def frame(self) -> pd.DataFrame:
         """One row per request with the latency decomposition at the client (ms)."""
-        ok = self.outcome == OUT_OK
-        net = self.backbone_ms + self.access_s * 1e3
-        one_way_back = net / 2e3
-        ttft = (self.first_token + one_way_back - self.arrival) * 1e3
-        e2e = (self.finished + one_way_back - self.arrival) * 1e3
-        gen = self.output > 1
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(gen & ok, (self.finished - self.first_token) * 1e3 / np.maximum(self.output - 1, 1), np.nan)
-        prefill = (self.first_token - self.joined) * 1e3
-        queue = (self.joined - self.at_node) * 1e3 - self.cold_ms
-        lost = (self.decided - self.first_decision) * 1e3
-        started = ~np.isnan(self.first_token)
-        fleet = self.dep.fleet
-        site_ids = fleet.sites.site_id.to_numpy()
-        node_ids = fleet.nodes.node_id.to_numpy()
-        frame = pd.DataFrame({
-            "deployment": self.dep.name,
-            "request_id": self.w.request_id.to_numpy(),
-            "model": self.models, "task": self.w.task.to_numpy(),
-            "user_lat": self.w.user_lat.to_numpy(), "user_lon": self.w.user_lon.to_numpy(),
-            "user_country": self.w.user_country.to_numpy(), "user_continent": self.w.user_continent.to_numpy(),
-            "ingress_pop": (self.dep.ingress_ids[self.key] if self.dep.ingress_ids is not None
-                            else self.w.ingress_pop.to_numpy()),
-            "serving_site": np.where(self.site >= 0, site_ids[np.maximum(self.site, 0)], ""),
-            "node": np.where(self.node >= 0, node_ids[np.maximum(self.node, 0)], ""),
-            "arrival_s": self.arrival,
-            "network_rtt_ms": np.where(self.site >= 0, net, np.nan),
-            "queue_ms": np.where(started, queue, np.nan),
-            "cold_start_ms": np.where(started, self.cold_ms, np.nan),
-            "prefill_ms": np.where(started, prefill, np.nan),
-            "ttft_ms": np.where(started, ttft, np.nan),
-            "tpot_ms": tpot,
-            "e2e_ms": np.where(ok, e2e, np.nan),
-            "stall_ms": np.where(ok, self.stall_s * 1e3, np.nan), "stalls": self.stalls,
-            "retry_lost_ms": np.where(started, lost, np.nan), "retries": self.retries,
-            "prompt_tokens": self.prompt, "output_tokens": np.where(ok, self.output, 0),
-            "batch": (self.w.batch.to_numpy(dtype=bool) if "batch" in self.w else np.zeros(self.n, bool)),
-            "cached_tokens": self.cached,
-            "outcome": pd.Series(self.outcome).map(OUTCOME_NAMES).to_numpy(),
-            "error_code": self.code,
-        })
+        frame = request_frame(self)
         return frame if self.techniques is None else self.techniques.amend(self, frame)
 
     def utilisation_frame(self) -> pd.DataFrame:

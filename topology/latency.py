@@ -28,6 +28,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
+from topology.rtt_cache import cached_matrix
 from topology.tables import DATA_DIR
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
@@ -161,10 +162,14 @@ class LatencyModel:
         direct = self._link_ms(km, np.array("land"))
         return np.where(km <= self.params.max_link_km, direct, np.inf)
 
-    def site_rtt_matrix(self, lat, lon, site_nodes: np.ndarray, chunk: int = 8192) -> np.ndarray:
-        """Core RTT (ms, float32) from each point (rows) to each backbone node in ``site_nodes`` (columns)."""
+    def site_rtt_matrix(self, lat, lon, site_nodes: np.ndarray) -> np.ndarray:
+        """Core RTT (ms, float32) from each point (rows) to each backbone node in ``site_nodes`` (columns);
+        large matrices come from :mod:`topology.rtt_cache` (read-only arrays)."""
         lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
         site_nodes = np.asarray(site_nodes)
+        return cached_matrix(self, lat, lon, site_nodes, lambda: self._site_rtt_matrix(lat, lon, site_nodes))
+
+    def _site_rtt_matrix(self, lat, lon, site_nodes: np.ndarray, chunk: int = 8192) -> np.ndarray:
         out = np.empty((lat.size, site_nodes.size), dtype=np.float32)
         sub = self.node_ms[:, site_nodes]
         slat, slon = self.node_lat[site_nodes], self.node_lon[site_nodes]

@@ -45,6 +45,8 @@ class _Routing:
         self.time_left = (net.util * net.node_gpus.astype(float)).tolist()
         self.node_site = net.node_site.tolist()
         self.pair_model = net.pair_model.tolist()
+        self.version = 0  # bumped by every move: offers cached under an older version are stale
+        self._offers: dict[tuple[int, int], tuple[int, list]] = {}
         self.takers: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
         for p, (sites, rtts) in enumerate(zip(net.cand_site.tolist(), net.cand_rtt.tolist(), strict=True)):
             m = self.pair_model[p]
@@ -60,7 +62,18 @@ class _Routing:
         return max(0.0, min(by_replicas, by_time))
 
     def offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
-        """Demand that would gain by moving to ``node``: (gain ms per rps, pair, from node or -1, rps), best first."""
+        """Demand that would gain by moving to ``node``: (gain ms per rps, pair, from node or -1, rps), best first.
+
+        The same for every node of a site, and unchanged until the next move: cached per (site, model)."""
+        key = (self.node_site[node], m)
+        hit = self._offers.get(key)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        out = self._compute_offers(node, m)
+        self._offers[key] = (self.version, out)
+        return out
+
+    def _compute_offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
         out = []
         penalty, unserved, served, worst = self.penalty, self.unserved, self.served, self.worst
         for p, r in self.takers.get((self.node_site[node], m), ()):
@@ -86,6 +99,7 @@ class _Routing:
         return total
 
     def move(self, p: int, src: int, dst: int, dst_rtt: float, amount: float) -> None:
+        self.version += 1
         m = self.pair_model[p]
         if src < 0:
             self.unserved[p] -= amount

@@ -8,16 +8,20 @@ and one integer count per (node group, model). Within ``time_limit_s`` the polic
 2. starting plans: the relaxation's counts rounded (fractional counts rounded up, largest fraction first, while
    the replica still fits its group's GPUs) and the warm-start plan; the one the MILP prices lowest is passed
    to HiGHS as a MIP start (through the ``read_solution_file`` option, which scipy hands to HiGHS verbatim);
-3. branch-and-bound: on large problems (more than ``exact_max_integers`` integers) first a third of the time
-   on the relaxation's neighbourhood (every count between the floor and ceiling of its relaxed value, widened
-   to hold the starts: RENS, a standard MIP heuristic), then the full MILP from the best plan so far; small
-   problems go straight to the full MILP and are solved to proven optimality (``mip_rel_gap``).
+3. branch-and-bound: on large problems (more than ``exact_max_integers`` integers) first a third of the node
+   budget on the relaxation's neighbourhood (every count between the floor and ceiling of its relaxed value,
+   widened to hold the starts: RENS, a standard MIP heuristic), then the full MILP from the best plan so far;
+   small problems go straight to the full MILP and are solved to proven optimality (``mip_rel_gap``).
 
 Every candidate plan (starts and the MILP's) is scored by the shared evaluator and the best is returned, with
 the phases, the lower bound and the MILP gap in ``Placement.solver``. Counts are packed per GPU (first-fit
 decreasing, exact re-seating on small nodes, other nodes of the site as fallback); a replica that still fits
 nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packing cuts make this rare).
-A time-limited solve depends on machine speed; with a generous limit the result is reproducible.
+
+Reproducibility: branch-and-bound stops at ``node_limit`` nodes, a deterministic amount of work, so the same
+problem gives the same plan on any machine, process pool or Ray worker. ``time_limit_s`` bounds the whole policy
+(warm start included) as a safety net; when it is what stopped a phase, ``solver["deterministic"]`` is False and
+the result may depend on machine speed (raise the limit, or lower ``node_limit``).
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ from edgepop.errors import UserError
 class IlpPlacement(PlacementPolicy):
     """Options: ``candidates_k`` (static candidate sites per pair, capped by the problem's), ``time_limit_s``
     (whole policy), ``mip_rel_gap`` (HiGHS stops at this relative gap), ``memory_tiebreak_ms_per_gb``,
-    ``warm_start`` (``"rounding"``, a policy name, or ``"none"``), ``exact_max_integers``, ``verbose``."""
+    ``warm_start`` (``"rounding"``, a policy name, or ``"none"``), ``exact_max_integers``, ``node_limit``
+    (branch-and-bound nodes over all phases: the deterministic work limit), ``verbose``."""
 
     candidates_k: int = 8
-    time_limit_s: float = 10.0
+    time_limit_s: float = 60.0
+    node_limit: int = 400
     mip_rel_gap: float = 0.01
     memory_tiebreak_ms_per_gb: float = 1e-8
     warm_start: str = "greedy-demand"
@@ -54,8 +60,9 @@ class IlpPlacement(PlacementPolicy):
     verbose: bool = False
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
-        if self.time_limit_s <= 0 or self.mip_rel_gap < 0 or self.candidates_k < 1:
-            raise UserError("ilp options: time_limit_s must be positive, mip_rel_gap non-negative, candidates_k >= 1")
+        if self.time_limit_s <= 0 or self.mip_rel_gap < 0 or self.candidates_k < 1 or self.node_limit < 1:
+            raise UserError("ilp options: time_limit_s must be positive, mip_rel_gap non-negative, candidates_k and "
+                            "node_limit >= 1")
         if self.warm_start == self.name:
             raise UserError("ilp option warm_start cannot be 'ilp' itself")
         t0 = time.perf_counter()
@@ -76,7 +83,8 @@ class IlpPlacement(PlacementPolicy):
         if relaxed.status != 0:
             raise UserError(f"ilp placement: the LP relaxation failed ({relaxed.message})")
         # Scoring the MILP's plan at the end costs about one LP of this size plus packing: keep that time.
-        deadline = t0 + self.time_limit_s - 1.5 * (time.perf_counter() - t_lp)
+        lp_s = time.perf_counter() - t_lp
+        deadline = t0 + self.time_limit_s - 1.5 * lp_s
         c_relaxed = relaxed.x[model.prog.n:]
         starts = {} if self.warm_start == "none" else {"rounding": round_relaxation(model, c_relaxed)}
         if self.warm_start in plans:
@@ -105,6 +113,9 @@ class IlpPlacement(PlacementPolicy):
         best.solver = {
             "mode": mode, "plan": name, "status": phases[-1]["status"] if phases else "no time for branch-and-bound",
             "phases": phases, "warm_start": self.warm_start, "warm_start_s": round(seed_s, 3),
+            "node_limit": int(self.node_limit),
+            # no branch-and-bound phase at all means the clock, not the node budget, decided
+            "deterministic": bool(phases) and all(p["status"] != "time limit" for p in phases),
             "ilp_objective_ms": None if found is None else round(found, 6), "lower_bound_ms": round(bound, 6),
             "milp_gap": None if not found else round(max(0.0, 1 - bound / found), 6),
             "start_objectives_ms": {n: round(float(model.cost @ x), 6) for n, x in solutions.items() if n != "milp"},
@@ -120,18 +131,20 @@ class IlpPlacement(PlacementPolicy):
 
         Returns (best result or None, phase reports, lower bound from the full MILP or -inf)."""
         res, phases, bound = None, [], -np.inf
+        nodes = int(self.node_limit)
         if mode != "exact" and deadline - time.perf_counter() > 0.5:
             # Counts between floor and ceiling of the relaxation, widened to hold the starts: quick to improve
             # when capacity binds; the full MILP then continues from its plan.
             lower, upper = np.zeros(model.n), model.upper.copy()
             lower[model.prog.n:] = np.minimum.reduce([np.floor(c_relaxed + 1e-6), *starts])
             upper[model.prog.n:] = np.maximum.reduce([np.ceil(c_relaxed - 1e-6), *starts])
-            res = self._solve(model, lower, upper, x0, (deadline - time.perf_counter()) / 3)
+            res = self._solve(model, lower, upper, x0, deadline - time.perf_counter(), max(1, nodes // 3))
             phases.append(_phase("rens", res))
             if res.x is not None and (x0 is None or res.fun < model.cost @ x0):
                 x0 = res.x
         if deadline - time.perf_counter() > 0.5:
-            full = self._solve(model, np.zeros(model.n), model.upper, x0, deadline - time.perf_counter())
+            full = self._solve(model, np.zeros(model.n), model.upper, x0, deadline - time.perf_counter(),
+                               max(1, nodes - nodes // 3) if mode != "exact" else nodes)
             phases.append(_phase("exact", full))
             if full.mip_dual_bound is not None and np.isfinite(full.mip_dual_bound):
                 bound = float(full.mip_dual_bound)  # a lower bound for every plan of the MILP
@@ -139,8 +152,10 @@ class IlpPlacement(PlacementPolicy):
                 res = full
         return res, phases, bound
 
-    def _solve(self, model: IlpModel, lower: np.ndarray, upper: np.ndarray, x0: np.ndarray | None, seconds: float):
-        opts = {"time_limit": float(seconds), "mip_rel_gap": float(self.mip_rel_gap), "disp": bool(self.verbose)}
+    def _solve(self, model: IlpModel, lower: np.ndarray, upper: np.ndarray, x0: np.ndarray | None, seconds: float,
+               nodes: int):
+        opts = {"time_limit": float(seconds), "node_limit": int(nodes), "mip_rel_gap": float(self.mip_rel_gap),
+                "disp": bool(self.verbose)}
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             # scipy passes options it does not know to HiGHS verbatim, and warns that it does.
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -161,7 +176,8 @@ class IlpPlacement(PlacementPolicy):
 
 
 def _phase(name: str, res) -> dict:
-    status = {0: "optimal", 1: "time limit"}.get(res.status, str(res.message))
+    status = {0: "optimal", 1: "time limit" if "time" in str(res.message).lower() else "node limit"}.get(
+        res.status, str(res.message))
     return {"phase": name, "status": status, "objective_ms": None if res.x is None else round(float(res.fun), 6)}
 
 

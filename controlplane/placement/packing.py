@@ -30,8 +30,10 @@ class GpuLedger:
     def slot(self, node: int, model: int) -> tuple[int, ...] | None:
         """The GPUs a new replica of ``model`` would take on ``node`` (first fit), or None if it does not fit."""
         tp = int(self.net.tp[model])
-        room = np.flatnonzero(self.free[node] >= self.net.bytes_per_gpu[model] - _SLACK_BYTES)
-        return tuple(int(g) for g in room[:tp]) if len(room) >= tp else None
+        need = self.net.bytes_per_gpu[model] - _SLACK_BYTES
+        # a node has at most a few GPUs: a Python scan beats a numpy call here (greedy asks millions of times)
+        room = [g for g, f in enumerate(self.free[node].tolist()) if f >= need]
+        return tuple(room[:tp]) if len(room) >= tp else None
 
     def add(self, node: int, model: int) -> tuple[int, ...] | None:
         """Place one replica; returns its GPUs, or None (and changes nothing) when it does not fit."""

@@ -19,6 +19,7 @@ from controlplane.state import COLD, LOADING, READY, ClusterState, Replica, Requ
 from edgepop.registry import Registry
 
 START, QUEUE, REJECT = "start", "queue", "reject"
+FREE_SCAN_MAX = 128  # spill-over: scan the replicas with free slots when there are at most this many
 
 
 @dataclass(slots=True)
@@ -62,17 +63,42 @@ class Router:
         """
         d = self._nearest(req, cands, rtts, max_rtt_ms)
         if d.action != START and len(cands) < len(self.state.by_model.get(req.model, ())):
+            start = self._nearest_free(req, max_rtt_ms)  # the nearest replica anywhere that can start it
+            if start is not None:
+                return start
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
-            d = self._nearest(req, full, full_rtts, max_rtt_ms)
+            d = self._nearest(req, full, full_rtts, max_rtt_ms, skip_start=True)
         return d
 
-    def _nearest(self, req: Request, cands: list[Replica], rtts: list[float], max_rtt_ms) -> Decision:
+    def _nearest_free(self, req: Request, max_rtt_ms) -> Decision | None:
+        """START on the replica with a free slot that comes first in (RTT, site, replica) order, if any can take
+        ``req``: a scan of the replicas with free slots only, however many replicas the model has."""
+        reps = self.state.by_model.get(req.model)
+        stats = reps[0].stats if reps else None
+        if stats is None or not stats.free_set:
+            return None
+        if len(stats.free_set) > FREE_SCAN_MAX:  # many free replicas: the sorted list finds one in a few steps
+            full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
+            d = self._nearest(req, full, full_rtts, max_rtt_ms)
+            return d if d.action == START else None
+        row, kv, best, best_key = self.state.rtt[req.ingress], req.kv_tokens, None, None
+        for r in stats.free_set:
+            if r.can_start(kv):
+                key = (float(row[r.site]), r.site, r.id)
+                if best_key is None or key < best_key:
+                    best, best_key = r, key
+        if best is None or (max_rtt_ms is not None and best_key[0] > max_rtt_ms):
+            return None
+        return Decision(START, best, best_key[0])
+
+    def _nearest(self, req: Request, cands: list[Replica], rtts: list[float], max_rtt_ms,
+                 skip_start: bool = False) -> Decision:
         if max_rtt_ms is not None:
             n = bisect_right(rtts, max_rtt_ms)
             cands, rtts = cands[:n], rtts[:n]
         kv = req.kv_tokens
         stats = cands[0].stats if cands else None
-        if stats is None or stats.free > 0:  # a saturated model skips the scan (saturation is when it matters)
+        if not skip_start and (stats is None or stats.free > 0):  # a saturated model skips the scan (saturation is when it matters)
             for r, d in zip(cands, rtts, strict=True):
                 if r.can_start(kv):
                     return Decision(START, r, d)

@@ -64,7 +64,7 @@ class LoraAdapters(Technique):
 
     def amend(self, name, sim, frame):
         """``adapter`` and ``adapter_load_ms`` columns; the adapter wait is taken out of ``queue_ms``."""
-        wait_ms = sim.adapter_wait_s * 1e3
+        wait_ms = np.asarray(sim.adapter_wait_s) * 1e3
         frame["queue_ms"] = frame.queue_ms - wait_ms
         frame["adapter"] = sim.adapters if sim.adapters is not None else ""
         frame["adapter_load_ms"] = np.where(np.isnan(frame.ttft_ms.to_numpy()), np.nan, wait_ms)

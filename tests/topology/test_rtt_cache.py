@@ -1,0 +1,81 @@
+"""The derived-matrix cache: a hit equals the computation, and a stale or broken file is never used."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from topology import rtt_cache
+from topology.latency import LatencyModel
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEPOP_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("EDGEPOP_NO_CACHE", raising=False)
+    rtt_cache.clear_memory()
+    yield tmp_path / "rtt"
+    rtt_cache.clear_memory()
+
+
+def _cities(topo, n=3000):
+    d = topo.demand.iloc[:n]
+    return d.lat.to_numpy(), d.lon.to_numpy()
+
+
+def test_hits_equal_the_computation_and_come_from_disk(topo, cache):
+    lat, lon = _cities(topo)
+    nodes = topo.pop_nodes
+    computed = topo.latency._site_rtt_matrix(lat, lon, nodes)
+    first = topo.latency.site_rtt_matrix(lat, lon, nodes)
+    files = list(cache.glob("*.npy"))
+    assert len(files) == 1 and np.array_equal(first, computed)
+    rtt_cache.clear_memory()
+    again = topo.latency.site_rtt_matrix(lat, lon, nodes)  # read back from the file
+    assert np.array_equal(again, computed) and not again.flags.writeable
+
+
+def test_a_stale_matrix_is_never_used(topo, cache):
+    lat, lon = _cities(topo)
+    nodes = topo.pop_nodes
+    base = topo.latency.site_rtt_matrix(lat, lon, nodes)
+    # Other parameters, other query points or other sites: other keys, recomputed, not the old file.
+    slower = LatencyModel(topo.latency.backbone, replace(topo.latency.params, base_ms=topo.latency.params.base_ms + 7))
+    m = slower.site_rtt_matrix(lat, lon, nodes)
+    assert np.allclose(m, base + 7, atol=1e-3)
+    moved = topo.latency.site_rtt_matrix(lat + 1.0, lon, nodes)
+    assert np.array_equal(moved, topo.latency._site_rtt_matrix(lat + 1.0, lon, nodes))
+    fewer = topo.latency.site_rtt_matrix(lat, lon, nodes[:-1])
+    assert np.array_equal(fewer, base[:, :-1])
+    assert len(list(cache.glob("*.npy"))) == 4
+    # The key covers the latency model's source code too: a changed model cannot read an old matrix.
+    key = rtt_cache.matrix_key(topo.latency, lat, lon, nodes)
+    rtt_cache._CODE_DIGESTS[next(iter(rtt_cache._CODE_DIGESTS))] = "changed source"
+    try:
+        topo.latency._digest = None
+        assert rtt_cache.matrix_key(topo.latency, lat, lon, nodes) != key
+    finally:
+        rtt_cache._CODE_DIGESTS.clear()
+        topo.latency._digest = None
+
+
+def test_a_corrupt_or_misshapen_file_is_recomputed(topo, cache):
+    lat, lon = _cities(topo)
+    nodes = topo.pop_nodes
+    good = topo.latency.site_rtt_matrix(lat, lon, nodes)
+    path = next(cache.glob("*.npy"))
+    path.write_bytes(b"not a matrix")
+    rtt_cache.clear_memory()
+    assert np.array_equal(topo.latency.site_rtt_matrix(lat, lon, nodes), good)
+    np.save(path, np.zeros((2, 2), dtype=np.float32))
+    rtt_cache.clear_memory()
+    assert np.array_equal(topo.latency.site_rtt_matrix(lat, lon, nodes), good)
+
+
+def test_the_cache_can_be_turned_off(topo, cache, monkeypatch):
+    monkeypatch.setenv("EDGEPOP_NO_CACHE", "1")
+    lat, lon = _cities(topo)
+    topo.latency.site_rtt_matrix(lat, lon, topo.pop_nodes)
+    assert not cache.exists() or not list(cache.glob("*.npy"))

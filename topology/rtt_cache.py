@@ -1,0 +1,126 @@
+"""Derived RTT matrices (cities x sites) cached in memory and on disk, keyed by a hash of everything they
+depend on, so that a stale matrix can never be used.
+
+Every run needs the same few large matrices (about 19,000 demand cities x 339 PoPs, and x the cloud regions);
+computing one takes seconds, reading it back milliseconds. The key of a matrix is a SHA-256 over: the source code
+of the latency model (``topology.latency`` and ``topology.geo``), the model's parameters, its all-pairs backbone
+matrix and node coordinates, the query coordinates and the requested site nodes. Change any of them and the key
+changes. Files are ``.npy`` under ``$EDGEPOP_CACHE_DIR`` or the user cache directory
+(``$XDG_CACHE_HOME/edgepop/rtt``, default ``~/.cache/edgepop/rtt``), written atomically; an unreadable file or
+one of the wrong shape is recomputed. ``EDGEPOP_NO_CACHE=1`` turns the disk cache off. Small queries (a single
+user) bypass the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from topology import geo
+
+MIN_CELLS = 200_000  # below this a matrix is cheaper to compute than to hash and look up
+_MEMORY: OrderedDict = OrderedDict()
+_MEMORY_ENTRIES = 8
+_CODE_DIGESTS: dict = {}
+
+
+def cache_dir() -> Path | None:
+    """Where matrices are kept on disk (None when the disk cache is off)."""
+    if os.environ.get("EDGEPOP_NO_CACHE"):
+        return None
+    base = os.environ.get("EDGEPOP_CACHE_DIR")
+    if base:
+        return Path(base) / "rtt"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "edgepop" / "rtt"
+
+
+def _code_digest(model) -> str:
+    """Hash of the source of the model's module, of ``topology.geo`` and of this module."""
+    module = inspect.getmodule(type(model))
+    got = _CODE_DIGESTS.get(module)
+    if got is None:
+        h = hashlib.sha256()
+        for m in (module, geo, inspect.getmodule(_code_digest)):
+            h.update(inspect.getsource(m).encode())
+        got = _CODE_DIGESTS[module] = h.hexdigest()
+    return got
+
+
+def model_digest(model) -> str:
+    """Hash of a latency model: code, parameters, backbone matrix and node coordinates (memoised on the model)."""
+    got = getattr(model, "_digest", None)
+    if got is None:
+        h = hashlib.sha256(_code_digest(model).encode())
+        h.update(repr(model.params).encode())
+        for a in (model.node_ms, model.node_lat, model.node_lon):
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+        got = model._digest = h.hexdigest()
+    return got
+
+
+def matrix_key(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarray) -> str:
+    h = hashlib.sha256(model_digest(model).encode())
+    for a, dtype in ((lat, np.float64), (lon, np.float64), (site_nodes, np.int64)):
+        h.update(np.ascontiguousarray(a, dtype=dtype).tobytes())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def cached_matrix(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarray, compute) -> np.ndarray:
+    """``compute()`` (a float32 matrix of shape (len(lat), len(site_nodes))), or the same matrix from the cache.
+
+    The returned array is read-only: callers that adjust it make a copy (``m + last_mile``)."""
+    shape = (lat.size, site_nodes.size)
+    if shape[0] * shape[1] < MIN_CELLS:
+        return compute()
+    key = matrix_key(model, lat, lon, site_nodes)
+    hit = _MEMORY.get(key)
+    if hit is not None:
+        _MEMORY.move_to_end(key)
+        return hit
+    folder = cache_dir()
+    path = folder / f"{key}.npy" if folder is not None else None
+    m = None
+    if path is not None and path.is_file():
+        try:
+            m = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            m = None
+        if m is not None and (m.shape != shape or m.dtype != np.float32):
+            m = None
+    if m is None:
+        m = np.asarray(compute(), dtype=np.float32)
+        if path is not None:
+            _write(path, m)
+    m.setflags(write=False)
+    _MEMORY[key] = m
+    while len(_MEMORY) > _MEMORY_ENTRIES:
+        _MEMORY.popitem(last=False)
+    return m
+
+
+def _write(path: Path, m: np.ndarray) -> None:
+    """Write atomically; a cache that cannot be written is simply not used."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, m, allow_pickle=False)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except (OSError, UnboundLocalError):
+            pass
+
+
+def clear_memory() -> None:
+    """Forget the in-process copies (tests; the disk cache is untouched)."""
+    _MEMORY.clear()
