@@ -127,3 +127,50 @@ def test_trace_replay_keeps_the_trace(topo):
     f = out.requests.sort_values("request_id")
     np.testing.assert_allclose(np.sort(f.arrival_s.to_numpy()), np.sort(trace.arrival_s.to_numpy()), atol=1e-9)
     assert sorted(f.prompt_tokens) == sorted(trace.prompt_tokens)
+
+
+@pytest.mark.parametrize("table, text, message", [
+    ("edge", 'router = "neerest"', r"s\.toml \[edge\]: field 'router': unknown routing policy 'neerest' \(known: "
+                                   r"adapter-aware, latency-load, nearest-with-capacity, p2c, prefix-aware"),
+    ("edge", 'router = "p2c"\nrouter_options = { kk = 2 }',
+     r"s\.toml \[edge\] router_options: routing policy 'p2c' has no option 'kk' \(options: k\)"),
+    ("edge", 'router = "p2c"\nrouter_options = { k = "2" }', r"option 'k' must be an integer, got '2'"),
+    ("edge", 'router = "session-affinity"\nrouter_options = { fallback = "p2c", k = 1.5 }',
+     r"session-affinity -> fallback 'p2c'.*option 'k' must be an integer"),
+    ("central", 'placement = "central"\nplacement_options = { scael = 2.0 }',
+     r"s\.toml \[central\] placement_options: placement policy 'central' has no option 'scael' \(options: "
+     r"baseline, scale\)"),
+    ("edge", 'autoscaler = "reactiv"', r"field 'autoscaler': unknown autoscaling policy 'reactiv' \(known: none, "
+                                       r"reactive, scheduled\)"),
+    ("techniques", 'batch_policy = "nite"', r"field 'batch_policy': unknown batch policy 'nite' \(known: night, none\)"),
+])
+def test_policy_typos_fail_at_parse_time_naming_file_table_field_and_valid_names(tmp_path, monkeypatch, table, text,
+                                                                                  message):
+    """A typo in a policy name or option is caught when the scenario is read, before any workload exists."""
+    import sim.workload
+
+    from edgepop.errors import UserError
+    from sim.scenario import load_scenario
+
+    def no_workload(*a, **k):
+        raise AssertionError("a workload was generated for a scenario with a typo")
+
+    monkeypatch.setattr(sim.workload, "generate", no_workload)
+    path = tmp_path / "s.toml"
+    path.write_text(f'[workload]\nrequests = 10\nrps = 1.0\n[{table}]\n{text}\n')
+    with pytest.raises(UserError, match=message) as info:
+        load_scenario(path)
+    assert "\n" not in str(info.value)
+
+
+def test_perf_and_fault_policy_are_checked_at_parse_time(tmp_path):
+    from edgepop.errors import UserError
+    from sim.scenario import load_scenario
+
+    path = tmp_path / "s.toml"
+    path.write_text('perf = "roofline"\nfault_policy = "retyr"\n[workload]\nrequests = 10\nrps = 1.0\n')
+    with pytest.raises(UserError, match=r"field 'fault_policy': unknown fault policy 'retyr' \(known: fail, retry\)"):
+        load_scenario(path)
+    path.write_text('perf = "rooflin"\n[workload]\nrequests = 10\nrps = 1.0\n')
+    with pytest.raises(UserError, match=r"'rooflin' is neither a service-time model \(profile, roofline\) nor"):
+        load_scenario(path)
