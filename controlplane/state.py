@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from controlplane.catalog import Catalog, ModelSpec
+from controlplane.ordering import first_k_stable
 from edgepop.errors import UserError
 
 READY, LOADING, COLD = "ready", "loading", "cold"
@@ -300,8 +301,9 @@ class ClusterState:
         # replicas in id order, which is exactly the (RTT, site, replica) order of all its replicas.
         sites, members = self._site_groups(model)
         rt = self.rtt[ingress, sites]
+        n = len(sites) if full or self.max_candidates is None else self.max_candidates
         if len(sites) > 24:
-            order = np.lexsort((sites, rt)).tolist()  # ties: the lower site index first
+            order = first_k_stable(rt[None, :], min(n, len(sites)))[0].tolist()  # ties: the lower site first
         else:
             rl = rt.tolist()
             order = sorted(range(len(rl)), key=lambda i: (rl[i], i))
@@ -317,13 +319,15 @@ class ClusterState:
             groups = self._groups[model] = (sites, [by_site[s] for s in sites.tolist()])
         return groups
 
-    def _take(self, model: str, members, order, rl: list[float], full: bool) -> tuple[list[Replica], list[float]]:
-        """The replicas of the sites in ``order``, site by site, up to the candidate count."""
+    def _take(self, model: str, members, order, rl: list[float], full: bool,
+              site_of=None) -> tuple[list[Replica], list[float]]:
+        """The replicas of the sites in ``order``, site by site, up to the candidate count (``rl[i]``: the RTT of
+        the i-th site of ``order``'s indexing; ``site_of[i]``: its group when the two indexings differ)."""
         n = len(self.by_model.get(model, ())) if full or self.max_candidates is None else self.max_candidates
         cands: list[Replica] = []
         rtts: list[float] = []
         for i in order:
-            group = members[i]
+            group = members[i if site_of is None else site_of[i]]
             cands += group
             rtts += [rl[i]] * len(group)
             if len(cands) >= n:
@@ -339,11 +343,14 @@ class ClusterState:
             if not len(sites):
                 continue
             rt = self.rtt[np.ix_(rows, sites)]
-            order = np.lexsort((np.broadcast_to(np.arange(len(sites)), rt.shape), rt), axis=1)
-            for ingress, o, r in zip(rows.tolist(), order.tolist(), rt.tolist(), strict=True):
+            # every site holds a replica: the first max_candidates sites always hold enough of them
+            k = len(sites) if self.max_candidates is None else min(len(sites), self.max_candidates)
+            order = first_k_stable(rt, k)
+            rts = np.take_along_axis(rt, order, axis=1)
+            for ingress, o, r in zip(rows.tolist(), order.tolist(), rts.tolist(), strict=True):
                 key = (ingress, m, False)
                 if key not in self._cand:
-                    self._cand[key] = self._take(m, members, o, r, False)
+                    self._cand[key] = self._take(m, members, range(len(o)), r, False, o)
 
     def memory_report(self) -> pd.DataFrame:
         """Per node: used and total GPU memory (GB) of resident replicas."""

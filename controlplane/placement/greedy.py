@@ -62,7 +62,7 @@ class _Routing:
         return max(0.0, min(by_replicas, by_time))
 
     def offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
-        """Demand that would gain by moving to ``node``: (gain ms per rps, pair, from node or -1, rps), best first.
+        """Demand that would gain by moving to ``node``: (-gain ms per rps, pair, from node or -1, rps), best first.
 
         The same for every node of a site, and unchanged until the next move: cached per (site, model)."""
         key = (self.node_site[node], m)
@@ -74,27 +74,28 @@ class _Routing:
         return out
 
     def _compute_offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
+        # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source.
         out = []
         penalty, unserved, served, worst = self.penalty, self.unserved, self.served, self.worst
         for p, r in self.takers.get((self.node_site[node], m), ()):
             if worst[p] - r <= _EPS:
                 continue  # all of p's demand is already at least this close
             if unserved[p] > _EPS:
-                out.append((penalty - r, p, -1, unserved[p]))
+                out.append((r - penalty, p, -1, unserved[p]))
             for other, (amount, rtt) in served[p].items():
                 if rtt - r > _EPS:
-                    out.append((rtt - r, p, other, amount))
-        out.sort(key=lambda o: (-o[0], o[1], o[2]))
+                    out.append((r - rtt, p, other, amount))
+        out.sort()
         return out
 
     def gain(self, node: int, m: int, capacity: float) -> float:
         """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
         total = 0.0
-        for gain, _, _, amount in self.offers(node, m):
+        for neg_gain, _, _, amount in self.offers(node, m):
             if capacity <= _EPS:
                 break
             take = min(amount, capacity)
-            total += gain * take
+            total -= neg_gain * take
             capacity -= take
         return total
 

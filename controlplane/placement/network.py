@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from controlplane.fleet import Fleet
+from controlplane.ordering import first_k_stable
 from controlplane.perf import capacity_rps
 
 
@@ -74,8 +75,7 @@ class Network:
                 continue
             sub = self.rtt[np.ix_(self.pair_ingress[pairs], allowed)]
             kk = min(k, len(allowed))
-            # Stable full sort on a (rtt, site) order so ties always resolve to the lower site index.
-            order = np.argsort(sub, axis=1, kind="stable")[:, :kk]
+            order = first_k_stable(sub, kk)  # (rtt, site) order: ties resolve to the lower site index
             site[pairs, :kk] = allowed[order]
             rtt[pairs, :kk] = np.take_along_axis(sub, order, axis=1)
         return site, rtt
@@ -91,3 +91,4 @@ class Network:
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
         return rank[group], first[order]
+

@@ -55,7 +55,15 @@ class Placement:
             "gpu_index": [p[2] for p in placed],
             "memory_gb": self.net.replica_bytes[model] / 1e9,
         }, columns=TABLE_COLUMNS)
-        self.evaluation: Evaluation = evaluate(self.net, self.counts)
+        self._evaluation: Evaluation | None = None
+
+    @property
+    def evaluation(self) -> Evaluation:
+        """The shared evaluator's verdict (an LP over the whole demand: computed when first asked for, since a
+        simulation that only needs the table never pays for it)."""
+        if self._evaluation is None:
+            self._evaluation = evaluate(self.net, self.counts)
+        return self._evaluation
 
     # ------------------------------------------------------------------ scores
     @property

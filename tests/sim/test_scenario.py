@@ -148,7 +148,6 @@ def test_policy_typos_fail_at_parse_time_naming_file_table_field_and_valid_names
                                                                                   message):
     """A typo in a policy name or option is caught when the scenario is read, before any workload exists."""
     import sim.workload
-
     from edgepop.errors import UserError
     from sim.scenario import load_scenario
 
