@@ -1,5 +1,5 @@
 """Prefix caching and LoRA adapters on a small edge scenario: token hit ratio with and without prefix-aware
-routing, adapter loads with and without adapter-aware routing (the figures in docs/readme/techniques_sim_cache.md).
+routing, adapter loads with and without adapter-aware routing (the figures in docs/techniques.md).
 
     python benchmarks/sim_cache_techniques.py [--requests N] [--rps R]
 

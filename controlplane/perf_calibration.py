@@ -152,7 +152,7 @@ def engine_unknowns(points: list[Point]) -> list[tuple[str, str]]:
 
     Attention efficiency is not fitted per engine: it is fixed at the fused-attention literature value. (Fitting it
     on BLOOM-176B, whose ALiBi attention ran without fused kernels in 2023 stacks, gave 0.04, which does not carry
-    over to the same stack's Llama-2-70B; see docs/readme/perf.md.)
+    over to the same stack's Llama-2-70B; see docs/perf-model.md.)
     """
     out = []
     for engine in sorted({p.engine for p in points}):

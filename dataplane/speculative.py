@@ -9,7 +9,7 @@ every emitted token is the target's argmax given the tokens before it, the outpu
 decoding of the target (up to floating-point summation order of a multi-position call).
 
 Batch size 1, greedy only: this is the latency technique of a single stream (see
-docs/readme/techniques_live_prefix.md for measured speed-ups and acceptance rates).
+docs/techniques.md for measured speed-ups and acceptance rates).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve", help="run the live gateway: Workers AI / OpenAI HTTP API over real ONNX inference",
         description="Serve an emulated edge deployment: a few PoPs with data-plane engines, the control plane "
         "routing each request, and the topology's RTT injected per client location.")
-    p.add_argument("--config", help="gateway TOML file (see docs/readme/gateway.md)")
+    p.add_argument("--config", help="gateway TOML file (see docs/gateway.md)")
     p.add_argument("--scenario", help="scenario name or file: its seed, last mile and [edge] deployment (placement, "
                    "router and options, autoscaler, queue limits, pops) are served")
     p.add_argument("--host", default="127.0.0.1")
