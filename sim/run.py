@@ -138,12 +138,13 @@ class DeploymentRun:
     stats: dict
 
 
-def simulate_deployment(setup: Setup, name: str, progress=None) -> DeploymentRun:
-    """Build deployment ``name``, run the workload through it, and summarise it (its summary.json block)."""
+def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment | None = None) -> DeploymentRun:
+    """Build deployment ``name`` (or take ``dep``, built by :func:`scenario_deployment`), run the workload through
+    it, and summarise it (its summary.json block)."""
     sc, frame = setup.scenario, setup.frame
     cfg = sc.edge if name == "edge" else sc.central
     t0 = time.perf_counter()
-    dep = scenario_deployment(setup, name)
+    dep = dep or scenario_deployment(setup, name)
     handler = FaultHandler(setup.topo, dep, sc.faults) if sc.faults else None
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
