@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgepop.errors import UserError
 from edgepop.registry import Registry
 
 PERF_MODELS = Registry("service-time model", skip=1)  # (topo) is not an option
@@ -39,12 +40,13 @@ def split_spec(spec: str) -> tuple[str, dict]:
 
 def check_perf(spec, where: str) -> None:
     """Parse-time check of a scenario's ``perf`` value (a model name, or a profile file that exists)."""
-    from edgepop.errors import UserError
-
     if not isinstance(spec, str) or not spec:
         raise UserError(f"{where}: field 'perf' must be a model name ({', '.join(PERF_MODELS.names())}) or a "
                         f"profile table path, got {spec!r}")
     name, options = split_spec(spec)
+    if spec == "profile":
+        raise UserError(f"{where}: field 'perf': a measured profile is given by its table's path "
+                        "(perf = \"profile.csv\", written by `edgepop profile`), not by the name 'profile'")
     if name == "profile" and not Path(options["path"]).is_file():
         raise UserError(f"{where}: field 'perf': {spec!r} is neither a service-time model "
                         f"({', '.join(PERF_MODELS.names())}) nor an existing profile table")

@@ -29,7 +29,7 @@ def register(sub) -> None:
     s = sub.add_parser("sweep", help="run scenario variants in parallel and gather one Parquet",
                        description="Run a grid of scenario variants (a TOML grid file) on a local process pool "
                                    "or a Ray cluster; write DIR/sweep.parquet and DIR/sweep_summary.parquet.")
-    s.add_argument("--grid", required=True, help="grid TOML file, or an embedded grid name (policies)")
+    s.add_argument("--grid", required=True, help="grid TOML file, or an embedded grid name (policies, ablation)")
     s.add_argument("--engine", choices=["local", "ray"], default="local")
     s.add_argument("--workers", type=int, default=None, help="parallel workers (default: CPU count)")
     s.add_argument("--out", default="edgepop-sweep", help="output directory")

@@ -166,9 +166,15 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
         return sc
 
     base_sc = scenario({}, f"base {base_path.name}")
-    for key, values in axes.items():  # each value alone first, so an error names the axis value at fault
+    # Each value alone first, so that an error can name the axis value at fault; a value that is only valid
+    # together with another axis (router options of a router another axis sets) is judged in its variants.
+    alone: dict[tuple, UserError] = {}
+    for key, values in axes.items():
         for value in values:
-            scenario({key: value}, f"axis {key!r} value {value!r}")
+            try:
+                scenario({key: value}, f"axis {key!r} value {value!r}")
+            except UserError as exc:
+                alone[(key, json.dumps(value, sort_keys=True, default=str))] = exc
     for name, over in named.items():
         scenario(over, f"variant {name!r}")
     seeds = _seeds(doc.get("seeds"), source, base_sc.seed)
@@ -177,7 +183,12 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
         for point in itertools.product(*axes.values()):
             values = dict(zip(axes, point, strict=True))
             what = ", ".join(([name] if name else []) + [f"{k}={v!r}" for k, v in values.items()])
-            sc = scenario({**over, **values}, f"variant {what}") if values or over else base_sc
+            try:
+                sc = scenario({**over, **values}, f"variant {what}") if values or over else base_sc
+            except UserError as exc:
+                blamed = [alone[(k, json.dumps(v, sort_keys=True, default=str))] for k, v in values.items()
+                          if (k, json.dumps(v, sort_keys=True, default=str)) in alone]
+                raise (blamed[0] if blamed else exc) from None
             for seed in seeds:
                 variants.append(Variant(len(variants), values, seed, sc, name))
     return Grid(source=source, base=str(doc["base"]), axes=axes, seeds=seeds, requests=requests,

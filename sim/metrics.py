@@ -66,11 +66,12 @@ def per_group(frame: pd.DataFrame, col: str, slo) -> dict:
     met = slo_met(frame, slo)
     for key, g in frame.groupby(col, sort=True):
         ok = g.outcome == "ok"
+        fast = ok & ~g.batch if "batch" in g else ok  # latencies: interactive requests only
         gen = g.task == "text-generation"
-        ttft = g.ttft_ms[ok & gen]
+        ttft = g.ttft_ms[fast & gen]
         out[str(key)] = {"requests": int(len(g)), "ok": int(ok.sum()),
                          "ttft_p50_ms": _r(ttft.median()), "ttft_p95_ms": _r(ttft.quantile(0.95)),
-                         "network_rtt_p50_ms": _r(g.network_rtt_ms[ok].median()),
+                         "network_rtt_p50_ms": _r(g.network_rtt_ms[fast].median()),
                          "slo_attainment": round(float(met[g.index.to_numpy() - frame.index[0]].mean()), 4)}
     return out
 

@@ -164,11 +164,16 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
         done = req.arrival_s.to_numpy(dtype=float) + req.e2e_ms.to_numpy(dtype=float) / 1e3
         block["batch_completion_s"] = percentiles((done - frame.arrival_s.to_numpy(dtype=float))[batch])
     block["placement"] = {"policy": cfg.placement, "replicas": int(len(dep.table)),
-                          "gpus_placed": int(sum(len(g) for g in dep.table.gpu_index)), "build_s": round(build_s, 2)}
+                          "gpus_placed": placed_gpus(dep.table), "build_s": round(build_s, 2)}
     if techniques_block is not None:
         block["techniques"] = techniques_block
     stats = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1)}
     return DeploymentRun(name, dep, req, res.utilisation, block, stats)
+
+
+def placed_gpus(table: pd.DataFrame) -> int:
+    """Distinct GPUs holding at least one replica (replicas may share a GPU)."""
+    return len({(n, g) for n, gpus in zip(table.node.tolist(), table.gpu_index.tolist(), strict=True) for g in gpus})
 
 
 def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,

@@ -2,9 +2,12 @@
 
 Interactive traffic follows the sun, so a site where the local solar time is between 22:00 and 06:00 has idle GPUs.
 Under the ``night`` policy every workload row with ``batch = True`` enters at a site that hosts its model and is
-at night at the request's arrival (solar time from the site's longitude, ``utc + lon / 15``); among several such
-sites the one with the fewest batch requests so far per replica of the model is used (spreading the load). When no hosting
-site is at night the request is *held* until the first one enters its night window. Interactive rows never move.
+either at night at the request's arrival (solar time from the site's longitude, ``utc + lon / 15``) or, on the
+day side, lightly loaded (its load per replica in the previous window under ``low_util`` times the hosts' mean).
+Among those candidates the least loaded per replica wins (recent interactive arrivals plus the batch rows already
+sent there; the nearest to the user on ties). When the chosen site is on the day side only because no hosting
+site is at night, and it is not lightly loaded, the request is *held* until the first night window opens.
+Interactive rows never move.
 
 The request's network path is charged honestly: its access RTT grows by the backbone RTT from its own PoP to the
 chosen site. Completion latency of a batch request is measured from its original arrival (hold included).

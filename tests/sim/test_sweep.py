@@ -43,6 +43,14 @@ def test_variants_are_the_ordered_product_with_seeds_innermost():
     assert g.axis_column("workload.rps") == [20.0, 60.0]  # one type per column: ints widened with floats
 
 
+def test_an_option_axis_is_judged_with_the_axis_that_makes_it_valid():
+    g = parse_grid({"base": "small", "axes": {"edge.router": ["p2c"], "edge.router_options.k": [2, 3]}}, "g.toml")
+    assert [v.scenario.edge.router_options for v in g.variants] == [{"k": 2}, {"k": 3}]
+    with pytest.raises(UserError, match=r"axis 'edge.router_options.k' value 2: .*no option 'k'"):
+        parse_grid({"base": "small", "axes": {"edge.router": ["p2c", "nearest-with-capacity"],
+                                              "edge.router_options.k": [2]}}, "g.toml")
+
+
 def test_defaults_table_keys_and_embedded_grid(tmp_path):
     g = parse_grid({"base": "small"}, "g.toml")
     assert len(g.variants) == 1 and g.seeds == (7,) and g.deployments == ("edge", "central")
