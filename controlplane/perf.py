@@ -334,6 +334,23 @@ class Roofline:
         cost = perf_arch.decode_pass(spec, sch, int(batch), float(context))
         return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=False)
 
+    def mixed_breakdown(self, spec: ModelSpec, gpu: str, prompts: list[int], batch: int, context: float,
+                        tp: int | None = None, weight_only: bool = False) -> StepTime:
+        """One continuous-batching iteration: prefill ``prompts`` while ``batch`` sequences of ``context``
+        tokens decode one token each (the prefill's fixed overhead applies when there are prompts)."""
+        if any(int(t) < 1 for t in prompts) or batch < 0 or context < 0:
+            raise UserError(f"mixed step needs positive prompts, batch >= 0 and context >= 0, got {prompts}, "
+                            f"{batch}, {context}")
+        tp = self.check_tp(spec, tp)
+        sch = self.scheme(spec, gpu, weight_only)
+        cost = perf_arch.mixed_pass(spec, sch, [int(t) for t in prompts], int(batch), float(context))
+        return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=bool(prompts))
+
+    def mixed_step_ms(self, spec: ModelSpec, gpu: str, prompts: list[int], batch: int, context: float,
+                      tp: int | None = None, weight_only: bool = False) -> float:
+        """Milliseconds of one mixed prefill + decode iteration (see :meth:`mixed_breakdown`)."""
+        return self.mixed_breakdown(spec, gpu, prompts, batch, context, tp, weight_only).total_ms
+
     def prefill_ms(self, spec: ModelSpec, gpu: str, tokens: int, tp: int | None = None,
                    weight_only: bool = False) -> float:
         """Time to first token of one request with ``tokens`` prompt tokens (units for image/audio models)."""

