@@ -92,3 +92,23 @@ def test_last_mile_modes():
     assert country[4] == continent[4]  # unknown country: its continent's figure
     with pytest.raises(UserError, match="last mile mode"):
         LastMile("per-city")
+
+
+def test_scenario_fields_select_last_mile_and_jitter_and_summary_says_which(topo):
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario, parse_scenario, with_overrides
+
+    sc = load_scenario("small")
+    base = run_scenario(sc, requests=300, topo=topo)
+    assert base.summary["network"] == {"last_mile": "fixed 10 ms for every user", "jitter": "off"}
+    jit = run_scenario(with_overrides(sc, jitter=True), requests=300, topo=topo)
+    assert jit.summary["network"]["jitter"].startswith("on: ")
+    a, b = base.requests, jit.requests
+    assert np.array_equal(a.arrival_s.to_numpy(), b.arrival_s.to_numpy())  # the same arrivals, other RTTs
+    ok = a.network_rtt_ms.notna() & b.network_rtt_ms.notna()
+    ratio = (b.network_rtt_ms[ok] / a.network_rtt_ms[ok]).to_numpy()
+    assert ratio.min() >= 1.0 - fit().excess - 1e-9 and not np.allclose(ratio, 1.0)
+    country = run_scenario(with_overrides(sc, last_mile="country"), requests=300)
+    assert country.summary["network"]["last_mile"].startswith("M-Lab NDT")
+    with pytest.raises(UserError, match="field 'last_mile' must be one of fixed, country, continent"):
+        parse_scenario({"last_mile": "city", "workload": {"requests": 10}}, "x.toml")
