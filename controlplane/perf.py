@@ -9,18 +9,25 @@ interpolating a table measured by ``edgepop profile``.
 
 Per pass the roofline charges, on each of the ``tp`` GPUs of a replica:
 
-* compute: matrix FLOPs at the precision's tensor peak times a GEMM efficiency that depends on the GPU
-  generation and falls for small token counts (``eff * n / (n + n_half)``), plus attention FLOPs at the 16-bit peak;
-* memory: the streamed weights (all of them, every pass) and the KV cache read/written, at a fraction of HBM
-  bandwidth (lower again for weight-only formats, which dequantise in the kernel);
+* compute: matrix FLOPs at the precision's tensor peak times a GEMM efficiency fitted per GPU type (a type never
+  measured takes its architecture's value), lower for 8-bit GEMMs, falling for small token counts
+  (``eff * n / (n + n_half)``), plus attention FLOPs at the 16-bit peak;
+* memory: the streamed weights (all of them, every pass) and the KV cache read/written, at a fraction of the
+  memory bandwidth fitted per GPU type (a type never measured takes its memory technology's value: HBM or
+  GDDR; lower again for weight-only formats, which dequantise in the kernel);
 * the two of them combined as a smooth maximum (real kernels do not overlap perfectly near the knee);
-* interconnect: two all-reduces of the new tokens' activations per layer (ring: 2(tp-1)/tp of the data each way,
-  plus a per-call latency);
+* element-wise kernels between the GEMMs (norms, residual adds, rotary embedding, MLP activation), memory-bound
+  and serial with them; norms and adds run in full on every GPU of a tensor-parallel group;
+* a floor per layer: a dozen kernels each take a few microseconds however little work they get, which is what
+  a small batch split over many GPUs runs into;
+* interconnect: two all-reduces of the new tokens' activations per layer, each a per-call latency plus the ring's
+  2(tp-1)/tp of the data over the link, both by interconnect (NVLink or PCIe);
 * a fixed overhead per prefill and per decode step (scheduling, sampling, kernel launches).
 
-Hardware constants are shared; the overheads and the attention-kernel efficiency belong to an
-:class:`EngineProfile` (``default``: a modern optimised engine), because they are properties of the serving
-software, not of the GPU.
+The per-layer all-reduce latency and the step overhead are why decode does not speed up like 1/tp: a 70B model
+at tp 8 still pays 160 all-reduces and the step floor. Hardware constants are shared; the overheads and the
+attention-kernel efficiency belong to an :class:`EngineProfile` (``default``: a modern optimised engine), because
+they are properties of the serving software, not of the GPU.
 """
 
 from __future__ import annotations
@@ -39,9 +46,13 @@ from edgepop.errors import UserError
 
 PARAMS_FILE = Path(__file__).parent / "data" / "perf_params.json"
 # GPU generation of the shipped GPU types; FP8 tensor cores exist on Hopper and Ada only.
-ARCHS = {"H100": "hopper", "H200": "hopper", "A100-80GB": "ampere", "A100": "ampere", "L40S": "ada",
-         "L4": "ada", "T4": "turing"}
+ARCHS = {"H100": "hopper", "H200": "hopper", "A100-80GB": "ampere", "A100": "ampere", "A40": "ampere",
+         "L40S": "ada", "L4": "ada", "T4": "turing"}
 FP8_ARCHS = frozenset({"hopper", "ada"})
+# Graphics-memory (GDDR) boards top out near 1 TB/s; every HBM board in the table is above 1.5 TB/s.
+HBM_MIN_BW_GBPS = 1500.0
+# A GPU-to-GPU link this fast (GB/s, both directions) is NVLink; PCIe Gen4/5 x16 is 64/128.
+NVLINK_MIN_GBPS = 200.0
 
 
 class PerfModel(Protocol):
@@ -66,6 +77,8 @@ class GPU:
     link_bw: float
     arch: str
     has_fp8: bool
+    memory_kind: str = "hbm"  # "hbm" or "gddr"
+    link_kind: str = "nvlink"  # "nvlink" or "pcie"
 
     def peak(self, which: str) -> float:
         return {"flops8": self.flops8, "flops16": self.flops16, "flops32": self.flops16 / 2}[which]
@@ -91,7 +104,9 @@ def gpu_table(gpus: pd.DataFrame) -> dict[str, GPU]:
         notes = str(getattr(r, "notes", "") or "")
         arch = _arch(r.gpu, notes)
         out[r.gpu] = GPU(r.gpu, r.memory_gb * 1e9, r.mem_bw_gbps * 1e9, r.bf16_tflops * 1e12,
-                         r.fp8_int8_tflops * 1e12, r.interconnect_gbps * 1e9 / 2, arch, arch in FP8_ARCHS)
+                         r.fp8_int8_tflops * 1e12, r.interconnect_gbps * 1e9 / 2, arch, arch in FP8_ARCHS,
+                         "hbm" if r.mem_bw_gbps >= HBM_MIN_BW_GBPS else "gddr",
+                         "nvlink" if r.interconnect_gbps >= NVLINK_MIN_GBPS else "pcie")
     return out
 
 
@@ -100,12 +115,15 @@ class EngineProfile:
     """What the serving software adds on top of the hardware: fixed costs per pass and attention kernel quality.
 
     ``attn_efficiency`` is the fraction of the 16-bit peak the prefill attention kernel reaches (FlashAttention-2/3
-    reach 50-75%; stacks without fused attention much less).
+    reach 50-75%; stacks without fused attention much less). ``elementwise_factor`` is the share of the
+    unfused element-wise traffic (norms, adds, rotary, activation as separate kernels = 1.0) an engine still
+    moves after fusing them into its GEMMs and into each other.
     """
 
     prefill_overhead_ms: float = 3.0
     step_overhead_ms: float = 2.0
     attn_efficiency: float = 0.5
+    elementwise_factor: float = 1.0
     description: str = ""
 
 
@@ -120,11 +138,14 @@ class RooflineParams:
     gemm_efficiency: dict = field(default_factory=lambda: {"ampere": 0.6, "hopper": 0.45, "ada": 0.5,
                                                            "turing": 0.6})
     gemm_half_tokens: float = 64.0
-    bw_efficiency: float = 0.8
+    fp8_gemm_factor: float = 1.0
+    bw_efficiency: dict = field(default_factory=lambda: {"hbm": 0.8, "gddr": 0.8})
     weight_only_bw_efficiency: float = 0.8
+    elementwise_efficiency: float = 0.4
+    layer_floor_us: float = 0.0
     overlap_exponent: float = 4.0
-    allreduce_latency_us: float = 15.0
-    link_efficiency: float = 0.7
+    allreduce_latency_us: dict = field(default_factory=lambda: {"nvlink": 15.0, "pcie": 15.0})
+    link_efficiency: dict = field(default_factory=lambda: {"nvlink": 0.7, "pcie": 0.7})
     engines: dict = field(default_factory=lambda: {"default": EngineProfile(description="built-in default")})
 
     @classmethod
@@ -142,6 +163,32 @@ class RooflineParams:
         if "default" not in engines:
             raise UserError(f"{path}: engines has no 'default' profile")
         return cls(**values, engines=engines)
+
+    def by(self, name: str, key: str) -> float:
+        """Constant ``name`` for ``key`` (an architecture, memory or link kind); a plain number applies to all."""
+        value = getattr(self, name)
+        return float(value[key]) if isinstance(value, dict) else float(value)
+
+    def compute_efficiency(self, g: GPU) -> float:
+        """GEMM efficiency of GPU type ``g``: its own fitted value, else its architecture's (the median of the
+        fitted boards of that architecture, or of all boards when none was measured)."""
+        table = self.gemm_efficiency
+        return float(table.get(g.name, table.get(g.arch, table.get("ampere", 0.6))))
+
+    def memory_efficiency(self, g: GPU) -> float:
+        """Fraction of the memory bandwidth weight streaming reaches on ``g``: its own fitted value, else its
+        memory technology's (HBM or GDDR)."""
+        table = self.bw_efficiency
+        if not isinstance(table, dict):
+            return float(table)
+        return float(table.get(g.name, table.get(g.memory_kind, 0.8)))
+
+    def link_efficiency_of(self, g: GPU) -> float:
+        """Fraction of the link bandwidth a ring all-reduce reaches on ``g``'s boxes (else its link kind's)."""
+        table = self.link_efficiency
+        if not isinstance(table, dict):
+            return float(table)
+        return float(table.get(g.name, table.get(g.link_kind, 0.7)))
 
     def engine(self, name: str) -> EngineProfile:
         try:
@@ -235,25 +282,35 @@ class Roofline:
               prefill: bool, profile: EngineProfile | None = None) -> StepTime:
         p, prof = self.params, profile or self.profile
         overhead_ms = prof.prefill_overhead_ms if prefill else prof.step_overhead_ms
-        peak = tp * g.peak(sch.gemm_peak) * p.gemm_efficiency.get(g.arch, p.gemm_efficiency["ampere"])
+        peak = tp * g.peak(sch.gemm_peak) * p.compute_efficiency(g)
+        if sch.gemm_peak == "flops8":
+            peak *= p.fp8_gemm_factor
 
         def ramp(rows: float) -> float:  # few GEMM rows leave tensor-core tiles partly empty
             return rows / (rows + p.gemm_half_tokens) if math.isfinite(rows) else 1.0
 
         compute = cost.gemm_flops / (peak * ramp(cost.gemm_rows)) + cost.head_flops / (peak * ramp(cost.seqs))
         compute += cost.attn_flops / (tp * g.flops16 * prof.attn_efficiency)
-        bw = g.mem_bw * p.bw_efficiency
+        bw = g.mem_bw * p.memory_efficiency(g)
         weight_bw = bw * (p.weight_only_bw_efficiency if sch.weight_only else 1.0)
         kv = cost.kv_bytes * self._kv_replication(spec, tp)
         memory = cost.weight_bytes / (tp * weight_bw) + kv / (tp * bw)
         k = p.overlap_exponent
         busy = (compute ** k + memory ** k) ** (1.0 / k)
-        comm = 0.0
-        if tp > 1:
-            ring = 2.0 * (tp - 1) / tp * cost.allreduce_bytes / (g.link_bw * p.link_efficiency)
-            comm = cost.allreduces * (p.allreduce_latency_us * 1e-6 + ring)
+        elementwise = (cost.replicated_bytes + cost.sharded_bytes / tp) * prof.elementwise_factor
+        busy += elementwise / (g.mem_bw * p.elementwise_efficiency) + cost.layers * p.layer_floor_us * 1e-6
+        comm = cost.allreduces * self.allreduce_s(g, tp, cost.allreduce_bytes)
         ms = 1e3
         return StepTime(compute * ms, memory * ms, comm * ms, overhead_ms, (busy + comm) * ms + overhead_ms)
+
+    def allreduce_s(self, g: GPU, tp: int, nbytes: float) -> float:
+        """Seconds of one ring all-reduce of ``nbytes`` over ``tp`` GPUs: a per-call latency plus each GPU
+        sending and receiving 2(tp-1)/tp of the data over its link (0 for a single GPU)."""
+        if tp <= 1:
+            return 0.0
+        p = self.params
+        ring = 2.0 * (tp - 1) / tp * nbytes / (g.link_bw * p.link_efficiency_of(g))
+        return p.by("allreduce_latency_us", g.link_kind) * 1e-6 + ring
 
     def prefill_breakdown(self, spec: ModelSpec, gpu: str, prompts: list[int], tp: int | None = None,
                           weight_only: bool = False) -> StepTime:
@@ -276,6 +333,23 @@ class Roofline:
         sch = self.scheme(spec, gpu, weight_only)
         cost = perf_arch.decode_pass(spec, sch, int(batch), float(context))
         return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=False)
+
+    def mixed_breakdown(self, spec: ModelSpec, gpu: str, prompts: list[int], batch: int, context: float,
+                        tp: int | None = None, weight_only: bool = False) -> StepTime:
+        """One continuous-batching iteration: prefill ``prompts`` while ``batch`` sequences of ``context``
+        tokens decode one token each (the prefill's fixed overhead applies when there are prompts)."""
+        if any(int(t) < 1 for t in prompts) or batch < 0 or context < 0:
+            raise UserError(f"mixed step needs positive prompts, batch >= 0 and context >= 0, got {prompts}, "
+                            f"{batch}, {context}")
+        tp = self.check_tp(spec, tp)
+        sch = self.scheme(spec, gpu, weight_only)
+        cost = perf_arch.mixed_pass(spec, sch, [int(t) for t in prompts], int(batch), float(context))
+        return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=bool(prompts))
+
+    def mixed_step_ms(self, spec: ModelSpec, gpu: str, prompts: list[int], batch: int, context: float,
+                      tp: int | None = None, weight_only: bool = False) -> float:
+        """Milliseconds of one mixed prefill + decode iteration (see :meth:`mixed_breakdown`)."""
+        return self.mixed_breakdown(spec, gpu, prompts, batch, context, tp, weight_only).total_ms
 
     def prefill_ms(self, spec: ModelSpec, gpu: str, tokens: int, tp: int | None = None,
                    weight_only: bool = False) -> float:

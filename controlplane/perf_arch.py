@@ -1,7 +1,8 @@
 """Arithmetic of one transformer forward pass: FLOPs and bytes moved, from a catalog entry's architecture.
 
 Everything here is exact counting, no efficiency factors: :mod:`controlplane.perf` turns these counts into time.
-Counts are for the whole replica; the roofline divides them over the tensor-parallel GPUs.
+Counts are for the whole replica; the roofline divides them over the tensor-parallel GPUs, except the
+``replicated_bytes`` of layer norms and residual adds, which every GPU of a Megatron-style split does in full.
 
 Conventions: a multiply-add is 2 FLOPs; "body" parameters are the matrices every token multiplies through (all
 layers); the input embedding is a gather (no FLOPs, no streaming) and the LM head multiplies only the tokens that
@@ -19,6 +20,7 @@ from edgepop.errors import UserError
 # Families whose MLP is a plain up/down projection (2 matrices); all others use a gated MLP (SwiGLU, 3 matrices).
 PLAIN_MLP_FAMILIES = frozenset({"gpt2", "gptj", "falcon", "bloom", "opt", "bert"})
 WEIGHT_ONLY_SUFFIX = "-wo"
+ACTIVATION_BYTES = 2.0  # activations stay 16-bit whatever the weight format
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,25 @@ class PassCost:
     allreduce_bytes: float  # per all-reduce call (activations of the new tokens, 16-bit)
     allreduces: int  # calls per pass under tensor parallelism
     gemm_rows: float  # rows of the GEMMs' token dimension: few rows leave tensor cores idle
+    replicated_bytes: float = 0.0  # element-wise traffic every GPU does in full (norms, residual adds)
+    sharded_bytes: float = 0.0  # element-wise traffic split over the GPUs (rotary embedding, MLP activation)
+    layers: int = 0  # transformer layers the pass runs through (each pays the per-layer kernel floor)
+
+
+def elementwise_bytes(spec: ModelSpec, tokens: float) -> tuple[float, float]:
+    """HBM traffic of the element-wise kernels between the GEMMs for ``tokens`` tokens, (replicated, sharded).
+
+    Per layer and token: two norms (read + write the hidden vector) and two residual adds (two reads, one write)
+    on every GPU; rotary embedding of queries and keys (read + write) and the MLP activation (gated: read gate
+    and up, write one; plain: read + write) split over the GPUs.
+    """
+    if not (spec.heads and spec.head_dim and spec.intermediate):
+        return 0.0, 0.0
+    per_layer_rep = (2 * 2 + 2 * 3) * spec.hidden
+    rope = 2 * (spec.heads + (spec.kv_heads or spec.heads)) * spec.head_dim
+    act = (3 if gated_mlp(spec) else 2) * spec.intermediate
+    scale = tokens * spec.layers * ACTIVATION_BYTES
+    return per_layer_rep * scale, (rope + act) * scale
 
 
 def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int]) -> PassCost:
@@ -140,7 +161,32 @@ def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int]) -> PassCost:
     attn = sum(2.0 * spec.layers * spec.heads * spec.head_dim * float(t) ** 2 for t in prompts)
     kv_write = n * kv_bytes_per_token(spec)
     return PassCost(n, seqs, gemm, head, attn, streamed_weight_bytes(spec, sch), kv_write,
-                    n * spec.hidden * 2.0, 2 * spec.layers, n)
+                    n * spec.hidden * ACTIVATION_BYTES, 2 * spec.layers, n, *elementwise_bytes(spec, n), spec.layers)
+
+
+def mixed_pass(spec: ModelSpec, sch: Scheme, prompts: list[int], batch: int, context: float) -> PassCost:
+    """One iteration that prefills ``prompts`` (new requests or chunks of them) and runs a decode step for
+    ``batch`` other sequences of ``context`` tokens, as continuous-batching engines do: the weights are streamed
+    once for both, every other count adds up."""
+    p = prefill_pass(spec, sch, prompts) if prompts else None
+    d = decode_pass(spec, sch, batch, context) if batch else None
+    if p is None or d is None:
+        if p is None and d is None:
+            raise UserError("a mixed step needs prompts or decoding sequences")
+        return p or d
+    return PassCost(p.new_tokens + d.new_tokens, p.seqs + d.seqs, p.gemm_flops + d.gemm_flops,
+                    p.head_flops + d.head_flops, p.attn_flops + d.attn_flops, max(p.weight_bytes, d.weight_bytes),
+                    p.kv_bytes + d.kv_bytes, p.allreduce_bytes + d.allreduce_bytes, p.allreduces,
+                    p.gemm_rows + d.gemm_rows, p.replicated_bytes + d.replicated_bytes,
+                    p.sharded_bytes + d.sharded_bytes, p.layers)
+
+
+def body_pass(spec: ModelSpec, sch: Scheme, tokens: int) -> PassCost:
+    """The transformer body alone over ``tokens`` tokens: every layer's GEMMs and element-wise kernels, no
+    attention, no LM head, no all-reduce (what an operator-level profile of the non-attention layers times)."""
+    n = float(tokens)
+    return PassCost(n, n, 2.0 * body_params(spec) * n, 0.0, 0.0, body_params(spec) * sch.weight_bytes, 0.0, 0.0,
+                    0, n, *elementwise_bytes(spec, n), spec.layers)
 
 
 def decode_pass(spec: ModelSpec, sch: Scheme, batch: int, context: float) -> PassCost:
@@ -151,4 +197,4 @@ def decode_pass(spec: ModelSpec, sch: Scheme, batch: int, context: float) -> Pas
     attn = 4.0 * spec.layers * spec.heads * spec.head_dim * context * b
     kv_read = b * context * kv_bytes_per_token(spec)
     return PassCost(b, b, gemm, head, attn, streamed_weight_bytes(spec, sch), kv_read + b * kv_bytes_per_token(spec),
-                    b * spec.hidden * 2.0, 2 * spec.layers, b)
+                    b * spec.hidden * ACTIVATION_BYTES, 2 * spec.layers, b, *elementwise_bytes(spec, b), spec.layers)

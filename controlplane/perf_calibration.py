@@ -1,12 +1,23 @@
-"""Fit the roofline's efficiency constants to published measurements and report how well it predicts them.
+"""Fit the roofline's constants to published measurements.
 
-``python -m controlplane.perf_calibration`` reads ``controlplane/data/perf_reference.csv`` (every measured point
-with its source; see ``controlplane/data/ATTRIBUTION.md``), fits the constants of
-:class:`controlplane.perf.RooflineParams` on the points that are *not* 70B-class models, predicts the 70B-class
-points it never saw (Llama-2/3/3.3 70B on A100 and H100) and writes the constants and the errors to
-``controlplane/data/perf_params.json``. ``--check`` only reports (no write). It runs in a few seconds.
+Three kinds of reference data (``controlplane/data/``, every row with its source; see ``ATTRIBUTION.md``):
 
-The fit minimises squared log errors, so every point counts by its relative error whatever its size.
+* ``perf_reference.csv``: end-to-end prefill (time to first token) and decode (time per output token) figures
+  of serving engines (TensorRT-LLM, LMDeploy, gpt-fast, Splitwise, NVIDIA NIM, vLLM);
+* ``perf_kernels.csv``: Vidur's operator profiles summed into one pass of the transformer body (GEMMs and
+  element-wise kernels, no attention, no all-reduce, no engine overhead) on A100, H100 and A40, TP 1-8;
+* ``perf_collectives.csv``: Vidur's NVLink all-reduce timings on DGX A100 and DGX H100 by GPUs and bytes.
+
+The hardware constants of :class:`controlplane.perf.RooflineParams` are shared by every row; each serving engine
+adds its own prefill and step overheads (kernel and collective rows have none). The fit minimises squared log
+errors with every source (engine, kernels, collectives) weighted equally. A constant that no training row can
+identify (an architecture, memory or link kind absent from the rows) is not fitted: it takes the median of its
+fitted siblings, which is what a prediction for an unseen GPU kind must rely on.
+
+Predictions inside the fit are vectorised (:class:`Rows`); ``Rows.check`` compares them with
+:meth:`controlplane.perf.Roofline._time` so the two never drift apart. ``python -m controlplane.perf_calibration``
+refits on every row and writes ``controlplane/data/perf_params.json`` (in seconds); ``controlplane.perf_validation``
+holds the leave-one-group-out cross-validation that ``edgepop validate`` reports.
 """
 
 from __future__ import annotations
@@ -23,60 +34,133 @@ from scipy.optimize import least_squares
 
 from controlplane import perf_arch
 from controlplane.catalog import Catalog, default_catalog
-from controlplane.perf import (
-    GPU,
-    PARAMS_FILE,
-    EngineProfile,
-    Roofline,
-    RooflineParams,
-    gpu_table,
-    with_precision,
-)
+from controlplane.perf import PARAMS_FILE, EngineProfile, Roofline, RooflineParams, gpu_table, with_precision
 from edgepop.errors import DataFileError
 
 DATA = Path(__file__).parent / "data"
 REFERENCE_FILE = DATA / "perf_reference.csv"
 REFERENCE_MODELS = DATA / "perf_reference_models.toml"
+REFERENCE_GPUS = DATA / "perf_reference_gpus.csv"
+KERNELS_FILE = DATA / "perf_kernels.csv"
+COLLECTIVES_FILE = DATA / "perf_collectives.csv"
 COLUMNS = ["model", "gpu", "tp", "precision", "kv_precision", "phase", "batch", "prompt_tokens", "context",
            "measured_ms", "engine", "source", "notes"]
-# Held out: the models the capacity calculator is judged on.
-HOLDOUT_MIN_PARAMS, HOLDOUT_MAX_PARAMS = 60e9, 80e9
-GOAL_MAPE = 0.15
-# Literature value for fused (Flash) attention in serving kernels, used by engines whose data cannot pin it down.
+KERNEL = "vidur-kernels"  # pseudo-engines of the operator-level rows: no overheads
+COLLECTIVE = "vidur-collectives"
+# Literature value for fused (Flash) attention in serving kernels, used by every engine.
 FUSED_ATTENTION_EFFICIENCY = 0.5
 # Engines kept out of the ``default`` profile, with the evidence (their fitted profile shows it).
 LEGACY_ENGINES = {"splitwise-2023": "2023 research stack: decode bound by host overhead (does not speed up with "
                                     "TP), prefill attention without fused kernels (super-linear in prompt length)"}
+# (name, lower, upper) of the shared constants; "a.b" is key b of dict constant a.
+SHARED = [("gemm_half_tokens", 1.0, 2048.0), ("fp8_gemm_factor", 0.3, 1.0), ("weight_only_bw_efficiency", 0.3, 1.0),
+          ("elementwise_efficiency", 0.05, 1.0), ("layer_floor_us", 0.0, 200.0), ("overlap_exponent", 2.0, 16.0),
+          ("allreduce_latency_us.nvlink", 1.0, 200.0), ("allreduce_latency_us.pcie", 1.0, 200.0)]
+# Efficiencies by GPU type, pooled towards their kind's value: (constant, attribute of the board that names the
+# kind, bounds). A board's value may leave its kind's by about PRIOR_SPREAD (relative) before it costs as much
+# as a 10% miss on an engine's rows: boards of one kind are alike, and one with few rows must not run off.
+BY_BOARD = [("gemm_efficiency", "arch", 0.15, 0.95), ("bw_efficiency", "memory_kind", 0.4, 0.98),
+            ("link_efficiency", "link_kind", 0.1, 1.0)]
+PRIOR_SPREAD = 0.1
+ARCH_KEYS = ("ampere", "hopper", "ada", "turing")
+OVERHEAD_BOUNDS = (0.0, 60.0)
+ELEMENTWISE_BOUNDS = (0.0, 1.0)  # fusion can only remove element-wise traffic, never add it
 
-# (name, lower, upper): hardware-side constants shared by all engines. Turing has no reference data and reuses
-# Ampere's GEMM efficiency.
-FITTED = [("gemm_efficiency.ampere", 0.2, 0.95), ("gemm_efficiency.hopper", 0.15, 0.95),
-          ("gemm_efficiency.ada", 0.15, 0.95), ("gemm_half_tokens", 1.0, 2048.0), ("bw_efficiency", 0.4, 0.98),
-          ("weight_only_bw_efficiency", 0.3, 1.0), ("overlap_exponent", 4.0, 16.0),
-          ("allreduce_latency_us", 1.0, 200.0), ("link_efficiency", 0.2, 1.0)]
-# Per-engine nuisance constants: fitted for an engine only when its training points exercise them.
-ENGINE_BOUNDS = {"prefill_overhead_ms": (0.0, 60.0), "step_overhead_ms": (0.0, 60.0), "attn_efficiency": (0.01, 1.0)}
 
+@dataclass
+class Rows:
+    """Every reference row as arrays: what the roofline needs per row, independent of the constants."""
 
-@dataclass(frozen=True)
-class Point:
-    """One reference measurement with its FLOP/byte counts precomputed (they do not depend on the constants)."""
+    table: pd.DataFrame  # kind, model, gpu, tp, phase, engine, tokens, measured_ms, source (one row per point)
+    specs: list
+    gpus: list
+    schemes: list
+    costs: list
 
-    row: int
-    spec: object
-    gpu: GPU
-    tp: int
-    scheme: perf_arch.Scheme
-    cost: perf_arch.PassCost
-    phase: str
-    engine: str
-    prompt_tokens: int
-    measured_ms: float
-    holdout: bool
+    def __post_init__(self):
+        t, g, c = self.table, self.gpus, self.costs
+        self.tp = t.tp.to_numpy(dtype=float)
+        self.measured = t.measured_ms.to_numpy(dtype=float)
+        self.kind = t.kind.to_numpy()
+        self.prefill = (t.phase == "prefill").to_numpy()
+        self.engine = t.engine.to_numpy()
+        self.gpu_name = np.array([x.name for x in g])
+        self.arch = np.array([x.arch for x in g])
+        self.mem_kind = np.array([x.memory_kind for x in g])
+        self.link_kind = np.array([x.link_kind for x in g])
+        self.peak = np.array([x.peak(s.gemm_peak) for x, s in zip(g, self.schemes, strict=True)])
+        self.flops16 = np.array([x.flops16 for x in g])
+        self.mem_bw = np.array([x.mem_bw for x in g])
+        self.link_bw = np.array([x.link_bw for x in g])
+        self.weight_only = np.array([s.weight_only for s in self.schemes])
+        self.fp8 = np.array([s.gemm_peak == "flops8" for s in self.schemes])
+        kvrep = [max(1.0, tp / s.kv_heads) if s is not None and s.kv_heads else 1.0
+                 for s, tp in zip(self.specs, self.tp, strict=True)]
+        for name in ("gemm_flops", "head_flops", "attn_flops", "weight_bytes", "allreduce_bytes", "gemm_rows",
+                     "seqs", "replicated_bytes", "sharded_bytes", "layers"):
+            setattr(self, name, np.array([getattr(x, name) for x in c], dtype=float))
+        self.kv_bytes = np.array([x.kv_bytes for x in c]) * np.array(kvrep)
+        self.allreduces = np.array([x.allreduces for x in c], dtype=float) * (self.tp > 1)
+
+    def subset(self, mask: np.ndarray) -> Rows:
+        idx = np.flatnonzero(mask)
+        return Rows(self.table.iloc[idx].reset_index(drop=True), [self.specs[i] for i in idx],
+                    [self.gpus[i] for i in idx], [self.schemes[i] for i in idx], [self.costs[i] for i in idx])
+
+    def predict(self, params: RooflineParams) -> np.ndarray:
+        """Milliseconds of every row under ``params`` (each end-to-end row with its engine's profile)."""
+        p = params
+
+        def ramp(rows):
+            with np.errstate(invalid="ignore"):
+                return np.where(np.isfinite(rows), rows / (rows + p.gemm_half_tokens), 1.0)
+
+        profiles = {e: p.engines.get(e, p.engines["default"]) for e in set(self.engine)}
+        attn_eff = np.array([profiles[e].attn_efficiency for e in self.engine])
+        elt = np.array([1.0 if k != "e2e" else profiles[e].elementwise_factor
+                        for k, e in zip(self.kind, self.engine, strict=True)])
+        overhead = np.array([0.0 if k != "e2e" else (profiles[e].prefill_overhead_ms if pre else
+                                                      profiles[e].step_overhead_ms)
+                             for k, e, pre in zip(self.kind, self.engine, self.prefill, strict=True)])
+        eff = np.array([p.compute_efficiency(x) for x in self.gpus])
+        peak = self.tp * self.peak * eff * np.where(self.fp8, p.fp8_gemm_factor, 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):  # collective rows have no FLOPs (0/0, replaced below)
+            compute = (self.gemm_flops / (peak * ramp(self.gemm_rows)) + self.head_flops / (peak * ramp(self.seqs))
+                       + self.attn_flops / (self.tp * self.flops16 * attn_eff))
+        bw = self.mem_bw * np.array([p.memory_efficiency(x) for x in self.gpus])
+        weight_bw = bw * np.where(self.weight_only, p.weight_only_bw_efficiency, 1.0)
+        memory = self.weight_bytes / (self.tp * weight_bw) + self.kv_bytes / (self.tp * bw)
+        k = p.overlap_exponent
+        busy = (compute ** k + memory ** k) ** (1.0 / k)
+        busy = (busy + elt * (self.replicated_bytes + self.sharded_bytes / self.tp) / (self.mem_bw *
+                                                                                       p.elementwise_efficiency)
+                + self.layers * p.layer_floor_us * 1e-6)
+        lat = np.array([p.by("allreduce_latency_us", x) for x in self.link_kind]) * 1e-6
+        link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self.gpus])
+        ring = 2.0 * (self.tp - 1) / self.tp * self.allreduce_bytes / link
+        comm = self.allreduces * (lat + ring)
+        out = (busy + comm) * 1e3 + overhead
+        coll = self.kind == "collective"
+        out[coll] = ((lat + ring) * 1e3)[coll]
+        return out
+
+    def check(self, params: RooflineParams) -> float:
+        """Largest relative gap between :meth:`predict` and :class:`Roofline` itself on these rows."""
+        model = Roofline({}, params)
+        ref = np.empty(len(self.measured))
+        for i, (spec, g, sch, cost) in enumerate(zip(self.specs, self.gpus, self.schemes, self.costs, strict=True)):
+            tp = int(self.tp[i])
+            if self.kind[i] == "collective":
+                ref[i] = model.allreduce_s(g, tp, cost.allreduce_bytes) * 1e3
+                continue
+            prof = (params.engines.get(self.engine[i], params.engines["default"]) if self.kind[i] == "e2e"
+                    else EngineProfile(0.0, 0.0, FUSED_ATTENTION_EFFICIENCY, 1.0))
+            ref[i] = model._time(spec, g, tp, sch, cost, bool(self.prefill[i]), prof).total_ms
+        return float(np.max(np.abs(self.predict(params) - ref) / ref))
 
 
 def load_reference(path: str | Path | None = None) -> pd.DataFrame:
-    """The reference table, validated (one :class:`DataFileError` naming row and field on a bad value)."""
+    """The end-to-end reference table, validated (one :class:`DataFileError` naming row and field)."""
     path = Path(path) if path else REFERENCE_FILE
     table = pd.read_csv(path)
     if list(table.columns) != COLUMNS:
@@ -93,172 +177,234 @@ def load_reference(path: str | Path | None = None) -> pd.DataFrame:
 
 
 def reference_specs() -> dict:
-    """Model ids usable in the reference table: the shipped catalog plus the reference-only architectures."""
+    """Model ids usable in the reference tables: the shipped catalog plus the reference-only architectures."""
     specs = {s.id: s for s in default_catalog()}
     specs.update({s.id: s for s in Catalog.load(REFERENCE_MODELS)})
     return specs
 
 
-def build_points(table: pd.DataFrame, gpus: dict[str, GPU]) -> list[Point]:
-    specs = reference_specs()
-    points = []
-    for i, r in enumerate(table.itertuples()):
-        if r.model not in specs:
-            raise DataFileError(REFERENCE_FILE, i + 2, "model", f"unknown model {r.model!r}")
-        if r.gpu not in gpus:
-            raise DataFileError(REFERENCE_FILE, i + 2, "gpu", f"unknown GPU {r.gpu!r}")
-        base, weight_only = perf_arch.split_precision(r.precision)
-        spec = with_precision(specs[r.model], base, r.kv_precision)
-        g = gpus[r.gpu]
-        sch = perf_arch.scheme(base, g.has_fp8, weight_only)
-        if r.phase == "prefill":
-            cost = perf_arch.prefill_pass(spec, sch, [int(r.prompt_tokens)] * int(r.batch))
-        else:
-            cost = perf_arch.decode_pass(spec, sch, int(r.batch), float(r.context))
-        holdout = HOLDOUT_MIN_PARAMS <= spec.parameters <= HOLDOUT_MAX_PARAMS
-        points.append(Point(i, spec, g, int(r.tp), sch, cost, r.phase, str(r.engine), int(r.prompt_tokens),
-                            float(r.measured_ms), holdout))
-    return points
+def reference_gpus() -> dict:
+    """GPU types of the reference tables: the topology's spec table plus the reference-only boards."""
+    from topology.gpus import load_gpus
+
+    gpus = gpu_table(load_gpus())
+    gpus.update(gpu_table(load_gpus(REFERENCE_GPUS)))
+    return gpus
 
 
-def _set(params: RooflineParams, name: str, value: float) -> RooflineParams:
-    if name.startswith("gemm_efficiency."):
-        effs = dict(params.gemm_efficiency)
-        effs[name.split(".", 1)[1]] = float(value)
-        if name.endswith("ampere"):
-            effs["turing"] = float(value)
-        return replace(params, gemm_efficiency=effs)
-    return replace(params, **{name: float(value)})
+def load_rows(kinds=("e2e", "kernel", "collective")) -> Rows:
+    """All reference rows of the given kinds, with their FLOP and byte counts."""
+    specs, gpus = reference_specs(), reference_gpus()
+    frames, spec_l, gpu_l, sch_l, cost_l = [], [], [], [], []
+
+    def add(path, i, model, gpu, precision, kv_precision, build):
+        if model and model not in specs:
+            raise DataFileError(path, i + 2, "model", f"unknown model {model!r}")
+        if gpu not in gpus:
+            raise DataFileError(path, i + 2, "gpu", f"unknown GPU {gpu!r}")
+        base, weight_only = perf_arch.split_precision(precision)
+        spec = with_precision(specs[model], base, kv_precision) if model else None
+        sch = perf_arch.scheme(base, gpus[gpu].has_fp8, weight_only)
+        spec_l.append(spec)
+        gpu_l.append(gpus[gpu])
+        sch_l.append(sch)
+        cost_l.append(build(spec, sch))
+
+    if "e2e" in kinds:
+        t = load_reference()
+        for i, r in enumerate(t.itertuples()):
+            if r.phase == "prefill":
+                build = lambda s, sch, r=r: perf_arch.prefill_pass(s, sch, [int(r.prompt_tokens)] * int(r.batch))  # noqa: E731
+            else:
+                build = lambda s, sch, r=r: perf_arch.decode_pass(s, sch, int(r.batch), float(r.context))  # noqa: E731
+            add(REFERENCE_FILE, i, r.model, r.gpu, r.precision, r.kv_precision, build)
+        frames.append(pd.DataFrame({"kind": "e2e", "model": t.model, "gpu": t.gpu, "tp": t.tp, "phase": t.phase,
+                                    "engine": t.engine,
+                                    "tokens": np.where(t.phase == "prefill", t.prompt_tokens * t.batch, t.batch),
+                                    "measured_ms": t.measured_ms, "source": t.source}))
+    if "kernel" in kinds:
+        k = pd.read_csv(KERNELS_FILE)
+        for i, r in enumerate(k.itertuples()):
+            add(KERNELS_FILE, i, r.model, r.gpu, "fp16", "fp16",
+                lambda s, sch, r=r: perf_arch.body_pass(s, sch, int(r.tokens)))
+        frames.append(pd.DataFrame({"kind": "kernel", "model": k.model, "gpu": k.gpu, "tp": k.tp, "phase": "kernel",
+                                    "engine": KERNEL, "tokens": k.tokens, "measured_ms": k.measured_ms,
+                                    "source": k.source}))
+    if "collective" in kinds:
+        c = pd.read_csv(COLLECTIVES_FILE)
+        for i, r in enumerate(c.itertuples()):
+            add(COLLECTIVES_FILE, i, "", r.gpu, "fp16", "fp16",
+                lambda s, sch, r=r: perf_arch.PassCost(0, 0, 0, 0, 0, 0, 0, float(r.bytes), 1, 1))
+        frames.append(pd.DataFrame({"kind": "collective", "model": "", "gpu": c.gpu, "tp": c.workers,
+                                    "phase": "allreduce", "engine": COLLECTIVE, "tokens": c.bytes,
+                                    "measured_ms": c.measured_ms, "source": c.source}))
+    return Rows(pd.concat(frames, ignore_index=True), spec_l, gpu_l, sch_l, cost_l)
 
 
 def _get(params: RooflineParams, name: str) -> float:
-    if name.startswith("gemm_efficiency."):
-        return params.gemm_efficiency[name.split(".", 1)[1]]
-    return getattr(params, name)
+    base, _, key = name.partition(".")
+    value = getattr(params, base)
+    return float(value[key]) if key else float(value)
 
 
-def predict(points: list[Point], params: RooflineParams) -> np.ndarray:
-    """Predicted milliseconds for every point, each with its engine's profile (``default`` if it has none)."""
-    model = Roofline({}, params)
-    out = np.empty(len(points))
-    for k, p in enumerate(points):
-        profile = params.engines.get(p.engine, params.engines["default"])
-        out[k] = model._time(p.spec, p.gpu, p.tp, p.scheme, p.cost, p.phase == "prefill", profile).total_ms
+def _start(params: RooflineParams, rows: Rows, name: str) -> float:
+    """Starting value of constant ``name``: a board's efficiency starts from what ``params`` says for it."""
+    base, _, key = name.partition(".")
+    board = next((g for g in rows.gpus if g.name == key), None)
+    if board is not None:
+        return {"gemm_efficiency": params.compute_efficiency, "bw_efficiency": params.memory_efficiency,
+                "link_efficiency": params.link_efficiency_of}[base](board)
+    value = getattr(params, base)
+    return float(value.get(key, 0.7)) if isinstance(value, dict) else float(value)
+
+
+def _set(params: RooflineParams, name: str, value: float) -> RooflineParams:
+    base, _, key = name.partition(".")
+    if key:
+        current = getattr(params, base)
+        table = dict(current) if isinstance(current, dict) else {}
+        table[key] = float(value)
+        return replace(params, **{base: table})
+    return replace(params, **{base: float(value)})
+
+
+def constants(rows: Rows) -> list[tuple[str, float, float]]:
+    """The constants some training row depends on, with bounds (the others cannot be fitted on these rows)."""
+    physical = rows.kind != "collective"
+    comm = (rows.allreduces > 0) | (rows.kind == "collective")
+    out = []
+    for base, attr, lo, hi in BY_BOARD:
+        uses = comm if base == "link_efficiency" else physical
+        boards = {g.name: g for g, u in zip(rows.gpus, uses, strict=True) if u}
+        kinds = sorted({getattr(g, attr) for g in boards.values()})
+        out += [(f"{base}.{k}", lo, hi) for k in kinds] + [(f"{base}.{b}", lo, hi) for b in sorted(boards)]
+    for name, lo, hi in SHARED:
+        base, _, key = name.partition(".")
+        if base == "allreduce_latency_us":
+            ok = comm[rows.link_kind == key].any()
+        elif base == "weight_only_bw_efficiency":
+            ok = (physical & rows.weight_only).any()
+        elif base == "fp8_gemm_factor":
+            ok = (physical & rows.fp8).any()
+        else:
+            ok = physical.any()
+        if ok:
+            out.append((name, lo, hi))
     return out
 
 
-def engine_unknowns(points: list[Point]) -> list[tuple[str, str]]:
-    """(engine, field) pairs the training points can identify: an overhead needs points of its phase.
+def prior_pairs(rows: Rows, names: list[str]) -> list[tuple[int, int]]:
+    """(board constant, kind constant) index pairs whose log ratio the fit pulls towards zero."""
+    index = {n: i for i, n in enumerate(names)}
+    boards = {g.name: g for g in rows.gpus}
+    pairs = []
+    for base, attr, _, _ in BY_BOARD:
+        for name, board in boards.items():
+            kind = f"{base}.{getattr(board, attr)}"
+            if f"{base}.{name}" in index and kind in index:
+                pairs.append((index[f"{base}.{name}"], index[kind]))
+    return pairs
 
-    Attention efficiency is not fitted per engine: it is fixed at the fused-attention literature value. (Fitting it
-    on BLOOM-176B, whose ALiBi attention ran without fused kernels in 2023 stacks, gave 0.04, which does not carry
-    over to the same stack's Llama-2-70B; see docs/perf-model.md.)
-    """
+
+def fallbacks(params: RooflineParams, fitted: list[str]) -> RooflineParams:
+    """Values for the kinds no row measured: the median of the fitted kinds (an architecture's GEMM efficiency,
+    a memory or link kind's efficiency, a link kind's latency)."""
+    for base in ("gemm_efficiency", "bw_efficiency", "link_efficiency", "allreduce_latency_us"):
+        table = dict(getattr(params, base))
+        keys = {"gemm_efficiency": ARCH_KEYS, "bw_efficiency": ("hbm", "gddr")}.get(base, ("nvlink", "pcie"))
+        known = [table[k] for k in keys if f"{base}.{k}" in fitted]
+        for k in keys:
+            if f"{base}.{k}" not in fitted and known:
+                table[k] = float(np.median(known))
+        params = replace(params, **{base: table})
+    return params
+
+
+def engine_unknowns(rows: Rows) -> list[tuple[str, str]]:
+    """(engine, field) pairs the training rows identify: an overhead needs end-to-end rows of its phase."""
     out = []
-    for engine in sorted({p.engine for p in points}):
-        phases = {p.phase for p in points if p.engine == engine}
-        if "prefill" in phases:
+    e2e = rows.kind == "e2e"
+    for engine in sorted(set(rows.engine[e2e])):
+        mine = e2e & (rows.engine == engine)
+        if (mine & rows.prefill).any():
             out.append((engine, "prefill_overhead_ms"))
-        if "decode" in phases:
+        if (mine & ~rows.prefill).any():
             out.append((engine, "step_overhead_ms"))
     return out
 
 
-def with_default_engine(params: RooflineParams, fitted: dict[str, dict]) -> RooflineParams:
-    """Complete every engine profile and add ``default``: the median of the non-legacy engines' fitted values."""
+def with_engines(params: RooflineParams, fitted: dict[str, dict], elementwise_factor: float = 1.0) -> RooflineParams:
+    """Complete every engine profile and add ``default``: the median of the non-legacy engines' fitted values.
+
+    Every serving engine shares one ``elementwise_factor`` (how much of the unfused element-wise traffic remains
+    after fusion): no single engine's rows pin it down.
+    """
     modern = [f for name, f in fitted.items() if name not in LEGACY_ENGINES]
-    base = EngineProfile()
-    default = {}
-    for name in ("prefill_overhead_ms", "step_overhead_ms"):
-        values = [f[name] for f in modern if name in f]
-        default[name] = float(np.median(values)) if values else getattr(base, name)
-    default["attn_efficiency"] = float(np.median([f["attn_efficiency"] for f in modern if "attn_efficiency" in f]
-                                                or [FUSED_ATTENTION_EFFICIENCY]))
+    default = {name: float(np.median([f[name] for f in modern if name in f] or [getattr(EngineProfile(), name)]))
+               for name in ("prefill_overhead_ms", "step_overhead_ms")}
+    default["attn_efficiency"] = FUSED_ATTENTION_EFFICIENCY
+    default["elementwise_factor"] = float(elementwise_factor)
     engines = {"default": EngineProfile(**default, description="modern optimised engine: median of the fitted "
                                         "non-legacy engine profiles; what estimates use")}
-    for name, f in fitted.items():
-        note = LEGACY_ENGINES.get(name, "fitted on this engine's non-70B reference points")
+    for name, f in sorted(fitted.items()):
+        note = LEGACY_ENGINES.get(name, "fitted on this engine's reference points")
         engines[name] = EngineProfile(**{**default, **f}, description=note)
     return replace(params, engines=engines)
 
 
-def fit(points: list[Point], start: RooflineParams | None = None) -> RooflineParams:
-    """Least-squares fit of the shared :data:`FITTED` constants and per-engine constants on ``points``.
-
-    Residuals are log errors weighted so that every engine counts equally, whatever its number of points.
-    """
+def fit(rows: Rows, start: RooflineParams | None = None) -> RooflineParams:
+    """Least-squares fit of the identifiable shared constants and the engines' overheads on ``rows``."""
     params = start or RooflineParams()
-    unknowns = engine_unknowns(points)
-    measured = np.log([p.measured_ms for p in points])
-    counts = {e: sum(p.engine == e for p in points) for e in {p.engine for p in points}}
-    weights = np.array([1.0 / np.sqrt(counts[p.engine]) for p in points])
-    start_engine = {"prefill_overhead_ms": 3.0, "step_overhead_ms": 2.0, "attn_efficiency": FUSED_ATTENTION_EFFICIENCY}
-    x0 = [min(max(_get(params, n), lo), hi) for n, lo, hi in FITTED] + [start_engine[f] for _, f in unknowns]
-    lower = [lo for _, lo, _ in FITTED] + [ENGINE_BOUNDS[f][0] for _, f in unknowns]
-    upper = [hi for _, _, hi in FITTED] + [ENGINE_BOUNDS[f][1] for _, f in unknowns]
+    found = constants(rows)
+    shared = [n for n, _, _ in found]
+    bounds = {n: (lo, hi) for n, lo, hi in found}
+    unknowns = engine_unknowns(rows)
+    measured = np.log(rows.measured)
+    counts = pd.Series(rows.engine).value_counts()
+    weights = 1.0 / np.sqrt(counts[rows.engine].to_numpy(dtype=float))
+    x0 = [min(max(_start(params, rows, n), bounds[n][0]), bounds[n][1]) for n in shared] + [0.5] + [2.0] * len(unknowns)
+    lower = [bounds[n][0] for n in shared] + [ELEMENTWISE_BOUNDS[0]] + [OVERHEAD_BOUNDS[0]] * len(unknowns)
+    upper = [bounds[n][1] for n in shared] + [ELEMENTWISE_BOUNDS[1]] + [OVERHEAD_BOUNDS[1]] * len(unknowns)
+    n = len(shared)
 
     def unpack(x) -> RooflineParams:
         out = params
-        for (name, _, _), v in zip(FITTED, x[: len(FITTED)], strict=True):
+        for name, v in zip(shared, x[:n], strict=True):
             out = _set(out, name, v)
         fitted: dict[str, dict] = {}
-        for (engine, name), v in zip(unknowns, x[len(FITTED):], strict=True):
+        for (engine, name), v in zip(unknowns, x[n + 1:], strict=True):
             fitted.setdefault(engine, {})[name] = float(v)
-        return with_default_engine(out, fitted)
+        return with_engines(fallbacks(out, shared), fitted, x[n])
+
+    pairs = prior_pairs(rows, shared)
+    board, kind = np.array([a for a, _ in pairs], dtype=int), np.array([b for _, b in pairs], dtype=int)
+    prior_weight = 0.1 / PRIOR_SPREAD  # a PRIOR_SPREAD departure weighs as a 10% miss on one engine's rows
 
     def residuals(x):
-        return weights * (np.log(predict(points, unpack(x))) - measured)
+        fit_part = weights * (np.log(rows.predict(unpack(x))) - measured)
+        return np.concatenate([fit_part, prior_weight * np.log(x[board] / x[kind])])
 
     result = least_squares(residuals, np.array(x0), bounds=(lower, upper), x_scale="jac")
     return unpack(result.x)
 
 
-def mape(pred: np.ndarray, measured: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - measured) / measured)) if len(measured) else float("nan")
-
-
-def evaluate(table: pd.DataFrame, points: list[Point], params: RooflineParams) -> dict:
-    """MAPE in-sample (fit points), held out (70B-class) and overall, with breakdowns of the held-out set.
-
-    ``mape_holdout_default_engine`` predicts every held-out point with the ``default`` profile, as
-    ``edgepop estimate`` does; ``mape_holdout_a100_h100`` and ``mape_holdout_modern`` restrict the held-out set to
-    those GPUs / to engines outside :data:`LEGACY_ENGINES`.
-    """
-    pred = predict(points, params)
-    default = predict([replace(p, engine="default") for p in points], params)
-    meas = np.array([p.measured_ms for p in points])
-    hold = np.array([p.holdout for p in points])
-    frame = table.assign(predicted_ms=pred.round(2), default_engine_ms=default.round(2), holdout=hold,
-                         ape=np.abs(pred - meas) / meas)
-    held = frame[frame.holdout]
-    groups = {key: {str(k): round(float(g.ape.mean()), 4) for k, g in held.groupby(key)}
-              for key in ("engine", "gpu", "phase")}
-    a100_h100 = hold & table.gpu.isin(["A100-80GB", "H100"]).to_numpy()
-    modern = hold & ~table.engine.isin(list(LEGACY_ENGINES)).to_numpy()
-    return {"points": len(points), "fit_points": int((~hold).sum()), "holdout_points": int(hold.sum()),
-            "mape_fit": round(mape(pred[~hold], meas[~hold]), 4),
-            "mape_holdout": round(mape(pred[hold], meas[hold]), 4),
-            "mape_overall": round(mape(pred, meas), 4),
-            "mape_holdout_a100_h100": round(mape(pred[a100_h100], meas[a100_h100]), 4),
-            "mape_holdout_modern": round(mape(pred[modern], meas[modern]), 4),
-            "mape_holdout_default_engine": round(mape(default[hold], meas[hold]), 4),
-            "mape_holdout_modern_default_engine": round(mape(default[modern], meas[modern]), 4),
-            "goal_mape": GOAL_MAPE, "holdout_by": groups, "table": frame}
+def mape(pred: np.ndarray, measured: np.ndarray) -> float | None:
+    return round(float(np.mean(np.abs(pred - measured) / measured)), 4) if len(measured) else None
 
 
 def run(write: bool = True, out: Path = PARAMS_FILE) -> dict:
-    """Fit on the non-70B points, evaluate, and (``write``) store constants and errors in ``out``."""
-    from topology.gpus import load_gpus
-
-    table = load_reference()
-    points = build_points(table, gpu_table(load_gpus()))
-    params = fit([p for p in points if not p.holdout])
-    report = evaluate(table, points, params)
+    """Fit on every reference row; with ``write``, store the constants and their in-sample errors (the
+    cross-validated errors are ``edgepop validate``'s, see ``controlplane.perf_validation``)."""
+    rows = load_rows()
+    params = fit(rows)
+    pred = rows.predict(params)
+    in_sample = {kind: mape(pred[rows.table.phase == kind], rows.measured[rows.table.phase == kind])
+                 for kind in ("prefill", "decode", "kernel", "allreduce")}
+    report = {"rows": int(len(rows.measured)), "in_sample_mape": in_sample,
+              "cross_validation": "edgepop validate (docs/fidelity-models.md)"}
     if write:
-        doc = {"params": params.to_dict(),
-               "fitted_on": "perf_reference.csv rows whose model is not 70B-class (60-80e9 parameters)",
-               "fit_constants": [n for n, _, _ in FITTED],
-               "metrics": {k: v for k, v in report.items() if k != "table"},
+        doc = {"params": params.to_dict(), "fitted_on": "every row of perf_reference.csv, perf_kernels.csv and "
+               "perf_collectives.csv", "fit_constants": [n for n, _, _ in constants(rows)], "metrics": report,
                "refit": "python -m controlplane.perf_calibration"}
         out.write_text(json.dumps(doc, indent=2) + "\n")
     return report
@@ -267,16 +413,8 @@ def run(write: bool = True, out: Path = PARAMS_FILE) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m controlplane.perf_calibration", description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="fit and report only; do not write perf_params.json")
-    ap.add_argument("--table", action="store_true", help="print every reference point with its prediction")
     args = ap.parse_args(argv)
-    report = run(write=not args.check)
-    if args.table:
-        cols = ["model", "gpu", "tp", "precision", "phase", "batch", "prompt_tokens", "context", "measured_ms",
-                "predicted_ms", "holdout", "engine"]
-        with pd.option_context("display.width", 200, "display.max_rows", 500):
-            print(report["table"][cols].to_string(index=False))
-    summary = {k: v for k, v in report.items() if k != "table"}
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(run(write=not args.check), indent=2))
     return 0
 
 

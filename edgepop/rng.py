@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-STREAMS = ("workload", "place_edge", "place_central", "route_edge", "route_central")
+# Append new names at the end: children are spawned by position, so the earlier streams keep their draws.
+STREAMS = ("workload", "place_edge", "place_central", "route_edge", "route_central", "jitter")
 
 
 def streams(seed: int) -> dict[str, np.random.Generator]:

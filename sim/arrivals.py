@@ -35,6 +35,7 @@ class Cities:
     ingress: np.ndarray  # int64 row of topo.pops
     ingress_pop: np.ndarray  # object (PoP id)
     access_rtt_ms: np.ndarray  # float64, user -> ingress incl. last mile
+    last_mile_ms: np.ndarray | None = None  # float64, each city's last mile (by the topology's mode)
 
     def __len__(self) -> int:
         return len(self.lat)
@@ -52,17 +53,19 @@ def city_table(topo) -> Cities:
     """The demand cities of ``topo`` and their ingress PoPs (cached per Topology object: ingress takes ~2 s)."""
     key = id(topo)
     hit = _CITY_CACHE.get(key)
-    if hit and hit[0]() is topo and hit[1] is topo.demand and hit[2] == topo.last_mile_ms:
+    last_mile = (topo.last_mile_ms, getattr(topo, "last_mile_mode", "fixed"))
+    if hit and hit[0]() is topo and hit[1] is topo.demand and hit[2] == last_mile:
         return hit[3]
     d = topo.demand
     lat, lon = d.lat.to_numpy(np.float64), d.lon.to_numpy(np.float64)
-    idx, rtt = topo.ingress(lat, lon)
+    per_city = topo.demand_last_mile_ms()
+    idx, rtt = topo.ingress(lat, lon, per_city)
     w = d.weight.to_numpy(np.float64)
     cities = Cities(lat, lon, d.cc.to_numpy(object), d.continent.to_numpy(object), d.tz.to_numpy(object),
                     w / w.sum(), idx.astype(np.int64), topo.pops.id.to_numpy(object)[idx],
-                    rtt.astype(np.float64))
+                    rtt.astype(np.float64), per_city.astype(np.float64))
     _CITY_CACHE[key] = (weakref.ref(topo, lambda _ref, k=key: _CITY_CACHE.pop(k, None)), topo.demand,
-                        topo.last_mile_ms, cities)
+                        last_mile, cities)
     return cities
 
 

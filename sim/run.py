@@ -31,6 +31,7 @@ from sim.techniques.config import check_block_tokens
 from sim.traces import trace_kind
 from sim.workload import generate
 from topology import Topology
+from topology.jitter import fit as fit_jitter
 
 
 @dataclass
@@ -96,7 +97,7 @@ class Setup:
 
 def prepare(sc: Scenario, topo=None) -> Setup:
     """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
-    topo = topo or Topology.load(last_mile_ms=sc.last_mile_ms)
+    topo = topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = tech.catalog(Catalog.load(sc.catalog) if sc.catalog else default_catalog())
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
@@ -104,6 +105,8 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     rng = streams(sc.seed)
     workload = generate(sc.workload, topo, catalog, rng["workload"])
     frame = workload.requests
+    if sc.jitter:  # one multiplier of the path's mean RTT per request, shared by every deployment
+        frame["rtt_factor"] = fit_jitter().factors(len(frame), rng["jitter"])
     span = float(frame.arrival_s.max()) if len(frame) else 0.0
     mean_rps = sc.planning_rps or (len(frame) / max(span, 1e-9) if len(frame) > 1 else 1.0)
     gen = frame[frame.task == "text-generation"]
@@ -189,7 +192,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
             if (sc.edge if name == "edge" else sc.central) is not None]
     blocks = {r.name: r.block for r in runs}
     summary = {"scenario": sc.name, "seed": sc.seed, "requests": int(len(setup.frame)),
-               "simulated_span_s": round(setup.span_s, 2), "deployments": blocks}
+               "simulated_span_s": round(setup.span_s, 2), "deployments": blocks,
+               "network": {"last_mile": setup.topo.last_mile.describe(),
+                           "jitter": f"on: {fit_jitter().source}" if sc.jitter else "off"}}
     if "edge" in blocks and "central" in blocks:
         summary["gains"] = gains(blocks["edge"], blocks["central"])
     total_sim = sum(r.stats["sim_wall_s"] for r in runs)

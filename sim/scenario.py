@@ -18,6 +18,7 @@ from sim.faults import FAULT_POLICIES, parse_fault
 from sim.techniques.config import Techniques, parse_techniques
 from sim.validate import typed
 from sim.workload_config import WorkloadConfig
+from topology.last_mile import MODES as LAST_MILE_MODES
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
@@ -43,6 +44,8 @@ class Scenario:
     perf: str = "roofline"  # or the path of a profile table written by `edgepop profile`
     catalog: str | None = None
     last_mile_ms: float = 10.0
+    last_mile: str = "fixed"  # or "country" / "continent": M-Lab access RTT medians (topology.last_mile)
+    jitter: bool = False  # per-request RTT variability around each path's mean (topology.jitter)
     faults: list = field(default_factory=list)
     fault_policy: str = "retry"
     sample_s: float = 60.0
@@ -71,6 +74,9 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     sc.slo = typed(SLO, tables.get("slo", {}), f"{source} [slo]")
     sc.techniques = parse_techniques(tables.get("techniques", {}), f"{source} [techniques]", sc.workload)
     FAULT_POLICIES.check(sc.fault_policy, where=f"{source}: field 'fault_policy'")
+    if sc.last_mile not in LAST_MILE_MODES:
+        raise UserError(f"{source}: field 'last_mile' must be one of {', '.join(LAST_MILE_MODES)}, "
+                        f"got {sc.last_mile!r}")
     check_perf(sc.perf, source)
     # policy names and options are checked here, before any workload is generated
     sc.edge.check(f"{source} [edge]")

@@ -69,9 +69,16 @@ class Simulation:
         self.techniques = techniques
         self.arrival = workload.arrival_s.to_numpy(dtype=np.float64)
         self.key = workload[deployment.ingress_col].to_numpy(dtype=np.int64, copy=True)  # re-routed on PoP faults
-        access = (workload[deployment.access_col].to_numpy(dtype=np.float64) if deployment.access_col
-                  else np.full(n, deployment.access_ms))
-        self.access_s = np.array(access / 1e3, dtype=np.float64)
+        if deployment.access_col:
+            access = workload[deployment.access_col].to_numpy(dtype=np.float64)
+        elif "last_mile_ms" in workload:  # a last mile by country or continent (topology.last_mile)
+            access = workload.last_mile_ms.to_numpy(dtype=np.float64)
+        else:
+            access = np.full(n, deployment.access_ms)
+        # Per-request RTT variability (topology.jitter), when the scenario asks for it: scales both legs.
+        self.rtt_factor = (workload.rtt_factor.to_numpy(dtype=np.float64) if "rtt_factor" in workload
+                           else np.ones(n))
+        self.access_s = np.array(access * self.rtt_factor / 1e3, dtype=np.float64)
         self.models = workload.model.to_numpy()
         self.prompt = workload.prompt_tokens.to_numpy(dtype=np.int64)
         # Service times take the catalog's unit: speech prompts are audio seconds, priced and timed per minute.
@@ -192,9 +199,9 @@ class Simulation:
             self._end(k, OUT_REJECTED, d.code or int(Code.OUT_OF_CAPACITY))
             return
         r = d.replica
-        self.backbone_ms[k] = d.rtt_ms
+        self.backbone_ms[k] = d.rtt_ms * self.rtt_factor[k]
         self.site[k], self.node[k] = r.site, r.node
-        self.at_node[k] = now + d.rtt_ms / 2e3
+        self.at_node[k] = now + self.backbone_ms[k] / 2e3
         if d.cold:
             self.cold_ms[k] = max(0.0, r.ready_at - self.at_node[k]) * 1e3
         if d.action == START:

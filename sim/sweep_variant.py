@@ -33,15 +33,15 @@ class VariantTask:
     deployments: tuple[str, ...]
 
 
-_TOPOLOGIES: dict = {}  # per worker process: Topology by last-mile ms (loading one takes about a second)
+_TOPOLOGIES: dict = {}  # per worker process: Topology by last mile (loading one takes about a second)
 
 
-def _topology(last_mile_ms: float):
-    if last_mile_ms not in _TOPOLOGIES:
+def _topology(last_mile_ms: float, last_mile: str = "fixed"):
+    if (last_mile_ms, last_mile) not in _TOPOLOGIES:
         from topology import Topology
 
-        _TOPOLOGIES[last_mile_ms] = Topology.load(last_mile_ms=last_mile_ms)
-    return _TOPOLOGIES[last_mile_ms]
+        _TOPOLOGIES[last_mile_ms, last_mile] = Topology.load(last_mile_ms=last_mile_ms, last_mile=last_mile)
+    return _TOPOLOGIES[last_mile_ms, last_mile]
 
 
 def run_variant(task: VariantTask) -> dict:
@@ -51,7 +51,7 @@ def run_variant(task: VariantTask) -> dict:
     t0 = time.perf_counter()
     try:
         out = run_scenario(v.scenario, requests=task.requests, duration_s=task.duration_s, seed=v.seed,
-                           topo=_topology(v.scenario.last_mile_ms), deployments=task.deployments)
+                           topo=_topology(v.scenario.last_mile_ms, v.scenario.last_mile), deployments=task.deployments)
     except UserError as exc:
         return {"id": v.id, "error": str(exc), "user_error": True}
     except Exception as exc:  # noqa: BLE001  (reported with its traceback by the parent)

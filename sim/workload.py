@@ -154,6 +154,8 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
     else:
         cols, source = _poisson(config, catalog, cities, rng), "poisson"
     frame = _frame(cols, cities, catalog, config, rng)
+    if getattr(topo, "last_mile_mode", "fixed") != "fixed":  # users straight to a region pay their own last mile
+        frame["last_mile_ms"] = cities.last_mile_ms[frame.city.to_numpy()]
     return Workload(frame, config, _seed_of(rng), source)
 
 

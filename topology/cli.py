@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tiers", type=Path, help="custom tier CSV (tier, min_metro_pop, nodes)")
     p.add_argument("--last-mile-ms", type=float, default=0.0,
                    help="access-network RTT added to every user before coverage is computed (default 0)")
+    p.add_argument("--last-mile", choices=("fixed", "country", "continent"), default="fixed",
+                   help="fixed: --last-mile-ms for everyone (default); country / continent: M-Lab NDT medians "
+                        "(the summary's last_mile_ms is then their population-weighted mean)")
     p.add_argument("--out", type=Path, default=Path("out/topology"), help="folder for map.png and summary.json")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     p.set_defaults(func=run)
@@ -27,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from topology.world import Topology
 
     topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions, tiers=args.tiers)
-    s = summary(topo, last_mile_ms=args.last_mile_ms)
+    s = summary(topo, last_mile_ms=args.last_mile_ms, last_mile=args.last_mile)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
     s["map"] = str(draw_map(topo, args.out / "map.png"))
@@ -56,7 +59,7 @@ def print_tables(s: dict) -> None:
         g.add_row(k, str(v))
     con.print(g)
     c = Table(title=f"Share of the population of {s['demand_cities']} cities within reach "
-                    f"(last mile {s['last_mile_ms']} ms)")
+                    f"(last mile: {s['last_mile']})")
     for col in ("deployment", "<=10 ms", "<=25 ms", "<=50 ms", "median RTT ms"):
         c.add_column(col, justify="right")
     rows = [("edge PoPs", s["edge"])] + [(f"central {k}", v) for k, v in s["baselines"].items()]

@@ -1,17 +1,25 @@
 """WAN latency model: propagation over a backbone graph, calibrated on measured round-trip times.
 
-RTT(a, b) = base + min over backbone paths of  sum_e ( 2 * alpha_e * length_e / 200 km/ms + hop )
+RTT(a, b) = base + g(d) * min over backbone paths of  sum_e ( 2 * alpha_e * length_e / 200 km/ms + hop )
+
+with d the great-circle distance between a and b and g(d) = 1 + short_inflation * short_scale_km / (d +
+short_scale_km) the distance-dependent inflation: short paths detour proportionally more (metro rings, regional
+aggregation, peering at a distant exchange) than long-haul ones, whose inflation the cable and land circuity
+factors already carry. g falls from 1 + short_inflation at d = 0 towards 1, and d * g(d) still grows with d, so
+a farther point is never predicted closer by it.
 
 * Nodes are the PoPs, the cloud regions and the landing points of major submarine cables.
 * Terrestrial links join each node to its nearest neighbours (within ``max_link_km``); fibre follows roads
   and rail, so a terrestrial km costs ``alpha_land`` great-circle km. Long-haul links are the named cable
   systems of ``data/backbone_links.csv``; a cable km costs ``alpha_sea`` km (cables also bend).
-* ``hop`` is the per-link processing/queueing cost and ``base`` the fixed cost of the two data-centre ends.
+* ``hop`` is the per-link processing/queueing cost and ``base`` the per-path fixed term (the two data-centre
+  ends: top-of-rack to border, edge routers, the measurement stack).
 * Any point (a city, a user) attaches to its nearest nodes over a terrestrial link, so the model answers
   for arbitrary coordinates, and two nearby points may also use a direct terrestrial link.
 
-Because every link is at least as long as its great circle and ``alpha >= 1``, the model never beats light
-in fibre along the great circle (a property the tests check).
+Because every link is at least as long as its great circle, ``alpha >= 1`` and ``g >= 1``, the model never beats
+light in fibre along the great circle (a property the tests check). ``topology.calibration`` fits the constants
+on the shipped measured RTT sets (``topology.rtt_sets``).
 """
 
 from __future__ import annotations
@@ -32,8 +40,13 @@ from topology.rtt_cache import cached_matrix
 from topology.tables import DATA_DIR
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
-# Land links between these country pairs do not exist in practice (traffic detours through third countries).
-NO_LAND_LINK = {frozenset(p) for p in [("IN", "PK"), ("IN", "CN"), ("CN", "NP"), ("CN", "BT"), ("CN", "IN")]}
+SAME_METRO_KM = 250.0
+# Land links between these country pairs do not exist in practice (traffic detours through third countries;
+# Israel's transit, and the Palestinian networks' through Israeli carriers, runs over Mediterranean cables to
+# Europe, not across the land borders).
+NO_LAND_LINK = {frozenset(p) for p in [("IN", "PK"), ("IN", "CN"), ("CN", "NP"), ("CN", "BT"), ("CN", "IN"),
+                                       ("IL", "JO"), ("IL", "LB"), ("IL", "SY"), ("IL", "SA"), ("IL", "EG"),
+                                       ("PS", "JO"), ("PS", "EG"), ("PS", "LB"), ("PS", "SY"), ("PS", "SA")]}
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,8 @@ class LatencyParams:
     alpha_sea: float = 1.25
     hop_ms: float = 0.2
     base_ms: float = 1.0
+    short_inflation: float = 0.0
+    short_scale_km: float = 500.0
     knn: int = 8
     max_link_km: float = 1000.0
     attach_k: int = 3
@@ -87,7 +102,15 @@ def build_backbone(sites: pd.DataFrame, knn: int = 8, max_link_km: float = 1000.
     lat, lon = nodes.lat.to_numpy(), nodes.lon.to_numpy()
     dist = pairwise_km(lat, lon, lat, lon)
     np.fill_diagonal(dist, np.inf)
-    cc = nodes.cc.to_numpy()
+    cc = nodes.cc.to_numpy().astype(object)
+    # Regions and landing points carry no country: take that of a PoP within SAME_METRO_KM, so the border rule
+    # holds for them; farther from any PoP a node stays country-less (no rule applies to it).
+    known = np.flatnonzero(cc != "")
+    if len(known):
+        for i in np.flatnonzero(cc == ""):
+            nearest = known[np.argmin(dist[i, known])]
+            if dist[i, nearest] <= SAME_METRO_KM:
+                cc[i] = cc[nearest]
     links: dict[tuple[int, int], tuple[float, str, str]] = {}
     order = np.argsort(dist, axis=1)[:, :knn]
     for i in range(len(nodes)):
@@ -130,6 +153,11 @@ class LatencyModel:
         graph = coo_matrix((w, (links.i.to_numpy(), links.j.to_numpy())), shape=(n, n)).tocsr()
         return dijkstra(graph, directed=False)
 
+    def inflation(self, km) -> np.ndarray:
+        """The distance-dependent factor g(d) applied to a path's propagation and hop cost."""
+        p = self.params
+        return 1.0 + p.short_inflation * p.short_scale_km / (np.asarray(km, dtype=np.float64) + p.short_scale_km)
+
     def _attach(self, lat: np.ndarray, lon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Nearest ``attach_k`` nodes of each point and the terrestrial cost to reach each (ms)."""
         k = self.params.attach_k
@@ -155,12 +183,12 @@ class LatencyModel:
         i2, c2 = self._attach(lat2, lon2)
         via = c1[:, :, None] + self.node_ms[i1[:, :, None], i2[:, None, :]] + c2[:, None, :]
         best = via.reshape(len(lat1), -1).min(axis=1)
-        return self.params.base_ms + np.minimum(best, self._direct_ms(lat1, lon1, lat2, lon2))
-
-    def _direct_ms(self, lat1, lon1, lat2, lon2) -> np.ndarray:
         km = haversine_km(lat1, lon1, lat2, lon2)
-        direct = self._link_ms(km, np.array("land"))
-        return np.where(km <= self.params.max_link_km, direct, np.inf)
+        return self.params.base_ms + self.inflation(km) * np.minimum(best, self._direct_ms(km))
+
+    def _direct_ms(self, km: np.ndarray) -> np.ndarray:
+        """A direct terrestrial link between two nearby points (none beyond ``max_link_km``)."""
+        return np.where(km <= self.params.max_link_km, self._link_ms(km, np.array("land")), np.inf)
 
     def site_rtt_matrix(self, lat, lon, site_nodes: np.ndarray) -> np.ndarray:
         """Core RTT (ms, float32) from each point (rows) to each backbone node in ``site_nodes`` (columns);
@@ -178,8 +206,7 @@ class LatencyModel:
             idx, cost = self._attach(lat[sl], lon[sl])
             best = np.min(cost[:, :, None] + sub[idx], axis=1)
             km = pairwise_km(lat[sl], lon[sl], slat, slon)
-            direct = np.where(km <= self.params.max_link_km, self._link_ms(km, np.array("land")), np.inf)
-            out[sl] = self.params.base_ms + np.minimum(best, direct)
+            out[sl] = self.params.base_ms + self.inflation(km) * np.minimum(best, self._direct_ms(km))
         return out
 
     def path(self, a: int, b: int) -> list[str]:

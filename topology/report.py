@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from topology.last_mile import LastMile
 from topology.pops import CONTINENTS
 from topology.regions import BASELINE_SETS, baseline
 from topology.world import Topology
@@ -20,9 +21,13 @@ def coverage(topo: Topology, rtt_to_nearest: np.ndarray) -> dict[str, float]:
     return {f"within_{t}ms": round(float(w[rtt_to_nearest <= t].sum() / w.sum()), 4) for t in THRESHOLDS_MS}
 
 
-def summary(topo: Topology, last_mile_ms: float = 0.0) -> dict:
-    """Everything ``edgepop topology`` reports, as a JSON-ready dict."""
+def summary(topo: Topology, last_mile_ms: float = 0.0, last_mile: str = "fixed") -> dict:
+    """Everything ``edgepop topology`` reports, as a JSON-ready dict (``last_mile``: a mode of
+    :mod:`topology.last_mile`; ``fixed`` adds ``last_mile_ms`` to every user)."""
     lat, lon = topo.demand.lat.to_numpy(), topo.demand.lon.to_numpy()
+    lm = LastMile(last_mile, last_mile_ms)
+    if last_mile != "fixed":
+        last_mile_ms = lm.ms(topo.demand.cc.to_numpy(), topo.demand.continent.to_numpy())
     edge = topo.user_pop_rtt(lat, lon, last_mile_ms).min(axis=1)
     baselines = {}
     for name in BASELINE_SETS:
@@ -40,7 +45,9 @@ def summary(topo: Topology, last_mile_ms: float = 0.0) -> dict:
         "gpu_memory_tb": round(float(topo.nodes.memory_gb.sum()) / 1000, 1),
         "demand_cities": len(topo.demand),
         "demand_population": int(topo.demand.population.sum()),
-        "last_mile_ms": last_mile_ms,
+        "last_mile_ms": (last_mile_ms if np.isscalar(last_mile_ms)
+                         else round(float(np.average(last_mile_ms, weights=topo.demand.population)), 1)),
+        "last_mile": lm.describe(),
         "edge": {**coverage(topo, edge), "median_rtt_ms": round(float(np.median(edge)), 1)},
         "baselines": baselines,
     }

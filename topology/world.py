@@ -10,6 +10,7 @@ import pandas as pd
 
 from topology.demand import load_demand_points
 from topology.gpus import build_nodes, load_gpus
+from topology.last_mile import LastMile
 from topology.latency import LatencyModel, LatencyParams, build_backbone, site_table
 from topology.pops import load_pops, load_tiers
 from topology.regions import load_regions
@@ -30,13 +31,17 @@ class Topology:
     demand: pd.DataFrame
     latency: LatencyModel
     last_mile_ms: float = DEFAULT_LAST_MILE_MS
+    last_mile_mode: str = "fixed"
 
     @classmethod
     def load(cls, pops: str | Path | None = None, gpus: str | Path | None = None,
              regions: str | Path | None = None, tiers: str | Path | None = None,
              params: LatencyParams | None = None, min_population: int = 30_000,
-             last_mile_ms: float = DEFAULT_LAST_MILE_MS) -> Topology:
-        """Load the shipped tables, or custom files for any of them (each validated, nothing half-loaded)."""
+             last_mile_ms: float = DEFAULT_LAST_MILE_MS, last_mile: str = "fixed") -> Topology:
+        """Load the shipped tables, or custom files for any of them (each validated, nothing half-loaded).
+
+        ``last_mile`` is the mode of :mod:`topology.last_mile` (``fixed`` uses ``last_mile_ms`` for everyone).
+        """
         tier_table = load_tiers(tiers)
         pop_table = load_pops(pops, tier_table)
         gpu_table = load_gpus(gpus)
@@ -45,8 +50,23 @@ class Topology:
         params = params or LatencyParams.load()
         sites = site_table(pop_table, region_table)
         model = LatencyModel(build_backbone(sites, params.knn, params.max_link_km), params)
-        return cls(pop_table, tier_table, gpu_table, node_table, region_table,
-                   load_demand_points(min_population), model, last_mile_ms)
+        topo = cls(pop_table, tier_table, gpu_table, node_table, region_table,
+                   load_demand_points(min_population), model, last_mile_ms, last_mile)
+        topo.last_mile  # noqa: B018 -- an unknown mode fails here, before anything uses the topology
+        return topo
+
+    @property
+    def last_mile(self) -> LastMile:
+        """The last-mile model of this topology (its mode and fixed value)."""
+        cached = getattr(self, "_last_mile_model", None)
+        if cached is None or (cached.mode, cached.fixed_ms) != (self.last_mile_mode, self.last_mile_ms):
+            cached = LastMile(self.last_mile_mode, self.last_mile_ms)
+            self._last_mile_model = cached
+        return cached
+
+    def demand_last_mile_ms(self) -> np.ndarray:
+        """Last-mile RTT (ms) of every demand city, by the topology's last-mile mode."""
+        return self.last_mile.ms(self.demand.cc.to_numpy(), self.demand.continent.to_numpy())
 
     # Sites are the first nodes of the backbone, PoPs first then regions, in table order.
     @property

@@ -15,6 +15,8 @@ speculative TPOT without simulating individual drafts (the mean, not the per-ste
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from controlplane import perf_arch
 from sim.techniques.base import TECHNIQUES, Technique
 
@@ -47,11 +49,11 @@ class SpeculativePerf:
         b, q = float(batch), float(batch * (self.k + 1))
         kvb = perf_arch.kv_bytes_per_token(spec)
         one = perf_arch.decode_pass(spec, sch, int(batch), float(context))
-        cost = perf_arch.PassCost(
-            new_tokens=q, seqs=q, gemm_flops=one.gemm_flops * (self.k + 1), head_flops=one.head_flops * (self.k + 1),
-            attn_flops=one.attn_flops * (self.k + 1), weight_bytes=one.weight_bytes,
-            kv_bytes=b * context * kvb + q * kvb, allreduce_bytes=one.allreduce_bytes * (self.k + 1),
-            allreduces=one.allreduces, gemm_rows=q)
+        n = self.k + 1  # every per-token count of one decode pass, times the k+1 positions; weights once
+        cost = replace(one, new_tokens=q, seqs=q, gemm_flops=one.gemm_flops * n, head_flops=one.head_flops * n,
+                       attn_flops=one.attn_flops * n, kv_bytes=b * context * kvb + q * kvb,
+                       allreduce_bytes=one.allreduce_bytes * n, gemm_rows=q,
+                       replicated_bytes=one.replicated_bytes * n, sharded_bytes=one.sharded_bytes * n)
         return roof._time(spec, roof.gpu(gpu), tp, sch, cost, prefill=False).total_ms
 
     def decode_step_ms(self, spec, gpu, batch, context, **kw) -> float:

@@ -1,0 +1,99 @@
+"""``edgepop validate``: fidelity tables of the service-time and WAN models (see ``controlplane.validation``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="fidelity of the service-time and WAN models against the shipped data",
+                       description="Print the fidelity tables of the service-time model (leave-one-group-out by "
+                                   "model, GPU type and tensor parallelism) and of the WAN latency model (per "
+                                   "data set, distance band and continent; cross-validated by data set and by "
+                                   "continent), write them as JSON and optionally as the docs page.")
+    p.add_argument("--out", type=Path, default=Path("out/validate"), help="folder for fidelity.json")
+    p.add_argument("--docs", type=Path, help="also write the markdown page here (docs/fidelity-models.md)")
+    p.add_argument("--in-sample", action="store_true",
+                   help="skip the cross-validation (seconds instead of a minute or two); --docs needs it")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from controlplane.validation import fidelity_report, render_markdown
+    from edgepop.errors import UserError
+
+    if args.docs and args.in_sample:
+        raise UserError("--docs needs the cross-validated tables: drop --in-sample")
+    rep = fidelity_report(cross_validated=not args.in_sample)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
+    if args.docs:
+        args.docs.write_text(render_markdown(rep))
+    if args.json:
+        print(json.dumps(rep, indent=2))
+        return 0
+    print_tables(rep)
+    print(f"wrote {args.out / 'fidelity.json'}" + (f" and {args.docs}" if args.docs else ""))
+    return 0
+
+
+def _pct(x) -> str:
+    return "" if x is None else f"{100 * x:.1f}%"
+
+
+def print_tables(rep: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from controlplane.perf_validation import GROUPINGS, PHASES
+
+    con = Console()
+    st = rep["service_time"]
+    t = Table(title="Service time: MAPE by phase (end-to-end prefill/decode; kernel; all-reduce)")
+    t.add_column("grouping")
+    for p in PHASES:
+        t.add_column(p, justify="right")
+    t.add_row("in sample", *(_pct(st["in_sample"].get(p, {}).get("mape")) for p in PHASES))
+    for key in GROUPINGS:
+        if f"by_{key}" not in st:
+            continue
+        pooled = st[f"by_{key}"]["pooled"]
+        t.add_row(f"leave one {key} out", *(_pct(pooled.get(p, {}).get("mape")) for p in PHASES))
+    con.print(t)
+    for key in GROUPINGS:
+        if f"by_{key}" not in st:
+            continue
+        g = Table(title=f"Service time: leave one {key} out, MAPE per held-out {key}")
+        g.add_column(key)
+        for p in PHASES:
+            g.add_column(p, justify="right")
+        for name, e in st[f"by_{key}"]["groups"].items():
+            g.add_row(name, *(_pct(e[p]["mape"]) if p in e else "" for p in PHASES))
+        con.print(g)
+    if "goal_failures" in st:
+        con.print("service-time goal: " + ("met" if not st["goal_failures"] else
+                                            "not met: " + ", ".join(st["goal_failures"])))
+    wan = rep["wan"]
+    for name in ("in_sample", "leave_one_set_out", "leave_one_continent_out"):
+        if name not in wan:
+            continue
+        for by in ("by_set", "by_band", "by_continent"):
+            w = Table(title=f"WAN {name.replace('_', ' ')}, {by[3:]}")
+            for col in (by[3:], "pairs", "median APE", "p90 APE", "median pred/meas"):
+                w.add_column(col, justify="left" if col == by[3:] else "right")
+            for k, e in wan[name][by].items():
+                w.add_row(k, str(e["pairs"]), _pct(e["median_ape"]), _pct(e["p90_ape"]), f"{e['median_ratio']:.2f}")
+            con.print(w)
+        if "met" in wan[name]:
+            con.print(f"WAN {name.replace('_', ' ')}: " + ("all goals met" if wan[name]["met"] else
+                                                            "goals missed: " + ", ".join(wan[name]["failures"])))
+    j = rep["jitter"]
+    con.print(f"jitter: floor {1 - j['model']['excess']:.3f} x mean, sigma {j['model']['sigma']:.2f}, "
+              f"p99 {j['p99_over_mean']:.3f} x mean; min error {_pct(j['median_abs_error_of_min'])}, "
+              f"max error {_pct(j['median_abs_error_of_max'])} over {j['paths']} paths")
+    lm = rep["last_mile"]
+    for mode, m in lm["modes"].items():
+        con.print(f"last mile {mode}: mean {m['mean_ms']} ms ({m['describe']})")

@@ -1,0 +1,72 @@
+"""Leave-one-group-out cross-validation of the roofline service-time model.
+
+For each grouping (``model``, ``gpu``, ``tp``) and each value of it, the constants are refitted on every row of
+the other groups (:func:`controlplane.perf_calibration.fit`) and the held-out rows are predicted: a held-out GPU
+type is predicted from constants that never saw it (its architecture's or memory kind's fitted value when a
+sibling board was seen, their median otherwise), a held-out model from constants fitted on other models, a
+held-out tensor-parallel degree from the other degrees. What this reports is the error to expect on a
+configuration the reference data does not contain.
+
+Errors are mean absolute percentage errors by phase: ``prefill`` and ``decode`` are serving engines'
+end-to-end figures; ``kernel`` the operator-level transformer body passes; ``allreduce`` the collectives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from controlplane.perf_calibration import Rows, fit, load_rows, mape
+
+GROUPINGS = ("model", "gpu", "tp")
+PHASES = ("prefill", "decode", "kernel", "allreduce")
+GOAL_MAPE = 0.10  # prefill and decode, each grouping, end-to-end rows
+
+
+def cross_validate(rows: Rows | None = None) -> pd.DataFrame:
+    """The rows' table with ``fit_ms`` (in-sample) and ``cv_<grouping>_ms`` for every grouping."""
+    rows = rows or load_rows()
+    out = rows.table.copy()
+    out["fit_ms"] = rows.predict(fit(rows))
+    for key in GROUPINGS:
+        col = f"cv_{key}_ms"
+        out[col] = np.nan
+        values = rows.table[key].astype(str).to_numpy()
+        for value in sorted(set(values)):
+            if value == "":  # collectives have no model: never held out by model
+                continue
+            test = values == value
+            params = fit(rows.subset(~test))
+            out.loc[test, col] = rows.subset(test).predict(params)
+    return out
+
+
+def _errors(frame: pd.DataFrame, col: str) -> dict:
+    out = {}
+    for phase in PHASES:
+        sel = frame[(frame.phase == phase) & frame[col].notna()]
+        if len(sel):
+            out[phase] = {"rows": int(len(sel)), "mape": mape(sel[col].to_numpy(), sel.measured_ms.to_numpy())}
+    return out
+
+
+def summary(cv: pd.DataFrame) -> dict:
+    """Pooled and per-group MAPE by phase for every grouping, plus the in-sample errors."""
+    out = {"in_sample": _errors(cv, "fit_ms"), "goal_mape": GOAL_MAPE}
+    for key in GROUPINGS:
+        col = f"cv_{key}_ms"
+        groups = {str(v): _errors(g, col) for v, g in cv.groupby(cv[key].astype(str)) if str(v)}
+        engines = {str(e): _errors(g, col) for e, g in cv[cv.kind == "e2e"].groupby("engine")}
+        out[f"by_{key}"] = {"pooled": _errors(cv, col), "groups": groups, "by_engine": engines}
+    return out
+
+
+def goal_failures(report: dict) -> list[str]:
+    """Which grouping/phase pooled errors exceed :data:`GOAL_MAPE` (end-to-end prefill and decode)."""
+    bad = []
+    for key in GROUPINGS:
+        for phase in ("prefill", "decode"):
+            m = report[f"by_{key}"]["pooled"].get(phase, {}).get("mape")
+            if m is not None and m > GOAL_MAPE:
+                bad.append(f"{key}/{phase} {m:.1%}")
+    return bad

@@ -1,0 +1,131 @@
+"""Fidelity of the service-time model: cross-validation on the shipped data, tensor-parallel decode, monotonicity,
+mixed batches, and ``edgepop validate`` with the docs page it generates.
+
+The leave-one-group-out goal is prefill and decode MAPE <= 10% in every grouping. Where the shipped model meets
+it, the test asserts the goal; where it does not (prefill in every grouping, decode when a GPU type is held out),
+the test asserts the bound the model reaches today, so a change can only make it better, and the docs page says
+the goal is missed (see docs/fidelity-models.md for why).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controlplane.catalog import default_catalog
+from controlplane.perf import Roofline, with_precision
+from controlplane.perf_validation import GOAL_MAPE
+from controlplane.validation import fidelity_report, render_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+L8 = "@cf/meta/llama-3.1-8b-instruct"
+L70 = "@cf/meta/llama-3.3-70b-instruct-fp8-fast"
+# What the shipped model reaches where it misses the goal (pooled MAPE, held-out predictions).
+REACHED = {("model", "prefill"): 0.15, ("gpu", "prefill"): 0.19, ("tp", "prefill"): 0.18, ("gpu", "decode"): 0.13}
+
+
+@pytest.fixture(scope="module")
+def report():
+    return fidelity_report()
+
+
+@pytest.fixture(scope="module")
+def model(topo):
+    return Roofline.from_topology(topo)
+
+
+@pytest.mark.parametrize("key", ["model", "gpu", "tp"])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_leave_one_group_out_errors(report, key, phase):
+    pooled = report["service_time"][f"by_{key}"]["pooled"][phase]
+    assert pooled["rows"] >= 70
+    bound = REACHED.get((key, phase), GOAL_MAPE)
+    assert pooled["mape"] <= bound, (key, phase, pooled)
+    missed = f"{key}/{phase}" in " ".join(report["service_time"]["goal_failures"])
+    assert missed == (pooled["mape"] > GOAL_MAPE)
+
+
+def test_cross_validation_covers_tp_1_to_8_and_an_edge_class_gpu(report):
+    st = report["service_time"]
+    assert st["tp"] == [1, 2, 4, 8]
+    assert {"A100-80GB", "H100", "L40S", "A40"} <= set(st["gpus"])
+    assert "A40" in st["by_gpu"]["groups"] and "L40S" in st["by_gpu"]["groups"]
+    assert st["by_model"]["pooled"]["kernel"]["mape"] <= 0.12
+
+
+def test_decode_does_not_fall_like_one_over_tp(model, topo):
+    """Each GPU more pays per-layer all-reduces and the step floor: 8 GPUs give far less than 8x."""
+    spec = with_precision(default_catalog()[L70], "bf16", "bf16")
+    for gpu in ("H100", "A100-80GB"):
+        steps = {tp: model.decode_breakdown(spec, gpu, 1, 1024, tp=tp) for tp in (1, 2, 4, 8)}
+        ms = {t: s.total_ms for t, s in steps.items()}
+        assert ms[8] > 1.5 * ms[1] / 8 and ms[4] > 1.3 * ms[1] / 4, ms
+        # Measured (gpt-fast, Llama-2-70B bf16, batch 1, A100): 46.9 / 26.3 / 16.0 ms at tp 2 / 4 / 8, i.e. 2.9x
+        # from 4x the GPUs; ideal scaling would give 4x.
+        assert ms[2] / ms[8] < 3.5, ms
+        assert steps[8].comm_ms > steps[2].comm_ms > 0.0 == steps[1].comm_ms
+
+
+@pytest.mark.parametrize("gpu", ["H100", "A100-80GB", "L40S", "L4"])
+def test_more_gpus_never_add_work_only_communication(model, gpu):
+    """Across tensor-parallel degrees, everything but the all-reduces never grows with more GPUs."""
+    spec = default_catalog()[L8]
+    for prompts, batch in (([2048], 0), ([], 16), ([512], 8)):
+        busy = []
+        for tp in (1, 2, 4, 8):
+            b = model.mixed_breakdown(spec, gpu, prompts, batch, 1000, tp=tp)
+            busy.append(b.total_ms - b.comm_ms - b.overhead_ms)
+        assert all(b <= a + 1e-9 for a, b in zip(busy, busy[1:], strict=False)), busy
+
+
+@pytest.mark.parametrize("gpu", ["H100", "A100-80GB", "L40S", "T4"])
+def test_more_tokens_never_make_a_step_faster(model, gpu):
+    spec = default_catalog()[L8]
+    for tp in (1, 2, 4):
+        pre = [model.prefill_ms(spec, gpu, t, tp=tp) for t in (1, 16, 128, 1024, 8192)]
+        dec = [model.decode_step_ms(spec, gpu, b, 512, tp=tp) for b in (1, 4, 16, 64, 256)]
+        batched = [model.prefill_batch_ms(spec, gpu, [256] * n, tp=tp) for n in (1, 2, 4, 8)]
+        for seq in (pre, dec, batched):
+            assert all(b >= a for a, b in zip(seq, seq[1:], strict=False)), seq
+
+
+def test_mixed_step_costs_more_than_either_part_and_less_than_both(model):
+    spec = default_catalog()[L8]
+    for gpu in ("H100", "L4"):
+        mixed = model.mixed_step_ms(spec, gpu, [512], 16, 1000)
+        prefill, decode = model.prefill_ms(spec, gpu, 512), model.decode_step_ms(spec, gpu, 16, 1000)
+        assert max(prefill, decode) <= mixed < prefill + decode
+        assert model.mixed_step_ms(spec, gpu, [512], 0, 0) == pytest.approx(prefill)
+        assert model.mixed_step_ms(spec, gpu, [], 16, 1000) == pytest.approx(decode)
+
+
+def _percentages(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"(\d+\.\d)%", text)]
+
+
+def test_docs_page_is_generated_from_the_current_code(report):
+    """docs/fidelity-models.md is ``edgepop validate --docs``'s output: same tables, same figures (to 0.2 points,
+    as least squares may end a hair apart on another machine)."""
+    page = (ROOT / "docs" / "fidelity-models.md").read_text()
+    fresh = render_markdown(report)
+    assert re.sub(r"[\d.]+", "#", page) == re.sub(r"[\d.]+", "#", fresh)
+    ours, theirs = _percentages(page), _percentages(fresh)
+    assert len(ours) == len(theirs) > 100
+    assert np.max(np.abs(np.array(ours) - np.array(theirs))) <= 0.2
+
+
+def test_validate_cli_writes_json_and_refuses_docs_without_cross_validation(tmp_path, capsys):
+    import json
+
+    from edgepop.cli import main
+
+    assert main(["validate", "--in-sample", "--out", str(tmp_path)]) == 0
+    rep = json.loads((tmp_path / "fidelity.json").read_text())
+    assert rep["service_time"]["in_sample"]["decode"]["mape"] < 0.10
+    assert {"in_sample", "sets", "goals"} <= set(rep["wan"]) and "leave_one_set_out" not in rep["wan"]
+    assert "WAN in sample" in capsys.readouterr().out
+    assert main(["validate", "--in-sample", "--docs", str(tmp_path / "x.md"), "--out", str(tmp_path)]) == 2
+    assert "drop --in-sample" in capsys.readouterr().err and not (tmp_path / "x.md").exists()

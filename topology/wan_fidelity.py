@@ -1,0 +1,87 @@
+"""How well the WAN latency model predicts measured round-trip times: the tables ``edgepop validate`` prints.
+
+:func:`wan_report` predicts every shipped RTT set (``topology.rtt_sets``) with the shipped constants and,
+refitting without each data set's provider or each continent in turn (``topology.calibration``), out of sample.
+Every table gives, per data set, distance band or continent: pairs, median and 90th-percentile absolute
+percentage error and the median predicted/measured ratio. The goals are checked on the cross-validated
+predictions: median APE <= 10%, p90 APE <= 30% and every distance band's median ratio within 0.85-1.15.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from topology.calibration import cross_validate, errors, predict
+from topology.latency import LatencyModel, LatencyParams, build_backbone, default_sites
+from topology.rtt_sets import BANDS, SETS, load_all
+
+GOALS = {"median_ape": 0.10, "p90_ape": 0.30, "band_ratio": (0.85, 1.15)}
+
+
+def table(frame: pd.DataFrame, col: str, by: str) -> dict:
+    """``errors`` of ``col`` against the measurement for each value of ``by`` (bands in distance order)."""
+    order = [b for _, _, b in BANDS] if by == "band" else sorted(set(frame[by]))
+    return {str(k): errors(frame.loc[frame[by] == k, col].to_numpy(), frame.loc[frame[by] == k, "rtt_ms"].to_numpy())
+            for k in order if (frame[by] == k).any()}
+
+
+def continent_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each pair once per continent it touches (a pair inside one continent once), column ``continent``."""
+    a = frame.assign(continent=frame.continent_a)
+    b = frame[frame.continent_b != frame.continent_a].assign(continent=frame.continent_b)
+    return pd.concat([a, b], ignore_index=True)
+
+
+def goal_check(frame: pd.DataFrame, col: str) -> dict:
+    """The goals on one prediction column: pooled median / p90 APE and each band's median ratio."""
+    pooled = errors(frame[col].to_numpy(), frame.rtt_ms.to_numpy())
+    lo, hi = GOALS["band_ratio"]
+    bands = table(frame, col, "band")
+    failures = []
+    if pooled["median_ape"] > GOALS["median_ape"]:
+        failures.append(f"median APE {pooled['median_ape']:.1%}")
+    if pooled["p90_ape"] > GOALS["p90_ape"]:
+        failures.append(f"p90 APE {pooled['p90_ape']:.1%}")
+    failures += [f"{b} median ratio {e['median_ratio']:.2f}" for b, e in bands.items()
+                 if not lo <= e["median_ratio"] <= hi]
+    return {"pooled": pooled, "met": not failures, "failures": failures}
+
+
+def wan_report(params: LatencyParams | None = None, cross_validated: bool = True) -> dict:
+    """Fidelity tables of the WAN model with ``params`` (the shipped constants by default)."""
+    params = params or LatencyParams.load()
+    backbone = build_backbone(default_sites(), params.knn, params.max_link_km)
+    m = load_all()
+    m["predicted_ms"] = predict(LatencyModel(backbone, params), m)
+    fitted = m[m.set.map(lambda s: SETS[s].fitted)].reset_index(drop=True)
+    report = {
+        "sets": {name: {"provider": s.provider, "statistic": s.statistic, "fitted": s.fitted}
+                 for name, s in SETS.items()},
+        "params": {k: getattr(params, k) for k in ("alpha_land", "alpha_sea", "hop_ms", "base_ms",
+                                                   "short_inflation", "short_scale_km")},
+        "goals": {"median_ape": GOALS["median_ape"], "p90_ape": GOALS["p90_ape"],
+                  "band_ratio": list(GOALS["band_ratio"])},
+        "in_sample": {"by_set": table(m, "predicted_ms", "set"), "by_band": table(fitted, "predicted_ms", "band"),
+                      "by_continent": table(continent_rows(fitted), "predicted_ms", "continent"),
+                      "pooled": errors(fitted.predicted_ms.to_numpy(), fitted.rtt_ms.to_numpy())},
+    }
+    if cross_validated:
+        cv = cross_validate(fitted, params, backbone)
+        conts = continent_rows(cv)
+        for col, name in (("cv_set_ms", "leave_one_set_out"), ("cv_continent_ms", "leave_one_continent_out")):
+            report[name] = {"by_set": table(cv, col, "set"), "by_band": table(cv, col, "band"),
+                            "by_continent": table(conts, col, "continent"), **goal_check(cv, col)}
+    return report
+
+
+def worst_pairs(params: LatencyParams | None = None, n: int = 10) -> list[dict]:
+    """The ``n`` pairs the shipped model misses most (for the docs: where the model stops holding)."""
+    params = params or LatencyParams.load()
+    m = load_all()
+    m["predicted_ms"] = predict(LatencyModel(build_backbone(default_sites(), params.knn, params.max_link_km),
+                                             params), m)
+    m["ape"] = np.abs(m.predicted_ms - m.rtt_ms) / m.rtt_ms
+    top = m.sort_values("ape", ascending=False).head(n)
+    return [{"set": r.set, "a": r.a, "b": r.b, "km": round(float(r.km)), "measured_ms": round(float(r.rtt_ms), 1),
+             "predicted_ms": round(float(r.predicted_ms), 1)} for r in top.itertuples()]
