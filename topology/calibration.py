@@ -180,8 +180,21 @@ def calibrate(start: LatencyParams | None = None, cross_validated: bool = True) 
     return replace(fitted, meta=meta)
 
 
-if __name__ == "__main__":  # python -m topology.calibration  -> refits and rewrites data/latency_params.json
+def main(argv: list[str] | None = None) -> None:
+    """``python -m topology.calibration [--check]``: refit and rewrite data/latency_params.json (or only print)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m topology.calibration",
+                                 description="Refit the WAN latency model on the shipped RTT sets and rewrite "
+                                             "topology/data/latency_params.json (--check: print, write nothing).")
+    ap.add_argument("--check", action="store_true", help="fit and print the errors without writing the file")
+    args = ap.parse_args(argv)
     params = calibrate()
-    params.save()
+    if not args.check:
+        params.save()
     print({k: v for k, v in asdict(params).items() if k != "meta"})
     print(params.meta)
+
+
+if __name__ == "__main__":
+    main()
