@@ -33,7 +33,7 @@ def test_every_task_answers_in_the_workers_ai_envelope(gateway):
     url, _ = gateway
     cases = [
         (GEN, {"prompt": "Hello", "max_tokens": 6, "seed": 1}, lambda r: r["usage"]["completion_tokens"] <= 6),
-        (EMB, {"text": ["a cat", "a dog"]}, lambda r: r["shape"] == [2, 384] and len(r["data"][0]) == 384),
+        (EMB, {"text": ["a cat", "a dog"]}, lambda r: r["shape"] == [2, 768] and len(r["data"][0]) == 768),
         ("@edgepop/bert-small-classify", {"text": "great"}, lambda r: {d["label"] for d in r} == {"NEGATIVE",
                                                                                                   "POSITIVE"}),
         ("@edgepop/bert-small-rerank", {"query": "q", "contexts": [{"text": "a"}, {"text": "b"}], "top_k": 1},
