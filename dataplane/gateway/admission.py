@@ -83,36 +83,36 @@ class Admission:
                        session=session, reject_if_busy=reject_if_busy, account=account, hash_ids=hash_ids,
                        adapter=adapter)
 
-    def shed_check(self, model: str) -> None:
-        """Refuse at once (429/3040 with ``Retry-After``) when the estimated wait on every engine that can serve
-        ``model`` exceeds the bound. Cheap: call it before any per-request work."""
+    def shed_check(self, model: str, work: float = 1.0) -> None:
+        """Refuse at once (429/3040 with ``Retry-After``) when the estimated wait of a request of ``work`` on
+        every engine that can serve ``model`` exceeds the bound."""
         if self.shedder is None or not self.shedder.enabled:
             return
-        retry = self.shedder.check(self.engine_keys(model), time.monotonic())
+        retry = self.shedder.check(self.engine_keys(model), time.monotonic(), work)
         if retry is not None:
             raise shed(retry, f"estimated wait over {self.shedder.max_wait_s:g} s")
 
-    def _retry_after(self, model: str, now: float) -> float | None:
+    def _retry_after(self, model: str, now: float, work: float) -> float | None:
         if self.shedder is None:
             return None
         keys = self.engine_keys(model)
         if not keys:
             return None
-        return self.shedder.retry_after(min(keys, key=lambda k: self.shedder.wait_s(k, now)), now)
+        return self.shedder.retry_after(min(keys, key=lambda k: self.shedder.wait_s(k, now, work)), now, work)
 
-    def submit(self, req: Request) -> Lease:
-        """Admit and route ``req`` now; raises the HTTP error of a REJECT (3040 with ``Retry-After``, 3006,
-        5007)."""
+    def submit(self, req: Request, work: float = 1.0) -> Lease:
+        """Admit and route ``req`` (of ``work``, in its engine's units) now; raises the HTTP error of a REJECT
+        (3040 with ``Retry-After``, 3006, 5007)."""
         now = time.monotonic()
         d = self.plane.submit(req, now)
         if d.action == REJECT:
             code = d.code or int(Code.OUT_OF_CAPACITY)
-            retry = self._retry_after(req.model, now) if code == Code.OUT_OF_CAPACITY else None
+            retry = self._retry_after(req.model, now, work) if code == Code.OUT_OF_CAPACITY else None
             raise from_code(code, retry_after_s=retry)
         fut = asyncio.get_running_loop().create_future()
         lease = Lease(req, d, fut, now)
         if self.shedder is not None:
-            lease.ticket = self.shedder.admitted(self.engine_key(d.replica), now)
+            lease.ticket = self.shedder.admitted(self.engine_key(d.replica), now, work)
         req.payload = lease
         if d.action == QUEUE:
             self._wake.set()  # a new queue deadline for the timer

@@ -259,9 +259,11 @@ class Gateway:
         req = self.admission.new_request(model, place.ingress, prep.units, prep.output_tokens, session=session,
                                          reject_if_busy=reject_if_busy, account=account, hash_ids=hashes,
                                          adapter=adapter or "")
+        # The shedder's work unit: decode steps of a generation (plus its prefill), items of an encoder batch.
+        work = float(prep.output_tokens + 1) if spec.task == "text-generation" else float(max(1, len(prep.items)))
         try:
-            self.admission.shed_check(model)
-            lease = self.admission.submit(req)
+            self.admission.shed_check(model, work)
+            lease = self.admission.submit(req, work)
         except GatewayError as err:
             self.metrics.rejected(model, endpoint, err, place)
             await self.delays.sleep_ms(place.access_rtt_ms / 2)  # the refusal travels back from the ingress
