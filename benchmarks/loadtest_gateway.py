@@ -6,13 +6,16 @@
     python benchmarks/loadtest_gateway.py --url http://127.0.0.1:8787 --token TOKEN --account ACCT
 
 Sweep: for each concurrency level (1, 2, 4, ..., 256) that many closed-loop clients send requests for
-``--step-seconds`` (or until ``--step-requests`` answers). A client refused with 429 waits what ``retry-after-ms``
-(else ``Retry-After``) says before its next request, as the ``openai`` client does. Per level: admitted (200)
-latency p50/p99, shed rate (429s over all answers), goodput (200s per second), the share of 429s carrying
-``Retry-After``, other errors. Summary: the unloaded p99 (1 client), the bound 2 x unloaded p99 + max wait and
-whether every level's admitted p99 stays under it, and the lowest goodput from the peak level on as a fraction of
-the peak. The server runs with rate limits off (they would cap one account long before the engines saturate) and
-no WAN delay; client and server share the machine's cores, so absolute figures are a floor and noisy.
+``--step-seconds`` (or until ``--step-requests`` answers; 9 levels x 15 s by default, about 2.5 minutes). A
+client refused with 429 waits what ``retry-after-ms`` (else ``Retry-After``) says before its next request, as the
+``openai`` client does. Per level: admitted (200) latency p50/p99 as the client sees it and as the server's
+``server-timing`` says, shed rate (429s over all answers), goodput (200s per second inside the level's window),
+the share of 429s carrying ``Retry-After``, other errors, and the CPU share the client and (own server, Linux)
+the server got: on a shared machine that share moves goodput more than anything the gateway does. Summary: the
+unloaded p99 (1 client), the bound 2 x unloaded p99 + max wait and whether every level's admitted p99 stays
+under it, and the lowest goodput from the peak level on as a fraction of the peak. The server runs with rate
+limits off (they would cap one account long before the engines saturate), no WAN delay and one onnxruntime
+thread; client and server share the machine's cores, so absolute figures are a floor and noisy.
 
 Mixed: ``--requests`` requests (at most ``--duration`` s) at ``--concurrency``, 70% valid and 30% malformed; status
 counts, 5xx (must be 0), unexpected statuses, latency per kind, server memory before and after.
@@ -26,6 +29,7 @@ import argparse
 import asyncio
 import collections
 import json
+import os
 import re
 import ssl
 import sys
@@ -71,6 +75,15 @@ def rss_mb(url: str, token: str) -> float:
     return round(float(m.group(1)) / 2**20, 1) if m else float("nan")
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """CPU time (user + system) of process ``pid`` so far (Linux /proc; None elsewhere or without a pid)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, TypeError):
+        return None
+
+
 def retry_after_s(r: httpx.Response) -> float | None:
     """What a 429 asks a client to wait: ``retry-after-ms`` first (as the openai client reads it), else
     ``Retry-After``."""
@@ -84,7 +97,7 @@ def retry_after_s(r: httpx.Response) -> float | None:
 
 # ---------------------------------------------------------------------------------------------------- sweep
 async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, seconds: float,
-                      max_answers: int) -> dict:
+                      max_answers: int, server_pid: int | None = None) -> dict:
     """``clients`` closed-loop clients for ``seconds``: requests are sent only inside the window; the ones in
     flight at its end are waited for and count in the latencies, while goodput counts answers inside it. Each
     client has its own connection from ``pool`` (httpx's shared pool scans all its connections per request,
@@ -94,6 +107,7 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
     headers = {"authorization": hdr["authorization"]}
     lat, server_lat, counts = [], [], collections.Counter()
     shed_with_retry = in_window = 0
+    cpu0, server0 = time.process_time(), cpu_seconds(server_pid)
     t0 = time.monotonic()
     end = t0 + seconds
 
@@ -118,6 +132,8 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
                 await asyncio.sleep(min(wait if wait is not None else 1.0, max(0.0, end - time.monotonic())))
 
     await asyncio.gather(*(session(c) for c in pool[:clients]))
+    wall = time.monotonic() - t0
+    client_cpu, server1 = time.process_time() - cpu0, cpu_seconds(server_pid)
     answers = sum(v for k, v in counts.items() if isinstance(k, int))
     p, ps = percentiles(lat, (50, 99), digits=1), percentiles(server_lat, (50, 99), digits=1)
     return {"clients": clients, "admitted": counts[200], "shed": counts[429],
@@ -125,11 +141,13 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
             "shed_rate": round(counts[429] / answers, 3) if answers else None,
             "goodput_rps": round(in_window / seconds, 1),
             "retry_after_share": round(shed_with_retry / counts[429], 3) if counts[429] else None,
+            "client_cpu_share": round(client_cpu / wall, 2),
+            "server_cpu_share": round((server1 - server0) / wall, 2) if server0 is not None and server1 else None,
             "other": {str(k): v for k, v in counts.items() if k not in (200, 429)}}
 
 
 async def run_sweep(url: str, token: str, account: str, kind: str, levels, seconds: float, max_answers: int,
-                    max_wait_s: float) -> dict:
+                    max_wait_s: float, server_pid: int | None = None) -> dict:
     hdr = {"authorization": f"Bearer {token}", "account": account}
     rows = []
     tls = ssl.create_default_context()  # one for all clients: building one per client costs ~30 ms of CPU each
@@ -137,7 +155,7 @@ async def run_sweep(url: str, token: str, account: str, kind: str, levels, secon
             for _ in range(max(levels))]
     try:
         for n in levels:
-            rows.append(await sweep_level(pool, url, hdr, kind, n, seconds, max_answers))
+            rows.append(await sweep_level(pool, url, hdr, kind, n, seconds, max_answers, server_pid))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             await asyncio.sleep(1.0)  # let the last answers drain before the next level
     finally:
@@ -233,7 +251,7 @@ def main() -> dict:
     ap.add_argument("--mixed", action="store_true", help="the mixed valid/malformed run instead of the sweep")
     ap.add_argument("--kind", choices=sorted(SWEEP_BODY), default="chat", help="sweep request kind")
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="sweep concurrency levels (max 256)")
-    ap.add_argument("--step-seconds", type=float, default=10.0, help="seconds per sweep level (default 10)")
+    ap.add_argument("--step-seconds", type=float, default=15.0, help="seconds per sweep level (default 15)")
     ap.add_argument("--step-requests", type=int, default=5000, help="at most this many answers per level")
     ap.add_argument("--max-wait", type=float, default=2.0, help="the server's wait bound (own server only)")
     ap.add_argument("--threads", type=int, default=1, help="the server's onnxruntime threads (own server only; "
@@ -271,7 +289,7 @@ def main() -> dict:
                                         args.concurrency, args.malformed_fraction, args.seed))
         else:
             out = run(run_sweep(url, args.token, args.account, args.kind, levels, args.step_seconds,
-                                        args.step_requests, args.max_wait))
+                                args.step_requests, args.max_wait, proc.pid if proc is not None else None))
         out["server_rss_mb_before"], out["server_rss_mb_after"] = before, rss_mb(url, args.token)
         out["server_alive_after"] = httpx.get(f"{url}/healthz").status_code == 200
     finally:
