@@ -143,6 +143,8 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
             "retry_after_share": round(shed_with_retry / counts[429], 3) if counts[429] else None,
             "client_cpu_share": round(client_cpu / wall, 2),
             "server_cpu_share": round((server1 - server0) / wall, 2) if server0 is not None and server1 else None,
+            "goodput_per_server_cpu_s": round(in_window / (server1 - server0), 1)
+            if server0 is not None and server1 and server1 > server0 else None,
             "other": {str(k): v for k, v in counts.items() if k not in (200, 429)}}
 
 
@@ -174,8 +176,19 @@ async def run_sweep(url: str, token: str, account: str, kind: str, levels, secon
             "worst_admitted_p99_ms": worst, "latency_bound_held": None if bound is None else worst <= bound,
             "peak_goodput_rps": goodput[peak_i], "peak_at_clients": rows[peak_i]["clients"],
             "goodput_after_peak_min_fraction": round(after_peak / goodput[peak_i], 3) if goodput[peak_i] else None,
+            "per_cpu_goodput_after_peak_min_fraction": per_cpu_fraction(rows),
             "shed_total": sheds, "retry_after_on_all_429": with_retry == sheds,
             "errors_other": sum(sum(r["other"].values()) for r in rows)}
+
+
+def per_cpu_fraction(rows: list[dict]) -> float | None:
+    """The goodput-after-peak fraction of goodput per server CPU-second: what is left of the goodput criterion
+    when other processes take the server's cores (None without the server's CPU time)."""
+    g = [r.get("goodput_per_server_cpu_s") for r in rows]
+    if any(x is None for x in g) or not g:
+        return None
+    peak = int(np.argmax(g))
+    return round(min(g[peak:]) / g[peak], 3) if g[peak] else None
 
 
 # ---------------------------------------------------------------------------------------------------- mixed
