@@ -161,8 +161,8 @@ class Gateway:
         b = self.backend
         self.shedder = LoadShedder(config.max_wait_s, concurrency=b.engine_concurrency)
         self.admission = Admission(b.plane, self.shedder, engine_key=b.engine_key,
-                                   engine_keys=lambda m: list(dict.fromkeys(b.engine_key(r)
-                                                                            for r in b.plane.state.by_model[m])))
+                                   engine_keys=lambda m: list(dict.fromkeys(
+                                       b.engine_key(r) for r in b.plane.state.by_model.get(m, ()))))
         self.rate_limits = RateLimits(config.rate_limits, enabled=config.rate_limit)
         self.budget = NeuronBudget(config.neuron_budget_per_day)
         self.prefix_block = config.lm_prefix_block if config.lm_prefix_cache_mb else 0
