@@ -176,14 +176,14 @@ class Gateway:
             raise unknown_model(model)
         return self.backend.catalog[model]
 
-    def check_limits(self, model: str, account: str) -> None:
-        """The account's per-minute limit for the model (429/3021, counted when it passes) and its daily neuron
-        budget (429/3036)."""
+    def check_limits(self, model: str, account: str, per_minute: bool = True) -> None:
+        """The account's daily neuron budget (429/3036) and, with ``per_minute``, its per-minute limit for the
+        model (429/3021; the request counts when it passes)."""
         spec = self.spec(model)
         refusal = self.budget.check(account, time.time())
         if refusal is not None:
             raise budget_spent(refusal)
-        refusal = self.rate_limits.take(account, model, spec.task, time.monotonic())
+        refusal = self.rate_limits.take(account, model, spec.task, time.monotonic()) if per_minute else None
         if refusal is not None:
             raise rate_limited(refusal, {"x-ratelimit-limit-requests": f"{refusal.limit:g}",
                                          "x-ratelimit-remaining-requests": "0",
@@ -231,12 +231,7 @@ class Gateway:
         timing = Timing()
         try:
             spec = self.spec(model)
-            if limited:
-                self.check_limits(model, account)
-            else:
-                refusal = self.budget.check(account, time.time())
-                if refusal is not None:
-                    raise budget_spent(refusal)
+            self.check_limits(model, account, per_minute=limited)
             prep = await invoke.prepare(self.backend.dp, spec.task, self.backend.stand_in[model], inputs)
             if spec.task == "text-generation":
                 self._check_max_tokens(model, inputs, prep)
