@@ -3,6 +3,7 @@
     python benchmarks/loadtest_gateway.py                        # sweep 1..256 clients against its own server
     python benchmarks/loadtest_gateway.py --kind embed           # the same with embedding clients
     python benchmarks/loadtest_gateway.py --mixed                # 70% valid / 30% malformed at --concurrency
+    python benchmarks/loadtest_gateway.py --keepalive-probe      # reuse connections idle ~5 s (own servers)
     python benchmarks/loadtest_gateway.py --url http://127.0.0.1:8787 --token TOKEN --account ACCT
 
 Sweep: for each concurrency level (1, 2, 4, ..., 256) that many closed-loop clients send requests for
@@ -19,6 +20,10 @@ thread; client and server share the machine's cores, so absolute figures are a f
 
 Mixed: ``--requests`` requests (at most ``--duration`` s) at ``--concurrency``, 70% valid and 30% malformed; status
 counts, 5xx (must be 0), unexpected statuses, latency per kind, server memory before and after.
+
+Keep-alive probe: clients that reuse a pooled connection after 4.95-5.0 s of idleness (httpx's and the openai
+client's pool keep idle connections 5 s), against a server keeping idle connections 5 s (uvicorn's default) and
+one keeping them ``keep_alive_s`` (the gateway's default, 75 s); counts of ``ReadError`` and answers.
 
 Last stdout line: one JSON object.
 """
@@ -247,6 +252,44 @@ async def run_mixed(url: str, token: str, account: str, n: int, duration_s: floa
             "unexpected": dict(unexpected), "latency": lat}
 
 
+# ---------------------------------------------------------------------------------------------------- keep-alive
+async def keepalive_probe(url: str, token: str, account: str, clients: int = 50) -> dict:
+    """Each client sends a request, stays idle just under 5 s, then sends another on the same connection."""
+    u = f"{url}/client/v4/accounts/{account}/ai/run/{EMB}"
+    hdr = {"authorization": f"Bearer {token}"}
+    counts: collections.Counter = collections.Counter()
+
+    async def one(k: int, idle: float):
+        async with httpx.AsyncClient(timeout=30) as c:
+            await c.post(u, json={"text": "first"}, headers=hdr)
+            await asyncio.sleep(idle + 0.0005 * k)
+            try:
+                counts[(await c.post(u, json={"text": "again"}, headers=hdr)).status_code] += 1
+            except httpx.HTTPError as exc:
+                counts[type(exc).__name__] += 1
+
+    for idle in (4.95, 4.96, 4.97, 4.98, 4.99, 5.0):
+        await asyncio.gather(*(one(k, idle) for k in range(clients)))
+    return {str(k): v for k, v in counts.items()}
+
+
+def run_keepalive(token: str, account: str) -> dict:
+    out = {"mode": "keepalive-probe"}
+    for keep in (5, None):
+        tmp = Path(tempfile.mkdtemp(prefix="loadtest-ka-"))
+        (tmp / "gw.toml").write_text(f"keep_alive_s = {keep}\n" if keep else "")
+        proc, url = spawn_serve(["--config", str(tmp / "gw.toml"), "--no-delay", "--no-rate-limit", "--models", EMB,
+                                 "--pops", "FRA", "--db", str(tmp / "b.sqlite")],
+                                env={"EDGEPOP_TOKENS": f"{token}:{account}"})
+        try:
+            out["server_keep_alive_5s" if keep else "server_keep_alive_default"] = run(
+                keepalive_probe(url, token, account))
+        finally:
+            proc.terminate()
+            proc.wait()
+    return out
+
+
 def run(coro):
     """Run the load on uvloop (the server's loop too): the generator's own overhead stays small at 256 clients."""
     try:
@@ -262,6 +305,7 @@ def main() -> dict:
     ap.add_argument("--token", default=TOKEN)
     ap.add_argument("--account", default=ACCOUNT)
     ap.add_argument("--mixed", action="store_true", help="the mixed valid/malformed run instead of the sweep")
+    ap.add_argument("--keepalive-probe", action="store_true", help="the keep-alive race probe instead")
     ap.add_argument("--kind", choices=sorted(SWEEP_BODY), default="chat", help="sweep request kind")
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="sweep concurrency levels (max 256)")
     ap.add_argument("--step-seconds", type=float, default=15.0, help="seconds per sweep level (default 15)")
@@ -284,6 +328,8 @@ def main() -> dict:
             or not 1 <= args.step_requests <= 100_000):
         ap.error("requests in [1, 100000], duration in (0, 600] s, concurrency and levels in [1, 256], "
                  "step-seconds in (0, 120], step-requests in [1, 100000]")
+    if args.keepalive_probe:
+        return run_keepalive(args.token, args.account)
     proc = None
     url = args.url
     if url is None:
