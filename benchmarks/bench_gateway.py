@@ -11,7 +11,8 @@
    /metrics; the embedding run is repeated against a server with batching off (max batch 1) for contrast.
 
 The client and server share this machine's cores (2 on the development machine), so throughput figures are a
-floor. Last stdout line: one JSON object.
+floor. The servers run without per-minute rate limits and without load shedding (``--no-rate-limit --max-wait
+0``): this measures what the engines and the HTTP stack can do, not admission. Last stdout line: one JSON object.
 """
 
 from __future__ import annotations
@@ -131,7 +132,9 @@ def floor_ms(url: str, n: int) -> list[float]:
 def server(tmp: Path, extra: list[str]):
     cfg = tmp / f"gw{len(list(tmp.iterdir()))}.toml"
     cfg.write_text(f'models = ["{EMB}", "{GEN}"]\npops = ["FRA", "LHR"]\n' + "\n".join(extra) + "\n")
-    return spawn_serve(["--config", str(cfg), "--no-auth", "--no-delay", "--db", str(tmp / "b.sqlite")])
+    # Throughput figures of the engines and the HTTP stack: no per-minute limits, no load shedding.
+    return spawn_serve(["--config", str(cfg), "--no-auth", "--no-delay", "--no-rate-limit", "--max-wait", "0",
+                        "--db", str(tmp / "b.sqlite")])
 
 
 def main() -> dict:

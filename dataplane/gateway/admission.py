@@ -10,8 +10,14 @@ A request naming a LoRA adapter also takes an adapter slot of its replica once i
 its slot to the next waiter (:meth:`ControlPlane.release_adapter`). The live engines hold every served adapter,
 so only the slot bookkeeping (what the ``adapter-aware`` router reads) is emulated, not the copy time.
 
-Invariant (tested): every submitted request is released exactly once, so the plane's running counts return to
-zero when the gateway is idle.
+Load shedding (:class:`~dataplane.gateway.shedding.LoadShedder`) sits in front of the control plane: before a
+request is routed, the estimated wait on the engines that can serve its model is checked against the bound, and
+a request over it is refused at once (429/3040) with a ``Retry-After`` from the engine's drain estimate, as are
+the control plane's own capacity refusals (queue full, ``rejectIfBusy``). Every admitted request counts as
+outstanding work on its replica's engine (``engine_key``) until it is released.
+
+Invariant (tested): every submitted request is released exactly once, so the plane's running counts and the
+shedder's outstanding counts return to zero when the gateway is idle.
 """
 
 from __future__ import annotations
@@ -26,16 +32,18 @@ from controlplane.outcomes import Code
 from controlplane.plane import ControlPlane
 from controlplane.routing.base import QUEUE, REJECT, Decision
 from controlplane.state import Request
-from dataplane.gateway.errors import from_code
+from dataplane.gateway.errors import from_code, shed
+from dataplane.gateway.shedding import LoadShedder
 
 
 class Lease:
     """A request the control plane admitted: where it goes, and whether it holds (or waits for) a slot."""
 
-    __slots__ = ("req", "decision", "started", "released", "queued_at", "started_at", "adapter")
+    __slots__ = ("req", "decision", "started", "released", "queued_at", "started_at", "adapter", "ticket")
 
     def __init__(self, req: Request, decision: Decision, started: asyncio.Future, now: float):
         self.req, self.decision, self.started = req, decision, started
+        self.ticket = None  # the shedder's note of it, on its replica's engine
         self.released = False
         self.adapter: asyncio.Future | None = None  # set while waiting for an adapter slot
         self.queued_at = now
@@ -51,10 +59,18 @@ class Lease:
 
 
 class Admission:
-    """Owns the control plane on the event loop."""
+    """Owns the control plane (and the load shedder in front of it) on the event loop.
 
-    def __init__(self, plane: ControlPlane):
+    ``engine_key(replica)`` names the engine that executes a replica's requests; ``engine_keys(model)`` the
+    engines that can serve a model (by default one per replica: ``("replica", id)``).
+    """
+
+    def __init__(self, plane: ControlPlane, shedder: LoadShedder | None = None, engine_key=None, engine_keys=None):
         self.plane = plane
+        self.shedder = shedder
+        self.engine_key = engine_key or (lambda r: ("replica", r.id))
+        self.engine_keys = engine_keys or (lambda model: [self.engine_key(r)
+                                                          for r in plane.state.by_model.get(model, ())])
         self._ids = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -67,14 +83,36 @@ class Admission:
                        session=session, reject_if_busy=reject_if_busy, account=account, hash_ids=hash_ids,
                        adapter=adapter)
 
-    def submit(self, req: Request) -> Lease:
-        """Admit and route ``req`` now; raises the HTTP error of a REJECT (3040, 3006, 5007)."""
+    def shed_check(self, model: str, work: float = 1.0) -> None:
+        """Refuse at once (429/3040 with ``Retry-After``) when the estimated wait of a request of ``work`` on
+        every engine that can serve ``model`` exceeds the bound."""
+        if self.shedder is None or not self.shedder.enabled:
+            return
+        retry = self.shedder.check(self.engine_keys(model), time.monotonic(), work)
+        if retry is not None:
+            raise shed(retry, f"estimated wait over {self.shedder.max_wait_s:g} s")
+
+    def _retry_after(self, model: str, now: float, work: float) -> float | None:
+        if self.shedder is None:
+            return None
+        keys = self.engine_keys(model)
+        if not keys:
+            return None
+        return self.shedder.retry_after(min(keys, key=lambda k: self.shedder.wait_s(k, now, work)), now, work)
+
+    def submit(self, req: Request, work: float = 1.0) -> Lease:
+        """Admit and route ``req`` (of ``work``, in its engine's units) now; raises the HTTP error of a REJECT
+        (3040 with ``Retry-After``, 3006, 5007)."""
         now = time.monotonic()
         d = self.plane.submit(req, now)
         if d.action == REJECT:
-            raise from_code(d.code or int(Code.OUT_OF_CAPACITY))
+            code = d.code or int(Code.OUT_OF_CAPACITY)
+            retry = self._retry_after(req.model, now, work) if code == Code.OUT_OF_CAPACITY else None
+            raise from_code(code, retry_after_s=retry)
         fut = asyncio.get_running_loop().create_future()
         lease = Lease(req, d, fut, now)
+        if self.shedder is not None:
+            lease.ticket = self.shedder.admitted(self.engine_key(d.replica), now, work)
         req.payload = lease
         if d.action == QUEUE:
             self._wake.set()  # a new queue deadline for the timer
@@ -109,11 +147,14 @@ class Admission:
         lease.released = True
         self.leases_open -= 1
         now = time.monotonic()
+        ran = lease.started.done() and not lease.started.cancelled() and lease.started.exception() is None
+        if lease.ticket is not None:
+            self.shedder.finished(lease.ticket, now, served=ran)
         for req, _ready, _loaded in self.plane.release_adapter(lease.req, now):
             waiter = req.payload.adapter if req.payload is not None else None
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
-        if lease.started.done() and not lease.started.cancelled() and lease.started.exception() is None:
+        if ran:
             self._start_all(self.plane.finish(lease.req, now), now)
         else:
             if not lease.started.done():

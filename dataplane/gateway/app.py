@@ -7,7 +7,13 @@ Routes (``{a}`` is the account id; every ``/client/v4`` route needs ``Authorizat
     POST /client/v4/accounts/{a}/ai/v1/chat/completions         OpenAI chat (SSE with "stream": true)
     POST /client/v4/accounts/{a}/ai/v1/embeddings               OpenAI embeddings
     GET  /client/v4/accounts/{a}/ai/v1/models                   OpenAI model list
-    GET  /metrics  /edgepop/deployment  /healthz                (no auth)
+    GET  /metrics  /edgepop/deployment                          (any valid token, unless ``open_ops``)
+    GET  /healthz                                               (no auth: liveness and draining only)
+
+Before a token is compared, a client address with too many recent failed authentications is refused
+(:class:`~dataplane.gateway.limits.AuthThrottle`); an accepted request then meets its account's limits and the
+load shedder (:mod:`dataplane.gateway.pipeline`). ``rejectIfBusy`` is read on both APIs: ``?rejectIfBusy=true``
+or ``options.rejectIfBusy`` in the body.
 
 Bodies are read and parsed by hand (never by FastAPI's validators), so malformed input is always a 400 with a
 Workers AI envelope and never a 422 or a 500; any unexpected exception is a logged 500 (3043) that leaves the
@@ -27,12 +33,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dataplane.gateway import openai_compat as oai
+from dataplane.gateway import standins
 from dataplane.gateway.auth import Authenticator
 from dataplane.gateway.batch import BatchService
 from dataplane.gateway.config import GatewayConfig
-from dataplane.gateway.errors import GatewayError, bad_input, from_exception
+from dataplane.gateway.errors import GatewayError, auth_throttled, bad_input, from_exception
 from dataplane.gateway.http_util import envelope, flag, ok, parse_json, read_body, run_inputs, search_models
 from dataplane.gateway.invoke import workers_usage
+from dataplane.gateway.limits import AuthThrottle
 from dataplane.gateway.metrics import CONTENT_TYPE
 from dataplane.gateway.pipeline import Gateway
 from dataplane.gateway.sse import DONE_FRAME, frame
@@ -65,9 +73,18 @@ class _StatusCounter:
 def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True) -> FastAPI:
     """Build the gateway (topology, placement, control plane, engines, batch store) and its routes."""
     cfg = config or GatewayConfig()
-    auth = Authenticator(cfg.tokens, enabled=not cfg.no_auth)
+    authenticator = Authenticator(cfg.tokens, enabled=not cfg.no_auth)
+    throttle = AuthThrottle(cfg.auth_failures_per_minute)
     gw = Gateway(cfg, topo)
     gw.batch = batch = BatchService(gw, cfg.db or "edgepop-batch.sqlite", cfg.batch_concurrency)
+
+    def begin_drain() -> None:
+        """Shutting down (SIGTERM/SIGINT): claim no more batch items; /healthz says so. In-flight requests and
+        streams go on until the drain deadline; the server stops accepting connections."""
+        if not gw.draining:
+            gw.draining = True
+            gw.drain_deadline = time.monotonic() + cfg.drain_timeout_s
+            batch.drain()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -78,11 +95,15 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         try:
             yield
         finally:
-            await batch.stop()
+            left = max(0.0, gw.drain_deadline - time.monotonic()) if gw.draining else 0.0
+            await batch.stop(left)
+            if batch.requeued_at_stop:
+                log.warning("drain: %d running batch items put back in the queue", batch.requeued_at_stop)
             await gw.stop()
 
     app = FastAPI(title="edgepop gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gw
+    app.state.begin_drain = begin_drain
     app.add_middleware(_StatusCounter, metrics=gw.metrics)
 
     def is_openai(request: Request) -> bool:
@@ -90,7 +111,30 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
 
     def error_response(request: Request, err: GatewayError) -> JSONResponse:
         body = err.openai_body() if is_openai(request) else err.envelope()
-        return JSONResponse(body, status_code=err.status)
+        return JSONResponse(body, status_code=err.status, headers=err.headers())
+
+    def authenticate(request: Request, account_id: str | None = None) -> str:
+        """The caller's account (``account_id`` must be it); 401/403, or 429 for a client past its failed
+        attempts, which is refused before its token is looked at."""
+        client = request.client.host if request.client else "?"
+        now = time.monotonic()
+        refusal = throttle.check(client, now)
+        if refusal is not None:
+            raise auth_throttled(refusal)
+        header = request.headers.get("authorization")
+        try:
+            if account_id is None:
+                return authenticator.account_of(header)
+            return authenticator.check(header, account_id)
+        except GatewayError as err:
+            if err.status == 401:
+                throttle.failed(client, now)
+            raise
+
+    def reject_if_busy(request: Request, options) -> bool:
+        if options is not None and not isinstance(options, dict):
+            raise bad_input("field 'options' must be an object")
+        return flag((options or {}).get("rejectIfBusy")) or flag(request.query_params.get("rejectIfBusy"))
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, err: GatewayError):
@@ -114,7 +158,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     # ------------------------------------------------------------------ Workers AI REST
     @app.post(PREFIX + "/run/{model:path}")
     async def run_model(request: Request, account_id: str, model: str):
-        account = auth.check(request.headers.get("authorization"), account_id)
+        account = authenticate(request, account_id)
         body = await read_body(request, cfg.max_body_bytes)
         queue = flag(request.query_params.get("queueRequest"))
         spec_task = gw.backend.catalog[model].task if model in gw.backend.catalog else "text-generation"
@@ -122,11 +166,9 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         if "request_id" in inputs and (queue or len(inputs) == 1):
             return ok(await batch.poll(account, inputs["request_id"]))
         if queue:
+            gw.check_limits(model, account)  # the submission counts; its items run paced by the batch worker
             return ok(await batch.submit(account, model, inputs, place_of(request)))
-        options = inputs.pop("options", None) or {}
-        if not isinstance(options, dict):
-            raise bad_input("field 'options' must be an object")
-        reject = flag(options.get("rejectIfBusy")) or flag(request.query_params.get("rejectIfBusy"))
+        reject = reject_if_busy(request, inputs.pop("options", None))
         place = place_of(request)
         spec = gw.spec(model)
         if spec.task == "text-generation" and inputs.get("stream") is True:
@@ -138,7 +180,8 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         call, fin = await gw.infer(model, inputs, place, account=account, reject_if_busy=reject, endpoint="run",
                                    **common(request))
         synthetic = gw.backend.dp.card(call.prep.stand_in).synthetic
-        return JSONResponse(envelope(fin.result, model, spec.task, call.prep.stand_in, synthetic),
+        emulated = standins.is_stand_in(model, spec.stand_in, call.prep.stand_in)
+        return JSONResponse(envelope(fin.result, model, spec.task, call.prep.stand_in, synthetic, emulated),
                             headers=call.headers())
 
     def _start(call) -> None:
@@ -163,7 +206,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
 
     @app.get(PREFIX + "/models/search")
     async def models_search(request: Request, account_id: str):
-        auth.check(request.headers.get("authorization"), account_id)
+        authenticate(request, account_id)
         q = request.query_params
         try:
             page, per_page = int(q.get("page", 1)), int(q.get("per_page", 50))
@@ -171,26 +214,29 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
             raise bad_input("page and per_page must be integers") from None
         if page < 1 or not 1 <= per_page <= 1000:
             raise bad_input("page must be >= 1 and per_page in [1, 1000]")
-        return ok(search_models(gw, q.get("search"), q.get("task"), page, per_page))
+        items, info = search_models(gw, q.get("search"), q.get("task"), page, per_page)
+        return ok(items, result_info=info)
 
     # ------------------------------------------------------------------ OpenAI-compatible
     @app.post(PREFIX + "/v1/chat/completions")
     async def chat_completions(request: Request, account_id: str):
-        account = auth.check(request.headers.get("authorization"), account_id)
+        account = authenticate(request, account_id)
         body = parse_json(await read_body(request, cfg.max_body_bytes))
         model, inputs, stream, include_usage = oai.chat_inputs(body)
+        reject = reject_if_busy(request, body.get("options"))
         shown = body["model"]  # echoed as sent, "<id>:<adapter>" included
         if gw.spec(model).task != "text-generation":
             raise bad_input(f"model {model!r} is not a text-generation model")
         place = place_of(request)
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if stream:
-            call = await gw.admit(model, {**inputs, "stream": True}, place, account=account,
+            call = await gw.admit(model, {**inputs, "stream": True}, place, account=account, reject_if_busy=reject,
                                   endpoint="chat-stream", **common(request))
             _start(call)
             return StreamingResponse(_chat_stream(call, cid, shown, include_usage), media_type="text/event-stream",
                                      headers={**SSE_HEADERS, **call.headers(final=False)})
-        call, fin = await gw.infer(model, inputs, place, account=account, endpoint="chat", **common(request))
+        call, fin = await gw.infer(model, inputs, place, account=account, reject_if_busy=reject, endpoint="chat",
+                                   **common(request))
         return JSONResponse(oai.chat_completion(cid, shown, fin.result["response"], fin.usage),
                             headers=call.headers())
 
@@ -210,33 +256,41 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
 
     @app.post(PREFIX + "/v1/embeddings")
     async def embeddings(request: Request, account_id: str):
-        account = auth.check(request.headers.get("authorization"), account_id)
+        account = authenticate(request, account_id)
         body = parse_json(await read_body(request, cfg.max_body_bytes))
         model, inputs, fmt = oai.embedding_inputs(body)
+        reject = reject_if_busy(request, body.get("options"))
         if gw.spec(model).task != "text-embeddings":
             raise bad_input(f"model {model!r} is not a text-embeddings model")
-        call, fin = await gw.infer(model, inputs, place_of(request), account=account, endpoint="embeddings",
-                                   **common(request))
+        call, fin = await gw.infer(model, inputs, place_of(request), account=account, reject_if_busy=reject,
+                                   endpoint="embeddings", **common(request))
         return JSONResponse(oai.embedding_list(model, fin.result, fmt, int(fin.usage.get("prompt_tokens", 0))),
                             headers=call.headers())
 
     @app.get(PREFIX + "/v1/models")
     async def list_models(request: Request, account_id: str):
-        auth.check(request.headers.get("authorization"), account_id)
+        authenticate(request, account_id)
         return {"object": "list", "data": [{"id": s.id, "object": "model", "created": 0, "owned_by": "edgepop"}
                                            for s in gw.backend.catalog]}
 
     # ------------------------------------------------------------------ operations
+    def operator(request: Request) -> None:
+        # Traffic per model and PoP, and the placement, are not for anyone who can reach the port.
+        if not cfg.open_ops:
+            authenticate(request)
+
     @app.get("/metrics")
-    async def metrics():
+    async def metrics(request: Request):
+        operator(request)
         return Response(gw.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/edgepop/deployment")
-    async def deployment():
+    async def deployment(request: Request):
+        operator(request)
         return gw.backend.describe()
 
     @app.get("/healthz")
     async def healthz():
-        return {"ok": True, "open_requests": gw.admission.leases_open, **gw.backend.plane.snapshot()}
+        return JSONResponse({"ok": not gw.draining, "draining": gw.draining}, status_code=503 if gw.draining else 200)
 
     return app

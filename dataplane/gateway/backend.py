@@ -126,6 +126,15 @@ class Backend:
     def task(self, model: str) -> str:
         return self.catalog[model].task
 
+    def engine_key(self, replica) -> str:
+        """The engine that executes ``replica``'s requests: today the one shared engine of its stand-in."""
+        return self.stand_in[replica.model]
+
+    def engine_concurrency(self, key: str) -> int:
+        """Requests the engine ``key`` runs at once (its batch)."""
+        task = registry.get_card(key).task
+        return self.config.lm_max_batch if task == "text-generation" else self.config.encoder_max_batch
+
     def describe(self) -> dict:
         """What this deployment is (``GET /edgepop/deployment``; the replay tool mirrors it in the simulator)."""
         c = self.config

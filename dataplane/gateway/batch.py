@@ -2,8 +2,15 @@
 live requests (control plane, engines, WAN delays), at most ``batch_concurrency`` items at a time.
 
 Items refused for capacity (3040) or that time out in a queue (3007) go back to the store and are retried after a
-short pause; any other error is that item's outcome (``success: false``). All SQLite work happens on one worker
-thread so the event loop never waits on a disk sync.
+short pause (or the refusal's ``Retry-After``); any other error is that item's outcome (``success: false``). All
+SQLite work happens on one worker thread so the event loop never waits on a disk sync.
+
+Batch items are not counted against the per-minute rate limits (the submission is), but they spend the
+account's neuron budget like any request.
+
+Shutdown: :meth:`BatchService.drain` (on SIGTERM/SIGINT) stops claiming items; :meth:`BatchService.stop` lets
+the items already running finish until the drain deadline, then cancels the rest and puts them back in the
+queue, so the next start runs them; queued items simply stay queued.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ class BatchService:
         self.cached_counts = self.store.counts()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._inflight: set[asyncio.Task] = set()
+        self._inflight: dict[asyncio.Task, dict] = {}  # running item tasks -> their item
+        self.requeued_at_stop = 0
 
     async def _db(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -80,13 +88,30 @@ class BatchService:
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="edgepop-batch")
 
-    async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._inflight) if t is not None]
-        for t in tasks:
+    def drain(self) -> None:
+        """Claim no more items (the ones running go on)."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def stop(self, timeout_s: float = 0.0) -> None:
+        """Stop claiming, give running items ``timeout_s`` to finish, cancel and requeue the rest, close the
+        store."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        running = dict(self._inflight)
+        if running and timeout_s > 0:
+            await asyncio.wait(list(running), timeout=timeout_s)
+        left = {t: item for t, item in running.items() if not t.done()}
+        for t in left:
             t.cancel()
-        for t in tasks:
+        for t in left:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        for item in left.values():  # back to the queue now, not left 'running' for crash recovery
+            await self._db(self.store.requeue, item["job"], item["idx"], 0.0)
+        self.requeued_at_stop = len(left)
         self._pool.submit(self.store.close).result()
         self._pool.shutdown()
 
@@ -96,7 +121,7 @@ class BatchService:
             claimed = await self._db(self.store.claim, room) if room > 0 else []
             for item in claimed:
                 t = asyncio.get_running_loop().create_task(self._run_item(item))
-                self._inflight.add(t)
+                self._inflight[t] = item
                 t.add_done_callback(self._item_finished)
             self.cached_counts = await self._db(self.store.counts)
             if claimed and len(self._inflight) < self.concurrency:
@@ -106,7 +131,7 @@ class BatchService:
                 await asyncio.wait_for(self._wake.wait(), timeout=IDLE_POLL_S)
 
     def _item_finished(self, task: asyncio.Task) -> None:
-        self._inflight.discard(task)
+        self._inflight.pop(task, None)
         if self._wake is not None:
             self._wake.set()
 
@@ -115,15 +140,16 @@ class BatchService:
         inputs.pop("stream", None)  # a batch item is answered whole
         place = self.gw.locator.at(item["lat"], item["lon"], "batch")
         try:
-            _, fin = await self.gw.infer(item["model"], inputs, place, account=item["account"], endpoint="batch")
+            _, fin = await self.gw.infer(item["model"], inputs, place, account=item["account"], endpoint="batch",
+                                         limited=False)
             await self._db(self.store.complete, item["job"], item["idx"],
                            {"result": fin.result, "usage": _usage(fin)}, True)
         except asyncio.CancelledError:
-            raise  # shutting down: the item stays 'running' and is recovered on the next start
+            raise  # shutting down: stop() puts the item back in the queue
         except Exception as exc:
             err = from_exception(exc)
             if err.code in (3040, 3007):  # transient: capacity or queue timeout; try again shortly
-                await self._db(self.store.requeue, item["job"], item["idx"], RETRY_S)
+                await self._db(self.store.requeue, item["job"], item["idx"], max(RETRY_S, err.retry_after_s or 0))
             else:
                 await self._db(self.store.complete, item["job"], item["idx"],
                                {"errors": [{"code": err.code, "message": err.message}]}, False)

@@ -32,6 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--slots", type=int, help="concurrent requests per replica (default: catalog max_batch)")
     p.add_argument("--queue-timeout", type=float, help="seconds a request may wait in a queue (3007 after)")
     p.add_argument("--request-timeout", type=float, help="seconds an engine may take (3007 after)")
+    p.add_argument("--max-wait", type=float, help="shed requests (429/3040 + Retry-After) whose estimated wait is "
+                   "longer than this many seconds (default 2; 0: off)")
+    p.add_argument("--no-rate-limit", action="store_true", help="no per-minute limits (default: Workers AI's)")
+    p.add_argument("--neuron-budget", type=float, help="neurons each account may spend per UTC day (429/3036 "
+                   "after; default 0: no budget)")
+    p.add_argument("--drain-timeout", type=float, help="seconds SIGTERM/SIGINT waits for in-flight requests "
+                   "(default 30)")
+    p.add_argument("--open-ops", action="store_true", help="serve /metrics and /edgepop/deployment without a token")
     p.add_argument("--router", help="routing policy (default nearest-with-capacity, as in the simulator)")
     p.add_argument("--threads", type=int, help="onnxruntime intra-op threads per session (0: one per core)")
     p.add_argument("--prefix-cache-mb", type=int,
@@ -65,7 +73,8 @@ def gateway_config(args: argparse.Namespace):
     flags = dict(pops=_csv(args.pops), models=_csv(args.models), db=args.db, slots=args.slots,
                  queue_timeout_s=args.queue_timeout, request_timeout_s=args.request_timeout, router=args.router,
                  seed=args.seed, delay_scale=args.delay_scale, threads=args.threads, provider=args.provider,
-                 lm_prefix_cache_mb=args.prefix_cache_mb)
+                 lm_prefix_cache_mb=args.prefix_cache_mb, max_wait_s=args.max_wait,
+                 neuron_budget_per_day=args.neuron_budget, drain_timeout_s=args.drain_timeout)
     over.update({k: v for k, v in flags.items() if v is not None})  # flags given win over the scenario
     if args.default_location:
         over["default_location"] = parse_location(args.default_location, "--default-location")
@@ -73,6 +82,10 @@ def gateway_config(args: argparse.Namespace):
         over["delay"] = False
     if args.no_auth:
         over["no_auth"] = True
+    if args.no_rate_limit:
+        over["rate_limit"] = False
+    if args.open_ops:
+        over["open_ops"] = True
     cfg = cfg.with_overrides(**over)
     tokens = {**cfg.tokens, **load_tokens(args.tokens)}
     cfg = cfg.with_overrides(tokens=tokens)
@@ -83,9 +96,8 @@ def gateway_config(args: argparse.Namespace):
 def run_serve(args: argparse.Namespace) -> int:
     import logging
 
-    import uvicorn
-
     from dataplane.gateway.app import create_app
+    from dataplane.gateway.server import gateway_server
 
     cfg = gateway_config(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -93,8 +105,13 @@ def run_serve(args: argparse.Namespace) -> int:
     gw = app.state.gateway
     print(f"edgepop gateway on http://{args.host}:{args.port}  pops={','.join(cfg.pops)}  "
           f"replicas={len(gw.backend.placement)}  delay={'off' if not cfg.delay else f'x{cfg.delay_scale:g}'}  "
-          f"auth={'off' if cfg.no_auth else f'{len(cfg.tokens)} tokens'}  batch db={gw.batch.store.path}"
+          f"auth={'off' if cfg.no_auth else f'{len(cfg.tokens)} tokens'}  "
+          f"max wait={f'{cfg.max_wait_s:g} s' if cfg.max_wait_s else 'off'}  "
+          f"rate limits={'on' if cfg.rate_limit else 'off'}  batch db={gw.batch.store.path}"
           + (f"  (recovered {gw.batch.store.recovered} batch items)" if gw.batch.store.recovered else ""),
           file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    server = gateway_server(app, args.host, args.port, args.log_level)
+    server.run()
+    if server.should_exit:
+        print("edgepop gateway: stopped", file=sys.stderr, flush=True)
     return 0

@@ -7,7 +7,13 @@ Example ``gateway.toml`` (every key optional)::
     default_location = [50.11, 8.68]        # lat, lon of clients that send no location header
     slots = 8                               # concurrent requests per replica (default: the catalog's max_batch)
     queue_timeout_s = 30
+    max_wait_s = 2                          # shed (429/3040) requests whose estimated wait is longer (0: off)
+    neuron_budget_per_day = 10000           # per account; 429/3036 once spent (default 0: no budget)
     db = "edgepop-batch.sqlite"
+
+    [rate_limits]                           # requests per minute per account (0: none) over Workers AI's figures
+    "text-generation" = 600                 # a task ...
+    "@cf/baai/bge-base-en-v1.5" = 100       # ... or one model
 
     [placement]                             # which PoPs hold which model (default: every model on every PoP)
     "@cf/meta/llama-3.2-1b-instruct" = ["FRA"]
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from controlplane.deployment import DeploymentConfig
+from dataplane.gateway.limits import WORKERS_AI_TASK_RPM
 from edgepop.errors import UserError
 
 DEFAULT_POPS = ("FRA", "LHR", "IAD", "SJC", "NRT", "SIN")
@@ -63,6 +70,16 @@ class GatewayConfig:
     (:class:`controlplane.deployment.DeploymentConfig`, the same defaults as a scenario's ``[edge]`` table except
     the placement: ``per-pop``, every served model at every PoP, or at the PoPs ``placement`` lists for it).
     ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
+
+    Overload and shutdown (see :mod:`dataplane.gateway.limits`, :mod:`dataplane.gateway.shedding`):
+    ``rate_limit`` turns the per-minute limits on (Workers AI's figures; ``rate_limits`` overrides them per task
+    or model id, 0 meaning none); ``auth_failures_per_minute``: failed authentications a client may make per
+    minute before it is refused unchecked (0: no brake); ``neuron_budget_per_day``: per account (0: none);
+    ``max_wait_s``: the bound on a new request's estimated wait beyond which it is shed (0: off);
+    ``drain_timeout_s``: how long a SIGTERM/SIGINT waits for in-flight requests and streams;
+    ``keep_alive_s``: how long an idle client connection is kept (longer than clients keep theirs, so a client
+    never reuses a connection the server is closing); ``open_ops``: serve ``/metrics`` and
+    ``/edgepop/deployment`` without a token.
     """
 
     pops: list[str] = field(default_factory=lambda: list(DEFAULT_POPS))
@@ -100,6 +117,14 @@ class GatewayConfig:
     provider: str = "auto"
     seed: int = 0
     scenario: str | None = None
+    rate_limit: bool = True
+    rate_limits: dict[str, int] = field(default_factory=dict)
+    auth_failures_per_minute: int = 20
+    neuron_budget_per_day: float = 0.0
+    max_wait_s: float = 2.0
+    drain_timeout_s: float = 30.0
+    keep_alive_s: float = 75.0
+    open_ops: bool = False
 
     def __post_init__(self):
         self.validate("gateway config")
@@ -146,7 +171,8 @@ class GatewayConfig:
         if self.slots is not None and (isinstance(self.slots, bool) or not isinstance(self.slots, int)
                                        or self.slots < 1):
             bad("slots", f"{self.slots!r} is not a positive integer")
-        for name in ("queue_timeout_s", "request_timeout_s", "delay_scale", "last_mile_ms", "encoder_max_wait_ms"):
+        for name in ("queue_timeout_s", "request_timeout_s", "delay_scale", "last_mile_ms", "encoder_max_wait_ms",
+                     "neuron_budget_per_day", "max_wait_s", "drain_timeout_s", "keep_alive_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 bad(name, f"{v!r} is not a non-negative number")
@@ -164,9 +190,20 @@ class GatewayConfig:
             bad("provider", f"{self.provider!r} is not one of auto, cpu, cuda")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             bad("seed", f"{self.seed!r} is not a non-negative integer")
-        for name in ("delay", "no_auth"):
+        for name in ("delay", "no_auth", "rate_limit", "open_ops"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")
+        v = self.auth_failures_per_minute
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            bad("auth_failures_per_minute", f"{v!r} is not a non-negative integer (0: no brake)")
+        if not isinstance(self.rate_limits, dict):
+            bad("rate_limits", "must be a table of task or model id -> requests per minute")
+        for key, rpm in self.rate_limits.items():
+            if key not in WORKERS_AI_TASK_RPM and key not in self.models:
+                bad("rate_limits", f"{key!r} is neither a task ({', '.join(sorted(WORKERS_AI_TASK_RPM))}) nor a "
+                    "served model id")
+            if isinstance(rpm, bool) or not isinstance(rpm, int | float) or not math.isfinite(rpm) or rpm < 0:
+                bad("rate_limits", f"{key!r} = {rpm!r} is not a non-negative number of requests per minute")
         for name in ("placement_options", "router_options", "autoscaler_options"):
             if not isinstance(getattr(self, name), dict):
                 bad(name, "must be a table of option = value")

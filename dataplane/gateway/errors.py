@@ -9,15 +9,24 @@ malformed JSON / schema  400   5006 (Workers AI's "Bad input")
 unknown model            400   5007
 request too large        413   3006
 request timeout          408   3007
-out of capacity          429   3040
+rate limit (per minute)  429   3021
+daily neuron budget      429   3036
+out of capacity / shed   429   3040
 internal error           500   3043
 no / bad token           401   10000
 another account          403   10000
 no such batch request    404   7003
 =======================  ====  =====
+
+Every 429 carries ``Retry-After`` (whole seconds, at least 1) and ``retry-after-ms`` (what the ``openai`` client
+reads first). Workers AI answers its per-minute limits with code 3021 ("rate limiting: inference request per min
+rate reached"); on the OpenAI routes those two 429s take OpenAI's own shapes (``rate_limit_exceeded``,
+``insufficient_quota``).
 """
 
 from __future__ import annotations
+
+import math
 
 from controlplane.outcomes import HTTP_STATUS, MESSAGES, Code
 from dataplane import errors as dp_errors
@@ -25,14 +34,28 @@ from dataplane import errors as dp_errors
 BAD_INPUT = 5006
 AUTH = 10000
 NOT_FOUND = 7003
+RATE_LIMITED = 3021
+ACCOUNT_LIMITED = 3036
 
 
 class GatewayError(Exception):
-    """An error answer: HTTP ``status``, Workers AI ``code`` and a one-line ``message``."""
+    """An error answer: HTTP ``status``, Workers AI ``code``, a one-line ``message`` and, for refusals that can be
+    retried, ``retry_after_s``."""
 
-    def __init__(self, status: int, code: int, message: str):
+    def __init__(self, status: int, code: int, message: str, retry_after_s: float | None = None,
+                 headers: dict | None = None):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.retry_after_s = retry_after_s
+        self.extra_headers = dict(headers or {})
+
+    def headers(self) -> dict[str, str]:
+        """Response headers: ``Retry-After`` and ``retry-after-ms`` when a retry can succeed later."""
+        out = dict(self.extra_headers)
+        if self.retry_after_s is not None:
+            out["retry-after"] = str(max(1, math.ceil(self.retry_after_s)))
+            out["retry-after-ms"] = str(max(1, math.ceil(self.retry_after_s * 1e3)))
+        return out
 
     def envelope(self) -> dict:
         """The Workers AI REST error envelope."""
@@ -41,6 +64,12 @@ class GatewayError(Exception):
 
     def openai_body(self) -> dict:
         """The OpenAI error shape (what the ``openai`` client parses)."""
+        if self.code == RATE_LIMITED:
+            return {"error": {"message": self.message, "type": "requests", "param": None,
+                              "code": "rate_limit_exceeded"}}
+        if self.code == ACCOUNT_LIMITED:
+            return {"error": {"message": self.message, "type": "insufficient_quota", "param": None,
+                              "code": "insufficient_quota"}}
         kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 408: "timeout_error", 413: "invalid_request_error",
                 429: "rate_limit_error"}.get(self.status, "server_error")
@@ -51,11 +80,35 @@ def bad_input(message: str) -> GatewayError:
     return GatewayError(400, BAD_INPUT, message)
 
 
-def from_code(code: int, detail: str | None = None) -> GatewayError:
+def from_code(code: int, detail: str | None = None, retry_after_s: float | None = None) -> GatewayError:
     """A control-plane decision code (3006, 3007, 3040, 3043, 5007) as an HTTP error."""
     c = Code(code)
     text = MESSAGES[c] + (f": {detail}" if detail else "")
-    return GatewayError(HTTP_STATUS[c], int(c), text)
+    return GatewayError(HTTP_STATUS[c], int(c), text, retry_after_s)
+
+
+def rate_limited(refusal, headers: dict | None = None) -> GatewayError:
+    """429/3021: the account's per-minute limit for this task or model is reached."""
+    return GatewayError(429, RATE_LIMITED, f"rate limiting: inference request per min rate reached "
+                        f"({refusal.reason}); try again in {refusal.retry_after_s:.1f} s", refusal.retry_after_s,
+                        headers)
+
+
+def budget_spent(refusal) -> GatewayError:
+    """429/3036: the account's daily neuron budget is spent (it renews at 00:00 UTC)."""
+    return GatewayError(429, ACCOUNT_LIMITED, f"Account limited: {refusal.reason} for today; it renews at "
+                        "00:00 UTC", refusal.retry_after_s)
+
+
+def shed(retry_after_s: float, detail: str) -> GatewayError:
+    """429/3040: refused at once because the estimated wait is over the bound."""
+    return from_code(Code.OUT_OF_CAPACITY, detail, retry_after_s)
+
+
+def auth_throttled(refusal) -> GatewayError:
+    """429/10000: too many failed authentications from this client; nothing is checked until the wait is over."""
+    return GatewayError(429, AUTH, f"Authentication error: {refusal.reason}; try again in "
+                        f"{math.ceil(refusal.retry_after_s)} s", refusal.retry_after_s)
 
 
 def unknown_model(model: str) -> GatewayError:

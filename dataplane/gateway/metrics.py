@@ -51,6 +51,27 @@ class _StateCollector:
                 calls.add_metric([name], st.steps)
         yield items
         yield calls
+        shedder = self.gw.shedder
+        out = GaugeMetricFamily("edgepop_engine_outstanding", "Admitted requests not yet finished, per engine",
+                                labels=["engine"])
+        rate = GaugeMetricFamily("edgepop_engine_drain_per_s", "Measured completions per busy second, per engine",
+                                 labels=["engine"])
+        wait = GaugeMetricFamily("edgepop_engine_wait_seconds", "Estimated wait of a request admitted now, per "
+                                 "engine (the load shedder's estimate)", labels=["engine"])
+        solo = GaugeMetricFamily("edgepop_engine_solo_seconds", "Measured time of a request alone on the engine",
+                                 labels=["engine"])
+        tail = GaugeMetricFamily("edgepop_engine_excess_seconds", "99th percentile of actual - estimated request "
+                                 "time, per engine", labels=["engine"])
+        for key, d in shedder.describe(time.monotonic()).items():
+            out.add_metric([key], d["outstanding"])
+            tail.add_metric([key], d["excess_s"])
+            for fam, v in ((rate, d["drain_per_s"]), (solo, d["solo_s"]), (wait, d["wait_s"])):
+                if v is not None:
+                    fam.add_metric([key], v)
+        yield from (out, rate, wait, solo, tail)
+        shed = CounterMetricFamily("edgepop_shed", "Requests refused at once for an estimated wait over the bound")
+        shed.add_metric([], shedder.shed_count)
+        yield shed
         store = getattr(self.gw, "batch", None)
         if store is not None:
             b = GaugeMetricFamily("edgepop_batch_items", "Async batch items by status", labels=["status"])

@@ -16,13 +16,24 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from dataplane.gateway import invoke
+from controlplane.billing import neurons
+from dataplane.gateway import invoke, standins
 from dataplane.gateway.admission import Admission, Lease
 from dataplane.gateway.backend import Backend
 from dataplane.gateway.config import GatewayConfig
-from dataplane.gateway.errors import GatewayError, bad_input, from_code, from_exception, unknown_model
+from dataplane.gateway.errors import (
+    GatewayError,
+    bad_input,
+    budget_spent,
+    from_code,
+    from_exception,
+    rate_limited,
+    unknown_model,
+)
 from dataplane.gateway.geo import ClientLocator, ClientPlace, Delays
+from dataplane.gateway.limits import NeuronBudget, RateLimits
 from dataplane.gateway.metrics import Metrics
+from dataplane.gateway.shedding import LoadShedder
 from dataplane.lora import adapter_salt
 from dataplane.prefix_cache import block_hashes
 
@@ -101,10 +112,11 @@ class Call:
             self.run.cancel()
             raise
         self.timing.infer = (fin.t_done - t) * 1e3
+        fin.result = self.gw.real_shape(self.model, fin.result)
         t_back = time.monotonic()
         await Delays.until(fin.t_done + self.back_s)
         self.timing.wan_out = (time.monotonic() - t_back) * 1e3
-        self.gw.metrics.done(self, fin.usage)
+        self.gw.completed(self, fin.usage)
         return fin
 
     def open_stream(self) -> invoke.TokenStream:
@@ -132,7 +144,7 @@ class Call:
                     first = False
                 yield piece
             self.timing.infer = (time.monotonic() - t_start) * 1e3
-            self.gw.metrics.done(self, s.usage())
+            self.gw.completed(self, s.usage())
         finally:
             if not s.run.done.done():
                 s.run.cancel()
@@ -146,8 +158,16 @@ class Gateway:
         self.backend = Backend(config, topo)
         self.locator = ClientLocator(self.backend.topo, config.default_location)
         self.delays = Delays(config.delay, config.delay_scale)
-        self.admission = Admission(self.backend.plane)
+        b = self.backend
+        self.shedder = LoadShedder(config.max_wait_s, concurrency=b.engine_concurrency)
+        self.admission = Admission(b.plane, self.shedder, engine_key=b.engine_key,
+                                   engine_keys=lambda m: list(dict.fromkeys(
+                                       b.engine_key(r) for r in b.plane.state.by_model.get(m, ()))))
+        self.rate_limits = RateLimits(config.rate_limits, enabled=config.rate_limit)
+        self.budget = NeuronBudget(config.neuron_budget_per_day)
         self.prefix_block = config.lm_prefix_block if config.lm_prefix_cache_mb else 0
+        self.draining = False  # set on SIGTERM/SIGINT
+        self.drain_deadline = 0.0
         self.metrics = Metrics(self)
 
     def spec(self, model: str):
@@ -156,14 +176,65 @@ class Gateway:
             raise unknown_model(model)
         return self.backend.catalog[model]
 
+    def check_limits(self, model: str, account: str, per_minute: bool = True) -> None:
+        """The account's daily neuron budget (429/3036) and, with ``per_minute``, its per-minute limit for the
+        model (429/3021; the request counts when it passes)."""
+        spec = self.spec(model)
+        refusal = self.budget.check(account, time.time())
+        if refusal is not None:
+            raise budget_spent(refusal)
+        refusal = self.rate_limits.take(account, model, spec.task, time.monotonic()) if per_minute else None
+        if refusal is not None:
+            raise rate_limited(refusal, {"x-ratelimit-limit-requests": f"{refusal.limit:g}",
+                                         "x-ratelimit-remaining-requests": "0",
+                                         "x-ratelimit-reset-requests": f"{refusal.retry_after_s:.3f}s"})
+
+    def context_window(self, model: str) -> int:
+        """Tokens (prompt + output) a text-generation model serves here: its catalog window, or its stand-in's
+        if that is smaller."""
+        spec = self.spec(model)
+        return min(spec.context_window, self.backend.dp.model(self.backend.stand_in[model]).spec.n_ctx)
+
+    def _check_max_tokens(self, model: str, inputs, prep: invoke.Prepared) -> None:
+        # Workers AI refuses a request whose prompt plus explicit max_tokens exceeds the model's context window
+        # (400) rather than generating up to the window; only the default max_tokens is fitted to the room left.
+        asked = inputs.get("max_tokens") if isinstance(inputs, dict) else None
+        if asked is None:
+            return
+        window = self.context_window(model)
+        if prep.units + asked > window:
+            raise bad_input(f"This model's maximum context length is {window} tokens. However, you requested "
+                            f"{prep.units + asked} tokens ({prep.units} in the prompt, {asked} for the "
+                            "completion). Please reduce the length of the prompt or max_tokens.")
+
+    def real_shape(self, model: str, result):
+        """A stand-in's result in the served model's shape: embeddings in the real model's dimension."""
+        spec = self.backend.catalog[model]
+        if spec.task == "text-embeddings" and isinstance(result, dict) and result.get("data"):
+            data = standins.project(model, result["data"], spec.hidden)
+            result = {**result, "shape": [len(data), len(data[0])], "data": data}
+        return result
+
+    def completed(self, call: Call, usage: dict) -> None:
+        """A request ended with a result: metrics, and its neurons charged to its account."""
+        self.metrics.done(call, usage)
+        if self.budget.per_day > 0:
+            spec = self.backend.catalog[call.model]
+            n = neurons(spec, call.prep.input_units, float(usage.get("completion_tokens") or 0))
+            self.budget.charge(call.lease.req.account, time.time(), n)
+
     async def admit(self, model: str, inputs, place: ClientPlace, *, account: str, session=None,
-                    reject_if_busy: bool = False, endpoint: str = "run") -> Call:
-        """Validate, travel to the ingress, get a control-plane decision, travel to the serving PoP and wait for
-        a slot. Raises :class:`GatewayError` (400, 413, 429, 408, ...)."""
+                    reject_if_busy: bool = False, endpoint: str = "run", limited: bool = True) -> Call:
+        """Check the account's limits, validate, travel to the ingress, get a control-plane decision (or be shed),
+        travel to the serving PoP and wait for a slot. Raises :class:`GatewayError` (400, 413, 429, 408, ...).
+        ``limited``: count the request against the per-minute limits (async batch items are not)."""
         timing = Timing()
         try:
             spec = self.spec(model)
+            self.check_limits(model, account, per_minute=limited)
             prep = await invoke.prepare(self.backend.dp, spec.task, self.backend.stand_in[model], inputs)
+            if spec.task == "text-generation":
+                self._check_max_tokens(model, inputs, prep)
             if isinstance(inputs, dict) and inputs.get("lora") is not None:  # Workers AI's per-request adapter
                 prep.extra["adapter"] = self.backend.adapter(model, inputs["lora"])
         except Exception as exc:
@@ -183,8 +254,11 @@ class Gateway:
         req = self.admission.new_request(model, place.ingress, prep.units, prep.output_tokens, session=session,
                                          reject_if_busy=reject_if_busy, account=account, hash_ids=hashes,
                                          adapter=adapter or "")
+        # The shedder's work unit: decode steps of a generation (plus its prefill), items of an encoder batch.
+        work = float(prep.output_tokens + 1) if spec.task == "text-generation" else float(max(1, len(prep.items)))
         try:
-            lease = self.admission.submit(req)
+            self.admission.shed_check(model, work)
+            lease = self.admission.submit(req, work)
         except GatewayError as err:
             self.metrics.rejected(model, endpoint, err, place)
             await self.delays.sleep_ms(place.access_rtt_ms / 2)  # the refusal travels back from the ingress

@@ -1,10 +1,18 @@
 """Running a gateway: under uvicorn in this process (a thread, for tests and benchmarks) or as a real
 ``edgepop serve`` subprocess (for crash tests and load tests). Servers bind to loopback addresses only here.
+
+:class:`GatewayServer` is the uvicorn server of ``edgepop serve``: on SIGTERM or SIGINT it stops accepting
+connections, tells the gateway to drain (no more batch items claimed), waits up to ``drain_timeout_s`` for
+in-flight requests and streams, and returns normally so the process exits 0 (plain uvicorn re-raises the signal
+after its graceful shutdown, which ends the process with status -15). A second SIGINT forces the exit.
+Idle client connections are kept ``keep_alive_s`` (75 s by default), longer than clients keep theirs (httpx and
+the ``openai`` client: 5 s), so a client never sends a request on a connection the server is just closing.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -41,16 +49,56 @@ def wait_healthy(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | Non
     raise RuntimeError(f"server at {url} not healthy after {timeout_s} s")
 
 
+def uvicorn_config(app, host: str, port: int, log_level: str = "warning"):
+    """The uvicorn settings of a gateway app: keep-alive and drain timeout from its config."""
+    import uvicorn
+
+    cfg = app.state.gateway.config
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
+                          timeout_keep_alive=cfg.keep_alive_s, timeout_graceful_shutdown=cfg.drain_timeout_s)
+
+
+def _server_class():
+    import uvicorn
+
+    class GatewayServer(uvicorn.Server):
+        """uvicorn, draining the gateway on SIGTERM/SIGINT and exiting normally afterwards."""
+
+        def __init__(self, config, on_drain=None):
+            super().__init__(config)
+            self.on_drain = on_drain
+            self._loop = None
+
+        async def serve(self, sockets=None) -> None:
+            import asyncio
+
+            self._loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig, frame) -> None:
+            first = not self.should_exit
+            super().handle_exit(sig, frame)
+            self._captured_signals.clear()  # drained: return normally instead of dying of the signal
+            if first:
+                print(f"edgepop gateway: {signal.Signals(sig).name}: draining (up to "
+                      f"{self.config.timeout_graceful_shutdown:g} s)", file=sys.stderr, flush=True)
+                if self.on_drain is not None and self._loop is not None:
+                    self._loop.call_soon_threadsafe(self.on_drain)
+
+    return GatewayServer
+
+
+def gateway_server(app, host: str, port: int, log_level: str = "warning"):
+    """A :class:`GatewayServer` for ``app`` (call ``.run()``)."""
+    return _server_class()(uvicorn_config(app, host, port, log_level), on_drain=app.state.begin_drain)
+
+
 class ServerThread:
     """A uvicorn server for ``app`` on a background thread: ``with ServerThread(app) as url: ...``."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int | None = None):
-        import uvicorn
-
         self.host, self.port = host, port or free_port(host)
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="on")
-        self.server = uvicorn.Server(config)
+        self.server = gateway_server(app, self.host, self.port)
         self.thread = threading.Thread(target=self.server.run, name="edgepop-uvicorn", daemon=True)
 
     @property

@@ -150,12 +150,14 @@ async def send_all(frame: pd.DataFrame, opts: ReplayOptions, rng: np.random.Gene
     return pd.concat([frame.reset_index(drop=True), live], axis=1)
 
 
-def fetch_deployment(url: str) -> dict:
-    """The live gateway's ``/edgepop/deployment`` description."""
+def fetch_deployment(url: str, token: str | None = None) -> dict:
+    """The live gateway's ``/edgepop/deployment`` description (it takes an API token unless the gateway runs
+    without auth or with ``--open-ops``)."""
     import httpx
 
+    auth = {"authorization": f"Bearer {token}"} if token else {}
     try:
-        r = httpx.get(f"{url.rstrip('/')}/edgepop/deployment", timeout=10)
+        r = httpx.get(f"{url.rstrip('/')}/edgepop/deployment", headers=auth, timeout=10)
     except httpx.HTTPError as exc:
         raise UserError(f"{url}: gateway not reachable ({exc})") from None
     if r.status_code != 200:
@@ -166,7 +168,7 @@ def fetch_deployment(url: str) -> dict:
 def replay_and_compare(opts: ReplayOptions, progress=print) -> str:
     """Run the live replay, then (unless ``simulate`` is off) the simulator, write outputs, return the report."""
     require_loopback(opts.url)
-    desc = fetch_deployment(opts.url)
+    desc = fetch_deployment(opts.url, opts.token)
     if opts.model not in {p["model"] for p in desc["placement"]}:
         raise UserError(f"replay: model {opts.model!r} is not served by {opts.url}")
     topo = Topology.load(last_mile_ms=desc["last_mile_ms"])

@@ -44,7 +44,7 @@ def test_embeddings_base64_default_and_float(gateway):
     c = client(url)
     a = c.embeddings.create(model=EMB, input=["first sentence", "second one"])  # client asks for base64
     b = c.embeddings.create(model=EMB, input=["first sentence", "second one"], encoding_format="float")
-    assert len(a.data) == 2 and len(a.data[0].embedding) == 384
+    assert len(a.data) == 2 and len(a.data[0].embedding) == 768  # bge-base-en-v1.5's dimension
     assert np.allclose(a.data[1].embedding, b.data[1].embedding, atol=1e-6)
     assert a.usage.prompt_tokens > 0
 

@@ -33,7 +33,7 @@ def test_every_task_answers_in_the_workers_ai_envelope(gateway):
     url, _ = gateway
     cases = [
         (GEN, {"prompt": "Hello", "max_tokens": 6, "seed": 1}, lambda r: r["usage"]["completion_tokens"] <= 6),
-        (EMB, {"text": ["a cat", "a dog"]}, lambda r: r["shape"] == [2, 384] and len(r["data"][0]) == 384),
+        (EMB, {"text": ["a cat", "a dog"]}, lambda r: r["shape"] == [2, 768] and len(r["data"][0]) == 768),
         ("@edgepop/bert-small-classify", {"text": "great"}, lambda r: {d["label"] for d in r} == {"NEGATIVE",
                                                                                                   "POSITIVE"}),
         ("@edgepop/bert-small-rerank", {"query": "q", "contexts": [{"text": "a"}, {"text": "b"}], "top_k": 1},
@@ -145,10 +145,14 @@ def test_error_codes_for_model_size_and_schema(gateway):
 def test_metrics_expose_requests_memory_and_control_plane(gateway):
     url, _ = gateway
     httpx.post(run_url(url, GEN), json={"prompt": "m", "max_tokens": 2}, headers=headers())
-    text = httpx.get(f"{url}/metrics").text
+    for path in ("/metrics", "/edgepop/deployment"):  # traffic and placement are not for anyone on the port
+        assert httpx.get(f"{url}{path}").status_code == 401
+    assert httpx.get(f"{url}/edgepop/deployment", headers=headers()).json()["placement"]
+    text = httpx.get(f"{url}/metrics", headers=headers()).text
     assert 'edgepop_requests_total{endpoint="run",model="@cf/meta/llama-3.2-1b-instruct"' in text
     assert "process_resident_memory_bytes" in text
     assert 'edgepop_cp_requests{state="running"}' in text
+    assert 'edgepop_engine_outstanding{engine="gpt2-tiny"}' in text and "edgepop_shed_total" in text
     assert 'edgepop_http_responses_total{route="/client/v4/accounts/{account_id}/ai/run/{model:path}",status="400"}' \
         in text
 

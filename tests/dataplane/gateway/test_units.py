@@ -25,7 +25,11 @@ def test_config_file_and_errors(tmp_path):
     assert cfg.pops == ["FRA"] and cfg.slots == 2 and cfg.default_location == (1.5, 2.5)
     for text, field in (('pops = "FRA"', "pops"), ("slots = 0", "slots"), ("queue_timeout_s = -1", "queue_timeout_s"),
                         ("default_location = [95, 0]", "default_location"), ("colour = 1", "colour"),
-                        ("delay = 1", "delay"), ("threads = -2", "threads")):
+                        ("delay = 1", "delay"), ("threads = -2", "threads"), ("max_wait_s = -1", "max_wait_s"),
+                        ('[rate_limits]\n"summarisation" = 5', "rate_limits"),
+                        ('[rate_limits]\n"text-generation" = -5', "rate_limits"),
+                        ("auth_failures_per_minute = 1.5", "auth_failures_per_minute"),
+                        ("open_ops = 1", "open_ops")):
         bad = tmp_path / "b.toml"
         bad.write_text(text + "\n")
         with pytest.raises(UserError, match=field):

@@ -1,0 +1,231 @@
+"""Fast load shedding: refuse a request at once when its estimated wait exceeds a bound, and say when to retry.
+
+Clock-free like the control plane (every method takes ``now``); :mod:`dataplane.gateway.admission` drives it.
+
+What is counted. Work is counted per *engine*, the thing that really executes requests: today one shared engine
+per stand-in model, so every emulated replica of a model shares a key; with an engine per replica the key is the
+replica. For each engine the shedder knows the requests admitted and not yet finished (``outstanding``: waiting
+in a control-plane queue, inside the engine, or running) and measures
+
+* its drain rate ``mu``: work finished per second of busy time (time with work outstanding), an exponentially
+  weighted average over the last ``window_s`` busy seconds or ``WINDOW_LATENCIES`` mean request times,
+  whichever is longer, so it is the rate at the load the engine is under now, batching included. Work is the
+  request's size in the engine's own terms, given by the caller: decode steps for a generation (its
+  ``max_tokens`` plus one for the prefill), items for an encoder;
+* ``solo``: seconds per unit of work of a request with the engine to itself (the average over requests admitted
+  to an idle engine that finished before any other was admitted); until one has been seen, ``1 / mu``;
+* the mean absolute error of its own estimates (below), over about ``1 / ERROR_WEIGHT`` requests.
+
+What is estimated. A batching engine shares its rate among the requests it holds, so a request of ``work``
+admitted now, with ``outstanding`` others, is done after about ``(outstanding + 1) * work / mu`` (Little's law
+when all requests are alike), and never sooner than alone, ``solo * work``. Requests spread around that mean
+(and one admitted just before a burst shares the engine with the burst), so a margin ``excess`` = ``SPREAD`` x
+the mean absolute error is added (about the 99th percentile of a normal spread; at most half of
+``max_wait_s``). A new request's *wait* is what the busy engine adds to its time alone::
+
+    wait = max((outstanding + 1) * work / mu, solo * work) + excess - solo * work
+
+This counts both ways a busy engine delays a request: waiting for a place in the batch, and running in a bigger
+batch (on a CPU a decode step of 32 sequences costs several times one of a single sequence; on a GPU about the
+same). A request is shed (429, code 3040) when ``wait`` exceeds ``max_wait_s``, so admitted requests take about
+``solo + max_wait_s`` at most, up to their 99th percentile, by construction: rate, solo time and spread are
+measured on the engine as it runs, and a faster or slower engine changes how many requests are admitted, not how
+long they take. It holds while the engine's speed holds: when another process suddenly takes the cores, the rate
+lags by about one window and the requests admitted meanwhile take longer. Requests of very different sizes on
+one engine widen the spread, so fewer are admitted.
+
+The rate is only known at the load it was measured at, so it is not extrapolated far: beyond the engine's batch
+(``concurrency(key)``) outstanding requests may grow to at most ``GROWTH`` x their recent busy-time average (a slow
+start, as TCP's). Otherwise a burst arriving at an engine measured under light load would all be admitted on a
+rate the burst itself makes wrong. Before an engine has finished anything it admits up to its batch and sheds
+beyond; an idle engine always admits.
+
+``Retry-After``. A shed request is told when the backlog will have drained to the admission bound
+(``wait - max_wait_s`` at the current rate), and successive shed requests get successive places after that,
+``work / mu`` apart (a virtual queue ending at ``horizon_s`` at most), so clients that honour it come back at the
+rate the engine can take them instead of all at once.
+
+The design was checked on a simulated continuous-batching engine (CPU-like and GPU-like step costs, mixed request
+sizes, 1 to 256 closed-loop clients; ``tests/dataplane/gateway/test_shedding.py``) and live with
+``benchmarks/loadtest_gateway.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+DEFAULT_WINDOW_S = 2.0
+DEFAULT_HORIZON_S = 60.0
+SOLO_WEIGHT = 0.2  # of a new solo sample in its running average
+SPREAD = 3.0  # excess margin in mean absolute errors (~ the 99th percentile of a normal spread: 2.33 sd = 2.9 MAE)
+ERROR_WEIGHT = 1 / 32  # of a new estimate error in its running mean
+GROWTH = 1.5  # outstanding requests may grow to this times their measured average (beyond the batch)
+WINDOW_LATENCIES = 4.0  # the rate's averaging window spans at least this many mean request times
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """What the shedder noted when it admitted a request (hand it back to :meth:`LoadShedder.finished`)."""
+
+    key: object
+    at: float
+    work: float
+    epoch: int
+    alone: bool
+    estimate_s: float | None  # the time the request was expected to take (None: no rate yet)
+
+
+@dataclass
+class EngineLoad:
+    """What the shedder knows about one engine (work in the caller's units: decode steps, items)."""
+
+    outstanding: int = 0
+    busy_s: float = 0.0  # exponentially weighted busy time
+    done: float = 0.0  # exponentially weighted work finished over the same time
+    finished: int = 0  # completions ever
+    solo_s: float | None = None  # average seconds per unit of work of a request alone on the engine
+    epoch: int = 0  # admissions ever
+    last: float = 0.0  # time of the last update
+    promised: float = -math.inf  # the end of the virtual retry queue
+    mae_s: float = 0.0  # mean absolute error of the time estimates
+    latency_s: float = 0.0  # running mean time of a request (admitted to finished)
+    n_weighted: float = 0.0  # exponentially weighted outstanding x busy time (/ busy_s: the average)
+
+    def rate(self) -> float | None:
+        """Work finished per busy second, or None before the first completion."""
+        if self.finished == 0 or self.busy_s <= 0:
+            return None
+        return self.done / self.busy_s
+
+
+class LoadShedder:
+    """Per-engine backlog, drain rate and solo time; admits, sheds and answers ``Retry-After``.
+
+    ``max_wait_s``: the bound on the estimated wait (0 turns shedding off; the control plane's own queue limits
+    still apply). ``concurrency(key)``: requests the engine ``key`` runs at once, admitted before it has a rate.
+    ``work``: a request's size in the engine's units (1 if all requests are alike).
+    """
+
+    def __init__(self, max_wait_s: float, concurrency=lambda key: 1, window_s: float = DEFAULT_WINDOW_S,
+                 horizon_s: float = DEFAULT_HORIZON_S):
+        self.max_wait_s, self.concurrency = max_wait_s, concurrency
+        self.window_s, self.horizon_s = window_s, horizon_s
+        self.engines: dict = {}
+        self.shed_count = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_wait_s > 0
+
+    def _engine(self, key, now: float) -> EngineLoad:
+        e = self.engines.get(key)
+        if e is None:
+            e = self.engines[key] = EngineLoad(last=now)
+        dt = now - e.last
+        if dt > 0:
+            if e.outstanding > 0:  # busy: age the averages by the busy time that passed
+                tau = max(self.window_s, WINDOW_LATENCIES * e.latency_s)
+                f = math.exp(-dt / tau)
+                e.busy_s = e.busy_s * f + tau * (1.0 - f)
+                e.n_weighted = e.n_weighted * f + e.outstanding * tau * (1.0 - f)
+                e.done *= f
+            e.last = now
+        return e
+
+    @staticmethod
+    def _estimate(e: EngineLoad, work: float) -> tuple[float, float] | None:
+        """(expected time of a request of ``work`` admitted now, its time alone), or None before the engine has
+        a rate. Each of the ``outstanding + 1`` requests gets its share of the engine's rate."""
+        mu = e.rate()
+        if mu is None:
+            return None
+        if mu <= 0:
+            return math.inf, 0.0
+        solo = (e.solo_s if e.solo_s is not None else 1.0 / mu) * work
+        return max((e.outstanding + 1) * work / mu, solo), solo
+
+    def excess_s(self, e: EngineLoad) -> float:
+        return min(SPREAD * e.mae_s, self.max_wait_s / 2)
+
+    def _latency_wait(self, e: EngineLoad, est) -> float:
+        return max(0.0, est[0] + self.excess_s(e) - est[1])
+
+    def wait_s(self, key, now: float, work: float = 1.0) -> float:
+        """Estimated wait of a request of ``work`` admitted to ``key`` now (inf: refused before a rate is known,
+        or beyond what the measured rate can vouch for)."""
+        e = self._engine(key, now)
+        if e.outstanding == 0:
+            return 0.0
+        batch = self.concurrency(key)
+        est = self._estimate(e, work)
+        if est is None:
+            return 0.0 if e.outstanding < batch else math.inf
+        measured_at = e.n_weighted / e.busy_s if e.busy_s > 0 else 0.0
+        if e.outstanding + 1 > max(batch, GROWTH * measured_at):
+            return math.inf
+        return self._latency_wait(e, est)
+
+    def check(self, keys, now: float, work: float = 1.0) -> float | None:
+        """None if a request of ``work`` that any of ``keys`` can serve may be admitted now; else the seconds
+        after which to retry (the request is shed)."""
+        keys = list(keys)
+        if not self.enabled or not keys:
+            return None
+        waits = [self.wait_s(k, now, work) for k in keys]
+        best = min(range(len(keys)), key=waits.__getitem__)
+        if waits[best] <= self.max_wait_s:
+            return None
+        self.shed_count += 1
+        return self.retry_after(keys[best], now, work)
+
+    def retry_after(self, key, now: float, work: float = 1.0) -> float:
+        """Seconds until a request refused now (shed, or refused by the control plane for capacity) can expect to
+        be admitted: the backlog's drain time to the admission bound, then a place in the virtual queue."""
+        e = self._engine(key, now)
+        mu = e.rate()
+        if mu is None or mu <= 0:
+            return max(self.max_wait_s, 1.0)
+        # (Refused by the slow start alone, the latency estimate is within the bound: then only the next place.)
+        excess = self._latency_wait(e, self._estimate(e, work)) - self.max_wait_s
+        at = max(now + max(excess, 0.0), e.promised) + work / mu
+        at = min(at, now + self.horizon_s)
+        e.promised = at
+        return at - now
+
+    def admitted(self, key, now: float, work: float = 1.0) -> Ticket:
+        e = self._engine(key, now)
+        est = self._estimate(e, work)
+        alone = e.outstanding == 0
+        e.outstanding += 1
+        e.epoch += 1
+        expected = est[0] if est is not None and math.isfinite(est[0]) else None
+        return Ticket(key, now, work, e.epoch, alone, expected)
+
+    def finished(self, ticket: Ticket, now: float, served: bool = True) -> None:
+        """The request of ``ticket`` left its engine: ``served`` if the engine finished it (a completion), not
+        if it was abandoned or expired before running."""
+        e = self._engine(ticket.key, now)
+        e.outstanding -= 1
+        if not served:
+            return
+        e.done += ticket.work
+        e.finished += 1
+        took = now - ticket.at
+        if ticket.alone and e.epoch == ticket.epoch:  # nothing else was admitted while it ran
+            per_work = took / ticket.work
+            e.solo_s = per_work if e.solo_s is None else e.solo_s + SOLO_WEIGHT * (per_work - e.solo_s)
+        e.latency_s = took if e.finished == 1 else e.latency_s + ERROR_WEIGHT * (took - e.latency_s)
+        if ticket.estimate_s is not None:
+            e.mae_s += ERROR_WEIGHT * (abs(took - ticket.estimate_s) - e.mae_s)
+
+    def describe(self, now: float) -> dict:
+        """Per engine: outstanding requests, drain rate, solo time per unit of work, estimated wait of a unit
+        request (for /metrics and tests)."""
+        out = {}
+        for key in list(self.engines):
+            e = self._engine(key, now)
+            wait = self.wait_s(key, now)
+            out[str(key)] = {"outstanding": e.outstanding, "drain_per_s": e.rate(), "solo_s": e.solo_s,
+                             "excess_s": self.excess_s(e), "wait_s": wait if math.isfinite(wait) else None}
+        return out

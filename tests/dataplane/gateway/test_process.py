@@ -1,0 +1,142 @@
+"""Real ``edgepop serve`` processes: a SIGTERM drains (in-flight stream finished, new connections refused, queued batch
+items kept, exit status 0) and a restart resumes the batch; per-minute rate limits and the failed-auth brake answer
+429 with ``Retry-After`` on both APIs."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from kit.gateway import ALICE, BOB, GEN, headers, run_url
+
+from dataplane.gateway.server import spawn_serve
+from dataplane.gateway.sse import DONE, parse_events
+
+
+def _status(url: str, rid: str) -> dict:
+    r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"request_id": rid}, headers=headers(), timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()["result"]
+
+
+def _items(db) -> dict:
+    with sqlite3.connect(db) as con:
+        return dict(con.execute("SELECT status, COUNT(*) FROM items GROUP BY status").fetchall())
+
+
+def test_sigterm_drains_in_flight_work_keeps_the_queue_and_exits_0(tmp_path):
+    cfg, db, log = tmp_path / "gw.toml", tmp_path / "batch.sqlite", tmp_path / "log"
+    cfg.write_text(f'pops = ["FRA"]\nmodels = ["{GEN}"]\nbatch_concurrency = 1\ndelay = false\ndrain_timeout_s = 120\n')
+    args = ["--config", str(cfg), "--db", str(db)]
+    env = {"EDGEPOP_TOKENS": f"{ALICE}:alice"}
+    n = 10
+    proc, url = spawn_serve(args, env=env, log=log)
+    try:
+        reqs = [{"prompt": f"job {i}", "max_tokens": 200, "ignore_eos": True, "seed": i} for i in range(n)]
+        rid = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs},
+                         headers=headers()).json()["result"]["request_id"]
+        body, first = [], threading.Event()
+
+        def stream():
+            with httpx.stream("POST", run_url(url, GEN), headers=headers(), timeout=120,
+                              json={"prompt": "in flight", "max_tokens": 200, "ignore_eos": True, "stream": True}) as r:
+                for chunk in r.iter_text():
+                    body.append(chunk)
+                    first.set()
+
+        t = threading.Thread(target=stream)
+        t.start()
+        assert first.wait(60)
+        proc.send_signal(signal.SIGTERM)
+        # The listener closes: a new connection is refused while the stream is still being served.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{url}/healthz", timeout=5)
+            except httpx.ConnectError:
+                break
+            assert time.monotonic() < deadline, "still accepting connections after SIGTERM"
+            time.sleep(0.05)
+        t.join(120)
+        assert proc.wait(120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = parse_events("".join(body))
+    assert events[-1] == DONE and '"completion_tokens":200' in events[-2]  # the stream ran to its end
+    left = _items(db)
+    assert left.get("running", 0) == 0 and left.get("queued", 0) >= 1  # nothing half-run; the queue is kept
+    assert "SIGTERM: draining" in log.read_text()
+
+    proc, url = spawn_serve(args, env=env, log=log)  # the restart resumes the batch
+    try:
+        deadline = time.monotonic() + 120
+        while (res := _status(url, rid))["status"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert res["status"] == "done" and all(x["success"] for x in res["responses"])
+    with sqlite3.connect(db) as con:
+        assert [c for (c,) in con.execute("SELECT completions FROM items ORDER BY idx")] == [1] * n
+
+
+@pytest.fixture
+def limited_server(tmp_path_factory):
+    """A server of its own per test (the auth brake locks this machine's address out of it)."""
+    tmp = tmp_path_factory.mktemp("limits")
+    cfg = tmp / "gw.toml"
+    cfg.write_text(f'pops = ["FRA"]\nmodels = ["{GEN}"]\ndelay = false\nauth_failures_per_minute = 4\n'
+                   f'[rate_limits]\n"text-generation" = 5\n')
+    proc, url = spawn_serve(["--config", str(cfg), "--db", str(tmp / "b.sqlite"), "--no-warm"],
+                            env={"EDGEPOP_TOKENS": f"{ALICE}:alice,{BOB}:bob"}, log=tmp / "log")
+    yield url
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 0
+
+
+def _retry_after(r: httpx.Response) -> float:
+    assert int(r.headers["retry-after"]) >= 1 and int(r.headers["retry-after-ms"]) >= 1
+    return int(r.headers["retry-after-ms"]) / 1e3
+
+
+def test_per_minute_rate_limit_per_account_on_both_apis(limited_server):
+    url = limited_server
+    body = {"prompt": "x", "max_tokens": 1}
+    codes = [httpx.post(run_url(url, GEN), json=body, headers=headers()).status_code for _ in range(5)]
+    assert codes == [200] * 5
+    r = httpx.post(run_url(url, GEN), json=body, headers=headers())
+    assert r.status_code == 429 and r.json()["errors"][0]["code"] == 3021 and _retry_after(r) <= 60
+    assert r.headers["x-ratelimit-limit-requests"] == "5"
+    # The OpenAI route counts against the same task limit and answers in OpenAI's 429 shape.
+    oai = f"{url}/client/v4/accounts/alice/ai/v1/chat/completions"
+    r = httpx.post(oai, json={"model": GEN, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
+                   headers=headers())
+    assert r.status_code == 429 and _retry_after(r) <= 60
+    assert r.json()["error"]["code"] == "rate_limit_exceeded" and r.json()["error"]["type"] == "requests"
+    client = openai.OpenAI(base_url=f"{url}/client/v4/accounts/alice/ai/v1", api_key=ALICE, max_retries=0)
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model=GEN, messages=[{"role": "user", "content": "x"}], max_tokens=1)
+    # Another account has its own budget.
+    assert httpx.post(run_url(url, GEN, "bob"), json=body, headers=headers(BOB)).status_code == 200
+
+
+def test_repeated_failed_auth_is_refused_unchecked(limited_server):
+    url = limited_server
+    u = run_url(url, GEN, "bob")
+    body = {"prompt": "x", "max_tokens": 1}
+    wrong = [httpx.post(u, json=body, headers=headers("tok-guess-000000")) for _ in range(30)]
+    assert [r.status_code for r in wrong[:4]] == [401] * 4
+    assert all(r.status_code == 429 and r.json()["errors"][0]["code"] == 10000 for r in wrong[4:])
+    assert all(_retry_after(r) > 0 for r in wrong[4:])
+    # While the brake is on, this client's requests are not checked at all, right token or not.
+    assert httpx.post(u, json=body, headers=headers(BOB)).status_code == 429
