@@ -15,7 +15,7 @@ from edgepop import __version__
 from edgepop.errors import UserError
 
 # Order is the order in `edgepop --help`.
-COMMAND_MODULES = ("sim.cli", "sim.cli_estimate", "controlplane.cli", "dataplane.cli", "dataplane.gateway.cli",
+COMMAND_MODULES = ("sim.cli", "sim.cli_frontier", "sim.cli_estimate", "controlplane.cli", "dataplane.cli", "dataplane.gateway.cli",
                    "sim.live.cli", "topology.cli")
 
 

@@ -98,16 +98,17 @@ def print_headline(summary: dict, path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sim.report import _fmt, headline_rows
+    from sim.report import _fmt, headline_rows, notes, title_line
 
-    t = Table(title=f"edgepop simulate: {summary['scenario']} ({summary['requests']:,} requests, seed "
-                    f"{summary['seed']})")
-    for col in ("metric", "edge", "central", "edge gain"):
+    t = Table(title=title_line(summary))
+    for col in ("metric", "edge", "central", "edge gain (95% CI)"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     for m, a, b, g in headline_rows(summary):
         t.add_row(m, _fmt(a), _fmt(b), g or "")
     console = Console()
     console.print(t)
+    for line in notes(summary):
+        console.print(line, highlight=False)
     perf = summary.get("performance", {})
     console.print(f"{perf.get('simulated_requests_per_wall_s', 0):,.0f} simulated requests per wall second; "
                   f"wall time {perf.get('wall_s')} s. Wrote {path}/requests.parquet, summary.json, report.md")
