@@ -155,7 +155,9 @@ def fleet_budget(sc, topo, line: Line, scale: float) -> tuple[int, float, bool, 
             fleet = edge_fleet(world, pops=list(sc.edge.pops) if sc.edge.pops else None)
             one_llm = sc.edge.one_llm_per_gpu
         else:
-            cfg = sc.central
+            from sim.run import central_config
+
+            cfg = central_config(sc)
             regions = [r.strip() for r in line.baseline.split(",")] if "," in line.baseline else line.baseline
             like = edge_fleet(world, pops=list(cfg.pops) if cfg.pops else None)
             fleet = central_fleet(world, regions, like=like, scale=cfg.gpu_scale, budget=cfg.budget, node=cfg.node)

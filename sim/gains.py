@@ -55,8 +55,6 @@ class Bootstrap:
 
     def share(self, hit: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(resamples,) weighted share of ``hit`` among ``mask``."""
-        num = np.zeros((len(self.weights), self.weights.shape[1]))
-        den = np.zeros_like(num)
         counts_hit = np.bincount(self.block[mask & hit], minlength=self.weights.shape[1])
         counts = np.bincount(self.block[mask], minlength=self.weights.shape[1])
         num, den = self.weights @ counts_hit, self.weights @ counts

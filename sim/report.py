@@ -62,7 +62,8 @@ def plot_ttft_cdf(requests, path: Path) -> Path:
         ax.set_ylabel("CDF")
         ax.set_title(title)
         ax.grid(alpha=0.3, which="both")
-        ax.legend()
+        if ax.lines:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -253,6 +254,7 @@ def sensitivity_lines(sens: dict) -> list[str]:
     rows = [[r["variant"], r["gpus"], r["edge_ttft_p50_ms"], r["central_ttft_p50_ms"],
              gain_text(r["ttft_p50_reduction_pct"], r["ttft_p50_ci95"]), r["edge_ttft_p95_ms"],
              r["central_ttft_p95_ms"], gain_text(r["ttft_p95_reduction_pct"], r["ttft_p95_ci95"]),
-             r["edge_busy"], r["central_busy"]] for r in sens["rows"]]
+             r["edge_busy"], r["central_busy"]] if "infeasible" not in r else
+            [r["variant"], f"not run: {r['infeasible']}", *["-"] * 8] for r in sens["rows"]]
     return lines + _table(["variant", "GPUs", "edge TTFT p50", "central p50", "p50 gain", "edge p95",
                            "central p95", "p95 gain", "edge GPU busy", "central GPU busy"], rows)

@@ -122,11 +122,21 @@ def prepare(sc: Scenario, topo=None) -> Setup:
 def scenario_deployment(setup: Setup, name: str) -> Deployment:
     """Deployment ``name`` (``edge`` or ``central``) of the scenario, placed for its workload's demand."""
     sc = setup.scenario
-    cfg = sc.edge if name == "edge" else sc.central
+    cfg = sc.edge if name == "edge" else central_config(sc)
     return build_deployment(name, cfg, setup.topo, setup.catalog, perf=setup.perf, demand_rps=setup.mean_rps,
                             mix=setup.mix, rng_place=setup.rng[f"place_{name}"], rng_route=setup.rng[f"route_{name}"],
                             typical_tokens=setup.typical, scenario_start=setup.start_utc, day_s=setup.day_s,
                             shape=setup.shape, **setup.tech.plane_options(name))
+
+
+def central_config(sc: Scenario):
+    """The central deployment's config; its budget follows the edge's PoPs when only the edge names some."""
+    from dataclasses import replace
+
+    cfg = sc.central
+    if cfg is not None and cfg.pops is None and sc.edge.pops:
+        cfg = replace(cfg, pops=list(sc.edge.pops))
+    return cfg
 
 
 @dataclass

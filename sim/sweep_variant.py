@@ -105,5 +105,8 @@ def summary_rows(summary: dict) -> list[dict]:
             row["batch_served_at_night_share"] = tech["batch_served_at_night_share"]
         # The edge's gain over central belongs to the variant: repeated on each of its rows, empty without both.
         row.update({f"gain_{k}": gains.get(k) for k in GAINS})
+        for k, iv in (gains.get("ci95") or {}).items():
+            if k in GAINS and iv is not None:
+                row[f"gain_{k}_ci95_lo"], row[f"gain_{k}_ci95_hi"] = iv
         rows.append(row)
     return rows

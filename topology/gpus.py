@@ -70,22 +70,32 @@ def scale_inventory(nodes: pd.DataFrame, pops: pd.DataFrame, scale: float) -> pd
 
     Every PoP gets ``scale`` x its GPUs, rounded so that the total is ``round(scale x GPUs)``: whole GPUs first,
     the leftover ones to the PoPs with the largest fractional share, larger metros first (so a small scale takes
-    GPUs away from small cities first). A PoP's GPUs fill its node list in tier order: whole copies of the list,
-    then the first nodes (its main server first) up to the count, the last one possibly with fewer GPUs than its
-    type's box. Node ids stay ``<POP>-<n>`` in that order, so a PoP's first node keeps its id at any scale.
+    GPUs away from small cities first). PoPs of the top tier (megacities) get GPUs in pairs, so that their main
+    server always holds a two-GPU tensor-parallel group (the smallest a 70B-class model needs). A PoP's GPUs fill
+    its node list in tier order: whole copies of the list, then the first nodes (its main server first) up to
+    the count, the last one possibly with fewer GPUs than its type's box. Node ids stay ``<POP>-<n>`` in that
+    order, so a PoP's first node keeps its id at any scale.
     """
     if isinstance(scale, bool) or not isinstance(scale, int | float) or not np.isfinite(scale) or scale <= 0:
         raise UserError(f"GPU inventory scale must be a positive number, got {scale!r}")
     if scale == 1.0 or nodes.empty:
         return nodes
     per_pop = nodes.groupby("pop_id", sort=False).gpus.sum()
-    share = per_pop.to_numpy(dtype=float) * scale
+    info = pops.set_index("id").reindex(per_pop.index)
+    first = nodes.groupby("pop_id", sort=False).gpus.first().reindex(per_pop.index).to_numpy()
+    top = info.tier.to_numpy() == info.tier.min()
+    unit = np.where(top & (first >= 2), 2, 1)
+    share = per_pop.to_numpy(dtype=float) * scale / unit  # in units (pairs for megacities)
     whole = np.floor(share + 1e-9).astype(int)
-    left = int(round(share.sum())) - int(whole.sum())
-    if left > 0:
-        metro = pops.set_index("id").metro_pop.reindex(per_pop.index).fillna(0).to_numpy()
-        order = np.lexsort((per_pop.index.to_numpy(), -metro, -np.round(share - whole, 9)))
-        whole[order[:left]] += 1
+    left = int(round(float((share * unit).sum()))) - int((whole * unit).sum())
+    metro = info.metro_pop.fillna(0).to_numpy()
+    for i in np.lexsort((per_pop.index.to_numpy(), -metro, -np.round(share - whole, 9))):
+        if left <= 0:
+            break
+        if unit[i] <= left and share[i] > whole[i] + 1e-9:
+            whole[i] += 1
+            left -= int(unit[i])
+    whole = whole * unit
     target = dict(zip(per_pop.index, whole, strict=True))
     rows = []
     for pop, group in nodes.groupby("pop_id", sort=False):
