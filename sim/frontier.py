@@ -33,7 +33,7 @@ import numpy as np
 from edgepop.errors import UserError
 from sim.frontier_report import summarise, write_outputs
 
-DEFAULT_BUDGETS = (0.5, 0.7, 1.0, 1.4, 2.0, 2.8)  # x the scenario's GPU inventory scale
+DEFAULT_BUDGETS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4)  # x the scenario's GPU inventory scale
 HIGHER_IS_BETTER = {"slo_attainment", "goodput_rps"}
 SLO_METRICS = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p95_ms",
                "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms", "queue_p50_ms", "queue_p95_ms", "slo_attainment",
@@ -190,30 +190,43 @@ class _Runner:
         self.round = 0
 
     def run(self, points: list[Point]) -> None:
+        """Run ``points`` (each seed) in one sweep. The edge and one central line at the same budget share a run:
+        one workload, both deployments (as ``edgepop simulate`` does), which also saves generating it twice."""
         from sim.grid import parse_grid
         from sim.sweep import run_sweep
 
         todo = [p for p in points if p.feasible]
         if not todo:
             return
-        variants = []
+        jobs: dict[str, dict] = {}  # variant name -> {deployment: point}
+        overrides: dict[str, dict] = {}
         for p in todo:
-            over = {"name": f"{p.line.key}@{p.scale:.6g}", "gpu_inventory_scale": float(p.scale)}
+            pair = f"pair@{p.scale:.6g}"
+            if p.line.deployment == "edge" or (pair in jobs and "central" not in jobs[pair]):
+                name = pair
+            else:
+                name = f"{p.line.key}@{p.scale:.6g}"
+            job = jobs.setdefault(name, {})
+            if p.line.deployment in job:  # a second central line at this budget: a run of its own
+                name = f"{p.line.key}@{p.scale:.6g}"
+                job = jobs.setdefault(name, {})
+            job[p.line.deployment] = p
+            over = overrides.setdefault(name, {"name": name, "gpu_inventory_scale": float(p.scale)})
             if p.line.baseline is not None:
                 over["central.baseline"] = p.line.baseline
-            variants.append(over)
-        doc = {"base": str(self.base), "seeds": list(self.seeds), "variants": variants}
+        doc = {"base": str(self.base), "seeds": list(self.seeds), "variants": list(overrides.values())}
         if self.requests is not None:
             doc["requests"] = int(self.requests)
         grid = parse_grid(doc, source="frontier", base_dir=self.base.parent)
-        by_name = {f"{p.line.key}@{p.scale:.6g}": p for p in todo}
-        grid = replace(grid, variants=tuple(replace(v, deployments=(by_name[v.name].line.deployment,))
+        grid = replace(grid, variants=tuple(replace(v, deployments=tuple(d for d in ("edge", "central")
+                                                                         if d in jobs[v.name]))
                                             for v in grid.variants))
         self.round += 1
         result = run_sweep(grid, engine=self.engine, workers=self.workers, keep_requests=False,
                            out=self.out / "rounds" / f"round-{self.round}", advance=self.advance, pool=self.pool)
+        walls = dict(zip((v.id for v in grid.variants), result.variant_wall_s, strict=True))
         for row in result.summary.to_dict("records"):
-            by_name[row["variant_name"]].rows.append(row)
+            jobs[row["variant_name"]][row["deployment"]].rows.append({**row, "run_wall_s": walls[row["variant"]]})
 
 
 def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "ttft_p95_ms=500",
@@ -252,7 +265,11 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
         return Point(line, scale, *fleet_budget(sc, topo, line, scale), phase=phase)
 
     points = [point(line, s, "grid") for line in lines for s in scales]
-    total = sum(p.feasible for p in points) * len(seeds) + max_steps * len(lines) * len(seeds)
+    feasible = [p for p in points if p.feasible]
+    edge_scales = {p.scale for p in feasible if p.line.deployment == "edge"}
+    paired = {p.scale for p in feasible if p.line.deployment == "central" and p.scale in edge_scales
+              and p.line == next(q for q in lines if q.deployment == "central")}
+    total = (len(feasible) - len(paired)) * len(seeds) + max_steps * len(lines) * len(seeds)
     ray_started = _start_ray(engine, workers)
     n_workers = workers or os.cpu_count() or 1
     pool = local_pool(n_workers) if engine == "local" and n_workers > 1 else None  # one pool for every round

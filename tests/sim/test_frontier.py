@@ -99,10 +99,10 @@ def test_local_pool_and_ray_give_the_same_frontier(mmc, tmp_path):
               progress=False)
     local = run_frontier(mmc, engine="local", workers=2, out=tmp_path / "local", **kw)
     ray = run_frontier(mmc, engine="ray", workers=2, out=tmp_path / "ray", **kw)
-    a = pd.read_parquet(tmp_path / "local" / "frontier.parquet").drop(columns=["sim_wall_s"], errors="ignore")
-    b = pd.read_parquet(tmp_path / "ray" / "frontier.parquet").drop(columns=["sim_wall_s"], errors="ignore")
+    a = pd.read_parquet(tmp_path / "local" / "frontier.parquet").drop(columns=["run_wall_s"])
+    b = pd.read_parquet(tmp_path / "ray" / "frontier.parquet").drop(columns=["run_wall_s"])
     pd.testing.assert_frame_equal(a, b)
-    assert local.result["points"] == ray.result["points"]
+    assert local.result["points"] == ray.result["points"]  # wall times are not among the points' figures
     assert local.result["deployments"] == ray.result["deployments"]
 
 
@@ -126,3 +126,19 @@ def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path):
     assert main(["frontier", "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("edgepop: error: ") and needle in err
+
+
+def test_edge_rows_do_not_depend_on_sharing_a_run_with_central(tmp_path):
+    """At equal budgets the edge and central share one run (one workload); the edge's figures are the same as
+    when it runs alone."""
+    kw = dict(slo="ttft_p95_ms=100000", budgets=[0.1, 0.2], absolute=True, seeds=[1], requests=300, max_steps=0,
+              workers=1, progress=False)
+    both = run_frontier("small", out=tmp_path / "both", **kw)
+    alone = run_frontier("small", only="edge", out=tmp_path / "alone", **kw)
+    cols = ["inventory_scale", "gpus", "ttft_p50_ms", "ttft_p95_ms", "slo_attainment", "replicas"]
+    a = pd.read_parquet(tmp_path / "both" / "frontier.parquet").query("line == 'edge'")[cols]
+    b = pd.read_parquet(tmp_path / "alone" / "frontier.parquet")[cols]
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+    assert set(both.result["deployments"]) == {"edge", "central:big3"}
+    assert both.result["deployments"]["edge"]["status"] == "at_or_below_smallest_budget"
+    assert both.result["iso_slo_cost_ratio"] == 1.0  # both meet a loose SLO at the smallest, equal-cost budget
