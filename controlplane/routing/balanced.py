@@ -1,11 +1,13 @@
-"""``nearest-balanced``: the nearest site with a free slot, and there the least-loaded replica.
+"""``nearest-balanced``: the nearest site with a free slot, and there the replica that will finish its work soonest.
 
 ``nearest-with-capacity`` takes the first replica that can start the request, so at a site holding many replicas of
 a model (a cloud region, a big PoP) the first one fills up to its whole batch while its siblings idle: decode steps
 slow down and prefills wait behind each other on one GPU although the site has GPUs to spare. A site's own load
 balancer would spread the requests; this router does: among the replicas of the nearest site that can start the
-request now, it takes the one with the fewest sequences per slot (ties: the lower replica id). When no replica
-anywhere can start it, the nearest-with-capacity rule decides (a cold replica, a queue, or 3040).
+request now, it takes the one with the least expected work, (running sequences + 1) x its typical request time
+(from the control plane's performance model), so a faster GPU takes proportionally more (ties: the lower replica
+id; without estimates, the fewest running sequences). When no replica anywhere can start it, the
+nearest-with-capacity rule decides (a cold replica, a queue, or 3040).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from controlplane.state import Request
 
 @ROUTERS.register("nearest-balanced")
 class NearestBalanced(Router):
-    """Nearest site that can start the request now, least-loaded replica there; else nearest-with-capacity."""
+    """Nearest site that can start the request now, least expected work there; else nearest-with-capacity."""
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)
@@ -36,7 +38,7 @@ class NearestBalanced(Router):
             if site is not None and r.site != site:
                 break
             if r.can_start(kv):
-                load = r.active / r.slots
+                load = _work(r)
                 if site is None or load < best_load:
                     best, best_load, site = i, load, r.site
         if best < 0:
@@ -53,7 +55,12 @@ class NearestBalanced(Router):
         kv, best, best_load = req.kv_tokens, -1, 0.0
         for i, r in enumerate(cands):
             if r.site == site and r.can_start(kv):
-                load = r.active / r.slots
+                load = _work(r)
                 if best < 0 or load < best_load:
                     best, best_load = i, load
         return None if best < 0 else Decision(START, cands[best], rtts[best])
+
+
+def _work(r) -> float:
+    """Expected work queued on ``r`` once this request joins: (running + 1) x its typical request time."""
+    return (r.active + 1) * (r.est_request_ms or 1.0)

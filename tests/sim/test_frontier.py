@@ -139,6 +139,6 @@ def test_edge_rows_do_not_depend_on_sharing_a_run_with_central(tmp_path):
     a = pd.read_parquet(tmp_path / "both" / "frontier.parquet").query("line == 'edge'")[cols]
     b = pd.read_parquet(tmp_path / "alone" / "frontier.parquet")[cols]
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
-    assert set(both.result["deployments"]) == {"edge", "central:big3"}
+    assert set(both.result["deployments"]) == {"edge", "central:big3"} and set(alone.result["deployments"]) == {"edge"}
     assert both.result["deployments"]["edge"]["status"] == "at_or_below_smallest_budget"
     assert both.result["iso_slo_cost_ratio"] == 1.0  # both meet a loose SLO at the smallest, equal-cost budget
