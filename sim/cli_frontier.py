@@ -17,8 +17,8 @@ def register(sub) -> None:
     p.add_argument("--slo", default="ttft_p95_ms=500",
                    help="METRIC=VALUE: a latency at most VALUE ms (ttft_p95_ms=500) or a share at least VALUE "
                         "(slo_attainment=0.99); default ttft_p95_ms=500")
-    p.add_argument("--budgets", default="0.25,0.35,0.5,0.7,1,1.4",
-                   help="comma-separated multiples of the scenario's GPU inventory scale (default 0.25,0.35,0.5,0.7,1,1.4)")
+    p.add_argument("--budgets", default="0.1,0.18,0.32,0.56,1,1.8",
+                   help="comma-separated multiples of the scenario's GPU inventory scale (default 0.1,0.18,0.32,0.56,1,1.8)")
     p.add_argument("--absolute", action="store_true", help="--budgets are inventory scales, not multiples")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the scenario's seed)")
     p.add_argument("--baselines", default=None,
@@ -81,6 +81,7 @@ def print_frontier(f) -> None:
     console = Console()
     console.print(t)
     ratio = r["iso_slo_cost_ratio"]
-    console.print(f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'}; "
+    kind = f" ({r['iso_slo_ratio_kind']})" if ratio is not None else ""
+    console.print(f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'}{kind}; "
                   f"wall time {r['wall_s']} s. Wrote {f.path}/frontier.json, frontier.parquet, frontier.png, "
                   "report.md", highlight=False)

@@ -33,7 +33,7 @@ import numpy as np
 from edgepop.errors import UserError
 from sim.frontier_report import summarise, write_outputs
 
-DEFAULT_BUDGETS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4)  # x the scenario's GPU inventory scale
+DEFAULT_BUDGETS = (0.1, 0.18, 0.32, 0.56, 1.0, 1.8)  # x the scenario's GPU inventory scale (x1.8 apart)
 HIGHER_IS_BETTER = {"slo_attainment", "goodput_rps"}
 SLO_METRICS = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p95_ms",
                "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms", "queue_p50_ms", "queue_p95_ms", "slo_attainment",

@@ -48,6 +48,21 @@ def _ratio(a, b):
     return None if a is None or b in (None, 0) else round(a / b, 3)
 
 
+BOUND_NOTE = {"lower_bound": " A lower bound: the baseline met the SLO at the smallest budget tried and may need less.",
+              "upper_bound": " An upper bound: the edge met the SLO at the smallest budget tried and may need less."}
+
+
+def ratio_kind(edge: dict, central: dict) -> str | None:
+    """What the iso-SLO ratio is when a least budget is only bounded: a line meeting the SLO at the smallest
+    budget may need less (its figure is an upper bound), one that never met it has no figure."""
+    if edge.get("min_gpus_for_slo") is None or central.get("min_gpus_for_slo") is None:
+        return None
+    e_low = edge["status"] == "at_or_below_smallest_budget"
+    c_low = central["status"] == "at_or_below_smallest_budget"
+    return {(False, False): "exact", (False, True): "lower_bound", (True, False): "upper_bound"}.get(
+        (e_low, c_low), "unknown")
+
+
 def _continent_least(points, slo, cont) -> dict:
     column = f"continent_{cont}_{slo.metric}"
 
@@ -87,7 +102,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales) -> dict:
     central = [line.key for line in lines if line.deployment == "central"]
     edge = deployments.get("edge", {})
     by_baseline = {k: {"cost": _ratio(edge.get("min_usd_per_hour_for_slo"), deployments[k]["min_usd_per_hour_for_slo"]),
-                       "gpus": _ratio(edge.get("min_gpus_for_slo"), deployments[k]["min_gpus_for_slo"])}
+                       "gpus": _ratio(edge.get("min_gpus_for_slo"), deployments[k]["min_gpus_for_slo"]),
+                       "kind": ratio_kind(edge, deployments[k])}
                    for k in central}
     first = by_baseline.get(central[0], {}) if central else {}
     per_continent = {}
@@ -113,6 +129,7 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales) -> dict:
             "inventory_scales": scales, "method": METHOD,
             "deployments": deployments, "baseline": central[0] if central else None,
             "iso_slo_cost_ratio": first.get("cost"), "iso_slo_gpu_ratio": first.get("gpus"),
+            "iso_slo_ratio_kind": first.get("kind"),
             "iso_slo_ratio_by_baseline": by_baseline, "per_continent": per_continent,
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
@@ -185,9 +202,10 @@ def report_lines(frontier) -> list[str]:
                      f"{d['status']}{' (non-monotone)' if d.get('non_monotone') else ''} | "
                      f"{_f(d.get('fails_at_gpus'))} |")
     lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
-                  f"**{_f(r['iso_slo_cost_ratio'], 3)}**; GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}.", ""]
+                  f"**{_f(r['iso_slo_cost_ratio'], 3)}** ({r['iso_slo_ratio_kind'] or 'not available'}); "
+                  f"GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}." + BOUND_NOTE.get(r["iso_slo_ratio_kind"], ""), ""]
     for key, v in r["iso_slo_ratio_by_baseline"].items():
-        lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)}")
+        lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)} ({v['kind']})")
     keys = [line.key for line in frontier.lines]
     lines += ["", "## TTFT at equal cost (mean over seeds)", "",
               "| inventory scale | GPUs | $/hour | " + " | ".join(f"{k} p50 / p95 (ms)" for k in keys) + " |",
