@@ -60,6 +60,12 @@ class SLOTarget:
     def text(self) -> str:
         return f"{self.metric} {'>=' if self.higher_is_better else '<='} {self.threshold:g}"
 
+    @property
+    def column(self) -> str:
+        """The summary column decided on: TTFT percentiles count requests never answered (rejected, failed) as
+        missing the threshold, so shedding load cannot make a budget look good."""
+        return f"{self.metric}_all" if self.metric.startswith("ttft_p") else self.metric
+
 
 def parse_slo(text: str) -> SLOTarget:
     """``ttft_p95_ms=500`` or ``slo_attainment=0.99`` (one-line error otherwise)."""
@@ -117,7 +123,13 @@ class Point:
         return [round(vals.mean() - half, 3), round(vals.mean() + half, 3)]
 
     def meets(self, slo: SLOTarget, column: str | None = None) -> bool:
-        return self.feasible and bool(self.rows) and slo.met(self.mean(column or slo.metric))
+        """The mean over seeds meets the SLO; a seed with no figure (a percentile that fell on requests never
+        answered) fails it."""
+        column = column or slo.column
+        vals = [r.get(column) for r in self.rows]
+        if not self.feasible or not vals or any(v is None or not np.isfinite(v) for v in vals):
+            return False
+        return slo.met(float(np.mean(vals)))
 
 
 @dataclass

@@ -77,6 +77,8 @@ def summary_rows(summary: dict) -> list[dict]:
             for p in pcts:
                 row[f"{metric[:-3]}_{p}_ms"] = block[metric][p]
         row.update({k: block[k] for k in DEPLOYMENT_FIGURES})
+        for p, v in block.get("ttft_ms_counting_failures", {}).items():  # a request not answered misses the SLO
+            row[f"ttft_{p}_ms_all"] = v
         ok = block["outcomes"]["ok"]
         row["gpu_usd_per_1k_ok"] = 1000.0 * block["gpu_usd"] / ok if ok else None
         row["placement"] = block["placement"]["policy"]
@@ -87,7 +89,7 @@ def summary_rows(summary: dict) -> list[dict]:
         cap = summary.get("capacity", {}).get(name, {})
         row.update({column: cap.get(key) for key, column in CAPACITY.items()})
         for cont, c in block.get("per_continent", {}).items():  # the frontier's per-continent SLO figures
-            for k in ("ttft_p50_ms", "ttft_p95_ms", "slo_attainment", "requests"):
+            for k in ("ttft_p50_ms", "ttft_p95_ms", "slo_attainment", "requests", "ok"):
                 row[f"continent_{cont}_{k}"] = c.get(k)
         if "batch_completion_s" in block:
             row["batch_completion_p50_s"] = block["batch_completion_s"]["p50"]
