@@ -82,6 +82,13 @@ def _continent_least(points, slo, cont) -> dict:
             "status": "evaluated_budgets"}
 
 
+def _answered_mean(p, column):
+    """Mean over seeds, or None when a seed's percentile fell on requests never answered."""
+    if any(r.get(column) is None or not np.isfinite(r[column]) for r in p.rows):
+        return None
+    return _num(p.mean(column))
+
+
 def point_dict(p, slo) -> dict:
     out = {"line": p.line.key, "inventory_scale": p.scale, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour,
            "phase": p.phase, "feasible": p.feasible, "seeds": len(p.rows)}
@@ -127,7 +134,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales) -> dict:
                            "gpus": {k: p.gpus for k, p in at.items()},
                            "usd_per_hour": {k: p.usd_per_hour for k, p in at.items()},
                            "ttft_p50_ms": {k: _num(p.mean("ttft_p50_ms")) for k, p in at.items() if p.rows},
-                           "ttft_p95_ms": {k: _num(p.mean("ttft_p95_ms")) for k, p in at.items() if p.rows}})
+                           "ttft_p95_ms_all": {k: _answered_mean(p, "ttft_p95_ms_all") for k, p in at.items()
+                                               if p.rows}})
     return {"scenario": sc.name, "slo": {"metric": slo.metric, "column": slo.column, "threshold": slo.threshold,
                                          "text": slo.text},
             "seeds": list(seeds), "requests": requests, "engine": engine,
@@ -169,15 +177,22 @@ def plot_frontier(frontier, path: Path) -> Path:
             y = [p.mean(ycol) if all(r.get(ycol) is not None and np.isfinite(r[ycol]) for r in p.rows)
                  else np.nan for p in pts]
             err = [p.ci95(ycol) for p in pts]
-            lo = [max(v - e[0], 0.0) if e else 0.0 for v, e in zip(y, err, strict=True)]
-            hi = [max(e[1] - v, 0.0) if e else 0.0 for v, e in zip(y, err, strict=True)]
+            lo = [min(max(v - e[0], 0.0), 0.5 * v) if e and np.isfinite(v) else 0.0  # log axes: bars stay > 0
+                  for v, e in zip(y, err, strict=True)]
+            hi = [max(e[1] - v, 0.0) if e and np.isfinite(v) else 0.0 for v, e in zip(y, err, strict=True)]
             ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=4, capsize=2,
                         ls="-" if line.deployment == "edge" else "--", label=line.key)
         best = frontier.result["deployments"][line.key]
         if best.get("min_gpus_for_slo"):
             axes[0].axvline(best["min_gpus_for_slo"], color=axes[0].lines[-1].get_color(), lw=0.8, ls=":")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
     for ax, _, ycol, xlabel, ylabel in panels:
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        if ycol != "slo_attainment":
+            ax.set_yscale("log")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
@@ -215,13 +230,14 @@ def report_lines(frontier) -> list[str]:
     for key, v in r["iso_slo_ratio_by_baseline"].items():
         lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)} ({v['kind']})")
     keys = [line.key for line in frontier.lines]
-    lines += ["", "## TTFT at equal cost (mean over seeds)", "",
+    lines += ["", "## TTFT at equal cost (mean over seeds; p95 counts requests never answered as late, "
+                  "'-' where it falls on them)", "",
               "| inventory scale | GPUs | $/hour | " + " | ".join(f"{k} p50 / p95 (ms)" for k in keys) + " |",
               "|---|---|---|" + "---|" * len(keys)]
     for row in r["equal_cost"]:
         gpus = sorted(set(row["gpus"].values()))
         usd = sorted(set(row["usd_per_hour"].values()))
-        cells = [f"{_f(row['ttft_p50_ms'].get(k))} / {_f(row['ttft_p95_ms'].get(k))}" for k in keys]
+        cells = [f"{_f(row['ttft_p50_ms'].get(k))} / {_f(row['ttft_p95_ms_all'].get(k))}" for k in keys]
         lines.append(f"| {row['inventory_scale']:g} | {' / '.join(map(str, gpus))} | "
                      f"{' / '.join(_f(u, 0) for u in usd)} | " + " | ".join(cells) + " |")
     if r["per_continent"]:
