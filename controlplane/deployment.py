@@ -35,7 +35,13 @@ ENTRIES = ("anycast", "direct")
 
 @dataclass
 class DeploymentConfig:
-    """How one deployment is built and operated. ``baseline`` and ``gpu_scale`` only matter for central.
+    """How one deployment is built and operated. ``baseline``, ``gpu_scale``, ``budget`` and ``node`` only matter
+    for central: its region set, its budget relative to the edge's, and whether that budget is equal GPUs
+    (``gpus``: the edge's nodes moved) or equal dollars per hour (``usd``: ``node`` boxes bought for the same
+    $/hour). ``fill_idle_gpus``: after placement, give every GPU left without a replica one (capacity matching,
+    :mod:`controlplane.placement.fill`; the ``central`` policy always does). ``one_llm_per_gpu``: a GPU computes
+    for one language model at most (encoders may share it), because the simulator does not slow co-located
+    replicas down; false lets memory alone decide (and grants co-located models compute the GPU does not have).
 
     ``placement``/``placement_options``: a policy of ``controlplane.placement`` and its options; ``router`` /
     ``router_options``: a policy of ``controlplane.routing``; ``autoscaler``/``autoscaler_options``: ``none``,
@@ -54,8 +60,12 @@ class DeploymentConfig:
     load_gbs: float = 2.0
     init_s: float = 5.0
     pops: list | None = None
-    baseline: str = "big3"
+    baseline: str = "global-6"
     gpu_scale: float = 1.0
+    budget: str = "gpus"
+    node: str = "H100x8"
+    fill_idle_gpus: bool = True
+    one_llm_per_gpu: bool = True
 
     def check(self, where: str) -> None:
         """Policy names and their options against the registries (one-line UserError naming ``where``)."""
@@ -70,6 +80,13 @@ class DeploymentConfig:
             registry.check(name, options, f"{where} {field_}_options")
         if self.gpu_scale <= 0:
             raise UserError(f"{where}: gpu_scale must be positive, got {self.gpu_scale!r}")
+        from controlplane.fleet import BUDGETS
+        from topology.gpus import NODE_SPEC
+
+        if self.budget not in BUDGETS:
+            raise UserError(f"{where}: budget must be one of {', '.join(BUDGETS)}, got {self.budget!r}")
+        if not NODE_SPEC.match(self.node):
+            raise UserError(f"{where}: node must be GPUxCOUNT (e.g. H100x8), got {self.node!r}")
         if not isinstance(self.queue_limit, int) or self.queue_limit < 1:
             raise UserError(f"{where}: queue_limit must be an integer >= 1, got {self.queue_limit!r}")
         if self.queue_timeout_s <= 0:
@@ -155,6 +172,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     ``plane_options`` go to :func:`build_control_plane` (prefix, adapters, adapter_routing, slots).
     """
     from controlplane.placement import PlacementProblem, get_policy
+    from controlplane.placement.fill import with_idle_gpus_filled
 
     central = name == "central"
     options = dict(cfg.placement_options)
@@ -162,6 +180,9 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
         options.setdefault("baseline", cfg.baseline)
         if cfg.gpu_scale != 1.0:
             options.setdefault("scale", cfg.gpu_scale)
+        if cfg.placement == "central":
+            options.setdefault("budget", cfg.budget)
+            options.setdefault("node", cfg.node)
     policy = get_policy(cfg.placement, **options)
     fleet = edge_fleet(topo, pops=list(cfg.pops)) if cfg.pops else None
     shape = shape or {}
@@ -169,8 +190,11 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     rng_place = rng_place if rng_place is not None else np.random.default_rng(0)
     problem = PlacementProblem.build(topo, catalog=catalog, fleet=fleet, total_rps=demand_rps, mix=mix, perf=perf,
                                      prompt_tokens=dict(shape.get("prompt", {})),
-                                     output_tokens=dict(shape.get("output", {})))
+                                     output_tokens=dict(shape.get("output", {})),
+                                     one_llm_per_gpu=cfg.one_llm_per_gpu and not (policy.explicit or policy.memory_only))
     placement = policy.place(problem, rng_place)
+    if cfg.fill_idle_gpus and not policy.explicit:
+        placement = with_idle_gpus_filled(placement)
     fleet = placement.fleet
     entry = _entry(name, central, topo, fleet)
     rtt = entry["rtt_builder"](topo.latency) * rtt_scale

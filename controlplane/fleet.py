@@ -70,14 +70,21 @@ def edge_fleet(topo: Topology, pops: list[str] | None = None) -> Fleet:
     return Fleet("edge", _node_table(nodes, index, topo.gpus), sites)
 
 
-def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet | None = None,
-                  scale: float = 1.0) -> Fleet:
-    """The same GPU budget as ``like`` (the edge fleet by default) moved into a baseline region set.
+BUDGETS = ("gpus", "usd")
 
-    Each edge node moves, unchanged in shape, to the baseline region nearest to it, so every region gets the
-    capacity of the PoPs it replaces. ``scale`` multiplies the node count (e.g. 0.5 gives central half the GPUs):
-    nodes are repeated or thinned deterministically per region.
+
+def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet | None = None,
+                  scale: float = 1.0, budget: str = "gpus", node: str = "H100x8") -> Fleet:
+    """A central fleet in a baseline region set with the budget of ``like`` (the edge fleet by default).
+
+    ``budget="gpus"`` (equal GPUs): the GPUs of each node of ``like`` move to the baseline region nearest to it,
+    so every region gets the capacity of the PoPs it replaces, racked per GPU type in 8-GPU servers.
+    ``budget="usd"`` (equal dollars per hour): central buys ``node`` boxes (``GPUxCOUNT``, a cloud's standard
+    server) for the same $/hour as ``like``, shared between the regions like the moved GPUs' dollars (largest
+    remainders; at least one box). ``scale`` multiplies the budget (0.5: half the GPUs or half the dollars).
     """
+    from topology.gpus import parse_node_list
+
     if isinstance(regions, str):
         table = baseline(regions, topo.regions)
         name = regions
@@ -89,25 +96,61 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
         name = "+".join(regions)
     if scale <= 0:
         raise UserError(f"central GPU scale must be positive, got {scale}")
+    if budget not in BUDGETS:
+        raise UserError(f"central budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
     like = like or edge_fleet(topo)
     backbone = topo.region_nodes(table.id)
     src = like.sites.backbone.to_numpy()[like.nodes.site.to_numpy()]
     nearest = np.argmin(topo.latency.node_ms[np.ix_(src, backbone)], axis=1)
     moved = like.nodes.assign(site_id=table.id.to_numpy()[nearest])
-    parts = []
-    for region, group in moved.groupby("site_id", sort=False):
-        count = max(1, int(round(len(group) * scale)))
-        reps = np.resize(np.arange(len(group)), count)  # repeat (scale > 1) or keep the first nodes (< 1)
-        g = group.iloc[np.sort(reps)].copy()
-        g["node_id"] = [f"{region}-{i}" for i in range(len(g))]
-        parts.append(g)
-    nodes = pd.concat(parts, ignore_index=True)
+    if budget == "usd":
+        nodes = _bought(topo, moved, parse_node_list(node, set(topo.gpus.gpu), ("central node", None))[0], scale)
+    else:
+        nodes = _racked(moved, scale)
     near = topo.pops.iloc[[_nearest_pop(topo, lat, lon) for lat, lon in zip(table.lat, table.lon, strict=True)]]
     sites = pd.DataFrame({"site_id": table.id.to_numpy(), "backbone": backbone, "lat": table.lat.to_numpy(),
                           "lon": table.lon.to_numpy(), "tz": near.tz.to_numpy(), "continent": near.continent.to_numpy()})
     sites = sites[sites.site_id.isin(set(nodes.site_id))].reset_index(drop=True)
     index = {s: i for i, s in enumerate(sites.site_id)}
     return Fleet(f"central:{name}", _node_table(nodes, index, topo.gpus), sites)
+
+
+RACK_GPUS = 8  # a cloud region's GPU server: 8 GPUs of one type (HGX H100/H200, 8 x L40S or L4 instances)
+
+
+def _racked(moved: pd.DataFrame, scale: float) -> pd.DataFrame:
+    """``scale`` x the GPUs moved into each region, per GPU type, racked in 8-GPU servers (the last one partial):
+    a region holds the same GPUs as the PoPs it replaces, but in the servers a cloud would put them in."""
+    rows = []
+    for region, group in moved.groupby("site_id", sort=False):
+        per_type = group.groupby("gpu", sort=False).gpus.sum() * scale
+        count = np.floor(per_type.to_numpy() + 0.5).astype(int)
+        if count.sum() == 0:  # a region keeps at least one GPU of its largest type
+            count[int(np.argmax(per_type.to_numpy()))] = 1
+        k = 0
+        for gpu, n in zip(per_type.index, count, strict=True):
+            while n > 0:
+                take = min(RACK_GPUS, int(n))
+                rows.append({"node_id": f"{region}-{k}", "site_id": region, "gpu": gpu, "gpus": take})
+                n, k = n - take, k + 1
+    return pd.DataFrame(rows)
+
+
+def _bought(topo: Topology, moved: pd.DataFrame, box: tuple[str, int], scale: float) -> pd.DataFrame:
+    """``box`` nodes worth ``scale`` x the $/hour of ``moved``, per region in proportion to its dollars there."""
+    gpu, count = box
+    price = dict(zip(topo.gpus.gpu, topo.gpus.price_usd_hr, strict=True))
+    usd = moved.gpus.to_numpy() * moved.gpu.map(price).to_numpy(dtype=float)
+    per_region = pd.Series(usd, index=moved.site_id.to_numpy()).groupby(level=0, sort=False).sum() * scale
+    boxes = per_region.to_numpy() / (price[gpu] * count)
+    whole = np.floor(boxes + 1e-9).astype(int)
+    left = max(1, int(round(boxes.sum()))) - int(whole.sum())
+    if left > 0:
+        order = np.lexsort((per_region.index.to_numpy(), -np.round(boxes - whole, 9)))
+        whole[order[:left]] += 1
+    rows = [{"node_id": f"{region}-{i}", "site_id": region, "gpu": gpu, "gpus": count}
+            for region, k in zip(per_region.index, whole, strict=True) for i in range(int(k))]
+    return pd.DataFrame(rows)
 
 
 def _nearest_pop(topo: Topology, lat: float, lon: float) -> int:

@@ -15,8 +15,8 @@ from edgepop import __version__
 from edgepop.errors import UserError
 
 # Order is the order in `edgepop --help`.
-COMMAND_MODULES = ("sim.cli", "sim.cli_estimate", "controlplane.cli", "dataplane.cli", "dataplane.gateway.cli",
-                   "sim.live.cli", "topology.cli", "controlplane.cli_validate")
+COMMAND_MODULES = ("sim.cli", "sim.cli_frontier", "sim.cli_estimate", "controlplane.cli", "dataplane.cli",
+                   "dataplane.gateway.cli", "sim.live.cli", "topology.cli", "controlplane.cli_validate")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,8 +19,12 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, help="random seed (overrides the scenario)")
     p.add_argument("--trace", help="replay an Azure LLM trace CSV or a Mooncake JSONL instead of Poisson arrivals")
     p.add_argument("--fail", action="append", default=[], metavar="SPEC",
-                   help="fault KIND:TARGET@START+DURATION, e.g. pop:FRA@600+300 (repeatable)")
+                   help="fault KIND:TARGET@START+DURATION, e.g. pop:FRA@600+300 (repeatable); a fault applies to "
+                        "the deployment that has its target (an edge node or PoP: the edge; a link: both)")
     p.add_argument("--only", choices=["edge", "central"], help="simulate one deployment only")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="also run the headline with the edge GPU inventory x0.5 and x2 and with every other "
+                        "baseline region set (a sweep on a local pool; report.md gets a section)")
     p.add_argument("--out", default="edgepop-out", help="output directory (default: edgepop-out)")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of tables")
     p.add_argument("--list-scenarios", action="store_true", help="list embedded scenarios and exit")
@@ -84,6 +88,16 @@ def cmd_simulate(args) -> int:
 
         out = run_scenario(sc, requests=args.requests, duration_s=args.duration, seed=args.seed, trace=args.trace,
                            faults=args.fail, progress=progress, deployments=deployments)
+    if args.sensitivity:
+        if args.trace:
+            raise UserError("--sensitivity re-runs the scenario's own workload: it cannot be combined with --trace")
+        from pathlib import Path
+
+        from sim.sensitivity import run_sensitivity
+
+        out.summary["sensitivity"] = run_sensitivity(args.scenario, out.summary, requests=args.requests,
+                                                     duration_s=args.duration, seed=args.seed,
+                                                     out=Path(args.out) / "sensitivity")
     path = write_outputs(out, args.out)
     if args.json:
         from sim.run import _json_default
@@ -98,16 +112,17 @@ def print_headline(summary: dict, path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sim.report import _fmt, headline_rows
+    from sim.report import _fmt, headline_rows, notes, title_line
 
-    t = Table(title=f"edgepop simulate: {summary['scenario']} ({summary['requests']:,} requests, seed "
-                    f"{summary['seed']})")
-    for col in ("metric", "edge", "central", "edge gain"):
+    t = Table(title=title_line(summary))
+    for col in ("metric", "edge", "central", "edge gain (95% CI)"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     for m, a, b, g in headline_rows(summary):
         t.add_row(m, _fmt(a), _fmt(b), g or "")
     console = Console()
     console.print(t)
+    for line in notes(summary):
+        console.print(line, highlight=False)
     perf = summary.get("performance", {})
     console.print(f"{perf.get('simulated_requests_per_wall_s', 0):,.0f} simulated requests per wall second; "
                   f"wall time {perf.get('wall_s')} s. Wrote {path}/requests.parquet, summary.json, report.md")

@@ -77,6 +77,7 @@ class Variant:
     seed: int
     scenario: Scenario
     name: str = ""  # the named variant it belongs to ("" without [[variants]])
+    deployments: tuple[str, ...] = ()  # simulate only these (empty: the grid's); set by programs, not files
 
     @property
     def label(self) -> str:

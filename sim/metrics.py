@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from controlplane.billing import USD_PER_1000_NEURONS, fleet_cost, neurons_array
+from controlplane.outcomes import Code
 from edgepop.stats import percentiles
 from sim.techniques.metrics import itl_percentiles
 
@@ -24,8 +25,13 @@ def slo_met(frame: pd.DataFrame, slo) -> np.ndarray:
 
 
 def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_s: float, slo, catalog,
-                       gpu_busy_s: float) -> dict:
-    """The per-deployment block of summary.json."""
+                       gpu_busy_s: float, billing_s: float | None = None) -> dict:
+    """The per-deployment block of summary.json.
+
+    ``duration_s`` (arrivals until the last request ended) divides goodput and GPU busy time; ``billing_s`` is
+    the window the fleet is paid for, the same for every deployment of a run (default ``duration_s``): GPU cost is
+    GPU-hours x each GPU type's price per hour over it.
+    """
     counts = frame.outcome.value_counts().to_dict()
     # Latency figures are the interactive requests'; async batch rows (queueRequest) have their own block.
     batch = frame.batch.to_numpy(dtype=bool) if "batch" in frame else np.zeros(len(frame), bool)
@@ -36,7 +42,7 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
     units = np.where(audio, frame.prompt_tokens.to_numpy() / 60.0, frame.prompt_tokens.to_numpy())
     neurons = neurons_array(catalog, frame.model, units, frame.output_tokens)
     neurons = np.where(frame.outcome == "ok", neurons, 0.0)
-    cost = fleet_cost(fleet, duration_s)
+    cost = fleet_cost(fleet, billing_s if billing_s is not None else duration_s)
     total_gpus = float(fleet.nodes.gpus.sum())
     errors = frame[frame.error_code > 0].error_code.value_counts().to_dict()
     return {
@@ -45,9 +51,13 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "error_codes": {str(int(k)): int(v) for k, v in errors.items()},
         "ttft_ms": percentiles(frame.ttft_ms[ok & gen]),
         "ttft_ms_all_tasks": percentiles(frame.ttft_ms[ok]),
+        "ttft_ms_counting_failures": counting_failures(frame.ttft_ms[gen & ~batch].to_numpy(dtype=float),
+                                                       (frame.outcome[gen & ~batch] == "ok").to_numpy()),
         "tpot_ms": percentiles(frame.tpot_ms[ok & gen]),
         "itl_ms": itl_percentiles(frame[gen.to_numpy() & ~batch]),
         "e2e_ms": percentiles(frame.e2e_ms[ok]),
+        "e2e_ms_generation": percentiles(frame.e2e_ms[ok & gen]),
+        "e2e_ms_one_shot": percentiles(frame.e2e_ms[ok & ~gen]),
         "network_rtt_ms": percentiles(frame.network_rtt_ms[ok]),
         "queue_ms": percentiles(frame.queue_ms[ok]),
         "slo_attainment": round(float(met.mean()), 4) if len(frame) else None,
@@ -58,7 +68,35 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "neurons": round(float(neurons.sum()), 1),
         "neuron_usd": round(float(neurons.sum()) * USD_PER_1000_NEURONS / 1000, 4),
         "per_continent": per_group(frame, "user_continent", slo),
+        "faults": fault_block(frame),
+        "cold_starts": cold_start_block(frame),
     }
+
+
+def counting_failures(values: np.ndarray, ok: np.ndarray, pcts=(50, 90, 95, 99)) -> dict:
+    """Percentiles where requests that did not end ok count as never answered (infinitely late): what a latency
+    SLO sees. A percentile that falls on them is None (it misses any threshold)."""
+    v = np.where(ok & np.isfinite(values), values, np.inf)
+    if v.size == 0:
+        return {f"p{p}": None for p in pcts}
+    out = np.percentile(v, pcts, method="higher")
+    return {f"p{p}": (round(float(x), 3) if np.isfinite(x) else None) for p, x in zip(pcts, out, strict=True)}
+
+
+def fault_block(frame: pd.DataFrame) -> dict:
+    """Requests hit by node faults: ``lost`` (on a node when it failed), ``retried`` (re-routed, no token streamed
+    yet) and ``failed`` (ended failed); ``faults`` (the specs applied) is added by the run."""
+    retried = frame.retries.to_numpy() > 0 if "retries" in frame else np.zeros(len(frame), bool)
+    failed = (frame.outcome == "failed").to_numpy()
+    lost = retried | (failed & (frame.error_code.to_numpy() == int(Code.INTERNAL)))
+    return {"lost": int(lost.sum()), "retried": int(retried.sum()), "failed": int(failed.sum())}
+
+
+def cold_start_block(frame: pd.DataFrame) -> dict:
+    """Requests that waited for a replica to load (cold start), and how long they waited."""
+    cold = frame.cold_start_ms.to_numpy(dtype=float)
+    hit = np.isfinite(cold) & (cold > 0)
+    return {"requests": int(hit.sum()), "ms": percentiles(cold[hit], (50, 95))}
 
 
 def per_group(frame: pd.DataFrame, col: str, slo) -> dict:

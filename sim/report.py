@@ -67,7 +67,8 @@ def plot_ttft_cdf(requests, path: Path) -> Path:
         ax.set_ylabel("CDF")
         ax.set_title(title)
         ax.grid(alpha=0.3, which="both")
-        ax.legend()
+        if ax.lines:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -91,33 +92,86 @@ def plot_utilisation(util, path: Path) -> Path:
     return path
 
 
+# (label, path in a deployment's block, path in summary.json gains or None, key in gains.ci95 or None)
+HEADLINE = (
+    ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ttft_ms_p50_reduction_pct", "ttft_ms_p50_reduction_pct"),
+    ("TTFT p95 (ms)", ("ttft_ms", "p95"), "ttft_ms_p95_reduction_pct", "ttft_ms_p95_reduction_pct"),
+    ("TTFT p99 (ms)", ("ttft_ms", "p99"), "ttft_ms_p99_reduction_pct", "ttft_ms_p99_reduction_pct"),
+    ("TPOT p50 (ms)", ("tpot_ms", "p50"), "tpot_ms_p50_reduction_pct", "tpot_ms_p50_reduction_pct"),
+    ("E2E p50 generation (ms)", ("e2e_ms_generation", "p50"), "e2e_ms_generation_p50_reduction_pct",
+     "e2e_ms_generation_p50_reduction_pct"),
+    ("E2E p50 one-shot (ms)", ("e2e_ms_one_shot", "p50"), "e2e_ms_one_shot_p50_reduction_pct",
+     "e2e_ms_one_shot_p50_reduction_pct"),
+    ("network RTT p50 (ms)", ("network_rtt_ms", "p50"), "network_rtt_ms_p50_reduction_pct",
+     "network_rtt_ms_p50_reduction_pct"),
+    ("SLO attainment", ("slo_attainment",), "slo_attainment_delta", "slo_attainment_delta"),
+    ("goodput (req/s)", ("goodput_rps",), None, None),
+    ("ok / rejected / failed", ("outcomes",), None, None),
+    ("faults: lost / retried / failed", ("faults",), None, None),
+    ("cold starts (requests, p95 ms)", ("cold_starts",), None, None),
+)
+CAPACITY = (("GPUs", "gpus"), ("replicas", "replicas"), ("capacity at SLO (req/s)", "capacity_rps"),
+            ("capacity at SLO (tokens/s)", "capacity_tokens_per_s"), ("GPU busy, mean", "utilisation_mean"),
+            ("GPU busy, peak hour", "utilisation_peak_hour"), ("GPU wait p95, peak hour (ms)", "wait_p95_ms_peak_hour"),
+            ("$ per hour", "usd_per_hour"))
+
+
+def _get(block, keys):
+    for k in keys:
+        block = block.get(k) if isinstance(block, dict) else None
+    return block
+
+
+def _cell(keys, block):
+    """A deployment's value for one headline row (composite rows are formatted here)."""
+    v = _get(block, keys)
+    if keys == ("outcomes",) and v:
+        return f"{v['ok']:,} / {v['rejected']:,} / {v['failed']:,}"
+    if keys == ("faults",) and v:
+        return f"{v['lost']:,} / {v['retried']:,} / {v['failed']:,}"
+    if keys == ("cold_starts",) and v:
+        return f"{v['requests']:,}, {_fmt(v['ms']['p95'])}"
+    return v
+
+
+def gain_text(value, ci, delta: bool = False) -> str:
+    """``+41.5% ±0.5`` (the ± is half the 95% interval's width); ``+0.0050 ±0.0008`` for a difference."""
+    if value is None:
+        return ""
+    pm = f" ±{(ci[1] - ci[0]) / 2:.{4 if delta else 1}f}" if ci else ""
+    return f"{value:+.4f}{pm}" if delta else f"{value:+.1f}%{pm}"
+
+
 def headline_rows(summary: dict) -> list[tuple]:
-    """(metric, edge, central, gain) rows shared by report.md and the terminal table."""
+    """(metric, edge, central, edge gain) rows shared by report.md and the terminal table."""
     d = summary["deployments"]
     e, c = d.get("edge"), d.get("central")
+    g = summary.get("gains") or {}
+    ci = g.get("ci95") or {}
     rows = []
-
-    def val(block, *keys):
-        if block is None:
-            return None
-        for k in keys:
-            block = block.get(k) if isinstance(block, dict) else None
-        return block
-
-    for label, keys in (("TTFT p50 (ms)", ("ttft_ms", "p50")), ("TTFT p95 (ms)", ("ttft_ms", "p95")),
-                        ("TTFT p99 (ms)", ("ttft_ms", "p99")), ("TPOT p50 (ms)", ("tpot_ms", "p50")),
-                        ("E2E p50 (ms)", ("e2e_ms", "p50")), ("E2E p95 (ms)", ("e2e_ms", "p95")),
-                        ("network RTT p50 (ms)", ("network_rtt_ms", "p50")),
-                        ("SLO attainment", ("slo_attainment",)), ("goodput (req/s)", ("goodput_rps",)),
-                        ("ok", ("outcomes", "ok")), ("rejected", ("outcomes", "rejected")),
-                        ("failed", ("outcomes", "failed")), ("GPU utilisation", ("gpu_utilisation",)),
-                        ("GPU-hours", ("gpu_hours",)), ("GPU cost ($)", ("gpu_usd",)), ("neurons", ("neurons",))):
-        a, b = val(e, *keys), val(c, *keys)
-        gain = None
-        if isinstance(a, int | float) and isinstance(b, int | float) and b and "ms" in label:
-            gain = f"{100 * (b - a) / b:+.1f}%"
-        rows.append((label, a, b, gain))
+    for label, keys, gain_key, ci_key in HEADLINE:
+        gain = gain_text(g.get(gain_key), ci.get(ci_key), delta=label == "SLO attainment") if gain_key else ""
+        rows.append((label, _cell(keys, e), _cell(keys, c), gain))
+    cap = summary.get("capacity") or {}
+    for label, key in CAPACITY:
+        rows.append((label, _get(cap.get("edge"), (key,)), _get(cap.get("central"), (key,)), ""))
+    rows += [("GPU-hours", _get(e, ("gpu_hours",)), _get(c, ("gpu_hours",)), ""),
+             ("GPU cost ($)", _get(e, ("gpu_usd",)), _get(c, ("gpu_usd",)), "")]
     return rows
+
+
+def notes(summary: dict) -> list[str]:
+    """The lines under the table: how intervals were made, where the edge loses, faults that did not apply."""
+    out = []
+    g = summary.get("gains") or {}
+    if g.get("ci95"):
+        out.append(f"edge gain = (central - edge) / central; ± = half the 95% interval: {g['ci95']['method']}.")
+    if g.get("edge_loses"):
+        out.append(g["edge_loses"] + ".")
+    for name, block in summary["deployments"].items():
+        for line in block.get("faults", {}).get("skipped", []):
+            out.append(f"fault not applied to {name}: {line}")
+    return out
 
 
 def _fmt(v):
@@ -128,8 +182,45 @@ def _fmt(v):
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
+def title_line(s: dict) -> str:
+    base = f", central {s['baseline']}" if s.get("baseline") else ""
+    return (f"edgepop simulate: {s['scenario']} ({s['requests']:,} requests, seed {s['seed']}, GPU inventory "
+            f"x{s.get('gpu_inventory_scale', 1.0):g}{base})")
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *["| " + " | ".join(_fmt(v) if not isinstance(v, str) else v for v in r) + " |" for r in rows]]
+
+
+def _ci(iv) -> str:
+    return "-" if not iv else f"[{iv[0]:+.1f}, {iv[1]:+.1f}]"
+
+
+def crossover_lines(gains: dict) -> list[str]:
+    """report.md tables: TTFT of text generation by prompt size, continent and load level, with intervals."""
+    lines = []
+    for key, title in (("by_prompt_tokens", "prompt tokens"), ("by_continent", "user continent"),
+                       ("by_load", "load level (tercile of the arrival rate)")):
+        groups = gains.get(key) or {}
+        if not groups:
+            continue
+        rows = []
+        for name, b in groups.items():
+            if "ttft_p50_reduction_pct" not in b:
+                rows.append([name, b["requests"], "-", "-", "-", "-", "-", "-", "-", "-"])
+                continue
+            rows.append([name, b["requests"], b["edge_ttft_p50_ms"], b["central_ttft_p50_ms"],
+                         f"{b['ttft_p50_reduction_pct']:+.1f}%", _ci(b["ttft_p50_ci95"]), b["edge_ttft_p95_ms"],
+                         b["central_ttft_p95_ms"], f"{b['ttft_p95_reduction_pct']:+.1f}%", _ci(b["ttft_p95_ci95"])])
+        lines += ["", f"### By {title}", ""]
+        lines += _table([title.split(" (")[0], "requests", "edge p50", "central p50", "p50 gain", "95% CI",
+                         "edge p95", "central p95", "p95 gain", "95% CI"], rows)
+    return lines
+
+
 def write_report(out, directory: Path) -> Path:
-    """Write report.md with the headline table, per-continent gains and the three plots."""
+    """Write report.md with the headline table, crossovers, per-continent gains and the three plots."""
     directory = Path(directory)
     s = out.summary
     figs = []
@@ -139,17 +230,19 @@ def write_report(out, directory: Path) -> Path:
     figs.append(("TTFT distribution, edge vs central", "ttft_cdf.png"))
     plot_utilisation(out.utilisation, directory / "utilisation.png")
     figs.append(("Utilisation over time", "utilisation.png"))
-    lines = [f"# edgepop simulation: {s['scenario']}", "",
+    lines = [f"# {title_line(s)}", "",
              f"{s['requests']:,} requests over {s['simulated_span_s']:,.0f} simulated seconds, seed {s['seed']}; "
-             "the same arrivals went through each deployment.", "",
-             "| metric | edge | central | edge gain |", "|---|---|---|---|"]
+             "the same arrivals went through each deployment. Latency figures are of interactive requests "
+             "(TTFT and TPOT: text generation; E2E split into generation and one-shot tasks).", "",
+             "| metric | edge | central | edge gain (95% CI) |", "|---|---|---|---|"]
     lines += [f"| {m} | {_fmt(a)} | {_fmt(b)} | {g or ''} |" for m, a, b, g in headline_rows(s)]
-    gains = s.get("gains", {}).get("per_continent", {})
-    if gains:
-        lines += ["", "## Per continent (median TTFT and network RTT reduction at the edge)", "",
-                  "| continent | TTFT p50 reduction | network RTT p50 reduction |", "|---|---|---|"]
-        lines += [f"| {k} | {_fmt(v['ttft_p50_reduction_pct'])}% | {_fmt(v['network_rtt_p50_reduction_pct'])}% |"
-                  for k, v in gains.items()]
+    lines += [""] + [f"- {n}" for n in notes(s)]
+    gains = s.get("gains") or {}
+    if gains.get("by_prompt_tokens"):
+        lines += ["", "## Where the edge wins and loses (text generation TTFT)"]
+        lines += crossover_lines(gains)
+    if s.get("sensitivity"):
+        lines += ["", *sensitivity_lines(s["sensitivity"])]
     perf = s.get("performance", {})
     lines += ["", f"Simulator: {perf.get('simulated_requests_per_wall_s', 0):,.0f} simulated requests per wall "
                   f"second; total wall time {perf.get('wall_s', 0)} s.", ""]
@@ -158,3 +251,15 @@ def write_report(out, directory: Path) -> Path:
     path = directory / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def sensitivity_lines(sens: dict) -> list[str]:
+    """report.md section: the headline under other edge GPU inventories and other baseline sets."""
+    lines = ["## Sensitivity of the headline", "", sens.get("note", ""), ""]
+    rows = [[r["variant"], r["gpus"], r["edge_ttft_p50_ms"], r["central_ttft_p50_ms"],
+             gain_text(r["ttft_p50_reduction_pct"], r["ttft_p50_ci95"]), r["edge_ttft_p95_ms"],
+             r["central_ttft_p95_ms"], gain_text(r["ttft_p95_reduction_pct"], r["ttft_p95_ci95"]),
+             r["edge_busy"], r["central_busy"]] if "infeasible" not in r else
+            [r["variant"], f"not run: {r['infeasible']}", *["-"] * 8] for r in sens["rows"]]
+    return lines + _table(["variant", "GPUs", "edge TTFT p50", "central p50", "p50 gain", "edge p95",
+                           "central p95", "p95 gain", "edge GPU busy", "central GPU busy"], rows)

@@ -21,8 +21,9 @@ from controlplane.perf_models import build_perf
 from edgepop.errors import UserError
 from edgepop.rng import streams
 from edgepop.stats import percentiles
+from sim.capacity import GpuBusySampler, capacity_block, sample_interval
 from sim.faults import FaultHandler, parse_fault
-from sim.metrics import deployment_summary, gains
+from sim.metrics import deployment_summary, gains, slo_met
 from sim.perfcache import CachedPerf
 from sim.scenario import Scenario, load_scenario, with_overrides
 from sim.simulator import Simulation
@@ -97,7 +98,8 @@ class Setup:
 
 def prepare(sc: Scenario, topo=None) -> Setup:
     """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
-    topo = topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)
+    topo = (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).with_gpu_scale(
+        sc.gpu_inventory_scale)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = tech.catalog(Catalog.load(sc.catalog) if sc.catalog else default_catalog())
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
@@ -124,11 +126,21 @@ def prepare(sc: Scenario, topo=None) -> Setup:
 def scenario_deployment(setup: Setup, name: str) -> Deployment:
     """Deployment ``name`` (``edge`` or ``central``) of the scenario, placed for its workload's demand."""
     sc = setup.scenario
-    cfg = sc.edge if name == "edge" else sc.central
+    cfg = sc.edge if name == "edge" else central_config(sc)
     return build_deployment(name, cfg, setup.topo, setup.catalog, perf=setup.perf, demand_rps=setup.mean_rps,
                             mix=setup.mix, rng_place=setup.rng[f"place_{name}"], rng_route=setup.rng[f"route_{name}"],
                             typical_tokens=setup.typical, scenario_start=setup.start_utc, day_s=setup.day_s,
                             shape=setup.shape, **setup.tech.plane_options(name))
+
+
+def central_config(sc: Scenario):
+    """The central deployment's config; its budget follows the edge's PoPs when only the edge names some."""
+    from dataclasses import replace
+
+    cfg = sc.central
+    if cfg is not None and cfg.pops is None and sc.edge.pops:
+        cfg = replace(cfg, pops=list(sc.edge.pops))
+    return cfg
 
 
 @dataclass
@@ -148,18 +160,22 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
     cfg = sc.edge if name == "edge" else sc.central
     t0 = time.perf_counter()
     dep = dep or scenario_deployment(setup, name)
-    handler = FaultHandler(setup.topo, dep, sc.faults) if sc.faults else None
+    faults, skipped = faults_for(sc.faults, dep)
+    handler = FaultHandler(setup.topo, dep, faults) if faults else None
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     dep_frame, orig_arrival = setup.tech.workload(name, frame, dep, setup.topo, setup.start_utc, setup.day_s)
-    sim = Simulation(dep, dep_frame, setup.perf, faults=sc.faults, fault_policy=sc.fault_policy,
+    sim = Simulation(dep, dep_frame, setup.perf, faults=faults, fault_policy=sc.fault_policy,
                      sample_s=sc.sample_s, progress=(lambda i, n: progress(name, i, n)) if progress else None,
                      fault_handler=handler, techniques=setup.tech.for_simulation(name))
+    sampler = GpuBusySampler(sim, sample_interval(setup.span_s))
     res = sim.run()
     run_s = time.perf_counter() - t0
     req = res.requests
     block = deployment_summary(req, res.utilisation, dep.fleet, max(setup.span_s, res.sim_end_s), sc.slo,
-                               setup.catalog, sim.gpu_busy_seconds())
+                               setup.catalog, sim.gpu_busy_seconds(), billing_s=setup.span_s)
+    block["faults"].update(applied=[fault_spec(f) for f in faults], skipped=skipped)
+    block["capacity"] = capacity_block(dep, req, setup, sc.slo, sampler, setup.span_s)
     setup.tech.summarize(name, block, sim, req, dep_frame, orig_arrival, dep.fleet, setup.start_utc, setup.day_s)
     techniques_block = block.pop("techniques", None)  # keep the block order: placement before techniques
     batch = req.batch.to_numpy(dtype=bool) & (req.outcome == "ok").to_numpy()
@@ -179,6 +195,44 @@ def placed_gpus(table: pd.DataFrame) -> int:
     return len({(n, g) for n, gpus in zip(table.node.tolist(), table.gpu_index.tolist(), strict=True) for g in gpus})
 
 
+def faults_for(faults, dep: Deployment) -> tuple[list, list[str]]:
+    """The faults that apply to ``dep`` and the skipped ones with why: a node fault applies to the deployment whose
+    fleet has that node (edge node ids are ``<PoP>-<n>``, central ones ``<region>-<n>``), a PoP fault to the edge
+    (central users reach regions directly), a link fault to both."""
+    nodes = set(dep.fleet.nodes.node_id)
+    keep, skipped = [], []
+    for f in faults:
+        if f.kind == "node" and f.target not in nodes:
+            skipped.append(f"{fault_spec(f)}: no node {f.target!r} in the {dep.name} fleet")
+        elif f.kind == "pop" and dep.entry != "anycast":
+            skipped.append(f"{fault_spec(f)}: {dep.name} users do not enter through PoPs")
+        else:
+            keep.append(f)
+    return keep, skipped
+
+
+def fault_spec(f) -> str:
+    return f"{f.kind}:{f.target}@{f.start_s:g}+{f.duration_s:g}"
+
+
+def paired_gains(setup: Setup, runs: list) -> dict:
+    """Point reductions (``gains``), their intervals (``ci95``), the crossovers and where the edge loses."""
+    from sim.gains import Paired, crossovers, headline_gains, loss_sentence
+
+    by = {r.name: r for r in runs}
+    slo = setup.scenario.slo
+    out = gains(by["edge"].block, by["central"].block)
+    p = Paired(by["edge"].requests, by["central"].requests, setup.scenario.seed)
+    out["ci95"] = headline_gains(p, slo_met(p.e, slo), slo_met(p.c, slo))
+    e2e = {k: p.quantile_gain("e2e_ms", m)["p50"]["reduction_pct"]
+           for k, m in (("generation", p.gen), ("one_shot", p.one_shot))}
+    out["e2e_ms_generation_p50_reduction_pct"] = e2e["generation"]
+    out["e2e_ms_one_shot_p50_reduction_pct"] = e2e["one_shot"]
+    out.update(crossovers(p, min(setup.day_s / 24.0, max(setup.span_s, 1.0) / 12.0)))
+    out["edge_loses"] = loss_sentence(out)
+    return out
+
+
 def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,
                  duration_s: float | None = None, seed: int | None = None, trace: str | None = None,
                  faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
@@ -192,11 +246,13 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
             if (sc.edge if name == "edge" else sc.central) is not None]
     blocks = {r.name: r.block for r in runs}
     summary = {"scenario": sc.name, "seed": sc.seed, "requests": int(len(setup.frame)),
-               "simulated_span_s": round(setup.span_s, 2), "deployments": blocks,
+               "simulated_span_s": round(setup.span_s, 2), "gpu_inventory_scale": sc.gpu_inventory_scale,
+               "baseline": sc.central.baseline if sc.central is not None else None,
+               "deployments": blocks, "capacity": {r.name: r.block.pop("capacity") for r in runs},
                "network": {"last_mile": setup.topo.last_mile.describe(),
                            "jitter": f"on: {fit_jitter().source}" if sc.jitter else "off"}}
     if "edge" in blocks and "central" in blocks:
-        summary["gains"] = gains(blocks["edge"], blocks["central"])
+        summary["gains"] = paired_gains(setup, runs)
     total_sim = sum(r.stats["sim_wall_s"] for r in runs)
     build_s = sum(r.block["placement"]["build_s"] for r in runs)
     wall = time.perf_counter() - t_wall

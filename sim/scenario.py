@@ -50,6 +50,7 @@ class Scenario:
     fault_policy: str = "retry"
     sample_s: float = 60.0
     planning_rps: float | None = None  # demand the placement plans for (default: the workload's mean rate)
+    gpu_inventory_scale: float = 1.0  # x the edge GPU inventory of the tier ladder (central moves the same GPUs)
     techniques: Techniques = field(default_factory=Techniques)  # all off unless [techniques] says
     source: str = "<memory>"
 
@@ -77,6 +78,8 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     if sc.last_mile not in LAST_MILE_MODES:
         raise UserError(f"{source}: field 'last_mile' must be one of {', '.join(LAST_MILE_MODES)}, "
                         f"got {sc.last_mile!r}")
+    if not sc.gpu_inventory_scale > 0:
+        raise UserError(f"{source}: field 'gpu_inventory_scale' must be positive, got {sc.gpu_inventory_scale!r}")
     check_perf(sc.perf, source)
     # policy names and options are checked here, before any workload is generated
     sc.edge.check(f"{source} [edge]")

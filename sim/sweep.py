@@ -53,38 +53,42 @@ class SweepResult:
 
 
 def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | None = None,
-              out: str | Path = "edgepop-sweep", progress: bool | None = None) -> SweepResult:
+              out: str | Path = "edgepop-sweep", progress: bool | None = None, keep_requests: bool = True,
+              advance=None, pool=None) -> SweepResult:
     """Run every variant of ``grid`` (an embedded grid name, a grid file or a parsed :class:`Grid`).
 
     Writes ``out/sweep.parquet`` (request rows with ``variant``, ``seed`` and one column per axis),
     ``out/sweep_summary.parquet`` (one row per variant x deployment) and ``out/sweep.json`` (the grid, the
     variants and their wall times), all or nothing. ``progress``: show a bar (default: when stderr is a terminal).
     A variant that fails stops the sweep with an error naming it (``UserError`` for bad input, else
-    :class:`SweepError`).
+    :class:`SweepError`). ``keep_requests=False`` keeps the summary only (no ``sweep.parquet``); ``advance``,
+    when given, is called once per finished variant instead of showing the sweep's own bar. ``pool``: a
+    :func:`local_pool` to run on (the local engine), kept open by the caller across several sweeps.
     """
     grid = grid if isinstance(grid, Grid) else load_grid(grid)
     if engine not in ENGINES:
         raise UserError(f"unknown sweep engine {engine!r} (known: {', '.join(ENGINES)})")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0):
         raise UserError(f"workers must be a positive integer, got {workers!r}")
-    tasks = [VariantTask(v, grid.requests, grid.duration_s, grid.deployments) for v in grid.variants]
+    tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
+             for v in grid.variants]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".edgepop-sweep-", dir=out.parent))
     t0 = time.perf_counter()
     try:
         sink = _Sink(grid, tmp)
-        with _progress_bar(len(tasks), progress) as advance:
+        with _progress_bar(len(tasks), progress if advance is None else False) as bar:
             def collect(result: dict) -> None:
                 sink.add(result)
-                advance()
+                (advance or bar)()
 
             if engine == "ray":
                 from sim.sweep_ray import run_on_ray  # Ray is optional: imported only when asked for
 
                 run_on_ray(tasks, workers, collect)
             else:
-                _run_local(tasks, workers, collect)
+                _run_local(tasks, workers, collect, pool)
         summary = sink.finish()
         wall = time.perf_counter() - t0
         (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2))
@@ -95,18 +99,27 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     return SweepResult(grid, summary, out, wall, sink.wall_s)
 
 
-def _run_local(tasks: list[VariantTask], workers: int | None, collect) -> None:
+def local_pool(workers: int):
+    """A process pool for the local engine. Spawn, not fork: a forked child would inherit threads (rich's
+    refresher, BLAS pools) in unknown states."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None) -> None:
+    import contextlib
+
     workers = min(workers or os.cpu_count() or 1, len(tasks))
-    if workers <= 1:
+    if workers <= 1 and pool is None:
         for task in tasks:
             collect(run_variant(task))
         return
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    # spawn, not fork: a forked child would inherit threads (rich's refresher, BLAS pools) in unknown states.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with (contextlib.nullcontext(pool) if pool is not None else local_pool(workers)) as pool:
         pending = {pool.submit(run_variant, t) for t in tasks}
         try:
             while pending:
@@ -150,8 +163,9 @@ class _Sink:
             raise SweepError(f"{msg}\n--- worker traceback ---\n{result['traceback']}")
         cols = self._columns(variant)
         frame = result["requests"]
-        frame = pd.concat([pd.DataFrame(cols, index=frame.index), frame], axis=1)
-        frame.to_parquet(self.parts / f"variant-{variant.id:06d}.parquet", index=False)
+        if frame is not None:
+            frame = pd.concat([pd.DataFrame(cols, index=frame.index), frame], axis=1)
+            frame.to_parquet(self.parts / f"variant-{variant.id:06d}.parquet", index=False)
         self.rows[variant.id] = [{**cols, **row} for row in result["summary"]]
         self.walls[variant.id] = round(result["wall_s"], 3)
 
@@ -160,12 +174,21 @@ class _Sink:
         return [self.walls[i] for i in sorted(self.walls)]
 
     def finish(self) -> pd.DataFrame:
+        ids = sorted(self.rows)
+        assert ids == list(range(len(self.grid.variants))), "every variant reports exactly once"
+        files = [f for f in (self.parts / f"variant-{i:06d}.parquet" for i in ids) if f.exists()]
+        if files:
+            self._write_requests(files)
+        shutil.rmtree(self.parts)
+        summary = pd.DataFrame([row for i in ids for row in self.rows[i]])
+        summary = summary.fillna(np.nan).infer_objects()  # None (no data) -> NaN in numeric columns
+        summary.to_parquet(self.tmp / "sweep_summary.parquet", index=False)
+        return summary
+
+    def _write_requests(self, files: list[Path]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        ids = sorted(self.rows)
-        assert ids == list(range(len(self.grid.variants))), "every variant reports exactly once"
-        files = [self.parts / f"variant-{i:06d}.parquet" for i in ids]
         schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
         with pq.ParquetWriter(self.tmp / "sweep.parquet", schema) as writer:
             for f in files:  # variants may differ in columns (a technique's own): missing ones are null
@@ -174,11 +197,6 @@ class _Sink:
                     if field.name not in t.column_names:
                         t = t.append_column(field, pa.nulls(len(t), field.type))
                 writer.write_table(t.select(schema.names).cast(schema))
-        shutil.rmtree(self.parts)
-        summary = pd.DataFrame([row for i in ids for row in self.rows[i]])
-        summary = summary.fillna(np.nan).infer_objects()  # None (no data) -> NaN in numeric columns
-        summary.to_parquet(self.tmp / "sweep_summary.parquet", index=False)
-        return summary
 
 
 def _manifest(grid: Grid, engine: str, workers: int | None, wall: float, walls: list[float]) -> dict:

@@ -19,6 +19,11 @@ LATENCIES = {"ttft_ms": ("p50", "p90", "p95", "p99"), "tpot_ms": ("p50", "p95"),
              "e2e_ms": ("p50", "p95", "p99"), "network_rtt_ms": ("p50", "p95"), "queue_ms": ("p50", "p95")}
 DEPLOYMENT_FIGURES = ("slo_attainment", "goodput_rps", "gpu_utilisation", "mean_slot_utilisation", "gpus",
                       "gpu_hours", "gpu_usd", "neurons", "neuron_usd")
+# summary.json capacity.<deployment> key -> column.
+CAPACITY = {"usd_per_hour": "usd_per_hour", "capacity_rps": "capacity_rps",
+            "capacity_tokens_per_s": "capacity_tokens_per_s", "utilisation_mean": "gpu_busy_mean",
+            "utilisation_peak_hour": "gpu_busy_peak_hour", "wait_p95_ms": "wait_p95_ms",
+            "wait_p95_ms_peak_hour": "wait_p95_ms_peak_hour"}
 GAINS = ("ttft_ms_p50_reduction_pct", "ttft_ms_p95_reduction_pct", "ttft_ms_p99_reduction_pct",
          "e2e_ms_p50_reduction_pct", "network_rtt_ms_p50_reduction_pct", "slo_attainment_delta")
 
@@ -31,6 +36,7 @@ class VariantTask:
     requests: int | None
     duration_s: float | None
     deployments: tuple[str, ...]
+    keep_requests: bool = True  # False: send back the summary only (no request rows to pickle and write)
 
 
 _TOPOLOGIES: dict = {}  # per worker process: Topology by last mile (loading one takes about a second)
@@ -57,8 +63,8 @@ def run_variant(task: VariantTask) -> dict:
     except Exception as exc:  # noqa: BLE001  (reported with its traceback by the parent)
         return {"id": v.id, "error": f"{type(exc).__name__}: {exc}", "user_error": False,
                 "traceback": traceback.format_exc()}
-    return {"id": v.id, "summary": summary_rows(out.summary), "requests": out.requests,
-            "wall_s": time.perf_counter() - t0}
+    return {"id": v.id, "summary": summary_rows(out.summary),
+            "requests": out.requests if task.keep_requests else None, "wall_s": time.perf_counter() - t0}
 
 
 def summary_rows(summary: dict) -> list[dict]:
@@ -71,6 +77,8 @@ def summary_rows(summary: dict) -> list[dict]:
             for p in pcts:
                 row[f"{metric[:-3]}_{p}_ms"] = block[metric][p]
         row.update({k: block[k] for k in DEPLOYMENT_FIGURES})
+        for p, v in block.get("ttft_ms_counting_failures", {}).items():  # a request not answered misses the SLO
+            row[f"ttft_{p}_ms_all"] = v
         ok = block["outcomes"]["ok"]
         row["gpu_usd_per_1k_ok"] = 1000.0 * block["gpu_usd"] / ok if ok else None
         row["placement"] = block["placement"]["policy"]
@@ -78,6 +86,11 @@ def summary_rows(summary: dict) -> list[dict]:
         row["gpus_placed"] = block["placement"]["gpus_placed"]
         row["simulated_span_s"] = summary["simulated_span_s"]
         row["gpu_busy_hours"] = block["gpu_utilisation"] * block["gpus"] * summary["simulated_span_s"] / 3600
+        cap = summary.get("capacity", {}).get(name, {})
+        row.update({column: cap.get(key) for key, column in CAPACITY.items()})
+        for cont, c in block.get("per_continent", {}).items():  # the frontier's per-continent SLO figures
+            for k in ("ttft_p50_ms", "ttft_p95_ms", "slo_attainment", "requests", "ok"):
+                row[f"continent_{cont}_{k}"] = c.get(k)
         if "batch_completion_s" in block:
             row["batch_completion_p50_s"] = block["batch_completion_s"]["p50"]
             row["batch_completion_p95_s"] = block["batch_completion_s"]["p95"]
@@ -94,5 +107,8 @@ def summary_rows(summary: dict) -> list[dict]:
             row["batch_served_at_night_share"] = tech["batch_served_at_night_share"]
         # The edge's gain over central belongs to the variant: repeated on each of its rows, empty without both.
         row.update({f"gain_{k}": gains.get(k) for k in GAINS})
+        for k, iv in (gains.get("ci95") or {}).items():
+            if k in GAINS and iv is not None:
+                row[f"gain_{k}_ci95_lo"], row[f"gain_{k}_ci95_hi"] = iv
         rows.append(row)
     return rows

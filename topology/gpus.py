@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from edgepop.errors import DataFileError
+from edgepop.errors import DataFileError, UserError
 from topology.tables import DATA_DIR, Field, in_range, number, read_table
 
 positive = in_range(1e-9, 1e9)
@@ -62,3 +63,53 @@ def build_nodes(pops: pd.DataFrame, tiers: pd.DataFrame, gpus: pd.DataFrame,
         for n, (gpu, count) in enumerate(per_tier[pop.tier]):
             rows.append((f"{pop.id}-{n}", pop.id, gpu, count, mem[gpu] * count, pop.lat, pop.lon))
     return pd.DataFrame(rows, columns=["node_id", "pop_id", "gpu", "gpus", "memory_gb", "lat", "lon"])
+
+
+def scale_inventory(nodes: pd.DataFrame, pops: pd.DataFrame, scale: float) -> pd.DataFrame:
+    """The node table with ``scale`` x the GPUs, deterministically (the edge GPU inventory knob).
+
+    Every PoP gets ``scale`` x its GPUs, rounded so that the total is ``round(scale x GPUs)``: whole GPUs first,
+    the leftover ones to the PoPs with the largest fractional share, larger metros first (so a small scale takes
+    GPUs away from small cities first). PoPs of the top tier (megacities) get GPUs in pairs, so that their main
+    server always holds a two-GPU tensor-parallel group (the smallest a 70B-class model needs). A PoP's GPUs fill
+    its node list in tier order: whole copies of the list, then the first nodes (its main server first) up to
+    the count, the last one possibly with fewer GPUs than its type's box. Node ids stay ``<POP>-<n>`` in that
+    order, so a PoP's first node keeps its id at any scale.
+    """
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not np.isfinite(scale) or scale <= 0:
+        raise UserError(f"GPU inventory scale must be a positive number, got {scale!r}")
+    if scale == 1.0 or nodes.empty:
+        return nodes
+    per_pop = nodes.groupby("pop_id", sort=False).gpus.sum()
+    info = pops.set_index("id").reindex(per_pop.index)
+    first = nodes.groupby("pop_id", sort=False).gpus.first().reindex(per_pop.index).to_numpy()
+    top = info.tier.to_numpy() == info.tier.min()
+    unit = np.where(top & (first >= 2), 2, 1)
+    share = per_pop.to_numpy(dtype=float) * scale / unit  # in units (pairs for megacities)
+    whole = np.floor(share + 1e-9).astype(int)
+    left = int(round(float((share * unit).sum()))) - int((whole * unit).sum())
+    metro = info.metro_pop.fillna(0).to_numpy()
+    for i in np.lexsort((per_pop.index.to_numpy(), -metro, -np.round(share - whole, 9))):
+        if left <= 0:
+            break
+        if unit[i] <= left and share[i] > whole[i] + 1e-9:
+            whole[i] += 1
+            left -= int(unit[i])
+    whole = whole * unit
+    target = dict(zip(per_pop.index, whole, strict=True))
+    rows = []
+    for pop, group in nodes.groupby("pop_id", sort=False):
+        want = int(target[pop])
+        recs = group.to_dict("records")
+        k = 0
+        while want > 0:
+            rec = dict(recs[k % len(recs)])
+            g = min(int(rec["gpus"]), want)
+            rec["memory_gb"] = rec["memory_gb"] / rec["gpus"] * g
+            rec["gpus"], rec["node_id"] = g, f"{pop}-{k}"
+            rows.append(rec)
+            want -= g
+            k += 1
+    if not rows:
+        raise UserError(f"GPU inventory scale {scale:g} leaves no GPU at all")
+    return pd.DataFrame(rows, columns=nodes.columns)

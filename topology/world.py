@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from topology.demand import load_demand_points
-from topology.gpus import build_nodes, load_gpus
+from topology.gpus import build_nodes, load_gpus, scale_inventory
 from topology.last_mile import LastMile
 from topology.latency import LatencyModel, LatencyParams, build_backbone, site_table
 from topology.pops import load_pops, load_tiers
@@ -67,6 +67,13 @@ class Topology:
     def demand_last_mile_ms(self) -> np.ndarray:
         """Last-mile RTT (ms) of every demand city, by the topology's last-mile mode."""
         return self.last_mile.ms(self.demand.cc.to_numpy(), self.demand.continent.to_numpy())
+
+    def with_gpu_scale(self, scale: float) -> Topology:
+        """The same world with ``scale`` x the GPU nodes in its PoPs (see :func:`topology.gpus.scale_inventory`);
+        everything else (tables, latency model) is shared, so this is cheap."""
+        if scale == 1.0:
+            return self
+        return replace(self, nodes=scale_inventory(self.nodes, self.pops, scale))
 
     # Sites are the first nodes of the backbone, PoPs first then regions, in table order.
     @property

@@ -68,7 +68,8 @@ class PlacementProblem:
     ``candidates_k``: an ingress may be served by its ``k`` nearest sites that host the model.
     ``utilisation_cap``: plan each replica (and each GPU's time) to run at most this share of its capacity.
     ``overcommit``: allow ``overcommit_ratio`` x GPU memory to be committed per GPU (KV pools reserved but rarely
-    full); off by default.
+    full); off by default. ``one_llm_per_gpu``: a GPU computes for at most one generative replica (encoders may
+    share it); what simulated deployments use, since the simulator does not slow co-located replicas down.
     """
 
     topo: Topology
@@ -84,6 +85,7 @@ class PlacementProblem:
     utilisation_cap: float = 0.7
     overcommit: bool = False
     overcommit_ratio: float = 1.25
+    one_llm_per_gpu: bool = False
 
     def __post_init__(self) -> None:
         self._check_options()
@@ -234,6 +236,11 @@ class PlacementPolicy:
     """
 
     name: str = "?"
+    # An explicit deployment (per-pop: exactly what it names) rather than a plan for a demand: deployments built
+    # from it keep it as it is (no idle-GPU filling, memory alone decides what shares a GPU).
+    explicit: bool = False
+    # Memory alone decides what shares a GPU (everywhere-fits), whatever the deployment's one_llm_per_gpu says.
+    memory_only: bool = False
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator):  # -> Placement
         raise NotImplementedError

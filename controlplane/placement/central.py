@@ -1,10 +1,18 @@
-"""``central``: the same GPUs moved into a few cloud regions, replicas sized to the demand each region attracts.
+"""``central``: a cloud baseline with the edge's budget in a few regions, every GPU serving, capacity matched to demand.
 
-The fleet is :func:`controlplane.fleet.central_fleet` of the problem's fleet (same nodes, each moved to its
-nearest baseline region). Every (ingress, model) pair's demand is assigned to its nearest region able to host the
-model; each region then adds replicas of each model (largest per-GPU footprint first, so big models pack first)
-until their planned capacity (``utilisation_cap`` x rate, limited by the GPU time left on the node) covers that
-demand, choosing the node type with the highest rate for the model among nodes where the replica still fits.
+The fleet is :func:`controlplane.fleet.central_fleet` of the problem's fleet: equal GPUs (the same nodes, each moved
+to its nearest baseline region) or equal dollars per hour (``budget = "usd"``: standard cloud boxes bought for the
+same $/hour). Each (ingress, model) pair's demand is assigned to its nearest region able to host the model. Each
+region then
+
+1. places one replica of every model its users ask for (largest per-GPU footprint first): a generative model, or
+   one whose demand needs a GPU's compute or more, gets GPUs of its own; a light encoder shares a GPU with room;
+2. gives every GPU still idle a replica by water-filling (:func:`controlplane.placement.fill.fill_idle_gpus`):
+   the next replica goes to the model with the highest demand per unit of placed capacity in the region, so each
+   model's share of the region's GPUs follows its share of the region's demand.
+
+So central replicates each model across its regions' GPUs as a cloud operator would, and owns no idle GPU while
+its users' requests queue (the equal-capacity rule every deployment follows).
 """
 
 from __future__ import annotations
@@ -13,8 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.fleet import central_fleet
-from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementProblem
+from controlplane.fleet import BUDGETS, central_fleet
+from controlplane.placement.base import PLACEMENTS, PlacementError, PlacementPolicy, PlacementProblem
+from controlplane.placement.fill import fill_idle_gpus, idle_gpus, place_on
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
 
@@ -23,59 +32,66 @@ from controlplane.placement.result import Placement
 @dataclass
 class Central(PlacementPolicy):
     """Options: ``baseline``: a named region set (``us-east``, ``big3``, ``global-6``) or comma-separated ids;
-    ``scale``: central's GPU budget relative to the problem's fleet (1.0 = the same GPUs, 0.5 = half the nodes)."""
+    ``scale``: central's budget relative to the problem's fleet (1.0 = the same, 0.5 = half); ``budget``: ``gpus``
+    (equal GPUs, the same nodes) or ``usd`` (equal dollars per hour, spent on ``node`` boxes, e.g. ``H100x8``)."""
 
-    baseline: str = "big3"
+    baseline: str = "global-6"
     scale: float = 1.0
+    budget: str = "gpus"
+    node: str = "H100x8"
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
+        if self.budget not in BUDGETS:
+            raise PlacementError(f"central placement: budget must be one of {', '.join(BUDGETS)}, "
+                                 f"got {self.budget!r}")
         regions = [r.strip() for r in self.baseline.split(",")] if "," in self.baseline else self.baseline
-        fleet = central_fleet(problem.topo, regions, like=problem.fleet, scale=self.scale)
+        fleet = central_fleet(problem.topo, regions, like=problem.fleet, scale=self.scale, budget=self.budget,
+                              node=self.node)
         net = problem.network(fleet)
-        nearest = net.cand_site[:, 0]
         need = np.zeros((net.n_sites, net.n_models))
-        np.add.at(need, (nearest, net.pair_model), net.pair_demand)
+        np.add.at(need, (net.cand_site[:, 0], net.pair_model), net.pair_demand)
         ledger = GpuLedger(net)
-        time_left = net.util * net.node_gpus.astype(float)
+        placed: list = []
         order = sorted(range(net.n_models), key=lambda m: (-net.bytes_per_gpu[m], -net.tp[m], m))
-        placed = []
-        left_need = need.copy()
         for site in range(net.n_sites):
             members = np.flatnonzero(net.node_site == site)
-            # First one replica of every model the region is asked for, so that a region short of capacity
-            # still serves every model (at higher utilisation) instead of spending it all on the first ones.
             for m in order:
-                if left_need[site, m] > 1e-9:
-                    self._add(net, ledger, members, m, time_left, left_need[site], placed)
-            for m in order:
-                while left_need[site, m] > 1e-9:
-                    if not self._add(net, ledger, members, m, time_left, left_need[site], placed):
-                        break  # region full for this model: the rest is unserved (the evaluator says how much)
-        return Placement(problem, fleet, self.name, placed, solver={"baseline": self.baseline})
-
-    def _add(self, net, ledger, members, m, time_left, need_row, placed) -> bool:
-        """One more replica of model ``m`` in the region; False when no node can take it."""
-        node = self._best_node(net, ledger, members, m, time_left)
-        if node < 0:
-            return False
-        rate = min(net.cap[node, m] * net.util, time_left[node] / net.gpu_time_per_rps[node, m])
-        take = min(rate, need_row[m])
-        placed.append((node, m, ledger.add(node, m)))
-        time_left[node] -= take * net.gpu_time_per_rps[node, m]
-        need_row[m] -= take
-        return True
-
+                if need[site, m] > 0:
+                    self._cover(net, ledger, members, m, need[site, m], placed)
+        fill_idle_gpus(net, ledger, placed, [(np.array([s]), need[s]) for s in range(net.n_sites)])
+        return Placement(problem, fleet, self.name, placed,
+                         solver={"baseline": self.baseline, "budget": self.budget, "scale": self.scale})
 
     @staticmethod
-    def _best_node(net, ledger: GpuLedger, members: np.ndarray, m: int, time_left: np.ndarray) -> int:
-        """The node with the highest rate for ``m`` that has GPU time left and room; ties: most time left."""
-        best, key = -1, None
-        for node in members:
-            if not net.fits[node, m] or time_left[node] <= 1e-9:
-                continue
-            k = (net.cap[node, m], time_left[node] / net.node_gpus[node], -node)
-            if key is not None and k <= key:
-                continue
-            if ledger.slot(int(node), m) is not None:
-                best, key = int(node), k
-        return best
+    def _cover(net, ledger: GpuLedger, members: np.ndarray, m: int, rps: float, placed: list) -> None:
+        """The region's first replica of ``m``: on idle GPUs of the fastest node when its demand needs at least
+        one GPU's compute or is a generative model, else sharing the GPU with the most room (an encoder next to a
+        chat model)."""
+        fits = members[net.fits[members, m]]
+        if fits.size == 0:
+            return  # no node of the region can hold it: its demand goes to the next region (routing)
+        idle = idle_gpus(ledger)
+        if net.specs[m].generative or rps * net.gpu_time_per_rps[fits, m].min() >= 1.0:
+            free = [int(n) for n in fits if len(idle[int(n)]) >= net.tp[m]]
+            if free:
+                node = max(free, key=lambda n: (net.cap[n, m], len(idle[n]), -n))
+                placed.append((node, m, place_on(ledger, node, m, tuple(int(g) for g in idle[node][:net.tp[m]]))))
+                return
+        best, limit = None, net.gpu_limit
+        for n in (int(x) for x in fits):
+            if net.tp[m] > 1:
+                gpus = ledger.slot(n, m)
+                key = None if gpus is None else (0, min(ledger.free[n][list(gpus)]), net.cap[n, m], -n)
+            else:  # one GPU: a busy one with the most room, an idle one only when no busy one has room
+                free = ledger.free[n]
+                room = np.flatnonzero((free >= net.bytes_per_gpu[m] - 1.0) & ~(net.exclusive[m] & ledger.solo[n]))
+                if room.size == 0:
+                    continue
+                shared = room[free[room] < limit[n] - 1.0]
+                g = int(shared[np.argmax(free[shared])]) if shared.size else int(room[0])
+                gpus, key = (g,), (int(shared.size > 0), free[g], net.cap[n, m], -n)
+            if key is not None and (best is None or key > best[0]):
+                best = (key, n, gpus)
+        if best is not None:
+            _, node, gpus = best
+            placed.append((node, m, place_on(ledger, node, m, tuple(gpus))))

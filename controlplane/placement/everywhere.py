@@ -1,7 +1,8 @@
 """``everywhere-fits``: every node gets one replica of every model that still fits, most demanded models first.
 
 Small models end up on every node, big ones wherever room is left; no demand or capacity reasoning beyond the
-order. The baseline that shows what memory alone buys.
+order. The baseline that shows what memory alone buys (so it ignores ``one_llm_per_gpu``: in the simulator its
+co-located language models each compute as if they had the GPU alone).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from controlplane.placement.result import Placement
 @PLACEMENTS.register("everywhere-fits")
 @dataclass
 class EverywhereFits(PlacementPolicy):
-    """One replica per model per node while it fits, models in descending total demand."""
+    """One replica per model per node while it fits, models in descending total demand. Memory alone decides
+    (language models share GPUs under it even where a deployment asks for one per GPU)."""
+
+    memory_only = True
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         net = problem.network()

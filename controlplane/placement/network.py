@@ -34,6 +34,8 @@ class Network:
         self.bytes_per_gpu = np.array([s.bytes_per_gpu for s in self.specs])
         self.replica_bytes = np.array([s.replica_bytes for s in self.specs])
         self.util = problem.utilisation_cap
+        # Models that need a GPU's compute to themselves (see packing): generative ones, when the problem says so.
+        self.exclusive = np.array([s.generative and problem.one_llm_per_gpu for s in self.specs], dtype=bool)
 
         self.fits = (self.gpu_limit[:, None] >= self.bytes_per_gpu[None, :]) & \
                     (self.node_gpus[:, None] >= self.tp[None, :])

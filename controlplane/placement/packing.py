@@ -4,6 +4,10 @@ A replica of a model with ``tensor_parallel = k`` takes ``bytes_per_gpu`` on eac
 node. :class:`GpuLedger` keeps the free bytes of every GPU and what each node holds. ``add`` places a replica
 first-fit (the lowest-index GPUs with room), so adds in decreasing size order are first-fit decreasing;
 ``add_repacking`` falls back to an exact search that re-seats everything the node already holds (small nodes).
+
+With the problem's ``one_llm_per_gpu`` (what the simulator's deployments use), a GPU computes for at most one
+generative replica (encoders may still share it): the simulator runs co-located replicas as if each had the GPU
+to itself, so two language models on one GPU would double the compute the GPU really has.
 """
 
 from __future__ import annotations
@@ -26,22 +30,34 @@ class GpuLedger:
         self.free = [np.full(int(g), float(limit)) for g, limit in zip(net.node_gpus, net.gpu_limit, strict=True)]
         self.held: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(net.n_nodes)]
         self.busy = np.zeros(net.n_nodes)  # GPUs spanned by the replicas held (spreads load over equal nodes)
+        self.solo = [np.zeros(int(g), dtype=bool) for g in net.node_gpus]  # holds an exclusive (LLM) replica
 
     def slot(self, node: int, model: int) -> tuple[int, ...] | None:
         """The GPUs a new replica of ``model`` would take on ``node`` (first fit), or None if it does not fit."""
         tp = int(self.net.tp[model])
         need = self.net.bytes_per_gpu[model] - _SLACK_BYTES
         # a node has at most a few GPUs: a Python scan beats a numpy call here (greedy asks millions of times)
-        room = [g for g, f in enumerate(self.free[node].tolist()) if f >= need]
+        if self.net.exclusive[model]:
+            solo = self.solo[node].tolist()
+            room = [g for g, f in enumerate(self.free[node].tolist()) if f >= need and not solo[g]]
+        else:
+            room = [g for g, f in enumerate(self.free[node].tolist()) if f >= need]
         return tuple(room[:tp]) if len(room) >= tp else None
 
     def add(self, node: int, model: int) -> tuple[int, ...] | None:
         """Place one replica; returns its GPUs, or None (and changes nothing) when it does not fit."""
         gpus = self.slot(node, model)
         if gpus is not None:
-            self.free[node][list(gpus)] -= self.net.bytes_per_gpu[model]
-            self.held[node].append((model, gpus))
-            self.busy[node] += self.net.tp[model]
+            self.seat(node, model, gpus)
+        return gpus
+
+    def seat(self, node: int, model: int, gpus: tuple[int, ...]) -> tuple[int, ...]:
+        """Record a replica of ``model`` on the given GPUs of ``node`` (the caller checked that they have room)."""
+        self.free[node][list(gpus)] -= self.net.bytes_per_gpu[model]
+        self.held[node].append((model, gpus))
+        self.busy[node] += self.net.tp[model]
+        if self.net.exclusive[model]:
+            self.solo[node][list(gpus)] = True
         return gpus
 
     def add_repacking(self, node: int, model: int) -> bool:
@@ -58,10 +74,9 @@ class GpuLedger:
         self.free[node][:] = float(self.net.gpu_limit[node])
         self.held[node] = []
         self.busy[node] = 0.0
+        self.solo[node][:] = False
         for m, gpus in zip(models, seats, strict=True):
-            self.free[node][list(gpus)] -= self.net.bytes_per_gpu[m]
-            self.held[node].append((m, gpus))
-            self.busy[node] += self.net.tp[m]
+            self.seat(node, m, gpus)
         return True
 
     def placements(self) -> list[tuple[int, int, tuple[int, ...]]]:
@@ -72,6 +87,7 @@ class GpuLedger:
 def _seat(net, models: list[int], limit: float, n_gpus: int) -> list[tuple[int, ...]] | None:
     """GPUs for each of ``models`` (largest first) on one node with ``n_gpus`` GPUs of ``limit`` bytes, or None."""
     free = [limit] * n_gpus
+    solo = [False] * n_gpus
     seats: list[tuple[int, ...]] = []
     steps = 0
 
@@ -83,20 +99,24 @@ def _seat(net, models: list[int], limit: float, n_gpus: int) -> list[tuple[int, 
         if steps > _REPACK_STEPS:
             return False
         need, tp = net.bytes_per_gpu[models[i]] - _SLACK_BYTES, int(net.tp[models[i]])
+        exclusive = bool(net.exclusive[models[i]])
         tried = set()
         for gpus in combinations(range(n_gpus), tp):
-            key = tuple(sorted(free[g] for g in gpus))
-            if key in tried or any(free[g] < need for g in gpus):
-                continue  # GPUs with equal free memory are interchangeable: try one of them
+            key = tuple(sorted((free[g], solo[g]) for g in gpus))
+            if key in tried or any(free[g] < need or (exclusive and solo[g]) for g in gpus):
+                continue  # GPUs with equal free memory (and LLM flag) are interchangeable: try one of them
             tried.add(key)
             for g in gpus:
                 free[g] -= need + _SLACK_BYTES
+                solo[g] = solo[g] or exclusive
             seats.append(gpus)
             if place(i + 1):
                 return True
             seats.pop()
             for g in gpus:
                 free[g] += need + _SLACK_BYTES
+                if exclusive:
+                    solo[g] = False
         return False
 
     return seats if place(0) else None

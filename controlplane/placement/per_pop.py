@@ -23,6 +23,7 @@ class PerPop(PlacementPolicy):
     a PoP listed for a model that has no node with room for it is an error)."""
 
     pops: dict = field(default_factory=dict)
+    explicit = True  # class attribute, not an option: a fixed deployment, kept as named
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         net = problem.network()

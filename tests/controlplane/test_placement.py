@@ -183,11 +183,11 @@ def test_everywhere_fits_fills_every_node_maximally(real_placements):
     assert small.node.nunique() == net.n_nodes
 
 
-@pytest.mark.parametrize("baseline", ["big3", "us-east"])
+@pytest.mark.parametrize("baseline", ["global-6", "us-east"])
 def test_central_only_uses_the_baseline_regions(topo, real_problem, real_placements, baseline):
     from topology import baseline as baseline_regions
 
-    placement = real_placements["central"] if baseline == "big3" else get_policy(
+    placement = real_placements["central"] if baseline == "global-6" else get_policy(
         "central", baseline=baseline).place(real_problem, np.random.default_rng(0))
     regions = set(baseline_regions(baseline, topo.regions).id)
     assert placement.fleet.name == f"central:{baseline}"

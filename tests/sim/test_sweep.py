@@ -38,7 +38,7 @@ def test_variants_are_the_ordered_product_with_seeds_innermost():
     v = g.variants[5]
     assert v.scenario.edge.router == "p2c" and v.scenario.workload.rps == 20.0
     assert v.scenario.edge.placement == "everywhere-fits"
-    assert v.scenario.central.router == "nearest-with-capacity"  # only the addressed table changes
+    assert v.scenario.central.router == "nearest-balanced"  # only the addressed table changes
     assert v.label == "edge.placement='everywhere-fits', edge.router='p2c', workload.rps=20, seed=4"
     assert g.axis_column("workload.rps") == [20.0, 60.0]  # one type per column: ints widened with floats
 
@@ -80,7 +80,7 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
     ({"base": "small", "axes": {"edge.placement_options.time_limit_s": [1.0]}},
      r"placement policy 'greedy-demand' has no option 'time_limit_s' \(options: min_gain_ms_per_gb\)"),
     ({"base": "small", "axes": {"edge.router_options.k": ["4"]}, "deployments": ["edge"]},
-     r"routing policy 'nearest-with-capacity' has no option 'k'"),
+     r"routing policy 'nearest-balanced' has no option 'k'"),
     ({"base": "small", "axes": {"edge.router": []}}, r"'edge.router' must be a non-empty list"),
     ({"base": "small", "axes": {"edge.router": ["p2c", "p2c"]}}, r"repeats a value"),
     ({"base": "small", "axes": {"edge.placement": ["ilp", "nope"]}},

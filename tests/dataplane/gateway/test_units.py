@@ -144,7 +144,7 @@ def test_serve_flags_over_scenario_over_defaults(monkeypatch):
     monkeypatch.setenv("EDGEPOP_TOKENS", "tok-env-000001:acme")
     parse = build_parser().parse_args
     cfg = gateway_config(parse(["serve", "--scenario", "small"]))
-    assert (cfg.scenario, cfg.seed, cfg.router) == ("small", 7, "nearest-with-capacity")
+    assert (cfg.scenario, cfg.seed, cfg.router) == ("small", 7, "nearest-balanced")
     assert cfg.tokens == {"tok-env-000001": "acme"}
     cfg = gateway_config(parse(["serve", "--scenario", "small", "--seed", "3", "--pops", "FRA,LHR", "--no-delay",
                                 "--default-location", "1,2", "--slots", "4"]))

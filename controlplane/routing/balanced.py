@@ -1,0 +1,66 @@
+"""``nearest-balanced``: the nearest site with a free slot, and there the replica that will finish its work soonest.
+
+``nearest-with-capacity`` takes the first replica that can start the request, so at a site holding many replicas of
+a model (a cloud region, a big PoP) the first one fills up to its whole batch while its siblings idle: decode steps
+slow down and prefills wait behind each other on one GPU although the site has GPUs to spare. A site's own load
+balancer would spread the requests; this router does: among the replicas of the nearest site that can start the
+request now, it takes the one with the least expected work, (running sequences + 1) x its typical request time
+(from the control plane's performance model), so a faster GPU takes proportionally more (ties: the lower replica
+id; without estimates, the fewest running sequences). When no replica anywhere can start it, the
+nearest-with-capacity rule decides (a cold replica, a queue, or 3040).
+"""
+
+from __future__ import annotations
+
+from controlplane.routing.base import ROUTERS, START, Decision, Router
+from controlplane.state import Request
+
+
+@ROUTERS.register("nearest-balanced")
+class NearestBalanced(Router):
+    """Nearest site that can start the request now, least expected work there; else nearest-with-capacity."""
+
+    def route(self, req: Request, now: float) -> Decision:
+        cands, rtts = self.state.candidates(req.ingress, req.model)
+        d = self._balanced(req, cands, rtts)
+        if d is None and len(cands) < len(self.state.by_model.get(req.model, ())):
+            cands, rtts = self.state.candidates(req.ingress, req.model, full=True)
+            d = self._balanced(req, cands, rtts)
+        return d if d is not None else self.nearest_with_capacity(req, cands, rtts)
+
+    def _balanced(self, req: Request, cands, rtts) -> Decision | None:
+        kv = req.kv_tokens
+        stats = cands[0].stats if cands else None
+        if stats is not None and stats.free <= 0:
+            return None  # a saturated model: no replica can start it
+        best, best_load, site = -1, 0.0, None
+        for i, r in enumerate(cands):
+            if site is not None and r.site != site:
+                break
+            if r.can_start(kv):
+                load = _work(r)
+                if site is None or load < best_load:
+                    best, best_load, site = i, load, r.site
+        if best < 0:
+            return None
+        if site is not None and best >= 0 and cands[-1].site == site and \
+                len(cands) < len(self.state.by_model.get(req.model, ())):
+            full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
+            return self._balanced_full(req, full, full_rtts, site) or Decision(START, cands[best], rtts[best])
+        return Decision(START, cands[best], rtts[best])
+
+    @staticmethod
+    def _balanced_full(req: Request, cands, rtts, site) -> Decision | None:
+        """The least-loaded replica of ``site`` over the full candidate list (the truncated one ended inside it)."""
+        kv, best, best_load = req.kv_tokens, -1, 0.0
+        for i, r in enumerate(cands):
+            if r.site == site and r.can_start(kv):
+                load = _work(r)
+                if best < 0 or load < best_load:
+                    best, best_load = i, load
+        return None if best < 0 else Decision(START, cands[best], rtts[best])
+
+
+def _work(r) -> float:
+    """Expected work queued on ``r`` once this request joins: (running + 1) x its typical request time."""
+    return (r.active + 1) * (r.est_request_ms or 1.0)

@@ -1,0 +1,87 @@
+"""``edgepop frontier``: the least GPU budget (and $/hour) at which each deployment meets an SLO."""
+
+from __future__ import annotations
+
+import json
+
+from edgepop.errors import UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("frontier", help="least GPUs and $/hour meeting an SLO, edge vs central (cost frontier)",
+                       description="Sweep each deployment's GPU budget (the scenario's GPU inventory scale x each "
+                                   "of --budgets; central follows the edge's budget: equal GPUs or equal $/hour), "
+                                   "bisect the least budget meeting --slo, and write frontier.json, "
+                                   "frontier.parquet, frontier.png and report.md.")
+    p.add_argument("--scenario", default="default", help="embedded scenario name or a TOML file (default: default)")
+    p.add_argument("--slo", default="ttft_p95_ms=500",
+                   help="METRIC=VALUE: a latency at most VALUE ms (ttft_p95_ms=500) or a share at least VALUE "
+                        "(slo_attainment=0.99); default ttft_p95_ms=500")
+    p.add_argument("--budgets", default="0.1,0.18,0.32,0.56,1,1.8",
+                   help="comma-separated multiples of the scenario's GPU inventory scale (default 0.1,0.18,0.32,0.56,1,1.8)")
+    p.add_argument("--absolute", action="store_true", help="--budgets are inventory scales, not multiples")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the scenario's seed)")
+    p.add_argument("--baselines", default=None,
+                   help="central region sets to sweep, comma-separated (default: the scenario's); separate them "
+                        "with ';' when a set is itself a list of region ids")
+    p.add_argument("--only", choices=["edge", "central"], help="sweep one deployment only")
+    p.add_argument("--requests", type=int, help="requests per run (overrides the scenario)")
+    p.add_argument("--tolerance", type=float, default=0.05,
+                   help="stop bisecting when the bracket is within this share of the GPUs (or one GPU); default 0.05")
+    p.add_argument("--max-steps", type=int, default=4, help="bisection rounds at most (default 4)")
+    p.add_argument("--engine", choices=["local", "ray"], default="local")
+    p.add_argument("--workers", type=int, default=None, help="parallel workers (default: CPU count)")
+    p.add_argument("--out", default="edgepop-frontier", help="output directory (default: edgepop-frontier)")
+    p.add_argument("--json", action="store_true", help="print frontier.json instead of the table")
+    p.set_defaults(func=cmd_frontier)
+
+
+def _seeds(text):
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UserError(f"bad --seeds {text!r}: expected comma-separated non-negative integers") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) < len(seeds):
+        raise UserError(f"bad --seeds {text!r}: expected distinct non-negative integers")
+    return seeds
+
+
+def cmd_frontier(args) -> int:
+    from sim.frontier import run_frontier
+
+    if args.workers is not None and args.workers <= 0:
+        raise UserError(f"--workers must be positive, got {args.workers}")
+    if args.requests is not None and args.requests <= 0:
+        raise UserError(f"--requests must be positive, got {args.requests}")
+    f = run_frontier(args.scenario, slo=args.slo, budgets=args.budgets, seeds=_seeds(args.seeds),
+                     engine=args.engine, workers=args.workers, requests=args.requests, baselines=args.baselines,
+                     only=args.only, tolerance=args.tolerance, max_steps=args.max_steps, out=args.out,
+                     absolute=args.absolute)
+    if args.json:
+        print(json.dumps(f.result, indent=2))
+        return 0
+    print_frontier(f)
+    return 0
+
+
+def print_frontier(f) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    r = f.result
+    t = Table(title=f"edgepop frontier: {r['scenario']}, SLO {r['slo']['text']}, seeds {r['seeds']}")
+    for col in ("deployment", "least GPUs", "least $/hour", "status"):
+        t.add_column(col, justify="left" if col in ("deployment", "status") else "right")
+    for key, d in r["deployments"].items():
+        t.add_row(key, "-" if d["min_gpus_for_slo"] is None else f"{d['min_gpus_for_slo']:,}",
+                  "-" if d["min_usd_per_hour_for_slo"] is None else f"{d['min_usd_per_hour_for_slo']:,.2f}",
+                  d["status"])
+    console = Console()
+    console.print(t)
+    ratio = r["iso_slo_cost_ratio"]
+    kind = f" ({r['iso_slo_ratio_kind']})" if ratio is not None else ""
+    console.print(f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'}{kind}; "
+                  f"wall time {r['wall_s']} s. Wrote {f.path}/frontier.json, frontier.parquet, frontier.png, "
+                  "report.md", highlight=False)

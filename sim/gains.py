@@ -1,0 +1,210 @@
+"""The edge's gains over central with 95% intervals, and the crossovers: where (prompt size, continent, load) it loses.
+
+Both deployments served the same arrivals, so gains are paired. Intervals come from a **paired block bootstrap
+over requests**: the run's arrival span is cut into ``BLOCKS`` equal-time blocks, each resample weights every
+block by a Poisson(1) draw (the same weight for a request in both deployments), and a percentile is taken with
+those weights; the interval is the 2.5th-97.5th percentile of the resampled gains. Blocks of time, not single
+requests, carry the weights because queueing correlates requests that arrive close together. The resampling
+generator is seeded from the scenario's seed, so the intervals are reproducible.
+
+A gain is the relative reduction ``100 x (central - edge) / central``: positive means the edge is better.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+BLOCKS = 50
+RESAMPLES = 200
+PROMPT_BINS = (("<=256", 0, 256), ("257-1k", 257, 1024), ("1k-4k", 1025, 4096), ("4k-16k", 4097, 16384),
+               (">16k", 16385, np.inf))
+LOAD_LEVELS = ("low", "mid", "high")
+MIN_BIN = 30  # fewer requests than this in a bin: no figure (an interval over a handful says nothing)
+METHOD = (f"paired block bootstrap over requests ({BLOCKS} equal-time blocks, {RESAMPLES} resamples, "
+          "Poisson weights); percentile interval")
+
+
+class Bootstrap:
+    """Resampling weights per time block, shared by every figure of one run (so they are paired)."""
+
+    def __init__(self, arrival_s: np.ndarray, seed: int, blocks: int = BLOCKS, resamples: int = RESAMPLES):
+        arrival = np.asarray(arrival_s, dtype=float)
+        lo, hi = (float(arrival.min()), float(arrival.max())) if arrival.size else (0.0, 1.0)
+        width = max(hi - lo, 1e-9) / blocks
+        self.block = np.minimum(((arrival - lo) / width).astype(int), blocks - 1)
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xB00]))
+        self.weights = rng.poisson(1.0, size=(resamples, blocks)).astype(float)
+
+    def quantiles(self, values: np.ndarray, mask: np.ndarray, qs) -> np.ndarray:
+        """(resamples, len(qs)) weighted quantiles of ``values[mask]`` (lower interpolation); NaN when empty."""
+        idx = np.flatnonzero(mask & np.isfinite(values))
+        out = np.full((len(self.weights), len(qs)), np.nan)
+        if idx.size == 0:
+            return out
+        order = idx[np.argsort(values[idx], kind="stable")]
+        v, blk = values[order], self.block[order]
+        for start in range(0, len(self.weights), 25):  # chunks bound memory at 25 x n floats
+            w = self.weights[start:start + 25][:, blk]
+            cw = np.cumsum(w, axis=1)
+            total = cw[:, -1:]
+            for j, q in enumerate(qs):
+                pos = (cw < q * total).sum(axis=1)
+                out[start:start + 25, j] = np.where(total[:, 0] > 0, v[np.minimum(pos, v.size - 1)], np.nan)
+        return out
+
+    def share(self, hit: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """(resamples,) weighted share of ``hit`` among ``mask``."""
+        counts_hit = np.bincount(self.block[mask & hit], minlength=self.weights.shape[1])
+        counts = np.bincount(self.block[mask], minlength=self.weights.shape[1])
+        num, den = self.weights @ counts_hit, self.weights @ counts
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / den, np.nan)
+
+
+def reduction(edge, central):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 100.0 * (np.asarray(central) - np.asarray(edge)) / np.asarray(central)
+
+
+def interval(samples) -> list | None:
+    s = np.asarray(samples, dtype=float)
+    s = s[np.isfinite(s)]
+    if s.size < 10:
+        return None
+    lo, hi = np.percentile(s, [2.5, 97.5])
+    return [round(float(lo), 2), round(float(hi), 2)]
+
+
+def _point(values, mask, q):
+    v = values[mask & np.isfinite(values)]
+    return float(np.percentile(v, 100 * q)) if v.size else np.nan
+
+
+def _r(v, digits=2):
+    return None if v is None or not np.isfinite(v) else round(float(v), digits)
+
+
+class Paired:
+    """The two deployments' request frames, aligned request by request, and the shared bootstrap."""
+
+    def __init__(self, edge: pd.DataFrame, central: pd.DataFrame, seed: int):
+        if not np.array_equal(edge.request_id.to_numpy(), central.request_id.to_numpy()):
+            central = central.set_index("request_id").loc[edge.request_id.to_numpy()].reset_index()
+        self.e, self.c = edge.reset_index(drop=True), central.reset_index(drop=True)
+        self.boot = Bootstrap(self.e.arrival_s.to_numpy(), seed)
+        batch = self.e.batch.to_numpy(dtype=bool) if "batch" in self.e else np.zeros(len(self.e), bool)
+        self.gen = (self.e.task.to_numpy() == "text-generation") & ~batch
+        self.one_shot = (self.e.task.to_numpy() != "text-generation") & ~batch
+        self.ok_e = self.e.outcome.to_numpy() == "ok"
+        self.ok_c = self.c.outcome.to_numpy() == "ok"
+
+    def quantile_gain(self, col: str, subset: np.ndarray, qs=(0.5,)) -> dict:
+        """Point reductions and intervals at quantiles ``qs`` of ``col`` over ``subset`` (ok requests each side)."""
+        ve, vc = self.e[col].to_numpy(dtype=float), self.c[col].to_numpy(dtype=float)
+        me, mc = subset & self.ok_e, subset & self.ok_c
+        be, bc = self.boot.quantiles(ve, me, qs), self.boot.quantiles(vc, mc, qs)
+        out = {}
+        for j, q in enumerate(qs):
+            pe, pc = _point(ve, me, q), _point(vc, mc, q)
+            key = f"p{int(round(q * 100))}"
+            out[key] = {"edge": _r(pe), "central": _r(pc), "reduction_pct": _r(reduction(pe, pc)),
+                        "ci95": interval(reduction(be[:, j], bc[:, j]))}
+        return out
+
+
+def headline_gains(p: Paired, slo_met_e: np.ndarray, slo_met_c: np.ndarray) -> dict:
+    """``gains.ci95``: the headline reductions with their intervals, plus the SLO attainment difference."""
+    out = {}
+    ttft = p.quantile_gain("ttft_ms", p.gen, (0.5, 0.95, 0.99))
+    for k, v in ttft.items():
+        out[f"ttft_ms_{k}_reduction_pct"] = v["ci95"]
+    out["tpot_ms_p50_reduction_pct"] = p.quantile_gain("tpot_ms", p.gen)["p50"]["ci95"]
+    out["e2e_ms_generation_p50_reduction_pct"] = p.quantile_gain("e2e_ms", p.gen)["p50"]["ci95"]
+    out["e2e_ms_one_shot_p50_reduction_pct"] = p.quantile_gain("e2e_ms", p.one_shot)["p50"]["ci95"]
+    out["network_rtt_ms_p50_reduction_pct"] = p.quantile_gain("network_rtt_ms", p.gen | p.one_shot)["p50"]["ci95"]
+    everyone = np.ones(len(p.e), bool)
+    d = p.boot.share(slo_met_e, everyone) - p.boot.share(slo_met_c, everyone)
+    out["slo_attainment_delta"] = None if (iv := interval(d * 1e4)) is None else [round(x / 1e4, 4) for x in iv]
+    out["method"] = METHOD
+    return out
+
+
+def _groups(p: Paired, keys: np.ndarray, names) -> dict:
+    out = {}
+    for name in names:
+        sel = p.gen & (keys == name)
+        n = int((sel & p.ok_e & p.ok_c).sum())
+        if n < MIN_BIN:
+            out[str(name)] = {"requests": n}
+            continue
+        g = p.quantile_gain("ttft_ms", sel, (0.5, 0.95))
+        out[str(name)] = {"requests": n,
+                          "edge_ttft_p50_ms": g["p50"]["edge"], "central_ttft_p50_ms": g["p50"]["central"],
+                          "ttft_p50_reduction_pct": g["p50"]["reduction_pct"], "ttft_p50_ci95": g["p50"]["ci95"],
+                          "edge_ttft_p95_ms": g["p95"]["edge"], "central_ttft_p95_ms": g["p95"]["central"],
+                          "ttft_p95_reduction_pct": g["p95"]["reduction_pct"], "ttft_p95_ci95": g["p95"]["ci95"]}
+    return out
+
+
+def prompt_bin(tokens: np.ndarray) -> np.ndarray:
+    out = np.empty(len(tokens), dtype=object)
+    for name, lo, hi in PROMPT_BINS:
+        out[(tokens >= lo) & (tokens <= hi)] = name
+    return out
+
+
+def load_level(arrival_s: np.ndarray, window_s: float) -> np.ndarray:
+    """Per request, the tercile (low / mid / high) of the total arrival rate in its ``window_s`` window."""
+    arrival = np.asarray(arrival_s, dtype=float)
+    if arrival.size == 0:
+        return np.empty(0, dtype=object)
+    win = ((arrival - arrival.min()) / max(window_s, 1e-9)).astype(int)
+    rate = np.bincount(win)
+    per_request = rate[win].astype(float)
+    lo, hi = np.quantile(rate[rate > 0], [1 / 3, 2 / 3])
+    return np.where(per_request <= lo, "low", np.where(per_request <= hi, "mid", "high")).astype(object)
+
+
+def crossovers(p: Paired, window_s: float) -> dict:
+    """``gains.by_prompt_tokens``, ``gains.by_continent`` and ``gains.by_load`` (text generation TTFT)."""
+    tokens = p.e.prompt_tokens.to_numpy()
+    conts = p.e.user_continent.to_numpy().astype(object)
+    return {"by_prompt_tokens": _groups(p, prompt_bin(tokens), [b[0] for b in PROMPT_BINS]),
+            "by_continent": _groups(p, conts, sorted(set(conts[p.gen]))),
+            "by_load": _groups(p, load_level(p.e.arrival_s.to_numpy(), window_s), LOAD_LEVELS)}
+
+
+LABELS = {"by_prompt_tokens": "prompts of {} tokens", "by_continent": "users in {}", "by_load": "{} load"}
+HEADLINE_LOSSES = (("ttft_ms_p50_reduction_pct", "TTFT p50"), ("ttft_ms_p95_reduction_pct", "TTFT p95"),
+                   ("tpot_ms_p50_reduction_pct", "TPOT p50"), ("e2e_ms_generation_p50_reduction_pct",
+                                                               "E2E p50 (generation)"),
+                   ("e2e_ms_one_shot_p50_reduction_pct", "E2E p50 (one-shot)"))
+
+
+def losses(gains: dict) -> list[tuple[float, str]]:
+    """Where the edge is worse with its whole 95% interval below zero, as (reduction %, text): the headline
+    metrics first, then the crossover bins from the largest loss."""
+    top, bins = [], []
+    ci = gains.get("ci95", {})
+    for key, label in HEADLINE_LOSSES:
+        iv, v = ci.get(key), gains.get(key)
+        if iv is not None and v is not None and iv[1] < 0:
+            top.append((v, f"{label} overall {v:+.1f}% [{iv[0]:+.1f}, {iv[1]:+.1f}]"))
+    for group, fmt in LABELS.items():
+        for name, b in gains.get(group, {}).items():
+            for q in ("p50", "p95"):
+                iv, v = b.get(f"ttft_{q}_ci95"), b.get(f"ttft_{q}_reduction_pct")
+                if iv is not None and v is not None and iv[1] < 0:
+                    bins.append((v, f"TTFT {q} for {fmt.format(name)} {v:+.1f}% [{iv[0]:+.1f}, {iv[1]:+.1f}]"))
+    return top + sorted(bins, key=lambda x: x[0])
+
+
+def loss_sentence(gains: dict, most: int = 6) -> str:
+    """The headline's line on where the edge loses (or that it loses nowhere in this run), the largest first."""
+    found = losses(gains)
+    if not found:
+        return ("the edge loses nowhere in this run: no headline figure and no prompt-size, continent or load bin "
+                "has its 95% interval below zero")
+    more = f"; {len(found) - most} more in summary.json gains" if len(found) > most else ""
+    return "edge loses: " + "; ".join(text for _, text in found[:most]) + more

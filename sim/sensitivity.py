@@ -1,0 +1,86 @@
+"""The headline under other assumptions: the edge GPU inventory x0.5 and x2 (central follows it: the same budget)
+and every other named baseline region set, each on the same arrivals and seed, run with the sweep machinery.
+
+``edgepop simulate --sensitivity`` adds these rows to summary.json (``sensitivity``) and a section to report.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgepop.errors import UserError
+
+INVENTORY_FACTORS = (0.5, 2.0)
+
+
+def variants(sc) -> list[tuple[str, dict]]:
+    """(name, overrides) of every sensitivity run of ``sc``."""
+    from topology import BASELINE_SETS
+
+    out = [(f"edge GPU inventory x{f:g}", {"gpu_inventory_scale": round(sc.gpu_inventory_scale * f, 9)})
+           for f in INVENTORY_FACTORS]
+    if sc.central is not None:
+        out += [(f"baseline {b}", {"central.baseline": b}) for b in BASELINE_SETS if b != sc.central.baseline]
+    return out
+
+
+def row(name: str, summary_rows: list[dict]) -> dict:
+    """One report row from a run's two sweep summary rows (edge and central)."""
+    by = {r["deployment"]: r for r in summary_rows}
+    e, c = by["edge"], by["central"]
+
+    def ci(k):
+        lo, hi = e.get(f"gain_{k}_ci95_lo"), e.get(f"gain_{k}_ci95_hi")
+        return None if lo is None or hi is None or lo != lo else [lo, hi]
+
+    return {"variant": name, "gpus": int(e["gpus"]), "edge_ttft_p50_ms": e["ttft_p50_ms"],
+            "central_ttft_p50_ms": c["ttft_p50_ms"], "ttft_p50_reduction_pct": e["gain_ttft_ms_p50_reduction_pct"],
+            "ttft_p50_ci95": ci("ttft_ms_p50_reduction_pct"), "edge_ttft_p95_ms": e["ttft_p95_ms"],
+            "central_ttft_p95_ms": c["ttft_p95_ms"], "ttft_p95_reduction_pct": e["gain_ttft_ms_p95_reduction_pct"],
+            "ttft_p95_ci95": ci("ttft_ms_p95_reduction_pct"), "edge_busy": e.get("gpu_busy_mean"),
+            "central_busy": c.get("gpu_busy_mean")}
+
+
+def run_sensitivity(scenario: str | Path, summary: dict, *, requests: int | None = None,
+                    duration_s: float | None = None, seed: int | None = None, engine: str = "local",
+                    workers: int | None = None, out: str | Path = "edgepop-sensitivity") -> dict:
+    """Run the variants of :func:`variants` and return summary.json's ``sensitivity`` block; ``summary`` is the
+    main run's (its headline is the first row)."""
+    from sim.frontier import Line, fleet_budget, scenario_path
+    from sim.grid import parse_grid
+    from sim.scenario import load_scenario
+    from sim.sweep import run_sweep
+    from sim.sweep_variant import summary_rows
+    from topology import Topology
+
+    if "gains" not in summary:
+        raise UserError("--sensitivity compares edge and central: it cannot run with --only")
+    base = scenario_path(scenario)
+    sc = load_scenario(str(base))
+    topo = Topology.load(last_mile_ms=sc.last_mile_ms)
+    named, skipped = [], {}
+    for name, over in variants(sc):
+        scale = over.get("gpu_inventory_scale", sc.gpu_inventory_scale)
+        lines = (Line("edge"), Line("central", over.get("central.baseline", sc.central.baseline)))
+        why = [fleet_budget(sc, topo, line, scale)[3] for line in lines]
+        if any(why):
+            skipped[name] = "; ".join(w for w in why if w)  # e.g. a model that fits no node at that scale
+        else:
+            named.append((name, over))
+    doc = {"base": str(base), "seeds": [seed if seed is not None else sc.seed],
+           "variants": [{"name": name, **over} for name, over in named] or [{"name": "none"}]}
+    if requests is not None:
+        doc["requests"] = int(requests)
+    if duration_s is not None:
+        doc["duration_s"] = float(duration_s)
+    grid = parse_grid(doc, source="sensitivity", base_dir=base.parent) if named else None
+    result = run_sweep(grid, engine=engine, workers=workers, out=out, keep_requests=False) if named else None
+    rows = [row("as run", summary_rows(summary))]
+    for name, _ in variants(sc):
+        if name in skipped:
+            rows.append({"variant": name, "infeasible": skipped[name]})
+        else:
+            rows.append(row(name, result.summary[result.summary.variant_name == name].to_dict("records")))
+    return {"note": "Each row is one run on the same arrivals and seed as the headline; ± is half the 95% "
+                    "interval of the paired block bootstrap. GPU busy: share of GPUs busy, mean over the run.",
+            "rows": rows}

@@ -1,0 +1,115 @@
+"""Capacity matching: equal budgets, no idle GPU, replicas in proportion to demand, one language model per GPU;
+and the capacity, fault and cold-start blocks of summary.json."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controlplane.placement.fill import idle_gpus
+from controlplane.placement.packing import GpuLedger
+from sim.run import prepare, run_scenario, scenario_deployment
+from sim.scenario import load_scenario, with_overrides
+
+
+def _ledger(dep):
+    placement = dep.placement
+    net = placement.net
+    ledger = GpuLedger(net)
+    index = {m: i for i, m in enumerate(net.models)}
+    for node, model, gpus in zip(placement.table.node, placement.table.model, placement.table.gpu_index,
+                                 strict=True):
+        ledger.seat(int(node), index[model], tuple(gpus))
+    return net, ledger
+
+
+@pytest.fixture(scope="module", params=["gpus", "usd"])
+def built(request, topo):
+    sc = load_scenario("small")
+    sc = with_overrides(sc, central=__import__("dataclasses").replace(sc.central, budget=request.param,
+                                                                      baseline="global-6"))
+    setup = prepare(sc, topo)
+    return request.param, setup, {name: scenario_deployment(setup, name) for name in ("edge", "central")}
+
+
+def test_equal_budget(built):
+    budget, _, deps = built
+    e, c = (deps[n].fleet.nodes for n in ("edge", "central"))
+    if budget == "gpus":
+        assert e.gpus.sum() == c.gpus.sum()
+        assert e.price_usd_hr.sum() == pytest.approx(c.price_usd_hr.sum())
+        assert (c.gpus <= 8).all()  # racked in 8-GPU servers
+    else:  # equal dollars: H100x8 boxes, within one box of the edge's $/hour
+        assert set(c.gpu) == {"H100"} and (c.gpus == 8).all()
+        assert abs(c.price_usd_hr.sum() - e.price_usd_hr.sum()) <= 24.0 / 2 * len(deps["central"].fleet.sites)
+
+
+def test_no_idle_gpu_while_a_demanded_model_fits(built):
+    _, _, deps = built
+    for name, dep in deps.items():
+        net, ledger = _ledger(dep)
+        for node, gpus in enumerate(idle_gpus(ledger)):
+            if len(gpus):  # an idle GPU is allowed only if no demanded model fits on it
+                assert not net.fits[node].any() or all(net.tp[m] > len(gpus) for m in np.flatnonzero(
+                    net.fits[node])), f"{name}: idle GPUs {gpus.tolist()} on node {node}"
+
+
+def test_one_language_model_per_gpu(built):
+    _, _, deps = built
+    for dep in deps.values():
+        table = dep.placement.table
+        generative = {s.id for s in dep.plane.catalog if s.generative}
+        gen = table.model.isin(generative)
+        seen = set()
+        for node, gpus in zip(table.node[gen], table.gpu_index[gen], strict=True):
+            for g in gpus:
+                assert (node, g) not in seen
+                seen.add((node, g))
+
+
+def test_central_replicas_follow_demand_in_each_region(built):
+    """Water-filling: in each region, a language model got its last replica only while it was the most loaded per
+    unit of capacity. So, with p = demand / capacity, every model's p is at most any other model's p computed
+    without that model's last replica (when that model has more than its first one). Single-GPU models only: a
+    tensor-parallel model also needs its GPUs idle on one node, which the last free GPUs may not offer."""
+    _, _, deps = built
+    placement = deps["central"].placement
+    net = placement.net
+    need = np.zeros((net.n_sites, net.n_models))
+    np.add.at(need, (net.cand_site[:, 0], net.pair_model), net.pair_demand)
+    gen = np.array([s.generative for s in net.specs]) & (net.tp == 1)
+    checked = 0
+    for site in range(net.n_sites):
+        members = np.flatnonzero(net.node_site == site)
+        counts = placement.counts[members]
+        cap = (counts * net.cap[members]).sum(axis=0)
+        models = np.flatnonzero(gen & (need[site] > 0) & (cap > 0))
+        for j in models:
+            if counts[:, j].sum() < 2:
+                continue
+            last = net.cap[members, j][counts[:, j] > 0].max()  # the largest a single replica of j adds
+            before = need[site, j] / (cap[j] - last)
+            for i in models:
+                assert need[site, i] / cap[i] <= before * (1 + 1e-9), (site, net.models[i], net.models[j])
+                checked += 1
+    assert checked > 0
+
+
+def test_summary_has_capacity_faults_and_cold_starts(topo):
+    out = run_scenario("small", topo=topo, requests=1500, faults=["node:FRA-0@5+30"])
+    s = out.summary
+    for name in ("edge", "central"):
+        cap = s["capacity"][name]
+        assert cap["gpus"] == 228 and cap["replicas"] > 0 and cap["usd_per_hour"] > 0
+        assert cap["capacity_rps"] > 0 and cap["capacity_tokens_per_s"] > 0
+        assert 0 < cap["utilisation_mean"] <= cap["utilisation_peak_hour"] <= 1
+        assert 0 <= cap["shared_busy_share"] <= 1 and cap["wait_p95_ms"] >= 0
+        b = s["deployments"][name]
+        assert set(b["faults"]) >= {"lost", "retried", "failed", "applied", "skipped"}
+        assert b["cold_starts"]["requests"] >= 0
+        assert b["e2e_ms_generation"]["n"] + b["e2e_ms_one_shot"]["n"] == b["e2e_ms"]["n"]
+    # An edge node fault applies to the edge and is reported as skipped for central (no such node there).
+    assert s["deployments"]["edge"]["faults"]["applied"] == ["node:FRA-0@5+30"]
+    assert s["deployments"]["central"]["faults"]["applied"] == []
+    assert "no node 'FRA-0' in the central fleet" in s["deployments"]["central"]["faults"]["skipped"][0]
+    assert s["deployments"]["edge"]["gpu_usd"] == s["deployments"]["central"]["gpu_usd"]  # same window and GPUs

@@ -1,0 +1,144 @@
+"""``edgepop frontier``: the least GPU count against the Erlang C closed form, engines agree, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from edgepop.cli import main
+from edgepop.errors import UserError
+from sim.frontier import parse_slo, run_frontier
+
+CATALOG = Path(__file__).resolve().parents[2] / "controlplane" / "data" / "catalog.toml"
+MODEL = "@cf/meta/llama-3.2-1b-instruct"
+WAIT_S = 2.0  # the SLO: 95% of requests wait at most this long for a GPU
+
+
+def erlang_c_servers(lam: float, mean_service_s: float, wait_s: float, quantile: float = 0.95) -> int:
+    """Least c with P(W > wait_s) <= 1 - quantile in M/M/c: P(W > t) = C(c, a) exp(-(c mu - lambda) t)."""
+    mu, a = 1.0 / mean_service_s, lam * mean_service_s
+    for c in range(1, 200):
+        if a >= c:
+            continue
+        tail = a**c / math.factorial(c) / (1 - a / c)
+        p_wait = tail / (sum(a**k / math.factorial(k) for k in range(c)) + tail)
+        if p_wait * math.exp(-(c * mu - lam) * wait_s) <= 1 - quantile:
+            return c
+    raise AssertionError("no c found")
+
+
+@pytest.fixture(scope="module")
+def mmc(tmp_path_factory, topo):
+    """One PoP holding one small GPU per unit of inventory scale, one model that runs one sequence per GPU, flat
+    Poisson arrivals and exponential-like service times (output lengths with coefficient of variation 1)."""
+    d = tmp_path_factory.mktemp("mmc")
+    block = re.search(r'(\[models\."' + re.escape(MODEL) + r'"\].*?)\n\n', CATALOG.read_text(), re.S).group(1)
+    (d / "catalog.toml").write_text(block.replace("max_batch = 64", "max_batch = 1") + "\n")
+    pop = topo.pops[(topo.pops.tier == 4)].id.iloc[0]  # a city PoP: one single-GPU node at scale 1
+    path = d / "mmc.toml"
+    path.write_text(f'''description = "one site, one model, one sequence per GPU: an M/M/c queue"
+seed = 3
+catalog = "{d / 'catalog.toml'}"
+[workload]
+kind = "poisson"
+requests = 5000
+rps = 2.0
+diurnal = false
+mix = {{"{MODEL}" = 1.0}}
+[workload.tokens.text-generation]
+prompt = {{median = 32, sigma = 0.0}}
+output = {{median = 150, sigma = 0.8326}}
+[edge]
+pops = ["{pop}"]
+router = "nearest-balanced"
+queue_limit = 100000
+queue_timeout_s = 100000.0
+[central]
+enabled = false
+''')
+    return path
+
+
+def test_least_gpus_agree_with_erlang_c(mmc, tmp_path):
+    f = run_frontier(mmc, slo=f"queue_p95_ms={WAIT_S * 1e3:g}", budgets=[4, 6, 10, 14], absolute=True,
+                     seeds=[1], workers=1, max_steps=4, tolerance=0.0, out=tmp_path / "f", progress=False)
+    rows = pd.read_parquet(tmp_path / "f" / "frontier.parquet")
+    assert set(rows.line) == {"edge"} and rows.gpus.is_unique  # one seed: one row per budget
+    # The closed form, fed with the arrival rate and the mean service time the simulator produced.
+    ok = rows[rows.gpus >= 10].iloc[0]
+    lam = ok.requests / ok.simulated_span_s
+    mean_service_s = _mean_service_s(mmc)
+    expect = erlang_c_servers(lam, mean_service_s, WAIT_S)
+    got = f.result["deployments"]["edge"]
+    assert got["status"] == "bracketed" and got["fails_at_gpus"] == got["min_gpus_for_slo"] - 1
+    assert abs(got["min_gpus_for_slo"] - expect) <= 1, (got, expect, lam, mean_service_s)
+    written = json.loads((tmp_path / "f" / "frontier.json").read_text())
+    assert written["deployments"]["edge"]["min_gpus_for_slo"] == got["min_gpus_for_slo"]
+    assert (tmp_path / "f" / "frontier.png").stat().st_size > 10_000
+    assert "Least budget meeting the SLO" in (tmp_path / "f" / "report.md").read_text()
+
+
+def _mean_service_s(scenario: Path) -> float:
+    """Mean time a request holds its GPU (prefill + decode), from a run with GPUs to spare."""
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario, with_overrides
+
+    out = run_scenario(with_overrides(load_scenario(scenario), gpu_inventory_scale=20.0), requests=2000)
+    ok = out.requests[out.requests.outcome == "ok"]
+    return float((ok.prefill_ms + ok.e2e_ms - ok.ttft_ms).mean() / 1e3)
+
+
+def test_local_pool_and_ray_give_the_same_frontier(mmc, tmp_path):
+    pytest.importorskip("ray")
+    kw = dict(slo="queue_p95_ms=2000", budgets=[6, 12], absolute=True, seeds=[1, 2], requests=800, max_steps=1,
+              progress=False)
+    local = run_frontier(mmc, engine="local", workers=2, out=tmp_path / "local", **kw)
+    ray = run_frontier(mmc, engine="ray", workers=2, out=tmp_path / "ray", **kw)
+    a = pd.read_parquet(tmp_path / "local" / "frontier.parquet").drop(columns=["run_wall_s"])
+    b = pd.read_parquet(tmp_path / "ray" / "frontier.parquet").drop(columns=["run_wall_s"])
+    pd.testing.assert_frame_equal(a, b)
+    assert local.result["points"] == ray.result["points"]  # wall times are not among the points' figures
+    assert local.result["deployments"] == ray.result["deployments"]
+
+
+@pytest.mark.parametrize("text, needle", [("ttft_p95_ms", "METRIC=VALUE"), ("nothing=3", "METRIC=VALUE"),
+                                          ("ttft_p95_ms=-1", "non-negative"), ("ttft_p95_ms=abc", "METRIC=VALUE")])
+def test_bad_slo_is_one_line(text, needle):
+    with pytest.raises(UserError, match=needle):
+        parse_slo(text)
+
+
+def test_slo_direction():
+    assert parse_slo("ttft_p95_ms=500").met(499.0) and not parse_slo("ttft_p95_ms=500").met(501.0)
+    assert parse_slo("slo_attainment=0.99").met(0.995) and not parse_slo("slo_attainment=0.99").met(0.98)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--budgets", "1"], "at least two positive numbers"), (["--budgets", "1,x"], "comma-separated"),
+    (["--baselines", "mars-1"], "unknown baseline"), (["--seeds", "1,1"], "distinct"),
+    (["--scenario", "nope"], "not found"), (["--slo", "ttft=3"], "METRIC=VALUE")])
+def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path):
+    assert main(["frontier", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("edgepop: error: ") and needle in err
+
+
+def test_edge_rows_do_not_depend_on_sharing_a_run_with_central(tmp_path):
+    """At equal budgets the edge and central share one run (one workload); the edge's figures are the same as
+    when it runs alone."""
+    kw = dict(slo="ttft_p95_ms=100000", budgets=[0.1, 0.2], absolute=True, seeds=[1], requests=300, max_steps=0,
+              workers=1, progress=False)
+    both = run_frontier("small", out=tmp_path / "both", **kw)
+    alone = run_frontier("small", only="edge", out=tmp_path / "alone", **kw)
+    cols = ["inventory_scale", "gpus", "ttft_p50_ms", "ttft_p95_ms", "slo_attainment", "replicas"]
+    a = pd.read_parquet(tmp_path / "both" / "frontier.parquet").query("line == 'edge'")[cols]
+    b = pd.read_parquet(tmp_path / "alone" / "frontier.parquet")[cols]
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+    assert set(both.result["deployments"]) == {"edge", "central:big3"} and set(alone.result["deployments"]) == {"edge"}
+    assert both.result["deployments"]["edge"]["status"] == "at_or_below_smallest_budget"
+    assert both.result["iso_slo_cost_ratio"] == 1.0  # both meet a loose SLO at the smallest, equal-cost budget

@@ -1,0 +1,114 @@
+"""Gains with intervals: the bootstrap covers the true gain on synthetic data; crossovers on a scenario built to
+cross over (small GPUs near the users, big ones far away)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.gains import Paired, crossovers, loss_sentence, losses, prompt_bin
+from sim.run import run_scenario
+
+
+def _frame(ttft: np.ndarray, arrival: np.ndarray) -> pd.DataFrame:
+    n = len(ttft)
+    return pd.DataFrame({"request_id": np.arange(n), "arrival_s": arrival, "task": "text-generation",
+                         "outcome": "ok", "batch": False, "ttft_ms": ttft, "prompt_tokens": 100,
+                         "user_continent": "EU"})
+
+
+def test_intervals_cover_the_true_gain():
+    """Edge and central TTFT lognormal with medians e^4 and e^5 ms (same spread): every percentile's true
+    reduction is 1 - e^-1 = 63.2%. The 95% intervals must cover it in about 95% of independent runs."""
+    truth = 100 * (1 - np.exp(-1.0))
+    hits = {"p50": 0, "p95": 0}
+    runs = 200
+    for k in range(runs):
+        rng = np.random.default_rng(1000 + k)
+        n = 3000
+        arrival = np.sort(rng.uniform(0, 600, n))
+        e = _frame(np.exp(4 + 0.5 * rng.standard_normal(n)), arrival)
+        c = _frame(np.exp(5 + 0.5 * rng.standard_normal(n)), arrival)
+        p = Paired(e, c, seed=k)
+        g = p.quantile_gain("ttft_ms", p.gen, (0.5, 0.95))
+        for q in hits:
+            lo, hi = g[q]["ci95"]
+            hits[q] += lo <= truth <= hi
+    for q, h in hits.items():
+        assert 0.89 <= h / runs <= 0.99, (q, h / runs)
+
+
+def test_same_seed_same_intervals_and_order_free_pairing():
+    rng = np.random.default_rng(3)
+    arrival = np.sort(rng.uniform(0, 100, 500))
+    e, c = _frame(rng.exponential(50, 500), arrival), _frame(rng.exponential(80, 500), arrival)
+    a = Paired(e, c, seed=1).quantile_gain("ttft_ms", np.ones(500, bool))
+    b = Paired(e, c.iloc[::-1], seed=1).quantile_gain("ttft_ms", np.ones(500, bool))  # rows re-aligned by id
+    assert a == b
+
+
+def test_prompt_bins_are_the_documented_edges():
+    bins = prompt_bin(np.array([1, 256, 257, 1024, 1025, 4096, 4097, 16384, 16385]))
+    assert list(bins) == ["<=256", "<=256", "257-1k", "257-1k", "1k-4k", "1k-4k", "4k-16k", "4k-16k", ">16k"]
+
+
+@pytest.fixture(scope="module")
+def crossing(tmp_path_factory, topo):
+    """14 single-L4 PoPs in Europe against one H200 box in Virginia, one 8B model, prompts from tens of tokens
+    to tens of thousands: the edge is nearer, central prefills long prompts an order of magnitude faster."""
+    pops = topo.pops[(topo.pops.tier == 4) & (topo.pops.continent == "EU")].id.tolist()
+    path = tmp_path_factory.mktemp("xo") / "xo.toml"
+    path.write_text(f'''seed = 5
+[workload]
+kind = "poisson"
+requests = 3000
+rps = 1.5
+mix = {{"@cf/meta/llama-3.1-8b-instruct-fp8" = 1.0}}
+[workload.tokens.text-generation]
+prompt = {{median = 600, sigma = 2.0}}
+output = {{median = 16, sigma = 0.3}}
+[edge]
+pops = {pops!r}
+router = "nearest-balanced"
+[central]
+baseline = "us-east"
+budget = "usd"
+node = "H200x8"
+router = "nearest-balanced"
+'''.replace("'", '"'))
+    return run_scenario(str(path), topo=topo).summary
+
+
+def test_crossover_table_shows_where_the_edge_wins_and_loses(crossing):
+    by = crossing["gains"]["by_prompt_tokens"]
+    assert set(by) == {"<=256", "257-1k", "1k-4k", "4k-16k", ">16k"}
+    short, long = by["<=256"], by[">16k"]
+    assert short["requests"] >= 30 and long["requests"] >= 30
+    assert short["ttft_p50_reduction_pct"] > 0 and short["ttft_p50_ci95"][0] > 0  # the edge wins, surely
+    assert long["ttft_p50_reduction_pct"] < 0 and long["ttft_p50_ci95"][1] < 0  # and loses, surely
+    # the gain falls with the prompt size: prefill time, not the network, decides long prompts
+    p50 = [by[b]["ttft_p50_reduction_pct"] for b in ("<=256", "257-1k", "1k-4k", "4k-16k", ">16k")]
+    assert p50 == sorted(p50, reverse=True)
+    found = [text for _, text in losses(crossing["gains"])]
+    assert any("prompts of >16k tokens" in t for t in found)
+    assert crossing["gains"]["edge_loses"].startswith("edge loses: ")
+    assert set(crossing["gains"]["by_continent"]) and set(crossing["gains"]["by_load"]) == {"low", "mid", "high"}
+
+
+def test_loss_sentence_when_the_edge_loses_nowhere():
+    gains = {"ci95": {"ttft_ms_p50_reduction_pct": [10.0, 20.0]}, "ttft_ms_p50_reduction_pct": 15.0,
+             "by_prompt_tokens": {"<=256": {"ttft_p50_reduction_pct": 5.0, "ttft_p50_ci95": [-1.0, 9.0]}}}
+    assert losses(gains) == []
+    assert loss_sentence(gains).startswith("the edge loses nowhere in this run")
+
+
+def test_crossovers_skip_thin_bins():
+    rng = np.random.default_rng(0)
+    n = 400
+    arrival = np.sort(rng.uniform(0, 100, n))
+    e, c = _frame(rng.exponential(50, n), arrival), _frame(rng.exponential(80, n), arrival)
+    e.loc[:9, "prompt_tokens"] = c.loc[:9, "prompt_tokens"] = 20_000  # 10 long prompts: too few for a figure
+    out = crossovers(Paired(e, c, seed=0), window_s=10.0)
+    assert out["by_prompt_tokens"][">16k"] == {"requests": 10}
+    assert "ttft_p50_ci95" in out["by_prompt_tokens"]["<=256"]
