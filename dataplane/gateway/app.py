@@ -7,7 +7,7 @@ Routes (``{a}`` is the account id; every ``/client/v4`` route needs ``Authorizat
     POST /client/v4/accounts/{a}/ai/v1/chat/completions         OpenAI chat (SSE with "stream": true)
     POST /client/v4/accounts/{a}/ai/v1/embeddings               OpenAI embeddings
     GET  /client/v4/accounts/{a}/ai/v1/models                   OpenAI model list
-    GET  /metrics  /edgepop/deployment  /healthz                (no auth)
+    GET  /metrics  /edgepop/deployment  /edgepop/timings  /healthz    (no auth)
 
 Bodies are read and parsed by hand (never by FastAPI's validators), so malformed input is always a 400 with a
 Workers AI envelope and never a 422 or a 500; any unexpected exception is a logged 500 (3043) that leaves the
@@ -36,6 +36,7 @@ from dataplane.gateway.invoke import workers_usage
 from dataplane.gateway.metrics import CONTENT_TYPE
 from dataplane.gateway.pipeline import Gateway
 from dataplane.gateway.sse import DONE_FRAME, frame
+from dataplane.gateway.timeline import TimelineMiddleware
 
 log = logging.getLogger("edgepop.gateway")
 PREFIX = "/client/v4/accounts/{account_id}/ai"
@@ -84,6 +85,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     app = FastAPI(title="edgepop gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gw
     app.add_middleware(_StatusCounter, metrics=gw.metrics)
+    app.add_middleware(TimelineMiddleware, store=gw.timelines)  # stage stamps of traced requests (sim vs live)
 
     def is_openai(request: Request) -> bool:
         return "/ai/v1/" in request.url.path
@@ -234,6 +236,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.get("/edgepop/deployment")
     async def deployment():
         return gw.backend.describe()
+
+    @app.get("/edgepop/timings")
+    async def timings(request: Request):
+        return gw.timelines.describe(request.query_params.get("trace", ""))
 
     @app.get("/healthz")
     async def healthz():

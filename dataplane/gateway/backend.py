@@ -6,9 +6,11 @@ placement, one replica of every served model at every configured PoP (on the fir
 the PoPs the config's ``[placement]`` table names; a scenario may name another policy, router, router options and
 autoscaler, which then apply live exactly as they do simulated.
 
-All replicas of a catalog model are executed by the model's ``stand_in`` data-plane model through ONE shared
-:class:`dataplane.service.DataPlane`: the emulated PoPs share this machine's cores, so the emulation is faithful
-in geography and admission, not in aggregate compute (see docs/gateway.md).
+Every replica the control plane placed gets an engine of its own (its own batch, queue and KV cache) over the
+model's ``stand_in`` data-plane model, as the control plane believes it does: requests at different emulated
+PoPs are never batched together. The engines share one loaded model per stand-in and this machine's cores, so
+the emulation is faithful in geography, admission and batching, not in aggregate compute: the simulator mirrors
+the shared cores when asked to model a live host (``sim.live``, docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from edgepop.rng import streams
 
 
 class Backend:
-    """Topology, served catalog, :class:`Deployment` (control plane included) and the shared data plane."""
+    """Topology, served catalog, :class:`Deployment` (control plane included) and the data plane (one engine per
+    replica)."""
 
     def __init__(self, cfg: GatewayConfig, topo=None):
         from topology import Topology
@@ -119,9 +122,9 @@ class Backend:
         return served[name]
 
     def warm(self) -> None:
-        """Load every stand-in and start its engine, so no request pays for a model build."""
-        for name in dict.fromkeys(self.stand_in.values()):
-            self.dp.engine(name)
+        """Load every stand-in and start every replica's engine, so no request pays for a model build."""
+        for r in self.plane.state.replicas:
+            self.dp.engine(self.stand_in[r.model], r.id)
 
     def task(self, model: str) -> str:
         return self.catalog[model].task
