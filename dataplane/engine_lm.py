@@ -329,6 +329,8 @@ class LMEngine:
             self._finish(s, error=exc)
             return False
         if piece:
+            if not tm.first_piece:
+                tm.first_piece = len(s.h.token_ids)
             s.text.append(piece)
             s.h._events.put(piece)
         if len(s.h.token_ids) >= s.h.max_tokens:

@@ -64,6 +64,8 @@ class LMTiming:
     prefill_len: int = 0  # the call's (left-padded) length: its longest prompt
     first_token: float = math.nan
     last_token: float = math.nan
+    first_piece: int = 0  # tokens it took to produce the first non-empty text piece (a UTF-8 character may span
+    # several byte tokens), 0 before that
     decode_s: float = 0.0
     stall_s: float = 0.0
     steps: int = 0

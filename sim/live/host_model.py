@@ -1,0 +1,434 @@
+"""The live host, modelled: what the simulator adds when it is asked to predict the emulation on this machine.
+
+The plain simulator gives every replica a device of its own and a client nothing but network delay. The live
+gateway runs every replica's engine as a thread of one process on a few shared cores, and serves tokens through
+an event loop. With ``host_model`` on, the fidelity mirror (:mod:`sim.live.fidelity`) hands the simulation a
+:class:`LiveHost` seam that models exactly that, from a profile measured on the host
+(:func:`sim.live.host_profile.measure_host_profile`):
+
+* **replica engines as the live engine iterates** (:class:`LiveHostEngine`, mirroring
+  :class:`dataplane.engine_lm.LMEngine`): a request that arrives mid-iteration waits for it to end; prompts
+  admitted together are prefilled in one call left padded to the longest (``prefill`` rows by batch and length);
+  the iteration then runs one decode step for every running sequence, padded to the longest context (``decode``
+  rows); prompts joining a running batch copy its KV cache (``kv_copy``), and running sequences stall while
+  others prefill (prefill/decode interference);
+* **the shared host** (:class:`HostCPU`): every engine iteration and every piece the event loop streams is a job
+  on one processor-sharing host whose per-thread speed with ``n`` busy threads is the measured ``host_share``
+  slowdown (k engines of the model decoding at once in one process: cores and the interpreter lock);
+* **the gateway's own costs**: per request the HTTP hop in, validation and tokenizing, the control plane's
+  decision, the hand-off to the engine; per piece the event loop's CPU (a FIFO job on the host) and its
+  latency beyond the injected WAN delay; the stream's tail and the hop back to the client (``gw_*`` rows,
+  measured through the live gateway's timelines).
+
+Nothing here scales a result: every time comes from a measured service time and the simulated sequence of
+iterations, jobs and delays, and the decomposition it reports (``c_*`` columns) adds up to its E2E.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+
+from sim.live.decompose import E2E_PARTS, PER_TOKEN
+
+GW_PARTS = ("http_in", "prepare", "admission", "dispatch", "piece", "piece_cpu", "tail", "http_out")
+
+
+class HostParams:
+    """The host-model figures of one profile table (``host_share``, ``kv_copy`` and ``gw_*`` rows)."""
+
+    def __init__(self, table: pd.DataFrame, max_batch: int = 32, kv_budget_tokens: int = 32768):
+        self.max_batch, self.kv_budget = int(max_batch), int(kv_budget_tokens)
+        share = table[table.phase == "host_share"].groupby("batch_size").ms.median().sort_index()
+        if len(share) and 1 in share.index:
+            k = share.index.to_numpy(float)
+            s = np.maximum.accumulate(np.maximum(share.to_numpy() / share.loc[1], 1.0))
+            self._share = (k, s)
+        else:
+            self._share = (np.array([1.0]), np.array([1.0]))
+        copy = table[table.phase == "kv_copy"]
+        self.copy_ms_per_mib = float(np.median(copy.ms / copy.tokens)) if len(copy) else 0.0
+        self.gw: dict[str, float] = {}
+        self._prepare = None
+        for part in GW_PARTS:
+            rows = table[table.phase == f"gw_{part}"]
+            self.gw[part] = float(rows.ms.median()) if len(rows) else 0.0
+            if part == "prepare" and rows.tokens.nunique() > 1:
+                g = rows.groupby("tokens").ms.median().sort_index()
+                self._prepare = (g.index.to_numpy(float), g.to_numpy(float))
+
+    def slowdown(self, n: int) -> float:
+        """Per-thread slowdown with ``n`` busy threads (1 when idle or alone); beyond the measured k the host has
+        no more capacity, so the slowdown grows in proportion."""
+        if n <= 1:
+            return 1.0
+        k, s = self._share
+        if n <= k[-1]:
+            return float(np.interp(n, k, s))
+        return float(s[-1] * n / k[-1])
+
+    def prepare_ms(self, prompt_tokens: int) -> float:
+        if self._prepare is None:
+            return self.gw["prepare"]
+        return float(np.interp(prompt_tokens, *self._prepare))
+
+    def front_ms(self, prompt_tokens: int) -> float:
+        """Client send -> the control plane decides, less the injected delay: HTTP in, prepare, admission."""
+        return self.gw["http_in"] + self.prepare_ms(prompt_tokens) + self.gw["admission"]
+
+
+class HostCPU:
+    """Processor sharing of the live host among its busy threads: each runs at ``1 / slowdown(n)`` of its
+    measured (alone) speed while ``n`` jobs are running. ``run(work_s, done)`` calls ``done()`` when the job's
+    work is through."""
+
+    def __init__(self, sim, params: HostParams):
+        self.sim, self.env, self.params = sim, sim.env, params
+        self.jobs: dict[int, list] = {}
+        self.t = 0.0
+        self.version = 0
+        self._ids = itertools.count()
+        self.busy_thread_s = 0.0  # integral of busy threads over time (mean concurrency = this / elapsed)
+
+    def run(self, work_s: float, done) -> None:
+        self._advance()
+        self.jobs[next(self._ids)] = [max(work_s, 0.0), done]
+        self._plan()
+
+    def _rate(self) -> float:
+        return 1.0 / self.params.slowdown(len(self.jobs))
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self.t
+        if dt > 0 and self.jobs:
+            r = self._rate()
+            for job in self.jobs.values():
+                job[0] -= dt * r
+            self.busy_thread_s += dt * len(self.jobs)
+        self.t = now
+
+    def _plan(self) -> None:
+        self.version += 1
+        if not self.jobs:
+            return
+        left = min(job[0] for job in self.jobs.values())
+        ev = self.env.timeout(max(left, 0.0) / self._rate())
+        ev.callbacks.append(lambda _e, v=self.version: self._fire(v))
+
+    def _fire(self, version: int) -> None:
+        if version != self.version:
+            return
+        self._advance()
+        done = [jid for jid, job in self.jobs.items() if job[0] <= 1e-9]
+        fns = [self.jobs.pop(jid)[1] for jid in done]
+        for fn in fns:
+            fn()
+        self._plan()
+        if self.sim._finished_buffer:
+            self.sim._flush()
+
+
+class Rec:
+    """What the host model records of one request (simulated seconds)."""
+
+    __slots__ = ("joined", "submitted", "admitted", "first_gen", "last_gen", "first_sent", "last_sent", "decode_s",
+                 "stall_s", "stalls", "steps", "produced", "first_piece", "back_s")
+
+    def __init__(self, first_piece: int, back_s: float):
+        self.joined = self.submitted = self.admitted = math.nan
+        self.first_gen = self.last_gen = self.first_sent = self.last_sent = math.nan
+        self.decode_s = self.stall_s = 0.0
+        self.stalls = self.steps = self.produced = 0
+        self.first_piece, self.back_s = max(int(first_piece), 1), back_s
+
+
+class EventLoop:
+    """The gateway's event loop streaming pieces: a FIFO thread whose work per piece runs on the shared host."""
+
+    def __init__(self, host: HostCPU, params: HostParams):
+        self.host, self.params = host, params
+        self.queue: collections.deque = collections.deque()
+        self.busy = False
+        self.pending = 0  # pieces produced and not yet written out
+        self.drained = None  # an event to succeed when pending drops to 0
+
+    def drain(self) -> None:
+        """Run the simulation on until every piece produced is written out: the simulation ends when the last
+        request finishes at its engine, but its last pieces are still on their way to the client then."""
+        if self.pending:
+            self.drained = self.host.env.event()
+            self.host.env.run(until=self.drained)
+
+    def piece(self, rec: Rec, t_gen: float, last: bool) -> None:
+        """A piece produced at ``t_gen``: it is due on the loop after the injected return delay."""
+        self.pending += 1
+        env = self.host.env
+        ev = env.timeout(max(0.0, t_gen + rec.back_s - env.now))
+        ev.callbacks.append(lambda _e: self._enqueue(rec, t_gen, last))
+
+    def _enqueue(self, rec: Rec, t_gen: float, last: bool) -> None:
+        self.queue.append((rec, t_gen, last))
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        if not self.queue:
+            self.busy = False
+            return
+        self.busy = True
+        rec, t_gen, last = self.queue.popleft()
+        self.host.run(self.params.gw["piece_cpu"] / 1e3, lambda: self._written(rec, t_gen, last))
+
+    def _written(self, rec: Rec, t_gen: float, last: bool) -> None:
+        # The part of a piece's measured latency that is not loop CPU: thread hand-off and timer wake-ups.
+        t = self.host.env.now + max(self.params.gw["piece"] - self.params.gw["piece_cpu"], 0.0) / 1e3
+        if math.isnan(rec.first_sent):
+            rec.first_sent = t
+        if last:
+            rec.last_sent = t
+        self.pending -= 1
+        if self.pending == 0 and self.drained is not None and not self.drained.triggered:
+            self.drained.succeed()
+        self._next()
+
+
+class _Row:
+    __slots__ = ("seq", "rec", "length")
+
+    def __init__(self, seq, rec: Rec):
+        self.seq, self.rec, self.length = seq, rec, seq.prompt
+
+
+class LiveHostEngine:
+    """One replica's engine as the live LMEngine iterates, its work run on the shared :class:`HostCPU`."""
+
+    def __init__(self, host_model: LiveHost, sim, replica):
+        self.m, self.sim, self.env = host_model, sim, sim.env
+        self.spec, self.gpu, self.perf = replica.spec, replica.gpu, sim.perf
+        self.p = host_model.params
+        self.waiting: collections.deque = collections.deque()
+        self.running: list[_Row] = []
+        self.reserved = 0
+        self.iterating = False
+        self.dead = False
+        self.busy_since, self.busy_s = -1.0, 0.0
+        self.kv_bytes = host_model.kv_bytes_per_token.get(self.spec.id, 0.0)
+
+    # ---------------------------------------------------------------- the simulator's engine interface
+    def join(self, seq, t: float) -> None:
+        if self.dead or seq.done:
+            return
+        rec = self.m.rec(seq.rec)
+        rec.joined = t
+        ev = self.env.timeout(self.p.gw["dispatch"] / 1e3)  # slot granted -> handed to the engine
+        ev.callbacks.append(lambda _e: self._submit(seq, rec))
+
+    def seq_stalls(self, seq) -> tuple[float, int]:
+        rec = self.m.recs.get(seq.rec)
+        return (rec.stall_s, rec.stalls) if rec is not None else (0.0, 0)
+
+    def kill(self, t: float) -> list:
+        lost = [s for s, _ in self.waiting] + [r.seq for r in self.running]
+        self.waiting.clear()
+        self.running = []
+        self._idle(t)
+        return lost
+
+    def busy_until(self, t: float) -> float:
+        return self.busy_s + (t - self.busy_since if self.busy_since >= 0 else 0.0)
+
+    # ---------------------------------------------------------------- iterations
+    def _submit(self, seq, rec: Rec) -> None:
+        if self.dead or seq.done:
+            return
+        rec.submitted = self.env.now
+        self.waiting.append((seq, rec))
+        if not self.iterating:
+            self._iterate()
+
+    def _idle(self, t: float) -> None:
+        self.iterating = False
+        if self.busy_since >= 0:
+            self.busy_s += t - self.busy_since
+            self.busy_since = -1.0
+
+    def _iterate(self) -> None:
+        now = self.env.now
+        joiners = []
+        while self.waiting and len(self.running) + len(joiners) < self.p.max_batch:
+            seq, rec = self.waiting[0]
+            need = seq.prompt + seq.output
+            if self.reserved + need > self.p.kv_budget and (self.running or joiners):
+                break  # FIFO: the head waits for room
+            self.waiting.popleft()
+            self.reserved += need
+            rec.admitted = now
+            joiners.append(_Row(seq, rec))
+        if not joiners and not self.running:
+            self._idle(now)
+            return
+        self.iterating = True
+        if self.busy_since < 0:
+            self.busy_since = now
+        if joiners:
+            work = self.perf.prefill_batch_ms(self.spec, self.gpu, [r.seq.prompt for r in joiners]) / 1e3
+            self.m.host.run(work, lambda: self._prefilled(joiners, now))
+        else:
+            self._decode()
+
+    def _prefilled(self, joiners: list[_Row], t0: float) -> None:
+        now = self.env.now
+        for r in joiners:  # the first token of each comes from the prefill's logits
+            self._token(r, now)
+        keep = [r for r in joiners if r.rec.produced < r.seq.output]
+        for r in joiners:
+            if r.rec.produced >= r.seq.output:
+                self._finish(r, now)
+        stalled = list(self.running)
+        if stalled and keep:  # their KV joins the running batch's: one concatenation of both
+            mib = self._kv_mib(stalled + keep, max(r.length for r in stalled + keep))
+            self.m.host.run(mib * self.p.copy_ms_per_mib / 1e3, lambda: self._merged(stalled, keep, t0))
+        else:
+            self._merged(stalled, keep, t0)
+
+    def _merged(self, stalled: list[_Row], keep: list[_Row], t0: float) -> None:
+        dt = self.env.now - t0
+        for r in stalled:
+            r.rec.stall_s += dt
+            r.rec.stalls += 1
+        self.running.extend(keep)
+        if self.running:
+            self._decode()
+        else:
+            self._iterate()
+
+    def _decode(self) -> None:
+        t0 = self.env.now
+        rows = list(self.running)
+        ctx = max(r.length for r in rows)  # the batch's KV is left padded to its longest sequence
+        work = self.perf.decode_step_ms(self.spec, self.gpu, len(rows), float(ctx)) / 1e3
+        self.m.host.run(work, lambda: self._stepped(rows, t0))
+
+    def _stepped(self, rows: list[_Row], t0: float) -> None:
+        now = self.env.now
+        for r in rows:
+            r.rec.decode_s += now - t0
+            r.rec.steps += 1
+            r.length += 1
+            self._token(r, now)
+        done = [r for r in rows if r.rec.produced >= r.seq.output]
+        if not done:
+            return self._iterate()
+        for r in done:
+            self._finish(r, now)
+        self.running = [r for r in self.running if r.rec.produced < r.seq.output]
+        if self.running:  # the rows that stay are copied out of the batch's arrays (trimmed)
+            mib = self._kv_mib(self.running, max(r.length for r in self.running))
+            self.m.host.run(mib * self.p.copy_ms_per_mib / 1e3, self._iterate)
+        else:
+            self._iterate()
+
+    def _token(self, r: _Row, t: float) -> None:
+        rec = r.rec
+        rec.produced += 1
+        if rec.produced == 1:
+            self.sim._first_token(r.seq, t)
+        last = rec.produced >= r.seq.output
+        if rec.produced == rec.first_piece or (last and math.isnan(rec.first_gen)):
+            rec.first_gen = t
+        if rec.produced >= rec.first_piece:
+            rec.last_gen = t
+            self.m.loop.piece(rec, t, last)
+
+    def _finish(self, r: _Row, t: float) -> None:
+        self.reserved -= r.seq.prompt + r.seq.output
+        r.seq.done = True
+        self.sim._finish(r.seq, t)
+
+    def _kv_mib(self, rows: list[_Row], length: int) -> float:
+        return len(rows) * length * self.kv_bytes / (1 << 20)
+
+
+class LiveHost:
+    """The seam a :class:`sim.simulator.Simulation` takes as ``techniques``: live-host engines for every replica
+    (one shared host and event loop), and the request frame's client-side times and components."""
+
+    def __init__(self, params: HostParams, workload: pd.DataFrame, client_arrival: np.ndarray,
+                 kv_bytes_per_token: dict[str, float]):
+        self.params = params
+        self.kv_bytes_per_token = kv_bytes_per_token  # catalog model id -> bytes of KV cache per token
+        self.first_piece = (workload.first_piece_token.fillna(1).to_numpy(np.int64)
+                            if "first_piece_token" in workload else np.ones(len(workload), np.int64))
+        self.client_arrival = client_arrival
+        self.recs: dict[int, Rec] = {}
+        self.host: HostCPU | None = None
+        self.loop: EventLoop | None = None
+        self.sim = None
+
+    def rec(self, k: int) -> Rec:
+        rec = self.recs.get(k)
+        if rec is None:
+            sim = self.sim
+            back_s = (sim.access_s[k] + sim.backbone_ms[k] / 1e3) / 2
+            rec = self.recs[k] = Rec(self.first_piece[k], back_s)
+        return rec
+
+    def engine(self, sim, replica):
+        if not replica.spec.generative:
+            return None  # the live host model covers the LM engine; other tasks keep the plain engine
+        if self.host is None:
+            self.sim = sim
+            self.host = HostCPU(sim, self.params)
+            self.loop = EventLoop(self.host, self.params)
+        return LiveHostEngine(self, sim, replica)
+
+    def amend(self, sim, frame: pd.DataFrame) -> pd.DataFrame:
+        """Client-side TTFT, TPOT and E2E from the modelled delivery of first and last pieces, the client's send
+        time as ``arrival_s``, and every component as ``c_<name>`` (ms)."""
+        if self.loop is not None:
+            self.loop.drain()
+        gw = self.params.gw
+        n = len(frame)
+        cols = {f"c_{k}": np.full(n, np.nan) for k in (*E2E_PARTS, "first_delivery", *PER_TOKEN)}
+        ttft, e2e = np.full(n, np.nan), np.full(n, np.nan)
+        ok = (frame.outcome == "ok").to_numpy()
+        queue = frame.queue_ms.to_numpy() + frame.cold_start_ms.fillna(0.0).to_numpy()
+        net = frame.network_rtt_ms.to_numpy()
+        prompt = frame.prompt_tokens.to_numpy()
+        for i in np.flatnonzero(ok):
+            rec = self.recs.get(i)
+            if rec is None or math.isnan(rec.last_sent):
+                continue
+            send = self.client_arrival[i]
+            first_seen = rec.first_sent + gw["http_out"] / 1e3
+            end = rec.last_sent + (gw["tail"] + gw["http_out"]) / 1e3
+            ttft[i], e2e[i] = (first_seen - send) * 1e3, (end - send) * 1e3
+            to_last = (rec.last_gen - rec.first_gen) * 1e3
+            part = {
+                "http_in": gw["http_in"], "prepare": self.params.prepare_ms(int(prompt[i])),
+                "wan_in": net[i] / 2, "admission": gw["admission"], "queue": queue[i], "dispatch": gw["dispatch"],
+                "engine_wait": (rec.admitted - rec.submitted) * 1e3, "prefill": (rec.first_gen - rec.admitted) * 1e3,
+                "decode": min(rec.decode_s * 1e3, to_last), "stall": rec.stall_s * 1e3, "wan_out": rec.back_s * 1e3,
+                "stream": (rec.last_sent - rec.last_gen - rec.back_s) * 1e3, "tail": gw["tail"],
+                "http_out": gw["http_out"], "first_delivery": (first_seen - rec.first_gen) * 1e3,
+                "step_ms": rec.decode_s * 1e3 / rec.steps if rec.steps else np.nan,
+                "stream_per_piece_ms": gw["piece"],
+            }
+            part["stall"] = min(part["stall"], to_last - part["decode"])
+            part["engine_loop"] = to_last - part["decode"] - part["stall"]
+            for k, v in part.items():
+                cols[f"c_{k}"][i] = v
+        out = frame.copy()
+        out["arrival_s"] = self.client_arrival
+        out["ttft_ms"], out["e2e_ms"] = ttft, e2e
+        tokens = out.output_tokens.to_numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["tpot_ms"] = np.where(tokens > 1, (e2e - ttft) / np.maximum(tokens - 1, 1), np.nan)
+        for k, v in cols.items():
+            out[k] = v
+        return out
