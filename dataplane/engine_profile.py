@@ -143,7 +143,7 @@ def _kv_copy(model, repeats: int = 5) -> list[tuple]:
     """``kv_copy`` rows: concatenating one batch's KV arrays (every layer, key and value) with another's."""
     spec = model.spec
     rows = []
-    for mib in (4, 32):
+    for mib in (2, 8, 32):
         per = mib * (1 << 20) // (4 * len(model.past_names) * spec.n_head * spec.head_dim)  # batch x positions
         a = [np.ones((1, spec.n_head, per, spec.head_dim), np.float32) for _ in model.past_names]
         times = []

@@ -21,6 +21,7 @@ The goal: simulated vs live TTFT, TPOT and E2E within 5% at p50 and 10% at p95.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -127,7 +128,8 @@ def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None,
     work = workload_from_live(live, scale)
     seam = None
     if host_model:
-        params = HostParams(perf.table, desc.get("lm_max_batch", 32), desc.get("lm_kv_budget_tokens", 32768))
+        params = HostParams(perf.table, desc.get("lm_max_batch", 32), desc.get("lm_kv_budget_tokens", 32768),
+                            max_cores=float(os.cpu_count() or 1))  # loopback: the gateway runs on this host
         client = work.arrival_s.to_numpy().copy()
         # The control plane sees a request once the gateway has read, validated and tokenized it.
         work["arrival_s"] = client + np.array([params.front_ms(int(n)) for n in work.prompt_tokens]) / 1e3

@@ -13,8 +13,9 @@ an event loop. With ``host_model`` on, the fidelity mirror (:mod:`sim.live.fidel
   rows); prompts joining a running batch copy its KV cache (``kv_copy``), and running sequences stall while
   others prefill (prefill/decode interference);
 * **the shared host** (:class:`HostCPU`): every engine iteration and every piece the event loop streams is a job
-  on one processor-sharing host whose per-thread speed with ``n`` busy threads is the measured ``host_share``
-  slowdown (k engines of the model decoding at once in one process: cores and the interpreter lock);
+  on one processor-sharing host; each busy thread runs at the pace of the scarcer of the cores the process gets
+  and the interpreter lock (an engine holds it part of its time, the event loop all of it), both read off the
+  measured ``host_share`` slowdowns of k engines decoding at once in one process (:func:`fit_host_share`);
 * **the gateway's own costs**: per request the HTTP hop in, validation and tokenizing, the control plane's
   decision, the hand-off to the engine; per piece the event loop's CPU (a FIFO job on the host) and its
   latency beyond the injected WAN delay; the stream's tail and the hop back to the client (``gw_*`` rows,
@@ -38,20 +39,43 @@ from sim.live.decompose import E2E_PARTS, PER_TOKEN
 GW_PARTS = ("http_in", "prepare", "admission", "dispatch", "piece", "piece_cpu", "tail", "http_out")
 
 
-class HostParams:
-    """The host-model figures of one profile table (``host_share``, ``kv_copy`` and ``gw_*`` rows)."""
+def fit_host_share(k: np.ndarray, slowdown: np.ndarray, max_cores: float) -> tuple[float, float]:
+    """(cores, lock) of :func:`share_slowdown` closest (in log) to the measured slowdowns of ``k`` engines."""
+    best = (np.inf, max_cores, 0.0)
+    for cores in np.arange(0.5, max_cores + 1e-9, 0.05):
+        for lock in np.arange(0.0, 2.0001, 0.01):
+            model = np.array([share_slowdown(float(n), float(n) * lock, cores, lock) for n in k])
+            err = float(np.sum((np.log(model) - np.log(slowdown)) ** 2))
+            if err < best[0] - 1e-12:
+                best = (err, float(cores), float(lock))
+    return best[1], best[2]
 
-    def __init__(self, table: pd.DataFrame, max_batch: int = 32, kv_budget_tokens: int = 32768):
+
+def share_slowdown(threads: float, lock_demand: float, cores: float, lock: float) -> float:
+    """How much slower than alone each busy thread runs: ``threads`` busy threads need ``threads / cores`` of
+    the cores and ``lock_demand`` of the interpreter lock (each engine ``lock`` of its time, the event loop all
+    of it); the scarcer one sets the pace. Relative to one engine alone (which the profile's times already are).
+    """
+    alone = max(1.0, 1.0 / cores, lock)
+    return max(1.0, threads / cores, lock_demand) / alone
+
+
+class HostParams:
+    """The host-model figures of one profile table (``host_share``, ``kv_copy`` and ``gw_*`` rows).
+
+    ``host_share`` rows give the slowdown of k engines decoding at once; :func:`fit_host_share` reads it as the
+    cores this process gets and the share of an engine's time it holds the interpreter lock."""
+
+    def __init__(self, table: pd.DataFrame, max_batch: int = 32, kv_budget_tokens: int = 32768,
+                 max_cores: float = 2.0):
         self.max_batch, self.kv_budget = int(max_batch), int(kv_budget_tokens)
         share = table[table.phase == "host_share"].groupby("batch_size").ms.median().sort_index()
-        if len(share) and 1 in share.index:
-            k = share.index.to_numpy(float)
-            s = np.maximum.accumulate(np.maximum(share.to_numpy() / share.loc[1], 1.0))
-            self._share = (k, s)
-        else:
-            self._share = (np.array([1.0]), np.array([1.0]))
-        copy = table[table.phase == "kv_copy"]
-        self.copy_ms_per_mib = float(np.median(copy.ms / copy.tokens)) if len(copy) else 0.0
+        self.cores, self.lock = float(max_cores), 0.0
+        if len(share) > 1 and 1 in share.index:
+            self.cores, self.lock = fit_host_share(share.index.to_numpy(float), share.to_numpy() / share.loc[1],
+                                                   max_cores)
+        copy = table[table.phase == "kv_copy"].groupby("tokens").ms.median().sort_index()
+        self._copy = (copy.index.to_numpy(float), copy.to_numpy(float)) if len(copy) else None
         self.gw: dict[str, float] = {}
         self._prepare = None
         for part in GW_PARTS:
@@ -61,15 +85,22 @@ class HostParams:
                 g = rows.groupby("tokens").ms.median().sort_index()
                 self._prepare = (g.index.to_numpy(float), g.to_numpy(float))
 
-    def slowdown(self, n: int) -> float:
-        """Per-thread slowdown with ``n`` busy threads (1 when idle or alone); beyond the measured k the host has
-        no more capacity, so the slowdown grows in proportion."""
-        if n <= 1:
+    def slowdown(self, engines: int, loops: int = 0) -> float:
+        """Per-thread slowdown with ``engines`` engine threads and ``loops`` event-loop threads busy."""
+        if engines + loops <= 1:
             return 1.0
-        k, s = self._share
-        if n <= k[-1]:
-            return float(np.interp(n, k, s))
-        return float(s[-1] * n / k[-1])
+        return share_slowdown(engines + loops, engines * self.lock + loops, self.cores, self.lock)
+
+    def copy_ms(self, mib: float) -> float:
+        """Copying ``mib`` MiB of KV arrays (piecewise linear in the measured sizes, proportional below them)."""
+        if self._copy is None or mib <= 0:
+            return 0.0
+        xs, ys = self._copy
+        if mib <= xs[0] or len(xs) == 1:
+            return float(ys[0] * mib / xs[0])
+        if mib <= xs[-1]:
+            return float(np.interp(mib, xs, ys))
+        return float(ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (mib - xs[-1]))
 
     def prepare_ms(self, prompt_tokens: int) -> float:
         if self._prepare is None:
@@ -88,19 +119,20 @@ class HostCPU:
 
     def __init__(self, sim, params: HostParams):
         self.sim, self.env, self.params = sim, sim.env, params
-        self.jobs: dict[int, list] = {}
+        self.jobs: dict[int, list] = {}  # id -> [work left (s), done, is the event loop's]
+        self.loops = 0
         self.t = 0.0
         self.version = 0
         self._ids = itertools.count()
-        self.busy_thread_s = 0.0  # integral of busy threads over time (mean concurrency = this / elapsed)
 
-    def run(self, work_s: float, done) -> None:
+    def run(self, work_s: float, done, loop: bool = False) -> None:
         self._advance()
-        self.jobs[next(self._ids)] = [max(work_s, 0.0), done]
+        self.jobs[next(self._ids)] = [max(work_s, 0.0), done, loop]
+        self.loops += loop
         self._plan()
 
     def _rate(self) -> float:
-        return 1.0 / self.params.slowdown(len(self.jobs))
+        return 1.0 / self.params.slowdown(len(self.jobs) - self.loops, self.loops)
 
     def _advance(self) -> None:
         now = self.env.now
@@ -109,7 +141,6 @@ class HostCPU:
             r = self._rate()
             for job in self.jobs.values():
                 job[0] -= dt * r
-            self.busy_thread_s += dt * len(self.jobs)
         self.t = now
 
     def _plan(self) -> None:
@@ -125,7 +156,9 @@ class HostCPU:
             return
         self._advance()
         done = [jid for jid, job in self.jobs.items() if job[0] <= 1e-9]
-        fns = [self.jobs.pop(jid)[1] for jid in done]
+        jobs = [self.jobs.pop(jid) for jid in done]
+        self.loops -= sum(j[2] for j in jobs)
+        fns = [j[1] for j in jobs]
         for fn in fns:
             fn()
         self._plan()
@@ -182,7 +215,7 @@ class EventLoop:
             return
         self.busy = True
         rec, t_gen, last = self.queue.popleft()
-        self.host.run(self.params.gw["piece_cpu"] / 1e3, lambda: self._written(rec, t_gen, last))
+        self.host.run(self.params.gw["piece_cpu"] / 1e3, lambda: self._written(rec, t_gen, last), loop=True)
 
     def _written(self, rec: Rec, t_gen: float, last: bool) -> None:
         # The part of a piece's measured latency that is not loop CPU: thread hand-off and timer wake-ups.
@@ -292,7 +325,7 @@ class LiveHostEngine:
         stalled = list(self.running)
         if stalled and keep:  # their KV joins the running batch's: one concatenation of both
             mib = self._kv_mib(stalled + keep, max(r.length for r in stalled + keep))
-            self.m.host.run(mib * self.p.copy_ms_per_mib / 1e3, lambda: self._merged(stalled, keep, t0))
+            self.m.host.run(self.p.copy_ms(mib) / 1e3, lambda: self._merged(stalled, keep, t0))
         else:
             self._merged(stalled, keep, t0)
 
@@ -327,11 +360,17 @@ class LiveHostEngine:
         for r in done:
             self._finish(r, now)
         self.running = [r for r in self.running if r.rec.produced < r.seq.output]
-        if self.running:  # the rows that stay are copied out of the batch's arrays (trimmed)
+        if self.running:  # the rows that stay are copied out of the batch's arrays (trimmed): part of their step
             mib = self._kv_mib(self.running, max(r.length for r in self.running))
-            self.m.host.run(mib * self.p.copy_ms_per_mib / 1e3, self._iterate)
+            self.m.host.run(self.p.copy_ms(mib) / 1e3, lambda: self._trimmed(list(self.running), now))
         else:
             self._iterate()
+
+    def _trimmed(self, rows: list[_Row], t0: float) -> None:
+        dt = self.env.now - t0
+        for r in rows:
+            r.rec.decode_s += dt
+        self._iterate()
 
     def _token(self, r: _Row, t: float) -> None:
         rec = r.rec

@@ -91,8 +91,8 @@ def measure_host_profile(url: str, model: str, stand_in: str, session: SessionCo
     if progress:
         progress(f"measuring {stand_in}'s engine on this host (prefill batches, decode, {replicas} engines "
                  "sharing the host)")
-    engine = engine_profile(stand_in, session=session, seed=seed, prefill_batch=(1, 2, 4),
-                            host_engines=tuple(range(1, max(replicas, 1) + 1)))
+    engine = engine_profile(stand_in, session=session, seed=seed, prefill_batch=(1, 2, 4), repeats=5,
+                            host_engines=tuple(range(1, max(replicas, 2) + 1)))
     if progress:
         progress(f"measuring the gateway's own costs through {url}")
     gw = gateway_costs(url, model, stand_in, token, account, seed=seed, max_context=n_ctx)
