@@ -34,7 +34,7 @@ from dataplane import registry
 from dataplane.gateway.server import spawn_serve
 from dataplane.session import SessionConfig
 from sim.live.client import fetch_deployment
-from sim.live.host_profile import measure_host_profile
+from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.matrix import LOADS, bursty_trace, capacity_rps, run_cell, trace_rate
 from sim.live.replay import ReplayOptions
 from topology import Topology
@@ -56,6 +56,9 @@ def main() -> int:
     ap.add_argument("--profile-every", choices=("cell", "deployment"), default="cell",
                     help="re-measure the live-host profile before every cell (default: the machine's other load "
                          "drifts within minutes) or once per deployment")
+    ap.add_argument("--engine-profile", choices=("served", "alone"), default="served",
+                    help="engine service times read inside the live gateway (default) or of an engine in this "
+                         "process")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +71,7 @@ def main() -> int:
         run_deployment(n_pops, args, traces, out, t_start, cells, skipped)
     result = {"benchmark": "fidelity_live", "model": MODEL, "stand_in": "gpt2-tiny", "threads": 1,
               "cores": os.cpu_count(), "requests_per_cell": args.requests, "cells": cells, "skipped": skipped,
-              "profile_every": args.profile_every, "cells_met": sum(c["met"] for c in cells),
+              "profile_every": args.profile_every, "engine_profile": args.engine_profile, "cells_met": sum(c["met"] for c in cells),
               "cells_run": len(cells),
               "wall_s": round(time.monotonic() - t_start, 1)}
     for c in cells:
@@ -97,8 +100,8 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
 
         def measure(tag: str):
             t0 = time.monotonic()
-            table = measure_host_profile(url, MODEL, stand_in, session, replicas=len(pops), seed=args.seed,
-                                         progress=log, n_ctx=n_ctx)
+            table = measure_host_profile(url, MODEL, stand_in, session, pop_locations(desc, topo, MODEL),
+                                         seed=args.seed, progress=log, n_ctx=n_ctx, engine=args.engine_profile)
             table.to_csv(tmp / f"profile-{tag}.csv", index=False)
             return table, round(time.monotonic() - t0, 1)
 

@@ -83,9 +83,19 @@ def engine_profile(stand_in: str, prompt_tokens=PROMPT_TOKENS, decode_batch=DECO
     if host_engines:
         rows += _host_share(model, stand_in, host_engines, host_context, steps, repeats, rng)
         rows += _kv_copy(model)
+    return _table(rows, model.provider, host)
+
+
+def kv_copy_profile(stand_in: str, session: SessionConfig | None = None) -> pd.DataFrame:
+    """The ``kv_copy`` rows of ``stand_in`` alone."""
+    model = registry.load(stand_in, session)
+    return _table(_kv_copy(model), model.provider, socket.gethostname())
+
+
+def _table(rows: list[tuple], provider: str, host: str) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=COLUMNS[:6])
     table["ms"] = table.ms.round(4)
-    table["provider"] = model.provider
+    table["provider"] = provider
     table["host"] = host
     return table[list(COLUMNS)]
 

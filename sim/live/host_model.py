@@ -74,6 +74,8 @@ class HostParams:
         if len(share) > 1 and 1 in share.index:
             self.cores, self.lock = fit_host_share(share.index.to_numpy(float), share.to_numpy() / share.loc[1],
                                                    max_cores)
+        gap = table[table.phase == "iter_gap"]
+        self.iter_gap_ms = float(gap.ms.mean()) if len(gap) else 0.0
         copy = table[table.phase == "kv_copy"].groupby("tokens").ms.median().sort_index()
         self._copy = (copy.index.to_numpy(float), copy.to_numpy(float)) if len(copy) else None
         self.gw: dict[str, float] = {}
@@ -356,7 +358,7 @@ class LiveHostEngine:
             self._token(r, now)
         done = [r for r in rows if r.rec.produced >= r.seq.output]
         if not done:
-            return self._iterate()
+            return self._next_iteration()
         for r in done:
             self._finish(r, now)
         self.running = [r for r in self.running if r.rec.produced < r.seq.output]
@@ -364,13 +366,20 @@ class LiveHostEngine:
             mib = self._kv_mib(self.running, max(r.length for r in self.running))
             self.m.host.run(self.p.copy_ms(mib) / 1e3, lambda: self._trimmed(list(self.running), now))
         else:
-            self._iterate()
+            self._next_iteration()
 
     def _trimmed(self, rows: list[_Row], t0: float) -> None:
         dt = self.env.now - t0
         for r in rows:
             r.rec.decode_s += dt
-        self._iterate()
+        self._next_iteration()
+
+    def _next_iteration(self) -> None:
+        """The engine loop between iterations: its bookkeeping and, on a busy host, waiting to run again."""
+        if self.p.iter_gap_ms <= 0 or not (self.running or self.waiting):
+            return self._iterate()
+        ev = self.env.timeout(self.p.iter_gap_ms / 1e3)
+        ev.callbacks.append(lambda _e: self._iterate())
 
     def _token(self, r: _Row, t: float) -> None:
         rec = r.rec

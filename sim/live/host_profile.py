@@ -2,9 +2,10 @@
 
 One table in the format of ``edgepop profile`` (``dataplane.profiler.COLUMNS``):
 
-* the stand-in's engine, alone and idle (:func:`dataplane.engine_profile.engine_profile`): ``prefill`` by
-  prompts admitted together and their (padded) length, ``decode`` by batch and context, plus ``host_share``
-  (the decode iteration with k engines decoding at once in one process) and ``kv_copy``;
+* the stand-in's engine as the live gateway runs it (:mod:`sim.live.served_profile`, from the engine's stamps in
+  the gateway's timelines): ``prefill`` by prompts admitted together and their (padded) length, ``decode`` by
+  batch and context, ``host_share`` (the decode step while k of the deployment's engines decode at once); and
+  ``kv_copy`` (copying KV arrays, :func:`dataplane.engine_profile.kv_copy_profile`);
 * the gateway's own costs (``gw_*`` rows, ``batch_size`` 1), from the timelines of a few traced requests sent
   one at a time to the live gateway (:mod:`dataplane.gateway.timeline`): ``gw_http_in``, ``gw_prepare`` (by
   prompt tokens), ``gw_admission``, ``gw_dispatch``, ``gw_piece`` (a streamed piece's latency beyond the
@@ -15,17 +16,20 @@ One table in the format of ``edgepop profile`` (``dataplane.profiler.COLUMNS``):
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import numpy as np
 import pandas as pd
 
-from dataplane.engine_profile import engine_profile
+from dataplane import registry
+from dataplane.engine_profile import engine_profile, kv_copy_profile
 from dataplane.gateway.timeline import TRACE_HEADER
 from dataplane.profiler import COLUMNS
 from dataplane.session import SessionConfig
 from sim.live.client import fetch_timings, prompt_text, stream_once
 from sim.live.decompose import live_components
+from sim.live.served_profile import served_engine_profile
 
 
 def _event_loop_cpu(host: dict) -> float:
@@ -83,18 +87,36 @@ def gateway_costs(url: str, model: str, stand_in: str, token: str | None = None,
     return table
 
 
-def measure_host_profile(url: str, model: str, stand_in: str, session: SessionConfig, replicas: int,
-                         token: str | None = None, account: str = "local", seed: int = 0, progress=None,
-                         n_ctx: int = 512) -> pd.DataFrame:
-    """The whole live-host profile of ``model`` (served by ``stand_in``) for a deployment of ``replicas``
-    replicas of it: the engine (with ``host_share`` up to that many engines) and the gateway's costs."""
+def measure_host_profile(url: str, model: str, stand_in: str, session: SessionConfig,
+                         pop_locations: list[tuple[float, float]], token: str | None = None, account: str = "local",
+                         seed: int = 0, progress=None, n_ctx: int = 512, engine: str = "served") -> pd.DataFrame:
+    """The whole live-host profile of ``model`` (served by ``stand_in``) for a deployment whose replicas of it
+    sit at ``pop_locations`` (one client location per PoP): the engine's rows, ``kv_copy`` rows and the
+    gateway's costs. ``engine``: ``served`` reads the engine's stamps inside the live gateway
+    (:mod:`sim.live.served_profile`; the gateway's process is where the engines run), ``alone`` times an engine
+    in this process (:func:`dataplane.engine_profile.engine_profile`)."""
     if progress:
-        progress(f"measuring {stand_in}'s engine on this host (prefill batches, decode, {replicas} engines "
-                 "sharing the host)")
-    engine = engine_profile(stand_in, session=session, seed=seed, prefill_batch=(1, 2, 4), repeats=5,
-                            host_engines=tuple(range(1, max(replicas, 2) + 1)))
+        progress(f"measuring {stand_in}'s engine ({engine}; {len(pop_locations)} replicas sharing the host)")
+    if engine == "served":
+        rows = served_engine_profile(url, model, stand_in, pop_locations, n_ctx, token, account, seed)
+        eng = pd.concat([rows, kv_copy_profile(stand_in, session)[list(COLUMNS[:6])]], ignore_index=True)
+    elif engine == "alone":
+        eng = engine_profile(stand_in, session=session, seed=seed, prefill_batch=(1, 2, 4), repeats=5,
+                             host_engines=tuple(range(1, max(len(pop_locations), 2) + 1)))[list(COLUMNS[:6])]
+    else:
+        raise ValueError(f"engine must be 'served' or 'alone', got {engine!r}")
     if progress:
         progress(f"measuring the gateway's own costs through {url}")
     gw = gateway_costs(url, model, stand_in, token, account, seed=seed, max_context=n_ctx)
-    gw["provider"], gw["host"] = engine.provider.iloc[0], engine.host.iloc[0]
-    return pd.concat([engine, gw[list(COLUMNS)]], ignore_index=True)
+    table = pd.concat([eng, gw], ignore_index=True)
+    table["provider"] = registry.load(stand_in, session).provider
+    table["host"] = socket.gethostname()
+    return table[list(COLUMNS)]
+
+
+def pop_locations(desc: dict, topo, model: str) -> list[tuple[float, float]]:
+    """One client location at each PoP serving ``model`` in the deployment ``desc`` describes (its PoP's own
+    coordinates, so the nearest-replica routers send it there), in placement order."""
+    pops = topo.pops.set_index("id")
+    seen = dict.fromkeys(p["pop"] for p in desc["placement"] if p["model"] == model)
+    return [(float(pops.lat[p]), float(pops.lon[p])) for p in seen]

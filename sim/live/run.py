@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +25,7 @@ from edgepop.errors import UserError
 from sim.live.client import fetch_deployment, fetch_timings
 from sim.live.decompose import live_frame, one_request, side_by_side, sim_components
 from sim.live.fidelity import compare, measure_profile, simulate_like, summarize
-from sim.live.host_profile import measure_host_profile
+from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
 from sim.live.replay import ReplayOptions, build_requests, send_all
 from sim.traces import read_trace
@@ -87,7 +86,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     out.mkdir(parents=True, exist_ok=True)
     profile = opts.profile
     if opts.simulate and not profile:  # measured before the live run, under the same machine conditions
-        profile = measure_for_replay(opts, desc, progress)
+        profile = measure_for_replay(opts, desc, topo, progress)
         profile.to_csv(out / "profile.csv", index=False)
     live, timelines, host = live_replay(opts, desc, topo, rng, progress)
     live.to_parquet(out / "live.parquet", index=False)
@@ -122,7 +121,7 @@ def host_report(host: dict) -> str:
             f"{load[0]:.2f} before): {cpu}")
 
 
-def measure_for_replay(opts: ReplayOptions, desc: dict, progress=print) -> pd.DataFrame:
+def measure_for_replay(opts: ReplayOptions, desc: dict, topo, progress=print) -> pd.DataFrame:
     """The service-time profile the simulator uses: the live-host profile (default), service times through the
     gateway, or the bare LM engine."""
     stand_in = desc["stand_ins"][opts.model]
@@ -131,15 +130,10 @@ def measure_for_replay(opts: ReplayOptions, desc: dict, progress=print) -> pd.Da
     if opts.profile_source == "engine":
         return measure_profile([stand_in], progress, session)
     if opts.profile_source == "host":
-        replicas = sum(1 for p in desc["placement"] if p["model"] == opts.model)
-        return measure_host_profile(opts.url, opts.model, stand_in, session, replicas, opts.token, opts.account,
-                                    opts.seed, progress, n_ctx=n_ctx)
+        return measure_host_profile(opts.url, opts.model, stand_in, session, pop_locations(desc, topo, opts.model),
+                                    opts.token, opts.account, opts.seed, progress, n_ctx=n_ctx)
     progress(f"measuring {opts.model} ({stand_in}) through the gateway (pass --profile to reuse a table)")
     scale = float(desc["delay_scale"]) if desc["delay"] else 0.0
     return gateway_profile(opts.url, opts.model, stand_in, scale, opts.token, opts.account, max_context=n_ctx,
                            seed=opts.seed)
 
-
-def machine_load() -> float | None:
-    """The host's 1-minute load average (None where the platform has none)."""
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
