@@ -128,7 +128,10 @@ def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None,
     work = workload_from_live(live, scale)
     seam = None
     if host_model:
-        params = HostParams(perf.table, desc.get("lm_max_batch", 32), desc.get("lm_kv_budget_tokens", 32768),
+        table = getattr(perf, "table", None)  # a measured profile's rows (host_share, kv_copy, gw_*, iter_gap)
+        params = HostParams(table if table is not None else pd.DataFrame(columns=["phase", "batch_size", "tokens",
+                                                                                  "ms"]),
+                            desc.get("lm_max_batch", 32), desc.get("lm_kv_budget_tokens", 32768),
                             max_cores=float(os.cpu_count() or 1))  # loopback: the gateway runs on this host
         client = work.arrival_s.to_numpy().copy()
         # The control plane sees a request once the gateway has read, validated and tokenized it.

@@ -283,8 +283,9 @@ class LiveHostEngine:
             return
         rec.submitted = self.env.now
         self.waiting.append((seq, rec))
-        if not self.iterating:
-            self._iterate()
+        if not self.iterating:  # the engine thread wakes: requests handed over at this same instant join too
+            self.iterating = True
+            self.env.timeout(0).callbacks.append(lambda _e: self._iterate())
 
     def _idle(self, t: float) -> None:
         self.iterating = False
