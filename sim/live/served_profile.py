@@ -32,7 +32,7 @@ from dataplane.profiler import COLUMNS
 from sim.live.client import fetch_timings, prompt_text, stream_once
 
 PROMPT_TOKENS = (8, 32, 64, 128, 256, 384)
-PREFILL_BATCH = (1, 2, 4)
+PREFILL_BATCH = (1, 2, 4, 8)
 DECODE_BATCH = (1, 2, 4, 8, 16)
 CONTEXTS = (32, 128, 256, 384)
 
@@ -40,7 +40,8 @@ CONTEXTS = (32, 128, 256, 384)
 class _Gateway:
     """Bursts of traced streaming requests to one live gateway, and their engine records."""
 
-    def __init__(self, url: str, model: str, token: str | None, account: str, seed: int):
+    def __init__(self, url: str, model: str, token: str | None, account: str, seed: int, n_ctx: int):
+        self.n_ctx = n_ctx
         self.url = f"{url.rstrip('/')}/client/v4/accounts/{account}/ai/run/{model}"
         self.base_url = url
         self.headers = {"authorization": f"Bearer {token}"} if token else {}
@@ -54,8 +55,11 @@ class _Gateway:
         self.n += 1
         group = f"{self.prefix}{self.n}:"
         blockers = []
-        for j, loc in enumerate(dict.fromkeys(locations)):  # one 128-token prefill per engine, first
-            body = {"prompt": prompt_text(128, self.rng), "max_tokens": 1, "stream": True, "ignore_eos": True}
+        # One prefill per engine, first, long enough to outlast the burst's arrival (every request costs the
+        # gateway a millisecond or two before it reaches the engine).
+        block = min(self.n_ctx - 2, 96 + 24 * len(sizes))
+        for j, loc in enumerate(dict.fromkeys(locations)):
+            body = {"prompt": prompt_text(block, self.rng), "max_tokens": 1, "stream": True, "ignore_eos": True}
             headers = {**self.headers, TRACE_HEADER: f"{group}b{j}", "x-edgepop-client-location": loc}
             blockers.append(asyncio.ensure_future(stream_once(client, self.url, headers, body)))
         await asyncio.sleep(0.02)
@@ -128,7 +132,7 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
     where = [f"{lat:.5f},{lon:.5f}" for lat, lon in pop_locations]
     if host_engines is None:
         host_engines = tuple(range(1, len(where) + 1)) if len(where) > 1 else ()
-    gw = _Gateway(url, model, token, account, seed)
+    gw = _Gateway(url, model, token, account, seed, n_ctx)
     rows = asyncio.run(_measure(gw, where, n_ctx, repeats, steps, prompt_tokens, prefill_batch, decode_batch,
                                 contexts, host_engines))
     table = pd.DataFrame([(stand_in, *r) for r in rows], columns=COLUMNS[:6])
