@@ -86,14 +86,6 @@ def engine_profile(stand_in: str, prompt_tokens=PROMPT_TOKENS, decode_batch=DECO
     return _table(rows, model.provider, host)
 
 
-def host_share_profile(stand_in: str, session: SessionConfig | None = None, engines=(1, 2), context: int = 128,
-                       steps: int = 24, repeats: int = 3, seed: int = 0) -> pd.DataFrame:
-    """The ``host_share`` rows of ``stand_in`` alone: k engines of it decoding at once in this process."""
-    model = registry.load(stand_in, session)
-    rows = _host_share(model, stand_in, engines, context, steps, repeats, np.random.default_rng(seed))
-    return _table(rows, model.provider, socket.gethostname())
-
-
 def kv_copy_profile(stand_in: str, session: SessionConfig | None = None) -> pd.DataFrame:
     """The ``kv_copy`` rows of ``stand_in`` alone."""
     model = registry.load(stand_in, session)

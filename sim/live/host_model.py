@@ -115,9 +115,8 @@ class HostParams:
 
 
 class HostCPU:
-    """Processor sharing of the live host among its busy threads: each runs at ``1 / slowdown(n)`` of its
-    measured (alone) speed while ``n`` jobs are running. ``run(work_s, done)`` calls ``done()`` when the job's
-    work is through."""
+    """Processor sharing of the live host among its busy threads (engines, the event loop), each at ``1 /
+    slowdown`` of its measured speed. ``run(work_s, done)`` calls ``done()`` when the job's work is through."""
 
     def __init__(self, sim, params: HostParams):
         self.sim, self.env, self.params = sim, sim.env, params
@@ -133,24 +132,28 @@ class HostCPU:
         self.loops += loop
         self._plan()
 
-    def _rate(self) -> float:
-        return 1.0 / self.params.slowdown(len(self.jobs) - self.loops, self.loops)
+    def _rates(self) -> tuple[float, float]:
+        """(engine, event loop) speeds now. An engine's measured step already includes the event loop's work on
+        its own batch's pieces (the profile is read inside the gateway), so engines slow down for each other
+        only; the loop slows down for everything."""
+        engines = len(self.jobs) - self.loops
+        return 1.0 / self.params.slowdown(engines), 1.0 / self.params.slowdown(engines, self.loops)
 
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self.t
         if dt > 0 and self.jobs:
-            r = self._rate()
+            rates = self._rates()
             for job in self.jobs.values():
-                job[0] -= dt * r
+                job[0] -= dt * rates[job[2]]
         self.t = now
 
     def _plan(self) -> None:
         self.version += 1
         if not self.jobs:
             return
-        left = min(job[0] for job in self.jobs.values())
-        ev = self.env.timeout(max(left, 0.0) / self._rate())
+        rates = self._rates()
+        ev = self.env.timeout(min(max(job[0], 0.0) / rates[job[2]] for job in self.jobs.values()))
         ev.callbacks.append(lambda _e, v=self.version: self._fire(v))
 
     def _fire(self, version: int) -> None:

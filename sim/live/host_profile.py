@@ -4,8 +4,7 @@ One table in the format of ``edgepop profile`` (``dataplane.profiler.COLUMNS``):
 
 * the stand-in's engine as the live gateway runs it (:mod:`sim.live.served_profile`, from the engine's stamps in
   the gateway's timelines): ``prefill`` by prompts admitted together and their (padded) length, ``decode`` by
-  batch and context, ``host_share`` (the decode step while k of the deployment's engines decode at once; with a
-  single replica, two engines in this process, :func:`dataplane.engine_profile.host_share_profile`); and
+  batch and context, ``host_share`` (the decode step while k of the deployment's engines decode at once); and
   ``kv_copy`` (copying KV arrays, :func:`dataplane.engine_profile.kv_copy_profile`);
 * the gateway's own costs (``gw_*`` rows, ``batch_size`` 1), from the timelines of a few traced requests sent
   one at a time to the live gateway (:mod:`dataplane.gateway.timeline`): ``gw_http_in``, ``gw_prepare`` (by
@@ -24,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dataplane import registry
-from dataplane.engine_profile import engine_profile, host_share_profile, kv_copy_profile
+from dataplane.engine_profile import engine_profile, kv_copy_profile
 from dataplane.gateway.timeline import TRACE_HEADER
 from dataplane.profiler import COLUMNS
 from dataplane.session import SessionConfig
@@ -101,8 +100,6 @@ def measure_host_profile(url: str, model: str, stand_in: str, session: SessionCo
     if engine == "served":
         parts = [served_engine_profile(url, model, stand_in, pop_locations, n_ctx, token, account, seed),
                  kv_copy_profile(stand_in, session)[list(COLUMNS[:6])]]
-        if len(pop_locations) < 2:  # one engine in the gateway: how two share the host, measured here
-            parts.append(host_share_profile(stand_in, session, seed=seed)[list(COLUMNS[:6])])
         eng = pd.concat(parts, ignore_index=True)
     elif engine == "alone":
         eng = engine_profile(stand_in, session=session, seed=seed, prefill_batch=(1, 2, 4), repeats=5,

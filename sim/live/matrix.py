@@ -82,6 +82,7 @@ def run_cell(opts: ReplayOptions, desc: dict, topo, profile: pd.DataFrame, out: 
     pd.concat([live_frame(live, timelines).assign(side="live"), sim_components(sim).assign(side="sim")],
               ignore_index=True).to_csv(out / "decomposition.csv", index=False)
     (out / "timelines.json").write_text(json.dumps(timelines))
+    (out / "deployment.json").write_text(json.dumps(desc))
     live.to_parquet(out / "live.parquet", index=False)
     sim.to_parquet(out / "sim.parquet", index=False)
     table.to_csv(out / "comparison.csv", index=False)
