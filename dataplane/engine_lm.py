@@ -13,6 +13,10 @@ KV budget: a request reserves ``prompt + max_tokens`` tokens when admitted and r
 finishes, so admitted work never has to be pre-empted. A request that can never fit is refused at
 ``submit`` with :class:`CapacityError`.
 
+Timing: every handle carries an :class:`~dataplane.lm_handle.LMTiming` (when it was submitted, admitted, got
+its first and last token; its decode steps and the stalls other requests' prefills caused), so a caller can say
+where a request's time went inside the engine.
+
 Threading: ``submit`` is thread-safe and returns a :class:`GenerationHandle` at once; tokens arrive
 through its iterator (a queue) and/or an ``on_token(token_id, text)`` callback run on the engine thread;
 ``handle.future`` is a :class:`concurrent.futures.Future` (``asyncio.wrap_future`` makes it awaitable).
@@ -24,18 +28,20 @@ import codecs
 import collections
 import itertools
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from dataplane.errors import CapacityError, EngineClosedError, InvalidInputError
-from dataplane.lm_handle import _DONE, GenerationHandle, GenerationResult, LMStats, TokenCallback
+from dataplane.lm_handle import _DONE, GenerationHandle, GenerationResult, LMStats, LMTiming, TokenCallback
 from dataplane.lora import Adapter, LoraLanguageModel, adapter_salt
 from dataplane.prefix_cache import PrefixCache, PrefixCacheConfig
-from dataplane.runtime import LanguageModel
+from dataplane.runtime import LanguageModel, left_pad_prompts
 from dataplane.sampling import SamplingParams, sample_token
 
-__all__ = ["GenerationHandle", "GenerationResult", "LMEngine", "LMEngineConfig", "LMStats", "TokenCallback"]
+__all__ = ["GenerationHandle", "GenerationResult", "LMEngine", "LMEngineConfig", "LMStats", "LMTiming",
+           "TokenCallback"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ def _lpad(a: np.ndarray, n: int, axis: int) -> np.ndarray:
 class LMEngine:
     """Continuous-batching generation over a :class:`LanguageModel` (see the module docstring)."""
 
-    def __init__(self, model: LanguageModel, config: LMEngineConfig | None = None):
+    def __init__(self, model: LanguageModel, config: LMEngineConfig | None = None, name: str | None = None):
         self.model = model
         self.config = config or LMEngineConfig()
         self.stats = LMStats()
@@ -90,7 +96,8 @@ class LMEngine:
         self._reserved = 0
         pc = self.config.prefix_cache
         self.prefix_cache = PrefixCache(pc) if pc is not None and pc.max_bytes > 0 else None
-        self._thread = threading.Thread(target=self._loop, name=f"edgepop-lm-{model.name}", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"edgepop-lm-{name or model.name}",
+                                        daemon=True)
         self._thread.start()
 
     # ----- public API -----------------------------------------------------------------------------------
@@ -122,6 +129,7 @@ class LMEngine:
                                 f"of {self.config.kv_budget_tokens} tokens")
         handle = GenerationHandle(next(self._ids), ids, params, max_tokens, on_token, self._wake, adapter,
                                   adapter_salt(adapter))
+        handle.timing.submitted = time.monotonic()
         with self._cond:
             if self._closed:
                 raise EngineClosedError("engine is closed")
@@ -160,7 +168,16 @@ class LMEngine:
                 joiners = self._admit()
             self._retire([i for i, s in enumerate(self._running) if s.h.cancelled], reason="cancelled")
             if joiners:
+                decoding = list(self._running)
+                t0 = time.monotonic()
                 self._prefill(joiners)
+                dt = time.monotonic() - t0
+                longest = max(len(s.h.prompt_ids) for s in joiners)
+                for s in joiners:
+                    tm = s.h.timing
+                    tm.admitted, tm.prefill_s, tm.prefill_rows, tm.prefill_len = t0, dt, len(joiners), longest
+                for s in decoding:  # their next token waits for this prefill: interference
+                    s.h.timing.stall_s += dt
             if self._running:
                 self._decode()
         closed = EngineClosedError("engine was closed")
@@ -231,6 +248,17 @@ class LMEngine:
         return groups, cold
 
     def _decode(self) -> None:
+        t0 = time.monotonic()
+        batch = self._running
+        self._decode_step()
+        dt, b = time.monotonic() - t0, len(batch)
+        for s in batch:
+            tm = s.h.timing
+            tm.decode_s += dt
+            tm.steps += 1
+            tm.batch_sum += b
+
+    def _decode_step(self) -> None:
         ids = np.array([[s.next_token] for s in self._running], np.int64)
         pos = np.array([[s.pos] for s in self._running], np.int64)
         mask = np.concatenate([self._mask, np.ones((len(self._running), 1), np.int64)], axis=1)
@@ -272,7 +300,10 @@ class LMEngine:
 
     def _prefill_rows(self, seqs: list[_Seq]):
         if isinstance(self.model, LoraLanguageModel):
-            self.model.adapters = [s.h.adapter for s in seqs]  # prefill() steps with these (engine thread only)
+            # Adapters go with the call, not onto the model: several engines (one per replica) share one model.
+            ids, mask, pos = left_pad_prompts([s.h.prompt_ids for s in seqs])
+            logits, present = self._step(ids, mask, pos, self.model.empty_past(len(seqs)), seqs)
+            return logits, present, mask
         return self.model.prefill([s.h.prompt_ids for s in seqs])
 
     def _accept(self, s: _Seq, logits: np.ndarray) -> bool:
@@ -286,6 +317,10 @@ class LMEngine:
                 self._finish(s, reason="stop")
                 return False
             s.h.token_ids.append(token)
+            tm = s.h.timing
+            tm.last_token = time.monotonic()
+            if len(s.h.token_ids) == 1:
+                tm.first_token = tm.last_token
             self.stats.tokens += 1
             piece = s.decoder.decode(self.model.tokenizer.token_bytes(token))
             if s.h.on_token is not None:
@@ -294,6 +329,8 @@ class LMEngine:
             self._finish(s, error=exc)
             return False
         if piece:
+            if not tm.first_piece:
+                tm.first_piece = len(s.h.token_ids)
             s.text.append(piece)
             s.h._events.put(piece)
         if len(s.h.token_ids) >= s.h.max_tokens:

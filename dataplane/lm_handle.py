@@ -6,6 +6,7 @@ Split from :mod:`dataplane.engine_lm` (which re-exports these names) to keep the
 from __future__ import annotations
 
 import collections
+import math
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -44,6 +45,36 @@ class LMStats:
     batch_sizes: collections.Counter = field(default_factory=collections.Counter)
 
 
+@dataclass
+class LMTiming:
+    """Where one request's time went inside the engine (``time.monotonic()`` seconds; NaN until reached).
+
+    ``admitted``: taken into the running batch (its prefill iteration starts); ``first_token`` / ``last_token``:
+    its first and last sampled token. While it decodes, every iteration adds the time of the decode step it took
+    part in (the batched forward call, sampling every row, retiring rows) to ``decode_s`` and, when other
+    requests joined in that iteration, the time of their prefill (forward call, first-token sampling, merging
+    their KV into the batch's) to ``stall_s``: prefill/decode interference. What is left of
+    ``last_token - first_token`` is the engine loop's own bookkeeping between iterations.
+    """
+
+    submitted: float = math.nan
+    admitted: float = math.nan
+    prefill_s: float = 0.0  # the prefill call its prompt was computed in (shared with the requests joining with it)
+    prefill_rows: int = 0  # requests prefilled in that call
+    prefill_len: int = 0  # the call's (left-padded) length: its longest prompt
+    first_token: float = math.nan
+    last_token: float = math.nan
+    first_piece: int = 0  # tokens it took to produce the first non-empty text piece (a UTF-8 character may span
+    # several byte tokens), 0 before that
+    decode_s: float = 0.0
+    stall_s: float = 0.0
+    steps: int = 0
+    batch_sum: int = 0  # sum of the batch sizes of its decode steps (mean batch = batch_sum / steps)
+
+    def as_dict(self) -> dict:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
+
+
 class GenerationHandle:
     """A submitted request: iterate it for text pieces, ``result()`` for the whole, ``cancel()`` to stop."""
 
@@ -57,6 +88,7 @@ class GenerationHandle:
         self._events: queue.Queue = queue.Queue()
         self._cancel = threading.Event()
         self._wake = wake
+        self.timing = LMTiming()
 
     def cancel(self) -> None:
         """Ask the engine to stop this request; it finishes with ``finish_reason='cancelled'``."""

@@ -22,6 +22,17 @@ from dataplane.tokenization import ByteTokenizer, Encoding, pad_batch
 SYNTHETIC_NOTE = "synthetic weights: real compute, meaningless output"
 
 
+def left_pad_prompts(prompts: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``prompts`` left padded to the longest: ``[B,P]`` token ids, attention mask and position ids."""
+    t_ = max(len(p) for p in prompts)
+    ids = np.zeros((len(prompts), t_), np.int64)
+    mask = np.zeros((len(prompts), t_), np.int64)
+    for row, p in enumerate(prompts):
+        ids[row, t_ - len(p):] = p
+        mask[row, t_ - len(p):] = 1
+    return ids, mask, np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+
+
 class LanguageModel:
     """GPT-2 graph with KV cache: :meth:`prefill` for prompts, :meth:`step` for one token per sequence."""
 
@@ -51,13 +62,7 @@ class LanguageModel:
 
     def prefill(self, prompts: list[list[int]]) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
         """Left-pad ``prompts`` into one call; returns logits, present KV and the ``[B,P]`` mask."""
-        t_ = max(len(p) for p in prompts)
-        ids = np.zeros((len(prompts), t_), np.int64)
-        mask = np.zeros((len(prompts), t_), np.int64)
-        for row, p in enumerate(prompts):
-            ids[row, t_ - len(p):] = p
-            mask[row, t_ - len(p):] = 1
-        pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+        ids, mask, pos = left_pad_prompts(prompts)
         logits, present = self.step(ids, mask, pos, self.empty_past(len(prompts)))
         return logits, present, mask
 

@@ -1,4 +1,8 @@
-"""The data plane as one object: loaded models plus one engine per model, created on first use.
+"""The data plane as one object: loaded models plus their engines, created on first use.
+
+By default a model has one engine. A caller that emulates several replicas of a model (the live gateway: one
+replica per emulated PoP) names the replica, and each replica gets an engine of its own (its own batch, queue
+and KV cache) over the same loaded model, so requests at different replicas never share a batch.
 
 :meth:`DataPlane.run` serves a Workers-AI-shaped request synchronously through the task table of
 :mod:`dataplane.tasks` (prepare, submit to the engine, wait, shape). The live gateway holds a :class:`DataPlane`
@@ -32,7 +36,7 @@ class DataPlane:
 
     def __init__(self, config: DataPlaneConfig | None = None):
         self.config = config or DataPlaneConfig()
-        self._engines: dict[str, LMEngine | BatchingEngine] = {}
+        self._engines: dict[tuple[str, int | None], LMEngine | BatchingEngine] = {}
         self._lora: dict[str, object] = {}  # name -> LoraLanguageModel serving it instead of the plain LM
         self._lock = threading.Lock()
 
@@ -52,7 +56,7 @@ class DataPlane:
         with self._lock:
             if name in self._lora:
                 return self._lora[name]
-            if name in self._engines:
+            if any(n == name for n, _ in self._engines):
                 raise RuntimeError(f"{name!r} is already served without adapters")
         if self.card(name).task != "text-generation":
             raise ValueError(f"{name!r} is not a text-generation model; LoRA adapters need one")
@@ -61,24 +65,32 @@ class DataPlane:
         with self._lock:
             return self._lora.setdefault(name, lm)
 
-    def engine(self, name: str) -> LMEngine | BatchingEngine:
-        """The engine serving ``name`` (an LM engine for text generation, a batching engine otherwise)."""
+    def engine(self, name: str, replica: int | None = None) -> LMEngine | BatchingEngine:
+        """The engine serving ``name`` (an LM engine for text generation, a batching engine otherwise); with
+        ``replica``, the engine of that replica of ``name`` (one per replica)."""
+        key = (name, replica)
         with self._lock:
-            eng = self._engines.get(name)
+            eng = self._engines.get(key)
         if eng is not None:
             return eng
         card, model = self.card(name), self.model(name)
+        label = name if replica is None else f"{name}@{replica}"  # the engine thread's name
         if card.task == "text-generation":
-            eng = LMEngine(model, self.config.lm)
+            eng = LMEngine(model, self.config.lm, name=label)
         else:
             cfg = self.config.batch
             if card.task == "automatic-speech-recognition":
                 cfg = BatchConfig(max_batch=1, max_wait_ms=0)  # no attention mask: padding would change results
-            eng = BatchingEngine(model.run, cfg, name=name)
+            eng = BatchingEngine(model.run, cfg, name=label)
         with self._lock:
-            if name in self._engines:  # another thread won the race; keep one engine per model
+            if key in self._engines:  # another thread won the race; keep one engine per model and replica
                 eng.close()
-            return self._engines.setdefault(name, eng)
+            return self._engines.setdefault(key, eng)
+
+    def engines(self) -> list[tuple[str, int | None, LMEngine | BatchingEngine]]:
+        """Every started engine as (model name, replica or None, engine)."""
+        with self._lock:
+            return [(name, replica, eng) for (name, replica), eng in self._engines.items()]
 
     def run(self, name: str, inputs: dict):
         """Run the task of model ``name`` on Workers-AI-shaped ``inputs``; returns the task's result (with

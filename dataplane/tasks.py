@@ -283,10 +283,12 @@ def task_named(name: str) -> Task:
 
 
 # ----- run: submit Prepared.items to the engine -----------------------------------------------------------
-def submit(dp, prep: Prepared, on_token=None) -> tuple[GenerationHandle | None, list[Future]]:
-    """Queue ``prep`` on its model's engine: a generation gives its handle and ``[handle.future]``, other tasks
-    ``(None, one future per item)``. ``on_token(token_id, piece)`` runs on the engine thread per token."""
-    eng = dp.engine(prep.stand_in)
+def submit(dp, prep: Prepared, on_token=None, replica: int | None = None
+           ) -> tuple[GenerationHandle | None, list[Future]]:
+    """Queue ``prep`` on its model's engine (``replica``: that replica's engine): a generation gives its handle
+    and ``[handle.future]``, other tasks ``(None, one future per item)``. ``on_token(token_id, piece)`` runs on
+    the engine thread per token."""
+    eng = dp.engine(prep.stand_in, replica)
     if TASKS[prep.task].generative:
         handle = eng.submit(prep.items[0], prep.params, on_token, adapter=prep.extra.get("adapter"))
         return handle, [handle.future]

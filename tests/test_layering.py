@@ -105,5 +105,6 @@ def test_the_checker_sees_forbidden_edges_and_cycles():
     assert list(nx.simple_cycles(g))
     known = modules()
     assert "controlplane.routing" in known and "sim.live.replay" in known
-    edges = imports("sim.live.replay", known["sim.live.replay"], known)
-    assert "dataplane.gateway.sse" in edges and "sim.live.fidelity" in edges
+    edges = imports("sim.live.client", known["sim.live.client"], known)
+    assert "dataplane.gateway.sse" in edges and "edgepop.errors" in edges
+    assert "sim.live.fidelity" in imports("sim.live.run", known["sim.live.run"], known)

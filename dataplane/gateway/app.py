@@ -7,7 +7,7 @@ Routes (``{a}`` is the account id; every ``/client/v4`` route needs ``Authorizat
     POST /client/v4/accounts/{a}/ai/v1/chat/completions         OpenAI chat (SSE with "stream": true)
     POST /client/v4/accounts/{a}/ai/v1/embeddings               OpenAI embeddings
     GET  /client/v4/accounts/{a}/ai/v1/models                   OpenAI model list
-    GET  /metrics  /edgepop/deployment                          (any valid token, unless ``open_ops``)
+    GET  /metrics  /edgepop/deployment  /edgepop/timings        (any valid token, unless ``open_ops``)
     GET  /healthz                                               (no auth: liveness and draining only)
 
 Before a token is compared, a client address with too many recent failed authentications is refused
@@ -44,6 +44,7 @@ from dataplane.gateway.limits import AuthThrottle
 from dataplane.gateway.metrics import CONTENT_TYPE
 from dataplane.gateway.pipeline import Gateway
 from dataplane.gateway.sse import DONE_FRAME, frame
+from dataplane.gateway.timeline import TimelineMiddleware
 
 log = logging.getLogger("edgepop.gateway")
 PREFIX = "/client/v4/accounts/{account_id}/ai"
@@ -105,6 +106,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     app.state.gateway = gw
     app.state.begin_drain = begin_drain
     app.add_middleware(_StatusCounter, metrics=gw.metrics)
+    app.add_middleware(TimelineMiddleware, store=gw.timelines)  # stage stamps of traced requests (sim vs live)
 
     def is_openai(request: Request) -> bool:
         return "/ai/v1/" in request.url.path
@@ -288,6 +290,11 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     async def deployment(request: Request):
         operator(request)
         return gw.backend.describe()
+
+    @app.get("/edgepop/timings")
+    async def timings(request: Request):
+        operator(request)
+        return gw.timelines.describe(request.query_params.get("trace", ""))
 
     @app.get("/healthz")
     async def healthz():

@@ -6,9 +6,11 @@ placement, one replica of every served model at every configured PoP (on the fir
 the PoPs the config's ``[placement]`` table names; a scenario may name another policy, router, router options and
 autoscaler, which then apply live exactly as they do simulated.
 
-All replicas of a catalog model are executed by the model's ``stand_in`` data-plane model through ONE shared
-:class:`dataplane.service.DataPlane`: the emulated PoPs share this machine's cores, so the emulation is faithful
-in geography and admission, not in aggregate compute (see docs/gateway.md).
+Every replica the control plane placed gets an engine of its own (its own batch, queue and KV cache) over the
+model's ``stand_in`` data-plane model, as the control plane believes it does: requests at different emulated
+PoPs are never batched together. The engines share one loaded model per stand-in and this machine's cores, so
+the emulation is faithful in geography, admission and batching, not in aggregate compute: the simulator mirrors
+the shared cores when asked to model a live host (``sim.live``, docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from edgepop.rng import streams
 
 
 class Backend:
-    """Topology, served catalog, :class:`Deployment` (control plane included) and the shared data plane."""
+    """Topology, served catalog, :class:`Deployment` (control plane included) and the data plane (one engine per
+    replica)."""
 
     def __init__(self, cfg: GatewayConfig, topo=None):
         from topology import Topology
@@ -119,20 +122,20 @@ class Backend:
         return served[name]
 
     def warm(self) -> None:
-        """Load every stand-in and start its engine, so no request pays for a model build."""
-        for name in dict.fromkeys(self.stand_in.values()):
-            self.dp.engine(name)
+        """Load every stand-in and start every replica's engine, so no request pays for a model build."""
+        for r in self.plane.state.replicas:
+            self.dp.engine(self.stand_in[r.model], r.id)
 
     def task(self, model: str) -> str:
         return self.catalog[model].task
 
-    def engine_key(self, replica) -> str:
-        """The engine that executes ``replica``'s requests: today the one shared engine of its stand-in."""
-        return self.stand_in[replica.model]
+    def engine_key(self, replica) -> tuple[str, int]:
+        """The engine that executes ``replica``'s requests: the replica's own engine, (stand-in, replica id)."""
+        return self.stand_in[replica.model], replica.id
 
-    def engine_concurrency(self, key: str) -> int:
+    def engine_concurrency(self, key: tuple[str, int]) -> int:
         """Requests the engine ``key`` runs at once (its batch)."""
-        task = registry.get_card(key).task
+        task = registry.get_card(key[0]).task
         return self.config.lm_max_batch if task == "text-generation" else self.config.encoder_max_batch
 
     def describe(self) -> dict:
@@ -146,6 +149,7 @@ class Backend:
             "delay": c.delay, "delay_scale": c.delay_scale,
             "last_mile_ms": self.topo.last_mile_ms, "default_location": list(c.default_location),
             "seed": c.seed, "scenario": c.scenario, "threads": c.threads, "provider": c.provider,
+            "engines": "per-replica", "lm_max_batch": c.lm_max_batch, "lm_kv_budget_tokens": c.lm_kv_budget_tokens,
             "stand_ins": dict(self.stand_in),
             "prefix_block": c.lm_prefix_block if c.lm_prefix_cache_mb else None,
             "lora_adapters": {m: sorted(t) for m, t in self.adapters.items()},

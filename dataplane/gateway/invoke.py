@@ -6,8 +6,8 @@ so it takes the steps apart:
 
 * :func:`prepare` - the task's ``prepare`` from :data:`~dataplane.tasks.TASKS` (validation, tokenizing; in a
   worker thread for tasks marked ``heavy``: image decoding, audio features), giving a :class:`Prepared`;
-* :class:`EngineRun` - submits it (:func:`dataplane.tasks.submit`), awaits the engine's futures and shapes them
-  with the task's ``shape`` into a :class:`Finished`;
+* :class:`EngineRun` - submits it (:func:`dataplane.tasks.submit`) to the engine of the replica the control plane
+  chose, awaits the engine's futures and shapes them with the task's ``shape`` into a :class:`Finished`;
 * :class:`TokenStream` - a generation's text pieces as the engine produces them.
 
 :class:`Prepared` and :func:`workers_usage` are defined with the table and re-exported here for the gateway.
@@ -50,9 +50,9 @@ class EngineRun:
     """Work submitted to an engine: awaitable, cancellable, with a future that completes when the engine is done
     with it (success, failure or cancellation), which is when the control-plane slot is released."""
 
-    def __init__(self, dp, prep: Prepared, on_piece=None):
+    def __init__(self, dp, prep: Prepared, on_piece=None, replica: int | None = None):
         self.prep, self.dp, self.task = prep, dp, tasks.TASKS[prep.task]
-        self.handle, self._cfutures = tasks.submit(dp, prep, on_piece)
+        self.handle, self._cfutures = tasks.submit(dp, prep, on_piece, replica)
         self.futures = [asyncio.wrap_future(f) for f in self._cfutures]
         self.done = asyncio.gather(*self.futures, return_exceptions=True)
 
@@ -80,7 +80,7 @@ class EngineRun:
 class TokenStream:
     """Text pieces of a generation as they are produced, each with its monotonic production time."""
 
-    def __init__(self, dp, prep: Prepared):
+    def __init__(self, dp, prep: Prepared, replica: int | None = None):
         loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
         put = self._queue.put_nowait
@@ -89,7 +89,7 @@ class TokenStream:
             if piece:
                 loop.call_soon_threadsafe(put, (piece, time.monotonic()))
 
-        self.run = EngineRun(dp, prep, on_piece)
+        self.run = EngineRun(dp, prep, on_piece, replica)
         self.run.done.add_done_callback(lambda _f: put(None))  # after every piece (FIFO on the loop)
         self.sent_text: list[str] = []
 

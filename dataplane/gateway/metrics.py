@@ -37,18 +37,19 @@ class _StateCollector:
         for row in self.gw.backend.placement.itertuples():
             r.add_metric([row.pop, row.model], 1)
         yield r
-        items = CounterMetricFamily("edgepop_engine_items", "Items run by each data-plane engine",
-                                    labels=["stand_in"])
+        items = CounterMetricFamily("edgepop_engine_items", "Items run by the engines of each data-plane model "
+                                    "(all its replicas)", labels=["stand_in"])
         calls = CounterMetricFamily("edgepop_engine_batches", "Engine calls (batches or decode steps)",
                                     labels=["stand_in"])
-        for name, eng in list(self.gw.backend.dp._engines.items()):
+        totals: dict[str, list[int]] = {}
+        for name, _replica, eng in self.gw.backend.dp.engines():
             st = eng.stats
-            if hasattr(st, "items"):
-                items.add_metric([name], st.items)
-                calls.add_metric([name], st.batches)
-            else:
-                items.add_metric([name], st.tokens)
-                calls.add_metric([name], st.steps)
+            n, b = (st.items, st.batches) if hasattr(st, "items") else (st.tokens, st.steps)
+            t = totals.setdefault(name, [0, 0])
+            t[0], t[1] = t[0] + n, t[1] + b
+        for name, (n, b) in totals.items():
+            items.add_metric([name], n)
+            calls.add_metric([name], b)
         yield items
         yield calls
         shedder = self.gw.shedder

@@ -34,6 +34,8 @@ from dataplane.gateway.geo import ClientLocator, ClientPlace, Delays
 from dataplane.gateway.limits import NeuronBudget, RateLimits
 from dataplane.gateway.metrics import Metrics
 from dataplane.gateway.shedding import LoadShedder
+from dataplane.gateway.timeline import Timeline, TimelineStore
+from dataplane.gateway.timeline import current as current_timeline
 from dataplane.lora import adapter_salt
 from dataplane.prefix_cache import block_hashes
 
@@ -49,6 +51,7 @@ class Timing:
     infer: float = 0.0
     wan_out: float = 0.0
     t0: float = field(default_factory=time.monotonic)
+    tl: Timeline = field(default_factory=current_timeline)  # the stage stamps a traced request reports
 
     def header(self, final: bool = True) -> str:
         parts = [f"wan-in;dur={self.wan_in:.2f}", f"queue;dur={self.queue:.2f}"]
@@ -96,9 +99,10 @@ class Call:
 
     async def finish(self) -> invoke.Finished:
         """Run to completion and wait out the return trip; returns the result."""
-        t = time.monotonic()
+        t = self.timing.tl.engine_submit = time.monotonic()
+        self.timing.tl.replica = self.lease.replica.id
         try:
-            self.run = invoke.EngineRun(self.gw.backend.dp, self.prep)
+            self.run = invoke.EngineRun(self.gw.backend.dp, self.prep, replica=self.lease.replica.id)
         except Exception:
             self._release_when_done(None)
             raise
@@ -116,16 +120,20 @@ class Call:
         t_back = time.monotonic()
         await Delays.until(fin.t_done + self.back_s)
         self.timing.wan_out = (time.monotonic() - t_back) * 1e3
+        self.timing.tl.engine = getattr(self.run.handle, "timing", None)
         self.gw.completed(self, fin.usage)
         return fin
 
     def open_stream(self) -> invoke.TokenStream:
         """Start the generation; iterate :meth:`stream` to receive its pieces."""
+        tl = self.timing.tl
+        tl.engine_submit, tl.replica, tl.back_s = time.monotonic(), self.lease.replica.id, self.back_s
         try:
-            self.stream_ = invoke.TokenStream(self.gw.backend.dp, self.prep)
+            self.stream_ = invoke.TokenStream(self.gw.backend.dp, self.prep, replica=self.lease.replica.id)
         except Exception:
             self._release_when_done(None)
             raise
+        tl.engine = self.stream_.run.handle.timing
         self._release_when_done(self.stream_.run)
         return self.stream_
 
@@ -133,6 +141,7 @@ class Call:
         """Text pieces, each delivered one-way-back after the engine produced it; cancels the generation if the
         consumer stops early (client gone)."""
         s = self.stream_ or self.open_stream()
+        tl = self.timing.tl
         t_start, first, deadline = time.monotonic(), True, time.monotonic() + self.gw.config.request_timeout_s
         try:
             async for piece, t_gen in s.pieces():
@@ -143,6 +152,7 @@ class Call:
                     self.gw.metrics.first_token(self, time.monotonic() - self.timing.t0)
                     first = False
                 yield piece
+                tl.piece(t_gen, time.monotonic())  # resumed once the piece was written out
             self.timing.infer = (time.monotonic() - t_start) * 1e3
             self.gw.completed(self, s.usage())
         finally:
@@ -169,6 +179,7 @@ class Gateway:
         self.draining = False  # set on SIGTERM/SIGINT
         self.drain_deadline = 0.0
         self.metrics = Metrics(self)
+        self.timelines = TimelineStore()
 
     def spec(self, model: str):
         """The served catalog entry of ``model`` (400/5007 if it is not served here)."""
@@ -245,7 +256,9 @@ class Gateway:
                 err = bad_input(f"could not process the input ({type(exc).__name__}: {str(exc)[:160]})")
             self.metrics.rejected(model, endpoint, err, place)
             raise err from None
+        timing.tl.prepared = time.monotonic()
         timing.wan_in = await self.delays.sleep_ms(place.access_rtt_ms / 2) * 1e3
+        timing.tl.wan_in_end = time.monotonic()
         adapter = inputs.get("lora") if isinstance(inputs, dict) and prep.extra.get("adapter") is not None else ""
         # The control plane's prefix index sees the prompt as the engine's prefix cache does: chained hashes of
         # full blocks of token ids, salted per adapter (KV never crosses adapters).
@@ -259,6 +272,7 @@ class Gateway:
         try:
             self.admission.shed_check(model, work)
             lease = self.admission.submit(req, work)
+            timing.tl.decided = time.monotonic()
         except GatewayError as err:
             self.metrics.rejected(model, endpoint, err, place)
             await self.delays.sleep_ms(place.access_rtt_ms / 2)  # the refusal travels back from the ingress
@@ -278,6 +292,7 @@ class Gateway:
         backbone_s = self.delays.seconds(lease.decision.rtt_ms / 2)
         timing.wan_in += backbone_s * 1e3
         timing.queue = max(0.0, (now - lease.queued_at) - backbone_s) * 1e3
+        timing.tl.ready, timing.tl.backbone_s = now, backbone_s
         return Call(self, model, prep, place, lease, timing, endpoint)
 
     async def infer(self, model: str, inputs, place: ClientPlace, **kw) -> tuple[Call, invoke.Finished]:

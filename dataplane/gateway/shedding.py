@@ -2,10 +2,9 @@
 
 Clock-free like the control plane (every method takes ``now``); :mod:`dataplane.gateway.admission` drives it.
 
-What is counted. Work is counted per *engine*, the thing that really executes requests: today one shared engine
-per stand-in model, so every emulated replica of a model shares a key; with an engine per replica the key is the
-replica. For each engine the shedder knows the requests admitted and not yet finished (``outstanding``: waiting
-in a control-plane queue, inside the engine, or running) and measures
+What is counted. Work is counted per *engine*, the thing that really executes requests: every emulated replica has
+an engine of its own, so the key is the replica. For each engine the shedder knows the requests admitted and not
+yet finished (``outstanding``: waiting in a control-plane queue, inside the engine, or running) and measures
 
 * its drain rate ``mu``: work finished per second of busy time (time with work outstanding), an exponentially
   weighted average over the last ``window_s`` busy seconds or ``WINDOW_LATENCIES`` mean request times,

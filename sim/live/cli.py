@@ -12,8 +12,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r = subparsers.add_parser(
         "replay", help="send a request trace to a live gateway; compare with the simulator",
         description="Replay a trace (Azure CSV or Mooncake JSONL) from emulated client locations against a live "
-        "gateway, record client-side TTFT/ITL/E2E, run the same requests through the simulator with a measured "
-        "profile, and print the comparison.")
+        "gateway, record client-side TTFT/TPOT/E2E and where each request's time went, run the same requests "
+        "through the simulator (modelling the live host) with a profile measured on it, and print the "
+        "comparison and both decompositions side by side.")
     r.add_argument("--live", required=True, help="gateway base URL (loopback only), e.g. http://127.0.0.1:8787")
     r.add_argument("--trace", required=True, help="trace file (.csv Azure, .jsonl Mooncake)")
     r.add_argument("--out", default="out/replay", help="output directory (default out/replay)")
@@ -26,22 +27,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--account", default="local", help="account id in the URL (default local)")
     r.add_argument("--concurrency", type=int, default=64, help="most requests in flight")
     r.add_argument("--profile", help="measured profile table for the simulator (default: measure one now)")
-    r.add_argument("--profile-source", default="gateway", choices=("gateway", "engine"),
-                   help="what to measure when no --profile is given: service times through the live gateway "
-                        "(default) or of the bare LM engine")
+    r.add_argument("--profile-source", default="host", choices=("host", "gateway", "engine"),
+                   help="what to measure when no --profile is given: the live-host profile (the engine alone, "
+                        "engines sharing the host, the gateway's own costs; default), service times through the "
+                        "live gateway, or the bare LM engine")
+    r.add_argument("--host-model", default="live", choices=("live", "off"),
+                   help="live (default): the simulator models the live host (engine iterations, shared cores, "
+                        "the gateway's costs); off: every replica has a device of its own")
     r.add_argument("--no-sim", action="store_true", help="only the live side")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=run_replay)
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from sim.live.replay import ReplayOptions, replay_and_compare
+    from sim.live.replay import ReplayOptions
+    from sim.live.run import replay_and_compare
 
     opts = ReplayOptions(url=args.live, trace=args.trace, out=args.out, requests=args.requests,
                          time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,
                          max_output=args.max_output, token=args.token or os.environ.get("EDGEPOP_TOKEN"),
                          account=args.account, concurrency=args.concurrency, profile=args.profile,
                          profile_source=args.profile_source, simulate=not args.no_sim, seed=args.seed)
-    report = replay_and_compare(opts, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    report = replay_and_compare(opts, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                host_model=args.host_model == "live")
     print(report)
     return 0

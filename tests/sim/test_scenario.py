@@ -131,7 +131,7 @@ def test_trace_replay_keeps_the_trace(topo):
 
 @pytest.mark.parametrize("table, text, message", [
     ("edge", 'router = "neerest"', r"s\.toml \[edge\]: field 'router': unknown routing policy 'neerest' \(known: "
-                                   r"adapter-aware, latency-load, nearest-with-capacity, p2c, prefix-aware"),
+                                   r"adapter-aware, latency-load, nearest-balanced, nearest-with-capacity, p2c, prefix-aware"),
     ("edge", 'router = "p2c"\nrouter_options = { kk = 2 }',
      r"s\.toml \[edge\] router_options: routing policy 'p2c' has no option 'kk' \(options: k\)"),
     ("edge", 'router = "p2c"\nrouter_options = { k = "2" }', r"option 'k' must be an integer, got '2'"),
@@ -139,7 +139,7 @@ def test_trace_replay_keeps_the_trace(topo):
      r"session-affinity -> fallback 'p2c'.*option 'k' must be an integer"),
     ("central", 'placement = "central"\nplacement_options = { scael = 2.0 }',
      r"s\.toml \[central\] placement_options: placement policy 'central' has no option 'scael' \(options: "
-     r"baseline, scale\)"),
+     r"baseline, budget, node, scale\)"),
     ("edge", 'autoscaler = "reactiv"', r"field 'autoscaler': unknown autoscaling policy 'reactiv' \(known: none, "
                                        r"reactive, scheduled\)"),
     ("techniques", 'batch_policy = "nite"', r"field 'batch_policy': unknown batch policy 'nite' \(known: night, none\)"),

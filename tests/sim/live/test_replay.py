@@ -12,8 +12,9 @@ from kit.gateway import GEN
 
 from dataplane.engine_profile import engine_profile
 from sim.live import live_profile
+from sim.live.client import fetch_deployment
 from sim.live.fidelity import compare, mirror_deployment, simulate_like, summarize
-from sim.live.replay import ReplayOptions, build_requests, fetch_deployment, send_all
+from sim.live.replay import ReplayOptions, build_requests, send_all
 from sim.traces import read_trace
 
 

@@ -1,0 +1,142 @@
+"""Sim vs live replay matrix: does the simulator predict its own live system?
+
+For a one-PoP (FRA) and a four-PoP (FRA, LHR, IAD, SIN) deployment of ``@cf/meta/llama-3.2-1b-instruct`` (stand-in
+gpt2-tiny) served by a real ``edgepop serve --threads 1`` subprocess on 127.0.0.1 (WAN delays injected at scale
+1): measure the live-host profile once (``sim.live.host_profile``), then for each trace (the shipped Azure
+conversation trace, the shipped Mooncake-style trace, a bursty synthetic one) measure the deployment's capacity
+for it (all requests at once) and replay it at two loads (``light``: 25% of that capacity, ``near-saturation``:
+85%), each cell simulated with the live-host model and compared: TTFT, TPOT and E2E at p50 (goal: within 5%)
+and p95 (goal: within 10%). Prompts are capped at 256 tokens and outputs at 32, as ``edgepop replay`` does.
+
+Every cell reports the host's 1-minute load average before and after it and the cores the gateway's engine
+threads and event loop kept busy: figures from a loaded machine are not the quiet-machine figures the goal is
+about. The live-host profile is re-measured before every cell (``--profile-every cell``; the other jobs on a shared
+machine change its speed within minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells;
+skipped cells are listed.
+
+    python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
+        [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]
+
+Last stdout line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from dataplane import registry
+from dataplane.gateway.server import spawn_serve
+from dataplane.session import SessionConfig
+from sim.live.client import fetch_deployment
+from sim.live.host_profile import measure_host_profile, pop_locations
+from sim.live.matrix import LOADS, bursty_trace, capacity_rps, run_cell, trace_rate
+from sim.live.replay import ReplayOptions
+from topology import Topology
+
+MODEL = "@cf/meta/llama-3.2-1b-instruct"
+DEPLOYMENTS = {"1": ["FRA"], "4": ["FRA", "LHR", "IAD", "SIN"]}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--pops", default="1,4")
+    ap.add_argument("--traces", default="azure,mooncake,bursty")
+    ap.add_argument("--loads", default=",".join(LOADS))
+    ap.add_argument("--out", default="out/bench_fidelity_live")
+    ap.add_argument("--budget-s", type=float, default=2700.0, help="start no new cell after this many seconds")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile-every", choices=("cell", "deployment"), default="cell",
+                    help="re-measure the live-host profile before every cell (default: the machine's other load "
+                         "drifts within minutes) or once per deployment")
+    ap.add_argument("--engine-profile", choices=("served", "alone"), default="served",
+                    help="engine service times read inside the live gateway (default) or of an engine in this "
+                         "process")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    traces = {"azure": str(ROOT / "sim/data/azure_llm_conv_2023.csv"),
+              "mooncake": str(ROOT / "sim/data/mooncake_style_synthetic.jsonl"),
+              "bursty": str(bursty_trace(out / "bursty.jsonl", n=max(200, args.requests), seed=args.seed))}
+    t_start = time.monotonic()
+    cells, skipped = [], []
+    for n_pops in args.pops.split(","):
+        run_deployment(n_pops, args, traces, out, t_start, cells, skipped)
+    result = {"benchmark": "fidelity_live", "model": MODEL, "stand_in": "gpt2-tiny", "threads": 1,
+              "cores": os.cpu_count(), "requests_per_cell": args.requests, "cells": cells, "skipped": skipped,
+              "profile_every": args.profile_every, "engine_profile": args.engine_profile, "cells_met": sum(c["met"] for c in cells),
+              "cells_run": len(cells),
+              "wall_s": round(time.monotonic() - t_start, 1)}
+    for c in cells:
+        print(summary_line(c))
+    print(json.dumps(result))
+    return 0
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, cells: list, skipped: list) -> None:
+    """Serve one deployment, measure its profile and run its cells (appended to ``cells``)."""
+    pops = DEPLOYMENTS[n_pops]
+    tmp = out / f"pops{n_pops}"
+    tmp.mkdir(exist_ok=True)
+    proc, url = spawn_serve(["--no-auth", "--threads", "1", "--pops", ",".join(pops), "--models", MODEL,
+                             "--db", str(tmp / "batch.sqlite")], log=tmp / "serve.log")
+    try:
+        desc = fetch_deployment(url)
+        topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
+        stand_in = desc["stand_ins"][MODEL]
+        session = SessionConfig(intra_op_threads=1)
+        n_ctx = registry.load(stand_in, session).spec.n_ctx
+
+        def measure(tag: str):
+            t0 = time.monotonic()
+            table = measure_host_profile(url, MODEL, stand_in, session, pop_locations(desc, topo, MODEL),
+                                         seed=args.seed, progress=log, n_ctx=n_ctx, engine=args.engine_profile)
+            table.to_csv(tmp / f"profile-{tag}.csv", index=False)
+            return table, round(time.monotonic() - t0, 1)
+
+        profile, profile_s = measure("deployment") if args.profile_every == "deployment" else (None, 0.0)
+        for name in args.traces.split(","):
+            base = ReplayOptions(url=url, trace=traces[name], requests=args.requests, model=MODEL, seed=args.seed)
+            if time.monotonic() - t_start > args.budget_s:
+                skipped += [f"{n_pops} PoP / {name} / {load}" for load in args.loads.split(",")]
+                continue
+            cap = capacity_rps(base, topo, args.requests)
+            rate = trace_rate(traces[name], base)
+            log(f"{n_pops} PoP(s), {name}: capacity {cap:.2f} req/s, trace rate {rate:.3f} req/s")
+            for load in args.loads.split(","):
+                if time.monotonic() - t_start > args.budget_s:
+                    skipped.append(f"{n_pops} PoP / {name} / {load}")
+                    continue
+                if args.profile_every == "cell":
+                    profile, profile_s = measure(f"{name}-{load}")
+                opts = replace(base, time_scale=LOADS[load] * cap / rate)
+                cell = run_cell(opts, desc, topo, profile, tmp / f"{name}-{load}", log)
+                cell.update(pops=n_pops, trace=name, load=load, rho=LOADS[load], capacity_rps=round(cap, 3),
+                            profile_s=profile_s)
+                cells.append(cell)
+                log(summary_line(cell))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def summary_line(c: dict) -> str:
+    errs = " ".join(f"{k} {c[k]['err_pct']:+.1f}%" for k in ("ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95",
+                                                             "e2e_p50", "e2e_p95") if c[k]["err_pct"] is not None)
+    return (f"{c['pops']} PoP {c['trace']:8s} {c['load']:15s} {c['offered_rps']} req/s  {errs}  "
+            f"load {c['loadavg_1m_before']}->{c['loadavg_1m_after']}  {'met' if c['met'] else 'missed'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

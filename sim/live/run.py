@@ -1,0 +1,139 @@
+"""One ``edgepop replay`` run: measure the profile, replay the trace live, simulate the same requests, compare
+percentiles and decompositions, write everything and return the report.
+
+Outputs in ``out``: ``profile.csv`` (unless ``--profile``), ``live.parquet`` (client side), ``sim.parquet``,
+``comparison.csv`` (p50/p95 of TTFT, TPOT, E2E), ``decomposition.csv`` (every request's components, live and
+simulated, :mod:`sim.live.decompose`) and ``host.json`` (the host during the run: CPU seconds of the gateway's
+engine threads, its event loop and the replay client, wall time, cores, load average).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dataplane import registry
+from dataplane.gateway.server import require_loopback
+from dataplane.session import SessionConfig
+from edgepop.errors import UserError
+from sim.live.client import fetch_deployment, fetch_timings
+from sim.live.decompose import live_frame, one_request, side_by_side, sim_components
+from sim.live.fidelity import compare, measure_profile, simulate_like, summarize
+from sim.live.host_profile import measure_host_profile, pop_locations
+from sim.live.live_profile import gateway_profile
+from sim.live.replay import ReplayOptions, build_requests, send_all
+from sim.traces import read_trace
+from topology import Topology
+
+PROFILE_SOURCES = ("host", "gateway", "engine")
+
+
+def cpu_by_role(host: dict) -> dict[str, float]:
+    """CPU seconds of the gateway's threads by role (``engine``, ``event-loop``, ``other``)."""
+    out: dict[str, float] = {}
+    for t in host["threads"]:
+        out[t["role"]] = out.get(t["role"], 0.0) + t["cpu_s"]
+    return out
+
+
+def host_usage(before: dict, after: dict, wall_s: float, client_cpu_s: float) -> dict:
+    """What the run used of the host: CPU seconds per role over ``wall_s``, as cores busy on average."""
+    a, b = cpu_by_role(before), cpu_by_role(after)
+    cpu = {k: round(b.get(k, 0.0) - a.get(k, 0.0), 3) for k in sorted(set(a) | set(b))}
+    cpu["replay-client"] = round(client_cpu_s, 3)
+    return {"wall_s": round(wall_s, 3), "cpu_s": cpu, "cores_busy": {k: round(v / wall_s, 3) for k, v in cpu.items()}
+            if wall_s > 0 else {}, "cores": after.get("cores"), "loadavg_before": before.get("loadavg"),
+            "loadavg_after": after.get("loadavg")}
+
+
+def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator, progress=print
+                ) -> tuple[pd.DataFrame, list[dict], dict]:
+    """Send the trace; returns the client-side frame (with each request's ``first_piece``), the gateway's
+    timelines of its requests and the host's use during the run."""
+    frame = build_requests(read_trace(opts.trace)[0], topo, opts, rng)
+    trace = f"replay-{uuid.uuid4().hex[:12]}:"
+    progress(f"replaying {len(frame)} requests over {frame.arrival_s.max():.1f} s against {opts.url}")
+    before = fetch_timings(opts.url, trace, opts.token)["host"]
+    t0, c0 = time.monotonic(), time.process_time()
+    live = asyncio.run(send_all(frame, opts, rng, trace))
+    wall, client_cpu = time.monotonic() - t0, time.process_time() - c0
+    got = fetch_timings(opts.url, trace, opts.token)
+    timelines = got["requests"]
+    by_trace = {t["trace"]: t for t in timelines}
+    live["first_piece"] = [((by_trace.get(tr) or {}).get("engine") or {}).get("first_piece") or 1
+                           for tr in live.trace]
+    return live, timelines, host_usage(before, got["host"], wall, client_cpu)
+
+
+def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = True) -> str:
+    """Run the live replay, then (unless ``simulate`` is off) the simulator, write outputs, return the report."""
+    require_loopback(opts.url)
+    desc = fetch_deployment(opts.url, opts.token)
+    if opts.model not in {p["model"] for p in desc["placement"]}:
+        raise UserError(f"replay: model {opts.model!r} is not served by {opts.url}")
+    if opts.profile_source not in PROFILE_SOURCES:
+        raise UserError(f"replay: profile source must be one of {', '.join(PROFILE_SOURCES)}, "
+                        f"got {opts.profile_source!r}")
+    topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
+    rng = np.random.default_rng(opts.seed)
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    profile = opts.profile
+    if opts.simulate and not profile:  # measured before the live run, under the same machine conditions
+        profile = measure_for_replay(opts, desc, topo, progress)
+        profile.to_csv(out / "profile.csv", index=False)
+    live, timelines, host = live_replay(opts, desc, topo, rng, progress)
+    live.to_parquet(out / "live.parquet", index=False)
+    (out / "host.json").write_text(json.dumps(host, indent=1))
+    ok = live[(live.status == 200) & (live.error == "")]
+    progress(f"live: {len(ok)}/{len(live)} ok; wrote {out / 'live.parquet'}")
+    parts_live = live_frame(live, timelines)
+    if not opts.simulate:
+        return summarize(ok).to_string(index=False) + "\n\n" + host_report(host)
+    sim = simulate_like(desc, live, topo, profile, progress=progress, host_model=host_model)
+    sim.to_parquet(out / "sim.parquet", index=False)
+    table = compare(sim, live)
+    table.to_csv(out / "comparison.csv", index=False)
+    parts_sim = sim_components(sim)
+    pd.concat([parts_live.assign(side="live"), parts_sim.assign(side="sim")], ignore_index=True).to_csv(
+        out / "decomposition.csv", index=False)
+    lines = [table.to_string(index=False), "",
+             "where the time goes (ms; means add up to E2E, TTFT = the parts up to prefill + first_delivery):",
+             side_by_side(parts_sim, parts_live).to_string(index=False)]
+    if len(parts_live) and len(parts_sim):
+        one = one_request(parts_sim, parts_live)
+        lines += ["", f"one request (id {int(one.request_id.iloc[0])}, the live median E2E):",
+                  one.drop(columns="request_id").to_string(index=False)]
+    lines += ["", host_report(host)]
+    return "\n".join(lines)
+
+
+def host_report(host: dict) -> str:
+    cpu = ", ".join(f"{k} {v:.2f} s ({host['cores_busy'].get(k, 0):.2f} cores)" for k, v in host["cpu_s"].items())
+    load = host.get("loadavg_before") or [float("nan")]
+    return (f"host during the run ({host['wall_s']:.1f} s, {host['cores']} cores, load average "
+            f"{load[0]:.2f} before): {cpu}")
+
+
+def measure_for_replay(opts: ReplayOptions, desc: dict, topo, progress=print) -> pd.DataFrame:
+    """The service-time profile the simulator uses: the live-host profile (default), service times through the
+    gateway, or the bare LM engine."""
+    stand_in = desc["stand_ins"][opts.model]
+    session = SessionConfig(provider=desc.get("provider", "auto"), intra_op_threads=desc.get("threads", 0))
+    n_ctx = registry.load(stand_in, session).spec.n_ctx
+    if opts.profile_source == "engine":
+        return measure_profile([stand_in], progress, session)
+    if opts.profile_source == "host":
+        return measure_host_profile(opts.url, opts.model, stand_in, session, pop_locations(desc, topo, opts.model),
+                                    opts.token, opts.account, opts.seed, progress, n_ctx=n_ctx)
+    progress(f"measuring {opts.model} ({stand_in}) through the gateway (pass --profile to reuse a table)")
+    scale = float(desc["delay_scale"]) if desc["delay"] else 0.0
+    return gateway_profile(opts.url, opts.model, stand_in, scale, opts.token, opts.account, max_context=n_ctx,
+                           seed=opts.seed)
+

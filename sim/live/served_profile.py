@@ -1,0 +1,141 @@
+"""The LM engine's service times *as the live gateway runs it*, read from the engine's own stamps in the gateway's
+request timelines (:mod:`dataplane.gateway.timeline`), in the profile-table format of ``edgepop profile``.
+
+An engine measured in another process (:mod:`dataplane.engine_profile`) misses what the gateway's process adds
+to every iteration: its event loop and HTTP server share the interpreter lock and the cores with the engine
+threads. Here calibration requests go through the live gateway and only the engine-side stamps are read, so
+neither HTTP nor the injected delays enter the figures:
+
+* ``prefill`` (``batch_size`` prompts of ``tokens`` tokens, ``max_tokens=1``, sent together while a blocker keeps
+  the engine busy, so it admits them in one iteration): last first token - admission; bursts the engine still
+  split over iterations are dropped;
+* ``decode`` (``batch_size`` streams of ``context``-token prompts admitted together): the mean decode step of the
+  requests whose every step ran at that batch size;
+* ``iter_gap``: the mean time between two decode iterations of those requests (the engine loop's bookkeeping,
+  and waiting for a core or the interpreter lock when the host is busy);
+* ``host_share`` (``batch_size`` = k replicas, each decoding two streams at once): the mean decode step while k
+  of the deployment's engines decode together (one per emulated PoP, clients placed at each PoP).
+
+Medians over ``repeats``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pandas as pd
+
+from dataplane.gateway.timeline import TRACE_HEADER
+from dataplane.profiler import COLUMNS
+from sim.live.client import fetch_timings, prompt_text, stream_once
+
+PROMPT_TOKENS = (8, 32, 64, 128, 256, 384)
+PREFILL_BATCH = (1, 2, 4, 8)
+DECODE_BATCH = (1, 2, 4, 8, 16)
+CONTEXTS = (32, 128, 256, 384)
+
+
+class _Gateway:
+    """Bursts of traced streaming requests to one live gateway, and their engine records."""
+
+    def __init__(self, url: str, model: str, token: str | None, account: str, seed: int, n_ctx: int):
+        self.n_ctx = n_ctx
+        self.url = f"{url.rstrip('/')}/client/v4/accounts/{account}/ai/run/{model}"
+        self.base_url = url
+        self.headers = {"authorization": f"Bearer {token}"} if token else {}
+        self.rng = np.random.default_rng(seed)
+        self.prefix = f"served-{time.monotonic_ns()}-"
+        self.n = 0
+
+    async def burst(self, client, sizes: list[int], max_tokens: int, locations: list[str]) -> list[dict]:
+        """Send one request per size at once (from ``locations``) while a blocker keeps each engine busy, so that
+        the engine admits them together when the blocker's iteration ends; their engine records."""
+        self.n += 1
+        group = f"{self.prefix}{self.n}:"
+        blockers = []
+        # One prefill per engine, first, long enough to outlast the burst's arrival (every request costs the
+        # gateway a millisecond or two before it reaches the engine).
+        block = min(self.n_ctx - 2, 96 + 24 * len(sizes))
+        for j, loc in enumerate(dict.fromkeys(locations)):
+            body = {"prompt": prompt_text(block, self.rng), "max_tokens": 1, "stream": True, "ignore_eos": True}
+            headers = {**self.headers, TRACE_HEADER: f"{group}b{j}", "x-edgepop-client-location": loc}
+            blockers.append(asyncio.ensure_future(stream_once(client, self.url, headers, body)))
+        await asyncio.sleep(0.02)
+        jobs = []
+        for i, (n, loc) in enumerate(zip(sizes, locations, strict=True)):
+            body = {"prompt": prompt_text(n, self.rng), "max_tokens": max_tokens, "stream": True,
+                    "ignore_eos": True, "seed": i}
+            headers = {**self.headers, TRACE_HEADER: f"{group}{i}", "x-edgepop-client-location": loc}
+            jobs.append(stream_once(client, self.url, headers, body))
+        recs = await asyncio.gather(*jobs)
+        await asyncio.gather(*blockers)
+        if any(r["status"] != 200 or r["error"] for r in recs):
+            return []
+        token = self.headers.get("authorization", "").removeprefix("Bearer ") or None
+        got = fetch_timings(self.base_url, group, token)["requests"]
+        return [t["engine"] for t in got if not t["trace"].removeprefix(group).startswith("b")
+                and t.get("engine") and t["engine"].get("first_token") is not None]
+
+
+async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, steps: int, prompt_tokens,
+                   prefill_batch, decode_batch, contexts, host_engines) -> list[tuple]:
+    import httpx
+
+    rows = []
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as c:
+        await gw.burst(c, [8], 2, where[:1])  # warm-up
+        for b in prefill_batch:
+            for n in (t for t in prompt_tokens if t < n_ctx - 1):
+                ms = []
+                for _ in range(repeats * 2):  # bursts the engine split over iterations do not count
+                    eng = await gw.burst(c, [n] * b, 1, where[:1] * b)
+                    if len(eng) == b and len({e["admitted"] for e in eng}) == 1:
+                        ms.append((max(e["first_token"] for e in eng) - eng[0]["admitted"]) * 1e3)
+                    if len(ms) == repeats:
+                        break
+                if ms:
+                    rows.append(("prefill", b, n, 0, float(np.median(ms))))
+        gaps = []
+        for b in decode_batch:
+            for ctx in (x for x in contexts if x + steps + 1 < n_ctx):
+                ms = []
+                for _ in range(repeats):
+                    eng = await gw.burst(c, [ctx] * b, steps + 1, where[:1] * b)
+                    clean = [e for e in eng if e["steps"] and e["batch_sum"] == b * e["steps"]]
+                    ms += [e["decode_s"] / e["steps"] * 1e3 for e in clean]
+                    gaps += [(e["last_token"] - e["first_token"] - e["decode_s"] - e["stall_s"]) / e["steps"] * 1e3
+                             for e in clean]
+                if ms:
+                    rows.append(("decode", b, 1, ctx, float(np.median(ms))))
+        if gaps:  # the mean: rare long waits for a core are what it is about
+            rows.append(("iter_gap", 1, 0, 0, max(float(np.mean(gaps)), 0.0)))
+        for k in host_engines:
+            ms = []
+            for _ in range(repeats):
+                eng = await gw.burst(c, [128] * (2 * k), 2 * steps + 1, [loc for loc in where[:k] for _ in (0, 1)])
+                ms += [e["decode_s"] / e["steps"] * 1e3 for e in eng if e["steps"] and e["batch_sum"] == 2 * e["steps"]]
+            if ms:
+                rows.append(("host_share", k, 1, 128, float(np.median(ms))))
+    return rows
+
+
+def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: list[tuple[float, float]],
+                          n_ctx: int = 512, token: str | None = None, account: str = "local", seed: int = 0,
+                          repeats: int = 3, steps: int = 16, prompt_tokens=PROMPT_TOKENS,
+                          prefill_batch=PREFILL_BATCH, decode_batch=DECODE_BATCH, contexts=CONTEXTS,
+                          host_engines=None) -> pd.DataFrame:
+    """``prefill``, ``decode`` and ``host_share`` rows of ``model`` (named after ``stand_in``) measured inside
+    the live gateway at ``url``; ``pop_locations``: one client location at each PoP serving the model (the
+    first serves the prefill and decode rows), ``host_engines``: the k values (default 1..PoPs, when several)."""
+    where = [f"{lat:.5f},{lon:.5f}" for lat, lon in pop_locations]
+    if host_engines is None:
+        host_engines = tuple(range(1, len(where) + 1)) if len(where) > 1 else ()
+    gw = _Gateway(url, model, token, account, seed, n_ctx)
+    rows = asyncio.run(_measure(gw, where, n_ctx, repeats, steps, prompt_tokens, prefill_batch, decode_batch,
+                                contexts, host_engines))
+    table = pd.DataFrame([(stand_in, *r) for r in rows], columns=COLUMNS[:6])
+    table["ms"] = table.ms.round(4)
+    return table

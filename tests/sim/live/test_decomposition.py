@@ -1,0 +1,95 @@
+"""Where the time goes, live and simulated: a short trace replayed against a real ``edgepop serve`` process on
+127.0.0.1; for every request the live components (client stamps chained with the gateway's timeline on one
+monotonic clock) add up to the E2E and TTFT the client measured, and the live-host simulation's components add
+up to its own. Nothing here asserts how long anything took."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from kit.gateway import GEN
+
+from dataplane.engine_profile import engine_profile
+from dataplane.gateway.server import spawn_serve
+from sim.live.client import fetch_deployment, fetch_timings
+from sim.live.decompose import E2E_PARTS, TTFT_PARTS, live_frame, side_by_side, sim_components
+from sim.live.fidelity import simulate_like
+from sim.live.host_model import HostParams
+from sim.live.host_profile import gateway_costs
+from sim.live.replay import ReplayOptions, build_requests, send_all
+from sim.traces import read_trace
+
+
+def _trace(path, n=8):
+    with open(path, "w") as fh:
+        for i in range(n):  # pairs arrive together: prompts join running batches, prefills stall decodes
+            fh.write(json.dumps({"timestamp": (i // 2) * 120, "input_length": 12 + 9 * i, "output_length": 3 + i,
+                                 "hash_ids": []}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A real ``edgepop serve`` subprocess: two PoPs (one engine each), WAN delays on, one intra-op thread."""
+    d = tmp_path_factory.mktemp("decomp")
+    proc, url = spawn_serve(["--no-auth", "--threads", "1", "--pops", "FRA,SIN", "--models", GEN,
+                             "--db", str(d / "b.sqlite")], log=d / "serve.log")
+    yield url, d
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_live_decomposition_adds_up_for_every_request(served, topo):
+    url, d = served
+    opts = ReplayOptions(url=url, trace=str(_trace(d / "t.jsonl")), model=GEN, max_prompt=96, max_output=12)
+    frame = build_requests(read_trace(opts.trace)[0], topo, opts, np.random.default_rng(3))
+    live = asyncio.run(send_all(frame, opts, np.random.default_rng(4), trace="decomp:"))
+    assert (live.status == 200).all() and (live.error == "").all(), live.error.tolist()
+    got = fetch_timings(url, "decomp:")
+    assert sorted(t["trace"] for t in got["requests"]) == sorted(f"decomp:{i}" for i in range(len(frame)))
+    assert {t["role"] for t in got["host"]["threads"]} >= {"engine", "event-loop"}
+    parts = live_frame(live, got["requests"]).set_index("request_id")
+    assert sorted(parts.index) == list(range(len(frame)))  # every request has a complete chain
+    measured = live.set_index("request_id")
+    e2e_sum = parts[list(E2E_PARTS)].sum(axis=1)
+    ttft_sum = parts[list(TTFT_PARTS)].sum(axis=1)
+    assert np.allclose(e2e_sum, measured.loc[parts.index, "e2e_ms"], atol=1.0, rtol=0)
+    assert np.allclose(ttft_sum, measured.loc[parts.index, "ttft_ms"], atol=1.0, rtol=0)
+    assert parts[list(E2E_PARTS)].notna().all().all()
+    # The gateway served each request on the replica it reported, each replica with an engine of its own.
+    replicas = {t["trace"]: t["replica"] for t in got["requests"]}
+    desc = fetch_deployment(url)
+    pop_of = {p["replica"]: p["pop"] for p in desc["placement"]}
+    assert all(pop_of[replicas[tr]] == pop for tr, pop in zip(live.trace, live.serving_pop, strict=True))
+    assert desc["engines"] == "per-replica"
+
+    # The live-host simulation of the same requests: its components add up to its own TTFT and E2E.
+    table = pd.concat([
+        engine_profile("gpt2-tiny", prompt_tokens=(8, 64, 96), decode_batch=(1, 2), contexts=(32, 96), steps=4,
+                       repeats=1, prefill_batch=(1, 2), host_engines=(1, 2)),
+        gateway_costs(url, GEN, "gpt2-tiny", prompt_tokens=(16,), max_tokens=4, repeats=2).assign(
+            provider="x", host="y")], ignore_index=True)
+    table["provider"], table["host"] = table.provider.iloc[0], table.host.iloc[0]
+    params = HostParams(table)
+    assert params.slowdown(1) == 1.0 and params.slowdown(4) >= params.slowdown(2) >= 1.0
+    live["first_piece"] = [json_first_piece(got, tr) for tr in live.trace]
+    sim = simulate_like(desc, live, topo, profile=table, host_model=True)
+    assert (sim.outcome == "ok").all()
+    sparts = sim_components(sim).set_index("request_id")
+    s = sim.set_index("request_id")
+    assert np.allclose(sparts[list(E2E_PARTS)].sum(axis=1), s.loc[sparts.index, "e2e_ms"], atol=1e-6)
+    assert np.allclose(sparts[list(TTFT_PARTS)].sum(axis=1), s.loc[sparts.index, "ttft_ms"], atol=1e-6)
+    sent = measured.arrival_s + measured.sent_lag_ms / 1e3
+    assert np.allclose(s.loc[measured.index, "arrival_s"], sent)  # the simulated clients send when the live ones did
+    table = side_by_side(sparts.reset_index(), parts.reset_index())
+    e2e_row = table.set_index("component").loc["E2E"]
+    assert np.isclose(e2e_row.live_mean_ms, e2e_sum.mean(), atol=1e-3)
+
+
+def json_first_piece(got: dict, trace: str) -> int:
+    tl = next(t for t in got["requests"] if t["trace"] == trace)
+    return int(tl["engine"]["first_piece"] or 1)

@@ -1,0 +1,110 @@
+"""The live-host model on known service times: the live engine's iteration structure (a request arriving
+mid-step waits for it, prompts admitted together are prefilled padded to the longest, a prefill stalls the
+decoding batch), processor sharing of the host, and a decomposition that adds up. Simulated time only."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from kit.gateway import GEN
+
+from dataplane.gateway.backend import Backend
+from dataplane.gateway.config import GatewayConfig
+from sim.live.decompose import E2E_PARTS, TTFT_PARTS, sim_components
+from sim.live.fidelity import simulate_like
+from sim.live.host_model import HostParams, fit_host_share, share_slowdown
+from sim.live.replay import ReplayOptions, build_requests
+from sim.traces import read_trace
+
+STEP_MS = 2.0
+
+
+class ConstPerf:
+    """Prefill: 1 ms per padded token (batch x longest); decode: 2 ms a step, whatever the batch."""
+
+    def __init__(self, table=None):
+        if table is not None:
+            self.table = table
+
+    def prefill_batch_ms(self, spec, gpu, tokens, **_):
+        return float(len(tokens) * max(tokens))
+
+    def prefill_ms(self, spec, gpu, tokens, **_):
+        return float(tokens)
+
+    def decode_step_ms(self, spec, gpu, batch, context, **_):
+        return STEP_MS
+
+
+@pytest.fixture(scope="module")
+def desc(topo):
+    return Backend(GatewayConfig(pops=["FRA", "SIN"], models=[GEN], delay=True), topo).describe()
+
+
+def _live(tmp_path, topo, rows: list[tuple[float, int, int]]) -> pd.DataFrame:
+    """A replay frame as the live side would leave it: (arrival s, prompt, output) per request, from Frankfurt."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": int(a * 1e3), "input_length": p, "output_length": o,
+                                        "hash_ids": []}) + "\n" for a, p, o in rows))
+    opts = ReplayOptions(url="http://127.0.0.1:1", trace=str(path), model=GEN, max_prompt=400, max_output=64)
+    f = build_requests(read_trace(str(path))[0], topo, opts, np.random.default_rng(0))
+    f["user_lat"], f["user_lon"] = 50.11, 8.68  # every client in Frankfurt: served at FRA
+    ingress, access = topo.ingress(f.user_lat.to_numpy(), f.user_lon.to_numpy())
+    f["ingress"], f["access_rtt_ms"] = ingress.astype(np.int64), access
+    f["ingress_pop"] = topo.pops.id.to_numpy()[ingress]
+    return f.assign(sent_lag_ms=0.0, completion_tokens=f.output_tokens, prompt_tokens_served=f.prompt_tokens,
+                    status=200, error="")
+
+
+def test_iterations_mirror_the_live_engine(desc, topo, tmp_path):
+    # A alone; B arrives 1 ms into A's decoding (mid-step); C and D arrive together later.
+    live = _live(tmp_path, topo, [(0.0, 40, 5), (0.0415, 10, 3), (1.0, 20, 2), (1.0, 60, 2)])
+    sim = simulate_like(desc, live, topo, perf=ConstPerf(), host_model=True).set_index("request_id")
+    parts = sim_components(sim.reset_index()).set_index("request_id")
+    assert (sim.outcome == "ok").all()
+    # A alone: prefill 40 ms, then 4 decode steps of 2 ms.
+    assert parts.loc[0, "prefill"] == pytest.approx(40.0) and parts.loc[0, "engine_wait"] == 0.0
+    # B waits for A's running step to end, and its 10 ms prefill stalls A.
+    assert 0.0 < parts.loc[1, "engine_wait"] <= STEP_MS + 1e-9
+    assert parts.loc[1, "prefill"] == pytest.approx(10.0)
+    assert parts.loc[0, "stall"] == pytest.approx(10.0)
+    # C and D are admitted together: one call padded to the longer prompt, 2 x 60 ms.
+    assert parts.loc[2, "prefill"] == pytest.approx(120.0) and parts.loc[3, "prefill"] == pytest.approx(120.0)
+    # Decode steps are the profile's; TTFT and E2E are the sums of their parts.
+    assert parts.step_ms.to_numpy() == pytest.approx(STEP_MS)
+    assert np.allclose(parts[list(E2E_PARTS)].sum(axis=1), sim.loc[parts.index, "e2e_ms"], atol=1e-6)
+    assert np.allclose(parts[list(TTFT_PARTS)].sum(axis=1), sim.loc[parts.index, "ttft_ms"], atol=1e-6)
+    tpot = (sim.e2e_ms - sim.ttft_ms) / (sim.output_tokens - 1)
+    assert np.allclose(sim.tpot_ms, tpot)
+
+
+def test_shared_host_slows_engines_busy_at_once(desc, topo, tmp_path):
+    """Two replicas decoding at once on a host fitted to one core: each step takes twice as long."""
+    table = pd.DataFrame({"phase": ["host_share", "host_share"], "batch_size": [1, 2], "tokens": [1, 1],
+                          "ms": [2.0, 4.0]})
+    assert HostParams(table, max_cores=2.0).slowdown(2) == pytest.approx(2.0)
+    live = _live(tmp_path, topo, [(0.0, 8, 20), (0.0, 8, 20)])
+    live.loc[1, ["user_lat", "user_lon"]] = 1.35, 103.82  # Singapore: served at SIN
+    ingress, access = topo.ingress(live.user_lat.to_numpy(), live.user_lon.to_numpy())
+    live["ingress"], live["access_rtt_ms"] = ingress.astype(np.int64), access
+    alone = simulate_like(desc, live.iloc[:1], topo, perf=ConstPerf(table), host_model=True)
+    both = simulate_like(desc, live, topo, perf=ConstPerf(table), host_model=True)
+    assert set(both.serving_site) == {"FRA", "SIN"}
+    step_alone = sim_components(alone).step_ms.iloc[0]
+    steps_both = sim_components(both).step_ms.to_numpy()
+    assert step_alone == pytest.approx(STEP_MS)
+    assert steps_both.max() > 1.5 * STEP_MS  # while both decode, each runs at half speed
+
+
+def test_host_share_fit_reads_cores_and_lock():
+    k = np.array([1.0, 2.0, 3.0, 4.0])
+    for cores, lock in ((2.0, 0.3), (1.0, 0.0), (2.0, 0.8)):
+        s = np.array([share_slowdown(n, n * lock, cores, lock) for n in k])
+        fc, fl = fit_host_share(k, s, 2.0)
+        got = np.array([share_slowdown(n, n * fl, fc, fl) for n in k])
+        assert np.allclose(got, s, rtol=0.03)
+    # Alone, an engine and the event loop on two cores without lock contention run at full speed.
+    assert share_slowdown(2, 1.0, 2.0, 0.0) == 1.0
