@@ -129,13 +129,14 @@ class Backend:
     def task(self, model: str) -> str:
         return self.catalog[model].task
 
-    def engine_key(self, replica) -> tuple[str, int]:
-        """The engine that executes ``replica``'s requests: the replica's own engine, (stand-in, replica id)."""
-        return self.stand_in[replica.model], replica.id
+    def engine_key(self, replica) -> str:
+        """The engine that executes ``replica``'s requests: the replica's own, ``<stand-in>@<replica id>`` (the
+        engine thread's name and its metrics label)."""
+        return f"{self.stand_in[replica.model]}@{replica.id}"
 
-    def engine_concurrency(self, key: tuple[str, int]) -> int:
+    def engine_concurrency(self, key: str) -> int:
         """Requests the engine ``key`` runs at once (its batch)."""
-        task = registry.get_card(key[0]).task
+        task = registry.get_card(key.rsplit("@", 1)[0]).task
         return self.config.lm_max_batch if task == "text-generation" else self.config.encoder_max_batch
 
     def describe(self) -> dict:

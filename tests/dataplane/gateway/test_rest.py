@@ -152,7 +152,7 @@ def test_metrics_expose_requests_memory_and_control_plane(gateway):
     assert 'edgepop_requests_total{endpoint="run",model="@cf/meta/llama-3.2-1b-instruct"' in text
     assert "process_resident_memory_bytes" in text
     assert 'edgepop_cp_requests{state="running"}' in text
-    assert 'edgepop_engine_outstanding{engine="gpt2-tiny"}' in text and "edgepop_shed_total" in text
+    assert 'edgepop_engine_outstanding{engine="gpt2-tiny@' in text and "edgepop_shed_total" in text
     assert 'edgepop_http_responses_total{route="/client/v4/accounts/{account_id}/ai/run/{model:path}",status="400"}' \
         in text
 
