@@ -35,7 +35,13 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import Bounds, milp
 
-from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementProblem, get_policy
+from controlplane.placement.base import (
+    PLACEMENTS,
+    InfeasiblePlacementError,
+    PlacementPolicy,
+    PlacementProblem,
+    get_policy,
+)
 from controlplane.placement.ilp_model import IlpModel
 from controlplane.placement.packing import pack_groups
 from controlplane.placement.result import Placement
@@ -92,14 +98,14 @@ class IlpPlacement(PlacementPolicy):
         solutions = {name: model.complete(c) for name, c in starts.items()}
         solutions = {name: x for name, x in solutions.items() if x is not None}
         if "rounding" in solutions:
-            plans["rounding"] = self._placement(problem, model, solutions["rounding"])
+            self._add_plan(plans, "rounding", problem, model, solutions["rounding"])
         x0 = min(solutions.values(), key=lambda x: model.cost @ x, default=None)
         mode = "exact" if len(model.unit_group) <= self.exact_max_integers else "rens+exact"
         prep_s = time.perf_counter() - t0
         res, phases, bound = self._branch_and_bound(model, mode, c_relaxed, list(starts.values()), x0, deadline)
         if res is not None and res.x is not None:
             solutions["milp"] = res.x
-            plans["milp"] = self._placement(problem, model, res.x)
+            self._add_plan(plans, "milp", problem, model, res.x)
         if not plans:
             raise UserError(f"ilp placement found no plan within {self.time_limit_s:g} s; raise the time limit")
         bound = max(float(relaxed.fun), bound)
@@ -165,6 +171,14 @@ class IlpPlacement(PlacementPolicy):
                 opts["read_solution_file"] = str(start)
             return milp(model.cost, constraints=model.constraints, integrality=model.integrality,
                         bounds=Bounds(lower, upper), options=opts)
+
+    def _add_plan(self, plans: dict, name: str, problem, model: IlpModel, x: np.ndarray) -> None:
+        """Add the packed plan of ``x`` as a candidate, unless packing it loses every replica of a model (the MILP
+        packs by group; the ledger packs GPU by GPU): then the other candidates stay."""
+        try:
+            plans[name] = self._placement(problem, model, x)
+        except InfeasiblePlacementError:
+            pass
 
     def _placement(self, problem, model: IlpModel, x: np.ndarray) -> Placement:
         net = model.net

@@ -59,6 +59,8 @@ class IlpModel:
         useful = size[ug] * (net.node_gpus[first[ug]] // net.tp[um])
         upper_c = np.minimum(size[ug] * net.max_replicas[first[ug], um], useful)
         packing, packing_rhs = self._packing_cuts(c_col, upper_c, gpus)
+        solo, solo_rhs = self._exclusive_rows(c_col, upper_c, gpus)
+        packing, packing_rhs = sp.vstack([packing, solo]), np.concatenate([packing_rhs, solo_rhs])
         pad = sp.csr_matrix((prog.A_eq.shape[0], n_c)), sp.csr_matrix((prog.A_ub.shape[0], n_c))
         self.A = sp.vstack([sp.hstack([prog.A_eq, pad[0]]), sp.hstack([prog.A_ub, pad[1]]), link, memory,
                             at_least_one, strong, packing]).tocsr()
@@ -108,6 +110,25 @@ class IlpModel:
                 cols.append(c_col[units])
                 vals.append(coef[units])
                 rhs.append(float(gpus[g]) + 1e-9)
+        if not rhs:
+            return sp.csr_matrix((0, self.n)), np.zeros(0)
+        return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                             shape=(len(rhs), self.n)), np.array(rhs)
+
+    def _exclusive_rows(self, c_col, upper_c, gpus) -> tuple[sp.csr_matrix, np.ndarray]:
+        """One language model per GPU (``net.exclusive``): a group's exclusive replicas span at most its GPUs,
+        sum_u tp_u c_u <= GPUs, which memory alone does not say (a small model leaves room for another)."""
+        net, ug, um = self.net, self.unit_group, self.unit_model
+        coef = np.where(net.exclusive[um], net.tp[um], 0).astype(float)
+        rows, cols, vals, rhs = [], [], [], []
+        for g in np.unique(ug[coef > 0]):
+            units = np.flatnonzero((ug == g) & (coef > 0))
+            if coef[units] @ upper_c[units] <= gpus[g] + 1e-9:
+                continue  # cannot bind
+            rows.append(np.full(len(units), len(rhs)))
+            cols.append(c_col[units])
+            vals.append(coef[units])
+            rhs.append(float(gpus[g]) + 1e-9)
         if not rhs:
             return sp.csr_matrix((0, self.n)), np.zeros(0)
         return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),

@@ -113,3 +113,20 @@ def test_summary_has_capacity_faults_and_cold_starts(topo):
     assert s["deployments"]["central"]["faults"]["applied"] == []
     assert "no node 'FRA-0' in the central fleet" in s["deployments"]["central"]["faults"]["skipped"][0]
     assert s["deployments"]["edge"]["gpu_usd"] == s["deployments"]["central"]["gpu_usd"]  # same window and GPUs
+
+
+def test_ilp_keeps_one_language_model_per_gpu_and_places_every_model(topo):
+    """The MILP packs by groups of nodes: without its own one-LLM-per-GPU rows, packing its plan GPU by GPU lost
+    every replica of some models on a scaled-down fleet."""
+    from dataclasses import replace
+
+    sc = load_scenario("small")
+    sc = with_overrides(sc, edge=replace(sc.edge, placement="ilp", placement_options={"time_limit_s": 8.0}))
+    setup = prepare(sc, topo)
+    dep = scenario_deployment(setup, "edge")
+    table = dep.placement.table
+    assert set(setup.frame.model) <= set(table.model)
+    generative = {s.id for s in dep.plane.catalog if s.generative}
+    gen = table.model.isin(generative)
+    seats = [(n, g) for n, gpus in zip(table.node[gen], table.gpu_index[gen], strict=True) for g in gpus]
+    assert len(seats) == len(set(seats))
