@@ -10,10 +10,11 @@ A request naming a LoRA adapter also takes an adapter slot of its replica once i
 its slot to the next waiter (:meth:`ControlPlane.release_adapter`). The live engines hold every served adapter,
 so only the slot bookkeeping (what the ``adapter-aware`` router reads) is emulated, not the copy time.
 
-Load shedding (:class:`~dataplane.gateway.shedding.LoadShedder`) sits in front of the control plane: before a
-request is routed, the estimated wait on the engines that can serve its model is checked against the bound, and
-a request over it is refused at once (429/3040) with a ``Retry-After`` from the engine's drain estimate, as are
-the control plane's own capacity refusals (queue full, ``rejectIfBusy``). Every admitted request counts as
+Load shedding (:class:`~dataplane.gateway.shedding.LoadShedder`) sits on both sides of the control plane: before
+a request is routed, a request whose estimated wait is over the bound on every engine that can serve its model
+is refused at once (429/3040) with a ``Retry-After`` from the engine's drain estimate; after routing, so is one
+whose chosen replica's engine is over the bound (its routing decision is withdrawn), as are the control plane's
+own capacity refusals (queue full, ``rejectIfBusy``). Every admitted request counts as
 outstanding work on its replica's engine (``engine_key``) until it is released.
 
 Invariant (tested): every submitted request is released exactly once, so the plane's running counts and the
@@ -109,6 +110,15 @@ class Admission:
             code = d.code or int(Code.OUT_OF_CAPACITY)
             retry = self._retry_after(req.model, now, work) if code == Code.OUT_OF_CAPACITY else None
             raise from_code(code, retry_after_s=retry)
+        if self.shedder is not None and self.shedder.enabled:
+            # The engine the control plane chose, not the least loaded one, is where this request waits: with an
+            # engine per replica a spare engine elsewhere does not shorten a queue here.
+            key = self.engine_key(d.replica)
+            if self.shedder.wait_s(key, now, work) > self.shedder.max_wait_s:
+                self._start_all(self.plane.cancel(req, now), now)
+                self.shedder.shed_count += 1
+                raise shed(self.shedder.retry_after(key, now, work),
+                           f"estimated wait over {self.shedder.max_wait_s:g} s")
         fut = asyncio.get_running_loop().create_future()
         lease = Lease(req, d, fut, now)
         if self.shedder is not None:
