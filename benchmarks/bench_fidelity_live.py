@@ -89,8 +89,10 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
     pops = DEPLOYMENTS[n_pops]
     tmp = out / f"pops{n_pops}"
     tmp.mkdir(exist_ok=True)
-    proc, url = spawn_serve(["--no-auth", "--threads", "1", "--pops", ",".join(pops), "--models", MODEL,
-                             "--db", str(tmp / "batch.sqlite")], log=tmp / "serve.log")
+    # No rate limits and no load shedding: the mirror models the control plane, not the gateway's overload guards.
+    proc, url = spawn_serve(["--no-auth", "--no-rate-limit", "--max-wait", "0", "--threads", "1",
+                             "--pops", ",".join(pops), "--models", MODEL, "--db", str(tmp / "batch.sqlite")],
+                            log=tmp / "serve.log")
     try:
         desc = fetch_deployment(url)
         topo = Topology.load(last_mile_ms=desc["last_mile_ms"])

@@ -29,6 +29,7 @@ import pandas as pd
 
 from dataplane.gateway.timeline import TRACE_HEADER
 from dataplane.profiler import COLUMNS
+from edgepop.errors import UserError
 from sim.live.client import fetch_timings, prompt_text, stream_once
 
 PROMPT_TOKENS = (8, 32, 64, 128, 256, 384)
@@ -71,6 +72,9 @@ class _Gateway:
             jobs.append(stream_once(client, self.url, headers, body))
         recs = await asyncio.gather(*jobs)
         await asyncio.gather(*blockers)
+        if any(r["status"] == 429 for r in recs):
+            raise UserError(f"{self.base_url}: the gateway refused profiling requests with 429 (rate limits or load "
+                            "shedding); serve it with --no-rate-limit and --max-wait 0 to measure it")
         if any(r["status"] != 200 or r["error"] for r in recs):
             return []
         token = self.headers.get("authorization", "").removeprefix("Bearer ") or None
