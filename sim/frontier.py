@@ -371,18 +371,9 @@ def _start_ray(engine: str, workers: int | None) -> bool:
     """One Ray session for every round (a sweep leaves a session it did not start running)."""
     if engine != "ray":
         return False
-    from sim.sweep_ray import _ray
+    from sim.sweep_ray import start_ray
 
-    ray = _ray()
-    if ray.is_initialized():
-        return False
-    address = os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                 logging_level="warning")
-    return True
+    return start_ray(workers)
 
 
 class _bar:

@@ -23,19 +23,26 @@ def _ray():
     return ray
 
 
+def start_ray(workers: int | None) -> bool:
+    """Join ``RAY_ADDRESS`` or start a local Ray with ``workers`` CPUs, unless a session is already running;
+    True when this call started one (the caller shuts it down)."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                 logging_level="warning")
+    return True
+
+
 def run_on_ray(tasks: list, workers: int | None, collect) -> None:
     """Run :func:`sim.sweep_variant.run_variant` on every task, at most ``workers`` in flight when given;
     ``collect`` each result as it arrives (the caller orders them)."""
     ray = _ray()
-    started = False
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                     logging_level="warning")
-        started = True
+    started = start_ray(workers)
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_variant)
         limit = workers or len(tasks)

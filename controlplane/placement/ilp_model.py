@@ -97,11 +97,25 @@ class IlpModel:
         net, ug, um = self.net, self.unit_group, self.unit_model
         multi = net.node_gpus[self.first[ug]] >= 2
         x = net.bytes_per_gpu[um] / net.gpu_limit[self.first[ug]]
-        rows, cols, vals, rhs = [], [], [], []
+        coefs = []
         for k in range(1, 7):
             scaled = (k + 1) * x
             f = np.where(np.isclose(scaled, np.round(scaled)), x, np.floor(scaled + 1e-12) / k)
-            coef = np.where(multi, net.tp[um] * f, 0.0)
+            coefs.append(np.where(multi, net.tp[um] * f, 0.0))
+        return self._gpu_rows(coefs, c_col, upper_c, gpus)
+
+    def _exclusive_rows(self, c_col, upper_c, gpus) -> tuple[sp.csr_matrix, np.ndarray]:
+        """One language model per GPU (``net.exclusive``): a group's exclusive replicas span at most its GPUs,
+        sum_u tp_u c_u <= GPUs, which memory alone does not say (a small model leaves room for another)."""
+        um = self.unit_model
+        coef = np.where(self.net.exclusive[um], self.net.tp[um], 0).astype(float)
+        return self._gpu_rows([coef], c_col, upper_c, gpus)
+
+    def _gpu_rows(self, coefs, c_col, upper_c, gpus) -> tuple[sp.csr_matrix, np.ndarray]:
+        """Rows sum_u coef_u c_u <= GPUs of the group, per group and coefficient vector, where they can bind."""
+        ug = self.unit_group
+        rows, cols, vals, rhs = [], [], [], []
+        for coef in coefs:
             for g in np.unique(ug[coef > 0]):
                 units = np.flatnonzero((ug == g) & (coef > 0))
                 if coef[units] @ upper_c[units] <= gpus[g] + 1e-9:
@@ -110,25 +124,6 @@ class IlpModel:
                 cols.append(c_col[units])
                 vals.append(coef[units])
                 rhs.append(float(gpus[g]) + 1e-9)
-        if not rhs:
-            return sp.csr_matrix((0, self.n)), np.zeros(0)
-        return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                             shape=(len(rhs), self.n)), np.array(rhs)
-
-    def _exclusive_rows(self, c_col, upper_c, gpus) -> tuple[sp.csr_matrix, np.ndarray]:
-        """One language model per GPU (``net.exclusive``): a group's exclusive replicas span at most its GPUs,
-        sum_u tp_u c_u <= GPUs, which memory alone does not say (a small model leaves room for another)."""
-        net, ug, um = self.net, self.unit_group, self.unit_model
-        coef = np.where(net.exclusive[um], net.tp[um], 0).astype(float)
-        rows, cols, vals, rhs = [], [], [], []
-        for g in np.unique(ug[coef > 0]):
-            units = np.flatnonzero((ug == g) & (coef > 0))
-            if coef[units] @ upper_c[units] <= gpus[g] + 1e-9:
-                continue  # cannot bind
-            rows.append(np.full(len(units), len(rhs)))
-            cols.append(c_col[units])
-            vals.append(coef[units])
-            rhs.append(float(gpus[g]) + 1e-9)
         if not rhs:
             return sp.csr_matrix((0, self.n)), np.zeros(0)
         return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
