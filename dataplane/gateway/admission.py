@@ -117,8 +117,8 @@ class Admission:
             if self.shedder.wait_s(key, now, work) > self.shedder.max_wait_s:
                 self._start_all(self.plane.cancel(req, now), now)
                 self.shedder.shed_count += 1
-                raise shed(self.shedder.retry_after(key, now, work),
-                           f"estimated wait over {self.shedder.max_wait_s:g} s")
+                # Retry when any replica of the model can take it: its other replicas free slots meanwhile.
+                raise shed(self._retry_after(req.model, now, work), f"estimated wait over {self.shedder.max_wait_s:g} s")
         fut = asyncio.get_running_loop().create_future()
         lease = Lease(req, d, fut, now)
         if self.shedder is not None:
