@@ -253,7 +253,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     ``central``. ``requests`` overrides the scenario's request count. ``seeds`` default to the scenario's seed.
     """
     from sim.scenario import load_scenario
-    from sim.sweep import local_pool
+    from sim.sweep import local_pool, progress_bar
     from topology import Topology
 
     t0 = time.perf_counter()
@@ -286,7 +286,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     n_workers = workers or os.cpu_count() or 1
     pool = local_pool(n_workers) if engine == "local" and n_workers > 1 else None  # one pool for every round
     try:
-        with _bar(total, progress) as advance:
+        with progress_bar(max(total, 1), progress, "frontier", "runs") as advance:
             runner = _Runner(base, seeds, requests, engine, workers, out, advance, pool)
             runner.run(points)
             for _ in range(max_steps):
@@ -374,25 +374,3 @@ def _start_ray(engine: str, workers: int | None) -> bool:
     from sim.sweep_ray import start_ray
 
     return start_ray(workers)
-
-
-class _bar:
-    """Runs done / expected on stderr (the expected count assumes every bisection step is taken)."""
-
-    def __init__(self, total: int, enabled: bool | None):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        console = Console(stderr=True)
-        enabled = console.is_terminal if enabled is None else enabled
-        self.bar = Progress(TextColumn("[bold]frontier"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
-                            TimeElapsedColumn(), console=console, transient=True, disable=not enabled)
-        self.total = max(total, 1)
-
-    def __enter__(self):
-        self.bar.__enter__()
-        task = self.bar.add_task("frontier", total=self.total)
-        return lambda: self.bar.advance(task)
-
-    def __exit__(self, *exc):
-        return self.bar.__exit__(*exc)

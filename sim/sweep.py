@@ -78,7 +78,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     t0 = time.perf_counter()
     try:
         sink = _Sink(grid, tmp)
-        with _progress_bar(len(tasks), progress if advance is None else False) as bar:
+        with progress_bar(len(tasks), progress if advance is None else False) as bar:
             def collect(result: dict) -> None:
                 sink.add(result)
                 (advance or bar)()
@@ -219,22 +219,23 @@ def _move_into_place(tmp: Path, out: Path) -> None:
         tmp.replace(out)
 
 
-class _progress_bar:
-    """Variants done / total on stderr, with elapsed time; a no-op when disabled."""
+class progress_bar:
+    """Items done / total on stderr, with elapsed time; a no-op when disabled (``None``: when stderr is a
+    terminal). Entering it gives the function that advances it by one."""
 
-    def __init__(self, total: int, enabled: bool | None):
+    def __init__(self, total: int, enabled: bool | None, name: str = "sweep", unit: str = "variants"):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         console = Console(stderr=True)
         enabled = console.is_terminal if enabled is None else enabled
-        self.bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("variants"),
+        self.bar = Progress(TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                             TimeElapsedColumn(), console=console, transient=True, disable=not enabled)
-        self.total = total
+        self.total, self.name = total, name
 
     def __enter__(self):
         self.bar.__enter__()
-        task = self.bar.add_task("sweep", total=self.total)
+        task = self.bar.add_task(self.name, total=self.total)
         return lambda: self.bar.advance(task)
 
     def __exit__(self, *exc):
