@@ -154,8 +154,9 @@ def gpu_wait_ms(frame, fleet, catalog, perf) -> np.ndarray:
     own = np.full(len(frame), np.nan)
     keys = pd.DataFrame({"model": frame.model.to_numpy(), "gpu": frame.node.map(gpu_of).to_numpy()})
     started = np.isfinite(frame.prefill_ms.to_numpy(dtype=float))
+    started_rows = np.flatnonzero(started)
     for (model, gpu), rows in keys[started].groupby(["model", "gpu"], sort=False).indices.items():
-        rows = np.flatnonzero(started)[rows]
+        rows = started_rows[rows]
         values, inverse = np.unique(tokens[rows], return_inverse=True)
         spec, div = catalog[model], (60.0 if model in audio else 1.0)
         own[rows] = np.array([perf.prefill_ms(spec, gpu, v / div) for v in values.tolist()])[inverse]

@@ -110,10 +110,10 @@ class Admission:
             code = d.code or int(Code.OUT_OF_CAPACITY)
             retry = self._retry_after(req.model, now, work) if code == Code.OUT_OF_CAPACITY else None
             raise from_code(code, retry_after_s=retry)
+        key = self.engine_key(d.replica) if self.shedder is not None else None
         if self.shedder is not None and self.shedder.enabled:
             # The engine the control plane chose, not the least loaded one, is where this request waits: with an
             # engine per replica a spare engine elsewhere does not shorten a queue here.
-            key = self.engine_key(d.replica)
             if self.shedder.wait_s(key, now, work) > self.shedder.max_wait_s:
                 self._start_all(self.plane.cancel(req, now), now)
                 self.shedder.shed_count += 1
@@ -122,7 +122,7 @@ class Admission:
         fut = asyncio.get_running_loop().create_future()
         lease = Lease(req, d, fut, now)
         if self.shedder is not None:
-            lease.ticket = self.shedder.admitted(self.engine_key(d.replica), now, work)
+            lease.ticket = self.shedder.admitted(key, now, work)
         req.payload = lease
         if d.action == QUEUE:
             self._wake.set()  # a new queue deadline for the timer

@@ -84,6 +84,7 @@ class Backend:
             prefix=PrefixIndex(cfg.lm_prefix_block) if cfg.lm_prefix_cache_mb else None,
             adapters=AdapterIndex(cfg.lora_slots) if self.adapters else None)
         self.plane = self.deployment.plane
+        self._concurrency: dict[str, int] = {}  # engine key -> its batch size
         self.plane.state.precompute()
         fleet = self.deployment.fleet
         self.site_ids = fleet.sites.site_id.to_numpy()
@@ -135,9 +136,13 @@ class Backend:
         return f"{self.stand_in[replica.model]}@{replica.id}"
 
     def engine_concurrency(self, key: str) -> int:
-        """Requests the engine ``key`` runs at once (its batch)."""
-        task = registry.get_card(key.rsplit("@", 1)[0]).task
-        return self.config.lm_max_batch if task == "text-generation" else self.config.encoder_max_batch
+        """Requests the engine ``key`` runs at once (its batch); asked on every shedding estimate, so memoised."""
+        n = self._concurrency.get(key)
+        if n is None:
+            task = registry.get_card(key.rsplit("@", 1)[0]).task
+            n = self._concurrency[key] = (self.config.lm_max_batch if task == "text-generation"
+                                          else self.config.encoder_max_batch)
+        return n
 
     def describe(self) -> dict:
         """What this deployment is (``GET /edgepop/deployment``; the replay tool mirrors it in the simulator)."""
