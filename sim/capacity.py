@@ -152,7 +152,8 @@ def gpu_wait_ms(frame, fleet, catalog, perf) -> np.ndarray:
     cached = frame.cached_tokens.to_numpy() if "cached_tokens" in frame else np.zeros(len(frame), int)
     tokens = np.maximum(frame.prompt_tokens.to_numpy() - cached, 1)
     own = np.full(len(frame), np.nan)
-    keys = pd.DataFrame({"model": frame.model.to_numpy(), "gpu": frame.node.map(gpu_of).to_numpy()})
+    # the columns themselves (not to_numpy(), which would make a Python str per row); positions, not labels
+    keys = pd.DataFrame({"model": frame.model.array, "gpu": frame.node.map(gpu_of).array})
     started = np.isfinite(frame.prefill_ms.to_numpy(dtype=float))
     started_rows = np.flatnonzero(started)
     for (model, gpu), rows in keys[started].groupby(["model", "gpu"], sort=False).indices.items():

@@ -45,8 +45,9 @@ class Bootstrap:
         order = idx[np.argsort(values[idx], kind="stable")]
         v, blk = values[order], self.block[order]
         q = np.asarray(qs, dtype=float)
-        for start in range(0, len(self.weights), 25):  # chunks bound memory at 25 x n floats
-            cw = np.cumsum(self.weights[start:start + 25][:, blk], axis=1)
+        for start in range(0, len(self.weights), 8):  # chunks bound memory at 8 x n floats (64 MB at 1M)
+            cw = self.weights[start:start + 8][:, blk]
+            np.cumsum(cw, axis=1, out=cw)  # in place: no second chunk-sized array
             for r, row in enumerate(cw):  # a row is non-decreasing: the first position reaching q x total
                 if row[-1] > 0:
                     out[start + r] = v[np.minimum(np.searchsorted(row, q * row[-1], side="left"), v.size - 1)]
@@ -93,10 +94,11 @@ class Paired:
         self.e, self.c = edge.reset_index(drop=True), central.reset_index(drop=True)
         self.boot = Bootstrap(self.e.arrival_s.to_numpy(), seed)
         batch = self.e.batch.to_numpy(dtype=bool) if "batch" in self.e else np.zeros(len(self.e), bool)
-        self.gen = (self.e.task.to_numpy() == "text-generation") & ~batch
-        self.one_shot = (self.e.task.to_numpy() != "text-generation") & ~batch
-        self.ok_e = self.e.outcome.to_numpy() == "ok"
-        self.ok_c = self.c.outcome.to_numpy() == "ok"
+        # compared as columns: string columns read to_numpy() would make a Python str per row
+        gen = (self.e.task == "text-generation").to_numpy(dtype=bool)
+        self.gen, self.one_shot = gen & ~batch, ~gen & ~batch
+        self.ok_e = (self.e.outcome == "ok").to_numpy(dtype=bool)
+        self.ok_c = (self.c.outcome == "ok").to_numpy(dtype=bool)
 
     def quantile_gain(self, col: str, subset: np.ndarray, qs=(0.5,)) -> dict:
         """Point reductions and intervals at quantiles ``qs`` of ``col`` over ``subset`` (ok requests each side)."""

@@ -8,13 +8,14 @@ import pandas as pd
 from controlplane.billing import USD_PER_1000_NEURONS, fleet_cost, neurons_array
 from controlplane.outcomes import Code
 from edgepop.stats import percentiles
-from sim.techniques.metrics import itl_percentiles
+from sim.techniques.metrics import ITL_COLUMNS, itl_percentiles
 
 
 def slo_met(frame: pd.DataFrame, slo) -> np.ndarray:
     """Per request: ended ok and met its SLO (TTFT and TPOT for generation, E2E for one-shot tasks)."""
-    ok = frame.outcome.to_numpy() == "ok"
-    gen = frame.task.to_numpy() == "text-generation"
+    # compared as columns: reading string columns to_numpy() would make a Python str per row
+    ok = (frame.outcome == "ok").to_numpy(dtype=bool)
+    gen = (frame.task == "text-generation").to_numpy(dtype=bool)
     ttft = frame.ttft_ms.to_numpy()
     tpot = np.nan_to_num(frame.tpot_ms.to_numpy(), nan=0.0)
     e2e = frame.e2e_ms.to_numpy()
@@ -54,7 +55,7 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "ttft_ms_counting_failures": counting_failures(frame.ttft_ms[gen & ~batch].to_numpy(dtype=float),
                                                        (frame.outcome[gen & ~batch] == "ok").to_numpy()),
         "tpot_ms": percentiles(frame.tpot_ms[ok & gen]),
-        "itl_ms": itl_percentiles(frame[gen.to_numpy() & ~batch]),
+        "itl_ms": itl_percentiles(frame[list(ITL_COLUMNS)][gen.to_numpy() & ~batch]),  # copy those columns only
         "e2e_ms": percentiles(frame.e2e_ms[ok]),
         "e2e_ms_generation": percentiles(frame.e2e_ms[ok & gen]),
         "e2e_ms_one_shot": percentiles(frame.e2e_ms[ok & ~gen]),
@@ -102,7 +103,9 @@ def cold_start_block(frame: pd.DataFrame) -> dict:
 def per_group(frame: pd.DataFrame, col: str, slo) -> dict:
     out = {}
     met = slo_met(frame, slo)
-    for key, g in frame.groupby(col, sort=True):
+    # the columns read below only: each group is a copy of its rows
+    cols = [c for c in (col, "outcome", "batch", "task", "ttft_ms", "network_rtt_ms") if c in frame]
+    for key, g in frame[cols].groupby(col, sort=True):
         ok = g.outcome == "ok"
         fast = ok & ~g.batch if "batch" in g else ok  # latencies: interactive requests only
         gen = g.task == "text-generation"

@@ -21,6 +21,8 @@ def plot_gain_map(requests, path: Path) -> Path | None:
     from sim.metrics import country_gain
     from topology.report import coastlines
 
+    # only the columns the map reads: filtering the whole frame would copy every column (GBs at 1M requests)
+    requests = requests[["deployment", "outcome", "task", "user_country", "ttft_ms", "user_lat", "user_lon"]]
     edge, central = requests[requests.deployment == "edge"], requests[requests.deployment == "central"]
     if edge.empty or central.empty:
         return None
@@ -53,6 +55,7 @@ def plot_gain_map(requests, path: Path) -> Path | None:
 def plot_ttft_cdf(requests, path: Path) -> Path:
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), dpi=100)
+    requests = requests[["deployment", "outcome", "task", "ttft_ms"]]  # filter these only, not every column
     for dep, style in (("edge", "-"), ("central", "--")):
         f = requests[(requests.deployment == dep) & (requests.outcome == "ok")]
         for ax, gen in zip(axes, (True, False), strict=True):

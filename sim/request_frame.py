@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 OUTCOME_NAMES = {1: "ok", 2: "rejected", 3: "failed"}
+# OUTCOME_NAMES as a lookup array by code (0, not ended, is missing as with the dict)
+OUTCOME_BY_CODE = np.array([None, "ok", "rejected", "failed"], dtype=object)
 
 
 def request_frame(sim) -> pd.DataFrame:
@@ -32,19 +34,24 @@ def request_frame(sim) -> pd.DataFrame:
     lost = (f(sim.decided) - f(sim.first_decision)) * 1e3
     started = ~np.isnan(first_token)
     fleet, w = sim.dep.fleet, sim.w
-    site_ids = fleet.sites.site_id.to_numpy()
-    node_ids = fleet.nodes.node_id.to_numpy()
+    # Ids as object arrays of a few shared strings: the frame turns them into string columns without making one
+    # Python str per request.
+    site_ids = np.append(fleet.sites.site_id.to_numpy(dtype=object), "")
+    node_ids = np.append(fleet.nodes.node_id.to_numpy(dtype=object), "")
+    ingress = (sim.dep.ingress_ids.astype(object)[sim.key] if sim.dep.ingress_ids is not None
+               else _text(w.ingress_pop))
+    # Every array below is new (workload columns are copied), so the frame can own them as they are: building it
+    # with copy=False skips consolidating them into 2-D blocks, a second copy of the frame at its peak.
     return pd.DataFrame({
         "deployment": sim.dep.name,
-        "request_id": w.request_id.to_numpy(),
-        "model": sim.models, "task": w.task.to_numpy(),
-        "user_lat": w.user_lat.to_numpy(), "user_lon": w.user_lon.to_numpy(),
-        "user_country": w.user_country.to_numpy(), "user_continent": w.user_continent.to_numpy(),
-        "ingress_pop": (sim.dep.ingress_ids[sim.key] if sim.dep.ingress_ids is not None
-                        else w.ingress_pop.to_numpy()),
-        "serving_site": np.where(site >= 0, site_ids[np.maximum(site, 0)], ""),
-        "node": np.where(node >= 0, node_ids[np.maximum(node, 0)], ""),
-        "arrival_s": sim.arrival,
+        "request_id": w.request_id.to_numpy(copy=True),
+        "model": _text(w.model), "task": _text(w.task),
+        "user_lat": w.user_lat.to_numpy(copy=True), "user_lon": w.user_lon.to_numpy(copy=True),
+        "user_country": _text(w.user_country), "user_continent": _text(w.user_continent),
+        "ingress_pop": ingress,
+        "serving_site": site_ids[np.where(site >= 0, site, -1)],
+        "node": node_ids[np.where(node >= 0, node, -1)],
+        "arrival_s": np.array(sim.arrival, copy=True),
         "network_rtt_ms": np.where(site >= 0, net, np.nan),
         "queue_ms": np.where(started, queue, np.nan),
         "cold_start_ms": np.where(started, cold, np.nan),
@@ -52,11 +59,30 @@ def request_frame(sim) -> pd.DataFrame:
         "ttft_ms": np.where(started, ttft, np.nan),
         "tpot_ms": tpot,
         "e2e_ms": np.where(ok, e2e, np.nan),
-        "stall_ms": np.where(ok, f(sim.stall_s) * 1e3, np.nan), "stalls": np.asarray(sim.stalls, dtype=np.int64),
-        "retry_lost_ms": np.where(started, lost, np.nan), "retries": np.asarray(sim.retries, dtype=np.int16),
-        "prompt_tokens": sim.prompt, "output_tokens": np.where(ok, sim.output, 0),
-        "batch": (w.batch.to_numpy(dtype=bool) if "batch" in w else np.zeros(sim.n, bool)),
-        "cached_tokens": np.asarray(sim.cached, dtype=np.int64),
-        "outcome": pd.Series(outcome).map(OUTCOME_NAMES).to_numpy(),
-        "error_code": np.asarray(sim.code, dtype=np.int32),
-    })
+        "stall_ms": np.where(ok, f(sim.stall_s) * 1e3, np.nan), "stalls": np.array(sim.stalls, dtype=np.int64),
+        "retry_lost_ms": np.where(started, lost, np.nan), "retries": np.array(sim.retries, dtype=np.int16),
+        "prompt_tokens": np.array(sim.prompt, copy=True), "output_tokens": np.where(ok, sim.output, 0),
+        "batch": (w.batch.to_numpy(dtype=bool, copy=True) if "batch" in w else np.zeros(sim.n, bool)),
+        "cached_tokens": np.array(sim.cached, dtype=np.int64),
+        "outcome": OUTCOME_BY_CODE[outcome],
+        "error_code": np.array(sim.code, dtype=np.int32),
+    }, copy=False)
+
+
+def _text(column: pd.Series):
+    """A workload string column as the request frame's string column, without a Python str per row (Arrow-backed
+    columns are shared as they are: they are immutable)."""
+    return column.astype("str").array
+
+
+def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """``pd.concat(frames, ignore_index=True)`` that empties ``frames`` column by column as it goes.
+
+    Each column's parts are freed once joined (the request frames keep a block per column), so the peak is one
+    copy of the rows plus a column instead of two copies: at a million requests per deployment, ~0.5 GB less.
+    Frames with different columns are joined by ``pd.concat`` and left as they are.
+    """
+    if len(frames) < 2 or any(list(f.columns) != list(frames[0].columns) for f in frames[1:]):
+        return pd.concat(frames, ignore_index=True)
+    columns = {c: pd.concat([f.pop(c) for f in frames], ignore_index=True) for c in list(frames[0].columns)}
+    return pd.DataFrame(columns, copy=False)

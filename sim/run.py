@@ -25,6 +25,7 @@ from sim.capacity import GpuBusySampler, capacity_block, sample_interval
 from sim.faults import FaultHandler, parse_fault
 from sim.metrics import deployment_summary, gains, slo_met
 from sim.perfcache import CachedPerf
+from sim.request_frame import concat_frames
 from sim.scenario import Scenario, load_scenario, with_overrides
 from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
@@ -260,7 +261,8 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
         "summary_s": round(max(0.0, wall - prepare_s - build_s - total_sim), 2),
         **{f"{r.name}_{m}": v for r in runs for m, v in r.stats.items()},
         "simulated_requests_per_wall_s": round(len(runs) * len(setup.frame) / max(total_sim, 1e-9), 1)}
-    return RunOutput(sc, pd.concat([r.requests for r in runs], ignore_index=True),
+    # The deployments' frames are emptied into the joint one (they are not needed past the gains above).
+    return RunOutput(sc, concat_frames([r.requests for r in runs]),
                      pd.concat([r.utilisation for r in runs], ignore_index=True), summary,
                      {r.name: r.deployment.placement for r in runs}, setup.workload)
 

@@ -79,15 +79,20 @@ class Simulation:
         self.rtt_factor = (workload.rtt_factor.to_numpy(dtype=np.float64) if "rtt_factor" in workload
                            else np.ones(n))
         self.access_s = np.array(access * self.rtt_factor / 1e3, dtype=np.float64)
-        self.models = workload.model.to_numpy()
+        # Model ids as codes into a short list: reading the column as Python strings would make one str per
+        # request (tens of MB at a million requests, per deployment).
+        codes, names = pd.factorize(workload.model)
+        self.model_names = [str(m) for m in names]
         self.prompt = workload.prompt_tokens.to_numpy(dtype=np.int64)
         # Service times take the catalog's unit: speech prompts are audio seconds, priced and timed per minute.
         catalog = deployment.plane.catalog
-        audio = np.isin(self.models, [s.id for s in catalog if s.unit == "audio-minute"])
-        self.units = np.where(audio, self.prompt / 60.0, self.prompt).tolist()
+        audio = workload.model.isin([s.id for s in catalog if s.unit == "audio-minute"]).to_numpy(dtype=bool)
+        self.units = np.where(audio, self.prompt / 60.0, self.prompt)
         self.output = workload.output_tokens.to_numpy(dtype=np.int64)
-        self.session = workload.session_id.to_numpy() if "session_id" in workload else np.full(n, -1)
-        self.rib = workload.reject_if_busy.to_numpy() if "reject_if_busy" in workload else np.zeros(n, bool)
+        self.session = (workload.session_id.to_numpy(dtype=np.int64) if "session_id" in workload
+                        else np.full(n, -1, np.int64))
+        self.rib = (workload.reject_if_busy.to_numpy(dtype=bool) if "reject_if_busy" in workload
+                    else np.zeros(n, bool))
         # Per-request state lives in typed arrays of the standard library: a store costs a fraction of a numpy
         # scalar store (the event loop writes each a few times per request) and memory stays 8 bytes a value.
         d, q = (lambda v: array("d", [v]) * n), (lambda v: array("q", [v]) * n)  # noqa: E731
@@ -96,10 +101,12 @@ class Simulation:
         self.stall_s, self.stalls = d(0.0), q(0)
         self.site, self.node = q(-1), q(-1)
         self.outcome, self.code, self.retries = array("b", [OUT_NONE]) * n, q(0), q(0)
-        # Request fields as lists: per-request reads of numpy scalars would cost more than the bookkeeping.
-        self._lists = {"model": self.models.tolist(), "key": self.key.tolist(), "prompt": self.prompt.tolist(),
-                       "output": self.output.tolist(), "arrival": self.arrival.tolist(),
-                       "session": np.asarray(self.session).tolist(), "rib": np.asarray(self.rib, bool).tolist()}
+        # Request fields as memoryviews of the arrays: a read gives a plain int/float/bool (numpy scalars would
+        # cost more than the bookkeeping) and, unlike lists, they hold no Python object per request; the arrays
+        # are mostly views of the workload, which every deployment shares.
+        self._fields = tuple(memoryview(np.ascontiguousarray(a)) for a in (
+            codes.astype(np.int64), self.key, self.prompt, self.output, self.arrival, self.session, self.rib))
+        self._units = memoryview(np.ascontiguousarray(self.units))
         self.engines: dict[int, ReplicaEngine] = {}
         self.reqs: list[Request | None] = [None] * n
         self.seqs: list[Seq | None] = [None] * n
@@ -180,11 +187,10 @@ class Simulation:
     def _submit(self, k: int, now: float) -> None:
         req = self.reqs[k]
         if req is None:
-            lists = self._lists
-            session = lists["session"][k]
-            req = Request(k, lists["model"][k], lists["key"][k], lists["prompt"][k], lists["output"][k],
-                          arrival=lists["arrival"][k], session=None if session < 0 else session,
-                          reject_if_busy=lists["rib"][k], payload=k)
+            model, key, prompt, output, arrival, session, rib = self._fields
+            s = session[k]
+            req = Request(k, self.model_names[model[k]], key[k], prompt[k], output[k], arrival=arrival[k],
+                          session=None if s < 0 else s, reject_if_busy=rib[k], payload=k)
             if self.hash_ids is not None:
                 req.hash_ids = self.hash_ids[k]
             if self.adapters is not None:
@@ -211,7 +217,7 @@ class Simulation:
         """The control plane started ``req`` (now or from a queue): it joins its replica once it is there."""
         k = req.payload
         self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
-        seq = Seq(k, self.units[k], self._lists["output"][k])
+        seq = Seq(k, self._units[k], self._fields[3][k])
         self.seqs[k] = seq
         self.cached[k] = req.cached_tokens
         if req.cached_tokens:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)

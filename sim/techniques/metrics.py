@@ -13,10 +13,12 @@ import pandas as pd
 
 from edgepop.stats import percentile, weighted_percentiles
 
+ITL_COLUMNS = ("outcome", "output_tokens", "tpot_ms", "stall_ms", "stalls")  # what itl_percentiles reads
+
 
 def itl_percentiles(frame: pd.DataFrame, pcts=(50, 99)) -> dict:
     """Inter-token latency percentiles (ms) over all generated-token gaps of ok generation requests."""
-    ok = (frame.outcome.to_numpy() == "ok") & (frame.output_tokens.to_numpy() > 1)
+    ok = (frame.outcome == "ok").to_numpy(dtype=bool) & (frame.output_tokens.to_numpy() > 1)
     f = frame[ok]
     gaps = f.output_tokens.to_numpy(dtype=float) - 1.0
     decode_ms = f.tpot_ms.to_numpy(dtype=float) * gaps
@@ -36,7 +38,7 @@ def technique_figures(frame: pd.DataFrame, interactive=None, completion_s=None) 
     ok = frame.outcome.to_numpy() == "ok"
     gen = frame.task.to_numpy() == "text-generation"
     sel = ok & gen & inter
-    itl = itl_percentiles(frame[gen & inter])
+    itl = itl_percentiles(frame[list(ITL_COLUMNS)][gen & inter])
     out = {"ttft_p50_ms": percentile(frame.ttft_ms[sel], 50), "ttft_p95_ms": percentile(frame.ttft_ms[sel], 95),
            "tpot_p50_ms": percentile(frame.tpot_ms[sel], 50),
            "itl_p50_ms": itl["p50"], "itl_p99_ms": itl["p99"],
