@@ -2,6 +2,7 @@
 
     python benchmarks/loadtest_gateway.py                        # sweep 1..256 clients against its own server
     python benchmarks/loadtest_gateway.py --kind embed           # the same with embedding clients
+    python benchmarks/loadtest_gateway.py --client httpx         # the same with httpx clients
     python benchmarks/loadtest_gateway.py --mixed                # 70% valid / 30% malformed at --concurrency
     python benchmarks/loadtest_gateway.py --keepalive-probe      # reuse connections idle ~5 s (own servers)
     python benchmarks/loadtest_gateway.py --url http://127.0.0.1:8787 --token TOKEN --account ACCT
@@ -16,7 +17,10 @@ the server got: on a shared machine that share moves goodput more than anything 
 unloaded p99 (1 client), the bound 2 x unloaded p99 + max wait and whether every level's admitted p99 stays
 under it, and the lowest goodput from the peak level on as a fraction of the peak. The server runs with rate
 limits off (they would cap one account long before the engines saturate), no WAN delay and one onnxruntime
-thread; client and server share the machine's cores, so absolute figures are a floor and noisy.
+thread; client and server share the machine's cores, so absolute figures are a floor and noisy. The sweep's
+clients are a minimal keep-alive HTTP/1.1 client (``benchmarks/http_light.py``, about 0.1 ms of CPU per request
+against httpx's 0.9 ms), so the load generator takes little of the cores the server needs; ``--client httpx``
+runs the same sweep with httpx.
 
 Mixed: ``--requests`` requests (at most ``--duration`` s) at ``--concurrency``, 70% valid and 30% malformed; status
 counts, 5xx (must be 0), unexpected statuses, latency per kind, server memory before and after.
@@ -46,6 +50,7 @@ import httpx
 import numpy as np
 
 from dataplane.gateway.server import require_loopback, spawn_serve
+from http_light import LightClient, LightHTTPError
 from edgepop.stats import percentiles
 
 GEN, EMB, CLS = "@edgepop/gpt2-tiny", "@edgepop/all-minilm-l6-v2", "@edgepop/bert-small-classify"
@@ -108,7 +113,7 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
     client has its own connection from ``pool`` (httpx's shared pool scans all its connections per request,
     which at 256 would make the load generator, not the server, the bottleneck)."""
     model, body = SWEEP_BODY[kind]
-    u = f"{url}/client/v4/accounts/{hdr['account']}/ai/run/{model}"
+    path = f"/client/v4/accounts/{hdr['account']}/ai/run/{model}"
     headers = {"authorization": hdr["authorization"]}
     lat, server_lat, counts = [], [], collections.Counter()
     shed_with_retry = in_window = 0
@@ -121,8 +126,9 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
         while time.monotonic() < end and sum(counts.values()) < max_answers:
             t = time.perf_counter()
             try:
-                r = await c.post(u, json=body, headers=headers)
-            except httpx.HTTPError as exc:
+                r = await (c.post_json(path, body, headers) if isinstance(c, LightClient)
+                           else c.post(url + path, json=body, headers=headers))
+            except (httpx.HTTPError, LightHTTPError) as exc:
                 counts[type(exc).__name__] += 1
                 continue
             counts[r.status_code] += 1
@@ -154,12 +160,15 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
 
 
 async def run_sweep(url: str, token: str, account: str, kind: str, levels, seconds: float, max_answers: int,
-                    max_wait_s: float, server_pid: int | None = None) -> dict:
+                    max_wait_s: float, server_pid: int | None = None, client: str = "light") -> dict:
     hdr = {"authorization": f"Bearer {token}", "account": account}
     rows = []
-    tls = ssl.create_default_context()  # one for all clients: building one per client costs ~30 ms of CPU each
-    pool = [httpx.AsyncClient(timeout=120, verify=tls, limits=httpx.Limits(max_connections=1))
-            for _ in range(max(levels))]
+    if client == "light":
+        pool = [LightClient(url) for _ in range(max(levels))]
+    else:
+        tls = ssl.create_default_context()  # one for all clients: building one per client costs ~30 ms of CPU each
+        pool = [httpx.AsyncClient(timeout=120, verify=tls, limits=httpx.Limits(max_connections=1))
+                for _ in range(max(levels))]
     try:
         for n in levels:
             rows.append(await sweep_level(pool, url, hdr, kind, n, seconds, max_answers, server_pid))
@@ -176,7 +185,7 @@ async def run_sweep(url: str, token: str, account: str, kind: str, levels, secon
     after_peak = min(goodput[peak_i:])
     sheds = sum(r["shed"] for r in rows)
     with_retry = sum(round((r["retry_after_share"] or 0) * r["shed"]) for r in rows)
-    return {"mode": "sweep", "kind": kind, "max_wait_s": max_wait_s, "levels": rows,
+    return {"mode": "sweep", "kind": kind, "client": client, "max_wait_s": max_wait_s, "levels": rows,
             "unloaded_p99_ms": unloaded, "p99_bound_ms": None if bound is None else round(bound, 1),
             "worst_admitted_p99_ms": worst, "latency_bound_held": None if bound is None else worst <= bound,
             "peak_goodput_rps": goodput[peak_i], "peak_at_clients": rows[peak_i]["clients"],
@@ -307,6 +316,9 @@ def main() -> dict:
     ap.add_argument("--mixed", action="store_true", help="the mixed valid/malformed run instead of the sweep")
     ap.add_argument("--keepalive-probe", action="store_true", help="the keep-alive race probe instead")
     ap.add_argument("--kind", choices=sorted(SWEEP_BODY), default="chat", help="sweep request kind")
+    ap.add_argument("--client", choices=("light", "httpx"), default="light",
+                    help="sweep clients: a minimal keep-alive HTTP/1.1 client (default; it takes less of the cores "
+                         "the server needs) or httpx")
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="sweep concurrency levels (max 256)")
     ap.add_argument("--step-seconds", type=float, default=15.0, help="seconds per sweep level (default 15)")
     ap.add_argument("--step-requests", type=int, default=5000, help="at most this many answers per level")
@@ -348,7 +360,8 @@ def main() -> dict:
                                         args.concurrency, args.malformed_fraction, args.seed))
         else:
             out = run(run_sweep(url, args.token, args.account, args.kind, levels, args.step_seconds,
-                                args.step_requests, args.max_wait, proc.pid if proc is not None else None))
+                                args.step_requests, args.max_wait, proc.pid if proc is not None else None,
+                                args.client))
         out["server_rss_mb_before"], out["server_rss_mb_after"] = before, rss_mb(url, args.token)
         out["server_alive_after"] = httpx.get(f"{url}/healthz").status_code == 200
     finally:

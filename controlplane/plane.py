@@ -138,11 +138,20 @@ class ControlPlane:
             return int(Code.TOO_LARGE)
         return None
 
-    def submit(self, req: Request, now: float) -> Decision:
-        """Admit and route one request; START and QUEUE decisions are applied to the state before returning."""
+    def submit(self, req: Request, now: float, avoid=()) -> Decision:
+        """Admit and route one request; START and QUEUE decisions are applied to the state before returning.
+
+        ``avoid``: replicas this decision must not use (as if down), e.g. ones whose engine the caller knows to be
+        over its wait bound; with none left the request is rejected (3040)."""
         self.counts["submitted"] += 1
         code = self.check(req)
-        d = reject(code) if code is not None else self.router.route(req, now)
+        if code is not None:
+            d = reject(code)
+        elif avoid:
+            with self.state.withheld(avoid):
+                d = self.router.route(req, now)
+        else:
+            d = self.router.route(req, now)
         if d.action == REJECT:
             self.counts["rejected"] += 1
             return d

@@ -12,6 +12,7 @@ Invariants (tested):
 from __future__ import annotations
 
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -268,6 +269,24 @@ class ClusterState:
         self.loading.discard(r)
         r.status = READY
         self.refresh(r.model)
+
+    @contextmanager
+    def withheld(self, replicas):
+        """Inside the block, ``replicas`` count as down: routing decisions made there neither start nor queue a
+        request on them. Restored (totals included) on exit. The live gateway withholds replicas whose engine's
+        estimated wait is over its bound, so spillover finds the ones that can still take work."""
+        hit = [r for r in replicas if r.up]
+        for r in hit:
+            r.up = False
+        for model in {r.model for r in hit}:
+            self.refresh(model)
+        try:
+            yield
+        finally:
+            for r in hit:
+                r.up = True
+            for model in {r.model for r in hit}:
+                self.refresh(model)
 
     def refresh(self, model: str | None = None) -> None:
         """Recompute the per-model totals (after status or health changes; cheap, they are rare)."""

@@ -12,9 +12,12 @@ so only the slot bookkeeping (what the ``adapter-aware`` router reads) is emulat
 
 Load shedding (:class:`~dataplane.gateway.shedding.LoadShedder`) sits on both sides of the control plane: before
 a request is routed, a request whose estimated wait is over the bound on every engine that can serve its model
-is refused at once (429/3040) with a ``Retry-After`` from the engine's drain estimate; after routing, so is one
-whose chosen replica's engine is over the bound (its routing decision is withdrawn), as are the control plane's
-own capacity refusals (queue full, ``rejectIfBusy``). Every admitted request counts as
+is refused at once (429/3040) with a ``Retry-After`` from the engine's drain estimate. Replicas whose engine is
+over the bound are withheld from the routing decision (``ControlPlane.submit(avoid=...)``), as full replicas
+are, so the request spills over to one that can take it rather than being shed at the nearest while the others
+idle. After routing, a request whose chosen replica's engine is still over the bound (a queue decision) is shed
+(its routing decision is withdrawn), as are the control plane's own capacity refusals (queue full,
+``rejectIfBusy``). Every admitted request counts as
 outstanding work on its replica's engine (``engine_key``) until it is released.
 
 Invariant (tested): every submitted request is released exactly once, so the plane's running counts and the
@@ -101,17 +104,29 @@ class Admission:
             return None
         return self.shedder.retry_after(min(keys, key=lambda k: self.shedder.wait_s(k, now, work)), now, work)
 
+    def _over_bound(self, model: str, now: float, work: float) -> list:
+        """The model's replicas whose engine's estimated wait for a request of ``work`` is over the bound: the
+        control plane routes around them, as around a full replica, so a request spills over to a replica that
+        can still take it instead of being shed at the nearest one."""
+        bound, key, wait = self.shedder.max_wait_s, self.engine_key, self.shedder.wait_s
+        return [r for r in self.plane.state.by_model.get(model, ()) if wait(key(r), now, work) > bound]
+
     def submit(self, req: Request, work: float = 1.0) -> Lease:
         """Admit and route ``req`` (of ``work``, in its engine's units) now; raises the HTTP error of a REJECT
         (3040 with ``Retry-After``, 3006, 5007)."""
         now = time.monotonic()
-        d = self.plane.submit(req, now)
+        shedding = self.shedder is not None and self.shedder.enabled
+        avoid = self._over_bound(req.model, now, work) if shedding else ()
+        d = self.plane.submit(req, now, avoid=avoid)
         if d.action == REJECT:
             code = d.code or int(Code.OUT_OF_CAPACITY)
             retry = self._retry_after(req.model, now, work) if code == Code.OUT_OF_CAPACITY else None
+            if avoid and code == Code.OUT_OF_CAPACITY:  # nothing within the bound could take it: shed
+                self.shedder.shed_count += 1
+                raise shed(retry, f"estimated wait over {self.shedder.max_wait_s:g} s")
             raise from_code(code, retry_after_s=retry)
         key = self.engine_key(d.replica) if self.shedder is not None else None
-        if self.shedder is not None and self.shedder.enabled:
+        if shedding:
             # The engine the control plane chose, not the least loaded one, is where this request waits: with an
             # engine per replica a spare engine elsewhere does not shorten a queue here.
             if self.shedder.wait_s(key, now, work) > self.shedder.max_wait_s:

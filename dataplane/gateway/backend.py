@@ -15,6 +15,8 @@ the shared cores when asked to model a live host (``sim.live``, docs/fidelity.md
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 
 from controlplane.adapter_index import AdapterIndex
@@ -30,7 +32,7 @@ from dataplane.gateway.config import GatewayConfig
 from dataplane.lora import Adapter, AdapterError, load_adapter
 from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.service import DataPlane, DataPlaneConfig
-from dataplane.session import SessionConfig
+from dataplane.session import PROVIDERS, SessionConfig, resolve_provider
 from edgepop.errors import UserError
 from edgepop.rng import streams
 
@@ -143,6 +145,15 @@ class Backend:
             n = self._concurrency[key] = (self.config.lm_max_batch if task == "text-generation"
                                           else self.config.encoder_max_batch)
         return n
+
+    def parallel_engines(self) -> float | None:
+        """How many engines the host runs at full speed at once: on CPU the engines share its cores (each uses
+        ``threads`` of them, all with 0), so a third busy engine on two cores slows the other two; None on GPUs,
+        where each replica's engine is its own device."""
+        if resolve_provider(self.config.provider) != PROVIDERS["cpu"]:
+            return None
+        cores = os.cpu_count() or 1
+        return cores / min(self.config.threads, cores) if self.config.threads else 1.0
 
     def describe(self) -> dict:
         """What this deployment is (``GET /edgepop/deployment``; the replay tool mirrors it in the simulator)."""

@@ -169,7 +169,7 @@ class Gateway:
         self.locator = ClientLocator(self.backend.topo, config.default_location)
         self.delays = Delays(config.delay, config.delay_scale)
         b = self.backend
-        self.shedder = LoadShedder(config.max_wait_s, concurrency=b.engine_concurrency)
+        self.shedder = LoadShedder(config.max_wait_s, concurrency=b.engine_concurrency, parallel=b.parallel_engines())
         self.admission = Admission(b.plane, self.shedder, engine_key=b.engine_key,
                                    engine_keys=lambda m: list(dict.fromkeys(
                                        b.engine_key(r) for r in b.plane.state.by_model.get(m, ()))))

@@ -201,3 +201,18 @@ def test_decisions_and_counts_add_up(catalog):
     assert c["rejected"] == actions[REJECT] > 0
     snap = cp.snapshot()
     assert snap["running"] + snap["waiting"] + c["rejected"] == 400
+
+
+def test_submit_avoiding_replicas_spills_over_and_restores_the_state(catalog):
+    cp = ControlPlane(catalog, make_fleet([1, 1, 1]), placement([(TINY, 0), (TINY, 1), (TINY, 2)]), line_rtt(3, 3))
+    near, mid, far = cp.state.replicas
+    stats = near.stats
+    before = (stats.free, set(stats.free_set), stats.cold)
+    d = cp.submit(Request(0, TINY, 0, 5), 0.0, avoid=[near])
+    assert d.action == START and d.replica is mid  # the next nearest, as if the nearest were full
+    assert near.up and near.active == 0 and mid.active == 1
+    assert (stats.free, stats.cold) == (before[0] - 1, before[2]) and stats.free_set == before[1]
+    d = cp.submit(Request(1, TINY, 0, 5), 0.0, avoid=[near, mid, far])
+    assert d.action == REJECT and d.code == 3040  # nothing left to take it
+    assert all(r.up for r in cp.state.replicas) and stats.free == before[0] - 1
+    assert cp.submit(Request(2, TINY, 0, 5), 0.0).replica is near  # without avoid: the nearest again

@@ -147,3 +147,71 @@ def test_auth_brake_and_neuron_budget():
     assert refusal is not None and refusal.retry_after_s == pytest.approx(86_400 - 5)
     assert budget.check("b", day + 5) is None and budget.check("a", day + 86_400) is None  # a new UTC day
     assert NeuronBudget(0).check("a", 0.0) is None
+
+
+def _measure(shedder, key, t, n=8, took=1.0, work=1.0):
+    """``n`` requests of ``work`` admitted together on ``key`` at ``t``, all finished ``took`` later."""
+    tickets = [shedder.admitted(key, t, work) for _ in range(n)]
+    for tk in tickets:
+        shedder.finished(tk, t + took)
+    return t + took
+
+
+def test_engines_sharing_a_host_slow_each_other_down_in_the_estimate():
+    """On CPU the engines share the host's cores: with ``parallel=2`` a third busy engine cuts every engine's
+    rate to 2/3, and the estimate says so at once (not a rate window later), also for a while after a burst."""
+    alone, shared = LoadShedder(10.0, concurrency=lambda k: 64), LoadShedder(10.0, concurrency=lambda k: 64,
+                                                                               parallel=2)
+    for s in (alone, shared):
+        t = _measure(s, "a", 0.0)
+        s.admitted("a", t)
+    base = shared.wait_s("a", t)
+    assert base == pytest.approx(alone.wait_s("a", t))  # one busy engine runs at full speed
+    others = [shared.admitted("b", t)]
+    assert shared.wait_s("a", t) == pytest.approx(base)  # two on two cores: still full speed
+    others.append(shared.admitted("c", t))
+    e = shared.engines["a"]
+    assert shared._estimate(e, 1.0, t)[0] == pytest.approx(2 * 1.5 * 1.0 / e.rate())  # (1 + 1) requests at 2/3
+    assert alone._estimate(alone.engines["a"], 1.0, t)[0] == pytest.approx(2 / alone.engines["a"].rate())
+    for tk in others:  # b and c go idle: the burst's peak is still assumed for a while ...
+        shared.finished(tk, t + 0.1)
+    assert shared.busy == 1 and shared.busy_peak == 3 and shared._share_for(e, t + 0.2) == pytest.approx(2 / 3)
+    assert shared._share_for(e, t + 0.2 + 11.0) == 1.0  # ... and forgotten after BUSY_HOLD_S
+
+
+def test_admission_routes_around_a_replica_over_the_wait_bound():
+    """The nearest replica has free slots but its engine's estimated wait is over the bound: the request goes to
+    the next replica instead of being shed there while the others idle; with every engine over, it is shed."""
+    import asyncio
+    import time
+
+    from kit.controlplane import TINY, line_rtt, make_fleet, placement
+
+    from controlplane.catalog import default_catalog
+    from controlplane.plane import ControlPlane
+    from dataplane.gateway.admission import Admission
+    from dataplane.gateway.errors import GatewayError
+
+    plane = ControlPlane(default_catalog(), make_fleet([1, 1]), placement([(TINY, 0), (TINY, 1)]), line_rtt(2, 2))
+    near, far = plane.state.replicas
+    shedder = LoadShedder(2.0, concurrency=lambda key: 64)
+    adm = Admission(plane, shedder)
+
+    async def scenario():
+        t = time.monotonic()
+        for rep in (near, far):  # both engines measured: 8 units of work per busy second
+            _measure(shedder, ("replica", rep.id), t - 5.0)
+        backlog = [shedder.admitted(("replica", near.id), t) for _ in range(40)]  # (40 + 1) / 8 s > 2 s
+        lease = adm.submit(adm.new_request(TINY, 0, 5, 5))
+        assert lease.replica is far and near.active == 0
+        adm.release(lease)
+        for _ in range(40):
+            shedder.admitted(("replica", far.id), t)
+        with pytest.raises(GatewayError) as exc:
+            adm.submit(adm.new_request(TINY, 0, 5, 5))
+        assert (exc.value.status, exc.value.code) == (429, 3040) and exc.value.retry_after_s > 0
+        for tk in backlog:
+            shedder.finished(tk, time.monotonic())
+        assert adm.submit(adm.new_request(TINY, 0, 5, 5)).replica is near  # drained: the nearest again
+
+    asyncio.run(scenario())
