@@ -1,4 +1,7 @@
-"""``greedy-demand``: add the replica with the best latency gain per GPU-GB until nothing fits or nothing gains.
+"""``greedy-demand``: add the replica with the best latency gain per GB it uses up, until nothing fits or gains.
+
+What a replica uses up is its memory; under ``one_llm_per_gpu`` a language model's replica uses up its whole GPUs
+(no other language model may compute there), so it is charged their memory, not its own.
 
 The gain of a new replica of model ``m`` on node ``n`` (site ``s``) is the reduction of the evaluator's objective
 when the replica takes demand up to its capacity: pairs that list ``s`` among their candidate sites offer their
@@ -158,12 +161,20 @@ class GreedyDemand(PlacementPolicy):
         net = problem.network()
         state = _Routing(net)
         ledger = GpuLedger(net)
-        gb = net.replica_bytes / 1e9
+        gb = (net.replica_bytes / 1e9).tolist()
+        # What a replica uses up, in GB: its memory; but a replica that computes alone on its GPUs (one language
+        # model per GPU) uses up those whole GPUs, whatever its size: charged by memory, small language models
+        # would crowd out the bigger ones the demand needs, one GPU each all the same.
+        gpu_gb = (net.gpu_limit / 1e9).tolist()
+        exclusive, tp = net.exclusive.tolist(), net.tp.tolist()
         scale = 1.0 / net.total_demand
+
+        def cost(node: int, m: int) -> float:
+            return tp[m] * gpu_gb[node] if exclusive[m] else gb[m]
 
         def priority(node: int, m: int) -> float:
             capacity = state.available(node, m, extra=1) - state.available(node, m)
-            return state.gain(node, m, capacity) * scale / gb[m] if capacity > _EPS else 0.0
+            return state.gain(node, m, capacity) * scale / cost(node, m) if capacity > _EPS else 0.0
 
         # Lazy greedy: entries hold upper bounds of their gain; ``version`` retires superseded entries.
         heap, version = [], {}

@@ -310,3 +310,19 @@ def test_central_short_of_capacity_still_serves_every_model(topo):
     assert plan.objective_ms > 300  # much demand goes unserved, at the penalty
     small = get_policy("central", scale=0.5).place(problem, np.random.default_rng(0))
     assert small.fleet.nodes.gpus.sum() < 0.6 * plan.fleet.nodes.gpus.sum()
+
+
+def test_greedy_charges_a_language_model_its_whole_gpu_under_one_llm_per_gpu(topo):
+    """Eight one-GPU PoPs, one language model per GPU: a GPU goes to whichever model gains most per GPU. Charged by
+    memory instead, greedy gave a second GPU to the 1B model (5.7 GB) over a sixth to the 8B model (21 GB) that
+    has ten times its demand, 8.5% worse than the ILP."""
+    sites = ["BOD", "GVA", "LUX", "LJU", "RIX", "KIV", "LCA", "SKG"]
+    ingress = sites + ["CDG", "MUC", "VIE", "WAW"]
+    models = ["@cf/meta/llama-3.1-8b-instruct", "@cf/meta/llama-3.2-1b-instruct", "@cf/meta/llama-3.2-3b-instruct"]
+    rates = np.column_stack([np.full(len(ingress), 0.5), np.full(len(ingress), 0.05), np.full(len(ingress), 0.05)])
+    problem = PlacementProblem(topo, default_catalog(), edge_fleet(topo, sites),
+                               pd.DataFrame(rates, index=ingress, columns=models), one_llm_per_gpu=True)
+    greedy = get_policy("greedy-demand").place(problem, np.random.default_rng(0))
+    exact = get_policy("ilp", **EXACT).place(problem, np.random.default_rng(0))
+    assert greedy.counts.sum(axis=0).tolist() == exact.counts.sum(axis=0).tolist() == [6, 1, 1]
+    assert greedy.objective_ms <= 1.01 * exact.objective_ms
