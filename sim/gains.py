@@ -166,13 +166,15 @@ def load_level(arrival_s: np.ndarray, window_s: float) -> np.ndarray:
     rate = np.bincount(win)
     per_request = rate[win].astype(float)
     lo, hi = np.quantile(rate[rate > 0], [1 / 3, 2 / 3])
-    return np.where(per_request <= lo, "low", np.where(per_request <= hi, "mid", "high")).astype(object)
+    # LOAD_LEVELS by position: one shared str each, not a new str per request
+    return np.array(LOAD_LEVELS, dtype=object)[np.where(per_request <= lo, 0, np.where(per_request <= hi, 1, 2))]
 
 
 def crossovers(p: Paired, window_s: float) -> dict:
     """``gains.by_prompt_tokens``, ``gains.by_continent`` and ``gains.by_load`` (text generation TTFT)."""
     tokens = p.e.prompt_tokens.to_numpy()
-    conts = p.e.user_continent.to_numpy().astype(object)
+    codes, names = pd.factorize(p.e.user_continent)  # shared strs: to_numpy() would make one per request
+    conts = np.append(np.asarray(names, dtype=object), None)[codes]
     return {"by_prompt_tokens": _groups(p, prompt_bin(tokens), [b[0] for b in PROMPT_BINS]),
             "by_continent": _groups(p, conts, sorted(set(conts[p.gen]))),
             "by_load": _groups(p, load_level(p.e.arrival_s.to_numpy(), window_s), LOAD_LEVELS)}

@@ -19,6 +19,7 @@ from controlplane.catalog import Catalog, default_catalog
 from controlplane.deployment import Deployment, build_deployment
 from controlplane.perf_models import build_perf
 from edgepop.errors import UserError
+from edgepop.memory import release_large_blocks
 from edgepop.rng import streams
 from edgepop.stats import percentiles
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
@@ -99,6 +100,7 @@ class Setup:
 
 def prepare(sc: Scenario, topo=None) -> Setup:
     """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
+    release_large_blocks()  # large runs free many arrays of a few MB: give them back, do not keep holes
     topo = (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).with_gpu_scale(
         sc.gpu_inventory_scale)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
