@@ -48,9 +48,9 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from http_light import LightClient, LightHTTPError
 
 from dataplane.gateway.server import require_loopback, spawn_serve
-from http_light import LightClient, LightHTTPError
 from edgepop.stats import percentiles
 
 GEN, EMB, CLS = "@edgepop/gpt2-tiny", "@edgepop/all-minilm-l6-v2", "@edgepop/bert-small-classify"
