@@ -97,10 +97,12 @@ def scale_inventory(nodes: pd.DataFrame, pops: pd.DataFrame, scale: float) -> pd
             left -= int(unit[i])
     whole = whole * unit
     target = dict(zip(per_pop.index, whole, strict=True))
+    by_pop: dict[str, list[dict]] = {}  # each PoP's node records in table order, PoPs in order of first appearance
+    for rec in nodes.to_dict("records"):  # one conversion: per-PoP to_dict costs ~1 ms each at 3,000 PoPs
+        by_pop.setdefault(rec["pop_id"], []).append(rec)
     rows = []
-    for pop, group in nodes.groupby("pop_id", sort=False):
+    for pop, recs in by_pop.items():
         want = int(target[pop])
-        recs = group.to_dict("records")
         k = 0
         while want > 0:
             rec = dict(recs[k % len(recs)])
