@@ -48,14 +48,19 @@ class _Routing:
         self.time_left = (net.util * net.node_gpus.astype(float)).tolist()
         self.node_site = net.node_site.tolist()
         self.pair_model = net.pair_model.tolist()
-        self.version = 0  # bumped by every move: offers cached under an older version are stale
-        self._offers: dict[tuple[int, int], tuple[int, list]] = {}
+        # Offers cached per (site, model); a move of pair p drops the entries of p's candidate sites only, the
+        # only ones whose offers read p's state (``keys_of[p]``).
+        self._offers: dict[tuple[int, int], list] = {}
         self.takers: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+        self.keys_of: list[list[tuple[int, int]]] = []
         for p, (sites, rtts) in enumerate(zip(net.cand_site.tolist(), net.cand_rtt.tolist(), strict=True)):
             m = self.pair_model[p]
+            keys = []
             for s, r in zip(sites, rtts, strict=True):
                 if s >= 0:
                     self.takers[(s, m)].append((p, r))
+                    keys.append((s, m))
+            self.keys_of.append(keys)
 
     def available(self, node: int, m: int, extra: int = 0) -> float:
         """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""
@@ -67,14 +72,13 @@ class _Routing:
     def offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
         """Demand that would gain by moving to ``node``: (-gain ms per rps, pair, from node or -1, rps), best first.
 
-        The same for every node of a site, and unchanged until the next move: cached per (site, model)."""
+        The same for every node of a site, and unchanged until a move of a pair that lists the site: cached per
+        (site, model)."""
         key = (self.node_site[node], m)
         hit = self._offers.get(key)
-        if hit is not None and hit[0] == self.version:
-            return hit[1]
-        out = self._compute_offers(node, m)
-        self._offers[key] = (self.version, out)
-        return out
+        if hit is None:
+            hit = self._offers[key] = self._compute_offers(node, m)
+        return hit
 
     def _compute_offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
         # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source.
@@ -103,7 +107,8 @@ class _Routing:
         return total
 
     def move(self, p: int, src: int, dst: int, dst_rtt: float, amount: float) -> None:
-        self.version += 1
+        for key in self.keys_of[p]:
+            self._offers.pop(key, None)
         m = self.pair_model[p]
         if src < 0:
             self.unserved[p] -= amount
