@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-OUTCOME_NAMES = {1: "ok", 2: "rejected", 3: "failed"}
-# OUTCOME_NAMES as a lookup array by code (0, not ended, is missing as with the dict)
+# Outcome names by the simulator's outcome code (0, not ended, is missing)
 OUTCOME_BY_CODE = np.array([None, "ok", "rejected", "failed"], dtype=object)
 
 

@@ -10,15 +10,14 @@ A request naming a LoRA adapter also takes an adapter slot of its replica once i
 its slot to the next waiter (:meth:`ControlPlane.release_adapter`). The live engines hold every served adapter,
 so only the slot bookkeeping (what the ``adapter-aware`` router reads) is emulated, not the copy time.
 
-Load shedding (:class:`~dataplane.gateway.shedding.LoadShedder`) sits on both sides of the control plane: before
-a request is routed, a request whose estimated wait is over the bound on every engine that can serve its model
-is refused at once (429/3040) with a ``Retry-After`` from the engine's drain estimate. Replicas whose engine is
-over the bound are withheld from the routing decision (``ControlPlane.submit(avoid=...)``), as full replicas
-are, so the request spills over to one that can take it rather than being shed at the nearest while the others
-idle. After routing, a request whose chosen replica's engine is still over the bound (a queue decision) is shed
-(its routing decision is withdrawn), as are the control plane's own capacity refusals (queue full,
-``rejectIfBusy``). Every admitted request counts as
-outstanding work on its replica's engine (``engine_key``) until it is released.
+Load shedding (:class:`~dataplane.gateway.shedding.LoadShedder`) sits in front of the control plane: a request
+whose estimated wait is over the bound on every engine that can serve its model is refused at once (429/3040)
+with a ``Retry-After`` from the engines' drain estimate. Otherwise the replicas whose engine is over the bound are
+withheld from the routing decision (``ControlPlane.submit(avoid=...)``), as full replicas are, so the request
+spills over to one that can take it rather than being shed at the nearest while the others idle; when nothing
+else can take it, it is shed the same way. The control plane's own capacity refusals (queue full,
+``rejectIfBusy``) get the same ``Retry-After``. Every admitted request counts as outstanding work on its
+replica's engine (``engine_key``) until it is released.
 
 Invariant (tested): every submitted request is released exactly once, so the plane's running counts and the
 shedder's outstanding counts return to zero when the gateway is idle.
@@ -87,15 +86,6 @@ class Admission:
                        session=session, reject_if_busy=reject_if_busy, account=account, hash_ids=hash_ids,
                        adapter=adapter)
 
-    def shed_check(self, model: str, work: float = 1.0) -> None:
-        """Refuse at once (429/3040 with ``Retry-After``) when the estimated wait of a request of ``work`` on
-        every engine that can serve ``model`` exceeds the bound."""
-        if self.shedder is None or not self.shedder.enabled:
-            return
-        retry = self.shedder.check(self.engine_keys(model), time.monotonic(), work)
-        if retry is not None:
-            raise shed(retry, f"estimated wait over {self.shedder.max_wait_s:g} s")
-
     def _retry_after(self, model: str, now: float, work: float) -> float | None:
         if self.shedder is None:
             return None
@@ -104,40 +94,34 @@ class Admission:
             return None
         return self.shedder.retry_after(min(keys, key=lambda k: self.shedder.wait_s(k, now, work)), now, work)
 
-    def _over_bound(self, model: str, now: float, work: float) -> list:
-        """The model's replicas whose engine's estimated wait for a request of ``work`` is over the bound: the
-        control plane routes around them, as around a full replica, so a request spills over to a replica that
-        can still take it instead of being shed at the nearest one."""
-        bound, key, wait = self.shedder.max_wait_s, self.engine_key, self.shedder.wait_s
-        return [r for r in self.plane.state.by_model.get(model, ()) if wait(key(r), now, work) > bound]
+    def _shed(self, model: str, now: float, work: float):
+        self.shedder.shed_count += 1
+        return shed(self._retry_after(model, now, work), f"estimated wait over {self.shedder.max_wait_s:g} s")
 
     def submit(self, req: Request, work: float = 1.0) -> Lease:
-        """Admit and route ``req`` (of ``work``, in its engine's units) now; raises the HTTP error of a REJECT
+        """Admit and route ``req`` (of ``work``, in its engine's units) now; raises the HTTP error of a refusal
         (3040 with ``Retry-After``, 3006, 5007)."""
         now = time.monotonic()
-        shedding = self.shedder is not None and self.shedder.enabled
-        avoid = self._over_bound(req.model, now, work) if shedding else ()
+        avoid = []
+        if self.shedder is not None and self.shedder.enabled:
+            # The model's replicas whose engine is over the bound: every one of them, and the request is shed now;
+            # some, and the control plane routes around them as around full replicas.
+            replicas = self.plane.state.by_model.get(req.model, ())
+            bound, wait = self.shedder.max_wait_s, self.shedder.wait_s
+            avoid = [r for r in replicas if wait(self.engine_key(r), now, work) > bound]
+            if avoid and len(avoid) == len(replicas):
+                raise self._shed(req.model, now, work)
         d = self.plane.submit(req, now, avoid=avoid)
         if d.action == REJECT:
             code = d.code or int(Code.OUT_OF_CAPACITY)
-            retry = self._retry_after(req.model, now, work) if code == Code.OUT_OF_CAPACITY else None
             if avoid and code == Code.OUT_OF_CAPACITY:  # nothing within the bound could take it: shed
-                self.shedder.shed_count += 1
-                raise shed(retry, f"estimated wait over {self.shedder.max_wait_s:g} s")
+                raise self._shed(req.model, now, work)
+            retry = self._retry_after(req.model, now, work) if code == Code.OUT_OF_CAPACITY else None
             raise from_code(code, retry_after_s=retry)
-        key = self.engine_key(d.replica) if self.shedder is not None else None
-        if shedding:
-            # The engine the control plane chose, not the least loaded one, is where this request waits: with an
-            # engine per replica a spare engine elsewhere does not shorten a queue here.
-            if self.shedder.wait_s(key, now, work) > self.shedder.max_wait_s:
-                self._start_all(self.plane.cancel(req, now), now)
-                self.shedder.shed_count += 1
-                # Retry when any replica of the model can take it: its other replicas free slots meanwhile.
-                raise shed(self._retry_after(req.model, now, work), f"estimated wait over {self.shedder.max_wait_s:g} s")
         fut = asyncio.get_running_loop().create_future()
         lease = Lease(req, d, fut, now)
         if self.shedder is not None:
-            lease.ticket = self.shedder.admitted(key, now, work)
+            lease.ticket = self.shedder.admitted(self.engine_key(d.replica), now, work)
         req.payload = lease
         if d.action == QUEUE:
             self._wake.set()  # a new queue deadline for the timer

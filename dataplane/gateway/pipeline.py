@@ -270,7 +270,6 @@ class Gateway:
         # The shedder's work unit: decode steps of a generation (plus its prefill), items of an encoder batch.
         work = float(prep.output_tokens + 1) if spec.task == "text-generation" else float(max(1, len(prep.items)))
         try:
-            self.admission.shed_check(model, work)
             lease = self.admission.submit(req, work)
             timing.tl.decided = time.monotonic()
         except GatewayError as err:
