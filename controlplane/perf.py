@@ -117,13 +117,17 @@ class EngineProfile:
     ``attn_efficiency`` is the fraction of the 16-bit peak the prefill attention kernel reaches (FlashAttention-2/3
     reach 50-75%; stacks without fused attention much less). ``elementwise_factor`` is the share of the
     unfused element-wise traffic (norms, adds, rotary, activation as separate kernels = 1.0) an engine still
-    moves after fusing them into its GEMMs and into each other.
+    moves after fusing them into its GEMMs and into each other. ``dense_attention_bytes`` is for stacks that
+    materialise attention as one dense masked score matrix over the whole pass (every prompt of a batch
+    against every other, every head on every GPU of the group): bytes moved through memory per score element
+    per head and layer, 0 for engines with fused, per-sequence, head-sharded kernels.
     """
 
     prefill_overhead_ms: float = 3.0
     step_overhead_ms: float = 2.0
     attn_efficiency: float = 0.5
     elementwise_factor: float = 1.0
+    dense_attention_bytes: float = 0.0
     description: str = ""
 
 
@@ -299,6 +303,8 @@ class Roofline:
         busy = (compute ** k + memory ** k) ** (1.0 / k)
         elementwise = (cost.replicated_bytes + cost.sharded_bytes / tp) * prof.elementwise_factor
         busy += elementwise / (g.mem_bw * p.elementwise_efficiency) + cost.layers * p.layer_floor_us * 1e-6
+        if prefill and prof.dense_attention_bytes:  # the score matrix through memory, between the GEMMs
+            busy += prof.dense_attention_bytes * cost.gemm_rows ** 2 * cost.layers * (spec.heads or 0) / bw
         comm = cost.allreduces * self.allreduce_s(g, tp, cost.allreduce_bytes)
         ms = 1e3
         return StepTime(compute * ms, memory * ms, comm * ms, overhead_ms, (busy + comm) * ms + overhead_ms)

@@ -51,7 +51,9 @@ COLLECTIVE = "vidur-collectives"
 FUSED_ATTENTION_EFFICIENCY = 0.5
 # Engines kept out of the ``default`` profile, with the evidence (their fitted profile shows it).
 LEGACY_ENGINES = {"splitwise-2023": "2023 research stack: decode bound by host overhead (does not speed up with "
-                                    "TP), prefill attention without fused kernels (super-linear in prompt length)"}
+                                    "TP); prefill super-linear in the pass's total tokens, not per prompt (8 x 512 "
+                                    "costs what 1 x 4,096 does) and not shrinking with TP: a dense score matrix "
+                                    "through memory (dense_attention_bytes)"}
 # (name, lower, upper) of the shared constants; "a.b" is key b of dict constant a.
 SHARED = [("gemm_half_tokens", 1.0, 2048.0), ("fp8_gemm_factor", 0.3, 1.0), ("weight_only_bw_efficiency", 0.3, 1.0),
           ("elementwise_efficiency", 0.05, 1.0), ("layer_floor_us", 0.0, 200.0), ("overlap_exponent", 2.0, 16.0),
@@ -64,6 +66,13 @@ BY_BOARD = [("gemm_efficiency", "arch", 0.15, 0.95), ("bw_efficiency", "memory_k
 PRIOR_SPREAD = 0.1
 ARCH_KEYS = ("ampere", "hopper", "ada", "turing")
 OVERHEAD_BOUNDS = (0.0, 60.0)
+# Bytes per score element of a materialised attention matrix: written and read back at most a few times in fp32.
+DENSE_ATTENTION_BOUNDS = (0.0, 64.0)
+# Dense whole-pass attention is fitted only for legacy engines with passes this long (below it is a few % of a
+# pass, which no row can tell from the linear terms); modern engines use fused per-sequence kernels.
+DENSE_MIN_TOKENS = 4096
+ENGINE_BOUNDS = {"prefill_overhead_ms": OVERHEAD_BOUNDS, "step_overhead_ms": OVERHEAD_BOUNDS,
+                 "dense_attention_bytes": DENSE_ATTENTION_BOUNDS}
 ELEMENTWISE_BOUNDS = (0.0, 1.0)  # fusion can only remove element-wise traffic, never add it
 
 
@@ -100,6 +109,7 @@ class Rows:
                      "seqs", "replicated_bytes", "sharded_bytes", "layers"):
             setattr(self, name, np.array([getattr(x, name) for x in c], dtype=float))
         self.kv_bytes = np.array([x.kv_bytes for x in c]) * np.array(kvrep)
+        self.heads = np.array([float(s.heads or 0) if s is not None else 0.0 for s in self.specs])
         self.allreduces = np.array([x.allreduces for x in c], dtype=float) * (self.tp > 1)
 
     def subset(self, mask: np.ndarray) -> Rows:
@@ -117,6 +127,8 @@ class Rows:
 
         profiles = {e: p.engines.get(e, p.engines["default"]) for e in set(self.engine)}
         attn_eff = np.array([profiles[e].attn_efficiency for e in self.engine])
+        dense = np.array([profiles[e].dense_attention_bytes if k == "e2e" and pre else 0.0
+                          for k, e, pre in zip(self.kind, self.engine, self.prefill, strict=True)])
         elt = np.array([1.0 if k != "e2e" else profiles[e].elementwise_factor
                         for k, e in zip(self.kind, self.engine, strict=True)])
         overhead = np.array([0.0 if k != "e2e" else (profiles[e].prefill_overhead_ms if pre else
@@ -134,7 +146,7 @@ class Rows:
         busy = (compute ** k + memory ** k) ** (1.0 / k)
         busy = (busy + elt * (self.replicated_bytes + self.sharded_bytes / self.tp) / (self.mem_bw *
                                                                                        p.elementwise_efficiency)
-                + self.layers * p.layer_floor_us * 1e-6)
+                + self.layers * p.layer_floor_us * 1e-6 + dense * self.gemm_rows ** 2 * self.layers * self.heads / bw)
         lat = np.array([p.by("allreduce_latency_us", x) for x in self.link_kind]) * 1e-6
         link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self.gpus])
         ring = 2.0 * (self.tp - 1) / self.tp * self.allreduce_bytes / link
@@ -330,6 +342,8 @@ def engine_unknowns(rows: Rows) -> list[tuple[str, str]]:
             out.append((engine, "prefill_overhead_ms"))
         if (mine & ~rows.prefill).any():
             out.append((engine, "step_overhead_ms"))
+        if engine in LEGACY_ENGINES and (mine & rows.prefill & (rows.gemm_rows >= DENSE_MIN_TOKENS)).any():
+            out.append((engine, "dense_attention_bytes"))
     return out
 
 
@@ -362,9 +376,10 @@ def fit(rows: Rows, start: RooflineParams | None = None) -> RooflineParams:
     measured = np.log(rows.measured)
     counts = pd.Series(rows.engine).value_counts()
     weights = 1.0 / np.sqrt(counts[rows.engine].to_numpy(dtype=float))
-    x0 = [min(max(_start(params, rows, n), bounds[n][0]), bounds[n][1]) for n in shared] + [0.5] + [2.0] * len(unknowns)
-    lower = [bounds[n][0] for n in shared] + [ELEMENTWISE_BOUNDS[0]] + [OVERHEAD_BOUNDS[0]] * len(unknowns)
-    upper = [bounds[n][1] for n in shared] + [ELEMENTWISE_BOUNDS[1]] + [OVERHEAD_BOUNDS[1]] * len(unknowns)
+    x0 = ([min(max(_start(params, rows, n), bounds[n][0]), bounds[n][1]) for n in shared] + [0.5]
+          + [4.0 if f == "dense_attention_bytes" else 2.0 for _, f in unknowns])
+    lower = [bounds[n][0] for n in shared] + [ELEMENTWISE_BOUNDS[0]] + [ENGINE_BOUNDS[f][0] for _, f in unknowns]
+    upper = [bounds[n][1] for n in shared] + [ELEMENTWISE_BOUNDS[1]] + [ENGINE_BOUNDS[f][1] for _, f in unknowns]
     n = len(shared)
 
     def unpack(x) -> RooflineParams:
