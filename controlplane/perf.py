@@ -21,7 +21,8 @@ Per pass the roofline charges, on each of the ``tp`` GPUs of a replica:
 * a floor per layer: a dozen kernels each take a few microseconds however little work they get, which is what
   a small batch split over many GPUs runs into;
 * interconnect: two all-reduces of the new tokens' activations per layer, each a per-call latency plus the ring's
-  2(tp-1)/tp of the data over the link, both by interconnect (NVLink or PCIe);
+  2(tp-1)/tp of the data over the link, both by interconnect (NVLink or PCIe), by the cheaper of NCCL's simple
+  and low-latency protocols (small messages: a shorter latency at half the bandwidth);
 * a fixed overhead per prefill and per decode step (scheduling, sampling, kernel launches).
 
 The per-layer all-reduce latency and the step overhead are why decode does not speed up like 1/tp: a 70B model
@@ -53,6 +54,8 @@ FP8_ARCHS = frozenset({"hopper", "ada"})
 HBM_MIN_BW_GBPS = 1500.0
 # A GPU-to-GPU link this fast (GB/s, both directions) is NVLink; PCIe Gen4/5 x16 is 64/128.
 NVLINK_MIN_GBPS = 200.0
+# NCCL's low-latency protocol stores 8 bytes per 4 of data (a flag with each word): at most half the link's rate.
+LL_BANDWIDTH_SHARE = 0.5
 
 
 class PerfModel(Protocol):
@@ -149,6 +152,7 @@ class RooflineParams:
     layer_floor_us: float = 0.0
     overlap_exponent: float = 4.0
     allreduce_latency_us: dict = field(default_factory=lambda: {"nvlink": 15.0, "pcie": 15.0})
+    allreduce_ll_latency_us: float = 15.0
     link_efficiency: dict = field(default_factory=lambda: {"nvlink": 0.7, "pcie": 0.7})
     engines: dict = field(default_factory=lambda: {"default": EngineProfile(description="built-in default")})
 
@@ -310,13 +314,16 @@ class Roofline:
         return StepTime(compute * ms, memory * ms, comm * ms, overhead_ms, (busy + comm) * ms + overhead_ms)
 
     def allreduce_s(self, g: GPU, tp: int, nbytes: float) -> float:
-        """Seconds of one ring all-reduce of ``nbytes`` over ``tp`` GPUs: a per-call latency plus each GPU
-        sending and receiving 2(tp-1)/tp of the data over its link (0 for a single GPU)."""
+        """Seconds of one ring all-reduce of ``nbytes`` over ``tp`` GPUs (0 for a single GPU): each GPU sends
+        and receives 2(tp-1)/tp of the data over its link, by the cheaper of NCCL's two protocols: the simple
+        one (a per-call latency, the full link) and the low-latency one (a shorter latency, at most
+        :data:`LL_BANDWIDTH_SHARE` of the link), which is what small messages such as decode steps use."""
         if tp <= 1:
             return 0.0
         p = self.params
         ring = 2.0 * (tp - 1) / tp * nbytes / (g.link_bw * p.link_efficiency_of(g))
-        return p.by("allreduce_latency_us", g.link_kind) * 1e-6 + ring
+        simple = p.by("allreduce_latency_us", g.link_kind) * 1e-6 + ring
+        return min(simple, p.allreduce_ll_latency_us * 1e-6 + ring / LL_BANDWIDTH_SHARE)
 
     def prefill_breakdown(self, spec: ModelSpec, gpu: str, prompts: list[int], tp: int | None = None,
                           weight_only: bool = False) -> StepTime:

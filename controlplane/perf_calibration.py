@@ -34,7 +34,15 @@ from scipy.optimize import least_squares
 
 from controlplane import perf_arch
 from controlplane.catalog import Catalog, default_catalog
-from controlplane.perf import PARAMS_FILE, EngineProfile, Roofline, RooflineParams, gpu_table, with_precision
+from controlplane.perf import (
+    LL_BANDWIDTH_SHARE,
+    PARAMS_FILE,
+    EngineProfile,
+    Roofline,
+    RooflineParams,
+    gpu_table,
+    with_precision,
+)
 from edgepop.errors import DataFileError
 
 DATA = Path(__file__).parent / "data"
@@ -57,7 +65,7 @@ LEGACY_ENGINES = {"splitwise-2023": "2023 research stack: decode bound by host o
 # (name, lower, upper) of the shared constants; "a.b" is key b of dict constant a.
 SHARED = [("gemm_half_tokens", 1.0, 2048.0), ("fp8_gemm_factor", 0.3, 1.0), ("weight_only_bw_efficiency", 0.3, 1.0),
           ("elementwise_efficiency", 0.05, 1.0), ("layer_floor_us", 0.0, 200.0), ("overlap_exponent", 2.0, 16.0),
-          ("allreduce_latency_us.nvlink", 1.0, 200.0), ("allreduce_latency_us.pcie", 1.0, 200.0)]
+          ("allreduce_ll_latency_us", 1.0, 200.0), ("allreduce_latency_us.nvlink", 1.0, 200.0), ("allreduce_latency_us.pcie", 1.0, 200.0)]
 # Efficiencies by GPU type, pooled towards their kind's value: (constant, attribute of the board that names the
 # kind, bounds). A board's value may leave its kind's by about PRIOR_SPREAD (relative) before it costs as much
 # as a 10% miss on an engine's rows: boards of one kind are alike, and one with few rows must not run off.
@@ -150,10 +158,11 @@ class Rows:
         lat = np.array([p.by("allreduce_latency_us", x) for x in self.link_kind]) * 1e-6
         link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self.gpus])
         ring = 2.0 * (self.tp - 1) / self.tp * self.allreduce_bytes / link
-        comm = self.allreduces * (lat + ring)
+        one = np.minimum(lat + ring, p.allreduce_ll_latency_us * 1e-6 + ring / LL_BANDWIDTH_SHARE)
+        comm = self.allreduces * one
         out = (busy + comm) * 1e3 + overhead
         coll = self.kind == "collective"
-        out[coll] = ((lat + ring) * 1e3)[coll]
+        out[coll] = (one * 1e3)[coll]
         return out
 
     def check(self, params: RooflineParams) -> float:
@@ -294,6 +303,8 @@ def constants(rows: Rows) -> list[tuple[str, float, float]]:
         base, _, key = name.partition(".")
         if base == "allreduce_latency_us":
             ok = comm[rows.link_kind == key].any()
+        elif base == "allreduce_ll_latency_us":
+            ok = comm.any()
         elif base == "weight_only_bw_efficiency":
             ok = (physical & rows.weight_only).any()
         elif base == "fp8_gemm_factor":

@@ -2,9 +2,9 @@
 mixed batches, and ``edgepop validate`` with the docs page it generates.
 
 The leave-one-group-out goal is prefill and decode MAPE <= 10% in every grouping. Where the shipped model meets
-it, the test asserts the goal; where it does not (prefill in every grouping, decode when a GPU type is held out),
-the test asserts the bound the model reaches today, so a change can only make it better, and the docs page says
-the goal is missed (see docs/fidelity-models.md for why).
+it, the test asserts the goal; where it does not (prefill in every grouping), the test asserts the bound the model
+reaches today, so a change can only make it better, and the docs page says the goal is missed (see
+docs/fidelity-models.md for why).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 L8 = "@cf/meta/llama-3.1-8b-instruct"
 L70 = "@cf/meta/llama-3.3-70b-instruct-fp8-fast"
 # What the shipped model reaches where it misses the goal (pooled MAPE, held-out predictions).
-REACHED = {("model", "prefill"): 0.12, ("gpu", "prefill"): 0.13, ("tp", "prefill"): 0.15, ("gpu", "decode"): 0.115}
+REACHED = {("model", "prefill"): 0.12, ("gpu", "prefill"): 0.13, ("tp", "prefill"): 0.14}
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +58,31 @@ def test_cross_validation_covers_tp_1_to_8_and_an_edge_class_gpu(report):
     assert st["by_model"]["pooled"]["kernel"]["mape"] <= 0.12
 
 
+def test_allreduce_takes_the_cheaper_protocol(model, topo):
+    """Small messages (decode steps) pay the low-latency protocol's shorter latency, large ones (prefills) the
+    simple protocol's full bandwidth; the time never falls as the message grows and is continuous."""
+    p = model.params
+    assert p.allreduce_ll_latency_us < p.by("allreduce_latency_us", "nvlink")
+    g = model.gpu("H100")
+    sizes = np.geomspace(1e3, 1e9, 200)
+    times = np.array([model.allreduce_s(g, 8, b) for b in sizes])
+    assert np.all(np.diff(times) > 0)
+    assert times[0] == pytest.approx(p.allreduce_ll_latency_us * 1e-6, rel=0.05)
+    ring = 2 * 7 / 8 * 1e9 / (g.link_bw * p.link_efficiency_of(g))
+    assert times[-1] == pytest.approx(p.by("allreduce_latency_us", "nvlink") * 1e-6 + ring)
+    assert np.max(np.diff(times) / times[:-1]) < 0.1  # no jump where the protocols cross
+
+
 def test_decode_does_not_fall_like_one_over_tp(model, topo):
     """Each GPU more pays per-layer all-reduces and the step floor: 8 GPUs give far less than 8x."""
     spec = with_precision(default_catalog()[L70], "bf16", "bf16")
     for gpu in ("H100", "A100-80GB"):
         steps = {tp: model.decode_breakdown(spec, gpu, 1, 1024, tp=tp) for tp in (1, 2, 4, 8)}
         ms = {t: s.total_ms for t, s in steps.items()}
-        assert ms[8] > 1.5 * ms[1] / 8 and ms[4] > 1.3 * ms[1] / 4, ms
-        # Measured (gpt-fast, Llama-2-70B bf16, batch 1, A100): 46.9 / 26.3 / 16.0 ms at tp 2 / 4 / 8, i.e. 2.9x
-        # from 4x the GPUs; ideal scaling would give 4x.
-        assert ms[2] / ms[8] < 3.5, ms
+        assert ms[8] > 1.5 * ms[1] / 8, ms
+        # Measured (gpt-fast, Llama-2-70B bf16, batch 1, A100): 46.9 / 26.3 / 16.0 ms at tp 2 / 4 / 8, i.e. 1.8x
+        # from 2x the GPUs and 2.9x from 4x; ideal scaling would give 2x and 4x.
+        assert ms[2] / ms[4] < 1.9 and ms[2] / ms[8] < 3.5, ms
         assert steps[8].comm_ms > steps[2].comm_ms > 0.0 == steps[1].comm_ms
 
 
