@@ -7,7 +7,7 @@ to the nearest other replicas of ``A`` with room (or leaves it unserved), puts a
 freed GPUs and pulls the demand that gains by moving there (greedy's own ``fill``, which refills the replicas it
 drained in turn); GPUs left free (a two-GPU replica replaced by a one-GPU one) get the best-gaining replica that
 fits. A model that needs more GPUs than the removed replica freed (tensor parallel) also takes the node's other
-exclusive replicas off first, cheapest first.
+exclusive replicas off first, smallest first. A swap never takes a model's last replica.
 
 Every swap runs on greedy's incremental routing state (no LP: an evaluation of the whole plan costs far more than
 a swap), whose cost (rps x ms, unserved at the penalty) changes with every move; a swap that does not lower it is
@@ -15,7 +15,11 @@ undone move by move from a journal. Which swaps to try: each pass estimates, for
 removing it (its demand re-homed to the next candidate site hosting the model) and, for every node and model, the
 gain of a new replica there (greedy's gain), and tries the pairs with estimated gain above loss, best first.
 Passes repeat until one accepts no swap, within fixed pass and trial limits: the result depends on the problem
-alone, never on a clock or on a random draw.
+alone, never on a clock or on a random draw. Passes after the first re-estimate only the nodes of the sites whose
+offers the accepted swaps changed.
+
+On the default scenario's edge problem (228 GPUs, one language model per GPU) greedy alone ends 5.9% above the
+ILP's optimum, its language-model mix set by early choices; the search takes it to 3.2% in about 0.3 s more.
 """
 
 from __future__ import annotations

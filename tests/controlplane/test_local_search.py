@@ -71,8 +71,9 @@ def test_swap_to_a_two_gpu_model_takes_both_language_models_off_a_node(topo):
 
 
 def test_swap_never_removes_a_models_last_replica(topo):
-    """Two-GPU nodes at both ends, a one-GPU node between; the 70B model's demand dwarfs the others', so a second 70B replica would gain more than
-    leaving the 1B model's 0.15 rps unserved costs at the penalty. A plan must keep a replica of every model."""
+    """Two-GPU nodes at both ends, a one-GPU node between; the 70B model's demand dwarfs the others', so a second
+    70B replica would gain more than leaving the 1B model's 0.15 rps unserved costs at the penalty. A plan must
+    keep a replica of every model."""
     rates = [[3.0, 0.05, 0.05], [0.05, 0.05, 0.05], [3.0, 0.05, 0.05]]
     problem = line_problem(topo, rates, [L70B, L8B, L1B], [2, 1, 2], one_llm_per_gpu=True)
     swapped = greedy(problem)
