@@ -8,7 +8,8 @@ when the replica takes demand up to its capacity: pairs that list ``s`` among th
 unserved demand (worth ``unserved_penalty_ms - rtt``) and demand served farther away (worth the RTT saved), best
 first. Accepted moves free capacity elsewhere, which is refilled the same way. Gains only shrink as replicas are
 added (demand gets closer, memory and GPU time get used), so a lazy priority queue re-scores only the top entry.
-The final plan is scored by the shared evaluator, which re-routes demand optimally.
+Once nothing fits or gains, a swap search (:mod:`controlplane.placement.local_search`) revisits the choices on the
+same routing state. The final plan is scored by the shared evaluator, which re-routes demand optimally.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementProblem
+from controlplane.placement.local_search import SwapSearch
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
 
@@ -48,17 +50,22 @@ class _Routing:
         self.time_left = (net.util * net.node_gpus.astype(float)).tolist()
         self.node_site = net.node_site.tolist()
         self.pair_model = net.pair_model.tolist()
-        # Offers cached per (site, model); a move of pair p drops the entries of p's candidate sites only, the
-        # only ones whose offers read p's state (``keys_of[p]``).
+        # rps x ms of the current routing (unserved at the penalty): the objective times total demand.
+        self.cost = self.penalty * float(net.pair_demand.sum())
+        # While not None, every move is appended as (pair, src, dst, rps, src rtt) so that it can be undone.
+        self.journal: list | None = None
+        # Offers cached per (site, model). A move of pair p marks p stale in the cached offers of p's candidate
+        # sites only, the only ones that read p's state (``keys_of[p]``); the next read re-derives p's entries.
         self._offers: dict[tuple[int, int], list] = {}
-        self.takers: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+        self._stale: dict[tuple[int, int], set[int]] = {}
+        self.takers: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)  # pair -> rtt to the site
         self.keys_of: list[list[tuple[int, int]]] = []
         for p, (sites, rtts) in enumerate(zip(net.cand_site.tolist(), net.cand_rtt.tolist(), strict=True)):
             m = self.pair_model[p]
             keys = []
             for s, r in zip(sites, rtts, strict=True):
                 if s >= 0:
-                    self.takers[(s, m)].append((p, r))
+                    self.takers[(s, m)][p] = r
                     keys.append((s, m))
             self.keys_of.append(keys)
 
@@ -73,18 +80,31 @@ class _Routing:
         """Demand that would gain by moving to ``node``: (-gain ms per rps, pair, from node or -1, rps), best first.
 
         The same for every node of a site, and unchanged until a move of a pair that lists the site: cached per
-        (site, model)."""
+        (site, model). Lists are replaced, never changed in place: a caller may move demand while it reads one."""
         key = (self.node_site[node], m)
         hit = self._offers.get(key)
         if hit is None:
-            hit = self._offers[key] = self._compute_offers(node, m)
+            takers = self.takers.get(key, {})
+            hit = self._offers[key] = self._compute_offers(takers.items(), [])
+            self._stale[key] = set()
+        else:
+            stale = self._stale[key]
+            if stale:
+                takers = self.takers[key]
+                if 3 * len(stale) > len(takers):
+                    hit = self._compute_offers(takers.items(), [])
+                else:  # keep the others' entries (sorted), re-derive the moved pairs' and merge
+                    hit = self._compute_offers(((p, takers[p]) for p in stale),
+                                               [e for e in hit if e[1] not in stale])
+                self._offers[key] = hit
+                stale.clear()
         return hit
 
-    def _compute_offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
-        # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source.
-        out = []
+    def _compute_offers(self, takers, out: list) -> list[tuple[float, int, int, float]]:
+        # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source:
+        # the same list however it was assembled.
         penalty, unserved, served, worst = self.penalty, self.unserved, self.served, self.worst
-        for p, r in self.takers.get((self.node_site[node], m), ()):
+        for p, r in takers:
             if worst[p] - r <= _EPS:
                 continue  # all of p's demand is already at least this close
             if unserved[p] > _EPS:
@@ -107,26 +127,39 @@ class _Routing:
         return total
 
     def move(self, p: int, src: int, dst: int, dst_rtt: float, amount: float) -> None:
+        """Move ``amount`` rps of pair ``p`` from node ``src`` to node ``dst`` (-1: unserved, at the penalty)."""
+        stale = self._stale
         for key in self.keys_of[p]:
-            self._offers.pop(key, None)
+            if key in stale:
+                stale[key].add(p)
         m = self.pair_model[p]
+        served = self.served[p]
         if src < 0:
+            src_rtt = self.penalty
             self.unserved[p] -= amount
         else:
-            entry = self.served[p][src]
+            entry = served[src]
+            src_rtt = entry[1]
             entry[0] -= amount
             if entry[0] <= _EPS:
-                del self.served[p][src]
+                del served[src]
             self.flow[src][m] -= amount
             self.time_left[src] += amount * self.time_per_rps[src][m]
-        entry = self.served[p].setdefault(dst, [0.0, dst_rtt])
-        entry[0] += amount
+        if dst < 0:
+            dst_rtt = self.penalty
+            self.unserved[p] += amount
+        else:
+            entry = served.setdefault(dst, [0.0, dst_rtt])
+            entry[0] += amount
+            self.flow[dst][m] += amount
+            self.time_left[dst] -= amount * self.time_per_rps[dst][m]
+        self.cost += amount * (dst_rtt - src_rtt)
+        if self.journal is not None:
+            self.journal.append((p, src, dst, amount, src_rtt))
         if self.unserved[p] > _EPS:
             self.worst[p] = self.penalty
         else:
-            self.worst[p] = max((e[1] for e in self.served[p].values()), default=0.0)
-        self.flow[dst][m] += amount
-        self.time_left[dst] -= amount * self.time_per_rps[dst][m]
+            self.worst[p] = max((e[1] for e in served.values()), default=0.0)
 
     def fill(self, node: int, max_steps: int = 20_000) -> set[int]:
         """Move the best offers onto ``node``'s replicas up to their free capacity, then refill the nodes that
@@ -158,9 +191,12 @@ class _Routing:
 @dataclass
 class GreedyDemand(PlacementPolicy):
     """Options: ``min_gain_ms_per_gb``: stop when the best replica improves the objective by less than this
-    (ms per request, per GB of replica memory)."""
+    (ms per request, per GB of replica memory). ``swap_passes`` / ``swap_trials``: limits of the swap search that
+    improves the constructed plan (:mod:`controlplane.placement.local_search`; 0 passes: none)."""
 
     min_gain_ms_per_gb: float = 1e-7
+    swap_passes: int = 20
+    swap_trials: int = 4000
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         net = problem.network()
@@ -220,5 +256,12 @@ class GreedyDemand(PlacementPolicy):
             for other in freed - {node}:
                 for model in fitting[other]:
                     push(other, model, np.inf)
-        return Placement(problem, problem.fleet, self.name, placed,
-                         solver={"replicas_considered": int(net.fits.sum())})
+        solver = {"replicas_considered": int(net.fits.sum())}
+        if self.swap_passes > 0:
+            before = state.cost * scale
+            search = SwapSearch(net, state, ledger, max_passes=self.swap_passes, max_trials=self.swap_trials)
+            search.run()
+            placed = ledger.placements()
+            solver.update(swap_trials=search.trials, swaps=search.accepted, swap_passes=search.passes,
+                          routed_ms_before_swaps=round(before, 6), routed_ms=round(state.cost * scale, 6))
+        return Placement(problem, problem.fleet, self.name, placed, solver=solver)

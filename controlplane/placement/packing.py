@@ -60,6 +60,17 @@ class GpuLedger:
             self.solo[node][list(gpus)] = True
         return gpus
 
+    def remove(self, node: int, model: int, gpus: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        """Take one replica of ``model`` off ``node`` (the one on ``gpus``, or the last added); returns its GPUs."""
+        held = self.held[node]
+        i = max(i for i, (m, g) in enumerate(held) if m == model and (gpus is None or g == gpus))
+        _, gpus = held.pop(i)
+        self.free[node][list(gpus)] += self.net.bytes_per_gpu[model]
+        self.busy[node] -= self.net.tp[model]
+        if self.net.exclusive[model]:
+            self.solo[node][list(gpus)] = False  # a GPU holds at most one exclusive replica
+        return gpus
+
     def add_repacking(self, node: int, model: int) -> bool:
         """Place one replica, re-seating the node's replicas if first fit fails (exact search, bounded)."""
         if self.add(node, model) is not None:

@@ -78,7 +78,7 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
     ({"base": "small", "axes": {"edge.router": "p2c"}}, r"'edge.router' must be a non-empty list"),
     # policy options are typed and checked when the grid is parsed, before anything runs
     ({"base": "small", "axes": {"edge.placement_options.time_limit_s": [1.0]}},
-     r"placement policy 'greedy-demand' has no option 'time_limit_s' \(options: min_gain_ms_per_gb\)"),
+     r"placement policy 'greedy-demand' has no option 'time_limit_s' \(options: min_gain_ms_per_gb, swap_passes, swap_trials\)"),
     ({"base": "small", "axes": {"edge.router_options.k": ["4"]}, "deployments": ["edge"]},
      r"routing policy 'nearest-balanced' has no option 'k'"),
     ({"base": "small", "axes": {"edge.router": []}}, r"'edge.router' must be a non-empty list"),
