@@ -36,7 +36,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
-from topology.rtt_cache import cached_matrix
+from topology.rtt_cache import cached_matrix, cached_paths
 from topology.tables import DATA_DIR
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
@@ -150,8 +150,9 @@ class LatencyModel:
         links = self.backbone.links
         w = self._link_ms(links.km.to_numpy(), links.kind.to_numpy())
         n = len(self.backbone.nodes)
-        graph = coo_matrix((w, (links.i.to_numpy(), links.j.to_numpy())), shape=(n, n)).tocsr()
-        return dijkstra(graph, directed=False)
+        i, j = links.i.to_numpy(), links.j.to_numpy()
+        return cached_paths(self, n, i, j, w,
+                            lambda: dijkstra(coo_matrix((w, (i, j)), shape=(n, n)).tocsr(), directed=False))
 
     def inflation(self, km) -> np.ndarray:
         """The distance-dependent factor g(d) applied to a path's propagation and hop cost."""

@@ -9,6 +9,9 @@ changes. Files are ``.npy`` under ``$EDGEPOP_CACHE_DIR`` or the user cache direc
 (``$XDG_CACHE_HOME/edgepop/rtt``, default ``~/.cache/edgepop/rtt``), written atomically; an unreadable file or
 one of the wrong shape is recomputed. ``EDGEPOP_NO_CACHE=1`` turns the disk cache off. Small queries (a single
 user) bypass the cache.
+
+The all-pairs backbone matrix itself (seconds of shortest paths at thousands of PoPs) is kept the same way under
+``backbone/`` in that folder, keyed by the code, the parameters, the node count and every link's ends and cost.
 """
 
 from __future__ import annotations
@@ -103,6 +106,31 @@ def cached_matrix(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarra
     _MEMORY[key] = m
     while len(_MEMORY) > _MEMORY_ENTRIES:
         _MEMORY.popitem(last=False)
+    return m
+
+
+def cached_paths(model, n: int, i: np.ndarray, j: np.ndarray, ms: np.ndarray, compute) -> np.ndarray:
+    """``compute()``, the all-pairs shortest-path matrix (float64, n x n) of the graph of links ``i``-``j`` costing
+    ``ms``, or the same matrix from the disk cache."""
+    folder = cache_dir()
+    if folder is None or n * n < MIN_CELLS:
+        return compute()
+    h = hashlib.sha256(_code_digest(model).encode())
+    h.update(repr(model.params).encode())
+    h.update(np.int64(n).tobytes())
+    for a, dtype in ((i, np.int64), (j, np.int64), (ms, np.float64)):
+        h.update(np.ascontiguousarray(a, dtype=dtype).tobytes())
+        h.update(b"|")
+    path = folder / "backbone" / f"{h.hexdigest()}.npy"
+    if path.is_file():
+        try:
+            m = np.load(path, allow_pickle=False)
+            if m.shape == (n, n) and m.dtype == np.float64:
+                return m
+        except (OSError, ValueError):
+            pass
+    m = compute()
+    _write(path, m)
     return m
 
 

@@ -79,3 +79,39 @@ def test_the_cache_can_be_turned_off(topo, cache, monkeypatch):
     lat, lon = _cities(topo)
     topo.latency.site_rtt_matrix(lat, lon, topo.pop_nodes)
     assert not cache.exists() or not list(cache.glob("*.npy"))
+
+
+def _shortest_paths(model):
+    """The backbone matrix computed afresh, without any cache."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    links, n = model.backbone.links, len(model.backbone.nodes)
+    w = model._link_ms(links.km.to_numpy(), links.kind.to_numpy())
+    return dijkstra(coo_matrix((w, (links.i.to_numpy(), links.j.to_numpy())), shape=(n, n)).tocsr(), directed=False)
+
+
+def test_the_backbone_matrix_comes_from_disk_and_a_stale_one_is_never_used(topo, cache, monkeypatch):
+    from topology import latency
+
+    backbone, params = topo.latency.backbone, topo.latency.params
+    first = LatencyModel(backbone, params).node_ms
+    assert len(list((cache / "backbone").glob("*.npy"))) == 1
+    assert np.array_equal(first, _shortest_paths(topo.latency))
+    with monkeypatch.context() as m:  # a second model of the same graph reads the file, it solves nothing
+        m.setattr(latency, "dijkstra", lambda *a, **k: pytest.fail("recomputed a cached matrix"))
+        assert np.array_equal(LatencyModel(backbone, params).node_ms, first)
+    # Other parameters (link costs) or other links: other keys, solved again, equal to a fresh computation.
+    slower = LatencyModel(backbone, replace(params, alpha_land=params.alpha_land * 1.5))
+    assert np.array_equal(slower.node_ms, _shortest_paths(slower)) and not np.array_equal(slower.node_ms, first)
+    cut = replace(backbone, links=backbone.links.iloc[1:].reset_index(drop=True))
+    fewer = LatencyModel(cut, params)
+    assert np.array_equal(fewer.node_ms, _shortest_paths(fewer))
+    assert len(list((cache / "backbone").glob("*.npy"))) == 3
+    # A broken or misshapen file is solved again.
+    for path in (cache / "backbone").glob("*.npy"):
+        path.write_bytes(b"not a matrix")
+    assert np.array_equal(LatencyModel(backbone, params).node_ms, first)
+    for path in (cache / "backbone").glob("*.npy"):
+        np.save(path, np.zeros((2, 2)))
+    assert np.array_equal(LatencyModel(backbone, params).node_ms, first)
