@@ -10,8 +10,10 @@ changes. Files are ``.npy`` under ``$EDGEPOP_CACHE_DIR`` or the user cache direc
 one of the wrong shape is recomputed. ``EDGEPOP_NO_CACHE=1`` turns the disk cache off. Small queries (a single
 user) bypass the cache.
 
-The all-pairs backbone matrix itself (seconds of shortest paths at thousands of PoPs) is kept the same way under
-``backbone/`` in that folder, keyed by the code, the parameters, the node count and every link's ends and cost.
+The backbone itself is kept the same way under ``backbone/`` in that folder: its links (a distance matrix and a
+nearest-neighbour sort of every node), keyed by the code, the nodes, the cable table and the options, and its
+all-pairs matrix (seconds of shortest paths at thousands of PoPs), keyed by the code, the parameters, the node
+count and every link's ends and cost.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ def cache_dir() -> Path | None:
 
 def _code_digest(model) -> str:
     """Hash of the source of the model's module, of ``topology.geo`` and of this module."""
-    module = inspect.getmodule(type(model))
+    return _module_digest(inspect.getmodule(type(model)))
+
+
+def _module_digest(module) -> str:
     got = _CODE_DIGESTS.get(module)
     if got is None:
         h = hashlib.sha256()
@@ -134,13 +139,51 @@ def cached_paths(model, n: int, i: np.ndarray, j: np.ndarray, ms: np.ndarray, co
     return m
 
 
-def _write(path: Path, m: np.ndarray) -> None:
-    """Write atomically; a cache that cannot be written is simply not used."""
+LINK_COLUMNS = ("i", "j", "km", "kind", "system")
+MIN_LINK_NODES = 1000  # below this the links take milliseconds
+
+
+def cached_links(nodes, cables, options: tuple, compute):
+    """``compute()``, the backbone's link table (columns ``LINK_COLUMNS``) over ``nodes`` with the named ``cables``
+    and ``options``, or the same table from the disk cache."""
+    import pandas as pd
+
+    folder = cache_dir()
+    if folder is None or len(nodes) < MIN_LINK_NODES:
+        return compute()
+    h = hashlib.sha256(_module_digest(inspect.getmodule(compute)).encode())
+    h.update(repr(options).encode())
+    for c in nodes.columns:
+        values = nodes[c].to_numpy()
+        h.update(c.encode() + b"|")
+        h.update(values.tobytes() if values.dtype.kind == "f" else "\x1f".join(map(str, values)).encode())
+    h.update(cables.to_csv(index=False).encode())
+    path = folder / "backbone" / f"{h.hexdigest()}.links.npz"
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                cols = {c: z[c] for c in LINK_COLUMNS}
+            if len({len(v) for v in cols.values()}) == 1 and len(cols["i"]):
+                return pd.DataFrame({c: v.astype(object) if v.dtype.kind == "U" else v for c, v in cols.items()})
+        except (OSError, ValueError, KeyError):
+            pass
+    links = compute()
+    if len(links) and not links[["kind", "system"]].isna().any().any():  # text round-trips; a missing value would not
+        _write(path, {c: links[c].to_numpy(dtype=str if c in ("kind", "system") else None) for c in LINK_COLUMNS})
+    return links
+
+
+def _write(path: Path, m) -> None:
+    """Write atomically (an array, or a dict of arrays as ``.npz``); a cache that cannot be written is simply not
+    used."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
-            np.save(fh, m, allow_pickle=False)
+            if isinstance(m, dict):
+                np.savez(fh, **m)
+            else:
+                np.save(fh, m, allow_pickle=False)
         os.replace(tmp, path)
     except OSError:
         try:

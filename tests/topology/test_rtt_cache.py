@@ -115,3 +115,36 @@ def test_the_backbone_matrix_comes_from_disk_and_a_stale_one_is_never_used(topo,
     for path in (cache / "backbone").glob("*.npy"):
         np.save(path, np.zeros((2, 2)))
     assert np.array_equal(LatencyModel(backbone, params).node_ms, first)
+
+
+def test_backbone_links_come_from_disk_and_stale_ones_are_never_used(topo, cache, monkeypatch):
+    import pandas as pd
+
+    from topology import latency
+
+    monkeypatch.setattr(rtt_cache, "MIN_LINK_NODES", 0)  # the shipped backbone is below the size worth caching
+    sites = latency.default_sites()
+    fresh = latency.build_backbone(sites).links
+    assert len(list((cache / "backbone").glob("*.links.npz"))) == 1
+    with monkeypatch.context() as m:  # the same input reads the file, it computes nothing
+        m.setattr(latency, "pairwise_km", lambda *a, **k: pytest.fail("recomputed cached links"))
+        pd.testing.assert_frame_equal(latency.build_backbone(sites).links, fresh)
+    # Moved sites, other options or other cables: other keys, computed again, equal to a computation without cache.
+    moved = sites.assign(lat=sites.lat.where(sites.index != 3, sites.lat + 5.0))
+    cables = pd.read_csv(latency.DATA_DIR / "backbone_links.csv")
+    for kwargs, patch in (({"sites": moved}, None), ({"sites": sites, "knn": 4}, None),
+                          ({"sites": sites}, cables.iloc[1:])):
+        with monkeypatch.context() as m:
+            if patch is not None:
+                m.setattr(latency.pd, "read_csv", lambda path, _c=patch, _r=pd.read_csv: (
+                    _c if str(path).endswith("backbone_links.csv") else _r(path)))
+            got = latency.build_backbone(**kwargs).links
+            monkeypatch.setenv("EDGEPOP_NO_CACHE", "1")
+            expected = latency.build_backbone(**kwargs).links
+            monkeypatch.delenv("EDGEPOP_NO_CACHE")
+        pd.testing.assert_frame_equal(got, expected)
+        assert not got.equals(fresh)
+    assert len(list((cache / "backbone").glob("*.links.npz"))) == 4
+    for path in (cache / "backbone").glob("*.links.npz"):  # a broken file is computed again
+        path.write_bytes(b"not an archive")
+    pd.testing.assert_frame_equal(latency.build_backbone(sites).links, fresh)
