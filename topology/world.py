@@ -103,7 +103,17 @@ class Topology:
         return np.broadcast_to(np.asarray(lm, dtype=np.float32), (n,))[:, None]
 
     def ingress(self, lat, lon, last_mile_ms=None) -> tuple[np.ndarray, np.ndarray]:
-        """Anycast ingress: index of the lowest-RTT PoP for each user, and that RTT in ms."""
-        m = self.user_pop_rtt(lat, lon, last_mile_ms)
-        idx = np.argmin(m, axis=1)
-        return idx, m[np.arange(len(idx)), idx]
+        """Anycast ingress: index of the lowest-RTT PoP for each user, and that RTT in ms.
+
+        The last answer is kept (placement and the workload both ask for every demand city: a users x PoPs pass,
+        a second of work at thousands of PoPs); it is reused only for the same latency model, PoP count and
+        query values."""
+        lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
+        key = (len(self.pops), lat.tobytes(), lon.tobytes(),
+               np.ascontiguousarray(self._last_mile(last_mile_ms, lat.shape[0])).tobytes())
+        hit = getattr(self, "_ingress_memo", None)
+        if hit is None or hit[0] is not self.latency or hit[1] != key:
+            m = self.user_pop_rtt(lat, lon, last_mile_ms)
+            idx = np.argmin(m, axis=1)
+            hit = self._ingress_memo = (self.latency, key, idx, m[np.arange(len(idx)), idx])
+        return hit[2].copy(), hit[3].copy()
