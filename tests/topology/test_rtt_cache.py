@@ -148,3 +148,39 @@ def test_backbone_links_come_from_disk_and_stale_ones_are_never_used(topo, cache
     for path in (cache / "backbone").glob("*.links.npz"):  # a broken file is computed again
         path.write_bytes(b"not an archive")
     pd.testing.assert_frame_equal(latency.build_backbone(sites).links, fresh)
+
+
+def test_the_ingress_comes_from_disk_and_a_stale_one_is_never_used(topo, cache, monkeypatch):
+    import copy
+
+    from topology.world import Topology
+
+    t = copy.copy(topo)
+    lat, lon = _cities(t)
+
+    def ingress(*args):
+        t._ingress_memo = None  # the in-process answer would hide the disk cache
+        return t.ingress(*args)
+
+    first = ingress(lat, lon)
+    fresh = t._ingress(lat, lon, None)
+    assert len(list(cache.glob("*.argmin.npz"))) == 1
+    for got, want in zip(first, fresh, strict=True):
+        np.testing.assert_array_equal(got, want)
+    with monkeypatch.context() as m:  # read back: no users x PoPs matrix is made or read
+        m.setattr(Topology, "user_pop_rtt", lambda *a, **k: pytest.fail("recomputed a cached ingress"))
+        for got, want in zip(ingress(lat, lon), fresh, strict=True):
+            np.testing.assert_array_equal(got, want)
+    # Another last mile, other points or another latency model: other keys, computed again.
+    slower = copy.copy(t)
+    slower.latency = LatencyModel(t.latency.backbone, replace(t.latency.params, base_ms=t.latency.params.base_ms + 50))
+    for who, args in ((t, (lat, lon, 25.0)), (t, (lat + 2.0, lon)), (slower, (lat, lon))):
+        who._ingress_memo = None
+        got = who.ingress(*args)
+        for g, w in zip(got, who._ingress(*args, None) if len(args) == 2 else who._ingress(*args), strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert len(list(cache.glob("*.argmin.npz"))) == 4
+    for path in cache.glob("*.argmin.npz"):  # a broken file is computed again
+        path.write_bytes(b"not an archive")
+    for got, want in zip(ingress(lat, lon), fresh, strict=True):
+        np.testing.assert_array_equal(got, want)
