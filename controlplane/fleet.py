@@ -168,10 +168,10 @@ def ingress_site_rtt(topo: Topology, fleet: Fleet, latency=None) -> np.ndarray:
     latency = latency or topo.latency
     sites = fleet.sites.backbone.to_numpy()
     rtt = latency.params.base_ms + latency.node_ms[np.ix_(topo.pop_nodes, sites)]
-    if not np.all(np.isfinite(rtt)):
-        km = haversine_km(latency.node_lat[topo.pop_nodes][:, None], latency.node_lon[topo.pop_nodes][:, None],
-                          latency.node_lat[sites][None, :], latency.node_lon[sites][None, :])
-        fallback = latency.params.base_ms + 2.0 * latency.params.alpha_land * km / FIBRE_KM_PER_MS
-        rtt = np.where(np.isfinite(rtt), rtt, fallback)
+    gap = np.nonzero(~np.isfinite(rtt))
+    if len(gap[0]):  # distances of the unconnected pairs only: a few isolated PoPs of thousands
+        a, b = topo.pop_nodes[gap[0]], sites[gap[1]]
+        km = haversine_km(latency.node_lat[a], latency.node_lon[a], latency.node_lat[b], latency.node_lon[b])
+        rtt[gap] = latency.params.base_ms + 2.0 * latency.params.alpha_land * km / FIBRE_KM_PER_MS
     same = topo.pop_nodes[:, None] == sites[None, :]
     return np.where(same, 0.0, rtt)

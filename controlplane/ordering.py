@@ -19,3 +19,25 @@ def first_k_stable(values: np.ndarray, k: int) -> np.ndarray:
     cols = np.nonzero(chosen)[1].reshape(len(values), k)  # k per row, in column order
     order = np.argsort(np.take_along_axis(values, cols, axis=1), axis=1, kind="stable")
     return np.take_along_axis(cols, order, axis=1)
+
+
+def candidate_slots(sizes: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``order`` (groups in visiting order), the first ``min(n, sizes.sum())`` members of the groups
+    taken in that order, each group's members in turn: ``(slot, member)``, the position in ``order`` each comes
+    from and its index among all members (group ``g``'s are ``sizes[:g].sum()`` onwards).
+
+    Every group has a member, and each row names at least ``min(n, sizes.sum())`` of them."""
+    rows, k = order.shape
+    length = min(n, int(sizes.sum()))
+    sz = sizes[order]
+    end = np.cumsum(sz, axis=1)  # strictly increasing along each row
+    # One sorted search for all rows at once: row r's ends are offset by r * stride, above every earlier row's.
+    stride = int(sizes.sum()) + 1
+    lift = np.arange(rows, dtype=np.int64)[:, None] * stride
+    pos = np.arange(length, dtype=np.int64)[None, :]
+    slot = np.searchsorted((end + lift).ravel(), (pos + lift).ravel(), side="right").reshape(rows, length)
+    slot -= np.arange(rows, dtype=np.int64)[:, None] * k
+    first = np.take_along_axis(end - sz, slot, axis=1)  # members of the row's groups before this slot's
+    start = np.cumsum(sizes) - sizes
+    member = start[np.take_along_axis(order, slot, axis=1)] + pos - first
+    return slot, member

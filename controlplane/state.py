@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from controlplane.catalog import Catalog, ModelSpec
-from controlplane.ordering import first_k_stable
+from controlplane.ordering import candidate_slots, first_k_stable
 from edgepop.errors import UserError
 
 READY, LOADING, COLD = "ready", "loading", "cold"
@@ -338,15 +338,14 @@ class ClusterState:
             groups = self._groups[model] = (sites, [by_site[s] for s in sites.tolist()])
         return groups
 
-    def _take(self, model: str, members, order, rl: list[float], full: bool,
-              site_of=None) -> tuple[list[Replica], list[float]]:
+    def _take(self, model: str, members, order, rl: list[float], full: bool) -> tuple[list[Replica], list[float]]:
         """The replicas of the sites in ``order``, site by site, up to the candidate count (``rl[i]``: the RTT of
-        the i-th site of ``order``'s indexing; ``site_of[i]``: its group when the two indexings differ)."""
+        site ``i``; :func:`controlplane.ordering.candidate_slots` is the same for many rows at once)."""
         n = len(self.by_model.get(model, ())) if full or self.max_candidates is None else self.max_candidates
         cands: list[Replica] = []
         rtts: list[float] = []
         for i in order:
-            group = members[i if site_of is None else site_of[i]]
+            group = members[i]
             cands += group
             rtts += [rl[i]] * len(group)
             if len(cands) >= n:
@@ -355,7 +354,8 @@ class ClusterState:
 
     def precompute(self, ingresses=None, models=None) -> None:
         """Build the candidate lists up front so that every routing decision is a cached lookup (one sort of
-        every ingress row at once per model)."""
+        every ingress row at once per model; the lists are cut from the sorted rows as arrays, not site by site:
+        3,000 ingress PoPs make tens of thousands of lists)."""
         rows = np.arange(self.rtt.shape[0]) if ingresses is None else np.asarray(list(ingresses), dtype=np.int64)
         for m in list(self.by_model if models is None else models):
             sites, members = self._site_groups(m)
@@ -366,10 +366,16 @@ class ClusterState:
             k = len(sites) if self.max_candidates is None else min(len(sites), self.max_candidates)
             order = first_k_stable(rt, k)
             rts = np.take_along_axis(rt, order, axis=1)
-            for ingress, o, r in zip(rows.tolist(), order.tolist(), rts.tolist(), strict=True):
+            n = len(self.by_model[m]) if self.max_candidates is None else self.max_candidates
+            slot, replica = candidate_slots(np.array([len(g) for g in members], dtype=np.int64), order, n)
+            flat = np.empty(sum(len(g) for g in members), dtype=object)
+            for i, r in enumerate(r for g in members for r in g):
+                flat[i] = r
+            cands, rtts = flat[replica].tolist(), np.take_along_axis(rts, slot, axis=1).tolist()
+            for ingress, c, r in zip(rows.tolist(), cands, rtts, strict=True):
                 key = (ingress, m, False)
                 if key not in self._cand:
-                    self._cand[key] = self._take(m, members, range(len(o)), r, False, o)
+                    self._cand[key] = (c, r)
 
     def memory_report(self) -> pd.DataFrame:
         """Per node: used and total GPU memory (GB) of resident replicas."""

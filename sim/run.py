@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,8 +243,13 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     t_wall = time.perf_counter()
     setup = prepare(sc, topo)
     prepare_s = time.perf_counter() - t_wall
-    runs = [simulate_deployment(setup, name, progress) for name in deployments
-            if (sc.edge if name == "edge" else sc.central) is not None]
+    runs = []
+    for name in deployments:
+        if (sc.edge if name == "edge" else sc.central) is not None:
+            runs.append(simulate_deployment(setup, name, progress))
+            # A finished simulation is a web of cycles (its engines and SimPy callbacks point back at it): free
+            # its per-request state now, or the next run's gc.freeze() keeps it to the end (~0.4 GB at 1M requests).
+            gc.collect()
     blocks = {r.name: r.block for r in runs}
     summary = {"scenario": sc.name, "seed": sc.seed, "requests": int(len(setup.frame)),
                "simulated_span_s": round(setup.span_s, 2), "gpu_inventory_scale": sc.gpu_inventory_scale,

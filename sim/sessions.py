@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from sim.tokens import TaskTokens
 
 THINK_SIGMA = 0.8  # spread of the think time between turns (lognormal): most gaps between ~1/3x and 3x the median
-EMPTY: tuple = ()
 
 
 @dataclass
@@ -95,14 +96,21 @@ def block_hash_ids(prompt: np.ndarray, group: np.ndarray, block_tokens: int) -> 
     return first_appearance_ids(ids, np.ones(len(ids), bool)), offsets
 
 
-def split_tuples(ids: np.ndarray, offsets: np.ndarray, tracked: np.ndarray) -> np.ndarray:
-    """An object array with a tuple of ints per request (the empty tuple where ``tracked`` is False)."""
-    flat = ids.tolist()
-    rows = np.flatnonzero(tracked)
-    out = np.empty(len(tracked), object)
-    out.fill(EMPTY)
-    out[rows] = [tuple(flat[a:b]) for a, b in zip(offsets[rows].tolist(), offsets[rows + 1].tolist(), strict=True)]
-    return out
+def hash_id_column(ids: np.ndarray, offsets: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """Request ``i``'s ids ``ids[offsets[i]:offsets[i + 1]]`` as an Arrow list column: the flat ids and the offsets
+    as they are (8 bytes an id), not a tuple of Python ints per request (~0.1 GB more at a million requests)."""
+    ids, offsets = np.asarray(ids, np.int64), np.asarray(offsets, np.int64)
+    kind = pa.ListArray if offsets[-1] < 2**31 else pa.LargeListArray
+    values = kind.from_arrays(pa.array(offsets, pa.int32() if kind is pa.ListArray else pa.int64()), pa.array(ids))
+    return pd.arrays.ArrowExtensionArray(values)
+
+
+def as_hash_id_column(rows) -> pd.api.extensions.ExtensionArray:
+    """A sequence of id sequences (tuples of a trace, lists) as :func:`hash_id_column`'s column."""
+    lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    ids = np.fromiter((h for r in rows for h in r), np.int64, int(offsets[-1]))
+    return hash_id_column(ids, offsets)
 
 
 def first_appearance_ids(values: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -22,10 +22,11 @@ from edgepop.errors import UserError
 from sim.arrivals import Cities, Groups, city_table, poisson_chunks
 from sim.sessions import (
     THINK_SIGMA,
+    as_hash_id_column,
     block_hash_ids,
     expand_sessions,
     first_appearance_ids,
-    split_tuples,
+    hash_id_column,
 )
 from sim.tokens import draw_sizes
 from sim.traces import read_trace
@@ -125,10 +126,9 @@ class Workload:
         if raw is None or tuple(table.column_names) not in (COLUMNS, COLUMNS + OPTIONAL_COLUMNS):
             raise UserError(f"{path}: not an edgepop workload file (no {META_KEY.decode()} metadata or columns)")
         meta = json.loads(raw)
-        ids = np.empty(table.num_rows, object)
-        ids[:] = [tuple(x) for x in table.column("hash_ids").to_pylist()]
+        ids = table.column("hash_ids").combine_chunks()
         frame = table.drop_columns(["hash_ids"]).to_pandas()
-        frame.insert(COLUMNS.index("hash_ids"), "hash_ids", ids)
+        frame.insert(COLUMNS.index("hash_ids"), "hash_ids", hash_id_column(ids.values, ids.offsets))
         cfg = WorkloadConfig.from_dict(meta["config"], where=f"{path} metadata")
         return cls(frame, cfg, meta.get("seed"), meta.get("source", "?"), meta.get("meta", {}))
 
@@ -267,13 +267,13 @@ def _frame(cols: dict, cities: Cities, catalog: Catalog, cfg: WorkloadConfig, rn
     task = np.asarray([catalog[m].task for m in models], object)[c["model"]]
     session = first_appearance_ids(c["session"], c["session"] >= 0)
     if "hash_ids" in c:
-        hash_ids = c["hash_ids"]
+        hash_ids = as_hash_id_column(c["hash_ids"])
     else:
         tracked = task == "text-generation"
         # A session-less request is the only user of its prefix: give it its own group after the sessions'.
         group = np.where(session >= 0, session, session.max(initial=-1) + 1 + np.arange(n))
-        ids, offsets = block_hash_ids(np.where(tracked, c["prompt"], 0), group, cfg.block_tokens)
-        hash_ids = split_tuples(ids, offsets, tracked)
+        # untracked rows have no blocks: a prompt of 0 tokens
+        hash_ids = hash_id_column(*block_hash_ids(np.where(tracked, c["prompt"], 0), group, cfg.block_tokens))
     batch = (rng.random(n) < cfg.batch_fraction) & (session < 0)
     reject = rng.random(n) < cfg.reject_if_busy_fraction
     frame = pd.DataFrame({
@@ -283,7 +283,7 @@ def _frame(cols: dict, cities: Cities, catalog: Catalog, cfg: WorkloadConfig, rn
         "ingress": cities.ingress[city], "ingress_pop": cities.ingress_pop[city],
         "access_rtt_ms": cities.access_rtt_ms[city], "model": model, "task": task,
         "prompt_tokens": c["prompt"].astype(np.int64), "output_tokens": c["output"].astype(np.int64),
-        "session_id": session, "hash_ids": hash_ids if n else np.zeros(0, object), "batch": batch,
+        "session_id": session, "hash_ids": hash_ids, "batch": batch,
         "reject_if_busy": reject})
     if cfg.adapter_fraction > 0:  # drawn last, so workloads without adapters keep every other draw
         from sim.techniques.adapters import draw_adapters

@@ -36,7 +36,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
-from topology.rtt_cache import cached_matrix
+from topology.rtt_cache import cached_links, cached_matrix, cached_paths
 from topology.tables import DATA_DIR
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
@@ -99,6 +99,12 @@ def build_backbone(sites: pd.DataFrame, knn: int = 8, max_link_km: float = 1000.
     site_cols = sites.assign(cc=sites.get("cc", pd.Series("", index=sites.index)).fillna(""))
     nodes = pd.concat([site_cols[["name", "lat", "lon", "kind", "cc"]], lp[["name", "lat", "lon", "kind", "cc"]]],
                       ignore_index=True)
+    cables = pd.read_csv(DATA_DIR / "backbone_links.csv")
+    links = cached_links(nodes, cables, (knn, max_link_km), lambda: _links(nodes, cables, knn, max_link_km))
+    return Backbone(nodes=nodes, links=links)
+
+
+def _links(nodes: pd.DataFrame, cables: pd.DataFrame, knn: int, max_link_km: float) -> pd.DataFrame:
     lat, lon = nodes.lat.to_numpy(), nodes.lon.to_numpy()
     dist = pairwise_km(lat, lon, lat, lon)
     np.fill_diagonal(dist, np.inf)
@@ -121,15 +127,13 @@ def build_backbone(sites: pd.DataFrame, knn: int = 8, max_link_km: float = 1000.
             links[(min(i, j), max(i, j))] = (float(d), "land", "")
     # Named links join landing points, or PoPs where a trunk reaches inland; links to absent sites are skipped.
     index = {n: k for k, n in enumerate(nodes.name)}
-    cables = pd.read_csv(DATA_DIR / "backbone_links.csv")
     for c in cables.itertuples():
         if c.a not in index or c.b not in index:
             continue
         i, j = index[c.a], index[c.b]
         links[(min(i, j), max(i, j))] = (float(dist[i, j]), c.kind, c.system)
-    frame = pd.DataFrame([(i, j, d, k, s) for (i, j), (d, k, s) in links.items()],
-                         columns=["i", "j", "km", "kind", "system"])
-    return Backbone(nodes=nodes, links=frame)
+    return pd.DataFrame([(i, j, d, k, s) for (i, j), (d, k, s) in links.items()],
+                        columns=["i", "j", "km", "kind", "system"])
 
 
 class LatencyModel:
@@ -150,8 +154,9 @@ class LatencyModel:
         links = self.backbone.links
         w = self._link_ms(links.km.to_numpy(), links.kind.to_numpy())
         n = len(self.backbone.nodes)
-        graph = coo_matrix((w, (links.i.to_numpy(), links.j.to_numpy())), shape=(n, n)).tocsr()
-        return dijkstra(graph, directed=False)
+        i, j = links.i.to_numpy(), links.j.to_numpy()
+        return cached_paths(self, n, i, j, w,
+                            lambda: dijkstra(coo_matrix((w, (i, j)), shape=(n, n)).tocsr(), directed=False))
 
     def inflation(self, km) -> np.ndarray:
         """The distance-dependent factor g(d) applied to a path's propagation and hop cost."""

@@ -14,6 +14,7 @@ from topology.last_mile import LastMile
 from topology.latency import LatencyModel, LatencyParams, build_backbone, site_table
 from topology.pops import load_pops, load_tiers
 from topology.regions import load_regions
+from topology.rtt_cache import cached_argmin
 from topology.tables import DATA_DIR
 
 DEFAULT_LAST_MILE_MS = 10.0  # median fixed-broadband access RTT (fibre ~5 ms, cable ~15, DSL ~25)
@@ -103,7 +104,23 @@ class Topology:
         return np.broadcast_to(np.asarray(lm, dtype=np.float32), (n,))[:, None]
 
     def ingress(self, lat, lon, last_mile_ms=None) -> tuple[np.ndarray, np.ndarray]:
-        """Anycast ingress: index of the lowest-RTT PoP for each user, and that RTT in ms."""
+        """Anycast ingress: index of the lowest-RTT PoP for each user, and that RTT in ms.
+
+        The last answer is kept (placement and the workload both ask for every demand city: a users x PoPs pass,
+        a second of work at thousands of PoPs); it is reused only for the same latency model, PoP count and
+        query values. Large answers also come from the disk cache of :mod:`topology.rtt_cache`."""
+        lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
+        key = (len(self.pops), lat.tobytes(), lon.tobytes(),
+               np.ascontiguousarray(self._last_mile(last_mile_ms, lat.shape[0])).tobytes())
+        hit = getattr(self, "_ingress_memo", None)
+        if hit is None or hit[0] is not self.latency or hit[1] != key:
+            lm = self._last_mile(last_mile_ms, lat.shape[0])[:, 0]
+            idx, rtt = cached_argmin(self.latency, lat, lon, self.pop_nodes, lm,
+                                     lambda: self._ingress(lat, lon, last_mile_ms))
+            hit = self._ingress_memo = (self.latency, key, idx, rtt)
+        return hit[2].copy(), hit[3].copy()
+
+    def _ingress(self, lat, lon, last_mile_ms) -> tuple[np.ndarray, np.ndarray]:
         m = self.user_pop_rtt(lat, lon, last_mile_ms)
         idx = np.argmin(m, axis=1)
         return idx, m[np.arange(len(idx)), idx]

@@ -1,9 +1,12 @@
-"""The nearest-k helper gives exactly the first k columns of a stable full sort, ties included."""
+"""The nearest-k helper gives exactly the first k columns of a stable full sort, ties included; candidate lists
+cut for all ingresses at once equal those built one ingress at a time."""
 
 import numpy as np
 import pytest
+from kit.controlplane import LLAMA, TINY, make_fleet, placement
 
 from controlplane.ordering import first_k_stable
+from controlplane.state import ClusterState
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -15,3 +18,28 @@ def test_first_k_equals_a_stable_full_sort(seed):
         k = int(rng.integers(1, cols + 1))
         expected = np.argsort(values, axis=1, kind="stable")[:, :k]
         assert np.array_equal(first_k_stable(values, k), expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_precomputed_candidates_equal_the_per_ingress_lists(catalog, seed):
+    """The candidate lists cut from all rows at once are those one ingress's lookup builds: same replicas, same
+    order, same RTTs, with several replicas per site, ties in RTT and lists cut short or not."""
+    rng = np.random.default_rng(seed)
+    n_sites, n_ingress = int(rng.integers(1, 40)), int(rng.integers(1, 12))
+    nodes = rng.integers(0, n_sites, int(rng.integers(n_sites, 3 * n_sites)))
+    nodes[:n_sites] = np.arange(n_sites)  # every site has a node
+    fleet = make_fleet([8] * len(nodes), sites=nodes.tolist())
+    models = (TINY, LLAMA)
+    table = placement([(m, n) for n in range(len(nodes)) for m in models if rng.random() < 0.7] or [(TINY, 0)])
+    rtt = rng.integers(0, 6, (n_ingress, n_sites)).astype(float)
+    for max_candidates in (None, 1, 3, 64):
+        lazy = ClusterState(catalog, fleet, table, rtt, max_candidates=max_candidates)
+        eager = ClusterState(catalog, fleet, table, rtt, max_candidates=max_candidates)
+        eager.precompute()
+        for ingress in range(n_ingress):
+            for m in models:
+                if m not in lazy.by_model:
+                    continue
+                got, expected = eager._cand[(ingress, m, False)], lazy.candidates(ingress, m)
+                assert [r.id for r in got[0]] == [r.id for r in expected[0]]
+                assert got[1] == expected[1]

@@ -92,7 +92,7 @@ def test_mooncake_round_trip_and_replay(tmp_path, topo):
     pd.testing.assert_frame_equal(back, frame)
     w = replay(topo, kind="mooncake", trace=str(path), trace_speed=0.5)
     r = w.requests
-    assert np.allclose(r.arrival_s, frame.arrival_s * 2) and list(r.hash_ids) == list(frame.hash_ids)
+    assert np.allclose(r.arrival_s, frame.arrival_s * 2) and [tuple(h) for h in r.hash_ids] == list(frame.hash_ids)
     assert list(r.prompt_tokens) == [1024, 1500, 10, 600] and list(r.output_tokens) == [5, 0, 7, 9]
 
 

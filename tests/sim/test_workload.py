@@ -308,3 +308,18 @@ continent = "SA"
     assert cfg.start_utc.hour == 18 and cfg.bursts[0].continent == "SA" and cfg.tokens["text-generation"].prompt.median == 800
     w = generate(cfg, topo, CAT, 0)
     assert len(w) == 3000 and set(w.requests.model) == set(cfg.mix)
+
+
+def test_hash_id_column_holds_each_requests_slice():
+    """The Arrow column of flat ids and offsets reads back as each request's slice, from arrays or from tuples."""
+    from sim.sessions import as_hash_id_column, hash_id_column
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 5, 200)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    ids = rng.integers(0, 10**12, int(offsets[-1]))
+    expected = [tuple(ids[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    for column in (hash_id_column(ids, offsets), as_hash_id_column(expected)):
+        got = pd.Series(column)
+        assert [tuple(h) for h in got] == expected and got.map(len).tolist() == lengths.tolist()
+    assert len(as_hash_id_column([])) == 0

@@ -79,3 +79,108 @@ def test_the_cache_can_be_turned_off(topo, cache, monkeypatch):
     lat, lon = _cities(topo)
     topo.latency.site_rtt_matrix(lat, lon, topo.pop_nodes)
     assert not cache.exists() or not list(cache.glob("*.npy"))
+
+
+def _shortest_paths(model):
+    """The backbone matrix computed afresh, without any cache."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    links, n = model.backbone.links, len(model.backbone.nodes)
+    w = model._link_ms(links.km.to_numpy(), links.kind.to_numpy())
+    return dijkstra(coo_matrix((w, (links.i.to_numpy(), links.j.to_numpy())), shape=(n, n)).tocsr(), directed=False)
+
+
+def test_the_backbone_matrix_comes_from_disk_and_a_stale_one_is_never_used(topo, cache, monkeypatch):
+    from topology import latency
+
+    backbone, params = topo.latency.backbone, topo.latency.params
+    first = LatencyModel(backbone, params).node_ms
+    assert len(list((cache / "backbone").glob("*.npy"))) == 1
+    assert np.array_equal(first, _shortest_paths(topo.latency))
+    with monkeypatch.context() as m:  # a second model of the same graph reads the file, it solves nothing
+        m.setattr(latency, "dijkstra", lambda *a, **k: pytest.fail("recomputed a cached matrix"))
+        assert np.array_equal(LatencyModel(backbone, params).node_ms, first)
+    # Other parameters (link costs) or other links: other keys, solved again, equal to a fresh computation.
+    slower = LatencyModel(backbone, replace(params, alpha_land=params.alpha_land * 1.5))
+    assert np.array_equal(slower.node_ms, _shortest_paths(slower)) and not np.array_equal(slower.node_ms, first)
+    cut = replace(backbone, links=backbone.links.iloc[1:].reset_index(drop=True))
+    fewer = LatencyModel(cut, params)
+    assert np.array_equal(fewer.node_ms, _shortest_paths(fewer))
+    assert len(list((cache / "backbone").glob("*.npy"))) == 3
+    # A broken or misshapen file is solved again.
+    for path in (cache / "backbone").glob("*.npy"):
+        path.write_bytes(b"not a matrix")
+    assert np.array_equal(LatencyModel(backbone, params).node_ms, first)
+    for path in (cache / "backbone").glob("*.npy"):
+        np.save(path, np.zeros((2, 2)))
+    assert np.array_equal(LatencyModel(backbone, params).node_ms, first)
+
+
+def test_backbone_links_come_from_disk_and_stale_ones_are_never_used(topo, cache, monkeypatch):
+    import pandas as pd
+
+    from topology import latency
+
+    monkeypatch.setattr(rtt_cache, "MIN_LINK_NODES", 0)  # the shipped backbone is below the size worth caching
+    sites = latency.default_sites()
+    fresh = latency.build_backbone(sites).links
+    assert len(list((cache / "backbone").glob("*.links.npz"))) == 1
+    with monkeypatch.context() as m:  # the same input reads the file, it computes nothing
+        m.setattr(latency, "pairwise_km", lambda *a, **k: pytest.fail("recomputed cached links"))
+        pd.testing.assert_frame_equal(latency.build_backbone(sites).links, fresh)
+    # Moved sites, other options or other cables: other keys, computed again, equal to a computation without cache.
+    moved = sites.assign(lat=sites.lat.where(sites.index != 3, sites.lat + 5.0))
+    cables = pd.read_csv(latency.DATA_DIR / "backbone_links.csv")
+    for kwargs, patch in (({"sites": moved}, None), ({"sites": sites, "knn": 4}, None),
+                          ({"sites": sites}, cables.iloc[1:])):
+        with monkeypatch.context() as m:
+            if patch is not None:
+                m.setattr(latency.pd, "read_csv", lambda path, _c=patch, _r=pd.read_csv: (
+                    _c if str(path).endswith("backbone_links.csv") else _r(path)))
+            got = latency.build_backbone(**kwargs).links
+            monkeypatch.setenv("EDGEPOP_NO_CACHE", "1")
+            expected = latency.build_backbone(**kwargs).links
+            monkeypatch.delenv("EDGEPOP_NO_CACHE")
+        pd.testing.assert_frame_equal(got, expected)
+        assert not got.equals(fresh)
+    assert len(list((cache / "backbone").glob("*.links.npz"))) == 4
+    for path in (cache / "backbone").glob("*.links.npz"):  # a broken file is computed again
+        path.write_bytes(b"not an archive")
+    pd.testing.assert_frame_equal(latency.build_backbone(sites).links, fresh)
+
+
+def test_the_ingress_comes_from_disk_and_a_stale_one_is_never_used(topo, cache, monkeypatch):
+    import copy
+
+    from topology.world import Topology
+
+    t = copy.copy(topo)
+    lat, lon = _cities(t)
+
+    def ingress(*args):
+        t._ingress_memo = None  # the in-process answer would hide the disk cache
+        return t.ingress(*args)
+
+    first = ingress(lat, lon)
+    fresh = t._ingress(lat, lon, None)
+    assert len(list(cache.glob("*.argmin.npz"))) == 1
+    for got, want in zip(first, fresh, strict=True):
+        np.testing.assert_array_equal(got, want)
+    with monkeypatch.context() as m:  # read back: no users x PoPs matrix is made or read
+        m.setattr(Topology, "user_pop_rtt", lambda *a, **k: pytest.fail("recomputed a cached ingress"))
+        for got, want in zip(ingress(lat, lon), fresh, strict=True):
+            np.testing.assert_array_equal(got, want)
+    # Another last mile, other points or another latency model: other keys, computed again.
+    slower = copy.copy(t)
+    slower.latency = LatencyModel(t.latency.backbone, replace(t.latency.params, base_ms=t.latency.params.base_ms + 50))
+    for who, args in ((t, (lat, lon, 25.0)), (t, (lat + 2.0, lon)), (slower, (lat, lon))):
+        who._ingress_memo = None
+        got = who.ingress(*args)
+        for g, w in zip(got, who._ingress(*args, None) if len(args) == 2 else who._ingress(*args), strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert len(list(cache.glob("*.argmin.npz"))) == 4
+    for path in cache.glob("*.argmin.npz"):  # a broken file is computed again
+        path.write_bytes(b"not an archive")
+    for got, want in zip(ingress(lat, lon), fresh, strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -1,0 +1,40 @@
+"""Anycast ingress: a repeated query reuses the last answer, any change of input computes it again."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from topology.world import Topology
+
+
+def _fresh(topo, lat, lon, last_mile=None):
+    m = topo.user_pop_rtt(lat, lon, last_mile)
+    idx = np.argmin(m, axis=1)
+    return idx, m[np.arange(len(idx)), idx]
+
+
+def test_the_last_answer_is_reused_only_for_the_same_query(topo, monkeypatch):
+    topo = copy.copy(topo)
+    d = topo.demand.iloc[:500]
+    lat, lon = d.lat.to_numpy(), d.lon.to_numpy()
+    first = topo.ingress(lat, lon)
+    for got, want in zip(first, _fresh(topo, lat, lon), strict=True):
+        np.testing.assert_array_equal(got, want)
+    first[0][:] = -1  # callers own what they get
+    with monkeypatch.context() as m:
+        m.setattr(Topology, "user_pop_rtt", lambda *a, **k: pytest.fail("recomputed the same query"))
+        again = topo.ingress(lat.copy(), lon.copy(), np.full(len(lat), topo.last_mile_ms))  # equal values
+    np.testing.assert_array_equal(again[0], _fresh(topo, lat, lon)[0])
+    # Other points, another last mile, another latency model or PoP table: computed again.
+    for args, change in (((lat + 1.0, lon), None), ((lat, lon, 25.0), None), ((lat, lon), "latency"),
+                         ((lat, lon), "pops")):
+        if change == "latency":
+            topo.latency = copy.copy(topo.latency)
+            topo.latency.node_ms = topo.latency.node_ms + 1.0
+            topo.latency._digest = None
+        if change == "pops":
+            topo.pops = topo.pops.iloc[:-1]
+        got = topo.ingress(*args)
+        for g, w in zip(got, _fresh(topo, *args), strict=True):
+            np.testing.assert_array_equal(g, w)
