@@ -19,7 +19,7 @@ alone, never on a clock or on a random draw. Passes after the first re-estimate 
 offers the accepted swaps changed.
 
 On the default scenario's edge problem (228 GPUs, one language model per GPU) greedy alone ends 5.9% above the
-ILP's optimum, its language-model mix set by early choices; the search takes it to 3.2% in about 0.3 s more.
+ILP's optimum, its language-model mix set by early choices; the search takes it to about 3% in about 0.3 s more.
 """
 
 from __future__ import annotations
