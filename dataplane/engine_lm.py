@@ -374,6 +374,7 @@ class LMEngine:
             return
         if reserved:
             self._reserved -= s.reserve
+        s.h.timing.finished = time.monotonic()
         tail = s.decoder.decode(b"", final=True)
         if tail:
             s.text.append(tail)

@@ -70,6 +70,7 @@ class LMTiming:
     stall_s: float = 0.0
     steps: int = 0
     batch_sum: int = 0  # sum of the batch sizes of its decode steps (mean batch = batch_sum / steps)
+    finished: float = math.nan  # finalised: the decoder's last bytes flushed (a streamed tail is produced now)
 
     def as_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}

@@ -18,6 +18,7 @@ Validation and result shapes live only in the table, so the gateway and :meth:`D
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -103,7 +104,11 @@ class TokenStream:
             raise fut.exception()
         text, sent = fut.result().text, "".join(self.sent_text)
         if len(text) > len(sent) and text.startswith(sent):
-            yield text[len(sent):], time.monotonic()
+            # The decoder's tail was produced when the engine finalised the request, not when this consumer
+            # (which waits out each earlier piece's return delay) comes to ask for it.
+            timing = getattr(self.run.handle, "timing", None)
+            done = getattr(timing, "finished", math.nan)
+            yield text[len(sent):], done if math.isfinite(done) else time.monotonic()
 
     def usage(self) -> dict:
         fut = self.run.futures[0]

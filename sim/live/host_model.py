@@ -74,8 +74,8 @@ class HostParams:
         if len(share) > 1 and 1 in share.index:
             self.cores, self.lock = fit_host_share(share.index.to_numpy(float), share.to_numpy() / share.loc[1],
                                                    max_cores)
-        gap = table[table.phase == "iter_gap"]
-        self.iter_gap_ms = float(gap.ms.mean()) if len(gap) else 0.0
+        gap = table[table.phase == "iter_gap"].groupby("batch_size").ms.mean().sort_index()
+        self._gap = (gap.index.to_numpy(float), gap.to_numpy(float)) if len(gap) else None
         copy = table[table.phase == "kv_copy"].groupby("tokens").ms.median().sort_index()
         self._copy = (copy.index.to_numpy(float), copy.to_numpy(float)) if len(copy) else None
         self.gw: dict[str, float] = {}
@@ -86,6 +86,13 @@ class HostParams:
             if part == "prepare" and rows.tokens.nunique() > 1:
                 g = rows.groupby("tokens").ms.median().sort_index()
                 self._prepare = (g.index.to_numpy(float), g.to_numpy(float))
+
+    def iter_gap_ms(self, batch: int) -> float:
+        """The engine loop's time between two iterations of a ``batch``-row batch (interpolated in the measured
+        batch sizes, the nearest one outside them; one measured size: that figure for every batch)."""
+        if self._gap is None:
+            return 0.0
+        return float(np.interp(batch, *self._gap))
 
     def slowdown(self, engines: int, loops: int = 0) -> float:
         """Per-thread slowdown with ``engines`` engine threads and ``loops`` event-loop threads busy."""
@@ -384,9 +391,10 @@ class LiveHostEngine:
 
     def _next_iteration(self) -> None:
         """The engine loop between iterations: its bookkeeping and, on a busy host, waiting to run again."""
-        if self.p.iter_gap_ms <= 0 or not (self.running or self.waiting):
+        gap = self.p.iter_gap_ms(max(len(self.running), 1))
+        if gap <= 0 or not (self.running or self.waiting):
             return self._iterate()
-        ev = self.env.timeout(self.p.iter_gap_ms / 1e3)
+        ev = self.env.timeout(gap / 1e3)
         ev.callbacks.append(lambda _e: self._iterate())
 
     def _token(self, r: _Row, t: float) -> None:

@@ -11,8 +11,9 @@ neither HTTP nor the injected delays enter the figures:
   split over iterations are dropped;
 * ``decode`` (``batch_size`` streams of ``context``-token prompts admitted together): the mean decode step of the
   requests whose every step ran at that batch size;
-* ``iter_gap``: the mean time between two decode iterations of those requests (the engine loop's bookkeeping,
-  and waiting for a core or the interpreter lock when the host is busy);
+* ``iter_gap`` (by batch size): the mean time between two decode iterations of those requests (the engine
+  loop's bookkeeping, a piece handed to the event loop per row, and waiting for a core or the interpreter lock
+  when the host is busy);
 * ``host_share`` (``batch_size`` = k replicas, each decoding two streams at once): the mean decode step while k
   of the deployment's engines decode together (one per emulated PoP, clients placed at each PoP).
 
@@ -102,7 +103,7 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
                         break
                 if ms:
                     rows.append(("prefill", b, n, 0, float(np.median(ms))))
-        gaps = []
+        gaps: dict[int, list[float]] = {}
         for b in decode_batch:
             for ctx in (x for x in contexts if x + steps + 1 < n_ctx):
                 ms = []
@@ -110,12 +111,13 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
                     eng = await gw.burst(c, [ctx] * b, steps + 1, where[:1] * b)
                     clean = [e for e in eng if e["steps"] and e["batch_sum"] == b * e["steps"]]
                     ms += [e["decode_s"] / e["steps"] * 1e3 for e in clean]
-                    gaps += [(e["last_token"] - e["first_token"] - e["decode_s"] - e["stall_s"]) / e["steps"] * 1e3
-                             for e in clean]
+                    gaps.setdefault(b, []).extend(
+                        (e["last_token"] - e["first_token"] - e["decode_s"] - e["stall_s"]) / e["steps"] * 1e3
+                        for e in clean)
                 if ms:
                     rows.append(("decode", b, 1, ctx, float(np.median(ms))))
-        if gaps:  # the mean: rare long waits for a core are what it is about
-            rows.append(("iter_gap", 1, 0, 0, max(float(np.mean(gaps)), 0.0)))
+        for b, g in sorted(gaps.items()):  # the mean: rare long waits for a core are what it is about
+            rows.append(("iter_gap", b, 0, 0, max(float(np.mean(g)), 0.0)))
         for k in host_engines:
             ms = []
             for _ in range(repeats):

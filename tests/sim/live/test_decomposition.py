@@ -66,6 +66,9 @@ def test_live_decomposition_adds_up_for_every_request(served, topo):
     pop_of = {p["replica"]: p["pop"] for p in desc["placement"]}
     assert all(pop_of[replicas[tr]] == pop for tr, pop in zip(live.trace, live.serving_pop, strict=True))
     assert desc["engines"] == "per-replica"
+    # Every piece, the decoder's tail included, counts as produced when the engine made it, never later (a tail
+    # stamped when the stream came to ask for it carried the previous piece's return delay).
+    assert all(t["last_gen"] <= t["engine"]["finished"] for t in got["requests"])
 
     # The live-host simulation of the same requests: its components add up to its own TTFT and E2E.
     table = pd.concat([

@@ -108,3 +108,19 @@ def test_host_share_fit_reads_cores_and_lock():
         assert np.allclose(got, s, rtol=0.03)
     # Alone, an engine and the event loop on two cores without lock contention run at full speed.
     assert share_slowdown(2, 1.0, 2.0, 0.0) == 1.0
+
+
+def test_iteration_gap_follows_the_batch_size(desc, topo, tmp_path):
+    """The engine loop's gap between iterations is the profile's figure for the running batch size: one request
+    alone pays the batch-1 gap per step, two decoding together the batch-2 gap."""
+    table = pd.DataFrame({"phase": ["iter_gap", "iter_gap"], "batch_size": [1, 4], "tokens": [0, 0],
+                          "ms": [0.5, 2.0]})
+    params = HostParams(table)
+    assert params.iter_gap_ms(1) == pytest.approx(0.5) and params.iter_gap_ms(2) == pytest.approx(1.0)
+    assert params.iter_gap_ms(16) == pytest.approx(2.0)  # the largest measured batch beyond it
+    one = simulate_like(desc, _live(tmp_path, topo, [(0.0, 8, 6)]), topo, perf=ConstPerf(table), host_model=True)
+    two = simulate_like(desc, _live(tmp_path, topo, [(0.0, 8, 6), (0.0, 8, 6)]), topo, perf=ConstPerf(table),
+                        host_model=True)
+    # 5 decode steps after the first token, each followed (but the last) by the loop's gap.
+    assert sim_components(one).engine_loop.iloc[0] == pytest.approx(4 * 0.5, abs=1e-6)
+    assert sim_components(two).engine_loop.to_numpy() == pytest.approx(4 * 1.0, abs=1e-6)
