@@ -110,11 +110,10 @@ class Topology:
         a second of work at thousands of PoPs); it is reused only for the same latency model, PoP count and
         query values. Large answers also come from the disk cache of :mod:`topology.rtt_cache`."""
         lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
-        key = (len(self.pops), lat.tobytes(), lon.tobytes(),
-               np.ascontiguousarray(self._last_mile(last_mile_ms, lat.shape[0])).tobytes())
+        lm = np.ascontiguousarray(self._last_mile(last_mile_ms, lat.shape[0])[:, 0])
+        key = (len(self.pops), lat.tobytes(), lon.tobytes(), lm.tobytes())
         hit = getattr(self, "_ingress_memo", None)
         if hit is None or hit[0] is not self.latency or hit[1] != key:
-            lm = self._last_mile(last_mile_ms, lat.shape[0])[:, 0]
             idx, rtt = cached_argmin(self.latency, lat, lon, self.pop_nodes, lm,
                                      lambda: self._ingress(lat, lon, last_mile_ms))
             hit = self._ingress_memo = (self.latency, key, idx, rtt)
