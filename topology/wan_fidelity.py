@@ -63,6 +63,7 @@ def wan_report(params: LatencyParams | None = None, cross_validated: bool = True
         "goals": {"median_ape": GOALS["median_ape"], "p90_ape": GOALS["p90_ape"],
                   "band_ratio": list(GOALS["band_ratio"])},
         "in_sample": {"by_set": table(m, "predicted_ms", "set"), "by_band": table(fitted, "predicted_ms", "band"),
+                      "by_set_band": {s: table(m[m.set == s], "predicted_ms", "band") for s in SETS},
                       "by_continent": table(continent_rows(fitted), "predicted_ms", "continent"),
                       "pooled": errors(fitted.predicted_ms.to_numpy(), fitted.rtt_ms.to_numpy())},
     }
@@ -75,13 +76,35 @@ def wan_report(params: LatencyParams | None = None, cross_validated: bool = True
     return report
 
 
-def worst_pairs(params: LatencyParams | None = None, n: int = 10) -> list[dict]:
-    """The ``n`` pairs the shipped model misses most (for the docs: where the model stops holding)."""
+def every_provider_report(params: LatencyParams | None = None) -> dict:
+    """What fitting every provider's newest set (the reported-only ones too) would give: its constants, in-sample
+    errors by band and the cross-validated goal checks. The docs show it beside the shipped fit."""
+    from dataclasses import replace
+
+    from topology.calibration import fit
+
+    params = params or LatencyParams.load()
+    backbone = build_backbone(default_sites(), params.knn, params.max_link_km)
+    fitted_providers = {s.provider for s in SETS.values() if s.fitted}
+    names = [n for n, s in SETS.items() if s.fitted or s.provider not in fitted_providers]
+    m = load_all(names)
+    p = fit(m, replace(LatencyParams(), knn=params.knn, max_link_km=params.max_link_km), backbone)
+    m["predicted_ms"] = predict(LatencyModel(backbone, p), m)
+    cv = cross_validate(m, p, backbone)
+    return {"sets": names, "params": {k: getattr(p, k) for k in ("alpha_land", "alpha_sea", "hop_ms", "base_ms",
+                                                                  "short_inflation", "short_scale_km")},
+            "in_sample": {"by_band": table(m, "predicted_ms", "band"), **goal_check(m, "predicted_ms")},
+            "leave_one_set_out": goal_check(cv, "cv_set_ms"), "leave_one_continent_out": goal_check(cv, "cv_continent_ms")}
+
+
+def worst_pairs(params: LatencyParams | None = None, n: int = 5) -> list[dict]:
+    """The ``n`` pairs of each data set the shipped model misses most (for the docs: where it stops holding)."""
     params = params or LatencyParams.load()
     m = load_all()
     m["predicted_ms"] = predict(LatencyModel(build_backbone(default_sites(), params.knn, params.max_link_km),
                                              params), m)
     m["ape"] = np.abs(m.predicted_ms - m.rtt_ms) / m.rtt_ms
-    top = m.sort_values("ape", ascending=False).head(n)
+    top = m.sort_values("ape", ascending=False, kind="stable").groupby("set", sort=False).head(n)
     return [{"set": r.set, "a": r.a, "b": r.b, "km": round(float(r.km)), "measured_ms": round(float(r.rtt_ms), 1),
-             "predicted_ms": round(float(r.predicted_ms), 1)} for r in top.itertuples()]
+             "predicted_ms": round(float(r.predicted_ms), 1)} for r in top.sort_values(["set", "ape"],
+                                                                                   ascending=[True, False]).itertuples()]

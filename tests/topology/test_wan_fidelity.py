@@ -29,12 +29,21 @@ def test_sets_are_whole_and_cover_short_regional_and_intercontinental_pairs():
     m = load_all()
     assert set(m.set) == set(SETS) and m.rtt_ms.gt(0).all() and m.km.notna().all()
     assert len(load_pairs("azure-2026")) == 54 * 53 // 2 and len(load_pairs("ibm-2026")) == 78
+    assert len(load_pairs("gcp-2023")) == 40 * 39 // 2
     fitted = load_all(fitted_only=True)
     counts = fitted.band.value_counts()
     assert counts["<500 km"] >= 40 and counts["500-2,000 km"] >= 150 and counts[">6,000 km"] >= 1000
     assert set(fitted.continent_a) | set(fitted.continent_b) == {"AF", "AS", "EU", "NA", "OC", "SA"}
     # Measured RTTs never beat light in fibre along the great circle (coordinates and units are right).
-    assert (fitted.rtt_ms >= 2 * fitted.km / 200.0).all()
+    assert (m.rtt_ms >= 2 * m.km / 200.0).all()
+
+
+def test_google_short_paths_are_why_it_is_reported_not_fitted(report):
+    """Google Cloud's private backbone is faster on short paths than the fitted providers at the same distance:
+    the shipped model predicts its short pairs too slow, Azure's about right (see topology/rtt_sets.py)."""
+    assert not SETS["gcp-2023"].fitted
+    bands = report["in_sample"]["by_set_band"]
+    assert bands["gcp-2023"]["<500 km"]["median_ratio"] > 1.2 > bands["azure-2026"]["<500 km"]["median_ratio"]
 
 
 def test_leave_one_continent_out_meets_every_goal(report):
