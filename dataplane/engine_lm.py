@@ -36,6 +36,7 @@ import numpy as np
 from dataplane.errors import CapacityError, EngineClosedError, InvalidInputError
 from dataplane.lm_handle import _DONE, GenerationHandle, GenerationResult, LMStats, LMTiming, TokenCallback
 from dataplane.lora import Adapter, LoraLanguageModel, adapter_salt
+from dataplane.memory import keep_freed_memory
 from dataplane.prefix_cache import PrefixCache, PrefixCacheConfig
 from dataplane.runtime import LanguageModel, left_pad_prompts
 from dataplane.sampling import SamplingParams, sample_token
@@ -82,6 +83,7 @@ class LMEngine:
     """Continuous-batching generation over a :class:`LanguageModel` (see the module docstring)."""
 
     def __init__(self, model: LanguageModel, config: LMEngineConfig | None = None, name: str | None = None):
+        keep_freed_memory()  # every batch change copies the KV arrays: keep it at memory speed
         self.model = model
         self.config = config or LMEngineConfig()
         self.stats = LMStats()

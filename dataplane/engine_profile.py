@@ -34,6 +34,7 @@ import pandas as pd
 
 from dataplane import registry
 from dataplane.engine_lm import LMEngine, LMEngineConfig
+from dataplane.memory import keep_freed_memory
 from dataplane.profiler import COLUMNS
 from dataplane.sampling import SamplingParams
 from dataplane.session import SessionConfig
@@ -150,10 +151,12 @@ def _host_share(model, stand_in: str, engines, context: int, steps: int, repeats
 
 
 def _kv_copy(model, repeats: int = 5) -> list[tuple]:
-    """``kv_copy`` rows: concatenating one batch's KV arrays (every layer, key and value) with another's."""
+    """``kv_copy`` rows: concatenating one batch's KV arrays (every layer, key and value) with another's, with
+    the allocator set as the engine sets it (:mod:`dataplane.memory`)."""
+    keep_freed_memory()
     spec = model.spec
     rows = []
-    for mib in (2, 8, 32):
+    for mib in (2, 8, 32, 64):
         per = mib * (1 << 20) // (4 * len(model.past_names) * spec.n_head * spec.head_dim)  # batch x positions
         a = [np.ones((1, spec.n_head, per, spec.head_dim), np.float32) for _ in model.past_names]
         times = []
