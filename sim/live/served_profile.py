@@ -10,7 +10,7 @@ neither HTTP nor the injected delays enter the figures:
   the engine busy, so it admits them in one iteration): last first token - admission; bursts the engine still
   split over iterations are dropped;
 * ``decode`` (``batch_size`` streams of ``context``-token prompts admitted together): the mean decode step of the
-  requests whose every step ran at that batch size;
+  requests whose every step ran at that batch size (the median over at least ``3 x repeats`` requests);
 * ``iter_gap`` (by batch size): the mean time between two decode iterations of those requests (the engine
   loop's bookkeeping, a piece handed to the event loop per row, and waiting for a core or the interpreter lock
   when the host is busy);
@@ -107,7 +107,9 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
         for b in decode_batch:
             for ctx in (x for x in contexts if x + steps + 1 < n_ctx):
                 ms = []
-                for _ in range(repeats):
+                # Small batches give few samples per burst: at least 3 x repeats per row (batch 1 is most of
+                # a light load's steps, and a median of three was seen 10-20% off the live engine's steps).
+                for _ in range(max(repeats, -(-3 * repeats // b))):
                     eng = await gw.burst(c, [ctx] * b, steps + 1, where[:1] * b)
                     clean = [e for e in eng if e["steps"] and e["batch_sum"] == b * e["steps"]]
                     ms += [e["decode_s"] / e["steps"] * 1e3 for e in clean]
