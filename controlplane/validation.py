@@ -88,6 +88,10 @@ def _perf_groups(title: str, groups: dict, label: str = "held out") -> list[str]
     return out + [""]
 
 
+def _status(check: dict) -> str:
+    return "all goals met" if check["met"] else "missed: " + ", ".join(check["failures"])
+
+
 def render_markdown(rep: dict) -> str:
     """``docs/fidelity-models.md`` from a :func:`fidelity_report` (cross-validated)."""
     st, wan = rep["service_time"], rep["wan"]
@@ -148,16 +152,14 @@ def render_markdown(rep: dict) -> str:
         lines += _error_table("Per continent (pairs touching it)", cv["by_continent"], "continent")
     alt = wan.get("every_provider_fitted")
     if alt:
-        def status(check):
-            return "all goals met" if check["met"] else "missed: " + ", ".join(check["failures"])
         lines += ["### If every provider were fitted", "",
                   f"Fitting {', '.join(f'`{n}`' for n in alt['sets'])} together gives "
                   + ", ".join(f"{k} = {v:g}" for k, v in alt["params"].items())
                   + f". In sample: median APE {_pct(alt['in_sample']['pooled']['median_ape'])}, p90 "
                   f"{_pct(alt['in_sample']['pooled']['p90_ape'])}, median ratio below 500 km "
                   f"{alt['in_sample']['by_band']['<500 km']['median_ratio']:.2f}; leave one data set out: "
-                  f"{status(alt['leave_one_set_out'])}; leave one continent out: "
-                  f"{status(alt['leave_one_continent_out'])}. The shipped constants leave the reported-only sets "
+                  f"{_status(alt['leave_one_set_out'])}; leave one continent out: "
+                  f"{_status(alt['leave_one_continent_out'])}. The shipped constants leave the reported-only sets "
                   "out (see `topology/rtt_sets.py`).", ""]
     lines += ["Largest misses of the shipped model per data set (where it stops holding):", "",
               "| set | pair | km | measured ms | predicted ms |", "|---|---|---:|---:|---:|"]

@@ -9,10 +9,12 @@ predictions: median APE <= 10%, p90 APE <= 30% and every distance band's median 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
-from topology.calibration import cross_validate, errors, predict
+from topology.calibration import cross_validate, errors, fit, predict
 from topology.latency import LatencyModel, LatencyParams, build_backbone, default_sites
 from topology.rtt_sets import BANDS, SETS, load_all
 
@@ -79,10 +81,6 @@ def wan_report(params: LatencyParams | None = None, cross_validated: bool = True
 def every_provider_report(params: LatencyParams | None = None) -> dict:
     """What fitting every provider's newest set (the reported-only ones too) would give: its constants, in-sample
     errors by band and the cross-validated goal checks. The docs show it beside the shipped fit."""
-    from dataclasses import replace
-
-    from topology.calibration import fit
-
     params = params or LatencyParams.load()
     backbone = build_backbone(default_sites(), params.knn, params.max_link_km)
     fitted_providers = {s.provider for s in SETS.values() if s.fitted}
