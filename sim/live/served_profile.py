@@ -122,7 +122,9 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
             rows.append(("iter_gap", b, 0, 0, max(float(np.mean(g)), 0.0)))
         for k in host_engines:
             ms = []
-            for _ in range(repeats):
+            # Every ratio is taken to k = 1, whose bursts give two samples each: more of them, and more for
+            # every k than the decode rows get (the fitted cores swung 1.35-1.65 between runs with three).
+            for _ in range(max(2 * repeats, -(-6 * repeats // (2 * k)))):
                 eng = await gw.burst(c, [128] * (2 * k), 2 * steps + 1, [loc for loc in where[:k] for _ in (0, 1)])
                 ms += [e["decode_s"] / e["steps"] * 1e3 for e in eng if e["steps"] and e["batch_sum"] == 2 * e["steps"]]
             if ms:
