@@ -5,9 +5,13 @@ and a decode pool (the rest, at least one). A request prefills on a prefill repl
 the catalog's KV bytes per token) then crosses the site's link at ``kv_link_gbps``, and it decodes on a decode
 replica that never runs a prefill, so decoding sequences are no longer stalled by other requests' prefills.
 
-Admission is token-aware per pool: a prefill replica takes a request while its queued prompt tokens stay under
-``max_prefill_tokens`` (or it is idle); a decode replica takes a sequence while the KV it will hold at the end of
-every resident sequence fits the catalog's KV pool (or it is empty). The rest wait in FIFO order per pool.
+The split takes every GPU type in proportion (:func:`split_pools`), so neither pool gets all of a site's slow
+boards. Admission is token-aware per pool: a prefill replica takes a request while its queued prompt tokens stay
+under ``max_prefill_tokens`` (or it is idle); a decode replica takes a sequence while the KV it will hold at the
+end of every resident sequence fits the catalog's KV pool (or it is empty). Among the replicas that can take it, a
+request prefills where its prompt would be done soonest and decodes where a step with it would be shortest (a
+fast board with a batch beats an idle slow one until its batch makes it slower). The rest wait in FIFO order per
+pool.
 
 The client sees its first token when the KV has landed on the decode replica (TTFT = prefill + queueing +
 transfer); a site with a single replica of the model stays colocated (there is nothing to split).
@@ -33,13 +37,15 @@ class DisaggPool:
                  max_prefill_tokens: int = 8192):
         self.sim, self.spec, self.gbps = sim, replicas[0].spec, kv_link_gbps
         self.max_prefill_tokens = max_prefill_tokens
-        self.n_replicas = n = len(replicas)
-        n_p = min(n - 1, max(1, round(n * prefill_fraction)))
+        self.n_replicas = len(replicas)
         perf, arm = sim.perf, sim._arm
-        self.prefill = [ReplicaEngine(r.spec, r.gpu, perf, arm, _ignore, self._prefilled) for r in replicas[:n_p]]
-        self.decode = [ReplicaEngine(r.spec, r.gpu, perf, arm, _ignore, self._decoded) for r in replicas[n_p:]]
+        self.perf = perf
+        pre, dec = split_pools(replicas, prefill_fraction)
+        self.prefill = [ReplicaEngine(r.spec, r.gpu, perf, arm, _ignore, self._prefilled) for r in pre]
+        self.decode = [ReplicaEngine(r.spec, r.gpu, perf, arm, _ignore, self._decoded) for r in dec]
         self.p_tokens = [0.0] * len(self.prefill)  # queued + running prompt tokens per prefill replica
         self.kv = [0.0] * len(self.decode)  # KV tokens reserved per decode replica
+        self.n_dec = [0] * len(self.decode)  # sequences placed per decode replica
         self.wait_p: deque = deque()
         self.wait_d: deque = deque()
         self.where: dict = {}  # id(seq) -> (decode replica index, KV tokens reserved)
@@ -71,6 +77,7 @@ class DisaggPool:
         self.wait_d.clear()
         self.p_tokens = [0.0] * len(self.prefill)
         self.kv = [0.0] * len(self.decode)
+        self.n_dec = [0] * len(self.decode)
         return lost
 
     def busy_until(self, t: float) -> float:
@@ -89,10 +96,14 @@ class DisaggPool:
             if seq.done:
                 self.wait_p.popleft()
                 continue
-            i = min(range(len(self.prefill)), key=self.p_tokens.__getitem__)
             cached = getattr(seq, "cached", 0)  # prefix-cache hit, when that technique is in the build
-            if self.p_tokens[i] > 0 and self.p_tokens[i] + seq.prompt - cached > self.max_prefill_tokens:
+            new = seq.prompt - cached
+            open_ = [j for j, q in enumerate(self.p_tokens) if q == 0 or q + new <= self.max_prefill_tokens]
+            if not open_:
                 return
+            # where this prompt would be done soonest: the replica's queued tokens and its own, at its speed
+            i = min(open_, key=lambda j: self.perf.prefill_ms(self.spec, self.prefill[j].gpu,
+                                                               int(self.p_tokens[j] + max(new, 1))))
             self.wait_p.popleft()
             self.p_tokens[i] += seq.prompt - cached
             proxy = Seq((seq, i), seq.prompt, 1)  # prefill only: it "finishes" with its first token
@@ -128,11 +139,15 @@ class DisaggPool:
         while self.wait_d:
             seq = self.wait_d[0]
             need = seq.prompt + seq.output
-            i = min(range(len(self.decode)), key=self.kv.__getitem__)
-            if self.kv[i] > 0 and self.kv[i] + need > cap:
+            open_ = [j for j, kv in enumerate(self.kv) if kv == 0 or kv + need <= cap]
+            if not open_:
                 return
+            ctx = seq.prompt + seq.output / 2.0  # its mean context while decoding
+            i = min(open_, key=lambda j: self.perf.decode_step_ms(self.spec, self.decode[j].gpu,
+                                                                   self.n_dec[j] + 1, ctx))
             self.wait_d.popleft()
             self.kv[i] += need
+            self.n_dec[i] += 1
             self.where[id(seq)] = (i, need)
             self.decode[i].join_decode(seq, t)
 
@@ -140,9 +155,27 @@ class DisaggPool:
         i, need = self.where.get(id(seq), (None, 0))
         if i is not None:
             self.kv[i] -= need
+            self.n_dec[i] -= 1
         self.sim._finish(seq, t)
         if self.wait_d:
             self._later(0.0, lambda: self._admit_decode(self.sim.env.now))
+
+
+def split_pools(replicas: list, prefill_fraction: float) -> tuple[list, list]:
+    """(prefill, decode) replicas: ``prefill_fraction`` of them (at least one each side) prefill, taken from every
+    GPU type in proportion (largest remainder; ties to the type listed first), in the order given."""
+    n = len(replicas)
+    n_p = min(n - 1, max(1, round(n * prefill_fraction)))
+    by_gpu: dict[str, list] = {}
+    for r in replicas:
+        by_gpu.setdefault(r.gpu, []).append(r)
+    quota = {g: len(rs) * n_p / n for g, rs in by_gpu.items()}
+    take = {g: int(q) for g, q in quota.items()}
+    order = sorted(by_gpu, key=lambda g: take[g] - quota[g])  # stable: equal remainders keep the listed order
+    for g in order[: n_p - sum(take.values())]:
+        take[g] += 1
+    prefill = [r for g, rs in by_gpu.items() for r in rs[: take[g]]]
+    return prefill, [r for g, rs in by_gpu.items() for r in rs[take[g]:]]
 
 
 def _ignore(seq, t) -> None:

@@ -32,11 +32,12 @@ def one_slot_catalog(model="@cf/baai/bge-base-en-v1.5", max_batch=1):
     return Catalog([spec]), spec.id
 
 
-def fleet(n_nodes, sites=None, gpus=1):
+def fleet(n_nodes, sites=None, gpus=1, gpu="H100"):
+    """``n_nodes`` nodes (``gpu``: one GPU type, or one per node; 80 GB each)."""
     sites = list(range(n_nodes)) if sites is None else list(sites)
     n_sites = max(sites) + 1
     nodes = pd.DataFrame({"node_id": [f"N{i}" for i in range(n_nodes)], "site_id": [f"S{s}" for s in sites],
-                          "site": sites, "gpu": "H100", "gpus": gpus, "gpu_memory_gb": 80.0})
+                          "site": sites, "gpu": gpu, "gpus": gpus, "gpu_memory_gb": 80.0})
     nodes["memory_gb"], nodes["price_usd_hr"] = 80.0 * gpus, 3.0 * gpus
     site_table = pd.DataFrame({"site_id": [f"S{s}" for s in range(n_sites)], "backbone": range(n_sites),
                                "lat": 0.0, "lon": 0.0, "tz": "UTC", "continent": "EU"})
@@ -44,8 +45,8 @@ def fleet(n_nodes, sites=None, gpus=1):
 
 
 def deployment(catalog, model, n_nodes, rtt, sites=None, queue_limit=10**6, timeout=1e9, router="nearest-with-capacity",
-               **kw):
-    f = fleet(n_nodes, sites)
+               gpu="H100", **kw):
+    f = fleet(n_nodes, sites, gpu=gpu)
     table = pd.DataFrame({"model": [model] * n_nodes, "node": range(n_nodes)})
     plane = ControlPlane(catalog, f, table, np.asarray(rtt, dtype=float), router=router,
                          admission=AdmissionConfig(queue_limit=queue_limit, queue_timeout_s=timeout), **kw)

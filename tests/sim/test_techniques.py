@@ -109,3 +109,28 @@ def test_quantized_decode_is_faster_and_a_big_model_fits_after_quantization(roof
     q = quantize_catalog(Catalog([big]), "int4")[big.id]
     assert q.precision == "int4" and q.weight_bytes == big.weight_bytes / 4
     assert q.bytes_per_gpu <= h100
+
+
+def test_disaggregation_splits_every_gpu_type_and_decodes_where_steps_are_shortest(roof):
+    from types import SimpleNamespace
+
+    from sim.techniques.disagg import split_pools
+
+    reps = [SimpleNamespace(gpu=g) for g in ["H100"] * 8 + ["H200"] * 8 + ["L40S"] * 4]
+    pre, dec = split_pools(reps, 0.5)
+    for pool in (pre, dec):
+        assert [sum(r.gpu == g for r in pool) for g in ("H100", "H200", "L40S")] == [4, 4, 2]
+    pre, dec = split_pools([SimpleNamespace(gpu=g) for g in ["H100"] * 3 + ["L40S"]], 0.25)
+    assert [r.gpu for r in pre] == ["H100"] and sorted(r.gpu for r in dec) == ["H100", "H100", "L40S"]
+
+    # One site with two H100s and two L40Ss: each pool gets one of each, and decoding goes to the H100 (a step
+    # there with a second sequence is still far shorter than an idle L40S's), so TPOT is the H100's. (Split by
+    # list order, the prefill pool would have taken both H100s and left decoding to the L40Ss.)
+    cat, spec = llama()
+    dep = deployment(cat, spec.id, 4, [[0.0]], sites=[0, 0, 0, 0], gpu=["H100", "H100", "L40S", "L40S"])
+    w = workload([0.0, 0.05, 3.0], spec.id, "text-generation", 500, output=40)
+    out = Simulation(dep, w, roof, techniques=disagg(0.5, 100.0)[0]).run().requests
+    assert (out.outcome == "ok").all()
+    h100 = roof.decode_step_ms(spec, "H100", 2, 544.0)
+    l40s = roof.decode_step_ms(spec, "L40S", 1, 544.0)
+    assert out.tpot_ms.max() < (h100 + l40s) / 2 < l40s
