@@ -96,6 +96,7 @@ def run_cell(opts: ReplayOptions, desc: dict, topo, profile: pd.DataFrame, out: 
             "event_loop_cores_busy": host["cores_busy"].get("event-loop")}
     for r in table.itertuples():
         key = f"{r.metric.removesuffix('_ms')}_{r.percentile}"
-        cell[key] = {"sim_ms": r.sim_ms, "live_ms": r.live_ms, "err_pct": r.diff_pct, "met": r.met}
+        cell[key] = {"sim_ms": r.sim_ms, "live_ms": r.live_ms, "err_pct": r.diff_pct,
+                     "err_90ci_pct": [r.diff_lo_pct, r.diff_hi_pct], "met": r.met}
     cell["met"] = bool(table.met.all())
     return cell

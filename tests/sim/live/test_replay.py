@@ -124,3 +124,21 @@ def test_gateway_profile_through_a_live_gateway(delayed_gateway):
     assert list(table.phase) == ["prefill", "prefill", "decode", "decode"] and (table.ms > 0).all()
     perf = MeasuredProfile(table)
     assert perf.prefill_ms(default_catalog()[GEN], "cpu", 64) > 0
+
+
+def test_comparison_intervals_are_a_paired_bootstrap():
+    rng = np.random.default_rng(4)
+    n = 60
+    live = pd.DataFrame({"request_id": np.arange(n), "status": 200, "error": "",
+                         "ttft_ms": rng.lognormal(5, 0.3, n), "tpot_ms": rng.lognormal(2, 1.0, n)})
+    live["e2e_ms"] = live.ttft_ms + 30 * live.tpot_ms
+    sim = live.drop(columns=["status", "error"]).assign(outcome="ok")
+    sim[["ttft_ms", "tpot_ms", "e2e_ms"]] *= 1.1  # every request 10% slower: the error is 10% in every resample
+    table = compare(sim, live).set_index(["metric", "percentile"])
+    assert np.allclose(table.diff_pct, 10.0, atol=0.1)  # the reported percentiles are rounded to 0.01 ms
+    assert np.allclose(table.diff_lo_pct, 10.0, atol=0.01) and np.allclose(table.diff_hi_pct, 10.0, atol=0.01)
+    sim["tpot_ms"] = live.tpot_ms.to_numpy() * rng.lognormal(0, 0.3, n)  # noisy per request: a real interval
+    t = compare(sim, live).set_index(["metric", "percentile"]).loc[("tpot_ms", "p50")]
+    assert t.diff_lo_pct < t.diff_pct < t.diff_hi_pct
+    again = compare(sim, live).set_index(["metric", "percentile"]).loc[("tpot_ms", "p50")]
+    assert (t.diff_lo_pct, t.diff_hi_pct) == (again.diff_lo_pct, again.diff_hi_pct)  # seeded
