@@ -4,8 +4,10 @@ Request path: user -> entry point (half the access RTT) -> control-plane decisio
 (half its RTT) -> queue -> cold start -> prefill -> decode; every token travels back the same way, so the client
 sees TTFT = network RTT + queue + cold start + prefill, and the server's inter-token gaps.
 
-Actors are SimPy processes (arrivals, the control plane's clock, faults, the utilisation sampler); replica engines
-are driven by one re-armable timer each (see ``sim.engine``), so events scale with requests, not tokens.
+Actors are SimPy processes (the control plane's clock, faults, the utilisation sampler); arrivals, a request's
+arrival at its node and the replica engines' wake-ups are bare timers (``sim.timers``: the same event order as
+SimPy timeouts, at a fraction of the cost); each engine has one re-armable timer (see ``sim.engine``), so events
+scale with requests, not tokens.
 
 Invariant (checked at the end of every run, also under faults): every arrival ends exactly once -- ok, rejected
 or failed.
@@ -16,10 +18,12 @@ from __future__ import annotations
 import gc
 from array import array
 from dataclasses import dataclass, field
+from heapq import heappush
 
 import numpy as np
 import pandas as pd
 import simpy
+from simpy.events import NORMAL, URGENT
 
 from controlplane.deployment import Deployment
 from controlplane.outcomes import Code
@@ -28,6 +32,7 @@ from controlplane.state import Request
 from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES, Fault
 from sim.request_frame import request_frame
+from sim.timers import Timer
 
 OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
 NAN = float("nan")
@@ -63,6 +68,7 @@ class Simulation:
         self.w = workload
         self.n = n = len(workload)
         self.env = simpy.Environment()
+        self._queue, self._eid = self.env._queue, self.env._eid  # where sim.timers.Timer events go
         self.faults, self.fault_handler = list(faults), fault_handler
         self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
@@ -153,12 +159,12 @@ class Simulation:
         return eng
 
     def _arm(self, eng: ReplicaEngine, t: float, version: int) -> None:
-        ev = self.env.timeout(max(0.0, t - self.env.now), (eng, version))
-        ev.callbacks.append(self._wake)
+        now = self.env._now  # (the delay and the sum exactly as env.timeout would compute them)
+        heappush(self._queue, (now + max(0.0, t - now), NORMAL, next(self._eid), Timer(self._wake, (eng, version))))
 
     def _wake(self, ev) -> None:
         eng, version = ev._value
-        eng.wake(self.env.now, version)
+        eng.wake(self.env._now, version)
         if self._finished_buffer:
             self._flush()
 
@@ -241,13 +247,19 @@ class Simulation:
         eng = self.engines.get(req.replica.id) or self._engine(req.replica)
         if at > now:
             self.joined[k] = at
-            ev = self.env.timeout(at - now)
-            ev.callbacks.append(lambda _e: (eng.join(seq, self.env.now), self._flush()))
+            heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid),
+                                   Timer(self._reach_node, (eng, seq))))
         else:
             self.joined[k] = now
             eng.join(seq, now)
             if self._finished_buffer:
                 self._flush()
+
+    def _reach_node(self, ev) -> None:
+        eng, seq = ev._value
+        eng.join(seq, self.env._now)
+        if self._finished_buffer:
+            self._flush()
 
     def _lost(self, reqs, now: float, started: bool) -> None:
         """Requests whose node failed: retry those that have not streamed a token yet, fail the rest."""
@@ -267,19 +279,37 @@ class Simulation:
                 self._end(k, OUT_FAILED, int(Code.INTERNAL))
 
     # ---------------------------------------------------------------- processes
-    def _arrivals(self):
-        env = self.env
+    def _start_arrivals(self) -> None:
+        """Submit each request when it reaches its entry point, in that order (ties: workload order).
+
+        A chain of timers rather than a process: it is queued where ``env.process`` would queue the process's
+        start (urgent, at time 0) and each wait is a timer like the timeout the process would yield."""
         t_dec_arr = self.arrival + self.access_s / 2
-        order = np.argsort(t_dec_arr, kind="stable")
-        t_dec = t_dec_arr.tolist()
-        step = max(1, self.n // 200)
-        for i, k in enumerate(order.tolist()):
-            dt = t_dec[k] - env.now
-            if dt > 0:
-                yield env.timeout(dt)
-            self._submit(k, env.now)
-            if self.progress is not None and i % step == 0:
-                self.progress(i, self.n)
+        self._order = np.argsort(t_dec_arr, kind="stable").tolist()
+        self._t_dec = t_dec_arr.tolist()
+        self._next_arrival = 0
+        heappush(self._queue, (self.env._now, URGENT, next(self._eid), Timer(self._arrive, False)))
+
+    def _arrive(self, ev) -> None:
+        """Submit the requests due now; ``ev._value``: this timer was the wait for the next one (submit it
+        without comparing times again, as the process did after its timeout)."""
+        env, order, t_dec, n, progress = self.env, self._order, self._t_dec, self.n, self.progress
+        step = max(1, n // 200)
+        i, waited = self._next_arrival, ev._value
+        while i < n:
+            k = order[i]
+            if not waited:
+                dt = t_dec[k] - env._now
+                if dt > 0:
+                    self._next_arrival = i
+                    heappush(self._queue, (env._now + dt, NORMAL, next(self._eid), Timer(self._arrive, True)))
+                    return
+            waited = False
+            self._submit(k, env._now)
+            if progress is not None and i % step == 0:
+                progress(i, n)
+            i += 1
+        self._next_arrival = n
         self.arrivals_done = True
         if self.remaining == 0 and not self.done.triggered:
             self.done.succeed()
@@ -333,7 +363,7 @@ class Simulation:
     # ---------------------------------------------------------------- run
     def run(self) -> SimResult:
         env = self.env
-        env.process(self._arrivals())
+        self._start_arrivals()
         env.process(self._clock())
         env.process(self._sampler())
         for f in self.faults:
