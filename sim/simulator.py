@@ -85,6 +85,7 @@ class Simulation:
         self.rtt_factor = (workload.rtt_factor.to_numpy(dtype=np.float64) if "rtt_factor" in workload
                            else np.ones(n))
         self.access_s = np.array(access * self.rtt_factor / 1e3, dtype=np.float64)
+        self._rtt_factor = memoryview(np.ascontiguousarray(self.rtt_factor))  # reads give plain floats
         # Model ids as codes into a short list: reading the column as Python strings would make one str per
         # request (tens of MB at a million requests, per deployment).
         codes, names = pd.factorize(workload.model)
@@ -114,6 +115,7 @@ class Simulation:
             codes.astype(np.int64), self.key, self.prompt, self.output, self.arrival, self.session, self.rib))
         self._units = memoryview(np.ascontiguousarray(self.units))
         self.engines: dict[int, ReplicaEngine] = {}
+        self._engine_caches: dict[tuple, tuple[dict, dict]] = {}  # (model, GPU) -> its engines' shared caches
         self.reqs: list[Request | None] = [None] * n
         self.seqs: list[Seq | None] = [None] * n
         self.remaining = n
@@ -154,7 +156,9 @@ class Simulation:
             if eng is not None:
                 self.engines[replica.id] = eng
         if eng is None:
-            eng = ReplicaEngine(replica.spec, replica.gpu, self.perf, self._arm, self._first_token, self._finish)
+            caches = self._engine_caches.setdefault((replica.spec.id, replica.gpu), ({}, {}))
+            eng = ReplicaEngine(replica.spec, replica.gpu, self.perf, self._arm, self._first_token, self._finish,
+                                caches)
             self.engines[replica.id] = eng
         return eng
 
@@ -176,17 +180,16 @@ class Simulation:
 
     def _flush(self) -> None:
         """Complete finished sequences outside the engine's own call (their slots may start queued requests)."""
-        buf = self._finished_buffer
+        buf, env, reqs, engines, finish = self._finished_buffer, self.env, self.reqs, self.engines, self.plane.finish
         while buf:
             seq = buf.pop()
             k = seq.rec
-            now = self.env.now
+            now = env._now
             self.finished[k] = now
-            req = self.reqs[k]
-            eng = self.engines[req.replica.id]
-            self.stall_s[k], self.stalls[k] = eng.seq_stalls(seq)
+            req = reqs[k]
+            self.stall_s[k], self.stalls[k] = engines[req.replica.id].seq_stalls(seq)
             self._end(k, OUT_OK)
-            for started in self.plane.finish(req, now):
+            for started in finish(req, now):
                 self._start(started, now)
 
     # ---------------------------------------------------------------- request path
@@ -207,27 +210,27 @@ class Simulation:
             req.ingress = self.fault_handler.reingress(self, k)
         d = self.plane.submit(req, now)
         self.decided[k] = now
-        if d.action == REJECT:
+        action = d.action
+        if action == REJECT:
             self._end(k, OUT_REJECTED, d.code or int(Code.OUT_OF_CAPACITY))
             return
         r = d.replica
-        self.backbone_ms[k] = d.rtt_ms * self.rtt_factor[k]
+        self.backbone_ms[k] = backbone = d.rtt_ms * self._rtt_factor[k]
         self.site[k], self.node[k] = r.site, r.node
-        self.at_node[k] = now + self.backbone_ms[k] / 2e3
+        self.at_node[k] = at = now + backbone / 2e3
         if d.cold:
-            self.cold_ms[k] = max(0.0, r.ready_at - self.at_node[k]) * 1e3
-        if d.action == START:
+            self.cold_ms[k] = max(0.0, r.ready_at - at) * 1e3
+        if action == START:
             self._start(req, now)
 
     def _start(self, req: Request, now: float) -> None:
         """The control plane started ``req`` (now or from a queue): it joins its replica once it is there."""
         k = req.payload
         self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
-        seq = Seq(k, self._units[k], self._fields[3][k])
-        self.seqs[k] = seq
-        self.cached[k] = req.cached_tokens
-        if req.cached_tokens:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)
-            seq.cached = min(req.cached_tokens, max(0, seq.prompt - 1))
+        self.seqs[k] = seq = Seq(k, self._units[k], self._fields[3][k])
+        self.cached[k] = cached = req.cached_tokens
+        if cached:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)
+            seq.cached = min(cached, max(0, seq.prompt - 1))
         at = self.at_node[k]
         if req.adapter:  # LoRA: wait for the adapter's copy, or for a free adapter slot (None: joins later)
             self.arrived[k] = at = max(at, now)
@@ -244,7 +247,8 @@ class Simulation:
     def _join(self, req: Request, seq: Seq, at: float, now: float) -> None:
         """``seq`` joins its replica's batch at ``at`` (now or later)."""
         k = req.payload
-        eng = self.engines.get(req.replica.id) or self._engine(req.replica)
+        r = req.replica
+        eng = self.engines.get(r.id) or self._engine(r)
         if at > now:
             self.joined[k] = at
             heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid),
