@@ -321,12 +321,12 @@ class ClusterState:
         sites, members = self._site_groups(model)
         rt = self.rtt[ingress, sites]
         n = len(sites) if full or self.max_candidates is None else self.max_candidates
+        rl = rt.tolist()
         if len(sites) > 24:
             order = first_k_stable(rt[None, :], min(n, len(sites)))[0].tolist()  # ties: the lower site first
-        else:
-            rl = rt.tolist()
-            order = sorted(range(len(rl)), key=lambda i: (rl[i], i))
-        return self._take(model, members, order, rt.tolist(), full)
+        else:  # a stable sort by RTT: ties keep the lower site first (a central deployment misses here often)
+            order = sorted(range(len(rl)), key=rl.__getitem__)
+        return self._take(model, members, order, rl, full)
 
     def _site_groups(self, model: str) -> tuple[np.ndarray, list[list[Replica]]]:
         groups = self._groups.get(model)
@@ -350,7 +350,7 @@ class ClusterState:
             rtts += [rl[i]] * len(group)
             if len(cands) >= n:
                 break
-        return cands[:n], rtts[:n]
+        return (cands[:n], rtts[:n]) if len(cands) > n else (cands, rtts)
 
     def precompute(self, ingresses=None, models=None) -> None:
         """Build the candidate lists up front so that every routing decision is a cached lookup (one sort of
