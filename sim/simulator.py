@@ -32,7 +32,7 @@ from controlplane.state import Request
 from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES, Fault
 from sim.request_frame import request_frame
-from sim.timers import Timer
+from sim.timers import Timer, run_until
 
 OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
 NAN = float("nan")
@@ -378,7 +378,7 @@ class Simulation:
         gc.freeze()
         try:
             if self.n:
-                env.run(until=simpy.AnyOf(env, [self.done, env.timeout(horizon)]))
+                run_until(env, simpy.AnyOf(env, [self.done, env.timeout(horizon)]))
         finally:
             gc.unfreeze()
         end = env.now
