@@ -184,7 +184,7 @@ class ControlPlane:
         r._release(req, now)
         if self._forgets:
             self.router.forget(req)
-        return self.drain(r, now)
+        return self.drain(r, now) if r.queue else []  # (nothing queued: drain would start nothing)
 
     def drain(self, r: Replica, now: float) -> list[Request]:
         """Start queued requests on ``r`` in FIFO order while they fit (head-of-line blocking is deliberate)."""

@@ -96,8 +96,16 @@ class ReplicaEngine:
         if self.prefill_end >= 0:
             self.arm(self, self.prefill_end, version)
         elif self.heap:
-            self.step_s = step_s = self._step_time()
-            self.arm(self, t + max(0.0, self.heap[0][0] - self.steps) * step_s, version)
+            # self._step_time(), inlined (once or twice per request)
+            heap, steps = self.heap, self.steps
+            b = len(heap)
+            ctx = (self.ctx_sum + b * steps - self.join_sum) / b
+            key = (b, int(ctx) >> 6)
+            step_s = self._step_cache.get(key)
+            if step_s is None:
+                step_s = self._step_time()
+            self.step_s = step_s
+            self.arm(self, t + max(0.0, heap[0][0] - steps) * step_s, version)
         elif self.busy_since >= 0:
             self.busy_s += t - self.busy_since
             self.busy_since = -1.0
@@ -145,7 +153,9 @@ class ReplicaEngine:
         if self.prefill_end >= 0 and t >= self.prefill_end - 1e-9:
             self._end_prefill(t)
         else:
-            self._advance(t)
+            if self.heap and self.prefill_end < 0 and self.step_s > 0:  # self._advance(t), inlined
+                self.steps += (t - self.t_ref) / self.step_s
+            self.t_ref = t
             self._finish_due(t)
         if self.prefill_end < 0 and self.pending:
             self._advance(t)
