@@ -69,6 +69,7 @@ class Simulation:
         self.n = n = len(workload)
         self.env = simpy.Environment()
         self._queue, self._eid = self.env._queue, self.env._eid  # where sim.timers.Timer events go
+        self._wake_cb, self._reach_node_cb = self._wake, self._reach_node  # bound once, used per event
         self.faults, self.fault_handler = list(faults), fault_handler
         self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
@@ -163,8 +164,10 @@ class Simulation:
         return eng
 
     def _arm(self, eng: ReplicaEngine, t: float, version: int) -> None:
-        now = self.env._now  # (the delay and the sum exactly as env.timeout would compute them)
-        heappush(self._queue, (now + max(0.0, t - now), NORMAL, next(self._eid), Timer(self._wake, (eng, version))))
+        now = self.env._now
+        delay = t - now  # (the delay and the sum exactly as env.timeout(max(0.0, t - now)) computes them)
+        heappush(self._queue, (now + (delay if delay > 0.0 else 0.0), NORMAL, next(self._eid),
+                               Timer(self._wake_cb, (eng, version))))
 
     def _wake(self, ev) -> None:
         eng, version = ev._value
@@ -252,7 +255,7 @@ class Simulation:
         if at > now:
             self.joined[k] = at
             heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid),
-                                   Timer(self._reach_node, (eng, seq))))
+                                   Timer(self._reach_node_cb, (eng, seq))))
         else:
             self.joined[k] = now
             eng.join(seq, now)
@@ -297,8 +300,7 @@ class Simulation:
     def _arrive(self, ev) -> None:
         """Submit the requests due now; ``ev._value``: this timer was the wait for the next one (submit it
         without comparing times again, as the process did after its timeout)."""
-        env, order, t_dec, n, progress = self.env, self._order, self._t_dec, self.n, self.progress
-        step = max(1, n // 200)
+        env, order, t_dec, n, progress, submit = self.env, self._order, self._t_dec, self.n, self.progress, self._submit
         i, waited = self._next_arrival, ev._value
         while i < n:
             k = order[i]
@@ -309,8 +311,8 @@ class Simulation:
                     heappush(self._queue, (env._now + dt, NORMAL, next(self._eid), Timer(self._arrive, True)))
                     return
             waited = False
-            self._submit(k, env._now)
-            if progress is not None and i % step == 0:
+            submit(k, env._now)
+            if progress is not None and i % max(1, n // 200) == 0:
                 progress(i, n)
             i += 1
         self._next_arrival = n
