@@ -69,7 +69,8 @@ class Simulation:
         self.n = n = len(workload)
         self.env = simpy.Environment()
         self._queue, self._eid = self.env._queue, self.env._eid  # where sim.timers.Timer events go
-        self._wake_cb, self._reach_node_cb = self._wake, self._reach_node  # bound once, used per event
+        # callbacks bound once, used per event
+        self._wake_cb, self._reach_node_cb, self._arrive_cb = self._wake, self._reach_node, self._arrive
         self.faults, self.fault_handler = list(faults), fault_handler
         self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
@@ -301,15 +302,23 @@ class Simulation:
         """Submit the requests due now; ``ev._value``: this timer was the wait for the next one (submit it
         without comparing times again, as the process did after its timeout)."""
         env, order, t_dec, n, progress, submit = self.env, self._order, self._t_dec, self.n, self.progress, self._submit
+        arrive = self._arrive_cb
         i, waited = self._next_arrival, ev._value
         while i < n:
             k = order[i]
             if not waited:
                 dt = t_dec[k] - env._now
                 if dt > 0:
-                    self._next_arrival = i
-                    heappush(self._queue, (env._now + dt, NORMAL, next(self._eid), Timer(self._arrive, True)))
-                    return
+                    at = env._now + dt
+                    queue = self._queue
+                    if queue and at < queue[0][0]:
+                        # Every queued event comes later: its timer would be the very next one popped (at the same
+                        # time, nothing in between), so move the clock and go on without it.
+                        env._now = at
+                    else:
+                        self._next_arrival = i
+                        heappush(queue, (at, NORMAL, next(self._eid), Timer(arrive, True)))
+                        return
             waited = False
             submit(k, env._now)
             if progress is not None and i % max(1, n // 200) == 0:
