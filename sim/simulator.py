@@ -202,8 +202,9 @@ class Simulation:
         if req is None:
             model, key, prompt, output, arrival, session, rib = self._fields
             s = session[k]
-            req = Request(k, self.model_names[model[k]], key[k], prompt[k], output[k], arrival=arrival[k],
-                          session=None if s < 0 else s, reject_if_busy=rib[k], payload=k)
+            # (id, model, ingress, prompt, output, arrival, session, reject_if_busy): positional is cheaper
+            req = Request(k, self.model_names[model[k]], key[k], prompt[k], output[k], arrival[k],
+                          None if s < 0 else s, rib[k], payload=k)
             if self.hash_ids is not None:
                 req.hash_ids = self.hash_ids[k]
             if self.adapters is not None:
