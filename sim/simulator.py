@@ -4,10 +4,10 @@ Request path: user -> entry point (half the access RTT) -> control-plane decisio
 (half its RTT) -> queue -> cold start -> prefill -> decode; every token travels back the same way, so the client
 sees TTFT = network RTT + queue + cold start + prefill, and the server's inter-token gaps.
 
-Actors are SimPy processes (the control plane's clock, faults, the utilisation sampler); arrivals, a request's
-arrival at its node and the replica engines' wake-ups are bare timers (``sim.timers``: the same event order as
-SimPy timeouts, at a fraction of the cost); each engine has one re-armable timer (see ``sim.engine``), so events
-scale with requests, not tokens.
+Actors are SimPy processes (the control plane's clock, faults, the utilisation sampler); arrivals
+(``sim.arrival_feed``), a request reaching its node and the replica engines' wake-ups are bare timers
+(``sim.timers``: the same event order as SimPy timeouts, at a fraction of the cost); each engine has one re-armable
+timer (see ``sim.engine``), so events scale with requests, not tokens.
 
 Invariant (checked at the end of every run, also under faults): every arrival ends exactly once -- ok, rejected
 or failed.
@@ -23,12 +23,13 @@ from heapq import heappush
 import numpy as np
 import pandas as pd
 import simpy
-from simpy.events import NORMAL, URGENT
+from simpy.events import NORMAL
 
 from controlplane.deployment import Deployment
 from controlplane.outcomes import Code
 from controlplane.routing import REJECT, START
 from controlplane.state import Request
+from sim.arrival_feed import ArrivalFeed
 from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES, Fault
 from sim.request_frame import request_frame
@@ -69,8 +70,7 @@ class Simulation:
         self.n = n = len(workload)
         self.env = simpy.Environment()
         self._queue, self._eid = self.env._queue, self.env._eid  # where sim.timers.Timer events go
-        # callbacks bound once, used per event
-        self._wake_cb, self._reach_node_cb, self._arrive_cb = self._wake, self._reach_node, self._arrive
+        self._wake_cb, self._reach_node_cb = self._wake, self._reach_node  # bound once, used per event
         self.faults, self.fault_handler = list(faults), fault_handler
         self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
@@ -288,44 +288,8 @@ class Simulation:
                 self._end(k, OUT_FAILED, int(Code.INTERNAL))
 
     # ---------------------------------------------------------------- processes
-    def _start_arrivals(self) -> None:
-        """Submit each request when it reaches its entry point, in that order (ties: workload order).
-
-        A chain of timers rather than a process: it is queued where ``env.process`` would queue the process's
-        start (urgent, at time 0) and each wait is a timer like the timeout the process would yield."""
-        t_dec_arr = self.arrival + self.access_s / 2
-        self._order = np.argsort(t_dec_arr, kind="stable").tolist()
-        self._t_dec = t_dec_arr.tolist()
-        self._next_arrival = 0
-        heappush(self._queue, (self.env._now, URGENT, next(self._eid), Timer(self._arrive, False)))
-
-    def _arrive(self, ev) -> None:
-        """Submit the requests due now; ``ev._value``: this timer was the wait for the next one (submit it
-        without comparing times again, as the process did after its timeout)."""
-        env, order, t_dec, n, progress, submit = self.env, self._order, self._t_dec, self.n, self.progress, self._submit
-        arrive = self._arrive_cb
-        i, waited = self._next_arrival, ev._value
-        while i < n:
-            k = order[i]
-            if not waited:
-                dt = t_dec[k] - env._now
-                if dt > 0:
-                    at = env._now + dt
-                    queue = self._queue
-                    if queue and at < queue[0][0]:
-                        # Every queued event comes later: its timer would be the very next one popped (at the same
-                        # time, nothing in between), so move the clock and go on without it.
-                        env._now = at
-                    else:
-                        self._next_arrival = i
-                        heappush(queue, (at, NORMAL, next(self._eid), Timer(arrive, True)))
-                        return
-            waited = False
-            submit(k, env._now)
-            if progress is not None and i % max(1, n // 200) == 0:
-                progress(i, n)
-            i += 1
-        self._next_arrival = n
+    def arrivals_finished(self) -> None:
+        """The arrival feed (``sim.arrival_feed``) submitted its last request."""
         self.arrivals_done = True
         if self.remaining == 0 and not self.done.triggered:
             self.done.succeed()
@@ -379,7 +343,7 @@ class Simulation:
     # ---------------------------------------------------------------- run
     def run(self) -> SimResult:
         env = self.env
-        self._start_arrivals()
+        ArrivalFeed(self).start()
         env.process(self._clock())
         env.process(self._sampler())
         for f in self.faults:
