@@ -167,11 +167,19 @@ def ingress_site_rtt(topo: Topology, fleet: Fleet, latency=None) -> np.ndarray:
     """
     latency = latency or topo.latency
     sites = fleet.sites.backbone.to_numpy()
-    rtt = latency.params.base_ms + latency.node_ms[np.ix_(topo.pop_nodes, sites)]
-    gap = np.nonzero(~np.isfinite(rtt))
-    if len(gap[0]):  # distances of the unconnected pairs only: a few isolated PoPs of thousands
-        a, b = topo.pop_nodes[gap[0]], sites[gap[1]]
+    pop_nodes = topo.pop_nodes
+    # In place, one PoPs x sites array (tens of MB at thousands of PoPs): the values of base + path, then zeros.
+    rtt = latency.node_ms[np.ix_(pop_nodes, sites)]
+    rtt += latency.params.base_ms
+    finite = np.isfinite(rtt)
+    if not finite.all():  # distances of the unconnected pairs only: a few isolated PoPs of thousands
+        gap = np.nonzero(~finite)
+        a, b = pop_nodes[gap[0]], sites[gap[1]]
         km = haversine_km(latency.node_lat[a], latency.node_lon[a], latency.node_lat[b], latency.node_lon[b])
         rtt[gap] = latency.params.base_ms + 2.0 * latency.params.alpha_land * km / FIBRE_KM_PER_MS
-    same = topo.pop_nodes[:, None] == sites[None, :]
-    return np.where(same, 0.0, rtt)
+    rows_of: dict[int, list[int]] = {}  # backbone node -> the PoP rows on it
+    for i, node in enumerate(pop_nodes.tolist()):
+        rows_of.setdefault(node, []).append(i)
+    for j, node in enumerate(sites.tolist()):
+        rtt[rows_of.get(node, []), j] = 0.0
+    return rtt

@@ -30,7 +30,7 @@ from controlplane.catalog import Catalog, CatalogError
 from controlplane.outcomes import Code
 from controlplane.prefix_index import PrefixIndex
 from controlplane.routing import QUEUE, REJECT, START, Decision, make_router
-from controlplane.routing.base import reject
+from controlplane.routing.base import Router, reject
 from controlplane.state import COLD, LOADING, READY, ClusterState, Replica, Request
 
 
@@ -73,6 +73,8 @@ class ControlPlane:
         if adapters is not None and adapter_routing and self.router.name != "adapter-aware":
             self.router = make_router("adapter-aware", self.state, rng, base=self.router)
         self.autoscaler = autoscaler
+        # Most policies keep no per-request state: skip their no-op forget() on every finished request.
+        self._forgets = type(self.router).forget is not Router.forget
         self._pins: dict = {}  # request -> replica whose prefix blocks it pins (prefix caching on)
         self._limits: dict = {}  # model -> admission limits (check() runs once per request)
         self._deadlines: deque = deque()  # (deadline, request): FIFO because the timeout is one constant
@@ -180,8 +182,9 @@ class ControlPlane:
         if self._pins:
             self.unpin_prefix(req)
         r._release(req, now)
-        self.router.forget(req)
-        return self.drain(r, now)
+        if self._forgets:
+            self.router.forget(req)
+        return self.drain(r, now) if r.queue else []  # (nothing queued: drain would start nothing)
 
     def drain(self, r: Replica, now: float) -> list[Request]:
         """Start queued requests on ``r`` in FIFO order while they fit (head-of-line blocking is deliberate)."""

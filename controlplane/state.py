@@ -166,6 +166,9 @@ class ClusterState:
         self.replicas: list[Replica] = []
         self.by_model: dict[str, list[Replica]] = {}
         self._cand: dict[tuple[int, str], tuple[list[Replica], list[float]]] = {}
+        # (model, full, site order) -> (candidates, the site position of each): a model on a few sites (a central
+        # deployment) has few site orders but thousands of ingress cities, each a candidate-list miss.
+        self._by_order: dict[tuple, tuple[list[Replica], list[int]]] = {}
         self.site_queues: dict[tuple[int, str], SiteQueue] = {}
         self.stats: dict[str, ModelStats] = {}
         self._groups: dict[str, tuple] = {}  # model -> (its sites ascending, its replicas per site in id order)
@@ -215,6 +218,7 @@ class ClusterState:
             self.loading.add(r)
         self.by_model.setdefault(spec.id, []).append(r)
         self._cand.clear()
+        self._by_order.clear()
         self._groups.pop(spec.id, None)
         if not self._bulk:
             self.refresh(spec.id)
@@ -319,14 +323,21 @@ class ClusterState:
         # Replicas are grouped by site: order the model's sites by (RTT, site index), then take each site's
         # replicas in id order, which is exactly the (RTT, site, replica) order of all its replicas.
         sites, members = self._site_groups(model)
-        rt = self.rtt[ingress, sites]
+        # (sites are distinct and ascending: as many as the columns are all of them, a plain row view)
+        rt = self.rtt[ingress] if len(sites) == self.rtt.shape[1] else self.rtt[ingress, sites]
         n = len(sites) if full or self.max_candidates is None else self.max_candidates
+        rl = rt.tolist()
         if len(sites) > 24:
             order = first_k_stable(rt[None, :], min(n, len(sites)))[0].tolist()  # ties: the lower site first
-        else:
-            rl = rt.tolist()
-            order = sorted(range(len(rl)), key=lambda i: (rl[i], i))
-        return self._take(model, members, order, rt.tolist(), full)
+            return self._take(model, members, order, rl, full)
+        # a stable sort by RTT (ties keep the lower site first); the replicas in that order are cached per order
+        order = tuple(sorted(range(len(rl)), key=rl.__getitem__))
+        key = (model, full, order)
+        hit = self._by_order.get(key)
+        if hit is None:
+            cands, pos = self._take(model, members, order, range(len(rl)), full)
+            hit = self._by_order[key] = (cands, pos)
+        return hit[0], list(map(rl.__getitem__, hit[1]))
 
     def _site_groups(self, model: str) -> tuple[np.ndarray, list[list[Replica]]]:
         groups = self._groups.get(model)
@@ -350,7 +361,7 @@ class ClusterState:
             rtts += [rl[i]] * len(group)
             if len(cands) >= n:
                 break
-        return cands[:n], rtts[:n]
+        return (cands[:n], rtts[:n]) if len(cands) > n else (cands, rtts)
 
     def precompute(self, ingresses=None, models=None) -> None:
         """Build the candidate lists up front so that every routing decision is a cached lookup (one sort of

@@ -54,9 +54,10 @@ class GpuBusySampler:
         env = self.sim.env
         while True:
             seen: dict[int, int] = {}
+            gpus = self._gpus
             for rid, eng in self.sim.engines.items():
                 if eng.busy_since >= 0:
-                    for g in self._gpus_of(rid):
+                    for g in gpus.get(rid) or self._gpus_of(rid):
                         seen[g] = seen.get(g, 0) + 1
             self.t.append(env.now)
             self.busy.append(len(seen))

@@ -42,7 +42,7 @@ class ReplicaEngine:
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
                  "dead", "_prefill_fn")
 
-    def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish):
+    def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
         self.arm, self.on_first_token, self.on_finish = arm, on_first_token, on_finish
         self.generative = spec.generative
@@ -60,8 +60,9 @@ class ReplicaEngine:
         self.version = 0
         self.busy_s = 0.0
         self.busy_since = -1.0
-        self._step_cache: dict = {}
-        self._prefill_cache: dict = {}
+        # Decode-step and prefill times by shape; ``caches`` lets the replicas of one (model, GPU) share them (the
+        # values depend on nothing else), so a fleet of a thousand replicas computes each shape once.
+        self._step_cache, self._prefill_cache = caches if caches is not None else ({}, {})
         fn = getattr(perf, "prefill_fn", None)  # a memoised model hands out one function per (model, GPU)
         self._prefill_fn = fn(spec, gpu) if fn is not None else (lambda tokens: perf.prefill_ms(spec, gpu, tokens))
         self.dead = False
@@ -91,13 +92,20 @@ class ReplicaEngine:
 
     def _schedule(self, t: float) -> None:
         """Re-arm the wake-up for the next change: prefill end, or the next sequence finishing."""
-        self.version += 1
+        self.version = version = self.version + 1
         if self.prefill_end >= 0:
-            self.arm(self, self.prefill_end, self.version)
+            self.arm(self, self.prefill_end, version)
         elif self.heap:
-            self.step_s = self._step_time()
-            nxt = self.heap[0][0]
-            self.arm(self, t + max(0.0, nxt - self.steps) * self.step_s, self.version)
+            # self._step_time(), inlined (once or twice per request)
+            heap, steps = self.heap, self.steps
+            b = len(heap)
+            ctx = (self.ctx_sum + b * steps - self.join_sum) / b
+            key = (b, int(ctx) >> 6)
+            step_s = self._step_cache.get(key)
+            if step_s is None:
+                step_s = self._step_time()
+            self.step_s = step_s
+            self.arm(self, t + max(0.0, heap[0][0] - steps) * step_s, version)
         elif self.busy_since >= 0:
             self.busy_s += t - self.busy_since
             self.busy_since = -1.0
@@ -112,14 +120,17 @@ class ReplicaEngine:
             self.busy_since = t
         self.pending.append(seq)
         if self.prefill_end < 0:
-            self._advance(t)
+            if self.heap and self.step_s > 0:  # self._advance(t), inlined: this runs once per request
+                self.steps += (t - self.t_ref) / self.step_s
+            self.t_ref = t
             self._start_prefill(t)
             self._schedule(t)
 
     def _start_prefill(self, t: float) -> None:
         batch, self.pending = self.pending, []
         if len(batch) == 1:
-            tokens = batch[0].prompt - batch[0].cached
+            first = batch[0]
+            tokens = first.prompt - first.cached
         elif self.generative or self.spec.unit != "token":
             tokens = sum(s.prompt - s.cached for s in batch)
         else:  # encoders: one padded pass over the batch
@@ -142,7 +153,9 @@ class ReplicaEngine:
         if self.prefill_end >= 0 and t >= self.prefill_end - 1e-9:
             self._end_prefill(t)
         else:
-            self._advance(t)
+            if self.heap and self.prefill_end < 0 and self.step_s > 0:  # self._advance(t), inlined
+                self.steps += (t - self.t_ref) / self.step_s
+            self.t_ref = t
             self._finish_due(t)
         if self.prefill_end < 0 and self.pending:
             self._advance(t)

@@ -4,8 +4,10 @@ Request path: user -> entry point (half the access RTT) -> control-plane decisio
 (half its RTT) -> queue -> cold start -> prefill -> decode; every token travels back the same way, so the client
 sees TTFT = network RTT + queue + cold start + prefill, and the server's inter-token gaps.
 
-Actors are SimPy processes (arrivals, the control plane's clock, faults, the utilisation sampler); replica engines
-are driven by one re-armable timer each (see ``sim.engine``), so events scale with requests, not tokens.
+Actors are SimPy processes (the control plane's clock, faults, the utilisation sampler); arrivals
+(``sim.arrival_feed``), a request reaching its node and the replica engines' wake-ups are bare timers
+(``sim.timers``: the same event order as SimPy timeouts, at a fraction of the cost); each engine has one re-armable
+timer (see ``sim.engine``), so events scale with requests, not tokens.
 
 Invariant (checked at the end of every run, also under faults): every arrival ends exactly once -- ok, rejected
 or failed.
@@ -16,18 +18,22 @@ from __future__ import annotations
 import gc
 from array import array
 from dataclasses import dataclass, field
+from heapq import heappush
 
 import numpy as np
 import pandas as pd
 import simpy
+from simpy.events import NORMAL
 
 from controlplane.deployment import Deployment
 from controlplane.outcomes import Code
 from controlplane.routing import REJECT, START
 from controlplane.state import Request
+from sim.arrival_feed import ArrivalFeed
 from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES, Fault
 from sim.request_frame import request_frame
+from sim.timers import Timer, run_until
 
 OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
 NAN = float("nan")
@@ -63,6 +69,8 @@ class Simulation:
         self.w = workload
         self.n = n = len(workload)
         self.env = simpy.Environment()
+        self._queue, self._eid = self.env._queue, self.env._eid  # where sim.timers.Timer events go
+        self._wake_cb, self._reach_node_cb = self._wake, self._reach_node  # bound once, used per event
         self.faults, self.fault_handler = list(faults), fault_handler
         self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
@@ -79,6 +87,7 @@ class Simulation:
         self.rtt_factor = (workload.rtt_factor.to_numpy(dtype=np.float64) if "rtt_factor" in workload
                            else np.ones(n))
         self.access_s = np.array(access * self.rtt_factor / 1e3, dtype=np.float64)
+        self._rtt_factor = memoryview(np.ascontiguousarray(self.rtt_factor))  # reads give plain floats
         # Model ids as codes into a short list: reading the column as Python strings would make one str per
         # request (tens of MB at a million requests, per deployment).
         codes, names = pd.factorize(workload.model)
@@ -108,6 +117,7 @@ class Simulation:
             codes.astype(np.int64), self.key, self.prompt, self.output, self.arrival, self.session, self.rib))
         self._units = memoryview(np.ascontiguousarray(self.units))
         self.engines: dict[int, ReplicaEngine] = {}
+        self._engine_caches: dict[tuple, tuple[dict, dict]] = {}  # (model, GPU) -> its engines' shared caches
         self.reqs: list[Request | None] = [None] * n
         self.seqs: list[Seq | None] = [None] * n
         self.remaining = n
@@ -148,17 +158,21 @@ class Simulation:
             if eng is not None:
                 self.engines[replica.id] = eng
         if eng is None:
-            eng = ReplicaEngine(replica.spec, replica.gpu, self.perf, self._arm, self._first_token, self._finish)
+            caches = self._engine_caches.setdefault((replica.spec.id, replica.gpu), ({}, {}))
+            eng = ReplicaEngine(replica.spec, replica.gpu, self.perf, self._arm, self._first_token, self._finish,
+                                caches)
             self.engines[replica.id] = eng
         return eng
 
     def _arm(self, eng: ReplicaEngine, t: float, version: int) -> None:
-        ev = self.env.timeout(max(0.0, t - self.env.now), (eng, version))
-        ev.callbacks.append(self._wake)
+        now = self.env._now
+        delay = t - now  # (the delay and the sum exactly as env.timeout(max(0.0, t - now)) computes them)
+        heappush(self._queue, (now + (delay if delay > 0.0 else 0.0), NORMAL, next(self._eid),
+                               Timer(self._wake_cb, (eng, version))))
 
     def _wake(self, ev) -> None:
         eng, version = ev._value
-        eng.wake(self.env.now, version)
+        eng.wake(self.env._now, version)
         if self._finished_buffer:
             self._flush()
 
@@ -170,17 +184,16 @@ class Simulation:
 
     def _flush(self) -> None:
         """Complete finished sequences outside the engine's own call (their slots may start queued requests)."""
-        buf = self._finished_buffer
+        buf, env, reqs, engines, finish = self._finished_buffer, self.env, self.reqs, self.engines, self.plane.finish
         while buf:
             seq = buf.pop()
             k = seq.rec
-            now = self.env.now
+            now = env._now
             self.finished[k] = now
-            req = self.reqs[k]
-            eng = self.engines[req.replica.id]
-            self.stall_s[k], self.stalls[k] = eng.seq_stalls(seq)
+            req = reqs[k]
+            self.stall_s[k], self.stalls[k] = engines[req.replica.id].seq_stalls(seq)
             self._end(k, OUT_OK)
-            for started in self.plane.finish(req, now):
+            for started in finish(req, now):
                 self._start(started, now)
 
     # ---------------------------------------------------------------- request path
@@ -189,8 +202,9 @@ class Simulation:
         if req is None:
             model, key, prompt, output, arrival, session, rib = self._fields
             s = session[k]
-            req = Request(k, self.model_names[model[k]], key[k], prompt[k], output[k], arrival=arrival[k],
-                          session=None if s < 0 else s, reject_if_busy=rib[k], payload=k)
+            # (id, model, ingress, prompt, output, arrival, session, reject_if_busy): positional is cheaper
+            req = Request(k, self.model_names[model[k]], key[k], prompt[k], output[k], arrival[k],
+                          None if s < 0 else s, rib[k], payload=k)
             if self.hash_ids is not None:
                 req.hash_ids = self.hash_ids[k]
             if self.adapters is not None:
@@ -201,27 +215,27 @@ class Simulation:
             req.ingress = self.fault_handler.reingress(self, k)
         d = self.plane.submit(req, now)
         self.decided[k] = now
-        if d.action == REJECT:
+        action = d.action
+        if action == REJECT:
             self._end(k, OUT_REJECTED, d.code or int(Code.OUT_OF_CAPACITY))
             return
         r = d.replica
-        self.backbone_ms[k] = d.rtt_ms * self.rtt_factor[k]
+        self.backbone_ms[k] = backbone = d.rtt_ms * self._rtt_factor[k]
         self.site[k], self.node[k] = r.site, r.node
-        self.at_node[k] = now + self.backbone_ms[k] / 2e3
+        self.at_node[k] = at = now + backbone / 2e3
         if d.cold:
-            self.cold_ms[k] = max(0.0, r.ready_at - self.at_node[k]) * 1e3
-        if d.action == START:
+            self.cold_ms[k] = max(0.0, r.ready_at - at) * 1e3
+        if action == START:
             self._start(req, now)
 
     def _start(self, req: Request, now: float) -> None:
         """The control plane started ``req`` (now or from a queue): it joins its replica once it is there."""
         k = req.payload
         self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
-        seq = Seq(k, self._units[k], self._fields[3][k])
-        self.seqs[k] = seq
-        self.cached[k] = req.cached_tokens
-        if req.cached_tokens:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)
-            seq.cached = min(req.cached_tokens, max(0, seq.prompt - 1))
+        self.seqs[k] = seq = Seq(k, self._units[k], self._fields[3][k])
+        self.cached[k] = cached = req.cached_tokens
+        if cached:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)
+            seq.cached = min(cached, max(0, seq.prompt - 1))
         at = self.at_node[k]
         if req.adapter:  # LoRA: wait for the adapter's copy, or for a free adapter slot (None: joins later)
             self.arrived[k] = at = max(at, now)
@@ -238,16 +252,23 @@ class Simulation:
     def _join(self, req: Request, seq: Seq, at: float, now: float) -> None:
         """``seq`` joins its replica's batch at ``at`` (now or later)."""
         k = req.payload
-        eng = self.engines.get(req.replica.id) or self._engine(req.replica)
+        r = req.replica
+        eng = self.engines.get(r.id) or self._engine(r)
         if at > now:
             self.joined[k] = at
-            ev = self.env.timeout(at - now)
-            ev.callbacks.append(lambda _e: (eng.join(seq, self.env.now), self._flush()))
+            heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid),
+                                   Timer(self._reach_node_cb, (eng, seq))))
         else:
             self.joined[k] = now
             eng.join(seq, now)
             if self._finished_buffer:
                 self._flush()
+
+    def _reach_node(self, ev) -> None:
+        eng, seq = ev._value
+        eng.join(seq, self.env._now)
+        if self._finished_buffer:
+            self._flush()
 
     def _lost(self, reqs, now: float, started: bool) -> None:
         """Requests whose node failed: retry those that have not streamed a token yet, fail the rest."""
@@ -267,19 +288,8 @@ class Simulation:
                 self._end(k, OUT_FAILED, int(Code.INTERNAL))
 
     # ---------------------------------------------------------------- processes
-    def _arrivals(self):
-        env = self.env
-        t_dec_arr = self.arrival + self.access_s / 2
-        order = np.argsort(t_dec_arr, kind="stable")
-        t_dec = t_dec_arr.tolist()
-        step = max(1, self.n // 200)
-        for i, k in enumerate(order.tolist()):
-            dt = t_dec[k] - env.now
-            if dt > 0:
-                yield env.timeout(dt)
-            self._submit(k, env.now)
-            if self.progress is not None and i % step == 0:
-                self.progress(i, self.n)
+    def arrivals_finished(self) -> None:
+        """The arrival feed (``sim.arrival_feed``) submitted its last request."""
         self.arrivals_done = True
         if self.remaining == 0 and not self.done.triggered:
             self.done.succeed()
@@ -333,7 +343,7 @@ class Simulation:
     # ---------------------------------------------------------------- run
     def run(self) -> SimResult:
         env = self.env
-        env.process(self._arrivals())
+        ArrivalFeed(self).start()
         env.process(self._clock())
         env.process(self._sampler())
         for f in self.faults:
@@ -344,7 +354,7 @@ class Simulation:
         gc.freeze()
         try:
             if self.n:
-                env.run(until=simpy.AnyOf(env, [self.done, env.timeout(horizon)]))
+                run_until(env, simpy.AnyOf(env, [self.done, env.timeout(horizon)]))
         finally:
             gc.unfreeze()
         end = env.now

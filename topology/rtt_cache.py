@@ -31,7 +31,7 @@ import numpy as np
 
 from topology import geo
 
-MIN_CELLS = 200_000  # below this a matrix is cheaper to compute than to hash and look up
+MIN_CELLS = 200_000  # below this much work a matrix is cheaper to compute than to hash and look up
 _MEMORY: OrderedDict = OrderedDict()
 _MEMORY_ENTRIES = 8
 _CODE_DIGESTS: dict = {}
@@ -88,7 +88,9 @@ def cached_matrix(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarra
 
     The returned array is read-only: callers that adjust it make a copy (``m + last_mile``)."""
     shape = (lat.size, site_nodes.size)
-    if shape[0] * shape[1] < MIN_CELLS:
+    # The work grows with points x backbone nodes (every point is first attached to its nearest nodes), not with
+    # the cells: the demand cities x six cloud regions take as long to compute as the cities x the PoPs.
+    if shape[0] * (shape[1] + model.node_lat.size) < MIN_CELLS:
         return compute()
     key = matrix_key(model, lat, lon, site_nodes)
     hit = _MEMORY.get(key)

@@ -13,7 +13,7 @@ nearest-with-capacity rule decides (a cold replica, a queue, or 3040).
 from __future__ import annotations
 
 from controlplane.routing.base import ROUTERS, START, Decision, Router
-from controlplane.state import Request
+from controlplane.state import READY, Request
 
 
 @ROUTERS.register("nearest-balanced")
@@ -37,8 +37,9 @@ class NearestBalanced(Router):
         for i, r in enumerate(cands):
             if site is not None and r.site != site:
                 break
-            if r.can_start(kv):
-                load = _work(r)
+            # r.can_start(kv) and _work(r), inlined: this loop runs over a whole site's replicas per request
+            if r.up and r.status == READY and r.active < r.slots and r.kv_used + kv <= r.kv_capacity:
+                load = (r.active + 1) * (r.est_request_ms or 1.0)
                 if site is None or load < best_load:
                     best, best_load, site = i, load, r.site
         if best < 0:
