@@ -36,10 +36,10 @@ import numpy as np
 from dataplane.errors import CapacityError, EngineClosedError, InvalidInputError
 from dataplane.lm_handle import _DONE, GenerationHandle, GenerationResult, LMStats, LMTiming, TokenCallback
 from dataplane.lora import Adapter, LoraLanguageModel, adapter_salt
-from dataplane.memory import keep_freed_memory
 from dataplane.prefix_cache import PrefixCache, PrefixCacheConfig
 from dataplane.runtime import LanguageModel, left_pad_prompts
 from dataplane.sampling import SamplingParams, sample_token
+from edgepop.memory import keep_freed_memory
 
 __all__ = ["GenerationHandle", "GenerationResult", "LMEngine", "LMEngineConfig", "LMStats", "LMTiming",
            "TokenCallback"]

@@ -34,10 +34,10 @@ import pandas as pd
 
 from dataplane import registry
 from dataplane.engine_lm import LMEngine, LMEngineConfig
-from dataplane.memory import keep_freed_memory
 from dataplane.profiler import COLUMNS
 from dataplane.sampling import SamplingParams
 from dataplane.session import SessionConfig
+from edgepop.memory import keep_freed_memory
 
 PROMPT_TOKENS = (8, 32, 64, 128, 256, 384)
 PREFILL_BATCH = (1, 2, 4)
@@ -152,7 +152,7 @@ def _host_share(model, stand_in: str, engines, context: int, steps: int, repeats
 
 def _kv_copy(model, repeats: int = 5) -> list[tuple]:
     """``kv_copy`` rows: concatenating one batch's KV arrays (every layer, key and value) with another's, with
-    the allocator set as the engine sets it (:mod:`dataplane.memory`)."""
+    the allocator set as the engine sets it (:mod:`edgepop.memory`)."""
     keep_freed_memory()
     spec = model.spec
     rows = []

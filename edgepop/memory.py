@@ -1,31 +1,68 @@
-"""Process memory: return freed large arrays to the operating system (glibc only; elsewhere a no-op).
+"""Process memory: how glibc's malloc treats freed large blocks, set per process role (glibc only; elsewhere a
+no-op). The two roles want opposite things, and the last call in a process wins.
 
-glibc serves a freed block's size from its heap next time: after the first large array is freed, its mmap
-threshold rises (up to 32 MB), so later arrays of a few MB come from the heap, and freeing them leaves holes that
-are never given back. A simulation of a million requests frees hundreds of such arrays (workload generation, the
-per-deployment state, summaries) and kept ~0.2-0.4 GB of freed memory that way. A fixed threshold keeps every
-large array in its own mapping, unmapped when freed; the extra map/unmap calls cost well under 1% of a run.
+* **A simulation** (:func:`release_large_blocks`, called by ``sim.run``): glibc serves a freed block's size from
+  its heap next time: after the first large array is freed, its mmap threshold rises (up to 32 MB), so later
+  arrays of a few MB come from the heap, and freeing them leaves holes that are never given back. A simulation of
+  a million requests frees hundreds of such arrays (workload generation, the per-deployment state, summaries)
+  and kept ~0.2-0.4 GB of freed memory that way. A fixed threshold keeps every large array in its own mapping,
+  unmapped when freed; the extra map/unmap calls cost well under 1% of a run.
+* **A serving engine** (:func:`keep_freed_memory`, called by the first ``dataplane.engine_lm.LMEngine``): every
+  join and leave copies the batch's KV cache (one array per layer and kind) into fresh arrays, tens of MiB at a
+  time. Memory handed back to the kernel must be page-faulted in again by the next copy: on the stand-in's layout
+  (12 arrays) a 64 MiB copy took 13-20 ms that way and 5-6 ms with freed memory kept, and its cost jumped with
+  the allocator's history rather than growing with size. Allocations up to 32 MiB (glibc's ceiling for the
+  setting) come from the heap and up to 1 GiB of freed heap is kept, so a copy costs memory bandwidth, in the
+  engine and in the profile that times it. ``EDGEPOP_MALLOC_DEFAULT=1`` leaves glibc's defaults (to measure what
+  they cost).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
+import threading
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 LARGE_BYTES = 256 * 1024
-_done = False
+KEEP_MMAP_BYTES = 32 << 20
+KEEP_TRIM_BYTES = 1 << 30
+_lock = threading.Lock()
+_policy: list[str] = []  # the policy set last in this process, if any
+
+
+def _mallopt():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+def _set(policy: str, settings: tuple[tuple[int, int], ...]) -> bool:
+    with _lock:
+        if _policy and _policy[-1] == policy:
+            return True
+        mallopt = _mallopt()
+        if mallopt is None or not all(mallopt(param, value) for param, value in settings):
+            return False
+        _policy.append(policy)
+        return True
 
 
 def release_large_blocks() -> bool:
-    """Fix glibc's mmap threshold at 256 KiB for this process (once); False where that is not glibc's."""
-    global _done
-    if _done or not sys.platform.startswith("linux"):
-        return _done
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        _done = bool(libc.mallopt(M_MMAP_THRESHOLD, LARGE_BYTES))
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        _done = False
-    return _done
+    """Fix glibc's mmap threshold at 256 KiB (a simulation's role); False where that is not glibc's."""
+    return _set("release", ((M_MMAP_THRESHOLD, LARGE_BYTES),))
+
+
+def keep_freed_memory() -> bool:
+    """Keep freed memory with the process (a serving engine's role); False where that is not glibc's, or with
+    ``EDGEPOP_MALLOC_DEFAULT=1``."""
+    if os.environ.get("EDGEPOP_MALLOC_DEFAULT") == "1":
+        return False
+    return _set("keep", ((M_MMAP_THRESHOLD, KEEP_MMAP_BYTES), (M_TRIM_THRESHOLD, KEEP_TRIM_BYTES)))
