@@ -40,12 +40,23 @@ from sim.live.host_engine import LiveHostEngine
 GW_PARTS = ("http_in", "prepare", "admission", "dispatch", "piece", "piece_cpu", "tail", "http_out")
 
 
-def fit_host_share(k: np.ndarray, slowdown: np.ndarray, max_cores: float) -> tuple[float, float]:
-    """(cores, lock) of :func:`share_slowdown` closest (in log) to the measured slowdowns of ``k`` engines."""
+def fit_host_share(k: np.ndarray, slowdown: np.ndarray, max_cores: float, loop: np.ndarray | None = None,
+                   client: np.ndarray | None = None) -> tuple[float, float]:
+    """(cores, lock) of :func:`share_slowdown` closest (in log) to the measured slowdowns of ``k`` engines.
+
+    ``loop`` and ``client``: the cores the gateway's event loop and the measuring client kept busy while each k was
+    measured. They ran beside the engines (the loop holding the interpreter lock, the client in its own process),
+    so they count as that many more busy threads; without them the fit reads their share as fewer cores. ``k[0]``
+    is 1: the slowdowns are ratios to it."""
+    loop = np.zeros(len(k)) if loop is None else np.asarray(loop, dtype=float)
+    client = np.zeros(len(k)) if client is None else np.asarray(client, dtype=float)
+    threads = np.asarray(k, dtype=float) + loop + client
     best = (np.inf, max_cores, 0.0)
     for cores in np.arange(0.5, max_cores + 1e-9, 0.05):
         for lock in np.arange(0.0, 2.0001, 0.01):
-            model = np.array([share_slowdown(float(n), float(n) * lock, cores, lock) for n in k])
+            model = np.array([share_slowdown(t, n * lock + u, cores, lock)
+                              for t, n, u in zip(threads, k, loop, strict=True)])
+            model = model / model[0]  # the measured slowdowns are ratios to k = 1
             err = float(np.sum((np.log(model) - np.log(slowdown)) ** 2))
             if err < best[0] - 1e-12:
                 best = (err, float(cores), float(lock))
@@ -73,8 +84,11 @@ class HostParams:
         share = table[table.phase == "host_share"].groupby("batch_size").ms.median().sort_index()
         self.cores, self.lock = float(max_cores), 0.0
         if len(share) > 1 and 1 in share.index:
+            share = share.loc[1:]
+            beside = {name: table[table.phase == f"host_share_{name}"].groupby("batch_size").ms.median()
+                      .reindex(share.index).fillna(0.0).to_numpy() / 1e3 for name in ("loop", "client")}
             self.cores, self.lock = fit_host_share(share.index.to_numpy(float), share.to_numpy() / share.loc[1],
-                                                   max_cores)
+                                                   max_cores, beside["loop"], beside["client"])
         gap = table[table.phase == "iter_gap"].groupby("batch_size").ms.mean().sort_index()
         self._gap = (gap.index.to_numpy(float), gap.to_numpy(float)) if len(gap) else None
         copy = table[table.phase == "kv_copy"].groupby("tokens").ms.median().sort_index()

@@ -110,6 +110,24 @@ def test_host_share_fit_reads_cores_and_lock():
     assert share_slowdown(2, 1.0, 2.0, 0.0) == 1.0
 
 
+def test_host_share_fit_counts_what_ran_beside_the_engines():
+    """The measurement's own event loop and client took cores too: counted, the fit finds the host's two cores;
+    ignored, it reads them as fewer cores for the engines."""
+    k = np.array([1.0, 2.0, 3.0, 4.0])
+    loop, client = np.array([0.05, 0.1, 0.15, 0.2]), np.array([0.2, 0.35, 0.5, 0.6])
+    model = np.array([share_slowdown(n + u + c, n * 0.1 + u, 2.0, 0.1)
+                      for n, u, c in zip(k, loop, client, strict=True)])
+    s = model / model[0]
+    cores, lock = fit_host_share(k, s, 2.0, loop, client)
+    assert cores == pytest.approx(2.0, abs=0.05)
+    blind, _ = fit_host_share(k, s, 2.0)
+    assert blind < 1.8
+    table = pd.DataFrame({"phase": ["host_share"] * 4 + ["host_share_loop"] * 4 + ["host_share_client"] * 4,
+                          "batch_size": np.tile(k.astype(int), 3), "tokens": 1, "context": 128,
+                          "ms": np.concatenate([3.0 * s, 1e3 * loop, 1e3 * client])})
+    assert HostParams(table).cores == pytest.approx(2.0, abs=0.05)
+
+
 def test_iteration_gap_follows_the_batch_size(desc, topo, tmp_path):
     """The engine loop's gap between iterations is the profile's figure for the running batch size: one request
     alone pays the batch-1 gap per step, two decoding together the batch-2 gap."""
