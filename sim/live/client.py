@@ -88,3 +88,8 @@ def fetch_timings(url: str, trace: str = "", token: str | None = None) -> dict:
     """The gateway's ``/edgepop/timings`` for traces starting with ``trace``: request timelines and host CPU
     (an operations endpoint, like ``/edgepop/deployment``)."""
     return _get(url, "/edgepop/timings", {"trace": trace}, token)
+
+
+def event_loop_cpu_s(host: dict) -> float:
+    """CPU seconds the gateway's event loop thread has used, from a ``/edgepop/timings`` ``host`` snapshot."""
+    return sum(t["cpu_s"] for t in host["threads"] if t["role"] == "event-loop")

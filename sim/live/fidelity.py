@@ -176,12 +176,11 @@ def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int =
     rng = np.random.default_rng(seed)
     rows = []
     for m in METRICS:
-        xs = pd.to_numeric(a[m], errors="coerce").dropna().to_numpy()
-        xl = pd.to_numeric(b[m], errors="coerce").dropna().to_numpy()
-        ps = pd.to_numeric(a[m], errors="coerce").to_numpy()
-        pl = pd.to_numeric(b[m], errors="coerce").to_numpy()
-        both = np.isfinite(ps) & np.isfinite(pl)
-        ps, pl = ps[both], pl[both]
+        sa = pd.to_numeric(a[m], errors="coerce").to_numpy(dtype=float)
+        sl = pd.to_numeric(b[m], errors="coerce").to_numpy(dtype=float)
+        xs, xl = sa[~np.isnan(sa)], sl[~np.isnan(sl)]
+        both = ~np.isnan(sa) & ~np.isnan(sl)  # the pairs the bootstrap resamples together
+        ps, pl = sa[both], sl[both]
         draw = rng.integers(0, len(ps), (boot, len(ps))) if len(ps) > 1 and boot else None
         for q in (50, 95):
             s, v = percentile(xs, q, 2), percentile(xl, q, 2)

@@ -27,13 +27,9 @@ from dataplane.engine_profile import engine_profile, kv_copy_profile
 from dataplane.gateway.timeline import TRACE_HEADER
 from dataplane.profiler import COLUMNS
 from dataplane.session import SessionConfig
-from sim.live.client import fetch_timings, prompt_text, stream_once
+from sim.live.client import event_loop_cpu_s, fetch_timings, prompt_text, stream_once
 from sim.live.decompose import live_components
 from sim.live.served_profile import served_engine_profile
-
-
-def _event_loop_cpu(host: dict) -> float:
-    return sum(t["cpu_s"] for t in host["threads"] if t["role"] == "event-loop")
 
 
 async def _traced(url: str, model: str, headers: dict, prompts: list[str], max_tokens: int, trace: str) -> list:
@@ -61,10 +57,10 @@ def gateway_costs(url: str, model: str, stand_in: str, token: str | None = None,
     prompts = [prompt_text(n, rng) for n in sizes for _ in range(repeats)]
     trace = f"hostprofile-{time.monotonic_ns()}:"
     asyncio.run(_traced(url, model, dict(headers), [prompt_text(8, rng)], 2, trace + "warm"))
-    cpu0 = _event_loop_cpu(fetch_timings(url, "-", token)["host"])
+    cpu0 = event_loop_cpu_s(fetch_timings(url, "-", token)["host"])
     recs = asyncio.run(_traced(url, model, dict(headers), prompts, max_tokens, trace))
     got = fetch_timings(url, trace, token)
-    cpu1 = _event_loop_cpu(got["host"])
+    cpu1 = event_loop_cpu_s(got["host"])
     by_trace = {t["trace"]: t for t in got["requests"]}
     rows = []
     pieces = 0

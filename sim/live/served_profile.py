@@ -33,7 +33,7 @@ import pandas as pd
 from dataplane.gateway.timeline import TRACE_HEADER
 from dataplane.profiler import COLUMNS
 from edgepop.errors import UserError
-from sim.live.client import fetch_timings, prompt_text, stream_once
+from sim.live.client import event_loop_cpu_s, fetch_timings, prompt_text, stream_once
 
 PROMPT_TOKENS = (8, 32, 64, 128, 256, 384)
 PREFILL_BATCH = (1, 2, 4, 8)
@@ -89,8 +89,7 @@ class _Gateway:
 def _loop_cpu_s(gw: _Gateway) -> float:
     """CPU seconds the gateway's event loop thread has used so far."""
     token = gw.headers.get("authorization", "").removeprefix("Bearer ") or None
-    host = fetch_timings(gw.base_url, "-", token)["host"]
-    return sum(t["cpu_s"] for t in host["threads"] if t["role"] == "event-loop")
+    return event_loop_cpu_s(fetch_timings(gw.base_url, "-", token)["host"])
 
 
 async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, steps: int, prompt_tokens,
