@@ -9,12 +9,16 @@ memory and output time at a million requests.
    ``ratio_run_scenario``: the same with the whole ``run_scenario`` wall time, set-up included, plots excluded
    (goal >= 0.35); the edge and central loops' rates separately (goal: central no slower per request).
    The set-up time (topology, matrices, placement, control planes; goal <= 3 s at 339 PoPs) is measured in a
-   fresh subprocess with the on-disk RTT cache warm (a second run of a scenario), and cold.
+   fresh subprocess with the on-disk caches warm (RTT matrices and placement: a second run of a scenario), and
+   cold (both empty).
 2. Routing: the control plane's decision time per request during the default run (edge and central; p50, p99,
    p99.9; goal p99 <= 50 us) and with every slot busy (the synthetic 339-site fleet of bench_controlplane;
    goal p99 <= 200 us).
 3. Cost per request with 3,000 PoPs vs 300 (synthetic PoPs at population-weighted cities), set-up amortised over
-   200k requests (goal <= 1.5x), and the set-up time at 3,000 PoPs (goal <= 30 s).
+   200k requests (goal <= 1.5x), and the set-up time at 3,000 PoPs (goal <= 30 s); with the RTT matrices from the
+   disk cache, and both with greedy placement computed (``cost_ratio_3000_vs_300_pops``) and with it read from
+   the placement cache (``..._placement_cached``: a second run of the same workload, as in a sweep over seeds,
+   routers or techniques).
 4. ``edgepop simulate --requests 1000000`` with all outputs in a subprocess: peak RSS (goal <= 1.5 GB) and the time
    of all plots (goal <= 3 s); and the Quick start's ``edgepop simulate`` wall time (goal <= 20 s).
 Machines are noisy: compare the ratios, which are measured in one process. The last line printed is one JSON
@@ -190,15 +194,21 @@ def main() -> None:
         warm = child(["--child-setup", "0", "20000", cache])
         results.update({"setup_s_339_pops_cold_cache": cold["setup_s"], "setup_s_339_pops": warm["setup_s"]})
         big = 1000 if args.quick else 3000
-        per = {}
+        per, per_cached = {}, {}
+        n = "200000" if not args.quick else "20000"
         for pops in (300, big):
-            child(["--child-setup", str(pops), "2000", cache])  # fills the cache for this topology
-            r = child(["--child-setup", str(pops), "200000" if not args.quick else "20000", cache])
+            child(["--child-setup", str(pops), "2000", cache])  # fills the matrix cache for this topology
+            r = child(["--child-setup", str(pops), n, cache])  # greedy placement computed (a new workload)
+            c = child(["--child-setup", str(pops), n, cache])  # the same run again: the placement from the cache
             print(json.dumps(r))
+            print(json.dumps(c))
             per[pops] = (r["simulate_s"] + r["setup_s"]) / r["requests"]
+            per_cached[pops] = (c["simulate_s"] + c["setup_s"]) / c["requests"]
             results[f"setup_s_{pops}_pops"] = r["setup_s"]
+            results[f"setup_s_{pops}_pops_placement_cached"] = c["setup_s"]
             results[f"us_per_request_{pops}_pops"] = r["us_per_request"]
         results[f"cost_ratio_{big}_vs_300_pops"] = round(per[big] / per[300], 3)
+        results[f"cost_ratio_{big}_vs_300_pops_placement_cached"] = round(per_cached[big] / per_cached[300], 3)
     if not args.quick:
         with tempfile.TemporaryDirectory() as out:
             m = child(["--child-million", out])

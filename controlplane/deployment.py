@@ -172,6 +172,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     ``plane_options`` go to :func:`build_control_plane` (prefix, adapters, adapter_routing, slots).
     """
     from controlplane.placement import PlacementProblem, get_policy
+    from controlplane.placement.cache import cached_place
     from controlplane.placement.fill import with_idle_gpus_filled
 
     central = name == "central"
@@ -192,7 +193,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
                                      prompt_tokens=dict(shape.get("prompt", {})),
                                      output_tokens=dict(shape.get("output", {})),
                                      one_llm_per_gpu=cfg.one_llm_per_gpu and not (policy.explicit or policy.memory_only))
-    placement = policy.place(problem, rng_place)
+    placement = cached_place(policy, problem, rng_place)
     if cfg.fill_idle_gpus and not policy.explicit:
         placement = with_idle_gpus_filled(placement)
     fleet = placement.fleet

@@ -190,7 +190,8 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
                           "gpus_placed": placed_gpus(dep.table), "build_s": round(build_s, 2)}
     if techniques_block is not None:
         block["techniques"] = techniques_block
-    stats = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1)}
+    stats = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1),
+             "placement_from_cache": bool(getattr(dep.placement, "from_cache", False))}
     return DeploymentRun(name, dep, req, res.utilisation, block, stats)
 
 

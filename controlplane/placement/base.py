@@ -241,6 +241,9 @@ class PlacementPolicy:
     explicit: bool = False
     # Memory alone decides what shares a GPU (everywhere-fits), whatever the deployment's one_llm_per_gpu says.
     memory_only: bool = False
+    # The same inputs always give the same plan, and computing it costs seconds: kept on disk by
+    # controlplane.placement.cache (a plain class attribute, not an option).
+    cacheable = False
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator):  # -> Placement
         raise NotImplementedError

@@ -197,6 +197,7 @@ class GreedyDemand(PlacementPolicy):
     min_gain_ms_per_gb: float = 1e-7
     swap_passes: int = 20
     swap_trials: int = 4000
+    cacheable = True
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         net = problem.network()

@@ -1,0 +1,141 @@
+"""Placements of deterministic policies cached on disk, keyed by a hash of everything they depend on.
+
+Greedy placement is most of a large deployment's set-up (seconds at thousands of PoPs) and gives the same plan
+for the same inputs every time: a sweep that re-runs one deployment with other seeds, routers or techniques
+would otherwise recompute it per run. Only policies that declare ``cacheable = True`` are kept (a time-budgeted
+solver such as the ILP is not: its answer depends on the machine's speed).
+
+The key is a SHA-256 over: the source of every module of ``controlplane.placement`` and of
+``controlplane.ordering`` (a code change can change a plan), the policy's class and options, the state of the
+placement's random generator, the problem's options, every array of its :class:`~controlplane.placement.network.
+Network` (demand pairs, candidate sites and RTTs, capacities, GPU memory and fits, which carry the performance
+model and the catalog) and the fleet's node table. Change any of them and the key changes, so a stale plan can
+never be used. A hit restores the generator's state after the policy's run, so later draws are the same either
+way. Entries are JSON under ``$EDGEPOP_CACHE_DIR/placement`` (or the user cache directory, next to the RTT
+matrices of :mod:`topology.rtt_cache`), written atomically; an unreadable entry is recomputed.
+``EDGEPOP_NO_CACHE=1`` turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from topology.rtt_cache import cache_dir
+
+_CODE: list[str] = []
+_SKIP = ("problem", "fleet")  # hashed through their parts below
+
+
+def placement_dir() -> Path | None:
+    """Where placements are kept (None when the disk cache is off)."""
+    rtt = cache_dir()
+    return None if rtt is None else rtt.parent / "placement"
+
+
+def _code_digest() -> str:
+    if not _CODE:
+        h = hashlib.sha256()
+        here = Path(__file__).parent
+        for path in [*sorted(here.glob("*.py")), here.parent / "ordering.py"]:
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+        _CODE.append(h.hexdigest())
+    return _CODE[0]
+
+
+def _update(h, value) -> None:
+    if isinstance(value, np.ndarray):
+        h.update(f"{value.dtype.str}{value.shape}".encode())
+        if value.dtype == object:
+            h.update(repr(value.tolist()).encode())
+        else:
+            h.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, pd.DataFrame):
+        h.update(repr(list(value.columns)).encode())
+        h.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+    else:
+        h.update(repr(value).encode())
+    h.update(b"|")
+
+
+def placement_key(policy, problem, rng: np.random.Generator) -> str:
+    """The cache key of ``policy.place(problem, rng)`` (see the module docstring for what it covers)."""
+    h = hashlib.sha256(_code_digest().encode())
+    _update(h, f"{type(policy).__module__}.{type(policy).__qualname__}")
+    _update(h, repr(policy))
+    _update(h, rng.bit_generator.state)
+    for name, value in sorted(vars(problem).items()):
+        if isinstance(value, bool | int | float | str | type(None)):
+            _update(h, (name, value))
+    net = problem.network()
+    for name, value in sorted(vars(net).items()):
+        if name not in _SKIP:
+            _update(h, name)
+            _update(h, value)
+    _update(h, problem.fleet.nodes)
+    return h.hexdigest()
+
+
+def cached_place(policy, problem, rng: np.random.Generator):
+    """``policy.place(problem, rng)``, or the same placement from the disk cache (``cacheable`` policies only).
+
+    The returned placement's ``from_cache`` says which."""
+    from controlplane.placement.result import Placement
+
+    folder = placement_dir()
+    if folder is None or not getattr(policy, "cacheable", False):
+        placement = policy.place(problem, rng)
+        placement.from_cache = False
+        return placement
+    path = folder / f"{placement_key(policy, problem, rng)}.json"
+    entry = _read(path)
+    if entry is not None:
+        try:
+            placement = Placement(problem, problem.fleet, entry["policy"],
+                                  [(n, m, tuple(g)) for n, m, g in entry["placed"]],
+                                  [tuple(d) for d in entry["dropped"]], entry["solver"])
+            rng.bit_generator.state = entry["rng_state"]
+        except (KeyError, TypeError, ValueError):
+            entry = None
+        else:
+            placement.from_cache = True
+            return placement
+    placement = policy.place(problem, rng)
+    placement.from_cache = False
+    if placement.fleet is problem.fleet:  # a policy that built a fleet of its own is not keyed by it
+        rows = placement.table
+        _write(path, {"policy": placement.policy,
+                      "placed": [[int(n), int(problem.models.index(m)), [int(g) for g in gpus]]
+                                 for n, m, gpus in zip(rows.node, rows.model, rows.gpu_index, strict=True)],
+                      "dropped": [list(d) for d in placement.dropped], "solver": placement.solver,
+                      "rng_state": rng.bit_generator.state})
+    return placement
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, entry: dict) -> None:
+    """Write atomically (a reader never sees half a file); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f)
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        Path(tmp).unlink(missing_ok=True)
