@@ -191,7 +191,7 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
     if techniques_block is not None:
         block["techniques"] = techniques_block
     stats = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1),
-             "placement_from_cache": bool(getattr(dep.placement, "from_cache", False))}
+             "placement_from_cache": dep.placement is not None and dep.placement.from_cache}
     return DeploymentRun(name, dep, req, res.utilisation, block, stats)
 
 

@@ -91,9 +91,7 @@ def cached_place(policy, problem, rng: np.random.Generator):
 
     folder = placement_dir()
     if folder is None or not getattr(policy, "cacheable", False):
-        placement = policy.place(problem, rng)
-        placement.from_cache = False
-        return placement
+        return policy.place(problem, rng)
     path = folder / f"{placement_key(policy, problem, rng)}.json"
     entry = _read(path)
     if entry is not None:
@@ -108,7 +106,6 @@ def cached_place(policy, problem, rng: np.random.Generator):
             placement.from_cache = True
             return placement
     placement = policy.place(problem, rng)
-    placement.from_cache = False
     if placement.fleet is problem.fleet:  # a policy that built a fleet of its own is not keyed by it
         rows = placement.table
         _write(path, {"policy": placement.policy,

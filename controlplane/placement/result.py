@@ -23,6 +23,8 @@ class Placement:
     :class:`InfeasiblePlacementError` when a demanded model ends up with no replica at all.
     """
 
+    from_cache = False  # read back from the disk cache (controlplane.placement.cache) rather than computed
+
     def __init__(self, problem: PlacementProblem, fleet: Fleet, policy: str,
                  placed: Iterable[tuple[int, int, tuple[int, ...]]], dropped: Iterable[tuple] = (),
                  solver: dict | None = None):
