@@ -31,13 +31,16 @@ class GpuLedger:
         self.held: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(net.n_nodes)]
         self.busy = np.zeros(net.n_nodes)  # GPUs spanned by the replicas held (spreads load over equal nodes)
         self.solo = [np.zeros(int(g), dtype=bool) for g in net.node_gpus]  # holds an exclusive (LLM) replica
+        # per model, as plain Python values: slot() runs millions of times and numpy scalar reads dominate it
+        self._tp = [int(t) for t in net.tp]
+        self._need = [float(b) - _SLACK_BYTES for b in net.bytes_per_gpu]
+        self._exclusive = [bool(e) for e in net.exclusive]
 
     def slot(self, node: int, model: int) -> tuple[int, ...] | None:
         """The GPUs a new replica of ``model`` would take on ``node`` (first fit), or None if it does not fit."""
-        tp = int(self.net.tp[model])
-        need = self.net.bytes_per_gpu[model] - _SLACK_BYTES
+        tp, need = self._tp[model], self._need[model]
         # a node has at most a few GPUs: a Python scan beats a numpy call here (greedy asks millions of times)
-        if self.net.exclusive[model]:
+        if self._exclusive[model]:
             solo = self.solo[node].tolist()
             room = [g for g, f in enumerate(self.free[node].tolist()) if f >= need and not solo[g]]
         else:
