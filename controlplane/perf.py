@@ -23,7 +23,9 @@ Per pass the roofline charges, on each of the ``tp`` GPUs of a replica:
 * interconnect: two all-reduces of the new tokens' activations per layer, each a per-call latency plus the ring's
   2(tp-1)/tp of the data over the link, both by interconnect (NVLink or PCIe), by the cheaper of NCCL's simple
   and low-latency protocols (small messages: a shorter latency at half the bandwidth);
-* a fixed overhead per prefill and per decode step (scheduling, sampling, kernel launches).
+* a fixed overhead per prefill and per decode step (scheduling, sampling, kernel launches); an engine that
+  leaves each prompt's last token to a decode step (``EngineProfile.first_token_decode``) pays that step,
+  overhead included, in its time to first token.
 
 The per-layer all-reduce latency and the step overhead are why decode does not speed up like 1/tp: a 70B model
 at tp 8 still pays 160 all-reduces and the step floor. Hardware constants are shared; the overheads and the
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, astuple, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -123,7 +125,11 @@ class EngineProfile:
     moves after fusing them into its GEMMs and into each other. ``dense_attention_bytes`` is for stacks that
     materialise attention as one dense masked score matrix over the whole pass (every prompt of a batch
     against every other, every head on every GPU of the group): bytes moved through memory per score element
-    per head and layer, 0 for engines with fused, per-sequence, head-sharded kernels.
+    per head and layer, 0 for engines with fused, per-sequence, head-sharded kernels. ``first_token_decode``: the
+    engine's prefill stops one token short of each prompt and the first token comes out of a decode step that
+    processes the last prompt token (TurboMind 0.1's ``ContextDecode`` "skip[s] the last input token (will
+    process with decoder later)"), so its time to first token is a prefill over ``n - 1`` tokens (none for a
+    one-token prompt) plus one decode step, with that step's overhead too.
     """
 
     prefill_overhead_ms: float = 3.0
@@ -131,6 +137,7 @@ class EngineProfile:
     attn_efficiency: float = 0.5
     elementwise_factor: float = 1.0
     dense_attention_bytes: float = 0.0
+    first_token_decode: bool = False
     description: str = ""
 
 
@@ -332,8 +339,21 @@ class Roofline:
             raise UserError(f"prompt token counts must be positive, got {prompts}")
         tp = self.check_tp(spec, tp)
         sch = self.scheme(spec, gpu, weight_only)
-        cost = perf_arch.prefill_pass(spec, sch, [int(t) for t in prompts])
-        return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=True)
+        head, step = perf_arch.first_token_passes(spec, sch, [int(t) for t in prompts], self.profile.first_token_decode)
+        return self._first_token(spec, self.gpu(gpu), tp, sch, head, step, self.profile)
+
+    def _first_token(self, spec: ModelSpec, g: GPU, tp: int, sch: perf_arch.Scheme, head, step,
+                     profile: EngineProfile) -> StepTime:
+        """Time to first token from :func:`first_token_passes`' passes: the prefill pass (with the prefill
+        overhead) and, for a ``first_token_decode`` engine, the decode step after it (with the step overhead)."""
+        if step is None:
+            return self._time(spec, g, tp, sch, head, True, profile)
+        if head is None:
+            pre = StepTime(0.0, 0.0, 0.0, profile.prefill_overhead_ms, profile.prefill_overhead_ms)
+        else:
+            pre = self._time(spec, g, tp, sch, head, True, profile)
+        dec = self._time(spec, g, tp, sch, step, False, profile)
+        return StepTime(*(a + b for a, b in zip(astuple(pre), astuple(dec), strict=True)))
 
     def decode_breakdown(self, spec: ModelSpec, gpu: str, batch: int, context: float, tp: int | None = None,
                          weight_only: bool = False) -> StepTime:

@@ -198,3 +198,18 @@ def decode_pass(spec: ModelSpec, sch: Scheme, batch: int, context: float) -> Pas
     kv_read = b * context * kv_bytes_per_token(spec)
     return PassCost(b, b, gemm, head, attn, streamed_weight_bytes(spec, sch), kv_read + b * kv_bytes_per_token(spec),
                     b * spec.hidden * ACTIVATION_BYTES, 2 * spec.layers, b, *elementwise_bytes(spec, b), spec.layers)
+
+
+def first_token_passes(spec: ModelSpec, sch: Scheme, prompts: list[int], decode_first: bool):
+    """(prefill pass or None, decode step or None) up to the first token of ``prompts`` batched together.
+
+    Engines prefill every prompt token and emit the first token from that pass: (prefill, None). An engine that
+    leaves each prompt's last token to a decode step (``EngineProfile.first_token_decode``, token models only)
+    prefills ``t - 1`` tokens of each prompt (None when all have one token) and then decodes one token for each
+    prompt at the context it prefilled.
+    """
+    if not decode_first or spec.unit != "token" or not spec.generative:
+        return prefill_pass(spec, sch, prompts), None
+    rest = [t - 1 for t in prompts if t > 1]
+    head = prefill_pass(spec, sch, rest) if rest else None
+    return head, decode_pass(spec, sch, len(prompts), sum(rest) / len(prompts))

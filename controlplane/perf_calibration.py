@@ -12,9 +12,10 @@ The hardware constants of :class:`controlplane.perf.RooflineParams` are shared b
 adds its own prefill and step overheads (kernel and collective rows have none). The fit minimises squared log
 errors with every source (engine, kernels, collectives) weighted equally. A constant that no training row can
 identify (an architecture, memory or link kind absent from the rows) is not fitted: it takes the median of its
-fitted siblings, which is what a prediction for an unseen GPU kind must rely on.
+fitted siblings, which is what a prediction for an unseen GPU kind must rely on. A GEMM efficiency counts as
+identified only by passes with :data:`COMPUTE_MIN_ROWS` GEMM rows or more (memory-bound passes do not tell it).
 
-Predictions inside the fit are vectorised (:class:`Rows`); ``Rows.check`` compares them with
+Predictions inside the fit are vectorised (:class:`controlplane.perf_rows.Rows`); ``Rows.check`` compares them with
 :meth:`controlplane.perf.Roofline._time` so the two never drift apart. ``python -m controlplane.perf_calibration``
 refits on every row and writes ``controlplane/data/perf_params.json`` (in seconds); ``controlplane.perf_validation``
 holds the leave-one-group-out cross-validation that ``edgepop validate`` reports.
@@ -25,38 +26,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from controlplane import perf_arch
-from controlplane.catalog import Catalog, default_catalog
-from controlplane.perf import (
-    LL_BANDWIDTH_SHARE,
-    PARAMS_FILE,
-    EngineProfile,
-    Roofline,
-    RooflineParams,
-    gpu_table,
-    with_precision,
+from controlplane.perf import PARAMS_FILE, EngineProfile, RooflineParams
+from controlplane.perf_rows import (  # noqa: F401 (the tables and the rows are part of this module's interface)
+    COLLECTIVES_FILE,
+    FIRST_TOKEN_DECODE,
+    FUSED_ATTENTION_EFFICIENCY,
+    KERNELS_FILE,
+    REFERENCE_FILE,
+    Rows,
+    load_reference,
+    load_rows,
+    reference_gpus,
+    reference_specs,
 )
-from edgepop.errors import DataFileError
 
-DATA = Path(__file__).parent / "data"
-REFERENCE_FILE = DATA / "perf_reference.csv"
-REFERENCE_MODELS = DATA / "perf_reference_models.toml"
-REFERENCE_GPUS = DATA / "perf_reference_gpus.csv"
-KERNELS_FILE = DATA / "perf_kernels.csv"
-COLLECTIVES_FILE = DATA / "perf_collectives.csv"
-COLUMNS = ["model", "gpu", "tp", "precision", "kv_precision", "phase", "batch", "prompt_tokens", "context",
-           "measured_ms", "engine", "source", "notes"]
-KERNEL = "vidur-kernels"  # pseudo-engines of the operator-level rows: no overheads
-COLLECTIVE = "vidur-collectives"
-# Literature value for fused (Flash) attention in serving kernels, used by every engine.
-FUSED_ATTENTION_EFFICIENCY = 0.5
 # Engines kept out of the ``default`` profile, with the evidence (their fitted profile shows it).
 LEGACY_ENGINES = {"splitwise-2023": "2023 research stack: decode bound by host overhead (does not speed up with "
                                     "TP); prefill super-linear in the pass's total tokens, not per prompt (8 x 512 "
@@ -72,6 +62,11 @@ SHARED = [("gemm_half_tokens", 1.0, 2048.0), ("fp8_gemm_factor", 0.3, 1.0), ("we
 BY_BOARD = [("gemm_efficiency", "arch", 0.15, 0.95), ("bw_efficiency", "memory_kind", 0.4, 0.98),
             ("link_efficiency", "link_kind", 0.1, 1.0)]
 PRIOR_SPREAD = 0.1
+# A board's (and its architecture's) GEMM efficiency is fitted only on passes with at least this many GEMM rows
+# (prefills, large batches, kernel passes): below it a pass is bound by streaming the weights and hardly depends
+# on the tensor cores, so a board measured only there (H200: small-batch decode) would let its architecture's
+# efficiency drift to a bound; it takes its architecture's value instead, or the median of the others.
+COMPUTE_MIN_ROWS = 128
 ARCH_KEYS = ("ampere", "hopper", "ada", "turing")
 OVERHEAD_BOUNDS = (0.0, 60.0)
 # Bytes per score element of a materialised attention matrix: written and read back at most a few times in fp32.
@@ -84,182 +79,6 @@ ENGINE_BOUNDS = {"prefill_overhead_ms": OVERHEAD_BOUNDS, "step_overhead_ms": OVE
 ELEMENTWISE_BOUNDS = (0.0, 1.0)  # fusion can only remove element-wise traffic, never add it
 
 
-@dataclass
-class Rows:
-    """Every reference row as arrays: what the roofline needs per row, independent of the constants."""
-
-    table: pd.DataFrame  # kind, model, gpu, tp, phase, engine, tokens, measured_ms, source (one row per point)
-    specs: list
-    gpus: list
-    schemes: list
-    costs: list
-
-    def __post_init__(self):
-        t, g, c = self.table, self.gpus, self.costs
-        self.tp = t.tp.to_numpy(dtype=float)
-        self.measured = t.measured_ms.to_numpy(dtype=float)
-        self.kind = t.kind.to_numpy()
-        self.prefill = (t.phase == "prefill").to_numpy()
-        self.engine = t.engine.to_numpy()
-        self.gpu_name = np.array([x.name for x in g])
-        self.arch = np.array([x.arch for x in g])
-        self.mem_kind = np.array([x.memory_kind for x in g])
-        self.link_kind = np.array([x.link_kind for x in g])
-        self.peak = np.array([x.peak(s.gemm_peak) for x, s in zip(g, self.schemes, strict=True)])
-        self.flops16 = np.array([x.flops16 for x in g])
-        self.mem_bw = np.array([x.mem_bw for x in g])
-        self.link_bw = np.array([x.link_bw for x in g])
-        self.weight_only = np.array([s.weight_only for s in self.schemes])
-        self.fp8 = np.array([s.gemm_peak == "flops8" for s in self.schemes])
-        kvrep = [max(1.0, tp / s.kv_heads) if s is not None and s.kv_heads else 1.0
-                 for s, tp in zip(self.specs, self.tp, strict=True)]
-        for name in ("gemm_flops", "head_flops", "attn_flops", "weight_bytes", "allreduce_bytes", "gemm_rows",
-                     "seqs", "replicated_bytes", "sharded_bytes", "layers"):
-            setattr(self, name, np.array([getattr(x, name) for x in c], dtype=float))
-        self.kv_bytes = np.array([x.kv_bytes for x in c]) * np.array(kvrep)
-        self.heads = np.array([float(s.heads or 0) if s is not None else 0.0 for s in self.specs])
-        self.allreduces = np.array([x.allreduces for x in c], dtype=float) * (self.tp > 1)
-
-    def subset(self, mask: np.ndarray) -> Rows:
-        idx = np.flatnonzero(mask)
-        return Rows(self.table.iloc[idx].reset_index(drop=True), [self.specs[i] for i in idx],
-                    [self.gpus[i] for i in idx], [self.schemes[i] for i in idx], [self.costs[i] for i in idx])
-
-    def predict(self, params: RooflineParams) -> np.ndarray:
-        """Milliseconds of every row under ``params`` (each end-to-end row with its engine's profile)."""
-        p = params
-
-        def ramp(rows):
-            with np.errstate(invalid="ignore"):
-                return np.where(np.isfinite(rows), rows / (rows + p.gemm_half_tokens), 1.0)
-
-        profiles = {e: p.engines.get(e, p.engines["default"]) for e in set(self.engine)}
-        attn_eff = np.array([profiles[e].attn_efficiency for e in self.engine])
-        dense = np.array([profiles[e].dense_attention_bytes if k == "e2e" and pre else 0.0
-                          for k, e, pre in zip(self.kind, self.engine, self.prefill, strict=True)])
-        elt = np.array([1.0 if k != "e2e" else profiles[e].elementwise_factor
-                        for k, e in zip(self.kind, self.engine, strict=True)])
-        overhead = np.array([0.0 if k != "e2e" else (profiles[e].prefill_overhead_ms if pre else
-                                                      profiles[e].step_overhead_ms)
-                             for k, e, pre in zip(self.kind, self.engine, self.prefill, strict=True)])
-        eff = np.array([p.compute_efficiency(x) for x in self.gpus])
-        peak = self.tp * self.peak * eff * np.where(self.fp8, p.fp8_gemm_factor, 1.0)
-        with np.errstate(invalid="ignore", divide="ignore"):  # collective rows have no FLOPs (0/0, replaced below)
-            compute = (self.gemm_flops / (peak * ramp(self.gemm_rows)) + self.head_flops / (peak * ramp(self.seqs))
-                       + self.attn_flops / (self.tp * self.flops16 * attn_eff))
-        bw = self.mem_bw * np.array([p.memory_efficiency(x) for x in self.gpus])
-        weight_bw = bw * np.where(self.weight_only, p.weight_only_bw_efficiency, 1.0)
-        memory = self.weight_bytes / (self.tp * weight_bw) + self.kv_bytes / (self.tp * bw)
-        k = p.overlap_exponent
-        busy = (compute ** k + memory ** k) ** (1.0 / k)
-        busy = (busy + elt * (self.replicated_bytes + self.sharded_bytes / self.tp) / (self.mem_bw *
-                                                                                       p.elementwise_efficiency)
-                + self.layers * p.layer_floor_us * 1e-6 + dense * self.gemm_rows ** 2 * self.layers * self.heads / bw)
-        lat = np.array([p.by("allreduce_latency_us", x) for x in self.link_kind]) * 1e-6
-        link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self.gpus])
-        ring = 2.0 * (self.tp - 1) / self.tp * self.allreduce_bytes / link
-        one = np.minimum(lat + ring, p.allreduce_ll_latency_us * 1e-6 + ring / LL_BANDWIDTH_SHARE)
-        comm = self.allreduces * one
-        out = (busy + comm) * 1e3 + overhead
-        coll = self.kind == "collective"
-        out[coll] = (one * 1e3)[coll]
-        return out
-
-    def check(self, params: RooflineParams) -> float:
-        """Largest relative gap between :meth:`predict` and :class:`Roofline` itself on these rows."""
-        model = Roofline({}, params)
-        ref = np.empty(len(self.measured))
-        for i, (spec, g, sch, cost) in enumerate(zip(self.specs, self.gpus, self.schemes, self.costs, strict=True)):
-            tp = int(self.tp[i])
-            if self.kind[i] == "collective":
-                ref[i] = model.allreduce_s(g, tp, cost.allreduce_bytes) * 1e3
-                continue
-            prof = (params.engines.get(self.engine[i], params.engines["default"]) if self.kind[i] == "e2e"
-                    else EngineProfile(0.0, 0.0, FUSED_ATTENTION_EFFICIENCY, 1.0))
-            ref[i] = model._time(spec, g, tp, sch, cost, bool(self.prefill[i]), prof).total_ms
-        return float(np.max(np.abs(self.predict(params) - ref) / ref))
-
-
-def load_reference(path: str | Path | None = None) -> pd.DataFrame:
-    """The end-to-end reference table, validated (one :class:`DataFileError` naming row and field)."""
-    path = Path(path) if path else REFERENCE_FILE
-    table = pd.read_csv(path)
-    if list(table.columns) != COLUMNS:
-        raise DataFileError(path, None, None, f"expected columns {COLUMNS}, got {list(table.columns)}")
-    for i, r in enumerate(table.itertuples(), start=2):
-        if r.phase not in ("prefill", "decode"):
-            raise DataFileError(path, i, "phase", f"{r.phase!r} is not prefill or decode")
-        for name in ("tp", "batch", "prompt_tokens", "measured_ms"):
-            if not getattr(r, name) > 0:
-                raise DataFileError(path, i, name, f"{getattr(r, name)!r} is not positive")
-        if not str(r.source).startswith("http"):
-            raise DataFileError(path, i, "source", "must be a URL")
-    return table
-
-
-def reference_specs() -> dict:
-    """Model ids usable in the reference tables: the shipped catalog plus the reference-only architectures."""
-    specs = {s.id: s for s in default_catalog()}
-    specs.update({s.id: s for s in Catalog.load(REFERENCE_MODELS)})
-    return specs
-
-
-def reference_gpus() -> dict:
-    """GPU types of the reference tables: the topology's spec table plus the reference-only boards."""
-    from topology.gpus import load_gpus
-
-    gpus = gpu_table(load_gpus())
-    gpus.update(gpu_table(load_gpus(REFERENCE_GPUS)))
-    return gpus
-
-
-def load_rows(kinds=("e2e", "kernel", "collective")) -> Rows:
-    """All reference rows of the given kinds, with their FLOP and byte counts."""
-    specs, gpus = reference_specs(), reference_gpus()
-    frames, spec_l, gpu_l, sch_l, cost_l = [], [], [], [], []
-
-    def add(path, i, model, gpu, precision, kv_precision, build):
-        if model and model not in specs:
-            raise DataFileError(path, i + 2, "model", f"unknown model {model!r}")
-        if gpu not in gpus:
-            raise DataFileError(path, i + 2, "gpu", f"unknown GPU {gpu!r}")
-        base, weight_only = perf_arch.split_precision(precision)
-        spec = with_precision(specs[model], base, kv_precision) if model else None
-        sch = perf_arch.scheme(base, gpus[gpu].has_fp8, weight_only)
-        spec_l.append(spec)
-        gpu_l.append(gpus[gpu])
-        sch_l.append(sch)
-        cost_l.append(build(spec, sch))
-
-    if "e2e" in kinds:
-        t = load_reference()
-        for i, r in enumerate(t.itertuples()):
-            if r.phase == "prefill":
-                build = lambda s, sch, r=r: perf_arch.prefill_pass(s, sch, [int(r.prompt_tokens)] * int(r.batch))  # noqa: E731
-            else:
-                build = lambda s, sch, r=r: perf_arch.decode_pass(s, sch, int(r.batch), float(r.context))  # noqa: E731
-            add(REFERENCE_FILE, i, r.model, r.gpu, r.precision, r.kv_precision, build)
-        frames.append(pd.DataFrame({"kind": "e2e", "model": t.model, "gpu": t.gpu, "tp": t.tp, "phase": t.phase,
-                                    "engine": t.engine,
-                                    "tokens": np.where(t.phase == "prefill", t.prompt_tokens * t.batch, t.batch),
-                                    "measured_ms": t.measured_ms, "source": t.source}))
-    if "kernel" in kinds:
-        k = pd.read_csv(KERNELS_FILE)
-        for i, r in enumerate(k.itertuples()):
-            add(KERNELS_FILE, i, r.model, r.gpu, "fp16", "fp16",
-                lambda s, sch, r=r: perf_arch.body_pass(s, sch, int(r.tokens)))
-        frames.append(pd.DataFrame({"kind": "kernel", "model": k.model, "gpu": k.gpu, "tp": k.tp, "phase": "kernel",
-                                    "engine": KERNEL, "tokens": k.tokens, "measured_ms": k.measured_ms,
-                                    "source": k.source}))
-    if "collective" in kinds:
-        c = pd.read_csv(COLLECTIVES_FILE)
-        for i, r in enumerate(c.itertuples()):
-            add(COLLECTIVES_FILE, i, "", r.gpu, "fp16", "fp16",
-                lambda s, sch, r=r: perf_arch.PassCost(0, 0, 0, 0, 0, 0, 0, float(r.bytes), 1, 1))
-        frames.append(pd.DataFrame({"kind": "collective", "model": "", "gpu": c.gpu, "tp": c.workers,
-                                    "phase": "allreduce", "engine": COLLECTIVE, "tokens": c.bytes,
-                                    "measured_ms": c.measured_ms, "source": c.source}))
-    return Rows(pd.concat(frames, ignore_index=True), spec_l, gpu_l, sch_l, cost_l)
 
 
 def _get(params: RooflineParams, name: str) -> float:
@@ -293,9 +112,10 @@ def constants(rows: Rows) -> list[tuple[str, float, float]]:
     """The constants some training row depends on, with bounds (the others cannot be fitted on these rows)."""
     physical = rows.kind != "collective"
     comm = (rows.allreduces > 0) | (rows.kind == "collective")
+    compute = physical & (rows.gemm_rows >= COMPUTE_MIN_ROWS)
     out = []
     for base, attr, lo, hi in BY_BOARD:
-        uses = comm if base == "link_efficiency" else physical
+        uses = {"link_efficiency": comm, "gemm_efficiency": compute}.get(base, physical)
         boards = {g.name: g for g, u in zip(rows.gpus, uses, strict=True) if u}
         kinds = sorted({getattr(g, attr) for g in boards.values()})
         out += [(f"{base}.{k}", lo, hi) for k in kinds] + [(f"{base}.{b}", lo, hi) for b in sorted(boards)]
@@ -373,7 +193,10 @@ def with_engines(params: RooflineParams, fitted: dict[str, dict], elementwise_fa
                                         "non-legacy engine profiles; what estimates use")}
     for name, f in sorted(fitted.items()):
         note = LEGACY_ENGINES.get(name, "fitted on this engine's reference points")
-        engines[name] = EngineProfile(**{**default, **f}, description=note)
+        if name in FIRST_TOKEN_DECODE:
+            note = f"{note}; {FIRST_TOKEN_DECODE[name]}"
+        engines[name] = EngineProfile(**{**default, **f}, first_token_decode=name in FIRST_TOKEN_DECODE,
+                                      description=note)
     return replace(params, engines=engines)
 
 

@@ -170,7 +170,7 @@ def test_held_out_rows_never_influence_the_fit(rows):
     a = perf_calibration.fit(rows.subset(keep))
     table = rows.table.copy()
     table.loc[~keep, "measured_ms"] *= 2
-    doubled = perf_calibration.Rows(table, rows.specs, rows.gpus, rows.schemes, rows.costs)
+    doubled = perf_calibration.Rows(table, rows.specs, rows.gpus, rows.schemes, rows.costs, rows.prefills)
     b = perf_calibration.fit(doubled.subset(keep))
     assert a.to_dict() == b.to_dict()
 
@@ -181,6 +181,13 @@ def test_unmeasured_gpu_kinds_fall_back_to_their_siblings(rows):
     fitted = [params.gemm_efficiency[a] for a in ("ampere", "hopper")]
     assert params.gemm_efficiency["ada"] == pytest.approx(float(np.median(fitted)))
     assert "L40S" not in params.gemm_efficiency
+
+
+def test_a_board_measured_only_memory_bound_takes_its_architectures_gemm_efficiency(rows):
+    """H200's rows are small-batch decode steps (weight streaming): they fit its memory efficiency, not its GEMMs'."""
+    names = [n for n, _, _ in perf_calibration.constants(rows)]
+    assert "bw_efficiency.H200" in names and "gemm_efficiency.H200" not in names
+    assert "H200" not in RooflineParams.load().gemm_efficiency
 
 
 def test_kernel_and_collective_tables_are_well_formed():

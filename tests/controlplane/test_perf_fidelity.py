@@ -18,7 +18,7 @@ import pytest
 
 from controlplane.catalog import default_catalog
 from controlplane.perf import Roofline, RooflineParams, with_precision
-from controlplane.perf_calibration import LEGACY_ENGINES
+from controlplane.perf_calibration import FIRST_TOKEN_DECODE, LEGACY_ENGINES
 from controlplane.perf_validation import GOAL_MAPE
 from controlplane.validation import fidelity_report, render_markdown
 
@@ -139,6 +139,23 @@ def test_dense_attention_is_a_legacy_engine_property_following_the_pass_not_the_
         return legacy.prefill_ms(spec, "H100", 8192, tp=tp) - plain.prefill_ms(spec, "H100", 8192, tp=tp)
 
     assert dense_ms(2) > 100 and dense_ms(8) == pytest.approx(dense_ms(2), rel=1e-6)
+
+
+def test_first_token_decode_engine_prefills_all_but_the_last_token_then_decodes_it(topo):
+    """TurboMind 0.1 emits the first token from a decode step: a one-token prompt costs the prefill overhead and a
+    batch-1 decode step, a longer one the other engines' prefill of one token fewer and that decode step."""
+    params = RooflineParams.load()
+    assert sorted(n for n, p in params.engines.items() if p.first_token_decode) == sorted(FIRST_TOKEN_DECODE)
+    name = next(iter(FIRST_TOKEN_DECODE))
+    prof = params.engines[name]
+    turbo = Roofline.from_topology(topo, engine=name)
+    plain = Roofline(turbo.gpus, replace(params, engines={**params.engines, name: replace(
+        prof, first_token_decode=False)}), name)
+    spec, gpu = default_catalog()[L8], "A100-80GB"
+    assert turbo.prefill_ms(spec, gpu, 1) == pytest.approx(prof.prefill_overhead_ms + turbo.decode_step_ms(spec, gpu, 1, 0))
+    for t in (128, 2048):
+        expected = plain.prefill_ms(spec, gpu, t - 1) + turbo.decode_step_ms(spec, gpu, 1, t - 1)
+        assert turbo.prefill_ms(spec, gpu, t) == pytest.approx(expected)
 
 
 def _percentages(text: str) -> list[float]:
