@@ -169,6 +169,9 @@ class ClusterState:
         # (model, full, site order) -> (candidates, the site position of each): a model on a few sites (a central
         # deployment) has few site orders but thousands of ingress cities, each a candidate-list miss.
         self._by_order: dict[tuple, tuple[list[Replica], list[int]]] = {}
+        # ingress -> (its RTT row as floats, the site order by RTT): shared by the models that every site holds
+        # (a central deployment: thousands of ingress cities, each a miss once per model otherwise)
+        self._rows: dict[int, tuple[list[float], tuple[int, ...]]] = {}
         self.site_queues: dict[tuple[int, str], SiteQueue] = {}
         self.stats: dict[str, ModelStats] = {}
         self._groups: dict[str, tuple] = {}  # model -> (its sites ascending, its replicas per site in id order)
@@ -305,6 +308,7 @@ class ClusterState:
         """Swap the ingress x site RTT matrix (after a backbone link fault or repair)."""
         self.rtt = np.asarray(rtt, dtype=np.float64)
         self._cand.clear()
+        self._rows.clear()
 
     # ---------------------------------------------------------------- candidates
     def candidates(self, ingress: int, model: str, full: bool = False) -> tuple[list[Replica], list[float]]:
@@ -324,14 +328,20 @@ class ClusterState:
         # replicas in id order, which is exactly the (RTT, site, replica) order of all its replicas.
         sites, members = self._site_groups(model)
         # (sites are distinct and ascending: as many as the columns are all of them, a plain row view)
-        rt = self.rtt[ingress] if len(sites) == self.rtt.shape[1] else self.rtt[ingress, sites]
-        n = len(sites) if full or self.max_candidates is None else self.max_candidates
-        rl = rt.tolist()
+        every_site = len(sites) == self.rtt.shape[1]
         if len(sites) > 24:
+            rt = self.rtt[ingress] if every_site else self.rtt[ingress, sites]
+            n = len(sites) if full or self.max_candidates is None else self.max_candidates
             order = first_k_stable(rt[None, :], min(n, len(sites)))[0].tolist()  # ties: the lower site first
-            return self._take(model, members, order, rl, full)
+            return self._take(model, members, order, rt.tolist(), full)
         # a stable sort by RTT (ties keep the lower site first); the replicas in that order are cached per order
-        order = tuple(sorted(range(len(rl)), key=rl.__getitem__))
+        row = self._rows.get(ingress) if every_site else None
+        if row is None:
+            rl = (self.rtt[ingress] if every_site else self.rtt[ingress, sites]).tolist()
+            row = (rl, tuple(sorted(range(len(rl)), key=rl.__getitem__)))
+            if every_site:
+                self._rows[ingress] = row
+        rl, order = row
         key = (model, full, order)
         hit = self._by_order.get(key)
         if hit is None:
