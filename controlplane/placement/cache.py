@@ -87,6 +87,7 @@ def cached_place(policy, problem, rng: np.random.Generator):
     """``policy.place(problem, rng)``, or the same placement from the disk cache (``cacheable`` policies only).
 
     The returned placement's ``from_cache`` says which."""
+    from controlplane.placement.base import PlacementError
     from controlplane.placement.result import Placement
 
     folder = placement_dir()
@@ -100,8 +101,8 @@ def cached_place(policy, problem, rng: np.random.Generator):
                                   [(n, m, tuple(g)) for n, m, g in entry["placed"]],
                                   [tuple(d) for d in entry["dropped"]], entry["solver"])
             rng.bit_generator.state = entry["rng_state"]
-        except (KeyError, TypeError, ValueError):
-            entry = None
+        except (KeyError, TypeError, ValueError, IndexError, PlacementError):
+            entry = None  # a broken entry: computed again (and rewritten) below
         else:
             placement.from_cache = True
             return placement

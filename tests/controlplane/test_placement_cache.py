@@ -79,10 +79,16 @@ def test_a_changed_input_misses_and_gives_the_fresh_plan(topo, folder, monkeypat
     same(got, fresh)
 
 
-def test_a_broken_entry_is_recomputed(topo, folder):
+@pytest.mark.parametrize("damage", ["truncated", "bad node", "no replicas"])
+def test_a_broken_entry_is_recomputed(topo, folder, damage):
     first, _ = place(problem(topo))
     (path,) = folder.glob("*.json")
-    path.write_text('{"placed": [[0, 0')
+    entry = json.loads(path.read_text())
+    if damage == "truncated":
+        path.write_text('{"placed": [[0, 0')
+    else:
+        entry["placed"] = [[10_000, 0, [0]]] if damage == "bad node" else []
+        path.write_text(json.dumps(entry))
     again, _ = place(problem(topo))
     assert not again.from_cache
     same(first, again)
