@@ -9,8 +9,9 @@ memory and output time at a million requests.
    ``ratio_run_scenario``: the same with the whole ``run_scenario`` wall time, set-up included, plots excluded
    (goal >= 0.35; with the user's disk caches, ``*_placement_from_cache`` says whether the placement came from
    it); the edge and central loops' rates separately (goal: central no slower per request). The loops run
-   untimed, each loop and the bare run twice, interleaved, keeping each one's best time; routing decisions are
-   timed in a further run of each (the timing itself costs time).
+   untimed, each loop and the bare run twice, interleaved, keeping each one's best time (the second pass finds the
+   service-time memo of ``sim.perfcache`` filled, which costs the first about 3% of its loop); routing decisions
+   are timed in a further run of each (the timing itself costs time).
    The set-up time (topology, matrices, placement, control planes; goal <= 3 s at 339 PoPs) is measured in a
    fresh subprocess with the on-disk caches warm (RTT matrices and placement: a second run of a scenario), and
    cold (both empty).
