@@ -140,7 +140,8 @@ class Replica:
         self.active -= 1
         if self.up and self.status == READY:
             self.stats.free += 1
-            self.stats.free_set.add(self)
+            if self.active < self.slots:  # (slots may have been lowered below the running count)
+                self.stats.free_set.add(self)
         self.kv_used -= req.kv_tokens
         self.last_busy = now
 

@@ -13,7 +13,7 @@ nearest-with-capacity rule decides (a cold replica, a queue, or 3040).
 from __future__ import annotations
 
 from controlplane.routing.base import ROUTERS, START, Decision, Router
-from controlplane.state import READY, Request
+from controlplane.state import Request
 
 
 @ROUTERS.register("nearest-balanced")
@@ -33,12 +33,14 @@ class NearestBalanced(Router):
         stats = cands[0].stats if cands else None
         if stats is not None and stats.free <= 0:
             return None  # a saturated model: no replica can start it
+        free = stats.free_set if stats is not None else ()
         best, best_load, site = -1, 0.0, None
         for i, r in enumerate(cands):
             if site is not None and r.site != site:
                 break
             # r.can_start(kv) and _work(r), inlined: this loop runs over a whole site's replicas per request
-            if r.up and r.status == READY and r.active < r.slots and r.kv_used + kv <= r.kv_capacity:
+            # (free_set holds exactly the up, READY replicas with a free slot)
+            if r in free and r.kv_used + kv <= r.kv_capacity:
                 load = (r.active + 1) * (r.est_request_ms or 1.0)
                 if site is None or load < best_load:
                     best, best_load, site = i, load, r.site
