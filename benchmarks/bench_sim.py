@@ -212,11 +212,11 @@ def main() -> None:
         results.update({"setup_s_339_pops_cold_cache": cold["setup_s"], "setup_s_339_pops": warm["setup_s"]})
         big = 1000 if args.quick else 3000
         per, per_cached = {}, {}
-        n = "200000" if not args.quick else "20000"
+        n_arg = "200000" if not args.quick else "20000"
         for pops in (300, big):
             child(["--child-setup", str(pops), "2000", cache])  # fills the matrix cache for this topology
-            r = child(["--child-setup", str(pops), n, cache])  # greedy placement computed (a new workload)
-            c = child(["--child-setup", str(pops), n, cache])  # the same run again: the placement from the cache
+            r = child(["--child-setup", str(pops), n_arg, cache])  # greedy placement computed (a new workload)
+            c = child(["--child-setup", str(pops), n_arg, cache])  # the same run again: the placement from the cache
             print(json.dumps(r))
             print(json.dumps(c))
             per[pops] = (r["simulate_s"] + r["setup_s"]) / r["requests"]

@@ -195,9 +195,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
                                      one_llm_per_gpu=cfg.one_llm_per_gpu and not (policy.explicit or policy.memory_only))
     placement = cached_place(policy, problem, rng_place)
     if cfg.fill_idle_gpus and not policy.explicit:
-        from_cache = placement.from_cache
         placement = with_idle_gpus_filled(placement)
-        placement.from_cache = from_cache
     fleet = placement.fleet
     entry = _entry(name, central, topo, fleet)
     rtt = entry["rtt_builder"](topo.latency) * rtt_scale

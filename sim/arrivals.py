@@ -80,6 +80,9 @@ class Groups:
     hour0: np.ndarray  # local clock hour of each group at simulated time 0
     cc: np.ndarray
     continent: np.ndarray
+    # the distinct starting hours (one per time zone) and each group's: the diurnal curve is computed per zone
+    zone_hour0: np.ndarray
+    zone: np.ndarray
 
     @classmethod
     def build(cls, cities: Cities, cfg: WorkloadConfig) -> Groups:
@@ -97,7 +100,9 @@ class Groups:
         weight = np.bincount(group, weights=cities.weight, minlength=n_groups)
         t0 = cfg.start_utc
         hour0 = (t0.hour + t0.minute / 60 + t0.second / 3600 + offset[order][first]) % 24.0
-        return cls(order, cum, start_cum, weight, hour0, cities.cc[order][first], cities.continent[order][first])
+        zone_hour0, zone = np.unique(hour0, return_inverse=True)
+        return cls(order, cum, start_cum, weight, hour0, cities.cc[order][first], cities.continent[order][first],
+                   zone_hour0, zone)
 
     def draw_city(self, group: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """A city of each given group, by population."""
@@ -132,9 +137,9 @@ def bin_rates(groups: Groups, cfg: WorkloadConfig, rps: float, edges: np.ndarray
     width = np.diff(edges)
     lam = np.broadcast_to(rps * groups.weight, (len(mid), len(groups.weight))).copy()
     if cfg.diurnal:
-        # Groups share few distinct starting hours (one per time zone): the curve once per zone, then gathered.
-        hour0, zone = np.unique(groups.hour0, return_inverse=True)
-        lam *= diurnal_factor(hour0[None, :] + (mid * cfg.time_speed / 3600.0)[:, None])[:, zone]
+        # the curve once per time zone, then gathered for the zone's groups
+        hours = groups.zone_hour0[None, :] + (mid * cfg.time_speed / 3600.0)[:, None]
+        lam *= diurnal_factor(hours)[:, groups.zone]
     for br, m in zip(cfg.bursts, masks, strict=True):
         active = (mid >= br.start_s) & (mid < br.end_s)
         if active.any():

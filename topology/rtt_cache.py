@@ -201,23 +201,25 @@ def cached_links(nodes, cables, options: tuple, compute):
     return links
 
 
-def _write(path: Path, m) -> None:
-    """Write atomically (an array, or a dict of arrays as ``.npz``); a cache that cannot be written is simply not
-    used."""
+def write_atomic(path: Path, write) -> None:
+    """``write(binary file)`` into a temporary file next to ``path``, then renamed onto it: a reader never sees
+    half a file. A cache file that cannot be written is simply not kept."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
-            if isinstance(m, dict):
-                np.savez(fh, **m)
-            else:
-                np.save(fh, m, allow_pickle=False)
+            write(fh)
         os.replace(tmp, path)
     except OSError:
         try:
             os.unlink(tmp)
         except (OSError, UnboundLocalError):
             pass
+
+
+def _write(path: Path, m) -> None:
+    """An array, or a dict of arrays as ``.npz``, written atomically."""
+    write_atomic(path, lambda fh: np.savez(fh, **m) if isinstance(m, dict) else np.save(fh, m, allow_pickle=False))
 
 
 def clear_memory() -> None:

@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from topology.rtt_cache import cache_dir
+from topology.rtt_cache import cache_dir, write_atomic
 
 _CODE: list[str] = []
 _SKIP = ("problem", "fleet")  # hashed through their parts below
@@ -125,15 +123,8 @@ def _read(path: Path) -> dict | None:
 
 
 def _write(path: Path, entry: dict) -> None:
-    """Write atomically (a reader never sees half a file); a cache that cannot be written is skipped."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f)
-        os.replace(tmp, path)
-    except (OSError, TypeError, ValueError):
-        Path(tmp).unlink(missing_ok=True)
+        data = json.dumps(entry).encode()
+    except (TypeError, ValueError):
+        return  # a policy's solver figures that JSON cannot hold: the plan is not kept
+    write_atomic(path, lambda fh: fh.write(data))

@@ -99,4 +99,6 @@ def with_idle_gpus_filled(placement):
     if not fill_idle_gpus(net, ledger, placed, fleet_scope(net)):
         return placement
     solver = dict(placement.solver, idle_gpus_filled=len(placed) - len(placement.table))
-    return Placement(placement.problem, placement.fleet, placement.policy, placed, placement.dropped, solver)
+    filled = Placement(placement.problem, placement.fleet, placement.policy, placed, placement.dropped, solver)
+    filled.from_cache = placement.from_cache  # the plan it completes was read back or computed
+    return filled

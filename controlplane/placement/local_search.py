@@ -262,7 +262,7 @@ class SwapSearch:
             for m in self.fitting[node]:
                 if self.ledger.slot(node, m) is None:
                     continue
-                capacity = st.available(node, m, extra=1) - st.available(node, m)
+                capacity = st.marginal(node, m)
                 if capacity > _EPS:
                     g = st.gain(node, m, capacity)
                     if g > best:
