@@ -41,3 +41,40 @@ def candidate_slots(sizes: np.ndarray, order: np.ndarray, n: int) -> tuple[np.nd
     start = np.cumsum(sizes) - sizes
     member = start[np.take_along_axis(order, slot, axis=1)] + pos - first
     return slot, member
+
+
+class SiteRtts:
+    """The RTT of each candidate replica, read through its site: ``self[i] == site_rtt[pos[i]]``.
+
+    A read-only list of floats for the routers (index, slice, iterate, ``len``, ``bisect``). A central deployment
+    answers thousands of user cities, each with candidate lists of up to ``max_candidates`` replicas per model:
+    one small view per list, sharing the city's site RTTs and the model's positions, instead of a list of floats
+    as long as the candidates (tens of thousands of them, built while the simulation runs).
+    """
+
+    __slots__ = ("site_rtt", "pos")
+
+    def __init__(self, site_rtt: list[float], pos: list[int]):
+        self.site_rtt, self.pos = site_rtt, pos
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.site_rtt[p] for p in self.pos[i]]
+        return self.site_rtt[self.pos[i]]
+
+    def __iter__(self):
+        return map(self.site_rtt.__getitem__, self.pos)
+
+    def __eq__(self, other) -> bool:
+        try:
+            return list(self) == list(other)
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None  # mutable-looking sequence semantics, like list
+
+    def __repr__(self) -> str:
+        return f"SiteRtts({list(self)!r})"

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from controlplane.catalog import Catalog, ModelSpec
-from controlplane.ordering import candidate_slots, first_k_stable
+from controlplane.ordering import SiteRtts, candidate_slots, first_k_stable
 from edgepop.errors import UserError
 
 READY, LOADING, COLD = "ready", "loading", "cold"
@@ -348,7 +348,7 @@ class ClusterState:
         if hit is None:
             cands, pos = self._take(model, members, order, range(len(rl)), full)
             hit = self._by_order[key] = (cands, pos)
-        return hit[0], list(map(rl.__getitem__, hit[1]))
+        return hit[0], SiteRtts(rl, hit[1])
 
     def _site_groups(self, model: str) -> tuple[np.ndarray, list[list[Replica]]]:
         groups = self._groups.get(model)

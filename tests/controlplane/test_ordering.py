@@ -43,3 +43,18 @@ def test_precomputed_candidates_equal_the_per_ingress_lists(catalog, seed):
                 got, expected = eager._cand[(ingress, m, False)], lazy.candidates(ingress, m)
                 assert [r.id for r in got[0]] == [r.id for r in expected[0]]
                 assert got[1] == expected[1]
+
+
+def test_site_rtts_reads_as_the_list_it_stands_for():
+    from bisect import bisect_right
+
+    from controlplane.ordering import SiteRtts
+
+    site_rtt, pos = [5.0, 1.0, 3.0], [1, 1, 2, 0, 0]
+    plain = [site_rtt[p] for p in pos]
+    view = SiteRtts(site_rtt, pos)
+    assert len(view) == len(plain) and list(view) == plain and view == plain and plain == view
+    assert [view[i] for i in range(len(view))] == plain and view[-1] == plain[-1]
+    assert view[1:4] == plain[1:4] and view[:0] == []
+    assert all(bisect_right(view, x) == bisect_right(plain, x) for x in (0.0, 1.0, 2.0, 3.0, 9.0))
+    assert view != [1.0] and list(zip(view, "abcde", strict=True))[2] == (3.0, "c")
