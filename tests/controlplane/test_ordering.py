@@ -1,11 +1,13 @@
 """The nearest-k helper gives exactly the first k columns of a stable full sort, ties included; candidate lists
 cut for all ingresses at once equal those built one ingress at a time."""
 
+from bisect import bisect_right
+
 import numpy as np
 import pytest
 from kit.controlplane import LLAMA, TINY, make_fleet, placement
 
-from controlplane.ordering import first_k_stable
+from controlplane.ordering import SiteRtts, first_k_stable
 from controlplane.state import ClusterState
 
 
@@ -46,10 +48,6 @@ def test_precomputed_candidates_equal_the_per_ingress_lists(catalog, seed):
 
 
 def test_site_rtts_reads_as_the_list_it_stands_for():
-    from bisect import bisect_right
-
-    from controlplane.ordering import SiteRtts
-
     site_rtt, pos = [5.0, 1.0, 3.0], [1, 1, 2, 0, 0]
     plain = [site_rtt[p] for p in pos]
     view = SiteRtts(site_rtt, pos)
