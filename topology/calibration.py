@@ -1,15 +1,19 @@
 """Calibration of the WAN latency model on measured round-trip times, and its cross-validation.
 
-Data: the fitted sets of :mod:`topology.rtt_sets` (Azure's P50 inter-region table and IBM Cloud's newest
-inter-region table: short, regional and intercontinental pairs on six continents). The fit chooses the
-circuity factors, the per-hop cost, the per-path fixed term and the distance-dependent inflation; the physics
-(light at 200 km/ms in fibre, the backbone graph) stays fixed.
+Data: the fitted sets of :mod:`topology.rtt_sets` (Azure's P50 inter-region table, IBM Cloud's newest
+inter-region table and cloudping.co's year of AWS inter-region medians: short, regional and intercontinental
+pairs on six continents). The fit chooses the circuity factors, the per-hop cost, the per-path fixed term and
+the distance-dependent inflation; the physics (light at 200 km/ms in fibre, the backbone graph) stays fixed.
 
 The loss is the soft-L1 of log(predicted / measured), every distance band weighted equally (intercontinental
-pairs outnumber short ones ten to one and would otherwise decide alone). The best backbone path of a pair
-depends on the constants, so the fit alternates: find every pair's path (its land km, cable km and links) with
-the current constants, fit the constants with those paths fixed (a smooth least-squares problem), repeat until
-the paths stop changing. Each round the predictions are exactly the model's, so the result is the model's fit.
+pairs outnumber short ones ten to one and would otherwise decide alone). Inside a band the data sets are
+weighted as networks, not by their number of pairs (random effects, :func:`network_weights`): the same metro
+pairs run 5% slower on AWS's long-haul paths than on Azure's, a difference between networks that hundreds of
+pairs of one provider do not average away, so the provider that publishes the most regions must not decide
+alone either. The best backbone path of a pair depends on the constants, so the fit alternates: find every
+pair's path (its land km, cable km and links) with the current constants, fit the constants with those paths
+fixed (a smooth least-squares problem), repeat until the paths stop changing. Each round the predictions are
+exactly the model's, so the result is the model's fit.
 
 Cross-validation refits without one data set (``leave_one_set_out``) or without every pair that touches one
 continent (``leave_one_continent_out``) and predicts what was left out: the error a user should expect on
@@ -104,12 +108,40 @@ def band_weights(m: pd.DataFrame) -> np.ndarray:
     return 1.0 / counts.to_numpy(dtype=float)
 
 
-def fit(m: pd.DataFrame, start: LatencyParams | None = None, backbone: Backbone | None = None) -> LatencyParams:
-    """Constants fitted to the pairs of ``m`` (alternating path search and least squares; see module doc)."""
-    params = start or LatencyParams.load()
-    backbone = backbone or build_backbone(default_sites(), params.knn, params.max_link_km)
+def network_weights(m: pd.DataFrame, resid: np.ndarray) -> np.ndarray:
+    """Per-pair weights that give every distance band the same total weight and, inside a band, each data set
+    a random-effects weight 1 / (tau^2 + v) for its cell (DerSimonian-Laird).
+
+    A set's pairs all cross one provider's network and share its routing and its measurement stack, so they are
+    not independent samples of "a path": beside the scatter of pairs around their network (sigma, read here from
+    ``resid``, the log residuals of a fit with :func:`band_weights`), networks differ from one another (tau).
+    The variance of a cell's offset is tau^2 + v, v = (pi/2) sigma^2 / n for the median of n pairs: a set with
+    hundreds of pairs in a band counts about as much as another network with tens (tau dominates), and one
+    with a single pair counts little (v dominates). With one data set this is :func:`band_weights` again.
+    Medians and MADs keep outlying pairs (a detour through another continent) from setting the weights."""
+    m = m.reset_index(drop=True)
+    cell = (m.set.astype(str) + "|" + m.band.astype(str)).to_numpy()
+    groups = pd.Series(resid).groupby(cell)
+    n, offset = groups.size(), groups.median()
+    mad = groups.apply(lambda r: 1.4826 * float(np.median(np.abs(r - r.median()))))
+    dof = n - 1
+    sigma2 = float((mad**2 * dof).sum() / dof.sum()) if dof.sum() > 0 else 0.0
+    v = (np.pi / 2) * max(sigma2, 1e-6) / n
+    w = 1.0 / v
+    centre = (w * offset).sum() / w.sum()
+    q = float((w * (offset - centre) ** 2).sum())  # Cochran's Q: the spread of the cells beyond their noise
+    tau2 = max(0.0, (q - (len(n) - 1)) / float(w.sum() - (w**2).sum() / w.sum()))
+    per_pair = (1.0 / (tau2 + v) / n).reindex(cell).to_numpy(dtype=float, copy=True)
+    band = m.band.to_numpy()
+    for b in np.unique(band):
+        per_pair[band == b] /= per_pair[band == b].sum()
+    return per_pair
+
+
+def _alternate(m: pd.DataFrame, params: LatencyParams, backbone: Backbone, weights: np.ndarray) -> LatencyParams:
+    """Path search and least squares in turn until the paths stop changing (see module doc)."""
     meas = np.log(m.rtt_ms.to_numpy())
-    w = np.sqrt(band_weights(m))
+    w = np.sqrt(weights)
     x = np.clip([getattr(params, f) for f in FREE], LOWER, UPPER)
     previous = None
     for _ in range(ROUNDS):
@@ -123,6 +155,19 @@ def fit(m: pd.DataFrame, start: LatencyParams | None = None, backbone: Backbone 
         x = res.x
         params = replace(params, **{f: round(float(v), 4) for f, v in zip(FREE, x, strict=True)})
     return params
+
+
+def fit(m: pd.DataFrame, start: LatencyParams | None = None, backbone: Backbone | None = None) -> LatencyParams:
+    """Constants fitted to the pairs of ``m``: a fit with every pair of a band weighted alike, then, when ``m``
+    holds several data sets, a refit with :func:`network_weights` read from its residuals."""
+    params = start or LatencyParams.load()
+    backbone = backbone or build_backbone(default_sites(), params.knn, params.max_link_km)
+    params = _alternate(m, params, backbone, band_weights(m))
+    if m.set.nunique() < 2:
+        return params
+    x = np.array([getattr(params, f) for f in FREE])
+    resid = np.log(find_paths(backbone, params, m).rtt(x)) - np.log(m.rtt_ms.to_numpy())
+    return _alternate(m, params, backbone, network_weights(m, resid))
 
 
 def predict(model: LatencyModel, m: pd.DataFrame) -> np.ndarray:

@@ -2,21 +2,23 @@
 distribution and the last mile.
 
 Goals on held-out pairs: median APE <= 10%, p90 <= 30%, every distance band's median predicted/measured within
-0.85-1.15. Leaving one continent out meets all of them. Leaving one data set out cannot for short paths: the
-only other set (IBM, 13 regions) has one pair under 500 km, and IBM's backbone is faster on short paths than
-Azure's (Tokyo - Osaka: 9 ms vs 11.5 ms), so an IBM-only fit predicts Azure's short pairs 24% low. That band is
-asserted at the level reached, so a change can only improve it; docs/fidelity-models.md reports it as missed.
+0.85-1.15. Leaving one continent out and leaving one data set out both meet all of them. Short paths held out
+by data set reached only 0.76 while Azure was the only fitted set with more than one pair under 500 km; AWS's
+set (ten short pairs) brought them in, and the random-effects weighting of data sets keeps AWS's slower
+long-haul paths from pushing the pooled error over 10% when Azure is the set held out.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from edgepop.errors import UserError
 from topology.jitter import RttJitter, fit, jitter_report, path_sigma
 from topology.last_mile import LastMile, load_table
-from topology.rtt_sets import SETS, load_all, load_history, load_pairs
+from topology.rtt_sets import CONTINENTS, SETS, load_all, load_history, load_pairs
+from topology.tables import DATA_DIR
 from topology.wan_fidelity import wan_report
 
 
@@ -29,13 +31,40 @@ def test_sets_are_whole_and_cover_short_regional_and_intercontinental_pairs():
     m = load_all()
     assert set(m.set) == set(SETS) and m.rtt_ms.gt(0).all() and m.km.notna().all()
     assert len(load_pairs("azure-2026")) == 54 * 53 // 2 and len(load_pairs("ibm-2026")) == 78
-    assert len(load_pairs("gcp-2023")) == 40 * 39 // 2
+    assert len(load_pairs("gcp-2023")) == 40 * 39 // 2 and len(load_pairs("aws-2025")) == 32 * 31 // 2
     fitted = load_all(fitted_only=True)
     counts = fitted.band.value_counts()
-    assert counts["<500 km"] >= 40 and counts["500-2,000 km"] >= 150 and counts[">6,000 km"] >= 1000
+    assert counts["<500 km"] >= 50 and counts["500-2,000 km"] >= 150 and counts[">6,000 km"] >= 1000
     assert set(fitted.continent_a) | set(fitted.continent_b) == {"AF", "AS", "EU", "NA", "OC", "SA"}
     # Measured RTTs never beat light in fibre along the great circle (coordinates and units are right).
     assert (m.rtt_ms >= 2 * m.km / 200.0).all()
+
+
+@pytest.mark.parametrize("name", list(SETS))
+def test_every_matrix_is_square_positive_both_ways_and_placed(name):
+    """Each shipped matrix names the same regions on both axes, every region has coordinates and a continent,
+    every pair is measured in both directions, positive, and the two directions agree (within 25% or 5 ms)."""
+    spec = SETS[name]
+    raw = pd.read_csv(DATA_DIR / spec.matrix_file, comment="#", index_col=0)
+    coords = pd.read_csv(DATA_DIR / spec.coords_file, keep_default_na=False).set_index("name")
+    assert list(raw.columns) == list(raw.index) and raw.index.is_unique
+    assert set(raw.index) <= set(coords.index)
+    placed = coords.loc[raw.index]
+    assert placed.lat.between(-90, 90).all() and placed.lon.between(-180, 180).all()
+    assert placed.continent.isin(list(CONTINENTS)).all()
+    a = raw.to_numpy(dtype=float)
+    off = ~np.eye(len(a), dtype=bool)
+    assert np.isfinite(a[off]).all() and (a[off] > 0).all() and not np.isfinite(np.diag(a)).any()
+    gap = np.abs(a - a.T)[off]
+    assert ((gap <= 5.0) | (gap <= 0.25 * np.minimum(a, a.T)[off])).all()
+
+
+def test_aws_short_paths_match_azures_on_the_same_metros(report):
+    """Why AWS is fitted and Google is not (topology/rtt_sets.py): AWS's short pairs sit where Azure's do."""
+    assert SETS["aws-2025"].fitted
+    bands = report["in_sample"]["by_set_band"]
+    assert bands["aws-2025"]["<500 km"]["pairs"] >= 10
+    assert abs(bands["aws-2025"]["<500 km"]["median_ratio"] - bands["azure-2026"]["<500 km"]["median_ratio"]) < 0.1
 
 
 def test_google_short_paths_are_why_it_is_reported_not_fitted(report):
@@ -52,13 +81,10 @@ def test_leave_one_continent_out_meets_every_goal(report):
     assert cv["pooled"]["median_ape"] <= 0.10 and cv["pooled"]["p90_ape"] <= 0.30
 
 
-def test_leave_one_set_out(report):
+def test_leave_one_set_out_meets_every_goal(report):
     cv = report["leave_one_set_out"]
+    assert cv["met"], cv["failures"]
     assert cv["pooled"]["median_ape"] <= 0.10 and cv["pooled"]["p90_ape"] <= 0.30
-    for band, e in cv["by_band"].items():
-        lo = 0.74 if band == "<500 km" else 0.85  # reached today for short paths (see the module docstring)
-        assert lo <= e["median_ratio"] <= 1.15, (band, e)
-    assert cv["failures"] == [] or cv["failures"] == [f"<500 km median ratio {cv['by_band']['<500 km']['median_ratio']:.2f}"]
 
 
 def test_short_paths_are_no_longer_too_fast(report):
