@@ -21,7 +21,10 @@ nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packi
 Reproducibility: branch-and-bound stops at ``node_limit`` nodes, a deterministic amount of work, so the same
 problem gives the same plan on any machine, process pool or Ray worker. ``time_limit_s`` bounds the whole policy
 (warm start included) as a safety net; when it is what stopped a phase, ``solver["deterministic"]`` is False and
-the result may depend on machine speed (raise the limit, or lower ``node_limit``).
+the result may depend on machine speed (raise the limit, or lower ``node_limit``). HiGHS reads its time limit only
+between phases, so each HiGHS call runs in a child process that is stopped half a second after the deadline
+(:mod:`controlplane.placement.deadline`, on Linux; elsewhere the limit is HiGHS's own): the policy then keeps the
+best plan it had, and the phase says ``stopped_at_deadline``.
 """
 
 from __future__ import annotations
@@ -42,10 +45,15 @@ from controlplane.placement.base import (
     PlacementProblem,
     get_policy,
 )
+from controlplane.placement.deadline import call_with_deadline
 from controlplane.placement.ilp_model import IlpModel
 from controlplane.placement.packing import pack_groups
 from controlplane.placement.result import Placement
 from edgepop.errors import UserError
+
+# How long after its time limit a HiGHS call may still return before it is stopped: HiGHS normally returns within
+# a few tenths of a second of its limit; the rest of the policy's budget is kept for scoring the plans.
+DEADLINE_GRACE_S = 0.5
 
 
 @PLACEMENTS.register("ilp")
@@ -144,24 +152,26 @@ class IlpPlacement(PlacementPolicy):
             lower, upper = np.zeros(model.n), model.upper.copy()
             lower[model.prog.n:] = np.minimum.reduce([np.floor(c_relaxed + 1e-6), *starts])
             upper[model.prog.n:] = np.maximum.reduce([np.ceil(c_relaxed - 1e-6), *starts])
-            res = self._solve(model, lower, upper, x0, deadline - time.perf_counter(), max(1, nodes // 3))
+            res = self._solve(model, lower, upper, x0, deadline, max(1, nodes // 3))
             phases.append(_phase("rens", res))
-            if res.x is not None and (x0 is None or res.fun < model.cost @ x0):
+            if res is not None and res.x is not None and (x0 is None or res.fun < model.cost @ x0):
                 x0 = res.x
         if deadline - time.perf_counter() > 0.5:
-            full = self._solve(model, np.zeros(model.n), model.upper, x0, deadline - time.perf_counter(),
+            full = self._solve(model, np.zeros(model.n), model.upper, x0, deadline,
                                max(1, nodes - nodes // 3) if mode != "exact" else nodes)
             phases.append(_phase("exact", full))
-            if full.mip_dual_bound is not None and np.isfinite(full.mip_dual_bound):
+            if full is not None and full.mip_dual_bound is not None and np.isfinite(full.mip_dual_bound):
                 bound = float(full.mip_dual_bound)  # a lower bound for every plan of the MILP
-            if full.x is not None and (res is None or res.x is None or full.fun <= res.fun):
+            if full is not None and full.x is not None and (res is None or res.x is None or full.fun <= res.fun):
                 res = full
         return res, phases, bound
 
-    def _solve(self, model: IlpModel, lower: np.ndarray, upper: np.ndarray, x0: np.ndarray | None, seconds: float,
+    def _solve(self, model: IlpModel, lower: np.ndarray, upper: np.ndarray, x0: np.ndarray | None, deadline: float,
                nodes: int):
-        opts = {"time_limit": float(seconds), "node_limit": int(nodes), "mip_rel_gap": float(self.mip_rel_gap),
-                "disp": bool(self.verbose)}
+        """HiGHS on the MILP within ``[lower, upper]`` from ``x0`` until ``deadline`` (its time limit), stopped
+        :data:`DEADLINE_GRACE_S` after it when HiGHS is inside a phase it does not interrupt (None then)."""
+        opts = {"time_limit": max(0.0, deadline - time.perf_counter()), "node_limit": int(nodes),
+                "mip_rel_gap": float(self.mip_rel_gap), "disp": bool(self.verbose)}
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             # scipy passes options it does not know to HiGHS verbatim, and warns that it does.
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -169,8 +179,8 @@ class IlpPlacement(PlacementPolicy):
                 start = Path(tmp) / "start.sol"
                 model.write_start(x0, start)
                 opts["read_solution_file"] = str(start)
-            return milp(model.cost, constraints=model.constraints, integrality=model.integrality,
-                        bounds=Bounds(lower, upper), options=opts)
+            return call_with_deadline(milp, deadline + DEADLINE_GRACE_S, model.cost, constraints=model.constraints,
+                                      integrality=model.integrality, bounds=Bounds(lower, upper), options=opts)
 
     def _add_plan(self, plans: dict, name: str, problem, model: IlpModel, x: np.ndarray) -> None:
         """Add the packed plan of ``x`` as a candidate, unless packing it loses every replica of a model (the MILP
@@ -190,6 +200,8 @@ class IlpPlacement(PlacementPolicy):
 
 
 def _phase(name: str, res) -> dict:
+    if res is None:  # stopped at the deadline from outside: HiGHS had not returned
+        return {"phase": name, "status": "time limit", "stopped_at_deadline": True, "objective_ms": None}
     status = {0: "optimal", 1: "time limit" if "time" in str(res.message).lower() else "node limit"}.get(
         res.status, str(res.message))
     return {"phase": name, "status": status, "objective_ms": None if res.x is None else round(float(res.fun), 6)}
