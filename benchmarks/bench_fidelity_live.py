@@ -8,14 +8,18 @@ for it (all requests at once) and replay it at two loads (``light``: 25% of that
 85%), each cell simulated with the live-host model and compared: TTFT, TPOT and E2E at p50 (goal: within 5%)
 and p95 (goal: within 10%). Prompts are capped at 256 tokens and outputs at 32, as ``edgepop replay`` does.
 
-Every cell reports the host's 1-minute load average before and after it and the cores the gateway's engine
-threads and event loop kept busy: figures from a loaded machine are not the quiet-machine figures the goal is
+The engine rows of a cell's profile are its own; its host-sharing rows are pooled over the deployment's profiles
+(per k the median; ``--host-rows cell``: each cell's own), so the cells are simulated once the deployment's last
+cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again with the current
+code (no live part). Every cell reports the host's 1-minute load average before and after it and the cores the
+gateway's engine threads and event loop kept busy: figures from a loaded machine are not the quiet-machine figures the goal is
 about. The live-host profile is re-measured before every cell (``--profile-every cell``; the other jobs on a shared
 machine change its speed within minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells;
 skipped cells are listed.
 
     python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
         [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]
+        [--host-rows pooled|cell] [--resimulate DIR]
 
 Last stdout line: one JSON object.
 """
@@ -30,12 +34,23 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
+
 from dataplane import registry
 from dataplane.gateway.server import spawn_serve
 from dataplane.session import SessionConfig
 from sim.live.client import fetch_deployment
 from sim.live.host_profile import measure_host_profile, pop_locations
-from sim.live.matrix import LOADS, bursty_trace, capacity_rps, run_cell, trace_rate
+from sim.live.matrix import (
+    LOADS,
+    bursty_trace,
+    capacity_rps,
+    pooled_host_rows,
+    replay_cell,
+    simulate_cell,
+    trace_rate,
+    with_host_rows,
+)
 from sim.live.replay import ReplayOptions
 from topology import Topology
 
@@ -59,7 +74,12 @@ def main() -> int:
     ap.add_argument("--engine-profile", choices=("served", "alone"), default="served",
                     help="engine service times read inside the live gateway (default) or of an engine in this "
                          "process")
+    ap.add_argument("--host-rows", choices=("pooled", "cell"), default="pooled",
+                    help="host-sharing rows pooled over the deployment's profiles (default) or each cell's own")
+    ap.add_argument("--resimulate", metavar="DIR", help="simulate the saved cells of an earlier run again")
     args = ap.parse_args()
+    if args.resimulate:
+        return resimulate(Path(args.resimulate), args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     traces = {"azure": str(ROOT / "sim/data/azure_llm_conv_2023.csv"),
@@ -71,7 +91,7 @@ def main() -> int:
         run_deployment(n_pops, args, traces, out, t_start, cells, skipped)
     result = {"benchmark": "fidelity_live", "model": MODEL, "stand_in": "gpt2-tiny", "threads": 1,
               "cores": os.cpu_count(), "requests_per_cell": args.requests, "cells": cells, "skipped": skipped,
-              "profile_every": args.profile_every, "engine_profile": args.engine_profile, "cells_met": sum(c["met"] for c in cells),
+              "profile_every": args.profile_every, "engine_profile": args.engine_profile, "host_rows": args.host_rows, "cells_met": sum(c["met"] for c in cells),
               "cells_run": len(cells),
               "wall_s": round(time.monotonic() - t_start, 1)}
     for c in cells:
@@ -108,6 +128,7 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
             return table, round(time.monotonic() - t0, 1)
 
         profile, profile_s = measure("deployment") if args.profile_every == "deployment" else (None, 0.0)
+        replayed = []
         for name in args.traces.split(","):
             base = ReplayOptions(url=url, trace=traces[name], requests=args.requests, model=MODEL, seed=args.seed)
             if time.monotonic() - t_start > args.budget_s:
@@ -123,14 +144,54 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
                 if args.profile_every == "cell":
                     profile, profile_s = measure(f"{name}-{load}")
                 opts = replace(base, time_scale=LOADS[load] * cap / rate)
-                cell = run_cell(opts, desc, topo, profile, tmp / f"{name}-{load}", log)
-                cell.update(pops=n_pops, trace=name, load=load, rho=LOADS[load], capacity_rps=round(cap, 3),
+                replay_cell(opts, desc, topo, tmp / f"{name}-{load}", log)
+                meta = dict(pops=n_pops, trace=name, load=load, rho=LOADS[load], capacity_rps=round(cap, 3),
                             profile_s=profile_s)
-                cells.append(cell)
-                log(summary_line(cell))
+                (tmp / f"{name}-{load}" / "cell.json").write_text(json.dumps(meta))
+                replayed.append((tmp / f"{name}-{load}", profile, meta))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    simulate_cells(replayed, topo, args.host_rows, cells)
+
+
+def simulate_cells(replayed: list, topo, host_rows: str, cells: list) -> None:
+    """Simulate replayed cells ``(folder, profile, meta)`` of one deployment, host-sharing rows pooled over
+    their profiles unless ``host_rows`` is "cell" (appended to ``cells``)."""
+    pooled = pooled_host_rows([p for _, p, _ in replayed]) if host_rows == "pooled" and replayed else None
+    for folder, profile, meta in replayed:
+        cell = simulate_cell(folder, topo, with_host_rows(profile, pooled))
+        cell.update(meta, host_rows=host_rows)
+        cells.append(cell)
+        log(summary_line(cell))
+
+
+def resimulate(root: Path, args) -> int:
+    """``--resimulate``: the simulation half of every saved cell under ``root`` again, with the current code."""
+    cells = []
+    for tmp in sorted(root.glob("pops*")):
+        replayed = []
+        for folder in sorted(p.parent for p in tmp.glob("*/live.parquet")):
+            trace, load = folder.name.split("-", 1)
+            profile_file = tmp / f"profile-{folder.name}.csv"
+            if not profile_file.exists():
+                profile_file = tmp / "profile-deployment.csv"
+            meta_file = folder / "cell.json"
+            meta = (json.loads(meta_file.read_text()) if meta_file.exists() else
+                    dict(pops=tmp.name.removeprefix("pops"), trace=trace, load=load, rho=LOADS.get(load)))
+            replayed.append((folder, pd.read_csv(profile_file), meta))
+        if replayed:
+            desc = json.loads((replayed[0][0] / "deployment.json").read_text())
+            topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
+            order = {t: i for i, t in enumerate(args.traces.split(","))}
+            replayed.sort(key=lambda r: (order.get(r[2]["trace"], 99), list(LOADS).index(r[2]["load"])))
+            simulate_cells(replayed, topo, args.host_rows, cells)
+    result = {"benchmark": "fidelity_live", "resimulated": str(root), "host_rows": args.host_rows, "cells": cells,
+              "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells)}
+    for c in cells:
+        print(summary_line(c))
+    print(json.dumps(result))
+    return 0
 
 
 def summary_line(c: dict) -> str:

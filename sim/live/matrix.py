@@ -6,8 +6,13 @@ percentile (``benchmarks/bench_fidelity_live.py`` runs it on a one-PoP and a fou
 * **Load levels** are fractions of the live deployment's own capacity for that trace, measured, not assumed
   (:func:`capacity_rps`: all requests at once; completions per second over the makespan). A cell at load
   ``rho`` replays the trace with its inter-arrival times scaled to a mean rate of ``rho`` times that capacity.
-* Every cell measures its live side first and then simulates the same requests with the live-host model and
-  the deployment's live-host profile (measured once per deployment, before its cells).
+* Every cell measures its live side first (:func:`replay_cell`) and then simulates the same requests with the
+  live-host model and the deployment's live-host profile (:func:`simulate_cell`). The profile's engine rows are
+  the cell's own (measured just before it: the machine's speed drifts within minutes); its host-sharing rows
+  (the slowdown of k engines decoding at once, and what the event loop and the client used meanwhile) are pooled
+  over the deployment's profiles, per k the median (:func:`pooled_host_rows`): they are ratios, which drift
+  little, but one measurement scatters by 10-20% and decides the cores the live-host model gives the engines.
+  :func:`resimulate` does the simulation half again for saved cells.
 """
 
 from __future__ import annotations
@@ -72,25 +77,59 @@ def capacity_rps(opts: ReplayOptions, topo, n: int) -> float:
     return int(((live.status == 200) & (live.error == "")).sum()) / makespan
 
 
+HOST_ROWS = ("host_share", "host_share_loop", "host_share_client")
+_KEY = ["model", "phase", "batch_size", "tokens", "context"]
+
+
+def pooled_host_rows(profiles: list[pd.DataFrame]) -> pd.DataFrame:
+    """The host-sharing rows of ``profiles``, per (row kind, k) the median over the profiles that have it."""
+    rows = pd.concat([p[p.phase.isin(HOST_ROWS)] for p in profiles], ignore_index=True)
+    first = rows.drop_duplicates(_KEY).set_index(_KEY)  # provider and host columns, as measured
+    out = rows.groupby(_KEY).ms.median().to_frame().join(first.drop(columns="ms"))
+    return out.reset_index()
+
+
+def with_host_rows(profile: pd.DataFrame, host_rows: pd.DataFrame | None) -> pd.DataFrame:
+    """``profile`` with its host-sharing rows replaced by ``host_rows`` (None: as measured)."""
+    if host_rows is None or not len(host_rows):
+        return profile
+    return pd.concat([profile[~profile.phase.isin(HOST_ROWS)], host_rows[profile.columns]], ignore_index=True)
+
+
 def run_cell(opts: ReplayOptions, desc: dict, topo, profile: pd.DataFrame, out: Path, progress=print) -> dict:
     """One cell: replay live, simulate with the live-host model, compare. Returns the cell's figures."""
+    replay_cell(opts, desc, topo, out, progress)
+    return simulate_cell(out, topo, profile)
+
+
+def replay_cell(opts: ReplayOptions, desc: dict, topo, out: Path, progress=print) -> None:
+    """The live half of a cell: replay ``opts`` against the deployment and save what the simulation needs."""
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(opts.seed)
     live, timelines, host = live_replay(opts, desc, topo, rng, progress)
+    (out / "timelines.json").write_text(json.dumps(timelines))
+    (out / "deployment.json").write_text(json.dumps(desc))
+    live.to_parquet(out / "live.parquet", index=False)
+    (out / "host.json").write_text(json.dumps(dict(host, time_scale=opts.time_scale), indent=1))
+
+
+def simulate_cell(out: Path, topo, profile: pd.DataFrame) -> dict:
+    """The simulated half of a saved cell (``out``): simulate its requests with the live-host model and
+    ``profile``, compare, write the comparison files. Returns the cell's figures."""
+    desc = json.loads((out / "deployment.json").read_text())
+    timelines = json.loads((out / "timelines.json").read_text())
+    host = json.loads((out / "host.json").read_text())
+    live = pd.read_parquet(out / "live.parquet")
     sim = simulate_like(desc, live, topo, profile, host_model=True)
     table = compare(sim, live)
     pd.concat([live_frame(live, timelines).assign(side="live"), sim_components(sim).assign(side="sim")],
               ignore_index=True).to_csv(out / "decomposition.csv", index=False)
-    (out / "timelines.json").write_text(json.dumps(timelines))
-    (out / "deployment.json").write_text(json.dumps(desc))
-    live.to_parquet(out / "live.parquet", index=False)
     sim.to_parquet(out / "sim.parquet", index=False)
     table.to_csv(out / "comparison.csv", index=False)
-    (out / "host.json").write_text(json.dumps(host, indent=1))
     ok = live[(live.status == 200) & (live.error == "")]
     span = float(ok.arrival_s.max() - ok.arrival_s.min()) if len(ok) > 1 else 0.0
     cell = {"requests": len(live), "ok": len(ok), "offered_rps": round((len(ok) - 1) / span, 3) if span else None,
-            "time_scale": opts.time_scale, "loadavg_1m_before": round(host["loadavg_before"][0], 2),
+            "time_scale": host.get("time_scale"), "loadavg_1m_before": round(host["loadavg_before"][0], 2),
             "loadavg_1m_after": round(host["loadavg_after"][0], 2),
             "engine_cores_busy": host["cores_busy"].get("engine"),
             "event_loop_cores_busy": host["cores_busy"].get("event-loop")}

@@ -142,3 +142,22 @@ def test_iteration_gap_follows_the_batch_size(desc, topo, tmp_path):
     # 5 decode steps after the first token, each followed (but the last) by the loop's gap.
     assert sim_components(one).engine_loop.iloc[0] == pytest.approx(4 * 0.5, abs=1e-6)
     assert sim_components(two).engine_loop.to_numpy() == pytest.approx(4 * 1.0, abs=1e-6)
+
+
+def test_host_rows_pooled_per_k_as_the_median_over_profiles_other_rows_untouched():
+    from sim.live.matrix import HOST_ROWS, pooled_host_rows, with_host_rows
+
+    def profile(share3, step):
+        rows = [("m", "decode", 1, 1, 128, step), ("m", "host_share", 1, 1, 128, 3.6),
+                ("m", "host_share", 3, 1, 128, share3), ("m", "host_share_loop", 3, 0, 0, 80.0)]
+        return pd.DataFrame(rows, columns=["model", "phase", "batch_size", "tokens", "context", "ms"]).assign(
+            provider="cpu", host="h")
+
+    profiles = [profile(7.6, 2.5), profile(6.4, 2.6), profile(6.7, 2.7)]
+    pooled = pooled_host_rows(profiles)
+    assert set(pooled.phase) <= set(HOST_ROWS) and len(pooled) == 3
+    assert pooled.set_index(["phase", "batch_size"]).ms[("host_share", 3)] == pytest.approx(6.7)
+    mixed = with_host_rows(profiles[0], pooled)
+    assert list(mixed.columns) == list(profiles[0].columns) and len(mixed) == len(profiles[0])
+    assert mixed[mixed.phase == "decode"].ms.tolist() == [2.5]  # the cell's own engine rows stay
+    assert with_host_rows(profiles[0], None) is profiles[0]
