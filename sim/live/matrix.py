@@ -96,12 +96,6 @@ def with_host_rows(profile: pd.DataFrame, host_rows: pd.DataFrame | None) -> pd.
     return pd.concat([profile[~profile.phase.isin(HOST_ROWS)], host_rows[profile.columns]], ignore_index=True)
 
 
-def run_cell(opts: ReplayOptions, desc: dict, topo, profile: pd.DataFrame, out: Path, progress=print) -> dict:
-    """One cell: replay live, simulate with the live-host model, compare. Returns the cell's figures."""
-    replay_cell(opts, desc, topo, out, progress)
-    return simulate_cell(out, topo, profile)
-
-
 def replay_cell(opts: ReplayOptions, desc: dict, topo, out: Path, progress=print) -> None:
     """The live half of a cell: replay ``opts`` against the deployment and save what the simulation needs."""
     out.mkdir(parents=True, exist_ok=True)
