@@ -37,20 +37,40 @@ class Bootstrap:
         self.weights = rng.poisson(1.0, size=(resamples, blocks)).astype(float)
 
     def quantiles(self, values: np.ndarray, mask: np.ndarray, qs) -> np.ndarray:
-        """(resamples, len(qs)) weighted quantiles of ``values[mask]`` (lower interpolation); NaN when empty."""
+        """(resamples, len(qs)) weighted quantiles of ``values[mask]`` (lower interpolation); NaN when empty.
+
+        The q-quantile of a resample is the first value, in sorted order, at which the cumulative weight reaches
+        q x the total. The cumulative weight at a position is the sum over blocks of the block's weight times
+        how many of its requests come up to there, so a binary search over positions, all resamples at once,
+        finds it without the (resamples x requests) running sums. Weights are small integers: every sum is
+        exact, and the answer is the running sums' own."""
         idx = np.flatnonzero(mask & np.isfinite(values))
-        out = np.full((len(self.weights), len(qs)), np.nan)
+        n_res, n_blocks = self.weights.shape
+        out = np.full((n_res, len(qs)), np.nan)
         if idx.size == 0:
             return out
         order = idx[np.argsort(values[idx], kind="stable")]
         v, blk = values[order], self.block[order]
-        q = np.asarray(qs, dtype=float)
-        for start in range(0, len(self.weights), 8):  # chunks bound memory at 8 x n floats (64 MB at 1M)
-            cw = self.weights[start:start + 8][:, blk]
-            np.cumsum(cw, axis=1, out=cw)  # in place: no second chunk-sized array
-            for r, row in enumerate(cw):  # a row is non-decreasing: the first position reaching q x total
-                if row[-1] > 0:
-                    out[start + r] = v[np.minimum(np.searchsorted(row, q * row[-1], side="left"), v.size - 1)]
+        n = v.size
+        counts = np.bincount(blk, minlength=n_blocks)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        # Sorted positions of each block's requests, the blocks laid end to end with offsets that keep the whole
+        # array ascending: one searchsorted answers "how many of block b up to position i" for every (i, b).
+        offsets = np.arange(n_blocks, dtype=np.int64) * (n + 1)
+        by_block = np.argsort(blk, kind="stable") + np.repeat(offsets, counts)
+        total = self.weights @ counts.astype(float)
+        live = total > 0
+        w = self.weights[live]
+        for j, q in enumerate(np.asarray(qs, dtype=float)):
+            target = q * total[live]
+            lo, hi = np.zeros(len(w), dtype=np.int64), np.full(len(w), n - 1, dtype=np.int64)
+            while np.any(open_ := lo < hi):
+                mid = (lo + hi) // 2
+                upto = np.searchsorted(by_block, mid[:, None] + offsets[None, :], side="right") - starts
+                reached = (w * upto).sum(axis=1) >= target
+                hi = np.where(open_ & reached, mid, hi)
+                lo = np.where(open_ & ~reached, mid + 1, lo)
+            out[live, j] = v[lo]
         return out
 
     def share(self, hit: np.ndarray, mask: np.ndarray) -> np.ndarray:
