@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.gains import Paired, crossovers, loss_sentence, losses, prompt_bin
+from sim.gains import Bootstrap, Paired, crossovers, loss_sentence, losses, prompt_bin
 from sim.run import run_scenario
 
 
@@ -112,3 +112,31 @@ def test_crossovers_skip_thin_bins():
     out = crossovers(Paired(e, c, seed=0), window_s=10.0)
     assert out["by_prompt_tokens"][">16k"] == {"requests": 10}
     assert "ttft_p50_ci95" in out["by_prompt_tokens"]["<=256"]
+
+
+def _running_sum_quantiles(boot, values, mask, qs):
+    """Reference: the weighted quantile from each resample's running sum of weights over the sorted values."""
+    idx = np.flatnonzero(mask & np.isfinite(values))
+    out = np.full((len(boot.weights), len(qs)), np.nan)
+    if idx.size:
+        order = idx[np.argsort(values[idx], kind="stable")]
+        for r, weights in enumerate(boot.weights):
+            run = np.cumsum(weights[boot.block[order]])
+            if run[-1] > 0:
+                at = np.searchsorted(run, np.asarray(qs) * run[-1], side="left")
+                out[r] = values[order][np.minimum(at, idx.size - 1)]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bootstrap_quantiles_equal_the_running_sum_definition(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4000))
+    boot = Bootstrap(np.sort(rng.random(n)), seed=seed, blocks=int(rng.integers(1, 60)), resamples=40)
+    values = np.round(rng.exponential(10.0, n), 1)  # ties
+    values[rng.random(n) < 0.05] = np.nan
+    mask = rng.random(n) < 0.7
+    qs = [0.0, 0.5, 0.95, 0.99, 1.0]
+    assert np.array_equal(boot.quantiles(values, mask, qs), _running_sum_quantiles(boot, values, mask, qs),
+                          equal_nan=True)
+    assert np.isnan(boot.quantiles(values, np.zeros(n, bool), qs)).all()
