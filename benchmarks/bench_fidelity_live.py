@@ -12,8 +12,8 @@ The engine rows of a cell's profile are its own; its host-sharing rows are poole
 (per k the median; ``--host-rows cell``: each cell's own), so the cells are simulated once the deployment's last
 cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again with the current
 code (no live part). Every cell reports the host's 1-minute load average before and after it and the cores the
-gateway's engine threads and event loop kept busy: figures from a loaded machine are not the quiet-machine figures the goal is
-about. The live-host profile is re-measured before every cell (``--profile-every cell``; the other jobs on a shared
+gateway's engine threads and event loop kept busy: figures from a loaded machine are not the quiet-machine
+figures the goal is about. The live-host profile is re-measured before every cell (``--profile-every cell``; the other jobs on a shared
 machine change its speed within minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells;
 skipped cells are listed.
 
@@ -91,8 +91,8 @@ def main() -> int:
         run_deployment(n_pops, args, traces, out, t_start, cells, skipped)
     result = {"benchmark": "fidelity_live", "model": MODEL, "stand_in": "gpt2-tiny", "threads": 1,
               "cores": os.cpu_count(), "requests_per_cell": args.requests, "cells": cells, "skipped": skipped,
-              "profile_every": args.profile_every, "engine_profile": args.engine_profile, "host_rows": args.host_rows, "cells_met": sum(c["met"] for c in cells),
-              "cells_run": len(cells),
+              "profile_every": args.profile_every, "engine_profile": args.engine_profile,
+              "host_rows": args.host_rows, "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells),
               "wall_s": round(time.monotonic() - t_start, 1)}
     for c in cells:
         print(summary_line(c))
@@ -186,6 +186,10 @@ def resimulate(root: Path, args) -> int:
             order = {t: i for i, t in enumerate(args.traces.split(","))}
             replayed.sort(key=lambda r: (order.get(r[2]["trace"], 99), list(LOADS).index(r[2]["load"])))
             simulate_cells(replayed, topo, args.host_rows, cells)
+    if not cells:
+        print(f"bench_fidelity_live: error: no saved cells under {root} (expected pops*/CELL/live.parquet)",
+              file=sys.stderr)
+        return 2
     result = {"benchmark": "fidelity_live", "resimulated": str(root), "host_rows": args.host_rows, "cells": cells,
               "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells)}
     for c in cells:
