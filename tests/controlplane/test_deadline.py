@@ -18,16 +18,18 @@ def _fails():
     raise ValueError("bad model")
 
 
+# The deadlines of calls that finish are far away (they return as soon as they are done): only whether an answer
+# comes back is asserted, never how fast.
 def test_answer_in_time_comes_back_whole():
     x = np.arange(200_000, dtype=np.float64)  # larger than a pipe's buffer
-    out = call_with_deadline(np.add, time.perf_counter() + 60.0, x, 1.0)
+    out = call_with_deadline(np.add, time.perf_counter() + 600.0, x, 1.0)
     assert np.array_equal(out, x + 1.0)
-    assert call_with_deadline(_slow, time.perf_counter() + 60.0, 0.0, value="ok") == "ok"
+    assert call_with_deadline(_slow, time.perf_counter() + 600.0, 0.0, value="ok") == "ok"
 
 
 def test_errors_are_raised_in_the_caller():
     with pytest.raises(ValueError, match="bad model"):
-        call_with_deadline(_fails, time.perf_counter() + 60.0)
+        call_with_deadline(_fails, time.perf_counter() + 600.0)
 
 
 @pytest.mark.skipif(not can_enforce(), reason="needs a forked child (Linux, not a daemonic process)")
