@@ -1,7 +1,9 @@
 """Data-plane benchmarks on this machine's provider; the last line printed is one JSON object.
 
 1. Encoder dynamic batching vs one-at-a-time, 32 concurrent clients (goal: >= 3x throughput).
-2. LM tokens/s with continuous batching vs sequential, 16 concurrent sequences.
+2. LM tokens/s with continuous batching vs sequential, 16 concurrent sequences; and continuous batching with
+   the KV cache kept in the provider's memory between steps vs copied through host memory every step (the
+   default on CUDA vs the only way before; on CPU both are host memory, so expect a ratio near 1).
 3. Per-call overhead of the engines over a bare ``InferenceSession.run``.
 
 Usage: ``python benchmarks/bench_dataplane.py [--quick] [--encoder minilm-l6-v2] [--lm gpt2-tiny]``
@@ -66,13 +68,17 @@ def bench_encoder(name: str, n: int, clients: int, rng) -> dict:
             "mean_batch": round(dyn.stats.mean_batch, 1), "provider": model.provider}
 
 
-def bench_lm(name: str, seqs: int, max_tokens: int, rng) -> dict:
+def bench_lm(name: str, seqs: int, max_tokens: int, rng, device_kv: bool = False) -> dict:
+    """Sequential vs continuous batching; ``device_kv``: instead, continuous batching with the KV cache
+    through host memory vs kept on the provider's device."""
     model = registry.load(name)
     prompts = [" ".join(rng.choice(WORDS, size=int(rng.integers(4, 12)))) for _ in range(seqs)]
     params = [SamplingParams(max_tokens=max_tokens, temperature=0.8, seed=i, stop_on_eos=False) for i in range(seqs)]
     out = {"model": name, "sequences": seqs, "max_tokens": max_tokens, "provider": model.provider}
-    for label, max_batch in (("sequential", 1), ("continuous_batching", seqs)):
-        eng = LMEngine(model, LMEngineConfig(max_batch=max_batch))
+    runs = ((("host_kv", seqs, False), ("device_kv", seqs, True)) if device_kv
+            else (("sequential", 1, None), ("continuous_batching", seqs, None)))
+    for label, max_batch, kv in runs:
+        eng = LMEngine(model, LMEngineConfig(max_batch=max_batch, device_kv=kv))
         try:
             eng.generate(prompts[0], SamplingParams(max_tokens=4))  # warm-up
             t0 = time.perf_counter()
@@ -81,7 +87,8 @@ def bench_lm(name: str, seqs: int, max_tokens: int, rng) -> dict:
             out[f"{label}_tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
         finally:
             eng.close()
-    out["speedup"] = round(out["continuous_batching_tokens_per_s"] / out["sequential_tokens_per_s"], 2)
+    a, b = runs[0][0], runs[1][0]
+    out["speedup"] = round(out[f"{b}_tokens_per_s"] / out[f"{a}_tokens_per_s"], 2)
     return out
 
 
@@ -134,12 +141,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer requests (for CI smoke runs)")
     ap.add_argument("--encoder", default="minilm-l6-v2,bert-tiny-embed", help="comma-separated encoder models")
     ap.add_argument("--lm", default="gpt2-tiny")
+    ap.add_argument("--kv-lm", default="gpt2-small", help="model for the device-resident KV cache comparison")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     n_req, max_tokens, n_calls = (320, 32, 100) if args.quick else (1280, 64, 400)
     results = {
         "encoder_dynamic_batching": [bench_encoder(name, n_req, 32, rng) for name in args.encoder.split(",")],
         "lm_continuous_batching": bench_lm(args.lm, 16, max_tokens, rng),
+        "lm_device_kv": bench_lm(args.kv_lm, 8, max_tokens, rng, device_kv=True),
         "engine_overhead": bench_overhead(args.encoder.split(",")[0], args.lm, n_calls),
     }
     for key, value in results.items():

@@ -37,7 +37,7 @@ from dataplane.errors import CapacityError, EngineClosedError, InvalidInputError
 from dataplane.lm_handle import _DONE, GenerationHandle, GenerationResult, LMStats, LMTiming, TokenCallback
 from dataplane.lora import Adapter, LoraLanguageModel, adapter_salt
 from dataplane.prefix_cache import PrefixCache, PrefixCacheConfig
-from dataplane.runtime import LanguageModel, left_pad_prompts
+from dataplane.runtime import DeviceKV, LanguageModel, left_pad_prompts
 from dataplane.sampling import SamplingParams, sample_token
 from edgepop.memory import keep_freed_memory
 
@@ -48,11 +48,14 @@ __all__ = ["GenerationHandle", "GenerationResult", "LMEngine", "LMEngineConfig",
 @dataclass(frozen=True)
 class LMEngineConfig:
     """``max_batch`` concurrent sequences; ``kv_budget_tokens`` reserved tokens over all of them;
-    ``prefix_cache``: reuse the KV of recent prompts' shared leading blocks (None: off)."""
+    ``prefix_cache``: reuse the KV of recent prompts' shared leading blocks (None: off);
+    ``device_kv``: keep the batch's KV cache in the provider's memory between decode steps (None: where the
+    model runs on CUDA and takes no adapter inputs, the case where the host round trip costs most)."""
 
     max_batch: int = 16
     kv_budget_tokens: int = 16384
     prefix_cache: PrefixCacheConfig | None = None
+    device_kv: bool | None = None
 
 
 class _Seq:
@@ -93,9 +96,12 @@ class LMEngine:
         self._closed = False
         # Engine-thread state: running sequences and their shared, padded KV cache.
         self._running: list[_Seq] = []
-        self._past: list[np.ndarray] | None = None
+        self._past: list[np.ndarray] | DeviceKV | None = None
         self._mask: np.ndarray | None = None
         self._reserved = 0
+        lora = isinstance(model, LoraLanguageModel)
+        auto = model.provider == "CUDAExecutionProvider" and not lora
+        self._device_kv = auto if self.config.device_kv is None else bool(self.config.device_kv) and not lora
         pc = self.config.prefix_cache
         self.prefix_cache = PrefixCache(pc) if pc is not None and pc.max_bytes > 0 else None
         self._thread = threading.Thread(target=self._loop, name=f"edgepop-lm-{name or model.name}",
@@ -267,7 +273,7 @@ class LMEngine:
         self.stats.steps += 1
         self.stats.batch_sizes[len(self._running)] += 1
         try:
-            logits, present = self._step(ids, mask, pos, self._past, self._running)
+            logits, present = self._step(ids, mask, pos, self._past, self._running, keep=self._device_kv)
             failed: list[int] = []
         except Exception:
             logits, present, failed = self._decode_rows(ids, mask, pos)
@@ -279,6 +285,7 @@ class LMEngine:
 
     def _decode_rows(self, ids, mask, pos):
         """Fallback after a failed batched step: one call per row; failing rows fail alone."""
+        self._host_past()
         logits = np.zeros((len(self._running), self.model.spec.vocab_size), np.float32)
         present = [np.zeros((a.shape[0], a.shape[1], a.shape[2] + 1, a.shape[3]), a.dtype) for a in self._past]
         failed = []
@@ -294,11 +301,17 @@ class LMEngine:
                 self._finish(s, error=exc)
         return logits, present, failed
 
-    def _step(self, ids, mask, pos, past, seqs: list[_Seq]):
-        """One forward call; a LoRA model gets each row's adapter (None rows: zero factors, the base)."""
+    def _step(self, ids, mask, pos, past, seqs: list[_Seq], keep: bool = False):
+        """One forward call; a LoRA model gets each row's adapter (None rows: zero factors, the base).
+        ``keep``: leave the present KV in the provider's memory (a :class:`DeviceKV`)."""
         if isinstance(self.model, LoraLanguageModel):
             return self.model.step_with(ids, mask, pos, past, [s.h.adapter for s in seqs])
-        return self.model.step(ids, mask, pos, past)
+        return self.model.step(ids, mask, pos, past, keep_on_device=keep)
+
+    def _host_past(self) -> None:
+        """Bring a device-resident cache back to host arrays, before rows join, leave or run one by one."""
+        if isinstance(self._past, DeviceKV):
+            self._past = self._past.numpy()
 
     def _prefill_rows(self, seqs: list[_Seq]):
         if isinstance(self.model, LoraLanguageModel):
@@ -345,6 +358,7 @@ class LMEngine:
         if not self._running:
             self._running, self._past, self._mask = list(seqs), present, mask
             return
+        self._host_past()
         p_old, p_new = self._mask.shape[1], mask.shape[1]
         p_all = max(p_old, p_new)
 
@@ -365,6 +379,7 @@ class LMEngine:
         if not keep:
             self._past = self._mask = None
             return
+        self._host_past()
         mask = self._mask[keep]
         lead = int(np.argmax(mask.any(axis=0)))  # columns left of this are padding for every row
         self._mask = mask[:, lead:]

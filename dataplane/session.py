@@ -76,13 +76,18 @@ def resolve_provider(choice: str = "auto") -> str:
 class SessionConfig:
     """How to open sessions. ``intra_op_threads=0`` lets onnxruntime use one thread per core.
     ``allow_spinning=False`` makes idle intra-op threads sleep instead of spin-waiting, so two sessions that
-    take turns (a speculative draft and its target) do not steal each other's cores."""
+    take turns (a speculative draft and its target) do not steal each other's cores.
+    ``cuda_tf32``: let CUDA run float32 matrix products on TF32 tensor cores (Ampere and later). onnxruntime
+    does so by default, which moves outputs by about 1e-3 from float32 (a 10-bit mantissa): enough to fail
+    the reference checks and to make a GPU answer differ from the CPU's. Off here, so both providers compute
+    float32; turn it on to measure what TF32 buys."""
 
     provider: str = "auto"
     intra_op_threads: int = 0
     inter_op_threads: int = 1
     optimization: str = "all"  # "basic" | "extended" | "all"
     allow_spinning: bool = True
+    cuda_tf32: bool = False
 
 
 _OPT = {
@@ -106,7 +111,10 @@ class Session:
         if not self.config.allow_spinning:
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         wanted = resolve_provider(self.config.provider)
-        providers = [wanted] if wanted == PROVIDERS["cpu"] else [wanted, PROVIDERS["cpu"]]
+        if wanted == PROVIDERS["cpu"]:
+            providers: list = [wanted]
+        else:
+            providers = [(wanted, {"use_tf32": "1" if self.config.cuda_tf32 else "0"}), PROVIDERS["cpu"]]
         self.ort = ort.InferenceSession(str(self.path), sess_options=opts, providers=providers)
         self.input_names = [i.name for i in self.ort.get_inputs()]
         self.output_names = [o.name for o in self.ort.get_outputs()]
