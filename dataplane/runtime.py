@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 from dataplane.audio import decode_wav, log_mel
 from dataplane.errors import InvalidInputError
@@ -64,6 +65,15 @@ class LanguageModel:
     def provider(self) -> str:
         return self.session.provider
 
+    @property
+    def _kv_device(self) -> str:
+        return "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
+
+    def device_past(self, past: list[np.ndarray]) -> DeviceKV:
+        """``past`` copied once into the provider's memory: what a decode step finds there in steady state."""
+        return DeviceKV([ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self._kv_device, 0)
+                         for a in past])
+
     def empty_past(self, batch: int) -> list[np.ndarray]:
         """Per-layer key/value tensors of past length 0."""
         shape = (batch, self.spec.n_head, 0, self.spec.head_dim)
@@ -95,9 +105,8 @@ class LanguageModel:
                 io.bind_cpu_input(name, np.ascontiguousarray(arr))
         names = self.session.output_names
         io.bind_output(names[0], "cpu")
-        device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
         for name in names[1:]:
-            io.bind_output(name, device)
+            io.bind_output(name, self._kv_device)
         sess.run_with_iobinding(io)
         out = io.get_outputs()
         return out[0].numpy(), DeviceKV(list(out[1:]))

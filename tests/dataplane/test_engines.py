@@ -66,6 +66,8 @@ def test_device_resident_kv_cache_gives_the_same_tokens(lm, solo):
     np.testing.assert_array_equal(dev_logits, host_logits)
     for a, b in zip(dev_present.numpy(), host_present, strict=True):
         np.testing.assert_array_equal(a, b)
+    again_logits, _ = lm.step(ids, mask, pos, lm.device_past(past), keep_on_device=True)  # the profiler's path
+    np.testing.assert_array_equal(again_logits, host_logits)
 
 
 def test_same_seed_same_tokens_and_seeds_matter(engine):
