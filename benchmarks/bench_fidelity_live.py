@@ -8,9 +8,9 @@ for it (all requests at once) and replay it at two loads (``light``: 25% of that
 85%), each cell simulated with the live-host model and compared: TTFT, TPOT and E2E at p50 (goal: within 5%)
 and p95 (goal: within 10%). Prompts are capped at 256 tokens and outputs at 32, as ``edgepop replay`` does.
 
-The engine rows of a cell's profile are its own; its host-sharing rows are pooled over the deployment's profiles
-(per k the median; ``--host-rows cell``: each cell's own), so the cells are simulated once the deployment's last
-cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again with the current
+Every row of the profiles is pooled over the deployment's cells, per row the median (``--host-rows cell`` and
+``--engine-rows cell``: each cell's own host-sharing or engine rows), so the cells are simulated once the
+deployment's last cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again with the current
 code (no live part). Every cell reports the host's 1-minute load average before and after it and the cores the
 gateway's engine threads and event loop kept busy: figures from a loaded machine are not the quiet-machine
 figures the goal is about. The live-host profile is re-measured before every cell (``--profile-every cell``; the other jobs on a shared
@@ -19,7 +19,7 @@ skipped cells are listed.
 
     python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
         [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]
-        [--host-rows pooled|cell] [--resimulate DIR]
+        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--resimulate DIR]
 
 Last stdout line: one JSON object.
 """
@@ -45,10 +45,12 @@ from sim.live.matrix import (
     LOADS,
     bursty_trace,
     capacity_rps,
+    pooled_engine_rows,
     pooled_host_rows,
     replay_cell,
     simulate_cell,
     trace_rate,
+    with_engine_rows,
     with_host_rows,
 )
 from sim.live.replay import ReplayOptions
@@ -76,6 +78,9 @@ def main() -> int:
                          "process")
     ap.add_argument("--host-rows", choices=("pooled", "cell"), default="pooled",
                     help="host-sharing rows pooled over the deployment's profiles (default) or each cell's own")
+    ap.add_argument("--engine-rows", choices=("pooled", "cell"), default="pooled",
+                    help="engine and gateway rows pooled over the deployment's profiles, per row the median "
+                         "(default), or each cell's own")
     ap.add_argument("--resimulate", metavar="DIR", help="simulate the saved cells of an earlier run again")
     args = ap.parse_args()
     if args.resimulate:
@@ -92,8 +97,8 @@ def main() -> int:
     result = {"benchmark": "fidelity_live", "model": MODEL, "stand_in": "gpt2-tiny", "threads": 1,
               "cores": os.cpu_count(), "requests_per_cell": args.requests, "cells": cells, "skipped": skipped,
               "profile_every": args.profile_every, "engine_profile": args.engine_profile,
-              "host_rows": args.host_rows, "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells),
-              "wall_s": round(time.monotonic() - t_start, 1)}
+              "host_rows": args.host_rows, "engine_rows": args.engine_rows,
+              "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells), "wall_s": round(time.monotonic() - t_start, 1)}
     for c in cells:
         print(summary_line(c))
     print(json.dumps(result))
@@ -152,16 +157,19 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    simulate_cells(replayed, topo, args.host_rows, cells)
+    simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows)
 
 
-def simulate_cells(replayed: list, topo, host_rows: str, cells: list) -> None:
-    """Simulate replayed cells ``(folder, profile, meta)`` of one deployment, host-sharing rows pooled over
-    their profiles unless ``host_rows`` is "cell" (appended to ``cells``)."""
-    pooled = pooled_host_rows([p for _, p, _ in replayed]) if host_rows == "pooled" and replayed else None
+def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_rows: str = "pooled") -> None:
+    """Simulate replayed cells ``(folder, profile, meta)`` of one deployment, the host-sharing and the engine
+    rows each pooled over their profiles unless ``host_rows`` / ``engine_rows`` is "cell" (appended to
+    ``cells``)."""
+    profiles = [p for _, p, _ in replayed]
+    pooled = pooled_host_rows(profiles) if host_rows == "pooled" and replayed else None
+    engines = pooled_engine_rows(profiles) if engine_rows == "pooled" and replayed else None
     for folder, profile, meta in replayed:
-        cell = simulate_cell(folder, topo, with_host_rows(profile, pooled))
-        cell.update(meta, host_rows=host_rows)
+        cell = simulate_cell(folder, topo, with_engine_rows(with_host_rows(profile, pooled), engines))
+        cell.update(meta, host_rows=host_rows, engine_rows=engine_rows)
         cells.append(cell)
         log(summary_line(cell))
 
@@ -185,12 +193,13 @@ def resimulate(root: Path, args) -> int:
             topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
             order = {t: i for i, t in enumerate(args.traces.split(","))}
             replayed.sort(key=lambda r: (order.get(r[2]["trace"], 99), list(LOADS).index(r[2]["load"])))
-            simulate_cells(replayed, topo, args.host_rows, cells)
+            simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows)
     if not cells:
         print(f"bench_fidelity_live: error: no saved cells under {root} (expected pops*/CELL/live.parquet)",
               file=sys.stderr)
         return 2
-    result = {"benchmark": "fidelity_live", "resimulated": str(root), "host_rows": args.host_rows, "cells": cells,
+    result = {"benchmark": "fidelity_live", "resimulated": str(root), "host_rows": args.host_rows,
+              "engine_rows": args.engine_rows, "cells": cells,
               "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells)}
     for c in cells:
         print(summary_line(c))

@@ -166,6 +166,7 @@ class Backend:
             "delay": c.delay, "delay_scale": c.delay_scale,
             "last_mile_ms": self.topo.last_mile_ms, "default_location": list(c.default_location),
             "seed": c.seed, "scenario": c.scenario, "threads": c.threads, "provider": c.provider,
+            "host_cores": os.cpu_count(),
             "engines": "per-replica", "lm_max_batch": c.lm_max_batch, "lm_kv_budget_tokens": c.lm_kv_budget_tokens,
             "stand_ins": dict(self.stand_in),
             "prefix_block": c.lm_prefix_block if c.lm_prefix_cache_mb else None,

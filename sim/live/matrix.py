@@ -7,12 +7,12 @@ percentile (``benchmarks/bench_fidelity_live.py`` runs it on a one-PoP and a fou
   (:func:`capacity_rps`: all requests at once; completions per second over the makespan). A cell at load
   ``rho`` replays the trace with its inter-arrival times scaled to a mean rate of ``rho`` times that capacity.
 * Every cell measures its live side first (:func:`replay_cell`) and then simulates the same requests with the
-  live-host model and the deployment's live-host profile (:func:`simulate_cell`). The profile's engine rows are
-  the cell's own (measured just before it: the machine's speed drifts within minutes); its host-sharing rows
-  (the slowdown of k engines decoding at once, and what the event loop and the client used meanwhile) are pooled
-  over the deployment's profiles, per k the median (:func:`pooled_host_rows`): they are ratios, which drift
-  little, but one measurement scatters by 10-20% and decides the cores the live-host model gives the engines.
-  :func:`resimulate` does the simulation half again for saved cells.
+  live-host model and the deployment's live-host profiles (:func:`simulate_cell`), pooled over the deployment's
+  cells, per row the median: the host-sharing rows (the slowdown of k engines decoding at once, and what the
+  event loop and the client used meanwhile; :func:`pooled_host_rows`) and the engine and gateway rows
+  (:func:`pooled_engine_rows`). One profile's rows scatter by 10-40% even on a quiet machine; the benchmark can
+  keep each cell's own rows instead (for a machine whose speed drifts between cells). A saved cell is simulated
+  with the cores of the host that served it (``host.json``), not those of the machine that simulates it.
 """
 
 from __future__ import annotations
@@ -81,12 +81,29 @@ HOST_ROWS = ("host_share", "host_share_loop", "host_share_client")
 _KEY = ["model", "phase", "batch_size", "tokens", "context"]
 
 
-def pooled_host_rows(profiles: list[pd.DataFrame]) -> pd.DataFrame:
-    """The host-sharing rows of ``profiles``, per (row kind, k) the median over the profiles that have it."""
-    rows = pd.concat([p[p.phase.isin(HOST_ROWS)] for p in profiles], ignore_index=True)
+def _pooled(profiles: list[pd.DataFrame], host: bool) -> pd.DataFrame:
+    rows = pd.concat([p[p.phase.isin(HOST_ROWS) == host] for p in profiles], ignore_index=True)
     first = rows.drop_duplicates(_KEY).set_index(_KEY)  # provider and host columns, as measured
     out = rows.groupby(_KEY).ms.median().to_frame().join(first.drop(columns="ms"))
     return out.reset_index()
+
+
+def pooled_host_rows(profiles: list[pd.DataFrame]) -> pd.DataFrame:
+    """The host-sharing rows of ``profiles``, per (row kind, k) the median over the profiles that have it."""
+    return _pooled(profiles, host=True)
+
+
+def pooled_engine_rows(profiles: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every other row of ``profiles`` (engine and gateway costs), per row the median over the profiles that
+    have it: for a machine whose speed does not drift between cells, where one cell's profile scatters."""
+    return _pooled(profiles, host=False)
+
+
+def with_engine_rows(profile: pd.DataFrame, engine_rows: pd.DataFrame | None) -> pd.DataFrame:
+    """``profile`` with every row but the host-sharing ones replaced by ``engine_rows`` (None: as measured)."""
+    if engine_rows is None or not len(engine_rows):
+        return profile
+    return pd.concat([engine_rows[profile.columns], profile[profile.phase.isin(HOST_ROWS)]], ignore_index=True)
 
 
 def with_host_rows(profile: pd.DataFrame, host_rows: pd.DataFrame | None) -> pd.DataFrame:
@@ -114,7 +131,7 @@ def simulate_cell(out: Path, topo, profile: pd.DataFrame) -> dict:
     timelines = json.loads((out / "timelines.json").read_text())
     host = json.loads((out / "host.json").read_text())
     live = pd.read_parquet(out / "live.parquet")
-    sim = simulate_like(desc, live, topo, profile, host_model=True)
+    sim = simulate_like(desc, live, topo, profile, host_model=True, host_cores=host.get("cores"))
     table = compare(sim, live)
     pd.concat([live_frame(live, timelines).assign(side="live"), sim_components(sim).assign(side="sim")],
               ignore_index=True).to_csv(out / "decomposition.csv", index=False)

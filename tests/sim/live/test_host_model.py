@@ -144,8 +144,34 @@ def test_iteration_gap_follows_the_batch_size(desc, topo, tmp_path):
     assert sim_components(two).engine_loop.to_numpy() == pytest.approx(4 * 1.0, abs=1e-6)
 
 
+def test_the_served_hosts_cores_not_this_machines(desc, topo, tmp_path):
+    """Host-sharing rows that show no slowdown for two engines: on a 1-core host that is impossible (the fit is
+    bounded by the cores), on a 16-core host it is what the rows say; a saved run keeps the host's cores."""
+    table = pd.DataFrame({"phase": ["host_share", "host_share"], "batch_size": [1, 2], "tokens": [1, 1],
+                          "ms": [2.0, 2.0]})
+    live = _live(tmp_path, topo, [(0.0, 8, 20), (0.0, 8, 20)])
+    live.loc[1, ["user_lat", "user_lon"]] = 1.35, 103.82  # Singapore: served at SIN
+    ingress, access = topo.ingress(live.user_lat.to_numpy(), live.user_lon.to_numpy())
+    live["ingress"], live["access_rtt_ms"] = ingress.astype(np.int64), access
+
+    def slowest_step(**kw):
+        sim = simulate_like(kw.pop("d", desc), live, topo, perf=ConstPerf(table), host_model=True, **kw)
+        return sim_components(sim).step_ms.max()
+
+    assert desc["host_cores"] >= 1  # the gateway says what it ran on
+    assert slowest_step(host_cores=16) == pytest.approx(STEP_MS)
+    assert slowest_step(host_cores=1) > 1.5 * STEP_MS
+    assert slowest_step(d=dict(desc, host_cores=1)) == slowest_step(host_cores=1)
+
+
 def test_host_rows_pooled_per_k_as_the_median_over_profiles_other_rows_untouched():
-    from sim.live.matrix import HOST_ROWS, pooled_host_rows, with_host_rows
+    from sim.live.matrix import (
+        HOST_ROWS,
+        pooled_engine_rows,
+        pooled_host_rows,
+        with_engine_rows,
+        with_host_rows,
+    )
 
     def profile(share3, step):
         rows = [("m", "decode", 1, 1, 128, step), ("m", "host_share", 1, 1, 128, 3.6),
@@ -161,3 +187,9 @@ def test_host_rows_pooled_per_k_as_the_median_over_profiles_other_rows_untouched
     assert list(mixed.columns) == list(profiles[0].columns) and len(mixed) == len(profiles[0])
     assert mixed[mixed.phase == "decode"].ms.tolist() == [2.5]  # the cell's own engine rows stay
     assert with_host_rows(profiles[0], None) is profiles[0]
+    engines = pooled_engine_rows(profiles)  # the other way round: engine rows pooled, host rows the cell's
+    assert engines.phase.tolist() == ["decode"] and engines.ms.iloc[0] == pytest.approx(2.6)
+    pooled_both = with_engine_rows(mixed, engines)
+    assert len(pooled_both) == len(profiles[0])
+    assert pooled_both[pooled_both.phase == "decode"].ms.tolist() == [pytest.approx(2.6)]
+    assert pooled_both.set_index(["phase", "batch_size"]).ms[("host_share", 3)] == pytest.approx(6.7)
