@@ -161,20 +161,36 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+def block_draws(n: int, boot: int, rng: np.random.Generator, block: int | None = None) -> np.ndarray:
+    """``boot`` resamples of positions ``0..n-1`` (shape ``[boot, n]``), drawn as circular blocks of ``block``
+    consecutive positions (default: n^(1/3) rounded, 4 for 60 requests, the rule of thumb for a moving-block
+    bootstrap; 1 is the plain bootstrap)."""
+    block = max(1, int(round(n ** (1 / 3)))) if block is None else max(1, min(int(block), n))
+    starts = rng.integers(0, n, (boot, -(-n // block)))
+    idx = (starts[:, :, None] + np.arange(block)[None, None, :]) % n
+    return idx.reshape(boot, -1)[:, :n]
+
+
+def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int = 0,
+            block: int | None = None) -> pd.DataFrame:
     """One row per metric and percentile: simulated, live, relative difference (sim vs live), its 90% interval
     and the goal.
 
     Rows are matched by ``request_id`` and only requests that succeeded on both sides are compared. The interval
-    (``diff_lo_pct``, ``diff_hi_pct``) is a paired bootstrap over those requests (``boot`` resamples, seeded):
-    a cell of 60 requests pins a p50 of a spread-out TPOT only loosely, and both sides are resampled together
-    because they ran the same requests.
+    (``diff_lo_pct``, ``diff_hi_pct``) is a paired moving-block bootstrap over those requests in arrival order
+    (``boot`` resamples, seeded; :func:`block_draws`): a cell of 60 requests pins a p50 of a spread-out TPOT
+    only loosely; both sides are resampled together because they ran the same requests; and neighbours in time
+    are resampled together because near saturation they are not independent (requests admitted in one prefill
+    wait, stall and finish together). ``block``: requests per block (default: :func:`block_draws`'s).
     """
     ok_live = live[(live.status == 200) & (live.error.fillna("") == "")] if "status" in live else live
     ok_sim = sim[sim.outcome == "ok"] if "outcome" in sim else sim
     ids = np.intersect1d(ok_live.request_id.to_numpy(), ok_sim.request_id.to_numpy())
     a = ok_sim.set_index("request_id").loc[ids]
     b = ok_live.set_index("request_id").loc[ids]
+    if "arrival_s" in b:  # arrival order, for the blocks
+        order = np.argsort(pd.to_numeric(b.arrival_s, errors="coerce").to_numpy(dtype=float), kind="stable")
+        a, b = a.iloc[order], b.iloc[order]
     rng = np.random.default_rng(seed)
     rows = []
     for m in METRICS:
@@ -183,7 +199,7 @@ def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int =
         xs, xl = sa[~np.isnan(sa)], sl[~np.isnan(sl)]
         both = ~np.isnan(sa) & ~np.isnan(sl)  # the pairs the bootstrap resamples together
         ps, pl = sa[both], sl[both]
-        draw = rng.integers(0, len(ps), (boot, len(ps))) if len(ps) > 1 and boot else None
+        draw = block_draws(len(ps), boot, rng, block) if len(ps) > 1 and boot else None
         for q in (50, 95):
             s, v = percentile(xs, q, 2), percentile(xl, q, 2)
             diff = round(100.0 * (s - v) / v, 2) if s is not None and v else None

@@ -142,3 +142,26 @@ def test_comparison_intervals_are_a_paired_bootstrap():
     assert t.diff_lo_pct < t.diff_pct < t.diff_hi_pct
     again = compare(sim, live).set_index(["metric", "percentile"]).loc[("tpot_ms", "p50")]
     assert (t.diff_lo_pct, t.diff_hi_pct) == (again.diff_lo_pct, again.diff_hi_pct)  # seeded
+
+
+def test_interval_resamples_neighbours_in_time_together():
+    from sim.live.fidelity import block_draws
+
+    draws = block_draws(60, 200, np.random.default_rng(0))
+    assert draws.shape == (200, 60) and draws.min() >= 0 and draws.max() < 60
+    steps = (np.diff(draws[:, :4], axis=1) % 60)  # a block of 4 (60 ** (1/3) rounded): consecutive positions
+    assert (steps == 1).all()
+    # Errors shared by groups of four neighbours (one admission each, say): resampling requests one by one
+    # pretends there are 60 independent errors, blocks see 15; the interval must widen.
+    rng = np.random.default_rng(5)
+    n = 60
+    live = pd.DataFrame({"request_id": np.arange(n), "arrival_s": np.arange(n) * 0.1, "status": 200, "error": "",
+                         "ttft_ms": rng.lognormal(5, 0.3, n), "tpot_ms": rng.lognormal(2, 0.2, n)})
+    live["e2e_ms"] = live.ttft_ms + 30 * live.tpot_ms
+    sim = live.drop(columns=["status", "error"]).assign(outcome="ok")
+    sim["tpot_ms"] = live.tpot_ms.to_numpy() * np.repeat(rng.lognormal(0, 0.4, n // 4), 4)
+    def width(block):
+        t = compare(sim, live, block=block).set_index(["metric", "percentile"]).loc[("tpot_ms", "p50")]
+        return t.diff_hi_pct - t.diff_lo_pct
+
+    assert width(None) > 1.2 * width(1)
