@@ -31,7 +31,7 @@ from dataplane.cache import cached_model
 from dataplane.errors import DataPlaneError
 from dataplane.models.gpt2 import GPT2Spec
 from dataplane.models.gpt2_ref import PROJECTIONS
-from dataplane.runtime import LanguageModel
+from dataplane.runtime import DeviceKV, LanguageModel
 from dataplane.session import SessionConfig
 
 MAX_RANK = 32  # the Workers AI limit on adapter rank
@@ -273,7 +273,12 @@ class LoraLanguageModel(LanguageModel):
         self.adapters: Adapter | Sequence[Adapter | None] | None = None
         self._feeds: tuple[list, dict] = ([], {})  # last (rows, feeds): decode steps reuse the same rows
 
-    def step(self, input_ids, attention_mask, position_ids, past):
+    def step(self, input_ids, attention_mask, position_ids, past, keep_on_device: bool = False):
+        """:meth:`step_with` the model's ``adapters``. The KV cache stays in host memory here (the adapter
+        inputs go with every call): ``keep_on_device`` is accepted and ignored, a device-resident ``past``
+        is copied back."""
+        if isinstance(past, DeviceKV):
+            past = past.numpy()
         return self.step_with(input_ids, attention_mask, position_ids, past, self.adapters)
 
     def step_with(self, input_ids, attention_mask, position_ids, past, adapters):

@@ -76,3 +76,22 @@ def test_adapter_needs_a_lora_model(setup):
             eng.submit([1, 2, 3], GREEDY, adapter=ads[0])
     finally:
         eng.close()
+
+
+def test_lora_models_keep_their_cache_on_the_host(setup):
+    # Adapter inputs go with every call, so a LoRA model's KV stays in host memory: asked to keep it on the
+    # device (as a base model's engine does on CUDA), it answers with host arrays, and takes a device past back.
+    _, _, eng, _ = setup
+    model = eng.model
+    logits, past, mask = model.prefill([[1, 2, 3]])
+    mask = np.concatenate([mask, np.ones((1, 1), np.int64)], axis=1)
+    ids, pos = np.array([[4]]), np.array([[3]])
+    host_logits, host_present = model.step(ids, mask, pos, past)
+    kept_logits, kept_present = model.step(ids, mask, pos, model.device_past(past), keep_on_device=True)
+    assert isinstance(kept_present, list)
+    np.testing.assert_array_equal(kept_logits, host_logits)
+    forced = LMEngine(model, LMEngineConfig(device_kv=True))
+    try:
+        assert forced._device_kv is False  # the engine does not ask a LoRA model for a device cache
+    finally:
+        forced.close()
