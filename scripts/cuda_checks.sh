@@ -5,6 +5,8 @@
 #   3. the data-plane benchmark on CUDA and on CPU (same machine, same run),
 #   4. a quick profile table measured on CUDA (the table the simulator reads).
 # Usage: scripts/cuda_checks.sh OUTDIR   (PYTHON=... picks the interpreter; logs and tables land in OUTDIR)
+# Run from the repository root with edgepop and its test extra installed (pip install -e ".[test]") on a machine
+# where onnxruntime-gpu finds its CUDA libraries; it stops after the probe if CUDA does not load.
 set -u
 out=${1:?usage: scripts/cuda_checks.sh OUTDIR}
 mkdir -p "$out"
