@@ -31,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="what to measure when no --profile is given: the live-host profile (the engine alone, "
                         "engines sharing the host, the gateway's own costs; default), service times through the "
                         "live gateway, or the bare LM engine")
+    r.add_argument("--profile-repeats", type=int, default=1,
+                   help="measure the profile N times back to back and use each row's median (one measurement "
+                        "scatters by 10-40%%; default 1)")
     r.add_argument("--host-model", default="live", choices=("live", "off"),
                    help="live (default): the simulator models the live host (engine iterations, shared cores, "
                         "the gateway's costs); off: every replica has a device of its own")
@@ -47,7 +50,8 @@ def run_replay(args: argparse.Namespace) -> int:
                          time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,
                          max_output=args.max_output, token=args.token or os.environ.get("EDGEPOP_TOKEN"),
                          account=args.account, concurrency=args.concurrency, profile=args.profile,
-                         profile_source=args.profile_source, simulate=not args.no_sim, seed=args.seed)
+                         profile_source=args.profile_source, profile_repeats=args.profile_repeats,
+                         simulate=not args.no_sim, seed=args.seed)
     report = replay_and_compare(opts, progress=lambda line: print(line, file=sys.stderr, flush=True),
                                 host_model=args.host_model == "live")
     print(report)

@@ -9,8 +9,8 @@ percentile (``benchmarks/bench_fidelity_live.py`` runs it on a one-PoP and a fou
 * Every cell measures its live side first (:func:`replay_cell`) and then simulates the same requests with the
   live-host model and the deployment's live-host profiles (:func:`simulate_cell`), pooled over the deployment's
   cells, per row the median: the host-sharing rows (the slowdown of k engines decoding at once, and what the
-  event loop and the client used meanwhile; :func:`pooled_host_rows`) and the engine and gateway rows
-  (:func:`pooled_engine_rows`). One profile's rows scatter by 10-40% even on a quiet machine; the benchmark can
+  event loop and the client used meanwhile; :func:`~sim.live.pooling.pooled_host_rows`) and the engine and gateway rows
+  (:func:`pooled_engine_rows`; both in :mod:`sim.live.pooling`). One profile's rows scatter by 10-40% even on a quiet machine; the benchmark can
   keep each cell's own rows instead (for a machine whose speed drifts between cells). A saved cell is simulated
   with the cores of the host that served it (``host.json``), not those of the machine that simulates it.
 """
@@ -75,42 +75,6 @@ def capacity_rps(opts: ReplayOptions, topo, n: int) -> float:
                                 f"capacity-{uuid.uuid4().hex[:8]}:"))
     makespan = float(np.nanmax(live.c_end.to_numpy()) - t0)
     return int(((live.status == 200) & (live.error == "")).sum()) / makespan
-
-
-HOST_ROWS = ("host_share", "host_share_loop", "host_share_client")
-_KEY = ["model", "phase", "batch_size", "tokens", "context"]
-
-
-def _pooled(profiles: list[pd.DataFrame], host: bool) -> pd.DataFrame:
-    rows = pd.concat([p[p.phase.isin(HOST_ROWS) == host] for p in profiles], ignore_index=True)
-    first = rows.drop_duplicates(_KEY).set_index(_KEY)  # provider and host columns, as measured
-    out = rows.groupby(_KEY).ms.median().to_frame().join(first.drop(columns="ms"))
-    return out.reset_index()
-
-
-def pooled_host_rows(profiles: list[pd.DataFrame]) -> pd.DataFrame:
-    """The host-sharing rows of ``profiles``, per (row kind, k) the median over the profiles that have it."""
-    return _pooled(profiles, host=True)
-
-
-def pooled_engine_rows(profiles: list[pd.DataFrame]) -> pd.DataFrame:
-    """Every other row of ``profiles`` (engine and gateway costs), per row the median over the profiles that
-    have it: for a machine whose speed does not drift between cells, where one cell's profile scatters."""
-    return _pooled(profiles, host=False)
-
-
-def with_engine_rows(profile: pd.DataFrame, engine_rows: pd.DataFrame | None) -> pd.DataFrame:
-    """``profile`` with every row but the host-sharing ones replaced by ``engine_rows`` (None: as measured)."""
-    if engine_rows is None or not len(engine_rows):
-        return profile
-    return pd.concat([engine_rows[profile.columns], profile[profile.phase.isin(HOST_ROWS)]], ignore_index=True)
-
-
-def with_host_rows(profile: pd.DataFrame, host_rows: pd.DataFrame | None) -> pd.DataFrame:
-    """``profile`` with its host-sharing rows replaced by ``host_rows`` (None: as measured)."""
-    if host_rows is None or not len(host_rows):
-        return profile
-    return pd.concat([profile[~profile.phase.isin(HOST_ROWS)], host_rows[profile.columns]], ignore_index=True)
 
 
 def replay_cell(opts: ReplayOptions, desc: dict, topo, out: Path, progress=print) -> None:

@@ -41,6 +41,7 @@ class ReplayOptions:
     concurrency: int = 64
     profile: str | None = None
     profile_source: str = "host"  # "host": sim.live.host_profile; "gateway": through the gateway; "engine": alone
+    profile_repeats: int = 1  # profiles measured back to back, pooled per row (median): one scatters by 10-40%
     simulate: bool = True
     seed: int = 0
     timeout_s: float = 120.0

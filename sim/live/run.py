@@ -27,6 +27,7 @@ from sim.live.decompose import live_frame, one_request, side_by_side, sim_compon
 from sim.live.fidelity import compare, measure_profile, simulate_like, summarize
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
+from sim.live.pooling import pooled_profile
 from sim.live.replay import ReplayOptions, build_requests, send_all
 from sim.traces import read_trace
 from topology import Topology
@@ -74,6 +75,8 @@ def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator,
 def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = True) -> str:
     """Run the live replay, then (unless ``simulate`` is off) the simulator, write outputs, return the report."""
     require_loopback(opts.url)
+    if opts.profile_repeats < 1:
+        raise UserError(f"replay: --profile-repeats must be at least 1, got {opts.profile_repeats}")
     desc = fetch_deployment(opts.url, opts.token)
     if opts.model not in {p["model"] for p in desc["placement"]}:
         raise UserError(f"replay: model {opts.model!r} is not served by {opts.url}")
@@ -86,7 +89,12 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     out.mkdir(parents=True, exist_ok=True)
     profile = opts.profile
     if opts.simulate and not profile:  # measured before the live run, under the same machine conditions
-        profile = measure_for_replay(opts, desc, topo, progress)
+        profiles = []
+        for i in range(opts.profile_repeats):
+            if opts.profile_repeats > 1:
+                progress(f"profile {i + 1} of {opts.profile_repeats}")
+            profiles.append(measure_for_replay(opts, desc, topo, progress))
+        profile = pooled_profile(profiles)
         profile.to_csv(out / "profile.csv", index=False)
     live, timelines, host = live_replay(opts, desc, topo, rng, progress)
     live.to_parquet(out / "live.parquet", index=False)

@@ -165,10 +165,11 @@ def test_the_served_hosts_cores_not_this_machines(desc, topo, tmp_path):
 
 
 def test_host_rows_pooled_per_k_as_the_median_over_profiles_other_rows_untouched():
-    from sim.live.matrix import (
+    from sim.live.pooling import (
         HOST_ROWS,
         pooled_engine_rows,
         pooled_host_rows,
+        pooled_profile,
         with_engine_rows,
         with_host_rows,
     )
@@ -193,3 +194,6 @@ def test_host_rows_pooled_per_k_as_the_median_over_profiles_other_rows_untouched
     assert len(pooled_both) == len(profiles[0])
     assert pooled_both[pooled_both.phase == "decode"].ms.tolist() == [pytest.approx(2.6)]
     assert pooled_both.set_index(["phase", "batch_size"]).ms[("host_share", 3)] == pytest.approx(6.7)
+    every = pooled_profile(profiles).set_index(["phase", "batch_size"]).ms  # replay --profile-repeats
+    assert every[("decode", 1)] == pytest.approx(2.6) and every[("host_share", 3)] == pytest.approx(6.7)
+    assert pooled_profile(profiles[:1]) is profiles[0]

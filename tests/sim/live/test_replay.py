@@ -95,6 +95,7 @@ def test_replay_command_end_to_end(delayed_gateway, tmp_path):
     cmp = pd.read_csv(out / "comparison.csv")
     assert len(cmp) == 6 and (cmp.n == 4).all()
     assert main(["replay", "--live", "http://10.1.2.3:8787", "--trace", "x.csv"]) == 2  # loopback only
+    assert main(["replay", "--live", url, "--trace", "x.csv", "--profile-repeats", "0"]) == 2
 
 
 def test_gateway_profile_subtracts_the_injected_rtt(monkeypatch):
