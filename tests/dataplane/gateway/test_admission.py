@@ -66,7 +66,7 @@ def test_client_disconnect_mid_stream_frees_the_slot(small_gateway):
         for _ in r.iter_lines():
             break  # go away after the first event
     gw = app.state.gateway
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 120  # a hang guard, not a timing goal: the loop ends as soon as the slot is free
     while gw.admission.leases_open and time.monotonic() < deadline:
         time.sleep(0.02)
     assert gw.admission.leases_open == 0 and gw.backend.plane.snapshot()["running"] == 0
@@ -107,7 +107,7 @@ def test_auth_401_403(gateway):
     assert httpx.get(f"{url}/client/v4/accounts/alice/ai/models/search", headers=headers(BOB)).status_code == 403
 
 
-def _poll(url, model, rid, token, account, timeout_s=30):
+def _poll(url, model, rid, token, account, timeout_s=120):
     deadline = time.monotonic() + timeout_s
     while True:
         r = httpx.post(run_url(url, model, account) + "?queueRequest=true", json={"request_id": rid},
