@@ -100,7 +100,7 @@ class LMEngine:
         self._mask: np.ndarray | None = None
         self._reserved = 0
         lora = isinstance(model, LoraLanguageModel)
-        auto = model.provider == "CUDAExecutionProvider" and not lora
+        auto = model.on_cuda and not lora
         self._device_kv = auto if self.config.device_kv is None else bool(self.config.device_kv) and not lora
         pc = self.config.prefix_cache
         self.prefix_cache = PrefixCache(pc) if pc is not None and pc.max_bytes > 0 else None

@@ -86,7 +86,7 @@ def _lm_rows(model, grid: ProfileGrid, rng: np.random.Generator) -> Iterator[tup
             pos = np.full((batch, 1), ctx, np.int64)
             # On CUDA the engine keeps the KV cache on the GPU between steps (LMEngineConfig.device_kv), so
             # a step is timed the way it runs there: past already on the device, present left there.
-            keep = model.provider == "CUDAExecutionProvider"
+            keep = model.on_cuda
             if keep:
                 past = model.device_past(past)
             yield "decode", batch, 1, ctx, time_call(

@@ -66,8 +66,13 @@ class LanguageModel:
         return self.session.provider
 
     @property
+    def on_cuda(self) -> bool:
+        """Whether the graph runs on CUDA (where a KV cache left on the device saves a PCIe round trip a step)."""
+        return self.provider == "CUDAExecutionProvider"
+
+    @property
     def _kv_device(self) -> str:
-        return "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
+        return "cuda" if self.on_cuda else "cpu"
 
     def device_past(self, past: list[np.ndarray]) -> DeviceKV:
         """``past`` copied once into the provider's memory: what a decode step finds there in steady state."""
