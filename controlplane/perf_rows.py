@@ -32,6 +32,7 @@ REFERENCE_FILE = DATA / "perf_reference.csv"
 REFERENCE_MODELS = DATA / "perf_reference_models.toml"
 REFERENCE_GPUS = DATA / "perf_reference_gpus.csv"
 KERNELS_FILE = DATA / "perf_kernels.csv"
+HOLDOUT_FILE = DATA / "perf_holdout.csv"  # end-to-end rows no fit ever sees: an external check of the shipped constants
 COLLECTIVES_FILE = DATA / "perf_collectives.csv"
 COLUMNS = ["model", "gpu", "tp", "precision", "kv_precision", "phase", "batch", "prompt_tokens", "context",
            "measured_ms", "engine", "source", "notes"]
@@ -201,8 +202,9 @@ def reference_gpus() -> dict:
     return gpus
 
 
-def load_rows(kinds=("e2e", "kernel", "collective")) -> Rows:
-    """All reference rows of the given kinds, with their FLOP and byte counts."""
+def load_rows(kinds=("e2e", "kernel", "collective"), reference: str | Path | None = None) -> Rows:
+    """All reference rows of the given kinds, with their FLOP and byte counts (``reference``: another table of
+    end-to-end rows in the same format, e.g. the held-out check set)."""
     specs, gpus = reference_specs(), reference_gpus()
     frames, spec_l, gpu_l, sch_l, cost_l, before_l = [], [], [], [], [], []
 
@@ -222,14 +224,15 @@ def load_rows(kinds=("e2e", "kernel", "collective")) -> Rows:
         before_l.append(cost[0] if isinstance(cost, tuple) and cost[1] else None)
 
     if "e2e" in kinds:
-        t = load_reference()
+        path = Path(reference) if reference else REFERENCE_FILE
+        t = load_reference(path)
         for i, r in enumerate(t.itertuples()):
             if r.phase == "prefill":
                 build = lambda s, sch, r=r: perf_arch.first_token_passes(s, sch, [int(r.prompt_tokens)] * int(r.batch),  # noqa: E731
                                                                r.engine in FIRST_TOKEN_DECODE)
             else:
                 build = lambda s, sch, r=r: perf_arch.decode_pass(s, sch, int(r.batch), float(r.context))  # noqa: E731
-            add(REFERENCE_FILE, i, r.model, r.gpu, r.precision, r.kv_precision, build)
+            add(path, i, r.model, r.gpu, r.precision, r.kv_precision, build)
         frames.append(pd.DataFrame({"kind": "e2e", "model": t.model, "gpu": t.gpu, "tp": t.tp, "phase": t.phase,
                                     "engine": t.engine,
                                     "tokens": np.where(t.phase == "prefill", t.prompt_tokens * t.batch, t.batch),

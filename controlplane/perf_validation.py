@@ -16,11 +16,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from controlplane.perf import RooflineParams
 from controlplane.perf_calibration import Rows, fit, load_rows, mape
+from controlplane.perf_rows import HOLDOUT_FILE
 
 GROUPINGS = ("model", "gpu", "tp")
 PHASES = ("prefill", "decode", "kernel", "allreduce")
 GOAL_MAPE = 0.10  # prefill and decode, each grouping, end-to-end rows
+# Held-out engine releases and the fitted profile of their nearest earlier release (the other reading of an
+# engine the constants never saw is the ``default`` profile, what estimates use).
+EARLIER_RELEASE = {"tensorrt-llm-0.9": "tensorrt-llm-0.5"}
+HOLDOUT_BREAKDOWNS = ("gpu", "tp", "tokens", "model")
 
 
 def cross_validate(rows: Rows | None = None) -> pd.DataFrame:
@@ -70,3 +76,33 @@ def goal_failures(report: dict) -> list[str]:
             if m is not None and m > GOAL_MAPE:
                 bad.append(f"{key}/{phase} {m:.1%}")
     return bad
+
+
+def holdout_report(params: RooflineParams | None = None, path=None) -> dict:
+    """The shipped constants (``params``; default ``perf_params.json``) against ``perf_holdout.csv``: published
+    measurements that no fit and no cross-validation fold ever sees. Each row is predicted twice: with the
+    ``default`` engine profile (an engine the fit never saw) and with its earlier release's fitted profile.
+    Returns pooled and per-breakdown MAPE for both readings and every row's errors."""
+    params = params or RooflineParams.load()
+    rows = load_rows(("e2e",), reference=path or HOLDOUT_FILE)
+    t = rows.table
+    readings = {"default": np.array(["default"] * len(t), dtype=object),
+                "earlier_release": np.array([EARLIER_RELEASE.get(e, "default") for e in t.engine], dtype=object)}
+    out = {"rows": int(len(t)), "engines": sorted(set(t.engine)), "sources": sorted(set(t.source)),
+           "earlier_release": dict(EARLIER_RELEASE), "readings": {}, "points": []}
+    preds = {}
+    for name, engines in readings.items():
+        rows.engine = engines  # the profile each row is predicted with; the rows' costs do not depend on it
+        pred = preds[name] = rows.predict(params)
+        err = np.abs(pred / rows.measured - 1.0)
+        entry = {"mape": float(err.mean()), "median_ape": float(np.median(err))}
+        for key in HOLDOUT_BREAKDOWNS:
+            values = t[key].astype(str).to_numpy()
+            entry[f"by_{key}"] = {v: {"rows": int((values == v).sum()), "mape": float(err[values == v].mean())}
+                                  for v in sorted(set(values), key=lambda x: (len(x), x))}
+        out["readings"][name] = entry
+    for i, r in enumerate(t.itertuples()):
+        out["points"].append({"model": r.model, "gpu": r.gpu, "tp": int(r.tp), "tokens": int(r.tokens),
+                              "measured_ms": float(r.measured_ms),
+                              **{f"{k}_ms": round(float(v[i]), 2) for k, v in preds.items()}})
+    return out

@@ -4,6 +4,8 @@
 
 * ``service_time``: the roofline's errors in sample and in leave-one-group-out cross-validation by model, GPU
   type and tensor-parallel degree (``controlplane.perf_validation``), each group's MAPE by phase;
+* ``service_time_holdout``: the shipped constants against published measurements no fit ever sees
+  (``perf_holdout.csv``, :func:`controlplane.perf_validation.holdout_report`);
 * ``wan``: the WAN model's errors per data set, distance band and continent, in sample and cross-validated by
   data set and by continent (``topology.wan_fidelity``), with the goals met or missed;
 * ``jitter``: the per-path RTT distribution and how it reproduces the measured minima and maxima;
@@ -17,7 +19,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.perf_validation import GOAL_MAPE, GROUPINGS, PHASES, cross_validate, goal_failures, summary
+from controlplane.perf_validation import (
+    GOAL_MAPE,
+    GROUPINGS,
+    HOLDOUT_BREAKDOWNS,
+    PHASES,
+    cross_validate,
+    goal_failures,
+    holdout_report,
+    summary,
+)
 from topology.demand import load_demand_points
 from topology.jitter import jitter_report
 from topology.last_mile import MODES, SOURCE, LastMile, load_table
@@ -61,7 +72,7 @@ def fidelity_report(cross_validated: bool = True) -> dict:
     wan = wan_report(cross_validated=cross_validated)
     if cross_validated:
         wan["every_provider_fitted"] = every_provider_report()
-    return {"generated_by": COMMAND, "service_time": perf, "wan": wan,
+    return {"generated_by": COMMAND, "service_time": perf, "service_time_holdout": holdout_report(), "wan": wan,
             "wan_worst_pairs": worst_pairs(), "jitter": jitter_report(), "last_mile": last_mile_report()}
 
 
@@ -85,6 +96,27 @@ def _perf_groups(title: str, groups: dict, label: str = "held out") -> list[str]
     for name, e in groups.items():
         cells = [f"{_pct(e[p]['mape'])} ({e[p]['rows']})" if p in e else "" for p in PHASES]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _holdout_lines(h: dict) -> list[str]:
+    """The external check: the shipped constants against rows no fit sees, both readings side by side."""
+    d, e = h["readings"]["default"], h["readings"]["earlier_release"]
+    earlier = ", ".join(f"`{k}` as `{v}`" for k, v in h["earlier_release"].items())
+    out = ["### External check: measurements no fit sees", "",
+           f"{h['rows']} prefill rows of {', '.join(f'`{x}`' for x in h['engines'])} "
+           f"(`controlplane/data/perf_holdout.csv`; {', '.join(h['sources'])}) are never fitted, in any fold: the "
+           "shipped constants predict them as an engine the fit never saw (the `default` profile, what estimates "
+           f"use) and as their earlier release's fitted profile ({earlier}). Pooled MAPE {_pct(d['mape'])} "
+           f"(median {_pct(d['median_ape'])}) and {_pct(e['mape'])} (median {_pct(e['median_ape'])}).", "",
+           "| breakdown | group | rows | MAPE, default profile | MAPE, earlier release |", "|---|---|---:|---:|---:|"]
+    for key in HOLDOUT_BREAKDOWNS:
+        for g, x in d[f"by_{key}"].items():
+            out.append(f"| {key} | {g} | {x['rows']} | {_pct(x['mape'])} | {_pct(e[f'by_{key}'][g]['mape'])} |")
+    out += ["", "| model | GPU | tp | prompt tokens | measured ms | default profile ms | earlier release ms |",
+            "|---|---|---:|---:|---:|---:|---:|"]
+    out += [f"| {p['model']} | {p['gpu']} | {p['tp']} | {p['tokens']} | {p['measured_ms']:g} | {p['default_ms']:g} | "
+            f"{p['earlier_release_ms']:g} |" for p in h["points"]]
     return out + [""]
 
 
@@ -122,6 +154,7 @@ def render_markdown(rep: dict) -> str:
         lines += _perf_groups(f"Leave one {key} out, MAPE (rows) per held-out {key}", st[f"by_{key}"]["groups"])
         lines += _perf_groups(f"Leave one {key} out, the same predictions per serving engine",
                               st[f"by_{key}"]["by_engine"], "engine")
+    lines += _holdout_lines(rep["service_time_holdout"])
     lines += ["## WAN latency (core RTT between data centres)", "",
               "Data sets: " + "; ".join(f"`{n}`: {s['statistic']}{'' if s['fitted'] else ''}"
                                        for n, s in wan["sets"].items()) + ".", "",
