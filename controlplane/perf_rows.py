@@ -99,13 +99,15 @@ class Rows:
                     [self.gpus[i] for i in idx], [self.schemes[i] for i in idx], [self.costs[i] for i in idx],
                     [self.prefills[i] for i in idx] if self.prefills else None)
 
-    def predict(self, params: RooflineParams) -> np.ndarray:
-        """Milliseconds of every row under ``params`` (each end-to-end row with its engine's profile)."""
+    def predict(self, params: RooflineParams, engines: np.ndarray | None = None) -> np.ndarray:
+        """Milliseconds of every row under ``params`` (each end-to-end row with its engine's profile, or with the
+        profile ``engines`` names for it)."""
         p = params
-        profiles = {e: p.engines.get(e, p.engines["default"]) for e in set(self.engine)}
+        engines = self.engine if engines is None else engines
+        profiles = {e: p.engines.get(e, p.engines["default"]) for e in set(engines)}
         overhead = np.array([0.0 if k != "e2e" else (profiles[e].prefill_overhead_ms if pre else 0.0)
                              + (profiles[e].step_overhead_ms if not pre or first else 0.0)
-                             for k, e, pre, first in zip(self.kind, self.engine, self.prefill, self.first_decode,
+                             for k, e, pre, first in zip(self.kind, engines, self.prefill, self.first_decode,
                                                          strict=True)])
         out = self._passes_ms(p) + overhead
         if self.before is not None:

@@ -8,11 +8,11 @@ percentile (``benchmarks/bench_fidelity_live.py`` runs it on a one-PoP and a fou
   ``rho`` replays the trace with its inter-arrival times scaled to a mean rate of ``rho`` times that capacity.
 * Every cell measures its live side first (:func:`replay_cell`) and then simulates the same requests with the
   live-host model and the deployment's live-host profiles (:func:`simulate_cell`), pooled over the deployment's
-  cells, per row the median: the host-sharing rows (the slowdown of k engines decoding at once, and what the
-  event loop and the client used meanwhile; :func:`~sim.live.pooling.pooled_host_rows`) and the engine and gateway rows
-  (:func:`pooled_engine_rows`; both in :mod:`sim.live.pooling`). One profile's rows scatter by 10-40% even on a quiet machine; the benchmark can
-  keep each cell's own rows instead (for a machine whose speed drifts between cells). A saved cell is simulated
-  with the cores of the host that served it (``host.json``), not those of the machine that simulates it.
+  cells, per row the median (:mod:`sim.live.pooling`): the host-sharing rows (the slowdown of k engines decoding
+  at once, and what the event loop and the client used meanwhile) and the engine and gateway rows. One profile's
+  rows scatter by 10-40% even on a quiet machine; the benchmark can keep each cell's own rows instead (for a
+  machine whose speed drifts between cells). A saved cell is simulated with the cores of the host that served it
+  (``host.json``), not those of the machine that simulates it.
 """
 
 from __future__ import annotations
