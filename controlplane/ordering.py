@@ -61,9 +61,10 @@ class SiteRtts:
         return len(self.pos)
 
     def __getitem__(self, i):
-        if isinstance(i, slice):
+        try:  # an index (a router reads one per request): no type test on that path
+            return self.site_rtt[self.pos[i]]
+        except TypeError:  # a slice: ``pos[i]`` is a list
             return [self.site_rtt[p] for p in self.pos[i]]
-        return self.site_rtt[self.pos[i]]
 
     def __iter__(self):
         return map(self.site_rtt.__getitem__, self.pos)

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from controlplane.candidates import CandidateLists
 from controlplane.catalog import Catalog, ModelSpec
-from controlplane.ordering import SiteRtts, candidate_slots, first_k_stable
 from edgepop.errors import UserError
 
 READY, LOADING, COLD = "ready", "loading", "cold"
@@ -166,16 +166,10 @@ class ClusterState:
         self.gpu_used = [np.zeros(int(g)) for g in nodes.gpus]
         self.replicas: list[Replica] = []
         self.by_model: dict[str, list[Replica]] = {}
-        self._cand: dict[tuple[int, str], tuple[list[Replica], list[float]]] = {}
-        # (model, full, site order) -> (candidates, the site position of each): a model on a few sites (a central
-        # deployment) has few site orders but thousands of ingress cities, each a candidate-list miss.
-        self._by_order: dict[tuple, tuple[list[Replica], list[int]]] = {}
-        # ingress -> (its RTT row as floats, the site order by RTT): shared by the models that every site holds
-        # (a central deployment: thousands of ingress cities, each a miss once per model otherwise)
-        self._rows: dict[int, tuple[list[float], tuple[int, ...]]] = {}
+        self.candidate_lists = CandidateLists(self)
+        self._cand = self.candidate_lists.cache  # (ingress, model, full) -> (replicas, RTTs)
         self.site_queues: dict[tuple[int, str], SiteQueue] = {}
         self.stats: dict[str, ModelStats] = {}
-        self._groups: dict[str, tuple] = {}  # model -> (its sites ascending, its replicas per site in id order)
         self._bulk = False
         self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
         # Technique state routers read (None = technique off): a controlplane.prefix_index.PrefixIndex and a
@@ -221,9 +215,7 @@ class ClusterState:
         if status == LOADING:
             self.loading.add(r)
         self.by_model.setdefault(spec.id, []).append(r)
-        self._cand.clear()
-        self._by_order.clear()
-        self._groups.pop(spec.id, None)
+        self.candidate_lists.replica_added(spec.id)
         if not self._bulk:
             self.refresh(spec.id)
         return r
@@ -308,8 +300,7 @@ class ClusterState:
     def set_rtt(self, rtt: np.ndarray) -> None:
         """Swap the ingress x site RTT matrix (after a backbone link fault or repair)."""
         self.rtt = np.asarray(rtt, dtype=np.float64)
-        self._cand.clear()
-        self._rows.clear()
+        self.candidate_lists.rtt_changed()
 
     # ---------------------------------------------------------------- candidates
     def candidates(self, ingress: int, model: str, full: bool = False) -> tuple[list[Replica], list[float]]:
@@ -318,86 +309,18 @@ class ClusterState:
         Only the nearest ``max_candidates`` unless ``full``: routers look at the first few, and the
         nearest-with-capacity rule asks for the full list when none of those can start the request.
         """
-        key = (ingress, model, full)
-        hit = self._cand.get(key)
-        if hit is None:
-            hit = self._cand[key] = self._nearest_replicas(ingress, model, full)
-        return hit
-
-    def _nearest_replicas(self, ingress: int, model: str, full: bool) -> tuple[list[Replica], list[float]]:
-        # Replicas are grouped by site: order the model's sites by (RTT, site index), then take each site's
-        # replicas in id order, which is exactly the (RTT, site, replica) order of all its replicas.
-        sites, members = self._site_groups(model)
-        # (sites are distinct and ascending: as many as the columns are all of them, a plain row view)
-        every_site = len(sites) == self.rtt.shape[1]
-        if len(sites) > 24:
-            rt = self.rtt[ingress] if every_site else self.rtt[ingress, sites]
-            n = len(sites) if full or self.max_candidates is None else self.max_candidates
-            order = first_k_stable(rt[None, :], min(n, len(sites)))[0].tolist()  # ties: the lower site first
-            return self._take(model, members, order, rt.tolist(), full)
-        # a stable sort by RTT (ties keep the lower site first); the replicas in that order are cached per order
-        row = self._rows.get(ingress) if every_site else None
-        if row is None:
-            rl = (self.rtt[ingress] if every_site else self.rtt[ingress, sites]).tolist()
-            row = (rl, tuple(sorted(range(len(rl)), key=rl.__getitem__)))
-            if every_site:
-                self._rows[ingress] = row
-        rl, order = row
-        key = (model, full, order)
-        hit = self._by_order.get(key)
-        if hit is None:
-            cands, pos = self._take(model, members, order, range(len(rl)), full)
-            hit = self._by_order[key] = (cands, pos)
-        return hit[0], SiteRtts(rl, hit[1])
-
-    def _site_groups(self, model: str) -> tuple[np.ndarray, list[list[Replica]]]:
-        groups = self._groups.get(model)
-        if groups is None:
-            by_site: dict[int, list[Replica]] = {}
-            for r in self.by_model.get(model, []):
-                by_site.setdefault(r.site, []).append(r)
-            sites = np.array(sorted(by_site), dtype=np.int64)
-            groups = self._groups[model] = (sites, [by_site[s] for s in sites.tolist()])
-        return groups
-
-    def _take(self, model: str, members, order, rl: list[float], full: bool) -> tuple[list[Replica], list[float]]:
-        """The replicas of the sites in ``order``, site by site, up to the candidate count (``rl[i]``: the RTT of
-        site ``i``; :func:`controlplane.ordering.candidate_slots` is the same for many rows at once)."""
-        n = len(self.by_model.get(model, ())) if full or self.max_candidates is None else self.max_candidates
-        cands: list[Replica] = []
-        rtts: list[float] = []
-        for i in order:
-            group = members[i]
-            cands += group
-            rtts += [rl[i]] * len(group)
-            if len(cands) >= n:
-                break
-        return (cands[:n], rtts[:n]) if len(cands) > n else (cands, rtts)
+        hit = self._cand.get((ingress, model, full))  # (the cache hit inlined: every routing decision asks)
+        return hit if hit is not None else self.candidate_lists.build(ingress, model, full)
 
     def precompute(self, ingresses=None, models=None) -> None:
-        """Build the candidate lists up front so that every routing decision is a cached lookup (one sort of
-        every ingress row at once per model; the lists are cut from the sorted rows as arrays, not site by site:
-        3,000 ingress PoPs make tens of thousands of lists)."""
-        rows = np.arange(self.rtt.shape[0]) if ingresses is None else np.asarray(list(ingresses), dtype=np.int64)
-        for m in list(self.by_model if models is None else models):
-            sites, members = self._site_groups(m)
-            if not len(sites):
-                continue
-            rt = self.rtt[np.ix_(rows, sites)]
-            # every site holds a replica: the first max_candidates sites always hold enough of them
-            k = len(sites) if self.max_candidates is None else min(len(sites), self.max_candidates)
-            order = first_k_stable(rt, k)
-            rts = np.take_along_axis(rt, order, axis=1)
-            n = len(self.by_model[m]) if self.max_candidates is None else self.max_candidates
-            slot, replica = candidate_slots(np.array([len(g) for g in members], dtype=np.int64), order, n)
-            flat = np.empty(sum(len(g) for g in members), dtype=object)
-            for i, r in enumerate(r for g in members for r in g):
-                flat[i] = r
-            cands, rtts = flat[replica].tolist(), np.take_along_axis(rts, slot, axis=1).tolist()
-            for ingress, c, r in zip(rows.tolist(), cands, rtts, strict=True):
-                key = (ingress, m, False)
-                if key not in self._cand:
-                    self._cand[key] = (c, r)
+        """Build the candidate lists of ``ingresses`` x ``models`` (default: all) up front, so that every routing
+        decision is a cached lookup (:meth:`controlplane.candidates.CandidateLists.precompute`)."""
+        self.candidate_lists.precompute(ingresses, models)
+
+    def precompute_pairs(self, ingresses, codes, names) -> None:
+        """Build the candidate lists of the pairs ``(ingresses[i], names[codes[i]])`` up front
+        (:meth:`controlplane.candidates.CandidateLists.precompute_pairs`)."""
+        self.candidate_lists.precompute_pairs(ingresses, codes, names)
 
     def memory_report(self) -> pd.DataFrame:
         """Per node: used and total GPU memory (GB) of resident replicas."""

@@ -352,6 +352,11 @@ class Simulation:
         # Everything built so far (topology, placement, candidate lists) lives for the whole run: frozen, the
         # garbage collector's full passes stop walking it (they cost 100+ ms each on a large deployment).
         gc.freeze()
+        # The candidate lists of every (ingress, model) pair the workload names, built at once and frozen with the
+        # rest: a central deployment answers tens of thousands of user cities, and built one miss at a time during
+        # the run, with the collector walking them, they cost several times as much.
+        self.plane.state.precompute_pairs(self.key, self._fields[0], self.model_names)
+        gc.freeze()
         try:
             if self.n:
                 run_until(env, simpy.AnyOf(env, [self.done, env.timeout(horizon)]))

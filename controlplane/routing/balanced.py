@@ -34,20 +34,26 @@ class NearestBalanced(Router):
         if stats is not None and stats.free <= 0:
             return None  # a saturated model: no replica can start it
         free = stats.free_set if stats is not None else ()
-        best, best_load, site = -1, 0.0, None
-        for i, r in enumerate(cands):
-            if site is not None and r.site != site:
+        # r.can_start(kv) and _work(r), inlined: these loops run over a whole site's replicas per request
+        # (free_set holds exactly the up, READY replicas with a free slot). First the nearest that can start it,
+        # then the rest of its site (candidates come site by site).
+        for best, r in enumerate(cands):  # noqa: B007 (the index found is the loop's result)
+            if r in free and r.kv_used + kv <= r.kv_capacity:
                 break
-            # r.can_start(kv) and _work(r), inlined: this loop runs over a whole site's replicas per request
-            # (free_set holds exactly the up, READY replicas with a free slot)
+        else:
+            return None
+        site, best_load = r.site, (r.active + 1) * (r.est_request_ms or 1.0)
+        last = best
+        for i in range(best + 1, len(cands)):
+            r = cands[i]
+            if r.site != site:
+                break
+            last = i
             if r in free and r.kv_used + kv <= r.kv_capacity:
                 load = (r.active + 1) * (r.est_request_ms or 1.0)
-                if site is None or load < best_load:
-                    best, best_load, site = i, load, r.site
-        if best < 0:
-            return None
-        if site is not None and best >= 0 and cands[-1].site == site and \
-                len(cands) < len(self.state.by_model.get(req.model, ())):
+                if load < best_load:
+                    best, best_load = i, load
+        if last == len(cands) - 1 and len(cands) < len(self.state.by_model.get(req.model, ())):
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
             return self._balanced_full(req, full, full_rtts, site) or Decision(START, cands[best], rtts[best])
         return Decision(START, cands[best], rtts[best])

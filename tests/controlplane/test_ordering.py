@@ -1,5 +1,6 @@
 """The nearest-k helper gives exactly the first k columns of a stable full sort, ties included; candidate lists
-cut for all ingresses at once equal those built one ingress at a time."""
+cut for all ingresses at once, or built for the pairs a workload names, equal those built one ingress at a
+time."""
 
 from bisect import bisect_right
 
@@ -24,8 +25,9 @@ def test_first_k_equals_a_stable_full_sort(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_precomputed_candidates_equal_the_per_ingress_lists(catalog, seed):
-    """The candidate lists cut from all rows at once are those one ingress's lookup builds: same replicas, same
-    order, same RTTs, with several replicas per site, ties in RTT and lists cut short or not."""
+    """The candidate lists cut from all rows at once, and those built for a workload's (ingress, model) pairs, are
+    those one ingress's lookup builds: same replicas, same order, same RTTs, with several replicas per site, ties
+    in RTT, lists cut short or not, and models on few sites (shared lists) or many."""
     rng = np.random.default_rng(seed)
     n_sites, n_ingress = int(rng.integers(1, 40)), int(rng.integers(1, 12))
     nodes = rng.integers(0, n_sites, int(rng.integers(n_sites, 3 * n_sites)))
@@ -38,13 +40,24 @@ def test_precomputed_candidates_equal_the_per_ingress_lists(catalog, seed):
         lazy = ClusterState(catalog, fleet, table, rtt, max_candidates=max_candidates)
         eager = ClusterState(catalog, fleet, table, rtt, max_candidates=max_candidates)
         eager.precompute()
+        # the pairs a workload names (repeats, models absent from the placement, ingresses left out)
+        ingresses = rng.integers(0, n_ingress, 30)
+        codes = rng.integers(0, len(models), 30)
+        pairs = ClusterState(catalog, fleet, table, rtt, max_candidates=max_candidates)
+        pairs.precompute_pairs(ingresses, codes, list(models))
+        named = {(int(i), models[c]) for i, c in zip(ingresses, codes, strict=True) if models[c] in lazy.by_model}
+        assert set(pairs._cand) == {(i, m, False) for i, m in named}
         for ingress in range(n_ingress):
             for m in models:
                 if m not in lazy.by_model:
                     continue
-                got, expected = eager._cand[(ingress, m, False)], lazy.candidates(ingress, m)
-                assert [r.id for r in got[0]] == [r.id for r in expected[0]]
-                assert got[1] == expected[1]
+                expected = lazy.candidates(ingress, m)
+                built = [eager._cand[(ingress, m, False)]]
+                if (ingress, m) in named:
+                    built.append(pairs._cand[(ingress, m, False)])
+                for got in built:
+                    assert [r.id for r in got[0]] == [r.id for r in expected[0]]
+                    assert list(got[1]) == list(expected[1])
 
 
 def test_site_rtts_reads_as_the_list_it_stands_for():
