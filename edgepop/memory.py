@@ -15,15 +15,21 @@ no-op). The two roles want opposite things, and the last call in a process wins.
   setting) come from the heap and up to 1 GiB of freed heap is kept, so a copy costs memory bandwidth, in the
   engine and in the profile that times it. ``EDGEPOP_MALLOC_DEFAULT=1`` leaves glibc's defaults (to measure what
   they cost).
+
+:func:`collector_paused` turns Python's cyclic garbage collector off around work that builds many small, acyclic
+objects while a large heap is alive (placement search), where each full pass walks the whole heap and frees
+nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 import sys
 import threading
+from contextlib import contextmanager
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 LARGE_BYTES = 256 * 1024
@@ -66,3 +72,18 @@ def keep_freed_memory() -> bool:
     if os.environ.get("EDGEPOP_MALLOC_DEFAULT") == "1":
         return False
     return _set("keep", ((M_MMAP_THRESHOLD, KEEP_MMAP_BYTES), (M_TRIM_THRESHOLD, KEEP_TRIM_BYTES)))
+
+
+@contextmanager
+def collector_paused():
+    """The cyclic garbage collector off inside the block, restored on exit (nestable; reference counting still
+    frees everything acyclic at once). Placement at 3,000 PoPs makes millions of short-lived lists and tuples:
+    with the collector on, its passes over the topology, workload and fleet already in memory took about 0.8 s
+    of a 6 s greedy placement and freed nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from edgepop.memory import collector_paused
 from topology.rtt_cache import cache_dir, write_atomic
 
 _CODE: list[str] = []
@@ -90,7 +91,8 @@ def cached_place(policy, problem, rng: np.random.Generator):
 
     folder = placement_dir()
     if folder is None or not getattr(policy, "cacheable", False):
-        return policy.place(problem, rng)
+        with collector_paused():
+            return policy.place(problem, rng)
     path = folder / f"{placement_key(policy, problem, rng)}.json"
     entry = _read(path)
     if entry is not None:
@@ -104,7 +106,8 @@ def cached_place(policy, problem, rng: np.random.Generator):
         else:
             placement.from_cache = True
             return placement
-    placement = policy.place(problem, rng)
+    with collector_paused():
+        placement = policy.place(problem, rng)
     if placement.fleet is problem.fleet:  # a policy that built a fleet of its own is not keyed by it
         rows = placement.table
         _write(path, {"policy": placement.policy,
