@@ -6,7 +6,8 @@ Reading guide:
   nodes at sites);
 * :mod:`controlplane.placement` (which replicas run where; policies by name) and :mod:`controlplane.routing`
   (where each request goes; policies by name);
-* :mod:`controlplane.state` (replicas, slots, KV budget, site queues) and :mod:`controlplane.plane` (the
+* :mod:`controlplane.state` (replicas, slots, KV budget, site queues; the per-ingress candidate lists routers
+  read are :mod:`controlplane.candidates`) and :mod:`controlplane.plane` (the
   :class:`~controlplane.plane.ControlPlane` facade: submit, finish, poll; prefix pins and adapter slots);
 * :mod:`controlplane.deployment`: **start here to build one**: the one builder every driver uses;
 * :mod:`controlplane.perf` / :mod:`controlplane.perf_profile` / :mod:`controlplane.perf_models`: service times;

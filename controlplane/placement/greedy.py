@@ -54,8 +54,8 @@ class _Routing:
         self.cost = self.penalty * float(net.pair_demand.sum())
         # While not None, every move is appended as (pair, src, dst, rps, src rtt) so that it can be undone.
         self.journal: list | None = None
-        # Offers cached per (site, model). A move of pair p marks p stale in the cached offers of p's candidate
-        # sites only, the only ones that read p's state (``keys_of[p]``); the next read re-derives p's entries.
+        # Offers cached per (site, model). A move of pair p marks p stale in the offers of p's candidate sites
+        # only, the only ones that read p's state (``keys_of[p]``); the next read re-derives p's entries.
         self._offers: dict[tuple[int, int], list] = {}
         self._stale: dict[tuple[int, int], set[int]] = {}
         self.takers: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)  # pair -> rtt to the site
@@ -68,6 +68,12 @@ class _Routing:
                     self.takers[(s, m)][p] = r
                     keys.append((s, m))
             self.keys_of.append(keys)
+        # The stale sets a move of p marks, one per key p lists, held per pair (a move marks a dozen of them and
+        # moves run ~10^5 times). A key's set is emptied whenever its offers are computed afresh, so marks made
+        # before then never count.
+        for key in self.takers:
+            self._stale[key] = set()
+        self._stale_of = [[self._stale[key] for key in keys] for keys in self.keys_of]
 
     def available(self, node: int, m: int, extra: int = 0) -> float:
         """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""
@@ -95,7 +101,7 @@ class _Routing:
         if hit is None:
             takers = self.takers.get(key, {})
             hit = self._offers[key] = self._compute_offers(takers.items(), [])
-            self._stale[key] = set()
+            self._stale.setdefault(key, set()).clear()
         else:
             stale = self._stale[key]
             if stale:
@@ -137,10 +143,8 @@ class _Routing:
 
     def move(self, p: int, src: int, dst: int, dst_rtt: float, amount: float) -> None:
         """Move ``amount`` rps of pair ``p`` from node ``src`` to node ``dst`` (-1: unserved, at the penalty)."""
-        stale = self._stale
-        for key in self.keys_of[p]:
-            if key in stale:
-                stale[key].add(p)
+        for marks in self._stale_of[p]:
+            marks.add(p)
         m = self.pair_model[p]
         served = self.served[p]
         if src < 0:
