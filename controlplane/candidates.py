@@ -146,6 +146,8 @@ class CandidateLists:
         codes = np.asarray(codes, dtype=np.int64)
         n_rows = state.rtt.shape[0]
         pairs = np.unique(codes * n_rows + ingresses)  # by model, then ingress
+        if not len(pairs):
+            return
         code, row = np.divmod(pairs, n_rows)
         bounds = np.flatnonzero(np.diff(code)) + 1
         for start, stop in zip(np.r_[0, bounds], np.r_[bounds, len(pairs)], strict=True):

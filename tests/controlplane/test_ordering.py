@@ -47,6 +47,8 @@ def test_precomputed_candidates_equal_the_per_ingress_lists(catalog, seed):
         pairs.precompute_pairs(ingresses, codes, list(models))
         named = {(int(i), models[c]) for i, c in zip(ingresses, codes, strict=True) if models[c] in lazy.by_model}
         assert set(pairs._cand) == {(i, m, False) for i, m in named}
+        pairs.precompute_pairs([], [], list(models))  # a workload without requests names no pairs
+        assert set(pairs._cand) == {(i, m, False) for i, m in named}
         for ingress in range(n_ingress):
             for m in models:
                 if m not in lazy.by_model:

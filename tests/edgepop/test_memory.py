@@ -1,5 +1,6 @@
 """Process memory policies: a serving engine keeps freed KV arrays (the next copy does not page-fault), a
-simulation returns freed large blocks to the kernel; the last one set in a process wins."""
+simulation returns freed large blocks to the kernel; the last one set in a process wins. Placement pauses the
+cyclic garbage collector and restores whatever state it found."""
 
 from __future__ import annotations
 
@@ -48,3 +49,33 @@ def test_policies_are_idempotent():
     from edgepop.memory import keep_freed_memory
 
     assert keep_freed_memory() == keep_freed_memory()
+
+
+def test_collector_paused_restores_what_it_found():
+    """Off inside (nested blocks too), back on after, and left off if it was off: a caller that turned the collector
+    off itself keeps it off."""
+    import gc
+
+    from edgepop.memory import collector_paused
+
+    assert gc.isenabled()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+            with collector_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        gc.disable()
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+        with pytest.raises(RuntimeError), collector_paused():
+            raise RuntimeError("restored on errors too")
+        assert not gc.isenabled()
+        gc.enable()
+        with pytest.raises(RuntimeError), collector_paused():
+            raise RuntimeError("restored on errors too")
+        assert gc.isenabled()
+    finally:
+        gc.enable()
