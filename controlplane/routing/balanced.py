@@ -43,17 +43,16 @@ class NearestBalanced(Router):
         else:
             return None
         site, best_load = r.site, (r.active + 1) * (r.est_request_ms or 1.0)
-        last = best
         for i in range(best + 1, len(cands)):
             r = cands[i]
             if r.site != site:
                 break
-            last = i
             if r in free and r.kv_used + kv <= r.kv_capacity:
                 load = (r.active + 1) * (r.est_request_ms or 1.0)
                 if load < best_load:
                     best, best_load = i, load
-        if last == len(cands) - 1 and len(cands) < len(self.state.by_model.get(req.model, ())):
+        # the list holds each site's replicas together: ending at this site, it may have been cut inside it
+        if cands[-1].site == site and len(cands) < len(self.state.by_model.get(req.model, ())):
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
             return self._balanced_full(req, full, full_rtts, site) or Decision(START, cands[best], rtts[best])
         return Decision(START, cands[best], rtts[best])
