@@ -73,11 +73,10 @@ def print_tables(rep: dict) -> None:
         for name, e in st[f"by_{key}"]["groups"].items():
             g.add_row(name, *(_pct(e[p]["mape"]) if p in e else "" for p in PHASES))
         con.print(g)
-    h = rep.get("service_time_holdout")
-    if h:
-        d, e = h["readings"]["default"], h["readings"]["earlier_release"]
+    for h in rep.get("service_time_holdouts", []):
+        d, e = h["readings"]["default"], h["readings"]["other_release"]
         con.print(f"service time on {h['rows']} held-out rows ({', '.join(h['engines'])}, never fitted): MAPE "
-                  f"{_pct(d['mape'])} with the default profile, {_pct(e['mape'])} with the earlier release's")
+                  f"{_pct(d['mape'])} with the default profile, {_pct(e['mape'])} with another release's")
     if "goal_failures" in st:
         con.print("service-time goal: " + ("met" if not st["goal_failures"] else
                                             "not met: " + ", ".join(st["goal_failures"])))

@@ -33,6 +33,7 @@ REFERENCE_MODELS = DATA / "perf_reference_models.toml"
 REFERENCE_GPUS = DATA / "perf_reference_gpus.csv"
 KERNELS_FILE = DATA / "perf_kernels.csv"
 HOLDOUT_FILE = DATA / "perf_holdout.csv"  # end-to-end rows no fit ever sees: an external check of the shipped constants
+HOLDOUT_NIM_FILE = DATA / "perf_holdout_nim.csv"  # a second one: another engine, prefill and decode, TP 1-8
 COLLECTIVES_FILE = DATA / "perf_collectives.csv"
 COLUMNS = ["model", "gpu", "tp", "precision", "kv_precision", "phase", "batch", "prompt_tokens", "context",
            "measured_ms", "engine", "source", "notes"]
