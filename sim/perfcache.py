@@ -63,4 +63,6 @@ class CachedPerf:
         return ms
 
     def __getattr__(self, name):  # everything else (breakdowns, capacity helpers) goes to the wrapped model
+        if name == "perf":  # not set yet (a copy or an unpickling in progress): no wrapped model to ask
+            raise AttributeError(name)
         return getattr(self.perf, name)

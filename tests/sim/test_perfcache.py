@@ -1,0 +1,45 @@
+"""The simulator's memoising service-time front: exact where it tabulates, and a plain object to copy and pickle."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from controlplane.catalog import default_catalog
+from controlplane.perf import Roofline
+from sim.perfcache import CachedPerf
+from topology import Topology
+
+L8 = "@cf/meta/llama-3.1-8b-instruct"
+
+
+def _roofline() -> Roofline:
+    return Roofline.from_topology(Topology.load())
+
+
+def test_exact_at_grid_points_and_between_neighbours_in_between():
+    perf, spec = _roofline(), default_catalog()[L8]
+    cached = CachedPerf(perf)
+    for i in (1, 40, 100, len(cached.grid) - 2):
+        t = cached.grid[i]
+        assert cached.prefill_ms(spec, "H100", t) == pytest.approx(perf.prefill_ms(spec, "H100", t), rel=1e-12)
+    lo, hi = cached.grid[120], cached.grid[121]
+    mid = cached.prefill_ms(spec, "H100", (lo + hi) / 2)
+    assert min(perf.prefill_ms(spec, "H100", lo), perf.prefill_ms(spec, "H100", hi)) <= mid
+    assert mid <= max(perf.prefill_ms(spec, "H100", lo), perf.prefill_ms(spec, "H100", hi))
+    assert cached.decode_step_ms(spec, "H100", 4, 640) == perf.decode_step_ms(spec, "H100", 4, 640)
+
+
+def test_copies_and_pickles_delegate_like_the_original():
+    """Attribute lookups fall through to the wrapped model; a copy or an unpickled object must not recurse while
+    its own attributes are not set yet (it did, without end)."""
+    perf, spec = _roofline(), default_catalog()[L8]
+    cached = CachedPerf(perf)
+    cached.prefill_ms(spec, "H100", 512)
+    for other in (copy.copy(cached), copy.deepcopy(cached), pickle.loads(pickle.dumps(cached))):
+        assert other.prefill_ms(spec, "H100", 512) == cached.prefill_ms(spec, "H100", 512)
+        assert other.params == perf.params  # delegated to the wrapped model
+    with pytest.raises(AttributeError):
+        getattr(CachedPerf.__new__(CachedPerf), "anything")  # noqa: B009 (the lookup is the test)
