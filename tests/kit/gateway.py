@@ -9,6 +9,9 @@ import pytest
 ALICE, BOB = "tok-alice-0000001", "tok-bob-00000001"
 TOKENS = {ALICE: "alice", BOB: "bob"}
 GEN = "@cf/meta/llama-3.2-1b-instruct"  # stand-in gpt2-tiny
+# Stand-in gpt2-small: about ten times slower per token than gpt2-tiny, so that a request can hold a slot well past
+# a queue timeout however fast the machine (gpt2-tiny's longest output takes ~0.4 s on a fast core).
+SLOW = "@edgepop/gpt2-small"
 EMB = "@cf/baai/bge-base-en-v1.5"  # stand-in minilm-l6-v2 (real weights)
 MODELS = [GEN, "@edgepop/gpt2-tiny", EMB, "@edgepop/bert-small-classify", "@edgepop/bert-small-rerank",
           "@cf/microsoft/resnet-50", "@cf/openai/whisper"]
@@ -57,7 +60,7 @@ def small_gateway(tmp_path_factory, gateway_topo):
     """One PoP, one slot, a queue of one and a short queue timeout: capacity and timeout errors on demand."""
     from dataplane.gateway import GatewayConfig
 
-    cfg = GatewayConfig(pops=["FRA"], models=[GEN], tokens=TOKENS, delay=False, slots=1, queue_limit=1,
+    cfg = GatewayConfig(pops=["FRA"], models=[GEN, SLOW], tokens=TOKENS, delay=False, slots=1, queue_limit=1,
                         queue_timeout_s=0.4, db=str(tmp_path_factory.mktemp("gw-small") / "b.sqlite"),
                         router="nearest-with-capacity")
     server, app = _serve(cfg, gateway_topo)

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 import httpx
-from kit.gateway import BOB, GEN, headers, run_url
+from kit.gateway import BOB, GEN, SLOW, headers, run_url
 
 LONG = {"prompt": "busy", "max_tokens": 500, "ignore_eos": True, "temperature": 0}
 
@@ -19,16 +19,24 @@ async def _post(client, url, body, hdrs, delay=0.0):
 
 
 def test_capacity_reject_if_busy_queue_full_and_queue_timeout(small_gateway):
+    """The slow stand-in's 300 tokens (seconds on any CPU) hold the only slot past the queued request's 0.4 s
+    timeout; each step waits for the state it needs (running, then waiting) instead of sleeping."""
     url, app = small_gateway
-    u = run_url(url, GEN)
+    u = run_url(url, SLOW)
+    plane = app.state.gateway.backend.plane
+    long_body = {**LONG, "max_tokens": 300}
+
+    async def until(what: str, n: int) -> None:
+        while plane.snapshot()[what] < n:
+            await asyncio.sleep(0.005)
 
     async def scenario():
         async with httpx.AsyncClient(timeout=60) as c:
-            long_ = asyncio.create_task(_post(c, u, LONG, headers()))  # takes the only slot for ~1 s or more
-            await asyncio.sleep(0.15)
+            long_ = asyncio.create_task(_post(c, u, long_body, headers()))  # takes the only slot
+            await until("running", 1)
             busy = await _post(c, u, {"prompt": "x", "max_tokens": 2, "options": {"rejectIfBusy": True}}, headers())
             queued = asyncio.create_task(_post(c, u, {"prompt": "y", "max_tokens": 2}, headers()))  # waits
-            await asyncio.sleep(0.05)
+            await until("waiting", 1)
             full = await _post(c, u, {"prompt": "z", "max_tokens": 2}, headers())  # queue of one is full
             return busy, await queued, full, await long_
 
@@ -36,7 +44,7 @@ def test_capacity_reject_if_busy_queue_full_and_queue_timeout(small_gateway):
     assert busy[0] == 429 and busy[1]["errors"][0]["code"] == 3040
     assert full[0] == 429 and full[1]["errors"][0]["code"] == 3040
     assert queued[0] == 408 and queued[1]["errors"][0]["code"] == 3007
-    assert long_[0] == 200 and long_[1]["result"]["usage"]["completion_tokens"] == 500
+    assert long_[0] == 200 and long_[1]["result"]["usage"]["completion_tokens"] == 300
     gw = app.state.gateway
     snap = gw.backend.plane.snapshot()
     assert snap["running"] == 0 and snap["waiting"] == 0 and gw.admission.leases_open == 0  # every slot released

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from kit.gateway import ALICE, EMB, GEN, TOKENS, headers, run_url
+from kit.gateway import ALICE, EMB, GEN, SLOW, TOKENS, headers, run_url
 
 from dataplane.gateway.standins import projection
 
@@ -75,16 +75,17 @@ async def _post(client, url, body, hdrs):
 def test_reject_if_busy_on_openai_routes_and_retry_after_on_capacity(small_gateway):
     url, app = small_gateway
     chat = f"{url}/client/v4/accounts/alice/ai/v1/chat/completions"
-    msg = {"model": GEN, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    msg = {"model": SLOW, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
 
     async def scenario():
         async with httpx.AsyncClient(timeout=60) as c:
-            long_ = asyncio.create_task(_post(c, run_url(url, GEN), LONG, headers()))  # the only slot
+            # the slow stand-in holds the only slot for seconds, however fast the machine
+            long_ = asyncio.create_task(_post(c, run_url(url, SLOW), {**LONG, "max_tokens": 300}, headers()))
             while app.state.gateway.backend.plane.snapshot()["running"] == 0:
                 await asyncio.sleep(0.01)
             body = await _post(c, chat, {**msg, "options": {"rejectIfBusy": True}}, headers())
             query = await _post(c, chat + "?rejectIfBusy=true", msg, headers())
-            workers = await _post(c, run_url(url, GEN), {"prompt": "x", "max_tokens": 2,
+            workers = await _post(c, run_url(url, SLOW), {"prompt": "x", "max_tokens": 2,
                                                          "options": {"rejectIfBusy": True}}, headers())
             return body, query, workers, await long_
 
