@@ -198,7 +198,8 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
         placement = with_idle_gpus_filled(placement)
     fleet = placement.fleet
     entry = _entry(name, central, topo, fleet)
-    rtt = entry["rtt_builder"](topo.latency) * rtt_scale
+    # An edge fleet's matrix is the placement problem's own (same function, topology and fleet): not built twice.
+    rtt = (entry["rtt_builder"](topo.latency) if central else problem.rtt_for(fleet)) * rtt_scale
     plane = build_control_plane(cfg, catalog, fleet, placement.table, rtt, perf=perf, rng=rng_route,
                                 typical_tokens=typical_tokens, scenario_start=scenario_start, day_s=day_s,
                                 **plane_options)

@@ -135,16 +135,21 @@ def bin_rates(groups: Groups, cfg: WorkloadConfig, rps: float, edges: np.ndarray
     """Expected arrivals (bins x groups) for bins between consecutive ``edges``, at rate ``rps`` in total."""
     mid = 0.5 * (edges[:-1] + edges[1:])
     width = np.diff(edges)
-    lam = np.broadcast_to(rps * groups.weight, (len(mid), len(groups.weight))).copy()
+    base = rps * groups.weight
     if cfg.diurnal:
-        # the curve once per time zone, then gathered for the zone's groups
+        # the curve once per time zone, then gathered for the zone's groups; the gather is a new array, scaled in
+        # place (factor x base is base x factor to the bit: one pass over bins x groups fewer than a copy of base)
         hours = groups.zone_hour0[None, :] + (mid * cfg.time_speed / 3600.0)[:, None]
-        lam *= diurnal_factor(hours)[:, groups.zone]
+        lam = diurnal_factor(hours)[:, groups.zone]
+        lam *= base
+    else:
+        lam = np.broadcast_to(base, (len(mid), len(groups.weight))).copy()
     for br, m in zip(cfg.bursts, masks, strict=True):
         active = (mid >= br.start_s) & (mid < br.end_s)
         if active.any():
             lam[np.ix_(active, m)] *= br.multiplier
-    return lam * width[:, None]
+    lam *= width[:, None]
+    return lam
 
 
 def poisson_chunks(groups: Groups, cfg: WorkloadConfig, rps: float, rng: np.random.Generator,
