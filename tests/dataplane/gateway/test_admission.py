@@ -27,7 +27,9 @@ def test_capacity_reject_if_busy_queue_full_and_queue_timeout(small_gateway):
     long_body = {**LONG, "max_tokens": 300}
 
     async def until(what: str, n: int) -> None:
+        deadline = time.monotonic() + 120  # a hang guard, not a timing goal
         while plane.snapshot()[what] < n:
+            assert time.monotonic() < deadline, f"control plane never had {n} {what}"
             await asyncio.sleep(0.005)
 
     async def scenario():

@@ -5,6 +5,7 @@ OpenAI routes, Retry-After on capacity refusals, and the daily neuron budget (30
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import numpy as np
@@ -81,7 +82,9 @@ def test_reject_if_busy_on_openai_routes_and_retry_after_on_capacity(small_gatew
         async with httpx.AsyncClient(timeout=60) as c:
             # the slow stand-in holds the only slot for seconds, however fast the machine
             long_ = asyncio.create_task(_post(c, run_url(url, SLOW), {**LONG, "max_tokens": 300}, headers()))
+            deadline = time.monotonic() + 120  # a hang guard, not a timing goal
             while app.state.gateway.backend.plane.snapshot()["running"] == 0:
+                assert time.monotonic() < deadline, "the long request never started"
                 await asyncio.sleep(0.01)
             body = await _post(c, chat, {**msg, "options": {"rejectIfBusy": True}}, headers())
             query = await _post(c, chat + "?rejectIfBusy=true", msg, headers())
