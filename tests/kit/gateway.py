@@ -69,6 +69,19 @@ def small_gateway(tmp_path_factory, gateway_topo):
 
 
 @pytest.fixture(scope="session")
+def patient_gateway(tmp_path_factory, gateway_topo):
+    """One PoP, one slot, a queue of one and a queue timeout no request reaches: queueing without a race."""
+    from dataplane.gateway import GatewayConfig
+
+    cfg = GatewayConfig(pops=["FRA"], models=[GEN], tokens=TOKENS, delay=False, slots=1, queue_limit=1,
+                        queue_timeout_s=120.0, db=str(tmp_path_factory.mktemp("gw-patient") / "b.sqlite"),
+                        router="nearest-with-capacity")
+    server, app = _serve(cfg, gateway_topo)
+    yield server.url, app
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def delayed_gateway(tmp_path_factory, gateway_topo):
     """WAN delays on (scale 1) with the session-affinity router over FRA, LHR and SIN."""
     from dataplane.gateway import GatewayConfig

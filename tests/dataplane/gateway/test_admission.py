@@ -18,6 +18,14 @@ async def _post(client, url, body, hdrs, delay=0.0):
     return r.status_code, r.json()
 
 
+async def _until(plane, what: str, n: int, counts: bool = False) -> None:
+    """Wait until the control plane's snapshot (or, with ``counts``, its running totals) has ``n`` ``what``."""
+    deadline = time.monotonic() + 120  # a hang guard, not a timing goal
+    while (plane.counts if counts else plane.snapshot())[what] < n:
+        assert time.monotonic() < deadline, f"control plane never had {n} {what}"
+        await asyncio.sleep(0.005)
+
+
 def test_capacity_reject_if_busy_queue_full_and_queue_timeout(small_gateway):
     """The slow stand-in's 300 tokens (seconds on any CPU) hold the only slot past the queued request's 0.4 s
     timeout; each step waits for the state it needs (running, then waiting) instead of sleeping."""
@@ -26,19 +34,13 @@ def test_capacity_reject_if_busy_queue_full_and_queue_timeout(small_gateway):
     plane = app.state.gateway.backend.plane
     long_body = {**LONG, "max_tokens": 300}
 
-    async def until(what: str, n: int) -> None:
-        deadline = time.monotonic() + 120  # a hang guard, not a timing goal
-        while plane.snapshot()[what] < n:
-            assert time.monotonic() < deadline, f"control plane never had {n} {what}"
-            await asyncio.sleep(0.005)
-
     async def scenario():
         async with httpx.AsyncClient(timeout=60) as c:
             long_ = asyncio.create_task(_post(c, u, long_body, headers()))  # takes the only slot
-            await until("running", 1)
+            await _until(plane, "running", 1)
             busy = await _post(c, u, {"prompt": "x", "max_tokens": 2, "options": {"rejectIfBusy": True}}, headers())
             queued = asyncio.create_task(_post(c, u, {"prompt": "y", "max_tokens": 2}, headers()))  # waits
-            await until("waiting", 1)
+            await _until(plane, "waiting", 1)
             full = await _post(c, u, {"prompt": "z", "max_tokens": 2}, headers())  # queue of one is full
             return busy, await queued, full, await long_
 
@@ -53,20 +55,24 @@ def test_capacity_reject_if_busy_queue_full_and_queue_timeout(small_gateway):
     assert snap["expired"] >= 1
 
 
-def test_queued_request_starts_when_the_slot_frees(small_gateway):
-    url, app = small_gateway
+def test_queued_request_starts_when_the_slot_frees(patient_gateway):
+    """The second request is sent while the first holds the only slot, waits in the queue and runs once the slot
+    frees (the queue timeout is far away: nothing here races a clock)."""
+    url, app = patient_gateway
     u = run_url(url, GEN)
+    plane = app.state.gateway.backend.plane
 
     async def scenario():
         async with httpx.AsyncClient(timeout=60) as c:
-            first = asyncio.create_task(_post(c, u, {"prompt": "a", "max_tokens": 20, "ignore_eos": True},
-                                              headers()))
-            await asyncio.sleep(0.05)
-            second = await _post(c, u, {"prompt": "b", "max_tokens": 3}, headers())
-            return await first, second
+            first = asyncio.create_task(_post(c, u, LONG, headers()))  # hundreds of ms: the second meets it running
+            await _until(plane, "running", 1)
+            second = asyncio.create_task(_post(c, u, {"prompt": "b", "max_tokens": 3}, headers()))
+            await _until(plane, "queued", 1, counts=True)
+            return await first, await second
 
     first, second = asyncio.run(scenario())
-    assert first[0] == 200 and second[0] == 200  # the second waited in the queue (< 0.4 s) and then ran
+    assert first[0] == 200 and first[1]["result"]["usage"]["completion_tokens"] == 500
+    assert second[0] == 200  # the second waited in the queue and then ran
     assert app.state.gateway.backend.plane.counts["queued"] >= 1
 
 
