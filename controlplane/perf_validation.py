@@ -20,7 +20,7 @@ import pandas as pd
 
 from controlplane.perf import RooflineParams
 from controlplane.perf_calibration import Rows, fit, load_rows, mape
-from controlplane.perf_rows import HOLDOUT_FILE, HOLDOUT_NIM_FILE, load_reference
+from controlplane.perf_rows import HOLDOUT_FILE, HOLDOUT_NIM_FILE
 
 GROUPINGS = ("model", "gpu", "tp")
 PHASES = ("prefill", "decode", "kernel", "allreduce")
@@ -91,8 +91,7 @@ def holdout_report(params: RooflineParams | None = None, path=None) -> dict:
     params = params or RooflineParams.load()
     path = path or HOLDOUT_FILE
     rows = load_rows(("e2e",), reference=path)
-    raw = load_reference(path)
-    t = rows.table.assign(tokens=raw.prompt_tokens.to_numpy(), context=raw.context.to_numpy())
+    t = rows.table.assign(tokens=rows.table.prompt_tokens)
     readings = {"default": np.array(["default"] * len(t), dtype=object),
                 "other_release": np.array([OTHER_RELEASE.get(e, "default") for e in t.engine], dtype=object)}
     out = {"file": Path(path).name, "rows": int(len(t)), "engines": sorted(set(t.engine)),

@@ -73,8 +73,8 @@ def fidelity_report(cross_validated: bool = True) -> dict:
     wan = wan_report(cross_validated=cross_validated)
     if cross_validated:
         wan["every_provider_fitted"] = every_provider_report()
-    return {"generated_by": COMMAND, "service_time": perf, "service_time_holdouts": [holdout_report(path=f) for f in HOLDOUT_FILES],
-            "wan": wan,
+    return {"generated_by": COMMAND, "service_time": perf,
+            "service_time_holdouts": [holdout_report(path=f) for f in HOLDOUT_FILES], "wan": wan,
             "wan_worst_pairs": worst_pairs(), "jitter": jitter_report(), "last_mile": last_mile_report()}
 
 

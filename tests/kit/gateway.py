@@ -55,15 +55,20 @@ def gateway(tmp_path_factory, gateway_topo):
     server.stop()
 
 
+def _one_slot(tmp_path_factory, topo, name: str, models: list[str], queue_timeout_s: float):
+    """A gateway at one PoP with one slot and a queue of one (capacity errors and queueing on demand)."""
+    from dataplane.gateway import GatewayConfig
+
+    cfg = GatewayConfig(pops=["FRA"], models=models, tokens=TOKENS, delay=False, slots=1, queue_limit=1,
+                        queue_timeout_s=queue_timeout_s, db=str(tmp_path_factory.mktemp(name) / "b.sqlite"),
+                        router="nearest-with-capacity")
+    return _serve(cfg, topo)
+
+
 @pytest.fixture(scope="session")
 def small_gateway(tmp_path_factory, gateway_topo):
     """One PoP, one slot, a queue of one and a short queue timeout: capacity and timeout errors on demand."""
-    from dataplane.gateway import GatewayConfig
-
-    cfg = GatewayConfig(pops=["FRA"], models=[GEN, SLOW], tokens=TOKENS, delay=False, slots=1, queue_limit=1,
-                        queue_timeout_s=0.4, db=str(tmp_path_factory.mktemp("gw-small") / "b.sqlite"),
-                        router="nearest-with-capacity")
-    server, app = _serve(cfg, gateway_topo)
+    server, app = _one_slot(tmp_path_factory, gateway_topo, "gw-small", [GEN, SLOW], 0.4)
     yield server.url, app
     server.stop()
 
@@ -71,12 +76,7 @@ def small_gateway(tmp_path_factory, gateway_topo):
 @pytest.fixture(scope="session")
 def patient_gateway(tmp_path_factory, gateway_topo):
     """One PoP, one slot, a queue of one and a queue timeout no request reaches: queueing without a race."""
-    from dataplane.gateway import GatewayConfig
-
-    cfg = GatewayConfig(pops=["FRA"], models=[GEN], tokens=TOKENS, delay=False, slots=1, queue_limit=1,
-                        queue_timeout_s=120.0, db=str(tmp_path_factory.mktemp("gw-patient") / "b.sqlite"),
-                        router="nearest-with-capacity")
-    server, app = _serve(cfg, gateway_topo)
+    server, app = _one_slot(tmp_path_factory, gateway_topo, "gw-patient", [GEN], 120.0)
     yield server.url, app
     server.stop()
 
