@@ -40,7 +40,7 @@ class ReplicaEngine:
     __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
-                 "dead", "_prefill_fn")
+                 "dead", "_prefill_fn", "_batch_fn")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -65,6 +65,11 @@ class ReplicaEngine:
         self._step_cache, self._prefill_cache = caches if caches is not None else ({}, {})
         fn = getattr(perf, "prefill_fn", None)  # a memoised model hands out one function per (model, GPU)
         self._prefill_fn = fn(spec, gpu) if fn is not None else (lambda tokens: perf.prefill_ms(spec, gpu, tokens))
+        # Prompts prefilled together: each attends to its own tokens only, so the pass costs what the model says
+        # for that list (a measured profile: padded to the longest), not one prompt of their summed length.
+        batch_fn = getattr(perf, "prefill_batch_ms", None)
+        self._batch_fn = ((lambda tokens: batch_fn(spec, gpu, list(tokens))) if batch_fn is not None
+                          else (lambda tokens: perf.prefill_ms(spec, gpu, sum(tokens))))
         self.dead = False
 
     # ---------------------------------------------------------------- helpers
@@ -131,13 +136,15 @@ class ReplicaEngine:
         if len(batch) == 1:
             first = batch[0]
             tokens = first.prompt - first.cached
-        elif self.generative or self.spec.unit != "token":
+        elif self.generative and self.spec.unit == "token":  # keyed by the sorted prompt lengths
+            tokens = tuple(sorted(s.prompt - s.cached for s in batch))
+        elif self.generative or self.spec.unit != "token":  # images, audio minutes: the units add up
             tokens = sum(s.prompt - s.cached for s in batch)
         else:  # encoders: one padded pass over the batch
             tokens = max(s.prompt for s in batch) * len(batch)
         dur = self._prefill_cache.get(tokens)
         if dur is None:
-            dur = self._prefill_fn(tokens) / 1e3
+            dur = (self._batch_fn(tokens) if type(tokens) is tuple else self._prefill_fn(tokens)) / 1e3
             if len(self._prefill_cache) < 65536:
                 self._prefill_cache[tokens] = dur
         if self.heap:
