@@ -16,7 +16,7 @@ from edgepop.errors import UserError
 
 # Order is the order in `edgepop --help`.
 COMMAND_MODULES = ("sim.cli", "sim.cli_frontier", "sim.cli_estimate", "controlplane.cli", "dataplane.cli",
-                   "dataplane.gateway.cli", "sim.live.cli", "topology.cli", "controlplane.cli_validate")
+                   "dataplane.gateway.cli", "sim.live.cli", "topology.cli", "sim.cli_validate")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,8 @@ Reading guide:
 * :mod:`sim.metrics` and :mod:`sim.report` (summary.json, report.md, plots);
 * :mod:`sim.grid`, :mod:`sim.sweep` (+ :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`): parameter sweeps;
 * :mod:`sim.techniques`: serving techniques behind one seam; :mod:`sim.faults`: PoP, node and link failures;
-* :mod:`sim.live`: the simulator checked against the live gateway.
+* :mod:`sim.live`: the simulator checked against the live gateway; :mod:`sim.load_validation`: one simulated
+  replica checked against published closed-loop benchmark runs (``edgepop validate``, :mod:`sim.cli_validate`).
 
 Extension points: ``sim.techniques.TECHNIQUES``, ``sim.faults.FAULT_POLICIES``,
 ``sim.techniques.batch_policy.BATCH_POLICIES``, ``sim.traces.TRACE_FORMATS``.

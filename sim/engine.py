@@ -14,6 +14,7 @@ prefill iterations it sat through while decoding.
 from __future__ import annotations
 
 import heapq
+import itertools
 
 
 class Seq:
@@ -40,7 +41,7 @@ class ReplicaEngine:
     __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
-                 "dead", "_prefill_fn", "_batch_fn")
+                 "dead", "_prefill_fn", "_batch_fn", "_order")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -49,7 +50,7 @@ class ReplicaEngine:
         self.pending: list[Seq] = []
         self.prefilling: list[Seq] = []
         self.prefill_end = -1.0
-        self.heap: list = []  # (finish_step, tiebreak id, seq)
+        self.heap: list = []  # (finish_step, order of entry, seq)
         self.steps = 0.0
         self.t_ref = 0.0
         self.step_s = 0.0
@@ -71,6 +72,9 @@ class ReplicaEngine:
         self._batch_fn = ((lambda tokens: batch_fn(spec, gpu, list(tokens))) if batch_fn is not None
                           else (lambda tokens: perf.prefill_ms(spec, gpu, sum(tokens))))
         self.dead = False
+        # Sequences due at the same step finish in the order they entered decode (an object's id() would make the
+        # order, and what it starts next, differ from run to run).
+        self._order = itertools.count()
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -188,7 +192,7 @@ class ReplicaEngine:
         s.stall_mark, s.stall_count_mark = self.stall_s, self.stall_count
         self.ctx_sum += s.prompt
         self.join_sum += self.steps
-        heapq.heappush(self.heap, (s.finish_step, id(s), s))
+        heapq.heappush(self.heap, (s.finish_step, next(self._order), s))
 
     def join_decode(self, seq: Seq, t: float) -> None:
         """A sequence prefilled elsewhere (disaggregation: its KV cache just arrived) starts decoding here."""

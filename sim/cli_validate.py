@@ -1,4 +1,5 @@
-"""``edgepop validate``: fidelity tables of the service-time and WAN models (see ``controlplane.validation``)."""
+"""``edgepop validate``: fidelity tables of the service-time and WAN models (``controlplane.validation``) and of the
+simulated replica under load (``sim.load_validation``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="fidelity of the service-time and WAN models against the shipped data",
                        description="Print the fidelity tables of the service-time model (leave-one-group-out by "
-                                   "model, GPU type and tensor parallelism) and of the WAN latency model (per "
-                                   "data set, distance band and continent; cross-validated by data set and by "
-                                   "continent), write them as JSON and optionally as the docs page.")
+                                   "model, GPU type and tensor parallelism; external checks; the simulated replica "
+                                   "under closed-loop load) and of the WAN latency model (per data set, distance "
+                                   "band and continent; cross-validated by data set and by continent), write them "
+                                   "as JSON and optionally as the docs page.")
     p.add_argument("--out", type=Path, default=Path("out/validate"), help="folder for fidelity.json")
     p.add_argument("--docs", type=Path, help="also write the markdown page here (docs/fidelity-models.md)")
     p.add_argument("--in-sample", action="store_true",
@@ -24,14 +26,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from controlplane.validation import fidelity_report, render_markdown
     from edgepop.errors import UserError
+    from sim import load_validation
 
     if args.docs and args.in_sample:
         raise UserError("--docs needs the cross-validated tables: drop --in-sample")
     rep = fidelity_report(cross_validated=not args.in_sample)
+    rep["under_load"] = load_validation.load_report()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
     if args.docs:
-        args.docs.write_text(render_markdown(rep))
+        args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###")))
     if args.json:
         print(json.dumps(rep, indent=2))
         return 0
@@ -77,6 +81,17 @@ def print_tables(rep: dict) -> None:
         d, e = h["readings"]["default"], h["readings"]["other_release"]
         con.print(f"service time on {h['rows']} held-out rows ({', '.join(h['engines'])}, never fitted): MAPE "
                   f"{_pct(d['mape'])} with the default profile, {_pct(e['mape'])} with another release's")
+    for e in rep["under_load"]["readings"].values():
+        t = Table(title=f"Simulated replica under load ({rep['under_load']['runs']} closed-loop runs, never fitted), "
+                        f"profile {e['engine_profile']}: MAPE / mean signed error by clients")
+        bands = list(e["ttft_ms"]["by_concurrency"])
+        for col in ("metric", "all", *bands):
+            t.add_column(col, justify="left" if col == "metric" else "right")
+        for m, x in ((m, e[m]) for m in ("ttft_ms", "itl_ms", "e2e_ms", "requests_per_s")):
+            t.add_row(m, f"{_pct(x['mape'])} / {_pct(x['mean_signed'])}",
+                      *(f"{_pct(x['by_concurrency'][b]['mape'])} / {_pct(x['by_concurrency'][b]['mean_signed'])}"
+                        for b in bands))
+        con.print(t)
     if "goal_failures" in st:
         con.print("service-time goal: " + ("met" if not st["goal_failures"] else
                                             "not met: " + ", ".join(st["goal_failures"])))
