@@ -82,8 +82,9 @@ def print_tables(rep: dict) -> None:
         con.print(f"service time on {h['rows']} held-out rows ({', '.join(h['engines'])}, never fitted): MAPE "
                   f"{_pct(d['mape'])} with the default profile, {_pct(e['mape'])} with another release's")
     for e in rep["under_load"]["readings"].values():
+        chunk = f", prefill chunked at {e['chunked_prefill_tokens']}" if e.get("chunked_prefill_tokens") else ""
         t = Table(title=f"Simulated replica under load ({rep['under_load']['runs']} closed-loop runs, never fitted), "
-                        f"profile {e['engine_profile']}: MAPE / mean signed error by clients")
+                        f"profile {e['engine_profile']}{chunk}: MAPE / mean signed error by clients")
         bands = list(e["ttft_ms"]["by_concurrency"])
         for col in ("metric", "all", *bands):
             t.add_column(col, justify="left" if col == "metric" else "right")

@@ -40,6 +40,7 @@ from controlplane.perf import Roofline, RooflineParams, with_precision
 from controlplane.perf_rows import DATA, reference_gpus, reference_specs
 from edgepop.errors import DataFileError
 from sim.engine import ReplicaEngine, Seq
+from sim.techniques.chunked import ChunkedEngine
 
 LOAD_FILE = DATA / "perf_holdout_nim_load.csv"
 COLUMNS = ["model", "gpu", "tp", "precision", "concurrency", "prompt_tokens", "output_tokens", "ttft_ms", "itl_ms",
@@ -47,7 +48,9 @@ COLUMNS = ["model", "gpu", "tp", "precision", "concurrency", "prompt_tokens", "o
 KV_MEMORY_SHARE = 0.9
 METRICS = ("ttft_ms", "itl_ms", "e2e_ms", "requests_per_s")
 BANDS = ((1, 1, "1"), (2, 10, "2-10"), (11, 50, "25-50"), (51, 10**9, "100-250"))
-READINGS = {"default": "default", "other_release": "nim-1.8-tensorrt-llm"}
+# name -> (engine profile, iteration token budget of chunked prefill or None: prefill first, then decode)
+READINGS = {"default": ("default", None), "other_release": ("nim-1.8-tensorrt-llm", None),
+            "chunked": ("default", 8192)}
 
 
 def load_table(path: str | Path | None = None) -> pd.DataFrame:
@@ -73,16 +76,18 @@ def kv_capacity_tokens(perf: Roofline, spec, gpu: str) -> float:
 
 
 def closed_loop(spec, gpu: str, perf, concurrency: int, prompt: int, output: int, kv_tokens: float = math.inf,
-                warmup: int | None = None, measured: int | None = None) -> dict:
+                warmup: int | None = None, measured: int | None = None, chunk_tokens: int | None = None) -> dict:
     """Mean TTFT, inter-token latency and request latency (ms) and requests per second of ``concurrency`` clients
     looping on one replica, over ``measured`` completions after ``warmup`` (defaults: 2 and 3 rounds of every
-    client, at least 10 and 60)."""
+    client, at least 10 and 60). ``chunk_tokens``: the replica chunks prefills into iterations of that many
+    tokens (:mod:`sim.techniques.chunked`) instead of prefilling, then decoding."""
     warmup = max(2 * concurrency, 10) if warmup is None else warmup
     measured = max(3 * concurrency, 60) if measured is None else measured
     queue, ids = [], itertools.count()
     finished: list[tuple[Seq, float]] = []
-    eng = ReplicaEngine(spec, gpu, perf, lambda _e, t, v: heapq.heappush(queue, (t, next(ids), v)),
-                        lambda s, t: None, lambda s, t: finished.append((s, t)))
+    args = (spec, gpu, perf, lambda _e, t, v: heapq.heappush(queue, (t, next(ids), v)), lambda s, t: None,
+            lambda s, t: finished.append((s, t)))
+    eng = ReplicaEngine(*args) if chunk_tokens is None else ChunkedEngine(*args, budget=chunk_tokens)
     need = float(prompt + output)  # a request's whole context, reserved when it is admitted
     waiting: deque[Seq] = deque()
     sent: dict[int, float] = {}
@@ -126,8 +131,9 @@ def closed_loop(spec, gpu: str, perf, concurrency: int, prompt: int, output: int
 
 
 def predict(table: pd.DataFrame, engine: str = "default", params: RooflineParams | None = None,
-            progress=None) -> pd.DataFrame:
-    """``table`` with the simulated ``<metric>_sim`` columns, every run replayed under the engine profile ``engine``."""
+            progress=None, chunk_tokens: int | None = None) -> pd.DataFrame:
+    """``table`` with the simulated ``<metric>_sim`` columns, every run replayed under the engine profile ``engine``
+    (``chunk_tokens``: with chunked prefill at that budget)."""
     specs, gpus = reference_specs(), reference_gpus()
     perf = Roofline(gpus, params or RooflineParams.load(), engine)
     out = {f"{m}_sim": np.full(len(table), np.nan) for m in METRICS}
@@ -136,7 +142,8 @@ def predict(table: pd.DataFrame, engine: str = "default", params: RooflineParams
         base, _ = perf_arch.split_precision(r.precision)
         spec = replace(with_precision(specs[r.model], base, r.precision), tensor_parallel=int(r.tp))
         kv[i] = kv_capacity_tokens(perf, spec, r.gpu)
-        res = closed_loop(spec, r.gpu, perf, int(r.concurrency), int(r.prompt_tokens), int(r.output_tokens), kv[i])
+        res = closed_loop(spec, r.gpu, perf, int(r.concurrency), int(r.prompt_tokens), int(r.output_tokens), kv[i],
+                          chunk_tokens=chunk_tokens)
         for m in METRICS:
             out[f"{m}_sim"][i] = res[m]
         if progress:
@@ -149,17 +156,17 @@ def band(concurrency: int) -> str:
 
 
 def load_report(path: str | Path | None = None, params: RooflineParams | None = None, progress=None) -> dict:
-    """Every run replayed under the ``default`` engine profile and under the fitted profile of another release of
-    the benchmarked engine (:data:`READINGS`): MAPE and mean signed error per metric, overall and per concurrency
-    band, and every run's figures."""
+    """Every run replayed under the ``default`` engine profile, under the fitted profile of another release of the
+    benchmarked engine, and with the ``default`` profile on a replica that chunks its prefills (:data:`READINGS`):
+    MAPE and mean signed error per metric, overall and per concurrency band, and every run's figures."""
     table = load_table(path)
     out = {"file": Path(path or LOAD_FILE).name, "runs": int(len(table)), "kv_memory_share": KV_MEMORY_SHARE,
            "sources": sorted(set(table.source)), "readings": {}, "points": []}
     sims = {}
-    for name, engine in READINGS.items():
-        sim = sims[name] = predict(table, engine, params, progress)
+    for name, (engine, chunk) in READINGS.items():
+        sim = sims[name] = predict(table, engine, params, progress, chunk)
         bands = sim.concurrency.map(band).to_numpy()
-        entry = {"engine_profile": engine}
+        entry = {"engine_profile": engine, "chunked_prefill_tokens": chunk}
         for m in METRICS:
             err = sim[f"{m}_sim"].to_numpy() / sim[m].to_numpy() - 1.0
             entry[m] = {"mape": float(np.mean(np.abs(err))), "mean_signed": float(np.mean(err)),
@@ -199,9 +206,15 @@ def render_markdown(rep: dict, level: str = "##") -> list[str]:
              "is faster, or serves fewer requests per second).", ""]
     for name, e in rep["readings"].items():
         bands = list(next(iter(e[m] for m in METRICS))["by_concurrency"])
-        lines += [f"Engine profile `{e['engine_profile']}`"
-                  + (" (the fitted profile of another release of the benchmarked engine):" if name != "default"
-                     else " (what estimates use):"), "",
+        if e.get("chunked_prefill_tokens"):
+            how = (f", prefills chunked into iterations of {e['chunked_prefill_tokens']:,} tokens "
+                   "(`sim/techniques/chunked.py`; the budget of TensorRT-LLM's in-flight batching, `max_num_tokens`, "
+                   "in many builds):")
+        elif name == "default":
+            how = " (what estimates use), prefill then decode:"
+        else:
+            how = " (the fitted profile of another release of the benchmarked engine):"
+        lines += [f"Engine profile `{e['engine_profile']}`" + how, "",
                   "| metric | all runs | " + " | ".join(f"{b} client{'' if b == '1' else 's'}" for b in bands) + " |",
                   "|---|---:|" + "---:|" * len(bands)]
         for m in METRICS:

@@ -4,7 +4,8 @@ Start with :mod:`sim.techniques.config` (the switches and their parameters) and 
 hooks a technique may implement and the :data:`~sim.techniques.base.TECHNIQUES` registry). Then one module per
 technique: :mod:`~sim.techniques.caching` (prefix caching, LoRA adapters), :mod:`~sim.techniques.speculative`,
 :mod:`~sim.techniques.disagg` (prefill/decode disaggregation), :mod:`~sim.techniques.quantization`,
-:mod:`~sim.techniques.batch_policy` (async batch on idle GPUs). :mod:`~sim.techniques.runtime` composes the
+:mod:`~sim.techniques.batch_policy` (async batch on idle GPUs), :mod:`~sim.techniques.chunked` (chunked
+prefill). :mod:`~sim.techniques.runtime` composes the
 enabled ones for a run; :mod:`~sim.techniques.metrics` computes the figures they are compared on and
 :mod:`~sim.techniques.ablation` runs the ablation (every technique alone against the same arrivals) as a sweep.
 
@@ -12,7 +13,7 @@ A new technique: subclass :class:`~sim.techniques.base.Technique`, register it w
 below.
 """
 
-from sim.techniques import batch_policy, caching, disagg, quantization, speculative  # noqa: F401  (register)
+from sim.techniques import batch_policy, caching, chunked, disagg, quantization, speculative  # noqa: F401  (register)
 from sim.techniques.base import TECHNIQUES, Technique
 from sim.techniques.config import Techniques, parse_techniques
 from sim.techniques.runtime import TechniqueRuntime

@@ -13,6 +13,7 @@ A scenario without the table simulates plain continuous batching. Fields, by tec
 - LoRA adapters (:mod:`sim.techniques.caching`; slots are :mod:`controlplane.adapter_index`, router wrapper
   ``adapter-aware``): ``lora``, ``lora_routing``, ``lora_slots``, ``lora_load_gbs``
 - async batch on idle GPUs (:mod:`sim.techniques.batch_policy`): ``batch_policy``
+- chunked prefill (:mod:`sim.techniques.chunked`): ``chunked_prefill``, ``prefill_chunk_tokens``
 """
 
 from __future__ import annotations
@@ -52,10 +53,14 @@ class Techniques:
     lora_load_gbs: float = 2.0  # adapter copy bandwidth (GB/s, local NVMe to GPU)
     # async batch on idle GPUs
     batch_policy: str = "none"
+    # chunked prefill
+    chunked_prefill: bool = False
+    prefill_chunk_tokens: int = 2048  # tokens one iteration carries: decode rows plus prompt chunks
 
     def enabled(self) -> list[str]:
         """Names of the techniques switched on, for reports."""
-        on = [n for n in ("prefix_cache", "speculative", "disaggregation", "lora") if getattr(self, n)]
+        on = [n for n in ("prefix_cache", "speculative", "disaggregation", "lora", "chunked_prefill")
+              if getattr(self, n)]
         if self.precision:
             on.append(f"precision={self.precision}")
         if self.batch_policy != "none":
@@ -83,6 +88,11 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
         raise UserError(f"{where}: prefix_block_tokens and spec_k must be at least 1")
     if not 0 < t.prefill_fraction < 1:
         raise UserError(f"{where}: prefill_fraction must be in (0, 1), got {t.prefill_fraction!r}")
+    if not isinstance(t.prefill_chunk_tokens, int) or t.prefill_chunk_tokens < 1:
+        raise UserError(f"{where}: prefill_chunk_tokens must be an integer >= 1, got {t.prefill_chunk_tokens!r}")
+    if t.chunked_prefill and t.disaggregation:
+        raise UserError(f"{where}: chunked_prefill and disaggregation cannot both be on (a disaggregated replica "
+                        "only prefills or only decodes)")
     if t.kv_link_gbps <= 0:
         raise UserError(f"{where}: kv_link_gbps must be positive, got {t.kv_link_gbps!r}")
     if not 0 < t.prefix_cache_fraction <= 1 or not isinstance(t.lora_slots, int) or t.lora_slots < 1 \

@@ -30,10 +30,10 @@ def test_one_client_sees_a_lone_prefill_and_lone_decode_steps(setup):
     assert r["requests_per_s"] == pytest.approx(1e3 / r["e2e_ms"], rel=1e-6)
 
 
-@pytest.mark.parametrize("clients", [4, 32])
-def test_closed_loop_obeys_littles_law(setup, clients):
+@pytest.mark.parametrize("clients,chunk", [(4, None), (32, None), (32, 2048)])
+def test_closed_loop_obeys_littles_law(setup, clients, chunk):
     spec, perf = setup
-    r = closed_loop(spec, "H100", perf, clients, 2000, 100)
+    r = closed_loop(spec, "H100", perf, clients, 2000, 100, chunk_tokens=chunk)
     # Every client always has exactly one request in the system: throughput x latency = clients.
     assert r["requests_per_s"] * r["e2e_ms"] / 1e3 == pytest.approx(clients, rel=0.02)
     lone = closed_loop(spec, "H100", perf, 1, 2000, 100, warmup=2, measured=5)

@@ -1,0 +1,136 @@
+"""Chunked prefill: every iteration decodes one token for each running sequence and prefills prompt chunks beside it.
+
+Plain continuous batching (:class:`sim.engine.ReplicaEngine`) prefills every waiting prompt in one iteration while
+the running sequences wait (vLLM's original scheduler). Engines that chunk prefills (Sarathi-Serve, Agrawal et
+al. 2024; vLLM's chunked prefill; TensorRT-LLM's in-flight batching with ``max_num_tokens``) give each iteration a
+token budget: one token for every decoding sequence, the rest filled with the waiting prompts in arrival order,
+the last one cut to fit and continued in the next iteration. A long prompt then delays the running sequences by a
+share of its prefill in many iterations instead of all of it in one, and a prompt's first token comes when its
+last chunk is done.
+
+:class:`ChunkedEngine` keeps the base engine's analytic decoding between batch changes and simulates only the
+iterations that carry prompt chunks, one event each (a prompt of ``P`` tokens costs about ``P / budget`` of them).
+An iteration's time is the roofline's mixed pass (:func:`controlplane.perf_arch.mixed_pass`: the weights streamed
+once for chunks and decode rows) with each chunk's attention to its prompt's earlier chunks added (their keys and
+values read, ``4 L H d c o`` FLOPs for ``c`` new tokens after ``o``), so that a prompt's chunks add up to its
+attention in one piece; for a service-time model without a roofline (a measured profile), a prefill of the
+chunks plus a decode step. Each iteration's time beyond a plain decode step counts as the running sequences'
+stall.
+
+Scenario switch: ``[techniques] chunked_prefill = true``, ``prefill_chunk_tokens`` (the budget, default 2048).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from controlplane import perf_arch
+from sim.engine import ReplicaEngine, Seq
+from sim.techniques.base import TECHNIQUES, Technique
+
+
+def iteration_ms(perf, spec, gpu: str):
+    """``(chunks, batch, context) -> ms`` of one iteration: ``chunks`` [(new tokens, earlier tokens of the same
+    prompt)] prefilled beside ``batch`` decode rows of ``context`` tokens."""
+    roof = perf
+    while not hasattr(roof, "_time") and hasattr(roof, "perf"):  # through CachedPerf, SpeculativePerf
+        roof = roof.perf
+    if not hasattr(roof, "_time") or spec.unit != "token":
+        return lambda chunks, b, ctx: (perf.prefill_batch_ms(spec, gpu, [c for c, _ in chunks])
+                                       + (perf.decode_step_ms(spec, gpu, b, ctx) if b else 0.0))
+    tp, sch = roof.check_tp(spec, None), roof.scheme(spec, gpu)
+    g, per_token_kv = roof.gpu(gpu), perf_arch.kv_bytes_per_token(spec)
+    attn = 4.0 * spec.layers * (spec.heads or 0) * (spec.head_dim or 0)
+
+    def ms(chunks, b, ctx) -> float:
+        cost = perf_arch.mixed_pass(spec, sch, [c for c, _ in chunks], b, ctx)
+        cost = replace(cost, attn_flops=cost.attn_flops + attn * sum(c * o for c, o in chunks),
+                       kv_bytes=cost.kv_bytes + per_token_kv * sum(o for _, o in chunks))
+        return roof._time(spec, g, tp, sch, cost, prefill=True).total_ms
+
+    return ms
+
+
+class ChunkedEngine(ReplicaEngine):
+    """Continuous batching with a per-iteration token budget (``budget``) shared by decode rows and prompt chunks."""
+
+    __slots__ = ("budget", "left", "_mixed", "_mixed_cache")
+
+    def __init__(self, *args, budget: int = 2048, **kw):
+        super().__init__(*args, **kw)
+        self.budget = int(budget)
+        # id(seq) of a prompt partly prefilled -> its tokens still to prefill. Prompts stay in ``pending`` (in
+        # arrival order) until their last chunk is done.
+        self.left: dict[int, float] = {}
+        self._mixed_cache: dict = {}
+        self._mixed = iteration_ms(self.perf, self.spec, self.gpu)
+
+    def _start_prefill(self, t: float) -> None:
+        """Start one iteration: the decode rows, then chunks of the waiting prompts up to the budget."""
+        b = len(self.heap)
+        room = max(self.budget - b, 1)  # at least one prompt token per iteration, however big the batch
+        chunks, batch = [], []
+        for s in self.pending:
+            if room <= 0:
+                break
+            whole = s.prompt - s.cached
+            todo = self.left.get(id(s), whole)
+            take = min(todo, room)
+            chunks.append((int(max(take, 1)), int(whole - todo)))  # (new tokens, tokens of the prompt before them)
+            batch.append((s, todo - take))
+            room -= take
+        bucket = int((self.ctx_sum + b * self.steps - self.join_sum) / b) >> 6 if b else 0  # as the base engine
+        key = (tuple(chunks), b, bucket)
+        dur = self._mixed_cache.get(key)
+        if dur is None:
+            dur = self._mixed(chunks, b, float((bucket << 6) + 32) if b else 0.0) / 1e3
+            if len(self._mixed_cache) < 65536:
+                self._mixed_cache[key] = dur
+        if b:
+            self.stall_s += max(dur - self._step_time(), 0.0)  # what the chunks add to the decode step
+            self.stall_count += 1
+        self.prefilling = batch  # (seq, prompt tokens left after this iteration)
+        self.prefill_end = t + dur
+
+    def _end_prefill(self, t: float) -> None:
+        batch, self.prefilling, self.prefill_end = self.prefilling, [], -1.0
+        self.t_ref = t
+        if self.heap:
+            self.steps += 1.0  # every running sequence got its token in this iteration
+        self._finish_due(t)
+        for s, rest in batch:
+            if rest > 0:
+                self.left[id(s)] = rest
+                continue
+            self.left.pop(id(s), None)
+            self.pending.remove(s)
+            s.first_token_at = t
+            self.on_first_token(s, t)
+            if not self.generative or s.output <= 1:
+                s.done = True
+                self.on_finish(s, t)
+                continue
+            self._enter_decode(s)
+
+    def kill(self, t: float) -> list[Seq]:
+        lost = [s for s in self.pending] + [e[2] for e in self.heap]
+        self.pending, self.prefilling, self.heap, self.left = [], [], [], {}
+        self.prefill_end, self.ctx_sum, self.join_sum = -1.0, 0.0, 0.0
+        self.version += 1
+        if self.busy_since >= 0:
+            self.busy_s += t - self.busy_since
+            self.busy_since = -1.0
+        return lost
+
+
+@TECHNIQUES.register("chunked_prefill", on=lambda t: t.chunked_prefill)
+class ChunkedPrefill(Technique):
+    """Every language-model replica chunks its prefills into iterations of ``prefill_chunk_tokens`` tokens."""
+
+    def engine(self, name, sim, replica):
+        spec = replica.spec
+        if not spec.generative or spec.unit != "token":
+            return None
+        caches = sim._engine_caches.setdefault((spec.id, replica.gpu), ({}, {}))
+        return ChunkedEngine(spec, replica.gpu, sim.perf, sim._arm, sim._first_token, sim._finish, caches,
+                             budget=self.t.prefill_chunk_tokens)
