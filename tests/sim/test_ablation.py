@@ -77,7 +77,8 @@ def test_techniques_off_change_nothing():
     assert rt.plane_options("edge") == {} and rt.for_simulation("edge") is None
 
 
-ROWS = ["baseline", "prefix_cache", "speculative", "disaggregation", "precision=fp8", "lora", "batch_policy=night"]
+ROWS = ["baseline", "prefix_cache", "speculative", "disaggregation", "precision=fp8", "lora", "batch_policy=night",
+        "chunked_prefill"]
 
 
 def test_ablation_grid_is_validated():
