@@ -177,14 +177,18 @@ class ReplicaEngine:
         batch, self.prefilling, self.prefill_end = self.prefilling, [], -1.0
         self.t_ref = t
         for s in batch:
-            s.first_token_at = t
-            self.on_first_token(s, t)
-            if not self.generative or s.output <= 1:
-                s.done = True
-                self.on_finish(s, t)
-                continue
-            self._enter_decode(s)
+            self._prefilled(s, t)
         self._finish_due(t)
+
+    def _prefilled(self, s: Seq, t: float) -> None:
+        """``s``'s prompt is through: its first token now, then decoding (or done, with one token to make)."""
+        s.first_token_at = t
+        self.on_first_token(s, t)
+        if not self.generative or s.output <= 1:
+            s.done = True
+            self.on_finish(s, t)
+        else:
+            self._enter_decode(s)
 
     def _enter_decode(self, s: Seq) -> None:
         s.join_step = self.steps

@@ -104,23 +104,11 @@ class ChunkedEngine(ReplicaEngine):
                 continue
             self.left.pop(id(s), None)
             self.pending.remove(s)
-            s.first_token_at = t
-            self.on_first_token(s, t)
-            if not self.generative or s.output <= 1:
-                s.done = True
-                self.on_finish(s, t)
-                continue
-            self._enter_decode(s)
+            self._prefilled(s, t)
 
     def kill(self, t: float) -> list[Seq]:
-        lost = [s for s in self.pending] + [e[2] for e in self.heap]
-        self.pending, self.prefilling, self.heap, self.left = [], [], [], {}
-        self.prefill_end, self.ctx_sum, self.join_sum = -1.0, 0.0, 0.0
-        self.version += 1
-        if self.busy_since >= 0:
-            self.busy_s += t - self.busy_since
-            self.busy_since = -1.0
-        return lost
+        self.prefilling, self.left = [], {}  # the prompts of the running iteration are in ``pending`` too
+        return super().kill(t)
 
 
 @TECHNIQUES.register("chunked_prefill", on=lambda t: t.chunked_prefill)
