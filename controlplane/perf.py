@@ -368,21 +368,23 @@ class Roofline:
         return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=False)
 
     def mixed_breakdown(self, spec: ModelSpec, gpu: str, prompts: list[int], batch: int, context: float,
-                        tp: int | None = None, weight_only: bool = False) -> StepTime:
+                        tp: int | None = None, weight_only: bool = False,
+                        prior: list[int] | None = None) -> StepTime:
         """One continuous-batching iteration: prefill ``prompts`` while ``batch`` sequences of ``context``
-        tokens decode one token each (the prefill's fixed overhead applies when there are prompts)."""
+        tokens decode one token each (the prefill's fixed overhead applies when there are prompts). ``prior``:
+        tokens of each prompt prefilled before (chunked prefill: earlier chunks its new tokens attend to)."""
         if any(int(t) < 1 for t in prompts) or batch < 0 or context < 0:
             raise UserError(f"mixed step needs positive prompts, batch >= 0 and context >= 0, got {prompts}, "
                             f"{batch}, {context}")
         tp = self.check_tp(spec, tp)
         sch = self.scheme(spec, gpu, weight_only)
-        cost = perf_arch.mixed_pass(spec, sch, [int(t) for t in prompts], int(batch), float(context))
+        cost = perf_arch.mixed_pass(spec, sch, [int(t) for t in prompts], int(batch), float(context), prior)
         return self._time(spec, self.gpu(gpu), tp, sch, cost, prefill=bool(prompts))
 
     def mixed_step_ms(self, spec: ModelSpec, gpu: str, prompts: list[int], batch: int, context: float,
-                      tp: int | None = None, weight_only: bool = False) -> float:
+                      tp: int | None = None, weight_only: bool = False, prior: list[int] | None = None) -> float:
         """Milliseconds of one mixed prefill + decode iteration (see :meth:`mixed_breakdown`)."""
-        return self.mixed_breakdown(spec, gpu, prompts, batch, context, tp, weight_only).total_ms
+        return self.mixed_breakdown(spec, gpu, prompts, batch, context, tp, weight_only, prior).total_ms
 
     def prefill_ms(self, spec: ModelSpec, gpu: str, tokens: int, tp: int | None = None,
                    weight_only: bool = False) -> float:

@@ -146,8 +146,10 @@ def elementwise_bytes(spec: ModelSpec, tokens: float) -> tuple[float, float]:
     return per_layer_rep * scale, (rope + act) * scale
 
 
-def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int]) -> PassCost:
-    """One prefill pass over ``prompts`` (token counts of the requests batched together), empty KV history."""
+def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int], prior: list[int] | None = None) -> PassCost:
+    """One prefill pass over ``prompts`` (token counts of the requests batched together). ``prior``: tokens of each
+    prompt already in the KV cache (a chunk of a longer prompt), which its new tokens attend to and read; default
+    none."""
     n = float(sum(prompts))
     seqs = float(len(prompts))
     if spec.unit != "token":
@@ -160,15 +162,20 @@ def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int]) -> PassCost:
     # Causal self-attention: QK^T and PV each 2*t^2*d per head, halved by the causal mask.
     attn = sum(2.0 * spec.layers * spec.heads * spec.head_dim * float(t) ** 2 for t in prompts)
     kv_write = n * kv_bytes_per_token(spec)
+    if prior:  # t new tokens after o cached ones: QK^T and PV over the o, 4 t o d per head more; the o read once
+        attn += sum(4.0 * spec.layers * spec.heads * spec.head_dim * float(t) * o for t, o in zip(prompts, prior,
+                                                                                                  strict=True))
+        kv_write += float(sum(prior)) * kv_bytes_per_token(spec)
     return PassCost(n, seqs, gemm, head, attn, streamed_weight_bytes(spec, sch), kv_write,
                     n * spec.hidden * ACTIVATION_BYTES, 2 * spec.layers, n, *elementwise_bytes(spec, n), spec.layers)
 
 
-def mixed_pass(spec: ModelSpec, sch: Scheme, prompts: list[int], batch: int, context: float) -> PassCost:
+def mixed_pass(spec: ModelSpec, sch: Scheme, prompts: list[int], batch: int, context: float,
+               prior: list[int] | None = None) -> PassCost:
     """One iteration that prefills ``prompts`` (new requests or chunks of them) and runs a decode step for
     ``batch`` other sequences of ``context`` tokens, as continuous-batching engines do: the weights are streamed
     once for both, every other count adds up."""
-    p = prefill_pass(spec, sch, prompts) if prompts else None
+    p = prefill_pass(spec, sch, prompts, prior) if prompts else None
     d = decode_pass(spec, sch, batch, context) if batch else None
     if p is None or d is None:
         if p is None and d is None:

@@ -172,18 +172,27 @@ class Rows:
         return float(np.max(np.abs(self.predict(params) - ref) / ref))
 
 
+def read_measurements(path: Path, columns: list[str], positive: tuple[str, ...]):
+    """A measurement table with exactly ``columns``, and its rows (row number in the file, row) after checking that
+    the ``positive`` fields are; one :class:`DataFileError` naming file, row and field."""
+    table = pd.read_csv(path)
+    if list(table.columns) != columns:
+        raise DataFileError(path, None, None, f"expected columns {columns}, got {list(table.columns)}")
+    rows = list(enumerate(table.itertuples(), start=2))
+    for i, r in rows:
+        for name in positive:
+            if not getattr(r, name) > 0:
+                raise DataFileError(path, i, name, f"{getattr(r, name)!r} is not positive")
+    return table, rows
+
+
 def load_reference(path: str | Path | None = None) -> pd.DataFrame:
     """The end-to-end reference table, validated (one :class:`DataFileError` naming row and field)."""
     path = Path(path) if path else REFERENCE_FILE
-    table = pd.read_csv(path)
-    if list(table.columns) != COLUMNS:
-        raise DataFileError(path, None, None, f"expected columns {COLUMNS}, got {list(table.columns)}")
-    for i, r in enumerate(table.itertuples(), start=2):
+    table, rows = read_measurements(path, COLUMNS, ("tp", "batch", "prompt_tokens", "measured_ms"))
+    for i, r in rows:
         if r.phase not in ("prefill", "decode"):
             raise DataFileError(path, i, "phase", f"{r.phase!r} is not prefill or decode")
-        for name in ("tp", "batch", "prompt_tokens", "measured_ms"):
-            if not getattr(r, name) > 0:
-                raise DataFileError(path, i, name, f"{getattr(r, name)!r} is not positive")
         if not str(r.source).startswith("http"):
             raise DataFileError(path, i, "source", "must be a URL")
     return table

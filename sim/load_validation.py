@@ -37,7 +37,7 @@ import pandas as pd
 
 from controlplane import perf_arch
 from controlplane.perf import Roofline, RooflineParams, with_precision
-from controlplane.perf_rows import DATA, reference_gpus, reference_specs
+from controlplane.perf_rows import DATA, read_measurements, reference_gpus, reference_specs
 from edgepop.errors import DataFileError
 from sim.engine import ReplicaEngine, Seq
 from sim.techniques.chunked import ChunkedEngine
@@ -56,13 +56,9 @@ READINGS = {"default": ("default", None), "other_release": ("nim-1.8-tensorrt-ll
 def load_table(path: str | Path | None = None) -> pd.DataFrame:
     """The closed-loop runs, checked (one :class:`DataFileError` naming row and field)."""
     path = Path(path) if path else LOAD_FILE
-    table = pd.read_csv(path)
-    if list(table.columns) != COLUMNS:
-        raise DataFileError(path, None, None, f"expected columns {COLUMNS}, got {list(table.columns)}")
-    for i, r in enumerate(table.itertuples(), start=2):
-        for name in ("tp", "concurrency", "prompt_tokens", "ttft_ms", "itl_ms", "e2e_ms", "requests_per_s"):
-            if not getattr(r, name) > 0:
-                raise DataFileError(path, i, name, f"{getattr(r, name)!r} is not positive")
+    table, rows = read_measurements(path, COLUMNS, ("tp", "concurrency", "prompt_tokens", "ttft_ms", "itl_ms",
+                                                    "e2e_ms", "requests_per_s"))
+    for i, r in rows:
         if not r.output_tokens > 1:
             raise DataFileError(path, i, "output_tokens", f"{r.output_tokens!r}: inter-token latency needs 2 or more")
     return table

@@ -10,10 +10,10 @@ last chunk is done.
 
 :class:`ChunkedEngine` keeps the base engine's analytic decoding between batch changes and simulates only the
 iterations that carry prompt chunks, one event each (a prompt of ``P`` tokens costs about ``P / budget`` of them).
-An iteration's time is the roofline's mixed pass (:func:`controlplane.perf_arch.mixed_pass`: the weights streamed
-once for chunks and decode rows) with each chunk's attention to its prompt's earlier chunks added (their keys and
-values read, ``4 L H d c o`` FLOPs for ``c`` new tokens after ``o``), so that a prompt's chunks add up to its
-attention in one piece; for a service-time model without a roofline (a measured profile), a prefill of the
+An iteration's time is the service-time model's mixed step (``mixed_step_ms``; the roofline's
+:func:`controlplane.perf_arch.mixed_pass`: the weights streamed once for chunks and decode rows) with each chunk's
+attention to its prompt's earlier chunks (``prior``: their keys and values read, ``4 L H d c o`` FLOPs for ``c``
+new tokens after ``o``), so that a prompt's chunks add up to its attention in one piece; for a service-time model without a roofline (a measured profile), a prefill of the
 chunks plus a decode step. Each iteration's time beyond a plain decode step counts as the running sequences'
 stall.
 
@@ -22,9 +22,6 @@ Scenario switch: ``[techniques] chunked_prefill = true``, ``prefill_chunk_tokens
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from controlplane import perf_arch
 from sim.engine import ReplicaEngine, Seq
 from sim.techniques.base import TECHNIQUES, Technique
 
@@ -32,23 +29,12 @@ from sim.techniques.base import TECHNIQUES, Technique
 def iteration_ms(perf, spec, gpu: str):
     """``(chunks, batch, context) -> ms`` of one iteration: ``chunks`` [(new tokens, earlier tokens of the same
     prompt)] prefilled beside ``batch`` decode rows of ``context`` tokens."""
-    roof = perf
-    while not hasattr(roof, "_time") and hasattr(roof, "perf"):  # through CachedPerf, SpeculativePerf
-        roof = roof.perf
-    if not hasattr(roof, "_time") or spec.unit != "token":
+    mixed = getattr(perf, "mixed_step_ms", None)
+    if mixed is None or spec.unit != "token":
         return lambda chunks, b, ctx: (perf.prefill_batch_ms(spec, gpu, [c for c, _ in chunks])
                                        + (perf.decode_step_ms(spec, gpu, b, ctx) if b else 0.0))
-    tp, sch = roof.check_tp(spec, None), roof.scheme(spec, gpu)
-    g, per_token_kv = roof.gpu(gpu), perf_arch.kv_bytes_per_token(spec)
-    attn = 4.0 * spec.layers * (spec.heads or 0) * (spec.head_dim or 0)
-
-    def ms(chunks, b, ctx) -> float:
-        cost = perf_arch.mixed_pass(spec, sch, [c for c, _ in chunks], b, ctx)
-        cost = replace(cost, attn_flops=cost.attn_flops + attn * sum(c * o for c, o in chunks),
-                       kv_bytes=cost.kv_bytes + per_token_kv * sum(o for _, o in chunks))
-        return roof._time(spec, g, tp, sch, cost, prefill=True).total_ms
-
-    return ms
+    return lambda chunks, b, ctx: mixed(spec, gpu, [c for c, _ in chunks], b, ctx,
+                                        prior=[o for _, o in chunks])
 
 
 class ChunkedEngine(ReplicaEngine):
