@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from dataplane import cli_live
+from edgepop.outputs import output_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,6 +49,8 @@ def run_profile(args: argparse.Namespace) -> int:
         raise InvalidInputError("--models is empty")
     for name in names:
         registry.get_card(name)  # fail fast on a typo, before minutes of measuring
+    if args.out:
+        output_file(args.out)
     grid = profiler.QUICK if args.quick else profiler.ProfileGrid()
     config = SessionConfig(provider=args.provider, intra_op_threads=args.threads)
     table = profiler.profile(names, grid, config, progress=lambda line: print(line, file=sys.stderr))

@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"edgepop: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the machine's, not the user's input: a full disk, a vanished folder, a busy port
+        print(f"edgepop: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("edgepop: interrupted", file=sys.stderr)
         return 130

@@ -6,6 +6,7 @@ import json
 import sys
 
 from edgepop.errors import UserError
+from edgepop.outputs import output_folder
 
 
 def register(sub) -> None:
@@ -69,6 +70,7 @@ def cmd_simulate(args) -> int:
             print(f"{name:12s} {sc.description}")
         return 0
     _validate_sizes(args)
+    output_folder(args.out, staged=True)  # before minutes of simulating, not after
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -133,6 +135,7 @@ def cmd_sweep(args) -> int:
 
     if args.workers is not None and args.workers <= 0:
         raise UserError(f"--workers must be positive, got {args.workers}")
+    output_folder(args.out, staged=True)
     result = run_sweep(args.grid, engine=args.engine, workers=args.workers, out=args.out)
     if args.json:
         print(result.summary.to_json(orient="records", indent=2))
@@ -148,6 +151,7 @@ def cmd_ablation(args) -> int:
 
     if args.workers is not None and args.workers <= 0:
         raise UserError(f"--workers must be positive, got {args.workers}")
+    output_folder(args.out, staged=True)
     table, result = run_ablation(args.grid, requests=args.requests, engine=args.engine, workers=args.workers,
                                  out=args.out)
     if args.json:

@@ -26,10 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from controlplane.validation import fidelity_report, render_markdown
     from edgepop.errors import UserError
+    from edgepop.outputs import output_file, output_folder
     from sim import load_validation
 
     if args.docs and args.in_sample:
         raise UserError("--docs needs the cross-validated tables: drop --in-sample")
+    if args.docs:
+        output_file(args.docs, "--docs")
+    output_folder(args.out)
     rep = fidelity_report(cross_validated=not args.in_sample)
     rep["under_load"] = load_validation.load_report()
     args.out.mkdir(parents=True, exist_ok=True)

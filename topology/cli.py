@@ -26,9 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgepop.outputs import output_folder
     from topology.report import draw_map, summary
     from topology.world import Topology
 
+    output_folder(args.out)
     topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions, tiers=args.tiers)
     s = summary(topo, last_mile_ms=args.last_mile_ms, last_mile=args.last_mile)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from edgepop.errors import UserError
+from edgepop.outputs import output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     from topology import Topology
 
+    if args.out:
+        output_folder(args.out)
     topo = Topology.load()
     problem = PlacementProblem.build(topo, catalog, total_rps=args.rps, mix=_mix(args, catalog),
                                      when_utc=_when(args.at), candidates_k=args.candidates_k,

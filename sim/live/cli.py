@@ -43,8 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    from edgepop.outputs import output_folder
     from sim.live.replay import ReplayOptions
     from sim.live.run import replay_and_compare
+
+    output_folder(args.out)
 
     opts = ReplayOptions(url=args.live, trace=args.trace, out=args.out, requests=args.requests,
                          time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,

@@ -1,0 +1,63 @@
+"""Output paths are checked before the work starts: one line naming the path, nothing run, nothing left behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgepop.cli import main
+from edgepop.errors import UserError
+from edgepop.outputs import output_file, output_folder
+
+
+def test_output_folder_creates_a_missing_folder(tmp_path):
+    p = output_folder(tmp_path / "a" / "b")
+    assert p.is_dir() and list(p.iterdir()) == []  # the probe leaves nothing
+
+
+def test_staged_output_folder_is_not_created_before_the_results(tmp_path):
+    p = output_folder(tmp_path / "a" / "b", staged=True)
+    assert not p.exists() and p.parent.is_dir() and list(p.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_file_in_the_way_is_named(tmp_path, staged):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(UserError, match=r"--out .*f: exists and is not a folder"):
+        output_folder(tmp_path / "f", staged=staged)
+    with pytest.raises(UserError, match=r"--out .*f/x/y: .*f is a file, not a folder"):
+        output_folder(tmp_path / "f" / "x" / "y", staged=staged)
+    assert (tmp_path / "f").read_text() == "x"
+
+
+def test_output_file(tmp_path):
+    assert output_file(tmp_path / "d" / "t.csv", "--table").parent.is_dir()
+    with pytest.raises(UserError, match=r"--table .*: is a folder, expected a file name"):
+        output_file(tmp_path, "--table")
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--requests", "100"],
+    ["sweep", "--grid", "policies"],
+    ["ablation"],
+    ["frontier"],
+    ["validate", "--in-sample"],
+    ["topology"],
+])
+def test_commands_refuse_an_unusable_out_before_working(tmp_path, capsys, argv):
+    (tmp_path / "f").write_text("x")
+    assert main([*argv, "--out", str(tmp_path / "f" / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "is a file, not a folder" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # nothing written beside it
+
+
+def test_an_os_error_is_one_line(monkeypatch, capsys):
+    import topology.cli
+
+    def boom(args):
+        raise OSError(28, "No space left on device", "/data/out/summary.json")
+
+    monkeypatch.setattr(topology.cli, "run", boom)
+    assert main(["topology"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "edgepop: error: [Errno 28] No space left on device: '/data/out/summary.json'"
