@@ -63,6 +63,11 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
         if is_trace:
             raise UserError("a duration cannot be combined with trace replay (use --requests to limit it)")
         wl.update(duration_s=duration_s, requests=None)
+    size = {"kind": sc.workload.kind, "requests": sc.workload.requests, "duration_s": sc.workload.duration_s, **wl}
+    if size["kind"] == "poisson" and size["requests"] is None and size["duration_s"] is None:
+        # a scenario file may leave the size to the command line (--requests / --duration)
+        raise UserError(f"{sc.source} [workload]: no size: give requests (a count) or duration_s (seconds) in "
+                        "the file, or --requests / --duration")
     over = {"workload": wl} if wl else {}
     if seed is not None:
         over["seed"] = seed

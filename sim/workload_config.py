@@ -103,8 +103,6 @@ class WorkloadConfig:
         c = cls(kind=kind)
         c.requests = opt_integer(where, "requests", d.get("requests"), 1)
         c.duration_s = opt_number(where, "duration_s", d.get("duration_s"), 0.0, lo_open=True)
-        if kind == "poisson" and c.requests is None and c.duration_s is None:
-            raise UserError(f"{where}: give requests (a count) or duration_s (seconds) for kind = 'poisson'")
         c.rps = number(where, "rps", d.get("rps", c.rps), 0.0, lo_open=True)
         if "start_utc" in d:
             c.start_utc = _parse_time("start_utc", d["start_utc"], where)

@@ -101,6 +101,18 @@ def test_bad_scenario_file_names_the_field(tmp_path, capsys):
     assert "bad.toml [edge]" in err and "'router'" in err
 
 
+def test_a_scenario_file_may_leave_its_size_to_the_command_line(tmp_path, capsys):
+    f = tmp_path / "mine.toml"
+    f.write_text('[edge]\nplacement = "greedy-demand"\n')  # no [workload] size
+    assert main(["simulate", "--scenario", str(f), "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "mine.toml [workload]: no size" in err and "--requests" in err and err.count("\n") == 1
+    assert not (tmp_path / "a").exists()
+    assert main(["simulate", "--scenario", str(f), "--requests", "300", "--only", "edge", "--json",
+                 "--out", str(tmp_path / "b")]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == 300
+
+
 def test_cli_writes_parquet_summary_and_report(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["simulate", "--scenario", "small", "--requests", "600", "--out", str(out), "--json"]) == 0
