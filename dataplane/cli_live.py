@@ -57,9 +57,7 @@ def run_lora_check(args: argparse.Namespace) -> int:
 
 def run_quantize(args: argparse.Namespace) -> int:
     from dataplane import quantize
-    from edgepop.outputs import output_folder
 
-    output_folder(args.out)
     print(json.dumps(quantize.quantize_and_measure(args.model, args.out, repeats=args.repeats,
                                                    threads=args.threads,
                                                    fold_transposes=not args.keep_tied_head)))

@@ -26,10 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgepop.errors import UserError
     from edgepop.outputs import output_folder
     from topology.report import draw_map, summary
     from topology.world import Topology
 
+    if not args.last_mile_ms >= 0:
+        raise UserError(f"--last-mile-ms must not be negative, got {args.last_mile_ms:g}")
     output_folder(args.out)
     topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions, tiers=args.tiers)
     s = summary(topo, last_mile_ms=args.last_mile_ms, last_mile=args.last_mile)

@@ -18,6 +18,7 @@ against Asia's 25). ``continent`` is dominated by the countries with the most te
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -62,6 +63,8 @@ class LastMile:
     def __post_init__(self):
         if self.mode not in MODES:
             raise UserError(f"last mile mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if not (self.fixed_ms >= 0 and math.isfinite(self.fixed_ms)):  # (NaN fails the first test)
+            raise UserError(f"the fixed last mile must be a non-negative number of ms, got {self.fixed_ms!r}")
         if self.mode != "fixed" and self.table is None:
             self.table = load_table()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from edgepop.errors import UserError
+
 
 def _csv(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
@@ -99,6 +101,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from dataplane.gateway.app import create_app
     from dataplane.gateway.server import gateway_server
 
+    if not 1 <= args.port <= 65535:  # uvicorn would hang on an out-of-range port instead of failing
+        raise UserError(f"--port must be 1-65535, got {args.port}")
     cfg = gateway_config(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = create_app(cfg, warm=not args.no_warm)

@@ -66,3 +66,10 @@ def test_custom_pop_file_is_used(tmp_path, capsys):
     assert main(["topology", "--pops", str(f), "--json", "--out", str(tmp_path)]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["pops"] == 2 and s["pops_per_tier"] == {"1": 2}
+
+
+def test_a_negative_last_mile_is_refused(tmp_path, capsys):
+    assert main(["topology", "--last-mile-ms", "-5", "--out", str(tmp_path / "t")]) == 2
+    assert capsys.readouterr().err.strip() == "edgepop: error: --last-mile-ms must not be negative, got -5"
+    assert not (tmp_path / "t").exists()
+

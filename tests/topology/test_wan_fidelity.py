@@ -127,6 +127,9 @@ def test_last_mile_modes():
     assert country[4] == continent[4]  # unknown country: its continent's figure
     with pytest.raises(UserError, match="last mile mode"):
         LastMile("per-city")
+    for bad in (-5.0, float("nan"), float("inf")):
+        with pytest.raises(UserError, match="fixed last mile must be a non-negative number"):
+            LastMile("fixed", bad)
 
 
 def test_scenario_fields_select_last_mile_and_jitter_and_summary_says_which(topo):

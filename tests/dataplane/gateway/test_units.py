@@ -149,3 +149,11 @@ def test_serve_flags_over_scenario_over_defaults(monkeypatch):
     cfg = gateway_config(parse(["serve", "--scenario", "small", "--seed", "3", "--pops", "FRA,LHR", "--no-delay",
                                 "--default-location", "1,2", "--slots", "4"]))
     assert (cfg.seed, cfg.pops, cfg.delay, cfg.default_location, cfg.slots) == (3, ["FRA", "LHR"], False, (1.0, 2.0), 4)
+
+
+@pytest.mark.parametrize("port", ["0", "99999", "-1"])
+def test_serve_refuses_a_port_out_of_range(port, capsys):
+    from edgepop.cli import main
+
+    assert main(["serve", "--no-auth", "--port", port]) == 2  # uvicorn would hang instead of failing
+    assert capsys.readouterr().err.strip() == f"edgepop: error: --port must be 1-65535, got {port}"
