@@ -60,6 +60,8 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
             raise UserError(f"requests must be positive, got {requests}")
         wl.update(trace_limit=requests) if is_trace else wl.update(requests=requests, duration_s=None)
     if duration_s is not None:
+        if not duration_s > 0:
+            raise UserError(f"duration must be positive, got {duration_s}")
         if is_trace:
             raise UserError("a duration cannot be combined with trace replay (use --requests to limit it)")
         wl.update(duration_s=duration_s, requests=None)
@@ -69,6 +71,8 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
         raise UserError(f"{sc.source} [workload]: no size: give requests (a count) or duration_s (seconds) in "
                         "the file, or --requests / --duration")
     over = {"workload": wl} if wl else {}
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0):
+        raise UserError(f"seed must be a non-negative integer, got {seed!r}")
     if seed is not None:
         over["seed"] = seed
     if faults:
@@ -245,6 +249,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                  faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
     """Simulate ``scenario`` (an embedded name, a path or a Scenario) with optional overrides."""
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    deployments = (deployments,) if isinstance(deployments, str) else tuple(deployments)
+    if not deployments or not set(deployments) <= {"edge", "central"}:
+        raise UserError(f"deployments must be 'edge' and/or 'central', got {deployments!r}")
     sc = with_run_overrides(sc, requests=requests, duration_s=duration_s, seed=seed, trace=trace, faults=faults)
     t_wall = time.perf_counter()
     setup = prepare(sc, topo)

@@ -185,3 +185,19 @@ def test_perf_and_fault_policy_are_checked_at_parse_time(tmp_path):
     path.write_text('perf = "rooflin"\n[workload]\nrequests = 10\nrps = 1.0\n')
     with pytest.raises(UserError, match=r"'rooflin' is neither a service-time model \(profile, roofline\) nor"):
         load_scenario(path)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"duration_s": -3}, "duration must be positive, got -3"),
+    ({"seed": "x"}, "seed must be a non-negative integer, got 'x'"),
+    ({"seed": -1}, "seed must be a non-negative integer, got -1"),
+    ({"deployments": ("edge", "moon")}, "deployments must be 'edge' and/or 'central'"),
+    ({"deployments": ()}, "deployments must be 'edge' and/or 'central'"),
+])
+def test_run_scenario_arguments_give_one_line_errors(kw, words):
+    import re
+
+    from edgepop.errors import UserError
+
+    with pytest.raises(UserError, match=re.escape(words)):
+        run_scenario("small", **kw)
