@@ -8,7 +8,9 @@ memory and output time at a million requests.
    ``ratio_loop``: simulated requests per second of the simulation loops / the bare M/M/c's (goal >= 0.5);
    ``ratio_run_scenario``: the same with the whole ``run_scenario`` wall time, set-up included, plots excluded
    (goal >= 0.35; with the user's disk caches, ``*_placement_from_cache`` says whether the placement came from
-   it); the edge and central loops' rates separately (goal: central no slower per request). The loops run
+   it); the edge and central loops' rates separately (goal: central no slower per request), and each one's
+   backbone hops per request (``*_hop_events_per_request``: a request served away from where it was decided
+   travels there, one timer event more; every central request does, edge ones served at their ingress PoP don't). The loops run
    untimed, each loop and the bare run twice, interleaved, keeping each one's best time (the second pass finds the
    service-time memo of ``sim.perfcache`` filled, which costs the first about 3% of its loop); routing decisions
    are timed in a further run of each (the timing itself costs time).
@@ -83,6 +85,27 @@ def timed_submits(plane) -> list[int]:
     return out
 
 
+class counted_hops:
+    """Count the requests that travel to their replica (a timer event each: the backbone hop) while active."""
+
+    def __enter__(self):
+        from sim.simulator import Simulation
+
+        self.original, self.count = Simulation._reach_node, 0
+
+        def reach(sim, ev):
+            self.count += 1
+            return self.original(sim, ev)
+
+        Simulation._reach_node = reach
+        return self
+
+    def __exit__(self, *exc):
+        from sim.simulator import Simulation
+
+        Simulation._reach_node = self.original
+
+
 def default_run(requests: int | None) -> dict:
     """The default scenario, both deployments, with its loops' rates, routing percentiles and the bare ratio."""
     from sim.run import prepare, scenario_deployment, simulate_deployment, with_run_overrides
@@ -111,7 +134,9 @@ def default_run(requests: int | None) -> dict:
     for name in ("edge", "central"):  # the same runs again, each routing decision timed (the timing costs time)
         dep = scenario_deployment(setup, name)
         decisions = timed_submits(dep.plane)
-        simulate_deployment(setup, name, dep=dep)
+        with counted_hops() as hops:
+            simulate_deployment(setup, name, dep=dep)
+        out[f"{name}_hop_events_per_request"] = round(hops.count / n, 3)
         ns = np.asarray(decisions) / 1e3
         for q in (50, 99, 99.9):
             out[f"route_{name}_p{q:g}_us"] = round(float(np.percentile(ns, q)), 2)
