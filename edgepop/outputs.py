@@ -2,8 +2,9 @@
 
 A simulation, a sweep or a cross-validation can run for minutes; it must not end in a traceback, its results lost,
 because ``--out`` names a file, a folder that cannot be created, or a place the user cannot write. The commands
-call these first: they create what the output will need and write a probe there, so that permissions, read-only
-file systems and pseudo file systems fail the same way, at once, with a one-line error naming the path.
+call these first: they create the folders the output will need and a probe folder inside, then remove what they
+created, so that permissions, read-only file systems and pseudo file systems fail the same way, at once, with a
+one-line error naming the path, and a check leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -16,54 +17,46 @@ from edgepop.errors import UserError
 
 
 def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = False) -> Path:
-    """``path`` as a Path, once a folder there is known to be writable (created if missing).
+    """``path`` as a Path, once a folder there is known to be writable.
 
     ``staged``: the output is assembled in a temporary folder beside ``path`` (in its parent) and moved into
-    place at the end, all or nothing (``sim.run.write_outputs``, sweeps): then the parent must take a folder too,
-    and ``path`` itself is not created before the results are ready.
+    place at the end, all or nothing (``sim.run.write_outputs``, sweeps): then the parent must take a folder too.
     """
     p = Path(path).expanduser()
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {path}: exists and is not a folder")
-    _existing_folder(p, path, flag)
-    try:
-        if staged:
-            _probe(p.parent)
-            if p.is_dir():
-                _probe(p)
-        else:
-            p.mkdir(parents=True, exist_ok=True)
-            _probe(p)
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+    _check(p, path, flag, (p.parent, p) if staged and p.is_dir() else (p.parent,) if staged else (p,))
     return p
 
 
 def output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
-    """``path`` as a Path, once a file can be written there (its folder created if missing)."""
+    """``path`` as a Path, once a file can be written there."""
     p = Path(path).expanduser()
     if p.is_dir():
         raise UserError(f"{flag} {path}: is a folder, expected a file name")
-    _existing_folder(p.parent, path, flag)
-    try:
-        _probe(p.parent)
-        if p.exists() and not os.access(p, os.W_OK):
-            raise PermissionError(13, "Permission denied")
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+    _check(p.parent, path, flag, (p.parent,))
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UserError(f"{flag} {path}: cannot write there (Permission denied)")
     return p
 
 
-def _existing_folder(p: Path, path, flag: str) -> None:
-    """The nearest existing ancestor of ``p`` must be a folder (a file there cannot hold one)."""
+def _check(p: Path, path, flag: str, folders: tuple[Path, ...]) -> None:
+    """Each of ``folders`` can be created and written in (``p``'s nearest existing ancestor must be a folder)."""
     for q in (p, *p.parents):
         if q.exists():
             if not q.is_dir():
                 raise UserError(f"{flag} {path}: {q} is a file, not a folder")
-            return
-
-
-def _probe(folder: Path) -> None:
-    """Create ``folder`` (and its parents) if missing and make and remove an empty folder in it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    os.rmdir(tempfile.mkdtemp(prefix=".edgepop-probe-", dir=folder))
+            break
+    for folder in folders:
+        created = [q for q in (folder, *folder.parents) if not q.exists()]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            os.rmdir(tempfile.mkdtemp(prefix=".edgepop-probe-", dir=folder))
+        except OSError as exc:
+            raise UserError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+        finally:
+            for q in created:  # deepest first
+                try:
+                    q.rmdir()
+                except OSError:
+                    break

@@ -176,10 +176,10 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
     p_start = (s / turns) / (1 - s + s / turns)
     groups = Groups.build(cities, cfg)
     _check_bursts(cfg, groups)
-    # With sessions, start early so that conversations already under way at time 0 are present (a stationary
-    # start); arrivals before 0 are dropped.
     if cfg.requests is None and cfg.duration_s is None:
         raise UserError("[workload]: a Poisson workload needs a size: requests (a count) or duration_s (seconds)")
+    # With sessions, start early so that conversations already under way at time 0 are present (a stationary
+    # start); arrivals before 0 are dropped.
     horizon = -warmup_s(cfg) if s > 0 else 0.0
     parts, n_sessions = [], 0
     while cfg.duration_s is None or horizon < cfg.duration_s:

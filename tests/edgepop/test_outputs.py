@@ -9,14 +9,13 @@ from edgepop.errors import UserError
 from edgepop.outputs import output_file, output_folder
 
 
-def test_output_folder_creates_a_missing_folder(tmp_path):
-    p = output_folder(tmp_path / "a" / "b")
-    assert p.is_dir() and list(p.iterdir()) == []  # the probe leaves nothing
-
-
-def test_staged_output_folder_is_not_created_before_the_results(tmp_path):
-    p = output_folder(tmp_path / "a" / "b", staged=True)
-    assert not p.exists() and p.parent.is_dir() and list(p.parent.iterdir()) == []
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_check_leaves_nothing_behind(tmp_path, staged):
+    assert output_folder(tmp_path / "a" / "b", staged=staged) == tmp_path / "a" / "b"
+    assert list(tmp_path.iterdir()) == []  # the folders it made to probe are gone again
+    (tmp_path / "c").mkdir()
+    output_folder(tmp_path / "c", staged=staged)
+    assert [p.name for p in tmp_path.iterdir()] == ["c"] and list((tmp_path / "c").iterdir()) == []
 
 
 @pytest.mark.parametrize("staged", [False, True])
@@ -30,7 +29,8 @@ def test_a_file_in_the_way_is_named(tmp_path, staged):
 
 
 def test_output_file(tmp_path):
-    assert output_file(tmp_path / "d" / "t.csv", "--table").parent.is_dir()
+    assert output_file(tmp_path / "d" / "t.csv", "--table") == tmp_path / "d" / "t.csv"
+    assert list(tmp_path.iterdir()) == []
     with pytest.raises(UserError, match=r"--table .*: is a folder, expected a file name"):
         output_file(tmp_path, "--table")
 
