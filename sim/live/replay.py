@@ -46,14 +46,24 @@ class ReplayOptions:
     seed: int = 0
     timeout_s: float = 120.0
 
+    def check(self) -> None:
+        """One-line errors for sizes and rates out of range (before minutes of profiling, not after)."""
+        for name in ("requests", "max_prompt", "max_output", "concurrency", "profile_repeats"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"replay: --{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        for name, label in (("time_scale", "--time-scale"), ("timeout_s", "timeout_s")):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 < value < float("inf")):
+                raise UserError(f"replay: {label} must be a positive number, got {value!r}")
+
 
 def build_requests(trace: pd.DataFrame, topo, opts: ReplayOptions, rng: np.random.Generator) -> pd.DataFrame:
     """Trace rows -> requests with client cities (by population), ingress PoPs and capped sizes.
 
     Columns follow the simulator's workload frame (``sim.workload.COLUMNS``) so the same frame drives both.
     """
-    if opts.requests < 1 or opts.time_scale <= 0 or opts.max_prompt < 1 or opts.max_output < 1:
-        raise UserError("replay: requests, time scale, max prompt and max output must be positive")
+    opts.check()
     t = trace.iloc[: opts.requests]
     n = len(t)
     d = topo.demand

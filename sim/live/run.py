@@ -75,8 +75,8 @@ def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator,
 def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = True) -> str:
     """Run the live replay, then (unless ``simulate`` is off) the simulator, write outputs, return the report."""
     require_loopback(opts.url)
-    if opts.profile_repeats < 1:
-        raise UserError(f"replay: --profile-repeats must be at least 1, got {opts.profile_repeats}")
+    opts.check()
+    read_trace(opts.trace)  # a missing or malformed trace fails now, not after the profile's minutes
     desc = fetch_deployment(opts.url, opts.token)
     if opts.model not in {p["model"] for p in desc["placement"]}:
         raise UserError(f"replay: model {opts.model!r} is not served by {opts.url}")

@@ -166,3 +166,22 @@ def test_interval_resamples_neighbours_in_time_together():
         return t.diff_hi_pct - t.diff_lo_pct
 
     assert width(None) > 1.2 * width(1)
+
+
+def test_replay_options_out_of_range_fail_before_any_request(tmp_path, capsys):
+    import pytest
+
+    from edgepop.cli import main
+    from edgepop.errors import UserError
+
+    trace = str(_trace(tmp_path / "t.jsonl", 2))
+    for field, value, words in [("concurrency", 0, "--concurrency must be a positive integer, got 0"),
+                                ("time_scale", -1.0, "--time-scale must be a positive number, got -1.0"),
+                                ("requests", True, "--requests must be a positive integer, got True")]:
+        with pytest.raises(UserError, match=words):
+            ReplayOptions(url="http://127.0.0.1:9", trace=trace, **{field: value}).check()
+    # through the command: refused before it looks for the gateway (nothing listens on port 9)
+    assert main(["replay", "--live", "http://127.0.0.1:9", "--trace", trace, "--concurrency", "0"]) == 2
+    assert "--concurrency must be a positive integer" in capsys.readouterr().err
+    assert main(["replay", "--live", "http://127.0.0.1:9", "--trace", str(tmp_path / "none.jsonl")]) == 2
+    assert "none.jsonl" in capsys.readouterr().err
