@@ -15,8 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "under closed-loop load) and of the WAN latency model (per data set, distance "
                                    "band and continent; cross-validated by data set and by continent), write them "
                                    "as JSON and optionally as the docs page.")
-    p.add_argument("--out", type=Path, default=Path("out/validate"), help="folder for fidelity.json")
-    p.add_argument("--docs", type=Path, help="also write the markdown page here (docs/fidelity-models.md)")
+    p.add_argument("--out", type=Path, default=Path("out/validate"),
+                   help="folder for fidelity.json and fidelity.png (predicted against measured)")
+    p.add_argument("--docs", type=Path, help="also write the markdown page here (docs/fidelity-models.md), its "
+                   "figure beside it (the same name, .png)")
     p.add_argument("--in-sample", action="store_true",
                    help="skip the cross-validation (seconds instead of a minute or two); --docs needs it")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
@@ -28,23 +30,29 @@ def run(args: argparse.Namespace) -> int:
     from edgepop.errors import UserError
     from edgepop.outputs import output_file, output_folder
     from sim import load_validation
+    from sim.validate_plots import draw_fidelity
 
     if args.docs and args.in_sample:
         raise UserError("--docs needs the cross-validated tables: drop --in-sample")
     if args.docs:
         output_file(args.docs, "--docs")
     output_folder(args.out)
-    rep = fidelity_report(cross_validated=not args.in_sample)
+    frames: dict = {}
+    rep = fidelity_report(cross_validated=not args.in_sample, frames=frames)
     rep["under_load"] = load_validation.load_report()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
+    figure = draw_fidelity(frames, args.out / "fidelity.png")
     if args.docs:
-        args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###")))
+        figure = draw_fidelity(frames, args.docs.with_suffix(".png"))
+        args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###"),
+                                             figure=figure.name))
     if args.json:
         print(json.dumps(rep, indent=2))
         return 0
     print_tables(rep)
-    print(f"wrote {args.out / 'fidelity.json'}" + (f" and {args.docs}" if args.docs else ""))
+    print(f"wrote {args.out / 'fidelity.json'}, {args.out / 'fidelity.png'}"
+          + (f", {args.docs} and {figure}" if args.docs else ""))
     return 0
 
 

@@ -50,8 +50,11 @@ def goal_check(frame: pd.DataFrame, col: str) -> dict:
     return {"pooled": pooled, "met": not failures, "failures": failures}
 
 
-def wan_report(params: LatencyParams | None = None, cross_validated: bool = True) -> dict:
-    """Fidelity tables of the WAN model with ``params`` (the shipped constants by default)."""
+def wan_report(params: LatencyParams | None = None, cross_validated: bool = True, frames: dict | None = None
+               ) -> dict:
+    """Fidelity tables of the WAN model with ``params`` (the shipped constants by default). ``frames``: a dict
+    that receives the fitted sets' pairs with their predictions (``wan``; held-out ones too when cross-validated),
+    for plots."""
     params = params or LatencyParams.load()
     backbone = build_backbone(default_sites(), params.knn, params.max_link_km)
     m = load_all()
@@ -71,10 +74,14 @@ def wan_report(params: LatencyParams | None = None, cross_validated: bool = True
     }
     if cross_validated:
         cv = cross_validate(fitted, params, backbone)
+        if frames is not None:
+            frames["wan"] = cv
         conts = continent_rows(cv)
         for col, name in (("cv_set_ms", "leave_one_set_out"), ("cv_continent_ms", "leave_one_continent_out")):
             report[name] = {"by_set": table(cv, col, "set"), "by_band": table(cv, col, "band"),
                             "by_continent": table(conts, col, "continent"), **goal_check(cv, col)}
+    elif frames is not None:
+        frames["wan"] = fitted
     return report
 
 

@@ -198,7 +198,8 @@ def test_docs_page_is_generated_from_the_current_code(report):
     page = (ROOT / "docs" / "fidelity-models.md").read_text()
     # The section on the simulated replica under load comes from the simulator (tests/sim/test_load_validation.py).
     page = re.sub(r"\n### The simulated replica under load\n.*?(?=\n## )", "", page, flags=re.S)
-    fresh = render_markdown(report)
+    fresh = render_markdown(report, figure="fidelity-models.png")
+    assert (ROOT / "docs" / "fidelity-models.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the figure it shows
     assert re.sub(r"[\d.]+", "#", page) == re.sub(r"[\d.]+", "#", fresh)
     ours, theirs = _percentages(page), _percentages(fresh)
     assert len(ours) == len(theirs) > 100
@@ -213,6 +214,7 @@ def test_validate_cli_writes_json_and_refuses_docs_without_cross_validation(tmp_
     assert main(["validate", "--in-sample", "--out", str(tmp_path)]) == 0
     rep = json.loads((tmp_path / "fidelity.json").read_text())
     assert rep["service_time"]["in_sample"]["decode"]["mape"] < 0.10
+    assert (tmp_path / "fidelity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"in_sample", "sets", "goals"} <= set(rep["wan"]) and "leave_one_set_out" not in rep["wan"]
     assert "held-out rows" in (out := capsys.readouterr().out) and "WAN in sample" in out
     assert main(["validate", "--in-sample", "--docs", str(tmp_path / "x.md"), "--out", str(tmp_path)]) == 2
