@@ -29,6 +29,7 @@ from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
 from sim.live.pooling import pooled_profile
 from sim.live.replay import ReplayOptions, build_requests, send_all
+from sim.live.replay_plots import plot_replay
 from sim.traces import read_trace
 from topology import Topology
 
@@ -111,6 +112,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     parts_sim = sim_components(sim)
     pd.concat([parts_live.assign(side="live"), parts_sim.assign(side="sim")], ignore_index=True).to_csv(
         out / "decomposition.csv", index=False)
+    plot_replay(sim, live, parts_sim, parts_live, out / "replay.png")
     lines = [table.to_string(index=False), "",
              "where the time goes (ms; means add up to E2E, TTFT = the parts up to prefill + first_delivery):",
              side_by_side(parts_sim, parts_live).to_string(index=False)]
@@ -118,7 +120,8 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         one = one_request(parts_sim, parts_live)
         lines += ["", f"one request (id {int(one.request_id.iloc[0])}, the live median E2E):",
                   one.drop(columns="request_id").to_string(index=False)]
-    lines += ["", host_report(host)]
+    lines += ["", host_report(host), f"wrote {out}/sim.parquet, live.parquet, comparison.csv, decomposition.csv, "
+              "replay.png (distributions and components, both sides)"]
     return "\n".join(lines)
 
 

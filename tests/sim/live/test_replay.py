@@ -91,7 +91,9 @@ def test_replay_command_end_to_end(delayed_gateway, tmp_path):
     code = main(["replay", "--live", url, "--trace", str(_trace(tmp_path / "t.jsonl", 4)), "--out", str(out),
                  "--requests", "4", "--max-output", "4", "--profile", str(profile)])
     assert code == 0
-    assert {p.name for p in out.iterdir()} >= {"live.parquet", "sim.parquet", "comparison.csv"}
+    assert {p.name for p in out.iterdir()} >= {"live.parquet", "sim.parquet", "comparison.csv", "decomposition.csv",
+                                                "replay.png"}
+    assert (out / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cmp = pd.read_csv(out / "comparison.csv")
     assert len(cmp) == 6 and (cmp.n == 4).all()
     assert main(["replay", "--live", "http://10.1.2.3:8787", "--trace", "x.csv"]) == 2  # loopback only
