@@ -53,14 +53,17 @@ def last_mile_report() -> dict:
     return out
 
 
-def fidelity_report(cross_validated: bool = True, frames: dict | None = None) -> dict:
+def fidelity_report(cross_validated: bool = True, frames: dict | None = None, progress=None) -> dict:
     """Every fidelity table (cross-validation takes a minute or two on two cores; ``cross_validated=False``
     gives the in-sample tables only). ``frames``: a dict that receives the rows behind the tables, with their
     predictions (``service_time``: reference rows, ``fit_ms`` and when cross-validated ``cv_<grouping>_ms``;
-    ``wan``: measured pairs), for plots."""
+    ``wan``: measured pairs), for plots. ``progress``: called with a line as each stage starts."""
     from controlplane.perf_calibration import fit, load_rows, mape
 
+    say = progress or (lambda line: None)
     rows = load_rows()
+    say("service time: " + ("refitting without each model, GPU type and tp degree" if cross_validated
+                            else "fitting"))
     if cross_validated:
         table = cross_validate(rows)
         perf = summary(table)
@@ -76,6 +79,7 @@ def fidelity_report(cross_validated: bool = True, frames: dict | None = None) ->
     perf["tp"] = sorted(int(t) for t in set(rows.table.tp[rows.table.kind != "collective"]))
     if frames is not None:
         frames["service_time"] = table
+    say("WAN: " + ("refitting without each data set and continent" if cross_validated else "fitting"))
     wan = wan_report(cross_validated=cross_validated, frames=frames)
     if cross_validated:
         wan["every_provider_fitted"] = every_provider_report()

@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from controlplane.validation import fidelity_report, render_markdown
     from edgepop.errors import UserError
     from edgepop.outputs import output_file, output_folder
@@ -38,13 +40,16 @@ def run(args: argparse.Namespace) -> int:
         output_file(args.docs, "--docs")
     output_folder(args.out)
     frames: dict = {}
-    rep = fidelity_report(cross_validated=not args.in_sample, frames=frames)
-    rep["under_load"] = load_validation.load_report()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
-    figure = draw_fidelity(frames, args.out / "fidelity.png")
-    if args.docs:
-        figure = draw_fidelity(frames, args.docs.with_suffix(".png"))
+    with Console(stderr=True).status("validating") as status:  # (shown on a terminal only)
+        rep = fidelity_report(cross_validated=not args.in_sample, frames=frames, progress=status.update)
+        status.update("the simulated replica under load: replaying closed-loop benchmark runs")
+        rep["under_load"] = load_validation.load_report()
+        status.update("writing fidelity.json and drawing the figure")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
+        figure = draw_fidelity(frames, args.out / "fidelity.png")
+        if args.docs:
+            figure = draw_fidelity(frames, args.docs.with_suffix(".png"))
         args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###"),
                                              figure=figure.name))
     if args.json:
