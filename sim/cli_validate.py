@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
         figure = draw_fidelity(frames, args.out / "fidelity.png")
         if args.docs:
             figure = draw_fidelity(frames, args.docs.with_suffix(".png"))
-        args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###"),
-                                             figure=figure.name))
+            args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###"),
+                                                 figure=figure.name))
     if args.json:
         print(json.dumps(rep, indent=2))
         return 0
