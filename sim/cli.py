@@ -161,7 +161,7 @@ def cmd_ablation(args) -> int:
         print_table(table, f"edgepop ablation: {g.source} (base {g.base}, seed {g.seeds[0]}, "
                            f"{', '.join(g.deployments)} only, same arrivals)")
         print(f"wall time {result.wall_s:.1f} s. Wrote {result.path}/ablation.csv, ablation.json, "
-              "sweep_summary.parquet, sweep.parquet")
+              "ablation.png, sweep_summary.parquet, sweep.parquet")
     return 0
 
 

@@ -82,12 +82,41 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
 
 
 def write_ablation(df: pd.DataFrame, directory: str | Path, meta: dict) -> Path:
+    """``ablation.csv``, ``ablation.json`` and ``ablation.png`` (each variant's changes) into ``directory``."""
     directory = Path(directory)
     df.to_csv(directory / "ablation.csv", index=False)
+    plot_ablation(df, meta.get("baseline"), directory / "ablation.png")
     rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
             for r in df.to_dict("records")]
     (directory / "ablation.json").write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str))
     return directory
+
+
+def plot_ablation(df: pd.DataFrame, baseline: str | None, path: str | Path) -> Path:
+    """Each variant's change against ``baseline`` in the figures techniques are compared on, as grouped bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = df[df.technique != baseline]
+    fig, ax = plt.subplots(figsize=(9, 1.0 + 0.55 * max(len(rows), 1)), layout="constrained")
+    y, height = np.arange(len(rows)), 0.8 / len(DELTA_OF)
+    for i, m in enumerate(DELTA_OF):
+        values = pd.to_numeric(rows[f"d_{m}_pct"], errors="coerce").fillna(0.0).to_numpy()
+        label = next(lbl for lbl, col in COLUMNS if col == m)
+        ax.barh(y + (i - (len(DELTA_OF) - 1) / 2) * height, values, height=height, label=label)
+    ax.axvline(0.0, color="black", lw=0.8)
+    ax.set_yticks(y, rows.technique.tolist())
+    ax.invert_yaxis()
+    ax.set(xlabel=f"change against '{baseline}' (%; negative: lower, better)", title="technique ablation")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def print_table(df: pd.DataFrame, title: str) -> None:

@@ -107,6 +107,7 @@ def test_tiny_ablation_has_one_finite_row_per_technique(tmp_path):
     assert by.loc["baseline", "d_ttft_p95_ms_pct"] == 0.0
     assert "hit ratio" in by.loc["prefix_cache", "note"] and "adapter requests" in by.loc["lora", "note"]
     assert len(pd.read_csv(result.path / "ablation.csv")) == len(ROWS)
+    assert (result.path / "ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert set(pd.read_parquet(result.path / "sweep_summary.parquet").variant_name) == set(ROWS)
 
 
