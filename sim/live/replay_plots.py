@@ -43,7 +43,7 @@ def plot_replay(sim: pd.DataFrame, live: pd.DataFrame, parts_sim: pd.DataFrame, 
                 ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", color=colour, label=side)
         ax.set(xlabel=LABELS[metric], ylabel="share of requests" if i == 0 else None, ylim=(0, 1))
         ax.grid(alpha=0.3)
-        if i == 0:
+        if i == 0 and ax.get_legend_handles_labels()[0]:
             ax.legend(title=f"{len(ids)} requests", fontsize=8)
     ax = fig.add_subplot(grid[1, :])
     _components(ax, parts_sim, parts_live)
@@ -69,7 +69,8 @@ def _components(ax, parts_sim: pd.DataFrame, parts_live: pd.DataFrame) -> None:
     ax.set_yticks([0, 1], ["live", "sim"])
     ax.set(xlabel="mean per request (ms): components of E2E, in request order",
            title="where the time goes (decomposition.csv)")
-    ax.legend(fontsize=7, ncol=min(8, len(shown)), loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    if shown:
+        ax.legend(fontsize=7, ncol=min(8, len(shown)), loc="upper center", bbox_to_anchor=(0.5, -0.25))
 
 
 def _colours(n: int) -> list:
