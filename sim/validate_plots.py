@@ -40,14 +40,17 @@ def _service_time(ax, table: pd.DataFrame) -> None:
     rows = table[table.phase.isin(list(PHASE_COLOURS))]
     held_out = [g for g in GROUPING_MARKERS if f"cv_{g}_ms" in rows]
     columns = [(f"cv_{g}_ms", GROUPING_MARKERS[g], f"held-out {g}") for g in held_out] or [("fit_ms", "o", "in sample")]
+    seen = []
     for col, marker, label in columns:
         for phase, colour in PHASE_COLOURS.items():
             sel = rows[(rows.phase == phase) & rows[col].notna()]
-            ax.scatter(sel.measured_ms, sel[col] / sel.measured_ms, s=18, marker=marker, facecolors="none",
+            seen.append((sel[col] / sel.measured_ms).to_numpy(float))
+            ax.scatter(sel.measured_ms, seen[-1], s=18, marker=marker, facecolors="none",
                        edgecolors=colour, linewidths=0.8, alpha=0.8, label=f"{phase}, {label}")
     ax.axhline(1.0, color="black", lw=0.6)
     ax.axhspan(0.9, 1.1, color="grey", alpha=0.2, lw=0, label="within 10%")
-    ax.set(xscale="log", ylim=(0.4, 1.8), xlabel="measured (ms)", ylabel="predicted / measured",
+    ax.set(xscale="log", ylim=_limits(np.concatenate(seen), 0.4, 1.8), xlabel="measured (ms)",
+           ylabel="predicted / measured",
            title="Service time: " + ("leave one group out" if held_out else "in sample")
            + f" ({len(rows)} engine rows)")
     ax.legend(fontsize=7, ncol=2, loc="upper right")
@@ -69,6 +72,13 @@ def _wan(ax, pairs: pd.DataFrame) -> None:
     ax.plot(mids, medians, color="black", lw=1.2, marker=".", label="median by distance")
     ax.axhline(1.0, color="black", lw=0.6)
     ax.axhspan(0.85, 1.15, color="grey", alpha=0.2, lw=0, label="0.85-1.15")
-    ax.set(xscale="log", ylim=(0.0, 2.5), xlabel="great-circle distance (km)", ylabel="predicted / measured RTT",
+    ax.set(xscale="log", ylim=_limits(ratio, 0.0, 2.5), xlabel="great-circle distance (km)",
+           ylabel="predicted / measured RTT",
            title="WAN RTT: " + ("leave one data set out" if col == "cv_set_ms" else "in sample"))
     ax.legend(fontsize=7, loc="upper right")
+
+
+def _limits(values: np.ndarray, lo: float, hi: float) -> tuple[float, float]:
+    """At least ``lo``-``hi``, widened to every finite value (none is drawn outside the axes)."""
+    v = values[np.isfinite(values)]
+    return (min(lo, float(v.min()) * 0.95), max(hi, float(v.max()) * 1.05)) if len(v) else (lo, hi)
