@@ -30,6 +30,7 @@ import pandas as pd
 from sim.live.decompose import live_frame, sim_components
 from sim.live.fidelity import compare, simulate_like
 from sim.live.replay import ReplayOptions, build_requests, send_all
+from sim.live.replay_plots import plot_replay
 from sim.live.run import live_replay
 from sim.traces import read_trace
 
@@ -97,8 +98,10 @@ def simulate_cell(out: Path, topo, profile: pd.DataFrame) -> dict:
     live = pd.read_parquet(out / "live.parquet")
     sim = simulate_like(desc, live, topo, profile, host_model=True, host_cores=host.get("cores"))
     table = compare(sim, live)
-    pd.concat([live_frame(live, timelines).assign(side="live"), sim_components(sim).assign(side="sim")],
+    parts_live, parts_sim = live_frame(live, timelines), sim_components(sim)
+    pd.concat([parts_live.assign(side="live"), parts_sim.assign(side="sim")],
               ignore_index=True).to_csv(out / "decomposition.csv", index=False)
+    plot_replay(sim, live, parts_sim, parts_live, out / "replay.png")
     sim.to_parquet(out / "sim.parquet", index=False)
     table.to_csv(out / "comparison.csv", index=False)
     ok = live[(live.status == 200) & (live.error == "")]
