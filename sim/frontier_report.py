@@ -159,9 +159,9 @@ def write_outputs(frontier) -> Path:
 
 
 def plot_frontier(frontier, path: Path) -> Path:
-    from sim.report import _plt
+    from sim.report import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     slo = frontier.slo
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), dpi=90)
     # TTFT p95 counting requests never answered as late: a point is missing where the p95 fell on them.

@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 
 
-def _plt():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display needed), imported on first use: every figure
+    the simulator layer draws goes through here."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +33,7 @@ def plot_gain_map(requests, path: Path) -> Path | None:
     g = country_gain(edge, central)
     if g.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     from matplotlib.collections import LineCollection
 
     fig, ax = plt.subplots(figsize=(14, 7), dpi=100)
@@ -55,7 +57,7 @@ def plot_gain_map(requests, path: Path) -> Path | None:
 
 
 def plot_ttft_cdf(requests, path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), dpi=100)
     ok = (requests.outcome == "ok").to_numpy(dtype=bool)
     requests = requests[["deployment", "outcome", "task", "ttft_ms"]][ok]  # copy these only, not every column
@@ -82,7 +84,7 @@ def plot_ttft_cdf(requests, path: Path) -> Path:
 
 
 def plot_utilisation(util, path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
     for dep, g in util.groupby("deployment"):
         ax.plot(g.t_s / 60, 100 * g.slot_utilisation, label=f"{dep}: busy slots")

@@ -16,17 +16,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim.report import pyplot
+
 GROUPING_MARKERS = {"model": "o", "gpu": "s", "tp": "^"}
 PHASE_COLOURS = {"prefill": "tab:blue", "decode": "tab:orange"}
 
 
 def draw_fidelity(frames: dict, path: str | Path) -> Path:
     """Draw the two panels from :func:`controlplane.validation.fidelity_report`'s ``frames`` into ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), layout="constrained")
     _service_time(left, frames["service_time"])
     _wan(right, frames["wan"])

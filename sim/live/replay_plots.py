@@ -15,6 +15,7 @@ import pandas as pd
 
 from sim.live.decompose import E2E_PARTS
 from sim.live.fidelity import METRICS
+from sim.report import pyplot
 
 LABELS = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "e2e_ms": "E2E (ms)"}
 SIDES = {"sim": "tab:blue", "live": "tab:orange"}
@@ -24,11 +25,7 @@ def plot_replay(sim: pd.DataFrame, live: pd.DataFrame, parts_sim: pd.DataFrame, 
                 path: str | Path) -> Path:
     """Draw the figure into ``path`` from the replay's frames (``sim.parquet``, ``live.parquet`` and the two sides
     of ``decomposition.csv``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     ok_live = live[(live.status == 200) & (live.error.fillna("") == "")] if "status" in live else live
     ok_sim = sim[sim.outcome == "ok"] if "outcome" in sim else sim
     ids = np.intersect1d(ok_live.request_id.to_numpy(), ok_sim.request_id.to_numpy())

@@ -54,11 +54,11 @@ def host_usage(before: dict, after: dict, wall_s: float, client_cpu_s: float) ->
             "loadavg_after": after.get("loadavg")}
 
 
-def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator, progress=print
-                ) -> tuple[pd.DataFrame, list[dict], dict]:
-    """Send the trace; returns the client-side frame (with each request's ``first_piece``), the gateway's
-    timelines of its requests and the host's use during the run."""
-    frame = build_requests(read_trace(opts.trace)[0], topo, opts, rng)
+def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator, progress=print,
+                trace_rows: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[dict], dict]:
+    """Send the trace (``trace_rows``: ``opts.trace`` already read); returns the client-side frame (with each request's
+    ``first_piece``), the gateway's timelines of its requests and the host's use during the run."""
+    frame = build_requests(read_trace(opts.trace)[0] if trace_rows is None else trace_rows, topo, opts, rng)
     trace = f"replay-{uuid.uuid4().hex[:12]}:"
     progress(f"replaying {len(frame)} requests over {frame.arrival_s.max():.1f} s against {opts.url}")
     before = fetch_timings(opts.url, trace, opts.token)["host"]
@@ -77,7 +77,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     """Run the live replay, then (unless ``simulate`` is off) the simulator, write outputs, return the report."""
     require_loopback(opts.url)
     opts.check()
-    read_trace(opts.trace)  # a missing or malformed trace fails now, not after the profile's minutes
+    trace_rows = read_trace(opts.trace)[0]  # a missing or malformed trace fails now, not after the profile's minutes
     desc = fetch_deployment(opts.url, opts.token)
     if opts.model not in {p["model"] for p in desc["placement"]}:
         raise UserError(f"replay: model {opts.model!r} is not served by {opts.url}")
@@ -97,7 +97,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
             profiles.append(measure_for_replay(opts, desc, topo, progress))
         profile = pooled_profile(profiles)
         profile.to_csv(out / "profile.csv", index=False)
-    live, timelines, host = live_replay(opts, desc, topo, rng, progress)
+    live, timelines, host = live_replay(opts, desc, topo, rng, progress, trace_rows)
     live.to_parquet(out / "live.parquet", index=False)
     (out / "host.json").write_text(json.dumps(host, indent=1))
     ok = live[(live.status == 200) & (live.error == "")]

@@ -15,10 +15,12 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
 from sim.grid import Grid, load_grid
+from sim.report import pyplot
 from sim.sweep import run_sweep
 
 FIGURES = ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",
@@ -94,11 +96,7 @@ def write_ablation(df: pd.DataFrame, directory: str | Path, meta: dict) -> Path:
 
 def plot_ablation(df: pd.DataFrame, baseline: str | None, path: str | Path) -> Path:
     """Each variant's change against ``baseline`` in the figures techniques are compared on, as grouped bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    plt = pyplot()
 
     rows = df[df.technique != baseline]
     fig, ax = plt.subplots(figsize=(9, 1.0 + 0.55 * max(len(rows), 1)), layout="constrained")
