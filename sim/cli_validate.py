@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         (args.out / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
         figure = draw_fidelity(frames, args.out / "fidelity.png")
         if args.docs:
-            figure = draw_fidelity(frames, args.docs.with_suffix(".png"))
+            figure = Path(shutil.copyfile(figure, args.docs.with_suffix(".png")))
             args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###"),
                                                  figure=figure.name))
     if args.json:
