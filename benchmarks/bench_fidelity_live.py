@@ -11,7 +11,9 @@ and p95 (goal: within 10%). Prompts are capped at 256 tokens and outputs at 32, 
 Every row of the profiles is pooled over the deployment's cells, per row the median (``--host-rows cell`` and
 ``--engine-rows cell``: each cell's own host-sharing or engine rows), so the cells are simulated once the
 deployment's last cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again with the current
-code (no live part). Every cell reports the host's 1-minute load average before and after it and the cores the
+code (no live part). ``--repeat-live`` replays every cell a second time right after the first and reports the
+second live run against the first as the simulation is compared (``live_repeat`` in each cell): the live
+system's own repeatability, the floor under the goal. Every cell reports the host's 1-minute load average before and after it and the cores the
 gateway's engine threads and event loop kept busy: figures from a loaded machine are not the quiet-machine
 figures the goal is about. The live-host profile is re-measured before every cell (``--profile-every cell``; the other jobs on a shared
 machine change its speed within minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells;
@@ -19,7 +21,7 @@ skipped cells are listed.
 
     python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
         [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]
-        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--resimulate DIR]
+        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--repeat-live] [--resimulate DIR]
 
 Last stdout line: one JSON object.
 """
@@ -41,7 +43,15 @@ from dataplane.gateway.server import spawn_serve
 from dataplane.session import SessionConfig
 from sim.live.client import fetch_deployment
 from sim.live.host_profile import measure_host_profile, pop_locations
-from sim.live.matrix import LOADS, bursty_trace, capacity_rps, replay_cell, simulate_cell, trace_rate
+from sim.live.matrix import (
+    LOADS,
+    bursty_trace,
+    capacity_rps,
+    live_repeatability,
+    replay_cell,
+    simulate_cell,
+    trace_rate,
+)
 from sim.live.pooling import pooled_engine_rows, pooled_host_rows, with_engine_rows, with_host_rows
 from sim.live.replay import ReplayOptions
 from topology import Topology
@@ -71,6 +81,9 @@ def main() -> int:
     ap.add_argument("--engine-rows", choices=("pooled", "cell"), default="pooled",
                     help="engine and gateway rows pooled over the deployment's profiles, per row the median "
                          "(default), or each cell's own")
+    ap.add_argument("--repeat-live", action="store_true",
+                    help="replay every cell twice and report the second live run against the first (the live "
+                         "system's own repeatability)")
     ap.add_argument("--resimulate", metavar="DIR", help="simulate the saved cells of an earlier run again")
     args = ap.parse_args()
     if args.resimulate:
@@ -89,6 +102,8 @@ def main() -> int:
               "profile_every": args.profile_every, "engine_profile": args.engine_profile,
               "host_rows": args.host_rows, "engine_rows": args.engine_rows,
               "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells), "wall_s": round(time.monotonic() - t_start, 1)}
+    if args.repeat_live:
+        result["repeats_met"] = sum(c["live_repeat"]["met"] for c in cells if "live_repeat" in c)
     for c in cells:
         print(summary_line(c))
     print(json.dumps(result))
@@ -140,6 +155,8 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
                     profile, profile_s = measure(f"{name}-{load}")
                 opts = replace(base, time_scale=LOADS[load] * cap / rate)
                 replay_cell(opts, desc, topo, tmp / f"{name}-{load}", log)
+                if args.repeat_live:  # the same requests again, at once: the live side's own scatter
+                    replay_cell(opts, desc, topo, tmp / f"{name}-{load}" / "repeat", log)
                 meta = dict(pops=n_pops, trace=name, load=load, rho=LOADS[load], capacity_rps=round(cap, 3),
                             profile_s=profile_s)
                 (tmp / f"{name}-{load}" / "cell.json").write_text(json.dumps(meta))
@@ -160,6 +177,9 @@ def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_row
     for folder, profile, meta in replayed:
         cell = simulate_cell(folder, topo, with_engine_rows(with_host_rows(profile, pooled), engines))
         cell.update(meta, host_rows=host_rows, engine_rows=engine_rows)
+        repeat = live_repeatability(folder)
+        if repeat is not None:
+            cell["live_repeat"] = repeat
         cells.append(cell)
         log(summary_line(cell))
 
@@ -200,8 +220,14 @@ def resimulate(root: Path, args) -> int:
 def summary_line(c: dict) -> str:
     errs = " ".join(f"{k} {c[k]['err_pct']:+.1f}%" for k in ("ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95",
                                                              "e2e_p50", "e2e_p95") if c[k]["err_pct"] is not None)
-    return (f"{c['pops']} PoP {c['trace']:8s} {c['load']:15s} {c['offered_rps']} req/s  {errs}  "
+    line = (f"{c['pops']} PoP {c['trace']:8s} {c['load']:15s} {c['offered_rps']} req/s  {errs}  "
             f"load {c['loadavg_1m_before']}->{c['loadavg_1m_after']}  {'met' if c['met'] else 'missed'}")
+    rep = c.get("live_repeat")
+    if rep:
+        line += "\n    live again vs live: " + " ".join(
+            f"{k} {rep[k]['err_pct']:+.1f}%" for k in ("ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95", "e2e_p50",
+                                                      "e2e_p95") if rep.get(k, {}).get("err_pct") is not None)
+    return line
 
 
 if __name__ == "__main__":

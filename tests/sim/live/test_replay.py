@@ -187,3 +187,25 @@ def test_replay_options_out_of_range_fail_before_any_request(tmp_path, capsys):
     assert "--concurrency must be a positive integer" in capsys.readouterr().err
     assert main(["replay", "--live", "http://127.0.0.1:9", "--trace", str(tmp_path / "none.jsonl")]) == 2
     assert "none.jsonl" in capsys.readouterr().err
+
+
+def test_live_repeatability_compares_the_second_live_run_with_the_first(tmp_path):
+    from sim.live.matrix import live_repeatability
+
+    rng = np.random.default_rng(6)
+    n = 40
+    first = pd.DataFrame({"request_id": np.arange(n), "arrival_s": np.arange(n) * 0.2, "status": 200, "error": "",
+                          "ttft_ms": rng.lognormal(5, 0.3, n), "tpot_ms": rng.lognormal(2, 0.3, n)})
+    first["e2e_ms"] = first.ttft_ms + 30 * first.tpot_ms
+    cell = tmp_path / "azure-light"
+    (cell / "repeat").mkdir(parents=True)
+    first.to_parquet(cell / "live.parquet", index=False)
+    assert live_repeatability(cell) is None  # no second run: nothing to report
+    second = first.copy()
+    second["tpot_ms"] *= 1.2  # the second run decodes 20% slower (percentiles are rounded to 0.01 ms)
+    second.loc[3, ["status", "error"]] = [500, "internal"]  # a request failed the second time: not compared
+    second.to_parquet(cell / "repeat" / "live.parquet", index=False)
+    rep = live_repeatability(cell)
+    assert abs(rep["tpot_p50"]["err_pct"] - 20.0) < 0.5 and not rep["tpot_p50"]["met"] and not rep["met"]
+    assert rep["ttft_p50"]["err_pct"] == 0.0 and rep["ttft_p95"]["met"]
+    assert (cell / "repeat" / "comparison.csv").exists()
