@@ -42,16 +42,9 @@ from dataplane import registry
 from dataplane.gateway.server import spawn_serve
 from dataplane.session import SessionConfig
 from sim.live.client import fetch_deployment
+from sim.live.fidelity import live_repeatability
 from sim.live.host_profile import measure_host_profile, pop_locations
-from sim.live.matrix import (
-    LOADS,
-    bursty_trace,
-    capacity_rps,
-    live_repeatability,
-    replay_cell,
-    simulate_cell,
-    trace_rate,
-)
+from sim.live.matrix import LOADS, bursty_trace, capacity_rps, replay_cell, simulate_cell, trace_rate
 from sim.live.pooling import pooled_engine_rows, pooled_host_rows, with_engine_rows, with_host_rows
 from sim.live.replay import ReplayOptions
 from topology import Topology

@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="live (default): the simulator models the live host (engine iterations, shared cores, "
                         "the gateway's costs); off: every replica has a device of its own")
     r.add_argument("--no-sim", action="store_true", help="only the live side")
+    r.add_argument("--repeat-live", action="store_true",
+                   help="send the same requests again after the first live run and compare the two as the "
+                        "simulation is compared (the live system's own repeatability: the floor under the errors)")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=run_replay)
 
@@ -54,7 +57,7 @@ def run_replay(args: argparse.Namespace) -> int:
                          max_output=args.max_output, token=args.token or os.environ.get("EDGEPOP_TOKEN"),
                          account=args.account, concurrency=args.concurrency, profile=args.profile,
                          profile_source=args.profile_source, profile_repeats=args.profile_repeats,
-                         simulate=not args.no_sim, seed=args.seed)
+                         simulate=not args.no_sim, seed=args.seed, repeat_live=args.repeat_live)
     report = replay_and_compare(opts, progress=lambda line: print(line, file=sys.stderr, flush=True),
                                 host_model=args.host_model == "live")
     print(report)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -215,3 +216,22 @@ def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int =
                          "live_ms": v, "diff_pct": diff, "diff_lo_pct": lo, "diff_hi_pct": hi, "goal_pct": goal,
                          "met": bool(abs(diff) <= goal) if goal is not None and diff is not None else None})
     return pd.DataFrame(rows)
+
+
+def live_repeatability(out: str | Path) -> dict | None:
+    """The live system against itself: a replay's second live run (``out/repeat``: the same requests sent again
+    right after the first, by ``edgepop replay --repeat-live`` or the matrix benchmark) compared with its first
+    exactly as the simulation is (``compare``: the second's difference from the first, with its 90% interval).
+    Writes ``out/repeat/comparison.csv``; None without a second run."""
+    out = Path(out)
+    again = out / "repeat" / "live.parquet"
+    if not again.exists():
+        return None
+    first, second = pd.read_parquet(out / "live.parquet"), pd.read_parquet(again)
+    second = second[(second.status == 200) & (second.error.fillna("") == "")]
+    table = compare(second, first)
+    table.to_csv(out / "repeat" / "comparison.csv", index=False)
+    figures = {f"{r.metric.removesuffix('_ms')}_{r.percentile}": {
+        "err_pct": r.diff_pct, "err_90ci_pct": [r.diff_lo_pct, r.diff_hi_pct], "met": r.met}
+        for r in table.itertuples()}
+    return {**figures, "met": bool(table.met.all())}

@@ -6,8 +6,8 @@ percentile (``benchmarks/bench_fidelity_live.py`` runs it on a one-PoP and a fou
 * **Load levels** are fractions of the live deployment's own capacity for that trace, measured, not assumed
   (:func:`capacity_rps`: all requests at once; completions per second over the makespan). A cell at load
   ``rho`` replays the trace with its inter-arrival times scaled to a mean rate of ``rho`` times that capacity.
-* **Repeatability**: a cell may be replayed twice back to back (:func:`live_repeatability`): the second live
-  run against the first, with the same comparison, is the noise floor the simulation's errors sit on.
+* **Repeatability**: a cell may be replayed twice back to back (:func:`sim.live.fidelity.live_repeatability`):
+  the second live run against the first, with the same comparison, is the floor under the simulation's errors.
 * Every cell measures its live side first (:func:`replay_cell`) and then simulates the same requests with the
   live-host model and the deployment's live-host profiles (:func:`simulate_cell`), pooled over the deployment's
   cells, per row the median (:mod:`sim.live.pooling`): the host-sharing rows (the slowdown of k engines decoding
@@ -119,20 +119,3 @@ def simulate_cell(out: Path, topo, profile: pd.DataFrame) -> dict:
                      "err_90ci_pct": [r.diff_lo_pct, r.diff_hi_pct], "met": r.met}
     cell["met"] = bool(table.met.all())
     return cell
-
-
-def live_repeatability(out: Path) -> dict | None:
-    """The live system against itself: a cell's second live run (``out/repeat``, the same requests replayed
-    again right after the first, :func:`replay_cell`) compared with its first exactly as the simulation is
-    (``compare``: difference of the second from the first, with its 90% interval). None without a repeat."""
-    again = out / "repeat" / "live.parquet"
-    if not again.exists():
-        return None
-    first, second = pd.read_parquet(out / "live.parquet"), pd.read_parquet(again)
-    second = second[(second.status == 200) & (second.error.fillna("") == "")]
-    table = compare(second, first)
-    table.to_csv(out / "repeat" / "comparison.csv", index=False)
-    figures = {f"{r.metric.removesuffix('_ms')}_{r.percentile}": {
-        "err_pct": r.diff_pct, "err_90ci_pct": [r.diff_lo_pct, r.diff_hi_pct], "met": r.met}
-        for r in table.itertuples()}
-    return {**figures, "met": bool(table.met.all())}

@@ -45,6 +45,7 @@ class ReplayOptions:
     simulate: bool = True
     seed: int = 0
     timeout_s: float = 120.0
+    repeat_live: bool = False  # send the same requests a second time: the live system compared with itself
 
     def check(self) -> None:
         """One-line errors for sizes and rates out of range (before minutes of profiling, not after)."""

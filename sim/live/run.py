@@ -4,7 +4,8 @@ percentiles and decompositions, write everything and return the report.
 Outputs in ``out``: ``profile.csv`` (unless ``--profile``), ``live.parquet`` (client side), ``sim.parquet``,
 ``comparison.csv`` (p50/p95 of TTFT, TPOT, E2E), ``decomposition.csv`` (every request's components, live and
 simulated, :mod:`sim.live.decompose`) and ``host.json`` (the host during the run: CPU seconds of the gateway's
-engine threads, its event loop and the replay client, wall time, cores, load average).
+engine threads, its event loop and the replay client, wall time, cores, load average). With ``repeat_live``,
+``repeat/`` holds a second live run of the same requests and its comparison with the first.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 from sim.live.client import fetch_deployment, fetch_timings
 from sim.live.decompose import live_frame, one_request, side_by_side, sim_components
-from sim.live.fidelity import compare, measure_profile, simulate_like, summarize
+from sim.live.fidelity import compare, live_repeatability, measure_profile, simulate_like, summarize
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
 from sim.live.pooling import pooled_profile
@@ -102,9 +103,10 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     (out / "host.json").write_text(json.dumps(host, indent=1))
     ok = live[(live.status == 200) & (live.error == "")]
     progress(f"live: {len(ok)}/{len(live)} ok; wrote {out / 'live.parquet'}")
+    repeat = repeat_report(opts, desc, topo, trace_rows, progress) if opts.repeat_live else []
     parts_live = live_frame(live, timelines)
     if not opts.simulate:
-        return summarize(ok).to_string(index=False) + "\n\n" + host_report(host)
+        return "\n".join([summarize(ok).to_string(index=False), "", host_report(host), *repeat])
     sim = simulate_like(desc, live, topo, profile, progress=progress, host_model=host_model)
     sim.to_parquet(out / "sim.parquet", index=False)
     table = compare(sim, live)
@@ -120,9 +122,24 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         one = one_request(parts_sim, parts_live)
         lines += ["", f"one request (id {int(one.request_id.iloc[0])}, the live median E2E):",
                   one.drop(columns="request_id").to_string(index=False)]
-    lines += ["", host_report(host), f"wrote {out}/sim.parquet, live.parquet, comparison.csv, decomposition.csv, "
-              "replay.png (distributions and components, both sides)"]
+    lines += ["", host_report(host), *repeat, f"wrote {out}/sim.parquet, live.parquet, comparison.csv, "
+              "decomposition.csv, replay.png (distributions and components, both sides)"]
     return "\n".join(lines)
+
+
+def repeat_report(opts: ReplayOptions, desc: dict, topo, trace_rows: pd.DataFrame, progress=print) -> list[str]:
+    """Send the same requests a second time (``out/repeat``) and report the second live run against the first,
+    as the simulation is compared: how far the live system is from repeating itself."""
+    out = Path(opts.out) / "repeat"
+    out.mkdir(parents=True, exist_ok=True)
+    progress("the same requests again: the live system against itself")
+    again, _, host = live_replay(opts, desc, topo, np.random.default_rng(opts.seed), progress, trace_rows)
+    again.to_parquet(out / "live.parquet", index=False)
+    (out / "host.json").write_text(json.dumps(host, indent=1))
+    live_repeatability(opts.out)
+    table = pd.read_csv(out / "comparison.csv").rename(columns={"sim_ms": "again_ms", "live_ms": "first_ms"})
+    return ["", "live again vs live (the same requests sent twice; the floor under the simulation's errors):",
+            table.to_string(index=False)]
 
 
 def host_report(host: dict) -> str:

@@ -89,10 +89,16 @@ def test_replay_command_end_to_end(delayed_gateway, tmp_path):
                    repeats=1).to_csv(profile, index=False)
     out = tmp_path / "out"
     code = main(["replay", "--live", url, "--trace", str(_trace(tmp_path / "t.jsonl", 4)), "--out", str(out),
-                 "--requests", "4", "--max-output", "4", "--profile", str(profile)])
+                 "--requests", "4", "--max-output", "4", "--profile", str(profile), "--repeat-live"])
     assert code == 0
     assert {p.name for p in out.iterdir()} >= {"live.parquet", "sim.parquet", "comparison.csv", "decomposition.csv",
-                                                "replay.png"}
+                                                "replay.png", "repeat"}
+    # --repeat-live sent the same requests a second time and compared the two live runs
+    first, again = pd.read_parquet(out / "live.parquet"), pd.read_parquet(out / "repeat" / "live.parquet")
+    cols = ["request_id", "city", "prompt_tokens", "output_tokens"]
+    assert first[cols].equals(again[cols]) and not first.trace.isin(again.trace).any()
+    rep = pd.read_csv(out / "repeat" / "comparison.csv")
+    assert len(rep) == 6 and (rep.n == 4).all()
     assert (out / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cmp = pd.read_csv(out / "comparison.csv")
     assert len(cmp) == 6 and (cmp.n == 4).all()
@@ -190,7 +196,7 @@ def test_replay_options_out_of_range_fail_before_any_request(tmp_path, capsys):
 
 
 def test_live_repeatability_compares_the_second_live_run_with_the_first(tmp_path):
-    from sim.live.matrix import live_repeatability
+    from sim.live.fidelity import live_repeatability
 
     rng = np.random.default_rng(6)
     n = 40
