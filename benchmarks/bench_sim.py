@@ -10,7 +10,9 @@ memory and output time at a million requests.
    (goal >= 0.35; with the user's disk caches, ``*_placement_from_cache`` says whether the placement came from
    it); the edge and central loops' rates separately (goal: central no slower per request), and each one's
    backbone hops per request (``*_hop_events_per_request``: a request served away from where it was decided
-   travels there, one timer event more; every central request does, edge ones served at their ingress PoP don't). The loops run
+   travels there, one timer event more; every central request does, edge ones served at their ingress PoP don't),
+   all its events per request (``*_events_per_request``) and the loop's time per event (``*_loop_us_per_event``:
+   the best loop time over the events of the counted run, the same simulation). The loops run
    untimed, each loop and the bare run twice, interleaved, keeping each one's best time (the second pass finds the
    service-time memo of ``sim.perfcache`` filled, which costs the first about 3% of its loop); routing decisions
    are timed in a further run of each (the timing itself costs time).
@@ -86,24 +88,30 @@ def timed_submits(plane) -> list[int]:
 
 
 class counted_hops:
-    """Count the requests that travel to their replica (a timer event each: the backbone hop) while active."""
+    """Count the requests that travel to their replica (a timer event each: the backbone hop) while active, and
+    the events the simulation scheduled in all (``events``: its environment's event counter after the run)."""
 
     def __enter__(self):
         from sim.simulator import Simulation
 
-        self.original, self.count = Simulation._reach_node, 0
+        self.original, self.original_run, self.count, self.events = Simulation._reach_node, Simulation.run, 0, 0
 
         def reach(sim, ev):
             self.count += 1
             return self.original(sim, ev)
 
-        Simulation._reach_node = reach
+        def run(sim):
+            result = self.original_run(sim)
+            self.events += next(sim.env._eid)  # ids are drawn 0, 1, 2, ... once per scheduled event
+            return result
+
+        Simulation._reach_node, Simulation.run = reach, run
         return self
 
     def __exit__(self, *exc):
         from sim.simulator import Simulation
 
-        Simulation._reach_node = self.original
+        Simulation._reach_node, Simulation.run = self.original, self.original_run
 
 
 def default_run(requests: int | None) -> dict:
@@ -137,6 +145,8 @@ def default_run(requests: int | None) -> dict:
         with counted_hops() as hops:
             simulate_deployment(setup, name, dep=dep)
         out[f"{name}_hop_events_per_request"] = round(hops.count / n, 3)
+        out[f"{name}_events_per_request"] = round(hops.events / n, 3)
+        out[f"{name}_loop_us_per_event"] = round(1e6 * best[name] / hops.events, 3)
         ns = np.asarray(decisions) / 1e3
         for q in (50, 99, 99.9):
             out[f"route_{name}_p{q:g}_us"] = round(float(np.percentile(ns, q)), 2)
