@@ -11,7 +11,10 @@ and p95 (goal: within 10%). Prompts are capped at 256 tokens and outputs at 32, 
 Every row of the profiles is pooled over the deployment's cells, per row the median (``--host-rows cell`` and
 ``--engine-rows cell``: each cell's own host-sharing or engine rows), so the cells are simulated once the
 deployment's last cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again with the current
-code (no live part). ``--repeat-live`` replays every cell a second time right after the first and reports the
+code (no live part); with ``--arrival-jitter-ms J`` it also simulates every cell five more times with each
+request's arrival moved by up to J ms (uniform, seeded) and reports how far each figure moves from the
+unperturbed simulation (``sim_jitter_pct``: the largest of the five): how sensitive the cell's batching is to
+timing, as opposed to the machine's speed. ``--repeat-live`` replays every cell a second time right after the first and reports the
 second live run against the first as the simulation is compared (``live_repeat`` in each cell): the live
 system's own repeatability, the floor under the goal. Every cell reports the host's 1-minute load average before and after it and the cores the
 gateway's engine threads and event loop kept busy: figures from a loaded machine are not the quiet-machine
@@ -21,7 +24,8 @@ skipped cells are listed.
 
     python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
         [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]
-        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--repeat-live] [--resimulate DIR]
+        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--repeat-live] [--resimulate DIR
+        [--arrival-jitter-ms J]]
 
 Last stdout line: one JSON object.
 """
@@ -36,13 +40,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dataplane import registry
 from dataplane.gateway.server import spawn_serve
 from dataplane.session import SessionConfig
 from sim.live.client import fetch_deployment
-from sim.live.fidelity import live_repeatability
+from sim.live.fidelity import compare, live_repeatability, simulate_like
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.matrix import LOADS, bursty_trace, capacity_rps, replay_cell, simulate_cell, trace_rate
 from sim.live.pooling import pooled_engine_rows, pooled_host_rows, with_engine_rows, with_host_rows
@@ -78,6 +83,9 @@ def main() -> int:
                     help="replay every cell twice and report the second live run against the first (the live "
                          "system's own repeatability)")
     ap.add_argument("--resimulate", metavar="DIR", help="simulate the saved cells of an earlier run again")
+    ap.add_argument("--arrival-jitter-ms", type=float, default=0.0,
+                    help="with --resimulate: also simulate each cell with arrivals moved by up to this many ms "
+                         "(five draws) and report how far each figure moves")
     args = ap.parse_args()
     if args.resimulate:
         return resimulate(Path(args.resimulate), args)
@@ -160,21 +168,58 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
     simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows)
 
 
-def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_rows: str = "pooled") -> None:
+def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_rows: str = "pooled",
+                   jitter_ms: float = 0.0) -> None:
     """Simulate replayed cells ``(folder, profile, meta)`` of one deployment, the host-sharing and the engine
     rows each pooled over their profiles unless ``host_rows`` / ``engine_rows`` is "cell" (appended to
-    ``cells``)."""
+    ``cells``); with ``jitter_ms``, each cell's sensitivity to its arrival times too."""
     profiles = [p for _, p, _ in replayed]
     pooled = pooled_host_rows(profiles) if host_rows == "pooled" and replayed else None
     engines = pooled_engine_rows(profiles) if engine_rows == "pooled" and replayed else None
     for folder, profile, meta in replayed:
-        cell = simulate_cell(folder, topo, with_engine_rows(with_host_rows(profile, pooled), engines))
+        rows = with_engine_rows(with_host_rows(profile, pooled), engines)
+        cell = simulate_cell(folder, topo, rows)
         cell.update(meta, host_rows=host_rows, engine_rows=engine_rows)
         repeat = live_repeatability(folder)
         if repeat is not None:
-            cell["live_repeat"] = repeat
+            # the machine's speed in each run: the engine's decode step for requests that decoded alone
+            steps = [alone_step_ms(folder), alone_step_ms(folder / "repeat")]
+            cell["live_repeat"] = dict(repeat, alone_step_ms=steps)
+        if jitter_ms > 0:
+            cell["sim_jitter_pct"] = arrival_sensitivity(folder, topo, rows, jitter_ms)
         cells.append(cell)
         log(summary_line(cell))
+
+
+def alone_step_ms(folder: Path) -> float | None:
+    """Median decode step (ms, the engine's own stamps) of a live run's requests that decoded alone (batch < 1.05
+    on average): the machine's speed in that run, free of batching. None without such requests."""
+    path = folder / "timelines.json"
+    if not path.exists():
+        return None
+    engines = [t["engine"] for t in json.loads(path.read_text()) if (t.get("engine") or {}).get("steps")]
+    alone = [1e3 * e["decode_s"] / e["steps"] for e in engines if e["batch_sum"] / e["steps"] < 1.05]
+    return round(float(np.median(alone)), 3) if alone else None
+
+
+def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: float, draws: int = 5) -> dict:
+    """How far a saved cell's simulated figures move when every request's arrival moves by up to ``jitter_ms``
+    (uniform, seeded): per figure, the largest absolute difference (%) from the unperturbed simulation over
+    ``draws`` draws."""
+    desc = json.loads((folder / "deployment.json").read_text())
+    cores = json.loads((folder / "host.json").read_text()).get("cores")
+    live = pd.read_parquet(folder / "live.parquet")
+    live = live[(live.status == 200) & (live.error.fillna("") == "")]
+    base = simulate_like(desc, live, topo, profile, host_model=True, host_cores=cores)
+    rng = np.random.default_rng(0)
+    worst: dict[str, float] = {}
+    for _ in range(draws):
+        moved = live.assign(arrival_s=live.arrival_s.to_numpy() + rng.uniform(-jitter_ms, jitter_ms, len(live)) / 1e3)
+        table = compare(simulate_like(desc, moved, topo, profile, host_model=True, host_cores=cores), base, boot=0)
+        for r in table.itertuples():
+            key = f"{r.metric.removesuffix('_ms')}_{r.percentile}"
+            worst[key] = round(max(worst.get(key, 0.0), abs(r.diff_pct)), 2)
+    return worst
 
 
 def resimulate(root: Path, args) -> int:
@@ -196,13 +241,13 @@ def resimulate(root: Path, args) -> int:
             topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
             order = {t: i for i, t in enumerate(args.traces.split(","))}
             replayed.sort(key=lambda r: (order.get(r[2]["trace"], 99), list(LOADS).index(r[2]["load"])))
-            simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows)
+            simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, args.arrival_jitter_ms)
     if not cells:
         print(f"bench_fidelity_live: error: no saved cells under {root} (expected pops*/CELL/live.parquet)",
               file=sys.stderr)
         return 2
     result = {"benchmark": "fidelity_live", "resimulated": str(root), "host_rows": args.host_rows,
-              "engine_rows": args.engine_rows, "cells": cells,
+              "engine_rows": args.engine_rows, "arrival_jitter_ms": args.arrival_jitter_ms, "cells": cells,
               "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells)}
     for c in cells:
         print(summary_line(c))
@@ -215,6 +260,9 @@ def summary_line(c: dict) -> str:
                                                              "e2e_p50", "e2e_p95") if c[k]["err_pct"] is not None)
     line = (f"{c['pops']} PoP {c['trace']:8s} {c['load']:15s} {c['offered_rps']} req/s  {errs}  "
             f"load {c['loadavg_1m_before']}->{c['loadavg_1m_after']}  {'met' if c['met'] else 'missed'}")
+    moved = c.get("sim_jitter_pct")
+    if moved:
+        line += "\n    sim with arrivals jittered, largest move: " + " ".join(f"{k} {v:.1f}%" for k, v in moved.items())
     rep = c.get("live_repeat")
     if rep:
         line += "\n    live again vs live: " + " ".join(
