@@ -46,6 +46,7 @@ import pandas as pd
 from dataplane import registry
 from dataplane.gateway.server import spawn_serve
 from dataplane.session import SessionConfig
+from sim.live import decompose
 from sim.live.client import fetch_deployment
 from sim.live.fidelity import compare, live_repeatability, simulate_like
 from sim.live.host_profile import measure_host_profile, pop_locations
@@ -192,14 +193,9 @@ def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_row
 
 
 def alone_step_ms(folder: Path) -> float | None:
-    """Median decode step (ms, the engine's own stamps) of a live run's requests that decoded alone (batch < 1.05
-    on average): the machine's speed in that run, free of batching. None without such requests."""
+    """The machine's speed in a saved live run (``sim.live.decompose.alone_step_ms`` of its timelines)."""
     path = folder / "timelines.json"
-    if not path.exists():
-        return None
-    engines = [t["engine"] for t in json.loads(path.read_text()) if (t.get("engine") or {}).get("steps")]
-    alone = [1e3 * e["decode_s"] / e["steps"] for e in engines if e["batch_sum"] / e["steps"] < 1.05]
-    return round(float(np.median(alone)), 3) if alone else None
+    return decompose.alone_step_ms(json.loads(path.read_text())) if path.exists() else None
 
 
 def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: float, draws: int = 5) -> dict:

@@ -159,3 +159,11 @@ def one_request(sim: pd.DataFrame, live: pd.DataFrame, request_id: int | None = 
     names = (*E2E_PARTS, "first_delivery", *PER_TOKEN)
     return pd.DataFrame({"component": names, "sim_ms": [round(float(a[k]), 3) for k in names],
                          "live_ms": [round(float(b[k]), 3) for k in names]}).assign(request_id=request_id)
+
+
+def alone_step_ms(timelines: list[dict]) -> float | None:
+    """Median decode step (ms, the engine's own stamps) of a live run's requests that decoded alone (batch < 1.05 on
+    average): the machine's speed during that run, free of batching. None without such requests."""
+    engines = [t["engine"] for t in timelines if (t.get("engine") or {}).get("steps")]
+    alone = [1e3 * e["decode_s"] / e["steps"] for e in engines if e["batch_sum"] / e["steps"] < 1.05]
+    return round(float(np.median(alone)), 3) if alone else None

@@ -24,7 +24,7 @@ from dataplane.gateway.server import require_loopback
 from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 from sim.live.client import fetch_deployment, fetch_timings
-from sim.live.decompose import live_frame, one_request, side_by_side, sim_components
+from sim.live.decompose import alone_step_ms, live_frame, one_request, side_by_side, sim_components
 from sim.live.fidelity import compare, live_repeatability, measure_profile, simulate_like, summarize
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
@@ -103,7 +103,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     (out / "host.json").write_text(json.dumps(host, indent=1))
     ok = live[(live.status == 200) & (live.error == "")]
     progress(f"live: {len(ok)}/{len(live)} ok; wrote {out / 'live.parquet'}")
-    repeat = repeat_report(opts, desc, topo, trace_rows, progress) if opts.repeat_live else []
+    repeat = repeat_report(opts, desc, topo, trace_rows, timelines, progress) if opts.repeat_live else []
     parts_live = live_frame(live, timelines)
     if not opts.simulate:
         return "\n".join([summarize(ok).to_string(index=False), "", host_report(host), *repeat])
@@ -127,19 +127,27 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     return "\n".join(lines)
 
 
-def repeat_report(opts: ReplayOptions, desc: dict, topo, trace_rows: pd.DataFrame, progress=print) -> list[str]:
+def repeat_report(opts: ReplayOptions, desc: dict, topo, trace_rows: pd.DataFrame, timelines: list[dict],
+                  progress=print) -> list[str]:
     """Send the same requests a second time (``out/repeat``) and report the second live run against the first,
-    as the simulation is compared: how far the live system is from repeating itself."""
+    as the simulation is compared: how far the live system is from repeating itself, and the machine's speed in
+    each run (``timelines``: the first run's)."""
     out = Path(opts.out) / "repeat"
     out.mkdir(parents=True, exist_ok=True)
     progress("the same requests again: the live system against itself")
-    again, _, host = live_replay(opts, desc, topo, np.random.default_rng(opts.seed), progress, trace_rows)
+    again, timelines_again, host = live_replay(opts, desc, topo, np.random.default_rng(opts.seed), progress,
+                                               trace_rows)
     again.to_parquet(out / "live.parquet", index=False)
     (out / "host.json").write_text(json.dumps(host, indent=1))
     live_repeatability(opts.out)
     table = pd.read_csv(out / "comparison.csv").rename(columns={"sim_ms": "again_ms", "live_ms": "first_ms"})
-    return ["", "live again vs live (the same requests sent twice; the floor under the simulation's errors):",
-            table.to_string(index=False)]
+    lines = ["", "live again vs live (the same requests sent twice; the floor under the simulation's errors):",
+             table.to_string(index=False)]
+    first, second = alone_step_ms(timelines), alone_step_ms(timelines_again)
+    if first and second:
+        lines.append(f"the machine's speed: decode step of requests decoding alone {first:.3f} ms first, "
+                     f"{second:.3f} ms again ({100 * (second / first - 1):+.1f}%)")
+    return lines
 
 
 def host_report(host: dict) -> str:

@@ -96,3 +96,15 @@ def test_live_decomposition_adds_up_for_every_request(served, topo):
 def json_first_piece(got: dict, trace: str) -> int:
     tl = next(t for t in got["requests"] if t["trace"] == trace)
     return int(tl["engine"]["first_piece"] or 1)
+
+
+def test_alone_step_reads_the_machine_speed_from_requests_that_decoded_alone():
+    from sim.live.decompose import alone_step_ms
+
+    def tl(decode_s, steps, batch_sum):
+        return {"trace": "t", "engine": {"decode_s": decode_s, "steps": steps, "batch_sum": batch_sum}}
+
+    timelines = [tl(0.020, 10, 10), tl(0.030, 10, 10), tl(0.050, 10, 25),  # alone: 2 and 3 ms; the third batched
+                 {"trace": "x", "engine": None}, {"trace": "y", "engine": {"steps": 0}}]  # failed, one token
+    assert alone_step_ms(timelines) == 2.5
+    assert alone_step_ms([tl(0.05, 10, 25)]) is None  # nobody decoded alone: no reading
