@@ -200,13 +200,12 @@ def alone_step_ms(folder: Path) -> float | None:
 
 def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: float, draws: int = 5) -> dict:
     """How far a saved cell's simulated figures move when every request's arrival moves by up to ``jitter_ms``
-    (uniform, seeded): per figure, the largest absolute difference (%) from the unperturbed simulation over
-    ``draws`` draws."""
+    (uniform, seeded): per figure, the largest absolute difference (%) from the unperturbed simulation (the
+    cell's ``sim.parquet``, just written by ``simulate_cell`` with the same rows) over ``draws`` draws."""
     desc = json.loads((folder / "deployment.json").read_text())
     cores = json.loads((folder / "host.json").read_text()).get("cores")
-    live = pd.read_parquet(folder / "live.parquet")
-    live = live[(live.status == 200) & (live.error.fillna("") == "")]
-    base = simulate_like(desc, live, topo, profile, host_model=True, host_cores=cores)
+    live = pd.read_parquet(folder / "live.parquet")  # the requests simulate_cell simulated, its result beside them
+    base = pd.read_parquet(folder / "sim.parquet")
     rng = np.random.default_rng(0)
     worst: dict[str, float] = {}
     for _ in range(draws):

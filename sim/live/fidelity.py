@@ -218,11 +218,11 @@ def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int =
     return pd.DataFrame(rows)
 
 
-def live_repeatability(out: str | Path) -> dict | None:
+def live_repeat_table(out: str | Path) -> pd.DataFrame | None:
     """The live system against itself: a replay's second live run (``out/repeat``: the same requests sent again
     right after the first, by ``edgepop replay --repeat-live`` or the matrix benchmark) compared with its first
-    exactly as the simulation is (``compare``: the second's difference from the first, with its 90% interval).
-    Writes ``out/repeat/comparison.csv``; None without a second run."""
+    exactly as the simulation is (``compare``: the second's difference from the first, with its 90% interval;
+    written to ``out/repeat/comparison.csv``). None without a second run."""
     out = Path(out)
     again = out / "repeat" / "live.parquet"
     if not again.exists():
@@ -231,6 +231,14 @@ def live_repeatability(out: str | Path) -> dict | None:
     second = second[(second.status == 200) & (second.error.fillna("") == "")]
     table = compare(second, first)
     table.to_csv(out / "repeat" / "comparison.csv", index=False)
+    return table
+
+
+def live_repeatability(out: str | Path) -> dict | None:
+    """:func:`live_repeat_table` as figures: ``{"tpot_p50": {"err_pct", "err_90ci_pct", "met"}, ..., "met"}``."""
+    table = live_repeat_table(out)
+    if table is None:
+        return None
     figures = {f"{r.metric.removesuffix('_ms')}_{r.percentile}": {
         "err_pct": r.diff_pct, "err_90ci_pct": [r.diff_lo_pct, r.diff_hi_pct], "met": r.met}
         for r in table.itertuples()}

@@ -25,7 +25,7 @@ from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 from sim.live.client import fetch_deployment, fetch_timings
 from sim.live.decompose import alone_step_ms, live_frame, one_request, side_by_side, sim_components
-from sim.live.fidelity import compare, live_repeatability, measure_profile, simulate_like, summarize
+from sim.live.fidelity import compare, live_repeat_table, measure_profile, simulate_like, summarize
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
 from sim.live.pooling import pooled_profile
@@ -139,8 +139,7 @@ def repeat_report(opts: ReplayOptions, desc: dict, topo, trace_rows: pd.DataFram
                                                trace_rows)
     again.to_parquet(out / "live.parquet", index=False)
     (out / "host.json").write_text(json.dumps(host, indent=1))
-    live_repeatability(opts.out)
-    table = pd.read_csv(out / "comparison.csv").rename(columns={"sim_ms": "again_ms", "live_ms": "first_ms"})
+    table = live_repeat_table(opts.out).rename(columns={"sim_ms": "again_ms", "live_ms": "first_ms"})
     lines = ["", "live again vs live (the same requests sent twice; the floor under the simulation's errors):",
              table.to_string(index=False)]
     first, second = alone_step_ms(timelines), alone_step_ms(timelines_again)
