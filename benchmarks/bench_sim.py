@@ -8,7 +8,8 @@ memory and output time at a million requests.
    ``ratio_loop``: simulated requests per second of the simulation loops / the bare M/M/c's (goal >= 0.5);
    ``ratio_run_scenario``: the same with the whole ``run_scenario`` wall time, set-up included, plots excluded
    (goal >= 0.35; with the user's disk caches, ``*_placement_from_cache`` says whether the placement came from
-   it); the edge and central loops' rates separately (goal: central no slower per request), and each one's
+   it); the edge and central loops' rates separately (goal: central no slower per request; neither loop's time
+   counts building its candidate lists, which is set-up for both), and each one's
    backbone hops per request (``*_hop_events_per_request``: a request served away from where it was decided
    travels there, one timer event more; every central request does, edge ones served at their ingress PoP don't),
    all its events per request (``*_events_per_request``) and the loop's time per event (``*_loop_us_per_event``:
