@@ -258,6 +258,7 @@ class LMEngine:
     def _decode(self) -> None:
         t0 = time.monotonic()
         batch = self._running
+        length = self._mask.shape[1] + 1  # the step attends over the padded past and its new token
         self._decode_step()
         dt, b = time.monotonic() - t0, len(batch)
         for s in batch:
@@ -265,6 +266,7 @@ class LMEngine:
             tm.decode_s += dt
             tm.steps += 1
             tm.batch_sum += b
+            tm.kv_len_sum += length
 
     def _decode_step(self) -> None:
         ids = np.array([[s.next_token] for s in self._running], np.int64)

@@ -70,6 +70,9 @@ class LMTiming:
     stall_s: float = 0.0
     steps: int = 0
     batch_sum: int = 0  # sum of the batch sizes of its decode steps (mean batch = batch_sum / steps)
+    # sum of its decode steps' attention lengths: the batch's KV is left padded to its longest row, so a step's
+    # cost follows that length, not this request's own (mean padded length = kv_len_sum / steps)
+    kv_len_sum: int = 0
     finished: float = math.nan  # finalised: the decoder's last bytes flushed (a streamed tail is produced now)
 
     def as_dict(self) -> dict:

@@ -25,7 +25,10 @@ http_out       last byte written -> the client saw the end of the stream (loopba
 
 TTFT is the same chain up to ``prefill``, then ``first_delivery`` (first piece produced -> client got it).
 Per-token figures: ``step_ms`` (mean decode step it took part in) and ``stream_per_piece_ms`` (mean streaming
-cost per piece beyond the WAN delay).
+cost per piece beyond the WAN delay), and what those steps computed: ``step_batch`` (mean rows per step) and
+``step_kv_len`` (mean tokens each step attended over: the batch's KV is left padded to its longest row, so a
+short request batched with a long one pays the long one's length). These two are counts, not milliseconds: a
+slower step at the same batch and length is the engine's speed, a longer length is the batching.
 
 The simulator fills the components it models (:func:`sim_components`); with the live-host model
 (:mod:`sim.live.host_model`) it models every one of them.
@@ -40,7 +43,7 @@ E2E_PARTS = ("http_in", "prepare", "wan_in", "admission", "queue", "dispatch", "
              "stall", "engine_loop", "wan_out", "stream", "tail", "http_out")
 TTFT_PARTS = ("http_in", "prepare", "wan_in", "admission", "queue", "dispatch", "engine_wait", "prefill",
               "first_delivery")
-PER_TOKEN = ("step_ms", "stream_per_piece_ms")
+PER_TOKEN = ("step_ms", "stream_per_piece_ms", "step_batch", "step_kv_len")
 
 
 def _ms(x) -> float:
@@ -81,6 +84,8 @@ def live_components(rec: dict, tl: dict) -> dict:
     out = {k: v * 1e3 for k, v in out.items()}
     steps = int(eng.get("steps") or 0)
     out["step_ms"] = _ms(eng["decode_s"] / steps) if steps else np.nan
+    out["step_batch"] = eng["batch_sum"] / steps if steps else np.nan
+    out["step_kv_len"] = eng["kv_len_sum"] / steps if steps and "kv_len_sum" in eng else np.nan  # older traces lack it
     pieces = int(tl.get("pieces") or 0)
     out["stream_per_piece_ms"] = _ms(float(tl.get("late_s") or 0.0) / pieces) if pieces else np.nan
     return out
@@ -122,13 +127,15 @@ def sim_components(sim: pd.DataFrame) -> pd.DataFrame:
     steps = np.maximum(ok.output_tokens.to_numpy() - 1, 1)
     out["step_ms"] = (to_last - stall) / steps
     out["stream_per_piece_ms"] = zero
+    out["step_batch"] = out["step_kv_len"] = np.nan  # the replica engine keeps no per-request batch shape
     return out
 
 
 def side_by_side(sim: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
     """Mean and median of every component over the requests both sides completed: sim, live, sim - live.
 
-    Means add up (the ``E2E`` row is the sum of the parts above it, on both sides), medians do not."""
+    Means add up (the ``E2E`` row is the sum of the parts above it, on both sides), medians do not. The
+    ``step_batch`` and ``step_kv_len`` rows are rows and tokens, not milliseconds."""
     ids = np.intersect1d(sim.request_id.to_numpy(), live.request_id.to_numpy())
     a, b = sim.set_index("request_id").loc[ids], live.set_index("request_id").loc[ids]
     rows = []

@@ -128,13 +128,16 @@ class LiveHostEngine:
         rows = list(self.running)
         ctx = max(r.length for r in rows)  # the batch's KV is left padded to its longest sequence
         work = self.perf.decode_step_ms(self.spec, self.gpu, len(rows), float(ctx)) / 1e3
-        self.m.host.run(work, lambda: self._stepped(rows, t0))
+        self.m.host.run(work, lambda: self._stepped(rows, t0, ctx + 1))
 
-    def _stepped(self, rows: list[_Row], t0: float) -> None:
+    def _stepped(self, rows: list[_Row], t0: float, kv_len: int) -> None:
         now = self.env.now
+        b = len(rows)
         for r in rows:
             r.rec.decode_s += now - t0
             r.rec.steps += 1
+            r.rec.batch_sum += b
+            r.rec.kv_len_sum += kv_len  # the padded length it attended over, as the live engine counts it
             r.length += 1
             self._token(r, now)
         done = [r for r in rows if r.rec.produced >= r.seq.output]

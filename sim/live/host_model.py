@@ -197,13 +197,13 @@ class Rec:
     """What the host model records of one request (simulated seconds)."""
 
     __slots__ = ("joined", "submitted", "admitted", "first_gen", "last_gen", "first_sent", "last_sent", "decode_s",
-                 "stall_s", "stalls", "steps", "produced", "first_piece", "back_s")
+                 "stall_s", "stalls", "steps", "produced", "first_piece", "back_s", "batch_sum", "kv_len_sum")
 
     def __init__(self, first_piece: int, back_s: float):
         self.joined = self.submitted = self.admitted = math.nan
         self.first_gen = self.last_gen = self.first_sent = self.last_sent = math.nan
         self.decode_s = self.stall_s = 0.0
-        self.stalls = self.steps = self.produced = 0
+        self.stalls = self.steps = self.produced = self.batch_sum = self.kv_len_sum = 0
         self.first_piece, self.back_s = max(int(first_piece), 1), back_s
 
 
@@ -325,6 +325,8 @@ class LiveHost:
                 "http_out": gw["http_out"], "first_delivery": (first_seen - rec.first_gen) * 1e3,
                 "step_ms": rec.decode_s * 1e3 / rec.steps if rec.steps else np.nan,
                 "stream_per_piece_ms": gw["piece"],
+                "step_batch": rec.batch_sum / rec.steps if rec.steps else np.nan,
+                "step_kv_len": rec.kv_len_sum / rec.steps if rec.steps else np.nan,
             }
             part["stall"] = min(part["stall"], to_last - part["decode"])
             part["engine_loop"] = to_last - part["decode"] - part["stall"]

@@ -45,6 +45,25 @@ def test_continuous_batching_equals_sequential(engine, solo):
     assert sum(sizes.values()) > before and max(sizes) == 4  # capped by max_batch; rows joined as others left
 
 
+def test_timing_counts_the_padded_length_each_decode_step_attends_over(lm):
+    eng = LMEngine(lm, LMEngineConfig(max_batch=4, kv_budget_tokens=4096))
+    try:
+        alone = eng.submit("The edge PoP in Lisbon answers", SamplingParams(max_tokens=9, temperature=1.0, seed=3))
+        alone.result(60)
+        tm, n = alone.timing, len(alone.prompt_ids)
+        assert tm.steps >= 1 and tm.kv_len_sum == sum(n + 1 + i for i in range(tm.steps))
+        # together, the short prompt's steps attend over the long one's padded length
+        long_h = eng.submit("Continuous batching lets sequences join and leave", SamplingParams(max_tokens=12, seed=4))
+        short_h = eng.submit("x", SamplingParams(max_tokens=12, seed=5))
+        long_h.result(60), short_h.result(60)
+        short = short_h.timing
+        if short.batch_sum > short.steps:  # shared at least one step with the long prompt
+            assert short.kv_len_sum > sum(len(short_h.prompt_ids) + 1 + i for i in range(short.steps))
+        assert short.kv_len_sum >= sum(len(short_h.prompt_ids) + 1 + i for i in range(short.steps))
+    finally:
+        eng.close()
+
+
 def test_device_resident_kv_cache_gives_the_same_tokens(lm, solo):
     # The KV cache kept in the provider's memory between steps (on by default on CUDA) runs the same
     # IO-binding code on CPU, so this checks its bookkeeping here: rows join and leave, results unchanged.

@@ -88,6 +88,12 @@ def test_live_decomposition_adds_up_for_every_request(served, topo):
     assert np.allclose(sparts[list(TTFT_PARTS)].sum(axis=1), s.loc[sparts.index, "ttft_ms"], atol=1e-6)
     sent = measured.arrival_s + measured.sent_lag_ms / 1e3
     assert np.allclose(s.loc[measured.index, "arrival_s"], sent)  # the simulated clients send when the live ones did
+    # What each side's steps computed: at least one row, and at least the request's own prompt plus one token to
+    # attend over (more when a longer request shared its batch: the KV is padded to the longest row).
+    prompts = frame.set_index("request_id").prompt_tokens
+    for side in (parts, sparts):
+        shape = side[side.step_ms.notna()]
+        assert (shape.step_batch >= 1).all() and (shape.step_kv_len >= prompts.loc[shape.index] + 1).all()
     table = side_by_side(sparts.reset_index(), parts.reset_index())
     e2e_row = table.set_index("component").loc["E2E"]
     assert np.isclose(e2e_row.live_mean_ms, e2e_sum.mean(), atol=1e-3)
