@@ -4,7 +4,9 @@
 :class:`GatewayServer` is the uvicorn server of ``edgepop serve``: on SIGTERM or SIGINT it stops accepting
 connections, tells the gateway to drain (no more batch items claimed), waits up to ``drain_timeout_s`` for
 in-flight requests and streams, and returns normally so the process exits 0 (plain uvicorn re-raises the signal
-after its graceful shutdown, which ends the process with status -15). A second SIGINT forces the exit.
+after its graceful shutdown, which ends the process with status -15). A second SIGINT forces the exit. Once
+started it freezes its start-up objects out of the garbage collector's passes (:func:`edgepop.memory.freeze_startup`:
+each full collection otherwise walked them again, pausing every engine thread for tens of ms).
 Idle client connections are kept ``keep_alive_s`` (75 s by default), longer than clients keep theirs (httpx and
 the ``openai`` client: 5 s), so a client never sends a request on a connection the server is just closing.
 """
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 from edgepop.errors import UserError
+from edgepop.memory import freeze_startup
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -68,12 +71,20 @@ def _server_class():
             super().__init__(config)
             self.on_drain = on_drain
             self._loop = None
+            self.frozen_objects = 0
 
         async def serve(self, sockets=None) -> None:
             import asyncio
 
             self._loop = asyncio.get_running_loop()
             await super().serve(sockets)
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)  # the app's start-up (engines loaded and warmed), then the sockets
+            if not self.should_exit:
+                # This process serves until it exits: its full collections stop walking the start-up objects
+                # (edgepop.memory.freeze_startup; in-process test servers keep the collector as it is).
+                self.frozen_objects = freeze_startup()
 
         def handle_exit(self, sig, frame) -> None:
             first = not self.should_exit
