@@ -16,7 +16,9 @@ request's arrival moved by up to J ms (uniform, seeded) and reports how far each
 unperturbed simulation (``sim_jitter_pct``: the largest of the five): how sensitive the cell's batching is to
 timing, as opposed to the machine's speed. ``--repeat-live`` replays every cell a second time right after the first and reports the
 second live run against the first as the simulation is compared (``live_repeat`` in each cell): the live
-system's own repeatability, the floor under the goal. Every cell reports the host's 1-minute load average before and after it and the cores the
+system's own repeatability, the floor under the goal. ``machine_vs_profile_pct`` in each cell: how much slower
+(+) the live engine decoded alone than the profile the simulation used says it does
+(``sim.live.decompose.alone_vs_profile``): the machine changing after its profile. Every cell reports the host's 1-minute load average before and after it and the cores the
 gateway's engine threads and event loop kept busy: figures from a loaded machine are not the quiet-machine
 figures the goal is about. The live-host profile is re-measured before every cell (``--profile-every cell``; the other jobs on a shared
 machine change its speed within minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells;
@@ -181,6 +183,9 @@ def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_row
         rows = with_engine_rows(with_host_rows(profile, pooled), engines)
         cell = simulate_cell(folder, topo, rows)
         cell.update(meta, host_rows=host_rows, engine_rows=engine_rows)
+        timelines = folder / "timelines.json"
+        if timelines.exists():  # the machine during the live run against the profile the simulation used
+            cell["machine_vs_profile_pct"] = decompose.alone_vs_profile(json.loads(timelines.read_text()), rows)
         repeat = live_repeatability(folder)
         if repeat is not None:
             # the machine's speed in each run: the engine's decode step for requests that decoded alone
@@ -255,6 +260,8 @@ def summary_line(c: dict) -> str:
                                                              "e2e_p50", "e2e_p95") if c[k]["err_pct"] is not None)
     line = (f"{c['pops']} PoP {c['trace']:8s} {c['load']:15s} {c['offered_rps']} req/s  {errs}  "
             f"load {c['loadavg_1m_before']}->{c['loadavg_1m_after']}  {'met' if c['met'] else 'missed'}")
+    if c.get("machine_vs_profile_pct") is not None:
+        line += f"  machine vs profile {c['machine_vs_profile_pct']:+.1f}%"
     moved = c.get("sim_jitter_pct")
     if moved:
         line += "\n    sim with arrivals jittered, largest move: " + " ".join(f"{k} {v:.1f}%" for k, v in moved.items())

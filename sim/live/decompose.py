@@ -174,3 +174,24 @@ def alone_step_ms(timelines: list[dict]) -> float | None:
     engines = [t["engine"] for t in timelines if (t.get("engine") or {}).get("steps")]
     alone = [1e3 * e["decode_s"] / e["steps"] for e in engines if e["batch_sum"] / e["steps"] < 1.05]
     return round(float(np.median(alone)), 3) if alone else None
+
+
+def alone_vs_profile(timelines: list[dict], profile: pd.DataFrame) -> float | None:
+    """How much slower (+) or faster (-) the machine ran during a live run than when ``profile`` was measured, in %:
+    the median, over the requests that decoded alone (as :func:`alone_step_ms`), of their decode step over the
+    profile's batch-1 ``decode`` step at the length they attended over (``kv_len_sum`` / steps; prompt plus half
+    the steps for traces without it). None without such requests or batch-1 decode rows. A cell whose live runs
+    agree with each other can still disagree with its profile: this says whether the machine changed since."""
+    d = profile[(profile.phase == "decode") & (profile.batch_size == 1)].groupby("context").ms.median()
+    if d.empty:
+        return None
+    ctx, ms = d.index.to_numpy(dtype=float), np.maximum.accumulate(d.to_numpy(dtype=float))
+    ratios = []
+    for t in timelines:
+        e = t.get("engine") or {}
+        steps = e.get("steps") or 0
+        if not steps or e["batch_sum"] / steps >= 1.05:
+            continue
+        length = e["kv_len_sum"] / steps - 1 if "kv_len_sum" in e else e.get("prefill_len", 0) + steps / 2
+        ratios.append(1e3 * e["decode_s"] / steps / float(np.interp(length, ctx, ms)))
+    return round(100 * (float(np.median(ratios)) - 1), 1) if ratios else None

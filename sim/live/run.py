@@ -19,12 +19,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from controlplane.perf_profile import MeasuredProfile
 from dataplane import registry
 from dataplane.gateway.server import require_loopback
 from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 from sim.live.client import fetch_deployment, fetch_timings
-from sim.live.decompose import alone_step_ms, live_frame, one_request, side_by_side, sim_components
+from sim.live.decompose import (
+    alone_step_ms,
+    alone_vs_profile,
+    live_frame,
+    one_request,
+    side_by_side,
+    sim_components,
+)
 from sim.live.fidelity import compare, live_repeat_table, measure_profile, simulate_like, summarize
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
@@ -122,6 +130,11 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         one = one_request(parts_sim, parts_live)
         lines += ["", f"one request (id {int(one.request_id.iloc[0])}, the live median E2E):",
                   one.drop(columns="request_id").to_string(index=False)]
+    drift = alone_vs_profile(timelines, profile if isinstance(profile, pd.DataFrame)
+                             else MeasuredProfile.load(profile).table)  # (a profile given as a file)
+    if drift is not None:
+        lines += ["", f"the machine during the live run against the profile the simulation used: requests decoding "
+                      f"alone took {drift:+.1f}% per step (beyond a few %, the machine changed since its profile)"]
     lines += ["", host_report(host), *repeat, f"wrote {out}/sim.parquet, live.parquet, comparison.csv, "
               "decomposition.csv, replay.png (distributions and components, both sides)"]
     return "\n".join(lines)

@@ -114,3 +114,22 @@ def test_alone_step_reads_the_machine_speed_from_requests_that_decoded_alone():
                  {"trace": "x", "engine": None}, {"trace": "y", "engine": {"steps": 0}}]  # failed, one token
     assert alone_step_ms(timelines) == 2.5
     assert alone_step_ms([tl(0.05, 10, 25)]) is None  # nobody decoded alone: no reading
+
+
+def test_alone_vs_profile_reads_the_profile_at_the_length_each_request_attended_over():
+    from sim.live.decompose import alone_vs_profile
+
+    profile = pd.DataFrame({"phase": ["decode"] * 3 + ["prefill"], "batch_size": [1, 1, 2, 1],
+                            "context": [100, 300, 100, 0], "tokens": [1, 1, 1, 100], "ms": [1.0, 2.0, 9.0, 5.0]})
+
+    def tl(step_ms, steps, batch_sum, length):  # a request attending over ``length`` tokens a step on average
+        return {"trace": "t", "engine": {"decode_s": step_ms * steps / 1e3, "steps": steps, "batch_sum": batch_sum,
+                                         "kv_len_sum": (length + 1) * steps}}
+
+    # alone at 200 tokens, where the profile says 1.5 ms: 1.8 ms is 20% slower; the batched one is left out
+    assert alone_vs_profile([tl(1.8, 10, 10, 200), tl(1.8, 10, 10, 200), tl(9.0, 10, 30, 100)], profile) == 20.0
+    assert alone_vs_profile([tl(1.0, 4, 4, 100)], profile) == 0.0  # at a measured length: the measured step
+    old = {"trace": "o", "engine": {"decode_s": 0.012, "steps": 8, "batch_sum": 8, "prefill_len": 296}}
+    assert alone_vs_profile([old], profile) == -25.0  # no kv_len_sum: prompt + steps / 2 = 300 tokens, 2 ms
+    assert alone_vs_profile([tl(9.0, 10, 30, 100)], profile) is None  # nobody decoded alone
+    assert alone_vs_profile([tl(1.0, 4, 4, 100)], profile[profile.phase == "prefill"]) is None  # no decode rows
