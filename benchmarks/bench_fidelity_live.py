@@ -184,7 +184,9 @@ def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_row
         cell = simulate_cell(folder, topo, rows)
         cell.update(meta, host_rows=host_rows, engine_rows=engine_rows)
         timelines = folder / "timelines.json"
-        if timelines.exists():  # the machine during the live run against the profile the simulation used
+        # the machine during the live run against the profile the simulation used (one PoP: with several, an
+        # engine decoding alone also shares the host with the others, which is the host model's to predict)
+        if timelines.exists() and str(meta.get("pops")) == "1":
             cell["machine_vs_profile_pct"] = decompose.alone_vs_profile(json.loads(timelines.read_text()), rows)
         repeat = live_repeatability(folder)
         if repeat is not None:

@@ -181,7 +181,8 @@ def alone_vs_profile(timelines: list[dict], profile: pd.DataFrame) -> float | No
     the median, over the requests that decoded alone (as :func:`alone_step_ms`), of their decode step over the
     profile's batch-1 ``decode`` step at the length they attended over (``kv_len_sum`` / steps; prompt plus half
     the steps for traces without it). None without such requests or batch-1 decode rows. A cell whose live runs
-    agree with each other can still disagree with its profile: this says whether the machine changed since."""
+    agree with each other can still disagree with its profile: this says whether the machine changed since. For
+    one engine only: where several engines share the host, one decoding alone is slowed by the others too."""
     d = profile[(profile.phase == "decode") & (profile.batch_size == 1)].groupby("context").ms.median()
     if d.empty:
         return None

@@ -130,8 +130,9 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         one = one_request(parts_sim, parts_live)
         lines += ["", f"one request (id {int(one.request_id.iloc[0])}, the live median E2E):",
                   one.drop(columns="request_id").to_string(index=False)]
-    drift = alone_vs_profile(timelines, profile if isinstance(profile, pd.DataFrame)
-                             else MeasuredProfile.load(profile).table)  # (a profile given as a file)
+    one_engine = len({p["replica"] for p in desc["placement"] if p["model"] == opts.model}) == 1
+    drift = alone_vs_profile(timelines, profile if isinstance(profile, pd.DataFrame)  # (a profile given as a file)
+                             else MeasuredProfile.load(profile).table) if one_engine else None
     if drift is not None:
         lines += ["", f"the machine during the live run against the profile the simulation used: requests decoding "
                       f"alone took {drift:+.1f}% per step (beyond a few %, the machine changed since its profile)"]
