@@ -183,15 +183,16 @@ def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_row
         rows = with_engine_rows(with_host_rows(profile, pooled), engines)
         cell = simulate_cell(folder, topo, rows)
         cell.update(meta, host_rows=host_rows, engine_rows=engine_rows)
-        timelines = folder / "timelines.json"
+        timelines = read_timelines(folder)
         # the machine during the live run against the profile the simulation used (one PoP: with several, an
         # engine decoding alone also shares the host with the others, which is the host model's to predict)
-        if timelines.exists() and str(meta.get("pops")) == "1":
-            cell["machine_vs_profile_pct"] = decompose.alone_vs_profile(json.loads(timelines.read_text()), rows)
+        if timelines is not None and str(meta.get("pops")) == "1":
+            cell["machine_vs_profile_pct"] = decompose.alone_vs_profile(timelines, rows)
         repeat = live_repeatability(folder)
         if repeat is not None:
             # the machine's speed in each run: the engine's decode step for requests that decoded alone
-            steps = [alone_step_ms(folder), alone_step_ms(folder / "repeat")]
+            steps = [decompose.alone_step_ms(t) if t is not None else None
+                     for t in (timelines, read_timelines(folder / "repeat"))]
             cell["live_repeat"] = dict(repeat, alone_step_ms=steps)
         if jitter_ms > 0:
             cell["sim_jitter_pct"] = arrival_sensitivity(folder, topo, rows, jitter_ms)
@@ -199,10 +200,10 @@ def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_row
         log(summary_line(cell))
 
 
-def alone_step_ms(folder: Path) -> float | None:
-    """The machine's speed in a saved live run (``sim.live.decompose.alone_step_ms`` of its timelines)."""
+def read_timelines(folder: Path) -> list[dict] | None:
+    """The gateway's timelines of a saved live run (None where the run kept none)."""
     path = folder / "timelines.json"
-    return decompose.alone_step_ms(json.loads(path.read_text())) if path.exists() else None
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: float, draws: int = 5) -> dict:

@@ -71,7 +71,6 @@ def _server_class():
             super().__init__(config)
             self.on_drain = on_drain
             self._loop = None
-            self.frozen_objects = 0
 
         async def serve(self, sockets=None) -> None:
             import asyncio
@@ -84,7 +83,7 @@ def _server_class():
             if not self.should_exit:
                 # This process serves until it exits: its full collections stop walking the start-up objects
                 # (edgepop.memory.freeze_startup; in-process test servers keep the collector as it is).
-                self.frozen_objects = freeze_startup()
+                freeze_startup()
 
         def handle_exit(self, sig, frame) -> None:
             first = not self.should_exit

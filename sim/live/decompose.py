@@ -168,11 +168,16 @@ def one_request(sim: pd.DataFrame, live: pd.DataFrame, request_id: int | None = 
                          "live_ms": [round(float(b[k]), 3) for k in names]}).assign(request_id=request_id)
 
 
+def _alone(timelines: list[dict]) -> list[dict]:
+    """The engine stamps of a live run's requests that decoded alone (batch < 1.05 on average)."""
+    engines = [t["engine"] for t in timelines if (t.get("engine") or {}).get("steps")]
+    return [e for e in engines if e["batch_sum"] / e["steps"] < 1.05]
+
+
 def alone_step_ms(timelines: list[dict]) -> float | None:
     """Median decode step (ms, the engine's own stamps) of a live run's requests that decoded alone (batch < 1.05 on
     average): the machine's speed during that run, free of batching. None without such requests."""
-    engines = [t["engine"] for t in timelines if (t.get("engine") or {}).get("steps")]
-    alone = [1e3 * e["decode_s"] / e["steps"] for e in engines if e["batch_sum"] / e["steps"] < 1.05]
+    alone = [1e3 * e["decode_s"] / e["steps"] for e in _alone(timelines)]
     return round(float(np.median(alone)), 3) if alone else None
 
 
@@ -188,11 +193,8 @@ def alone_vs_profile(timelines: list[dict], profile: pd.DataFrame) -> float | No
         return None
     ctx, ms = d.index.to_numpy(dtype=float), np.maximum.accumulate(d.to_numpy(dtype=float))
     ratios = []
-    for t in timelines:
-        e = t.get("engine") or {}
-        steps = e.get("steps") or 0
-        if not steps or e["batch_sum"] / steps >= 1.05:
-            continue
+    for e in _alone(timelines):
+        steps = e["steps"]
         length = e["kv_len_sum"] / steps - 1 if "kv_len_sum" in e else e.get("prefill_len", 0) + steps / 2
         ratios.append(1e3 * e["decode_s"] / steps / float(np.interp(length, ctx, ms)))
     return round(100 * (float(np.median(ratios)) - 1), 1) if ratios else None
