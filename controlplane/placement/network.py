@@ -70,16 +70,22 @@ class Network:
         k = int(min(k, self.n_sites))
         site = np.full((len(self.pair_demand), k), -1, dtype=int)
         rtt = np.full((len(self.pair_demand), k), np.inf)
+        # Models allowed at the same sites (most of them, when every GPU fits them) share one partial sort of the
+        # ingress rows their pairs need: thousands of rows per model at thousands of PoPs.
+        groups: dict[bytes, list[int]] = {}
         for m in range(self.n_models):
-            pairs = np.flatnonzero(self.pair_model == m)
-            allowed = np.flatnonzero(mask[:, m])
+            groups.setdefault(mask[:, m].tobytes(), []).append(m)
+        for models in groups.values():
+            pairs = np.flatnonzero(np.isin(self.pair_model, models))
+            allowed = np.flatnonzero(mask[:, models[0]])
             if len(pairs) == 0 or len(allowed) == 0:
                 continue
-            sub = self.rtt[np.ix_(self.pair_ingress[pairs], allowed)]
+            rows, row_of = np.unique(self.pair_ingress[pairs], return_inverse=True)
+            sub = self.rtt[np.ix_(rows, allowed)]
             kk = min(k, len(allowed))
             order = first_k_stable(sub, kk)  # (rtt, site) order: ties resolve to the lower site index
-            site[pairs, :kk] = allowed[order]
-            rtt[pairs, :kk] = np.take_along_axis(sub, order, axis=1)
+            site[pairs, :kk] = allowed[order][row_of]
+            rtt[pairs, :kk] = np.take_along_axis(sub, order, axis=1)[row_of]
         return site, rtt
 
     def site_groups(self) -> tuple[np.ndarray, np.ndarray]:
