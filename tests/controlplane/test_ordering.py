@@ -1,14 +1,16 @@
 """The nearest-k helper gives exactly the first k columns of a stable full sort, ties included; candidate lists
 cut for all ingresses at once, or built for the pairs a workload names, equal those built one ingress at a
-time."""
+time; a placement network's nearest sites per demand pair are a stable full sort of the allowed sites' RTTs."""
 
 from bisect import bisect_right
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from kit.controlplane import LLAMA, TINY, make_fleet, placement
 
 from controlplane.ordering import SiteRtts, first_k_stable
+from controlplane.placement.network import Network
 from controlplane.state import ClusterState
 
 
@@ -21,6 +23,32 @@ def test_first_k_equals_a_stable_full_sort(seed):
         k = int(rng.integers(1, cols + 1))
         expected = np.argsort(values, axis=1, kind="stable")[:, :k]
         assert np.array_equal(first_k_stable(values, k), expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nearest_sites_of_each_pair_are_a_stable_sort_of_its_models_sites(seed):
+    """Per demand pair, the k nearest sites its model may use, in (RTT, site) order, padded with -1 / inf: also when
+    models share one mask (their rows are sorted together) and when a model may use no site at all."""
+    rng = np.random.default_rng(seed)
+    n_ingress, n_sites, n_models = int(rng.integers(1, 30)), int(rng.integers(1, 80)), int(rng.integers(1, 7))
+    rtt = rng.integers(0, 9, (n_ingress, n_sites)).astype(float)  # many ties
+    demand = rng.random((n_ingress, n_models)) < 0.6
+    ingress, model = np.nonzero(demand)
+    net = SimpleNamespace(n_sites=n_sites, n_models=n_models, rtt=rtt, pair_ingress=ingress, pair_model=model,
+                          pair_demand=np.ones(len(ingress)))
+    shared = rng.random(n_sites) < 0.5
+    mask = np.column_stack([shared if rng.random() < 0.6 else rng.random(n_sites) < rng.random()
+                            for _ in range(n_models)])
+    for k in (1, 3, n_sites, n_sites + 5):
+        site, near = Network.nearest_sites(net, mask, k)
+        kk = min(k, n_sites)
+        assert site.shape == near.shape == (len(ingress), kk)
+        for p, (i, m) in enumerate(zip(ingress, model, strict=True)):
+            allowed = np.flatnonzero(mask[:, m])
+            want = allowed[np.argsort(rtt[i, allowed], kind="stable")][:kk]
+            assert site[p, :len(want)].tolist() == want.tolist()
+            assert near[p, :len(want)].tolist() == rtt[i, want].tolist()
+            assert (site[p, len(want):] == -1).all() and np.isinf(near[p, len(want):]).all()
 
 
 @pytest.mark.parametrize("seed", range(4))
