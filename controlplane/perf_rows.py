@@ -34,8 +34,8 @@ REFERENCE_GPUS = DATA / "perf_reference_gpus.csv"
 KERNELS_FILE = DATA / "perf_kernels.csv"
 HOLDOUT_FILE = DATA / "perf_holdout.csv"  # end-to-end rows no fit ever sees: an external check of the shipped constants
 HOLDOUT_NIM_FILE = DATA / "perf_holdout_nim.csv"  # a second one: another engine, prefill and decode, TP 1-8
-# a third: large-batch decode on an edge-class GPU (L40S), which no reference row measures
-HOLDOUT_EDGE_FILE = DATA / "perf_holdout_edge_decode.csv"
+# a third: large-batch decode steps (static batches of 60-1,024 sequences, an edge-class L40S among the GPUs)
+HOLDOUT_STATIC_FILE = DATA / "perf_holdout_static_decode.csv"
 COLLECTIVES_FILE = DATA / "perf_collectives.csv"
 COLUMNS = ["model", "gpu", "tp", "precision", "kv_precision", "phase", "batch", "prompt_tokens", "context",
            "measured_ms", "engine", "source", "notes"]
