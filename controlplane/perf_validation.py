@@ -89,7 +89,7 @@ def holdout_report(params: RooflineParams | None = None, path=None) -> dict:
     """The shipped constants (``params``; default ``perf_params.json``) against a table of published measurements
     that no fit and no cross-validation fold ever sees (``path``; default ``perf_holdout.csv``, see
     :data:`HOLDOUT_FILES`). Each row is predicted twice: with the ``default`` engine profile (an engine the fit
-    never saw) and with the fitted profile of another release of its engine (:data:`OTHER_RELEASE`). Returns
+    never saw) and with the fitted profile of its engine's nearest release (:data:`OTHER_RELEASE`). Returns
     pooled and per-breakdown MAPE for both readings (``tokens``: prompt tokens) and every row's errors."""
     params = params or RooflineParams.load()
     path = path or HOLDOUT_FILE

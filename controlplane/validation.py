@@ -5,7 +5,8 @@
 * ``service_time``: the roofline's errors in sample and in leave-one-group-out cross-validation by model, GPU
   type and tensor-parallel degree (``controlplane.perf_validation``), each group's MAPE by phase;
 * ``service_time_holdouts``: the shipped constants against published measurements no fit ever sees, one report
-  per table (``perf_holdout.csv``, ``perf_holdout_nim.csv``, ``perf_holdout_static_decode.csv``; :func:`controlplane.perf_validation.holdout_report`);
+  per table (``perf_holdout.csv``, ``perf_holdout_nim.csv``, ``perf_holdout_static_decode.csv``;
+  :func:`controlplane.perf_validation.holdout_report`);
 * ``wan``: the WAN model's errors per data set, distance band and continent, in sample and cross-validated by
   data set and by continent (``topology.wan_fidelity``), with the goals met or missed;
 * ``jitter``: the per-path RTT distribution and how it reproduces the measured minima and maxima;
@@ -115,8 +116,8 @@ def _holdout_lines(checks: list[dict]) -> list[str]:
     """The external checks: the shipped constants against rows no fit sees, both readings side by side."""
     out = ["### External checks: measurements no fit sees", "",
            "Each table below is never fitted, in any fold: the shipped constants predict its rows as an engine the "
-           "fit never saw (the `default` profile, what estimates use) and as another release of the same engine, "
-           "whose profile was fitted. Signed = mean of predicted / measured - 1 (negative: the model is too fast).",
+           "fit never saw (the `default` profile, what estimates use) and as the fitted profile of its engine's "
+           "nearest release (another release, or the same one measured another way). Signed = mean of predicted / measured - 1 (negative: the model is too fast).",
            ""]
     for h in checks:
         d, o = h["readings"]["default"], h["readings"]["other_release"]
