@@ -10,19 +10,19 @@ and p95 (goal: within 10%). Prompts are capped at 256 tokens and outputs at 32, 
 
 Every row of the profiles is pooled over the deployment's cells, per row the median (``--host-rows cell`` and
 ``--engine-rows cell``: each cell's own host-sharing or engine rows), so the cells are simulated once the
-deployment's last cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again with the current
-code (no live part); with ``--arrival-jitter-ms J`` it also simulates every cell five more times with each
-request's arrival moved by up to J ms (uniform, seeded) and reports how far each figure moves from the
+deployment's last cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again
+with the current code (no live part); with ``--arrival-jitter-ms J`` it also simulates every cell five more times
+with each request's arrival moved by up to J ms (uniform, seeded) and reports how far each figure moves from the
 unperturbed simulation (``sim_jitter_pct``: the largest of the five): how sensitive the cell's batching is to
-timing, as opposed to the machine's speed. ``--repeat-live`` replays every cell a second time right after the first and reports the
-second live run against the first as the simulation is compared (``live_repeat`` in each cell): the live
-system's own repeatability, the floor under the goal. ``machine_vs_profile_pct`` in each cell: how much slower
+timing, as opposed to the machine's speed. ``--repeat-live`` replays every cell a second time right after the first
+and reports the second live run against the first as the simulation is compared (``live_repeat`` in each cell): the
+live system's own repeatability, the floor under the goal. ``machine_vs_profile_pct`` in each cell: how much slower
 (+) the live engine decoded alone than the profile the simulation used says it does
-(``sim.live.decompose.alone_vs_profile``): the machine changing after its profile. Every cell reports the host's 1-minute load average before and after it and the cores the
-gateway's engine threads and event loop kept busy: figures from a loaded machine are not the quiet-machine
-figures the goal is about. The live-host profile is re-measured before every cell (``--profile-every cell``; the other jobs on a shared
-machine change its speed within minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells;
-skipped cells are listed.
+(``sim.live.decompose.alone_vs_profile``): the machine changing after its profile. Every cell reports the host's
+1-minute load average before and after it and the cores the gateway's engine threads and event loop kept busy:
+figures from a loaded machine are not the quiet-machine figures the goal is about. The live-host profile is
+re-measured before every cell (``--profile-every cell``; the other jobs on a shared machine change its speed within
+minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells; skipped cells are listed.
 
     python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
         [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]

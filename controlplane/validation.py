@@ -117,7 +117,8 @@ def _holdout_lines(checks: list[dict]) -> list[str]:
     out = ["### External checks: measurements no fit sees", "",
            "Each table below is never fitted, in any fold: the shipped constants predict its rows as an engine the "
            "fit never saw (the `default` profile, what estimates use) and as the fitted profile of its engine's "
-           "nearest release (another release, or the same one measured another way). Signed = mean of predicted / measured - 1 (negative: the model is too fast).",
+           "nearest release (another release, or the same one measured another way). Signed = mean of predicted / "
+           "measured - 1 (negative: the model is too fast).",
            ""]
     for h in checks:
         d, o = h["readings"]["default"], h["readings"]["other_release"]

@@ -98,8 +98,9 @@ def freeze_startup() -> int:
     For a server once it has started: its start-up objects (topology, placement, control plane, models) live as
     long as the process, and each full collection would walk them again. On ``edgepop serve`` (one PoP, the
     stand-in LM) every full collection while serving paused the process for 53-65 ms, 2 ms once frozen, while an
-    engine waited on the interpreter lock. Reference counting still frees frozen objects that become unreachable; only reference
-    cycles among them are never collected, which start-up objects that live until exit do not mind."""
+    engine waited on the interpreter lock. Reference counting still frees frozen objects that become unreachable;
+    only reference cycles among them are never collected, which start-up objects that live until exit do not
+    mind."""
     gc.collect()  # what start-up left as garbage goes now, not into the permanent generation
     gc.freeze()
     return gc.get_freeze_count()

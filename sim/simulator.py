@@ -359,8 +359,6 @@ class Simulation:
         # the run, with the collector walking them, they cost several times as much.
         t0 = time.perf_counter()
         self.plane.state.precompute_pairs(self.key, self._fields[0], self.model_names)
-        # Building lists is the deployment's set-up (an edge deployment builds its own with the deployment): the
-        # caller books this under set-up, not under the simulation loop.
         self.candidate_lists_s = time.perf_counter() - t0
         gc.freeze()
         try:
