@@ -84,7 +84,7 @@ class SwapSearch:
 
     def _pairs_at(self, node: int, m: int) -> list[int]:
         st = self.state
-        return [p for p in self._pairs_of_model[m] if node in st.served[p]]
+        return sorted(st.pairs_at[node][m])
 
     def _rehome(self, p: int) -> None:
         """Serve ``p``'s unserved demand at its nearest candidate sites with room."""
@@ -131,17 +131,12 @@ class SwapSearch:
                                                  if counts[o][m] and st.available(o, m) > _EPS]
             return nodes_with_room
 
-        if len(nodes) == self.net.n_nodes:
-            pairs = range(len(st.served))
-        else:  # the pairs served on ``nodes`` list their sites among their candidates
-            sites = {st.node_site[n] for n in nodes}
-            pairs = sorted({p for (s, _), takers in st.takers.items() if s in sites for p in takers})
-        for p in pairs:
-            m = st.pair_model[p]
-            for node, (amount, rtt) in st.served[p].items():
-                if node not in nodes:
-                    continue
-                key = (node, m)
+        # Node by node, each model's served pairs in ascending order: every (node, model) sum adds its terms in
+        # the same order as a pass over all pairs would.
+        for node, m in ((n, m) for n in sorted(nodes) for m in range(self.net.n_models)):
+            key = (node, m)
+            for p in sorted(st.pairs_at[node][m]):
+                amount, rtt = st.served[p][node]
                 if counts[node][m] > 1:
                     # a replica of several: only the demand above the remaining replicas' capacity moves
                     over = st.flow[node][m] - (counts[node][m] - 1) * st.cap[node][m] * st.util
@@ -153,7 +148,8 @@ class SwapSearch:
                 for s, r in zip(self.cand_site[p], self.cand_rtt[p], strict=True):
                     if s < 0:
                         break
-                    if any(o != node for o in room(s, m)):
+                    here = room(s, m)
+                    if here and (len(here) > 1 or here[0] != node):  # a node other than this one has room
                         alt = r
                         break
                 loss[key] = loss.get(key, 0.0) + amount * max(alt - rtt, 0.0)
@@ -272,9 +268,6 @@ class SwapSearch:
 
     def run(self) -> None:
         st = self.state
-        self._pairs_of_model = [[] for _ in range(self.net.n_models)]
-        for p, m in enumerate(st.pair_model):
-            self._pairs_of_model[m].append(p)
         # The first pass looks at every node; later ones at the nodes of the sites whose offers the accepted
         # swaps changed (the candidate sites of the demand they moved): elsewhere the estimates stand.
         nodes = set(range(self.net.n_nodes))
