@@ -122,21 +122,29 @@ class CandidateLists:
         state = self.state
         rows = (np.arange(state.rtt.shape[0]) if ingresses is None
                 else np.asarray(list(ingresses), dtype=np.int64))
+        # Models on the same sites with as many replicas at each (at a big edge: most of them) share one
+        # ordering of the rows: only the replicas differ.
+        shared: dict[tuple[bytes, bytes], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for m in list(state.by_model if models is None else models):
             sites, members = self._site_groups(m)
             if not len(sites):
                 continue
-            rt = state.rtt[np.ix_(rows, sites)]
-            # every site holds a replica: the first max_candidates sites always hold enough of them
-            k = len(sites) if state.max_candidates is None else min(len(sites), state.max_candidates)
-            order = first_k_stable(rt, k)
-            rts = np.take_along_axis(rt, order, axis=1)
+            sizes = np.array([len(g) for g in members], dtype=np.int64)
             n = len(state.by_model[m]) if state.max_candidates is None else state.max_candidates
-            slot, replica = candidate_slots(np.array([len(g) for g in members], dtype=np.int64), order, n)
+            layout = (sites.tobytes(), sizes.tobytes())
+            if layout not in shared:
+                rt = state.rtt[np.ix_(rows, sites)]
+                # every site holds a replica: the first max_candidates sites always hold enough of them
+                k = len(sites) if state.max_candidates is None else min(len(sites), state.max_candidates)
+                order = first_k_stable(rt, k)
+                slot, replica = candidate_slots(sizes, order, n)
+                shared[layout] = (slot, replica, np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot,
+                                                                    axis=1))
+            slot, replica, slot_rtts = shared[layout]
             flat = np.empty(sum(len(g) for g in members), dtype=object)
             for i, r in enumerate(r for g in members for r in g):
                 flat[i] = r
-            cands, rtts = flat[replica].tolist(), np.take_along_axis(rts, slot, axis=1).tolist()
+            cands, rtts = flat[replica].tolist(), slot_rtts.tolist()
             for ingress, c, r in zip(rows.tolist(), cands, rtts, strict=True):
                 key = (ingress, m, False)
                 if key not in self.cache:

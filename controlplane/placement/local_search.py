@@ -148,7 +148,9 @@ class SwapSearch:
                 for s, r in zip(self.cand_site[p], self.cand_rtt[p], strict=True):
                     if s < 0:
                         break
-                    here = room(s, m)
+                    here = rooms.get((s, m))
+                    if here is None:
+                        here = room(s, m)
                     if here and (len(here) > 1 or here[0] != node):  # a node other than this one has room
                         alt = r
                         break
