@@ -2,6 +2,7 @@
 cut for all ingresses at once, or built for the pairs a workload names, equal those built one ingress at a
 time; a placement network's nearest sites per demand pair are a stable full sort of the allowed sites' RTTs."""
 
+import itertools
 from bisect import bisect_right
 from types import SimpleNamespace
 
@@ -62,9 +63,11 @@ def test_precomputed_candidates_equal_the_per_ingress_lists(catalog, seed):
     nodes[:n_sites] = np.arange(n_sites)  # every site has a node
     fleet = make_fleet([8] * len(nodes), sites=nodes.tolist())
     models = (TINY, LLAMA)
-    table = placement([(m, n) for n in range(len(nodes)) for m in models if rng.random() < 0.7] or [(TINY, 0)])
+    random_table = placement([(m, n) for n in range(len(nodes)) for m in models if rng.random() < 0.7]
+                             or [(TINY, 0)])
+    same_layout = placement([(m, n) for n in range(len(nodes)) for m in models])  # one ordering for both models
     rtt = rng.integers(0, 6, (n_ingress, n_sites)).astype(float)
-    for max_candidates in (None, 1, 3, 64):
+    for table, max_candidates in itertools.product((random_table, same_layout), (None, 1, 3, 64)):
         lazy = ClusterState(catalog, fleet, table, rtt, max_candidates=max_candidates)
         eager = ClusterState(catalog, fleet, table, rtt, max_candidates=max_candidates)
         eager.precompute()
