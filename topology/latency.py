@@ -14,6 +14,8 @@ a farther point is never predicted closer by it.
   systems of ``data/backbone_links.csv``; a cable km costs ``alpha_sea`` km (cables also bend).
 * ``hop`` is the per-link processing/queueing cost and ``base`` the per-path fixed term (the two data-centre
   ends: top-of-rack to border, edge routers, the measurement stack).
+* A graph left in pieces (a PoP list of one's own can leave a dense metro or an island apart) is joined by
+  the shortest link between each smaller piece and the rest, costed as terrestrial; the shipped sites need none.
 * Any point (a city, a user) attaches to its nearest nodes over a terrestrial link, so the model answers
   for arbitrary coordinates, and two nearby points may also use a direct terrestrial link.
 
@@ -33,7 +35,7 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import dijkstra
+from scipy.sparse.csgraph import connected_components, dijkstra
 
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
 from topology.rtt_cache import cached_links, cached_matrix, cached_paths
@@ -132,8 +134,39 @@ def _links(nodes: pd.DataFrame, cables: pd.DataFrame, knn: int, max_link_km: flo
             continue
         i, j = index[c.a], index[c.b]
         links[(min(i, j), max(i, j))] = (float(dist[i, j]), c.kind, c.system)
+    _connect(links, dist, cc)
     return pd.DataFrame([(i, j, d, k, s) for (i, j), (d, k, s) in links.items()],
                         columns=["i", "j", "km", "kind", "system"])
+
+
+def _connect(links: dict[tuple[int, int], tuple[float, str, str]], dist: np.ndarray, cc: np.ndarray) -> None:
+    """Join the graph's components until it is one: each smaller component gets a link from its node nearest
+    to the rest to that nearest outside node across no ``NO_LAND_LINK`` border (``system`` "joined"). The
+    shipped sites need none; a PoP list of one's own can need some (a dense metro whose nearest neighbours are
+    all its own, an island whose cable lands at a PoP the list does not hold), and without them its RTTs to
+    everywhere else would be infinite. Whether such a link crosses water is unknown: it is costed as a
+    terrestrial one (in the shipped fit the larger detour factor), so it does not make a path look faster than a
+    cable would."""
+    n = len(dist)
+    while True:
+        ends = np.array(list(links), dtype=np.int64).reshape(-1, 2)
+        graph = coo_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(n, n))
+        count, label = connected_components(graph, directed=False)
+        if count <= 1:
+            return
+        main = int(np.argmax(np.bincount(label)))
+        for comp in range(count):
+            if comp == main:
+                continue
+            inside, outside = np.flatnonzero(label == comp), np.flatnonzero(label != comp)
+            sub = dist[np.ix_(inside, outside)].copy()
+            barred = np.array([[frozenset((x, y)) in NO_LAND_LINK for y in cc[outside]] for x in cc[inside]])
+            if not barred.all():
+                sub[barred] = np.inf
+            a, b = np.unravel_index(int(np.argmin(sub)), sub.shape)
+            i, j = int(inside[a]), int(outside[b])
+            d = float(dist[i, j])
+            links[(min(i, j), max(i, j))] = (d, "land", "joined")
 
 
 class LatencyModel:

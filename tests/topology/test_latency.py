@@ -128,3 +128,30 @@ def test_distance_matrix_is_haversine_bit_for_bit(shape):
     expected = haversine_km(a[:, :1], a[:, 1:], b[None, :, 0], b[None, :, 1])
     for rows in (1, 5, 512):
         assert np.array_equal(pairwise_km(a[:, 0], a[:, 1], b[:, 0], b[:, 1], rows=rows), expected)
+
+
+def test_a_backbone_left_in_pieces_is_joined_and_every_rtt_is_finite():
+    """A PoP list of one's own can leave pieces apart: a dense metro whose nearest neighbours are all its own, a
+    remote island, a PoP whose nearest neighbours sit across a border with no land link. Each gets one
+    terrestrial link to the nearest node outside it across no barred border; the shipped sites need none."""
+    from topology.latency import LatencyModel, build_backbone, default_sites
+
+    shipped = build_backbone(default_sites())
+    assert not (shipped.links.system == "joined").any()
+    extra = [(f"M{i}", -45.0 + 0.01 * i, -120.0, "XX") for i in range(9)]  # a metro in the South Pacific
+    extra.append(("ISLAND", -60.0, 0.0, "YY"))
+    extra += [(f"PK{i}", 30.0 + 0.01 * i, 66.0, "PK") for i in range(8)]
+    extra.append(("IN0", 30.0, 66.005, "IN"))  # its 8 nearest nodes are across the IN-PK border
+    sites = pd.concat([default_sites(), pd.DataFrame(extra, columns=["name", "lat", "lon", "cc"]).assign(kind="pop")],
+                      ignore_index=True)
+    backbone = build_backbone(sites)
+    model = LatencyModel(backbone, LatencyParams.load())
+    assert np.isfinite(model.node_ms).all()
+    joined = backbone.links[backbone.links.system == "joined"]
+    assert len(joined) == 3 and (joined.kind == "land").all()
+    names, cc = backbone.nodes.name.to_numpy(), backbone.nodes.cc.to_numpy()
+    ends = [{names[i], names[j]} for i, j in zip(joined.i, joined.j, strict=True)]
+    assert sum(1 for e in ends if any(n.startswith("M") for n in e)) == 1  # one link for the whole metro
+    assert any("ISLAND" in e for e in ends)
+    (in_link,) = [(i, j) for i, j in zip(joined.i, joined.j, strict=True) if "IN0" in (names[i], names[j])]
+    assert "PK" not in {cc[in_link[0]], cc[in_link[1]]}
