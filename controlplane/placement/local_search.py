@@ -24,6 +24,8 @@ ILP's optimum, its language-model mix set by early choices; the search takes it 
 
 from __future__ import annotations
 
+import numpy as np
+
 _EPS = 1e-9
 
 
@@ -120,41 +122,62 @@ class SwapSearch:
     def _removal_losses(self, nodes: set[int]) -> dict[tuple[int, int], float]:
         """rps x ms lost by taking one replica of (node, model) off, its demand moved to the next site hosting
         the model (capacity of that site ignored, the penalty when there is none)."""
-        st, counts = self.state, self.state.counts
+        st, counts, n_models = self.state, self.state.counts, self.net.n_models
         loss: dict[tuple[int, int], float] = {}
-        rooms: dict[tuple[int, int], list[int]] = {}  # (site, model) -> its nodes hosting the model with room
-
-        def room(s: int, m: int) -> list[int]:
-            nodes_with_room = rooms.get((s, m))
-            if nodes_with_room is None:
-                nodes_with_room = rooms[s, m] = [o for o in self.nodes_at[s]
-                                                 if counts[o][m] and st.available(o, m) > _EPS]
-            return nodes_with_room
-
-        # Node by node, each model's served pairs in ascending order: every (node, model) sum adds its terms in
-        # the same order as a pass over all pairs would.
-        for node, m in ((n, m) for n in sorted(nodes) for m in range(self.net.n_models)):
-            key = (node, m)
-            for p in sorted(st.pairs_at[node][m]):
-                amount, rtt = st.served[p][node]
+        # The served demand of ``nodes``: node by node, each model's pairs ascending (every sum below adds its
+        # terms in that order). Only what is above the remaining replicas' capacity moves when a replica of
+        # several goes.
+        keys, sizes, pairs, amounts, rtts = [], [], [], [], []
+        for node in sorted(nodes):
+            for m in range(n_models):
+                at = st.pairs_at[node][m]
+                if not at:
+                    continue
+                share = 1.0
                 if counts[node][m] > 1:
-                    # a replica of several: only the demand above the remaining replicas' capacity moves
                     over = st.flow[node][m] - (counts[node][m] - 1) * st.cap[node][m] * st.util
                     if over <= _EPS:
-                        loss.setdefault(key, 0.0)
+                        loss[node, m] = 0.0
                         continue
-                    amount = amount * min(1.0, over / st.flow[node][m])
-                alt = st.penalty
-                for s, r in zip(self.cand_site[p], self.cand_rtt[p], strict=True):
-                    if s < 0:
-                        break
-                    here = rooms.get((s, m))
-                    if here is None:
-                        here = room(s, m)
-                    if here and (len(here) > 1 or here[0] != node):  # a node other than this one has room
-                        alt = r
-                        break
-                loss[key] = loss.get(key, 0.0) + amount * max(alt - rtt, 0.0)
+                    share = min(1.0, over / st.flow[node][m])
+                keys.append((node, m))
+                sizes.append(len(at))
+                for p in sorted(at):
+                    amount, rtt = st.served[p][node]
+                    pairs.append(p)
+                    amounts.append(amount * share)
+                    rtts.append(rtt)
+        if not keys:
+            return loss
+        # Where each pair's demand would go: its first candidate site where a node other than this one hosts the
+        # model with room (site rooms counted once: how many nodes, and the first of them).
+        room_count = np.zeros((self.net.n_sites, n_models), dtype=np.int64)
+        room_first = np.full((self.net.n_sites, n_models), -1, dtype=np.int64)
+        for o, s in enumerate(st.node_site):
+            for m, count in enumerate(counts[o]):
+                if count and st.available(o, m) > _EPS:
+                    room_count[s, m] += 1
+                    if room_first[s, m] < 0:
+                        room_first[s, m] = o
+        entry_node = np.repeat(np.array([n for n, _ in keys], dtype=np.int64), sizes)[:, None]
+        entry_model = np.repeat(np.array([m for _, m in keys], dtype=np.int64), sizes)[:, None]
+        p = np.array(pairs, dtype=np.int64)
+        sites = self.net.cand_site[p]
+        valid = sites >= 0  # padding comes last
+        at_site = np.where(valid, sites, 0)
+        n_room = room_count[at_site, entry_model]
+        other = valid & ((n_room > 1) | ((n_room == 1) & (room_first[at_site, entry_model] != entry_node)))
+        first = other.argmax(axis=1)
+        rows = np.arange(len(p))
+        alt = np.where(other[rows, first], self.net.cand_rtt[p, first], st.penalty)
+        terms = (np.array(amounts) * np.maximum(alt - np.array(rtts), 0.0)).tolist()
+        i = 0
+        for key, size in zip(keys, sizes, strict=True):
+            total = 0.0
+            for term in terms[i:i + size]:
+                total += term
+            loss[key] = total
+            i += size
         return loss
 
     def _candidates(self, nodes: set[int]) -> list[tuple[float, int, tuple[int, ...], int]]:
