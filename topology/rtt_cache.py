@@ -70,7 +70,7 @@ def model_digest(model) -> str:
         h = hashlib.sha256(_code_digest(model).encode())
         h.update(repr(model.params).encode())
         for a in (model.node_ms, model.node_lat, model.node_lon):
-            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+            h.update(np.ascontiguousarray(a, dtype=np.float64))
         got = model._digest = h.hexdigest()
     return got
 
@@ -78,7 +78,7 @@ def model_digest(model) -> str:
 def matrix_key(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarray) -> str:
     h = hashlib.sha256(model_digest(model).encode())
     for a, dtype in ((lat, np.float64), (lon, np.float64), (site_nodes, np.int64)):
-        h.update(np.ascontiguousarray(a, dtype=dtype).tobytes())
+        h.update(np.ascontiguousarray(a, dtype=dtype))
         h.update(b"|")
     return h.hexdigest()
 
@@ -128,7 +128,7 @@ def cached_paths(model, n: int, i: np.ndarray, j: np.ndarray, ms: np.ndarray, co
     h.update(repr(model.params).encode())
     h.update(np.int64(n).tobytes())
     for a, dtype in ((i, np.int64), (j, np.int64), (ms, np.float64)):
-        h.update(np.ascontiguousarray(a, dtype=dtype).tobytes())
+        h.update(np.ascontiguousarray(a, dtype=dtype))
         h.update(b"|")
     path = folder / "backbone" / f"{h.hexdigest()}.npy"
     if path.is_file():
@@ -152,7 +152,7 @@ def cached_argmin(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarra
     if folder is None or n * site_nodes.size < MIN_CELLS:
         return compute()
     h = hashlib.sha256(matrix_key(model, lat, lon, site_nodes).encode())
-    h.update(np.ascontiguousarray(add, dtype=np.float32).tobytes())
+    h.update(np.ascontiguousarray(add, dtype=np.float32))
     path = folder / f"{h.hexdigest()}.argmin.npz"
     if path.is_file():
         try:

@@ -55,7 +55,7 @@ def _update(h, value) -> None:
         if value.dtype == object:
             h.update(repr(value.tolist()).encode())
         else:
-            h.update(np.ascontiguousarray(value).tobytes())
+            h.update(np.ascontiguousarray(value))  # the bytes, without a copy
     elif isinstance(value, pd.DataFrame):
         h.update(repr(list(value.columns)).encode())
         h.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
