@@ -160,7 +160,9 @@ def _connect(links: dict[tuple[int, int], tuple[float, str, str]], dist: np.ndar
                 continue
             inside, outside = np.flatnonzero(label == comp), np.flatnonzero(label != comp)
             sub = dist[np.ix_(inside, outside)].copy()
-            barred = np.array([[frozenset((x, y)) in NO_LAND_LINK for y in cc[outside]] for x in cc[inside]])
+            barred = np.zeros(sub.shape, dtype=bool)
+            for a, b in (tuple(pair) for pair in NO_LAND_LINK):
+                barred |= np.outer(cc[inside] == a, cc[outside] == b) | np.outer(cc[inside] == b, cc[outside] == a)
             if not barred.all():
                 sub[barred] = np.inf
             a, b = np.unravel_index(int(np.argmin(sub)), sub.shape)
