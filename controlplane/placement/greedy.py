@@ -296,12 +296,11 @@ class GreedyDemand(PlacementPolicy):
             return tp[m] * gpu_gb[node] if exclusive[m] else gb[m]
 
         def priority(node: int, m: int) -> float:
-            capacity = scored[node, m] = state.marginal(node, m)  # what the entry's bound was computed with
+            capacity = state.marginal(node, m)
             return state.gain(node, m, capacity) * scale / cost(node, m) if capacity > _EPS else 0.0
 
         # Lazy greedy: entries hold upper bounds of their gain; ``version`` retires superseded entries.
         heap, version = [], {}
-        scored: dict[tuple[int, int], float] = {}
 
         def push(node: int, m: int, value: float) -> None:
             version[node, m] = version.get((node, m), 0) + 1
@@ -335,14 +334,12 @@ class GreedyDemand(PlacementPolicy):
                 continue
             freed = accept(node, m)
             push(node, m, value)
-            # GPU time freed on other nodes can raise the gains there: re-queue them as unknown (+inf). Only a
-            # larger marginal capacity than the entry was scored with can (offers only shrink while demand moves
-            # closer), so the others keep their entries.
+            # GPU time freed on other nodes can raise the gains there: re-queue them as unknown (+inf). (Keeping
+            # the entries whose marginal capacity did not grow would be as valid a bound, and breaks ties between
+            # identical nodes of a site differently: another plan of the same cost.)
             for other in freed - {node}:
                 for model in fitting[other]:
-                    if state.marginal(other, model) > scored[other, model]:
-                        scored[other, model] = np.inf
-                        push(other, model, np.inf)
+                    push(other, model, np.inf)
         solver = {"replicas_considered": int(net.fits.sum())}
         if self.swap_passes > 0:
             before = state.cost * scale
