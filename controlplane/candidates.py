@@ -6,7 +6,7 @@ A list is the model's replicas sorted by (RTT from the ingress, site index, repl
 
 * on demand (:meth:`CandidateLists.build`), the first time a request asks;
 * for many ingresses of a model at once (:meth:`CandidateLists.precompute`): an edge deployment's few hundred
-  ingress PoPs, one partial sort of every row per model;
+  ingress PoPs, one partial sort of every row per set of sites (models on the same sites share it);
 * for the (ingress, model) pairs a workload names (:meth:`CandidateLists.precompute_pairs`): a central deployment
   answers each user city directly, tens of thousands of pairs over a handful of sites.
 
@@ -111,7 +111,7 @@ class CandidateLists:
 
     def precompute(self, ingresses=None, models=None) -> None:
         """Build the lists of ``ingresses`` x ``models`` (default: all) up front, so that every routing decision is
-        a cached lookup (one sort of every ingress row at once per model; the lists are cut from the sorted rows
+        a cached lookup (one sort of every ingress row at once per set of sites; the lists are cut from the sorted rows
         as arrays, not site by site: 3,000 ingress PoPs make tens of thousands of lists). The cyclic collector is
         off meanwhile: those lists hold millions of references it would walk and free none of (at 3,000 PoPs its
         passes took about 0.1 s of 0.55 s)."""
