@@ -42,11 +42,12 @@ def _takers(net) -> tuple[dict[tuple[int, int], dict[int, float]], list[list[tup
     starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
     bounds = np.r_[starts, len(order)].tolist()
     ps, rs = pairs[order].tolist(), net.cand_rtt[valid][order].tolist()
-    keys = [divmod(c, n_models) for c in sorted_code[starts].tolist()]
+    codes_at = sorted_code[starts].tolist()
+    keys = [divmod(c, n_models) for c in codes_at]
     takers: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
     for i, key in enumerate(keys):
         takers[key] = dict(zip(ps[bounds[i]:bounds[i + 1]], rs[bounds[i]:bounds[i + 1]], strict=True))
-    key_at = dict(zip(sorted_code[starts].tolist(), keys, strict=True))
+    key_at = dict(zip(codes_at, keys, strict=True))
     per_pair = np.cumsum(valid.sum(axis=1)).tolist()
     codes = [key_at[c] for c in code.tolist()]
     keys_of = [codes[a:b] for a, b in zip([0, *per_pair[:-1]], per_pair, strict=True)]
@@ -82,7 +83,7 @@ class _Routing:
         # While not None, every move is appended as (pair, src, dst, rps, src rtt) so that it can be undone.
         self.journal: list | None = None
         # Per (site, model), the takers still able to offer while demand only moves closer; None once it may
-        # move away again (the swap search takes replicas off).
+        # move away again (the swap search, which takes replicas off, sets it).
         self.live: dict[tuple[int, int], list[tuple[int, float]]] | None = {}
         # Offers cached per (site, model). A move of pair p marks p stale in the offers of p's candidate sites
         # only, the only ones that read p's state (``keys_of[p]``); the next read re-derives p's entries.
@@ -118,7 +119,10 @@ class _Routing:
 
         The same for every node of a site, and unchanged until a move of a pair that lists the site: cached per
         (site, model). Lists are replaced, never changed in place: a caller may move demand while it reads one."""
-        key = (self.node_site[node], m)
+        return self._offers_at((self.node_site[node], m))
+
+    def _offers_at(self, key: tuple[int, int]) -> list[tuple[float, int, int, float]]:
+        """:meth:`offers` of a (site, model) key (callers that hold the key already)."""
         hit = self._offers.get(key)
         if hit is None:
             hit = self._offers[key] = self._fresh_offers(key)
@@ -169,8 +173,8 @@ class _Routing:
 
     def gain(self, node: int, m: int, capacity: float) -> float:
         """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
-        offers = self.offers(node, m)
         key = (self.node_site[node], m)
+        offers = self._offers_at(key)
         sums = self._sums.get(key)
         if sums is None or sums[0] is not offers:
             # Most calls can take every offer, and half of them read a list already summed: the whole list's
@@ -254,8 +258,9 @@ class _Routing:
                 capacity = self.available(target, model)
                 if capacity <= _EPS:
                     continue  # the loop below would stop at its first offer
-                rtt = self.takers.get((site, model))  # each taker's RTT to the site (the RTT matrix's own values)
-                for _, p, src, amount in self.offers(target, model):
+                key = (site, model)
+                rtt = self.takers.get(key)  # each taker's RTT to the site (the RTT matrix's own values)
+                for _, p, src, amount in self._offers_at(key):
                     if capacity <= _EPS:
                         break
                     take = min(amount, capacity)
@@ -343,7 +348,6 @@ class GreedyDemand(PlacementPolicy):
         solver = {"replicas_considered": int(net.fits.sum())}
         if self.swap_passes > 0:
             before = state.cost * scale
-            state.live = None
             search = SwapSearch(net, state, ledger, max_passes=self.swap_passes, max_trials=self.swap_trials)
             search.run()
             placed = ledger.placements()

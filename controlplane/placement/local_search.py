@@ -35,6 +35,7 @@ class SwapSearch:
     def __init__(self, net, state, ledger, *, max_passes: int = 20, max_trials: int = 4000,
                  min_gain: float = 1e-6):
         self.net, self.state, self.ledger = net, state, ledger
+        state.live = None  # swaps take replicas off: demand may move away again, so no taker is gone for good
         self.max_passes, self.max_trials = max_passes, max_trials
         # A swap must lower the cost by this share of the total demand x 1 ms (float noise is not a gain).
         self.min_gain = min_gain * float(net.total_demand)
