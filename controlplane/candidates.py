@@ -124,7 +124,7 @@ class CandidateLists:
                 else np.asarray(list(ingresses), dtype=np.int64))
         # Models on the same sites with as many replicas at each (at a big edge: most of them) share one
         # ordering of the rows: only the replicas differ.
-        shared: dict[tuple[bytes, bytes], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        shared: dict[tuple[bytes, bytes], tuple[np.ndarray, list[list[float]]]] = {}
         for m in list(state.by_model if models is None else models):
             sites, members = self._site_groups(m)
             if not len(sites):
@@ -138,13 +138,14 @@ class CandidateLists:
                 k = len(sites) if state.max_candidates is None else min(len(sites), state.max_candidates)
                 order = first_k_stable(rt, k)
                 slot, replica = candidate_slots(sizes, order, n)
-                shared[layout] = (slot, replica, np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot,
-                                                                    axis=1))
-            slot, replica, slot_rtts = shared[layout]
+                # the RTT lists are the same for these models too: one list per ingress, shared (read-only)
+                shared[layout] = (replica, np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot,
+                                                              axis=1).tolist())
+            replica, rtts = shared[layout]
             flat = np.empty(sum(len(g) for g in members), dtype=object)
             for i, r in enumerate(r for g in members for r in g):
                 flat[i] = r
-            cands, rtts = flat[replica].tolist(), slot_rtts.tolist()
+            cands = flat[replica].tolist()
             for ingress, c, r in zip(rows.tolist(), cands, rtts, strict=True):
                 key = (ingress, m, False)
                 if key not in self.cache:

@@ -11,14 +11,26 @@ def first_k_stable(values: np.ndarray, k: int) -> np.ndarray:
     n_cols = values.shape[1]
     if n_cols <= 4 * k:
         return np.argsort(values, axis=1, kind="stable")[:, :k]
-    cut = np.partition(values, k - 1, axis=1)[:, k - 1:k]  # the k-th smallest value of each row
+    part = np.argpartition(values, k - 1, axis=1)[:, :k]  # the k smallest of each row, in no order
+    cut = np.take_along_axis(values, part, axis=1).max(axis=1, keepdims=True)  # the k-th smallest value
+    # Where no other value equals the cut, those k are the first k of a stable sort, whichever ties the partition
+    # picked below the cut; rows with more values at the cut than places left (rare with real RTTs) choose by column.
+    tied = np.flatnonzero(np.count_nonzero(values <= cut, axis=1) != k)
+    if len(tied):
+        part[tied] = _first_k_by_column(values[tied], cut[tied], k)
+    cols = np.sort(part, axis=1)  # column order: the stable sort below then breaks ties by the lower column
+    order = np.argsort(np.take_along_axis(values, cols, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(cols, order, axis=1)
+
+
+def _first_k_by_column(values: np.ndarray, cut: np.ndarray, k: int) -> np.ndarray:
+    """Per row, the columns of the values below ``cut`` and, of those equal to it, the lowest columns up to ``k``
+    in all, in column order."""
     below = values < cut
     equal = values == cut
     need = k - below.sum(axis=1, keepdims=True)  # how many of the values equal to the cut make the first k
     chosen = below | (equal & (np.cumsum(equal, axis=1) <= need))
-    cols = np.nonzero(chosen)[1].reshape(len(values), k)  # k per row, in column order
-    order = np.argsort(np.take_along_axis(values, cols, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(cols, order, axis=1)
+    return np.nonzero(chosen)[1].reshape(len(values), k)
 
 
 def candidate_slots(sizes: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

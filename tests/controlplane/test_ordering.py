@@ -26,6 +26,22 @@ def test_first_k_equals_a_stable_full_sort(seed):
         assert np.array_equal(first_k_stable(values, k), expected)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_first_k_equals_a_stable_full_sort_with_few_ties(seed):
+    """Distinct values in most rows (the partition's own choice stands), a few repeated columns and unreachable
+    (infinite) ones in others (those rows choose ties by column)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        rows, cols = int(rng.integers(1, 20)), int(rng.integers(2, 700))
+        values = rng.random((rows, cols)) * 300
+        some = rng.random(rows) < 0.3
+        values[some, rng.integers(0, cols)] = values[some, rng.integers(0, cols)]  # a tie in those rows
+        values[rng.random((rows, cols)) < 0.05] = np.inf
+        k = int(rng.integers(1, max(2, cols // 4)))
+        expected = np.argsort(values, axis=1, kind="stable")[:, :k]
+        assert np.array_equal(first_k_stable(values, k), expected)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_nearest_sites_of_each_pair_are_a_stable_sort_of_its_models_sites(seed):
     """Per demand pair, the k nearest sites its model may use, in (RTT, site) order, padded with -1 / inf: also when
