@@ -200,11 +200,11 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     entry = _entry(name, central, topo, fleet)
     # An edge fleet's matrix is the placement problem's own (same function, topology and fleet): not built twice.
     rtt = (entry["rtt_builder"](topo.latency) if central else problem.rtt_for(fleet)) * rtt_scale
+    # Candidate lists are built by whoever drives the plane, for the pairs it will ask for: the simulator for
+    # those its workload names (``ClusterState.precompute_pairs``), the gateway for every ingress PoP.
     plane = build_control_plane(cfg, catalog, fleet, placement.table, rtt, perf=perf, rng=rng_route,
                                 typical_tokens=typical_tokens, scenario_start=scenario_start, day_s=day_s,
                                 **plane_options)
-    if not central:  # a few hundred ingress PoPs: every routing decision becomes a cached lookup
-        plane.state.precompute()
     return Deployment(name, plane, fleet, table=placement.table, placement=placement, **entry)
 
 
