@@ -5,10 +5,11 @@ A list is the model's replicas sorted by (RTT from the ingress, site index, repl
 (ingress, model, full) and built three ways, all giving the same lists:
 
 * on demand (:meth:`CandidateLists.build`), the first time a request asks;
-* for many ingresses of a model at once (:meth:`CandidateLists.precompute`): an edge deployment's few hundred
-  ingress PoPs, one partial sort of every row per set of sites (models on the same sites share it);
-* for the (ingress, model) pairs a workload names (:meth:`CandidateLists.precompute_pairs`): a central deployment
-  answers each user city directly, tens of thousands of pairs over a handful of sites.
+* for many ingresses of a model at once (:meth:`CandidateLists.precompute`): the gateway's every ingress PoP,
+  one partial sort of every row per set of sites (models on the same sites share it);
+* for the (ingress, model) pairs a workload names (:meth:`CandidateLists.precompute_pairs`, the simulator's, before
+  its run): an edge deployment's ingress PoPs (by :meth:`precompute` for models on many sites), or the user cities
+  a central deployment answers directly, tens of thousands of pairs over a handful of sites.
 
 A model held at a few sites has few site orders: its lists are shared per order, each ingress's RTTs read through
 its site row (:class:`controlplane.ordering.SiteRtts`) rather than copied per list.

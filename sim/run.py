@@ -183,8 +183,8 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
                      fault_handler=handler, techniques=setup.tech.for_simulation(name))
     sampler = GpuBusySampler(sim, sample_interval(setup.span_s))
     res = sim.run()
-    # The candidate lists a run builds for the pairs its workload names are set-up, as an edge deployment's
-    # (built with the deployment) are: booked with the deployment's build, not the simulation loop.
+    # The candidate lists a run builds for the pairs its workload names are set-up: booked with the deployment's
+    # build, not the simulation loop.
     run_s = time.perf_counter() - t0 - sim.candidate_lists_s
     build_s += sim.candidate_lists_s
     req = res.requests
