@@ -13,6 +13,7 @@ simulated seconds, e.g. ``pop:FRA@600+300``, ``node:FRA-0@0+3600``, ``link:NewYo
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,8 +71,12 @@ class FaultHandler:
         self.rtt_builder = deployment.rtt_builder  # latency model -> the deployment's ingress x site RTT matrix
         self.down_pops: set[int] = set()
         self._city_pop_rtt: dict[int, np.ndarray] = {}
+        self._last_mile: np.ndarray | None = None  # every demand city's last mile (ms), read on the first re-route
         self._base_latency = topo.latency
         self._cut_links: set[tuple[int, int]] = set()
+        # Faults may overlap on one target (two faults of a PoP, a node fault inside its PoP's): a target is down
+        # while any fault holding it is active, so each counts the faults holding it.
+        self._held: Counter = Counter()
         self.validate(faults)
 
     def validate(self, faults) -> None:
@@ -100,21 +105,34 @@ class FaultHandler:
 
     # ---------------------------------------------------------------- apply
     def apply(self, sim, fault, down: bool) -> None:
+        """Start (``down``) or end ``fault``: a target goes down with the first fault holding it and comes back
+        with the last one's end."""
         now = sim.env.now
         if fault.kind == "node":
             node = int(np.flatnonzero(self.dep.fleet.nodes.node_id.to_numpy() == fault.target)[0])
-            (sim.kill_node if down else sim.revive_node)(node, now)
+            self._node(sim, node, down, now)
         elif fault.kind == "pop":
             pop = int(np.flatnonzero(self.topo.pops.id.to_numpy() == fault.target)[0])
-            (self.down_pops.add if down else self.down_pops.discard)(pop)
+            if self._hold(("pop", pop), down):
+                (self.down_pops.add if down else self.down_pops.discard)(pop)
             nodes = np.flatnonzero(self.dep.fleet.nodes.site_id.to_numpy() == fault.target)
             for node in nodes:
-                (sim.kill_node if down else sim.revive_node)(int(node), now)
+                self._node(sim, int(node), down, now)
         else:
             a, _, b = fault.target.partition("-")
             link = self._link_index(a, b)
-            (self._cut_links.add if down else self._cut_links.discard)(link)
-            self.dep.plane.state.set_rtt(self.rtt_builder(self._latency()))
+            if self._hold(("link", link), down):
+                (self._cut_links.add if down else self._cut_links.discard)(link)
+                self.dep.plane.state.set_rtt(self.rtt_builder(self._latency()))
+
+    def _hold(self, target, down: bool) -> bool:
+        """Count one more (``down``) or one fewer fault holding ``target``; whether its state changes."""
+        self._held[target] += 1 if down else -1
+        return self._held[target] == (1 if down else 0)
+
+    def _node(self, sim, node: int, down: bool, now: float) -> None:
+        if self._hold(("node", node), down):
+            (sim.kill_node if down else sim.revive_node)(node, now)
 
     def _latency(self):
         """The latency model without the cut links (all-pairs shortest paths recomputed)."""
@@ -128,7 +146,9 @@ class FaultHandler:
         return LatencyModel(Backbone(base.backbone.nodes, links[keep].reset_index(drop=True)), base.params)
 
     def reingress(self, sim, k: int) -> int:
-        """Ingress key for request ``k`` now: its anycast PoP, or the next-nearest live one if that PoP is down."""
+        """Ingress key for request ``k`` now: its anycast PoP, or the next-nearest live one if that PoP is down
+        (its access RTT then that PoP's: the user's city's last mile as the workload's, scaled by the request's
+        RTT factor as its first one was)."""
         key = int(sim.key[k])
         if self.dep.ingress_col != "ingress" or key not in self.down_pops:
             return key
@@ -136,11 +156,14 @@ class FaultHandler:
         rtt = self._city_pop_rtt.get(city)
         if rtt is None:
             d = self.topo.demand
-            rtt = self.topo.user_pop_rtt(d.lat.to_numpy()[[city]], d.lon.to_numpy()[[city]])[0]
+            if self._last_mile is None:
+                self._last_mile = self.topo.demand_last_mile_ms()
+            rtt = self.topo.user_pop_rtt(d.lat.to_numpy()[[city]], d.lon.to_numpy()[[city]],
+                                         self._last_mile[[city]])[0]
             self._city_pop_rtt[city] = rtt
         masked = rtt.copy()
         masked[list(self.down_pops)] = np.inf
         new = int(np.argmin(masked))
-        sim.access_s[k] = float(rtt[new]) / 1e3
+        sim.access_s[k] = float(rtt[new]) * float(sim.rtt_factor[k]) / 1e3
         sim.key[k] = new
         return new

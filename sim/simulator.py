@@ -34,7 +34,7 @@ from sim.arrival_feed import ArrivalFeed
 from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES, Fault
 from sim.request_frame import request_frame
-from sim.timers import Timer, run_until
+from sim.timers import Timer, call_later, run_until
 
 OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
 NAN = float("nan")
@@ -201,6 +201,19 @@ class Simulation:
     # ---------------------------------------------------------------- request path
     def _submit(self, k: int, now: float) -> None:
         req = self.reqs[k]
+        handler = self.fault_handler
+        if handler is not None and handler.down_pops:
+            before = int(self.key[k])
+            ingress = handler.reingress(self, k)
+            if req is not None:
+                req.ingress = ingress  # a retry: decided again where it entered, or at the next live PoP
+            elif ingress != before:
+                # Its PoP is down: the request enters at the next-nearest live one, which it reaches later than
+                # the one it was sent to (the feed's time): decided there, at arrival + the new access / 2.
+                due = float(self.arrival[k] + self.access_s[k] / 2)
+                if due > now:
+                    call_later(self.env, due - now, self._submit_due, k)
+                    return
         if req is None:
             model, key, prompt, output, arrival, session, rib = self._fields
             s = session[k]
@@ -213,8 +226,6 @@ class Simulation:
                 req.adapter = self.adapters[k]
             self.reqs[k] = req
             self.first_decision[k] = now
-        if self.fault_handler is not None and self.fault_handler.down_pops:
-            req.ingress = self.fault_handler.reingress(self, k)
         d = self.plane.submit(req, now)
         self.decided[k] = now
         action = d.action
@@ -229,6 +240,9 @@ class Simulation:
             self.cold_ms[k] = max(0.0, r.ready_at - at) * 1e3
         if action == START:
             self._start(req, now)
+
+    def _submit_due(self, ev) -> None:
+        self._submit(ev._value, self.env._now)
 
     def _start(self, req: Request, now: float) -> None:
         """The control plane started ``req`` (now or from a queue): it joins its replica once it is there."""

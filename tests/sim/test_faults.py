@@ -1,0 +1,50 @@
+"""Faults in a run: requests re-routed around a PoP that is down pay the access of the PoP they enter at, with
+their own last mile, and their latency parts add up; faults overlapping on one target keep it down until the last
+of them ends."""
+
+import numpy as np
+import pytest
+
+from sim.run import run_scenario
+from sim.scenario import load_scenario, with_overrides
+from topology import Topology
+
+
+@pytest.fixture(scope="module")
+def rerouted():
+    """Japan's busiest PoP down for the whole run, users' last mile by country."""
+    sc = with_overrides(load_scenario("small"), last_mile="country")
+    return run_scenario(sc, requests=1500, deployments=("edge",), faults=["pop:NRT@0+100000"]).requests
+
+
+def test_rerouted_requests_latency_parts_add_up(rerouted):
+    ok = rerouted[rerouted.outcome == "ok"]
+    parts = ok.network_rtt_ms + ok.queue_ms + ok.cold_start_ms + ok.prefill_ms + ok.retry_lost_ms
+    np.testing.assert_allclose(ok.ttft_ms, parts, rtol=0, atol=1e-6)
+    assert not (rerouted.ingress_pop == "NRT").any()
+    assert (ok.user_country == "JP").sum() > 20  # Japan's users are in the run, entering elsewhere
+
+
+def test_rerouted_requests_pay_their_new_pops_access_with_their_last_mile(rerouted):
+    """Served where they entered (no backbone leg), a request's network RTT is its access: the user's RTT to that
+    PoP including the last mile of the user's country, for the re-routed ones as for the others."""
+    topo = Topology.load(last_mile="country")
+    here = rerouted[(rerouted.outcome == "ok") & (rerouted.serving_site == rerouted.ingress_pop)]
+    assert (here.user_country == "JP").sum() > 10
+    last_mile = topo.last_mile.ms(here.user_country.to_numpy(), here.user_continent.to_numpy())
+    rtt = topo.user_pop_rtt(here.user_lat.to_numpy(), here.user_lon.to_numpy(), last_mile)
+    pop = topo.pops.reset_index(drop=True).reset_index().set_index("id")["index"]
+    expected = rtt[np.arange(len(here)), pop[here.ingress_pop.to_numpy()].to_numpy()]
+    np.testing.assert_allclose(here.network_rtt_ms.to_numpy(), expected, rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("second", ["pop:NRT@20+5", "node:NRT-0@20+5"])
+def test_overlapping_faults_keep_the_target_down_until_the_last_ends(topo, second):
+    out = run_scenario("small", topo=topo, requests=2000, deployments=("edge",),
+                       faults=["pop:NRT@10+1000", second])
+    f = out.requests
+    later = f[f.arrival_s > 26]  # after the shorter fault's end, inside the longer one
+    assert len(later) > 500
+    assert not (later.ingress_pop == "NRT").any()
+    assert not (later.node == "NRT-0").any()
+    assert set(f.outcome) <= {"ok", "rejected", "failed"} and len(f) == 2000
