@@ -84,6 +84,9 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     # policy names and options are checked here, before any workload is generated
     sc.edge.check(f"{source} [edge]")
     if sc.central is not None:
+        if sc.central.placement != "central":  # the only policy that builds the baseline's own fleet
+            raise UserError(f"{source} [central]: field 'placement' must be 'central' (the baseline regions' own "
+                            f"policy), got {sc.central.placement!r}")
         sc.central.check(f"{source} [central]")
     sc.faults = [parse_fault(f) if isinstance(f, str) else f for f in sc.faults]
     return sc

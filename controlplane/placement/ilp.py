@@ -73,6 +73,19 @@ class IlpPlacement(PlacementPolicy):
     exact_max_integers: int = 2000
     verbose: bool = False
 
+    def _warm_plan(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
+        """The ``warm_start`` policy's plan: one of the MILP's own plans (the problem's fleet and rules)."""
+        policy = get_policy(self.warm_start)
+        fix = "use greedy-demand, rounding or none"
+        if (policy.memory_only or policy.explicit) and problem.one_llm_per_gpu:
+            raise UserError(f"ilp option warm_start {self.warm_start!r} places by memory alone, which one language "
+                            f"model per GPU (one_llm_per_gpu) forbids: {fix}")
+        plan = policy.place(problem, rng)
+        if plan.fleet is not problem.fleet:
+            raise UserError(f"ilp option warm_start {self.warm_start!r} places on a fleet of its own, not the "
+                            f"problem's: {fix}")
+        return plan
+
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         if self.time_limit_s <= 0 or self.mip_rel_gap < 0 or self.candidates_k < 1 or self.node_limit < 1:
             raise UserError("ilp options: time_limit_s must be positive, mip_rel_gap non-negative, candidates_k and "
@@ -83,7 +96,7 @@ class IlpPlacement(PlacementPolicy):
         net = problem.network()
         plans: dict[str, Placement] = {}  # candidate answers, each scored by the evaluator
         if self.warm_start not in ("rounding", "none"):
-            plans[self.warm_start] = get_policy(self.warm_start).place(problem, rng)
+            plans[self.warm_start] = self._warm_plan(problem, rng)
         seed_s = time.perf_counter() - t0
         extra = None
         if plans:  # make sure the MILP has a unit for every replica of the seeded plan

@@ -326,3 +326,15 @@ def test_greedy_charges_a_language_model_its_whole_gpu_under_one_llm_per_gpu(top
     exact = get_policy("ilp", **EXACT).place(problem, np.random.default_rng(0))
     assert greedy.counts.sum(axis=0).tolist() == exact.counts.sum(axis=0).tolist() == [6, 1, 1]
     assert greedy.objective_ms <= 1.01 * exact.objective_ms
+
+
+@pytest.mark.parametrize(("warm", "needle"), [("central", "a fleet of its own"),
+                                              ("everywhere-fits", "one language model per GPU")])
+def test_ilp_warm_start_that_is_not_one_of_its_plans_is_a_one_line_error(topo, warm, needle):
+    """A warm start must be a plan of the ILP's own problem: not central's fleet, not a memory-only packing
+    where one language model per GPU is the rule."""
+    problem = PlacementProblem.build(topo, fleet=edge_fleet(topo, TINY_SITES), total_rps=20.0,
+                                     mix={m: 1.0 for m in TINY_MODELS[1:]}, one_llm_per_gpu=True)
+    with pytest.raises(UserError, match=needle) as err:
+        get_policy("ilp", warm_start=warm, time_limit_s=10.0).place(problem, np.random.default_rng(0))
+    assert "\n" not in str(err.value)

@@ -101,6 +101,15 @@ def test_bad_scenario_file_names_the_field(tmp_path, capsys):
     assert "bad.toml [edge]" in err and "'router'" in err
 
 
+def test_central_placement_other_than_central_is_named(tmp_path, capsys):
+    bad = tmp_path / "mine.toml"
+    bad.write_text('[workload]\nrequests = 100\n\n[central]\nplacement = "everywhere-fits"\n')
+    assert main(["simulate", "--scenario", str(bad), "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "mine.toml [central]" in err and "'placement'" in err and "'everywhere-fits'" in err
+    assert err.count("\n") == 1 and not (tmp_path / "a").exists()
+
+
 def test_a_scenario_file_may_leave_its_size_to_the_command_line(tmp_path, capsys):
     f = tmp_path / "mine.toml"
     f.write_text('[edge]\nplacement = "greedy-demand"\n')  # no [workload] size
