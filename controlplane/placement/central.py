@@ -50,17 +50,38 @@ class Central(PlacementPolicy):
         net = problem.network(fleet)
         need = np.zeros((net.n_sites, net.n_models))
         np.add.at(need, (net.cand_site[:, 0], net.pair_model), net.pair_demand)
+        placed = self._plan(net, need, every_model_first=False)
+        demanded = set(np.flatnonzero(need.sum(axis=0) > 0).tolist())
+        if demanded - {m for _, m, _ in placed}:
+            # The regions' GPUs went to their biggest models before a small one had a replica anywhere (a few
+            # GPUs in each region): plan again, one replica of every model first, where most of its demand is.
+            placed = self._plan(net, need, every_model_first=True)
+        return Placement(problem, fleet, self.name, placed,
+                         solver={"baseline": self.baseline, "budget": self.budget, "scale": self.scale})
+
+    def _plan(self, net, need: np.ndarray, every_model_first: bool) -> list:
+        """Cover each region's models (largest per-GPU footprint first), after one replica of every demanded
+        model in the region with most of its demand that can hold it when ``every_model_first``; then fill."""
         ledger = GpuLedger(net)
         placed: list = []
         order = sorted(range(net.n_models), key=lambda m: (-net.bytes_per_gpu[m], -net.tp[m], m))
-        for site in range(net.n_sites):
-            members = np.flatnonzero(net.node_site == site)
+        members = [np.flatnonzero(net.node_site == site) for site in range(net.n_sites)]
+        if every_model_first:
             for m in order:
-                if need[site, m] > 0:
-                    self._cover(net, ledger, members, m, need[site, m], placed)
+                if need[:, m].sum() <= 0:
+                    continue
+                for site in np.argsort(-need[:, m], kind="stable").tolist():
+                    before = len(placed)
+                    self._cover(net, ledger, members[site], m, need[site, m], placed)
+                    if len(placed) > before:
+                        break
+        for site in range(net.n_sites):
+            held = {m for n, m, _ in placed if net.node_site[n] == site}
+            for m in order:
+                if need[site, m] > 0 and m not in held:
+                    self._cover(net, ledger, members[site], m, need[site, m], placed)
         fill_idle_gpus(net, ledger, placed, [(np.array([s]), need[s]) for s in range(net.n_sites)])
-        return Placement(problem, fleet, self.name, placed,
-                         solver={"baseline": self.baseline, "budget": self.budget, "scale": self.scale})
+        return placed
 
     @staticmethod
     def _cover(net, ledger: GpuLedger, members: np.ndarray, m: int, rps: float, placed: list) -> None:

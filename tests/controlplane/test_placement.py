@@ -338,3 +338,16 @@ def test_ilp_warm_start_that_is_not_one_of_its_plans_is_a_one_line_error(topo, w
     with pytest.raises(UserError, match=needle) as err:
         get_policy("ilp", warm_start=warm, time_limit_s=10.0).place(problem, np.random.default_rng(0))
     assert "\n" not in str(err.value)
+
+
+def test_central_gives_every_model_a_replica_when_the_edge_can(topo):
+    """Six PoPs' few GPUs moved to three regions: covering each region's models biggest first would leave the
+    smallest model nowhere; central then plans every model's first replica first, as the edge does."""
+    scaled = topo.with_gpu_scale(0.1)
+    problem = PlacementProblem.build(scaled, fleet=edge_fleet(scaled, ["LHR", "NRT", "FRA", "CDG", "IAD", "GRU"]),
+                                     total_rps=25.0, one_llm_per_gpu=True)
+    edge = get_policy("greedy-demand").place(problem, np.random.default_rng(0))
+    central = get_policy("central", baseline="big3").place(problem, np.random.default_rng(0))
+    assert set(edge.table.model) == set(problem.demand.columns)
+    assert set(central.table.model) == set(problem.demand.columns)
+    assert central.fleet.nodes.gpus.sum() == edge.fleet.nodes.gpus.sum()
