@@ -181,7 +181,7 @@ class Catalog:
                 doc = tomllib.load(fh)
         except FileNotFoundError:
             raise CatalogError(f"catalog file {str(path)!r} not found") from None
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # (not UTF-8: not TOML either)
             raise CatalogError(f"{path.name}: not valid TOML: {exc}") from None
         models = doc.get("models")
         if not isinstance(models, dict) or not models:

@@ -16,6 +16,7 @@ users reach the region straight from their city, last mile + core RTT).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -78,8 +79,13 @@ class DeploymentConfig:
             name = getattr(self, field_)
             registry.entry(name, f"{where}: field {field_!r}")
             registry.check(name, options, f"{where} {field_}_options")
-        if self.gpu_scale <= 0:
-            raise UserError(f"{where}: gpu_scale must be positive, got {self.gpu_scale!r}")
+        for name in ("gpu_scale", "load_gbs", "queue_timeout_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):  # NaN fails too
+                raise UserError(f"{where}: {name} must be a positive number, got {value!r}")
+        if self.pops is not None and (not isinstance(self.pops, list) or not self.pops
+                                      or not all(isinstance(p, str) for p in self.pops)):
+            raise UserError(f"{where}: pops must be a non-empty list of PoP ids, got {self.pops!r}")
         from controlplane.fleet import BUDGETS
         from topology.gpus import NODE_SPEC
 
@@ -89,8 +95,6 @@ class DeploymentConfig:
             raise UserError(f"{where}: node must be GPUxCOUNT (e.g. H100x8), got {self.node!r}")
         if not isinstance(self.queue_limit, int) or self.queue_limit < 1:
             raise UserError(f"{where}: queue_limit must be an integer >= 1, got {self.queue_limit!r}")
-        if self.queue_timeout_s <= 0:
-            raise UserError(f"{where}: queue_timeout_s must be positive, got {self.queue_timeout_s!r}")
 
 
 @dataclass

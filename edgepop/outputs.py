@@ -9,11 +9,20 @@ one-line error naming the path, and a check leaves nothing behind.
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from pathlib import Path
 
 from edgepop.errors import UserError
+
+
+def folder_arg(text: str) -> Path:
+    """The argparse type of an output folder flag: a path, not empty (``Path("")`` is the current folder, where
+    outputs would land among whatever is there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: name a folder")
+    return Path(text)
 
 
 def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = False) -> Path:
@@ -22,6 +31,8 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
     ``staged``: the output is assembled in a temporary folder beside ``path`` (in its parent) and moved into
     place at the end, all or nothing (``sim.run.write_outputs``, sweeps): then the parent must take a folder too.
     """
+    if not str(path).strip():  # Path("") is the current folder: outputs would land among whatever is there
+        raise UserError(f"{flag}: empty; name a folder (e.g. {flag} out)")
     p = Path(path).expanduser()
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {path}: exists and is not a folder")

@@ -57,8 +57,8 @@ def register(sub) -> None:
 def _validate_sizes(args) -> None:
     if args.requests is not None and args.requests <= 0:
         raise UserError(f"--requests must be positive, got {args.requests}")
-    if args.duration is not None and args.duration <= 0:
-        raise UserError(f"--duration must be positive, got {args.duration}")
+    if args.duration is not None and not 0 < args.duration < float("inf"):  # (NaN fails too)
+        raise UserError(f"--duration must be a positive number of seconds, got {args.duration}")
 
 
 def cmd_simulate(args) -> int:
@@ -70,6 +70,8 @@ def cmd_simulate(args) -> int:
             print(f"{name:12s} {sc.description}")
         return 0
     _validate_sizes(args)
+    if args.sensitivity and args.trace:  # before the run, not after it
+        raise UserError("--sensitivity re-runs the scenario's own workload: it cannot be combined with --trace")
     output_folder(args.out, staged=True)  # before minutes of simulating, not after
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -77,6 +79,8 @@ def cmd_simulate(args) -> int:
     from sim.run import run_scenario, write_outputs
 
     sc = load_scenario(args.scenario)
+    if args.only == "central" and sc.central is None:
+        raise UserError(f"--only central: scenario {sc.name!r} has no central deployment ([central] enabled = false)")
     console = Console(stderr=True)
     deployments = (args.only,) if args.only else ("edge", "central")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
@@ -91,8 +95,6 @@ def cmd_simulate(args) -> int:
         out = run_scenario(sc, requests=args.requests, duration_s=args.duration, seed=args.seed, trace=args.trace,
                            faults=args.fail, progress=progress, deployments=deployments)
     if args.sensitivity:
-        if args.trace:
-            raise UserError("--sensitivity re-runs the scenario's own workload: it cannot be combined with --trace")
         from pathlib import Path
 
         from sim.sensitivity import run_sensitivity

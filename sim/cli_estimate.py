@@ -60,8 +60,8 @@ def estimate(args) -> dict:
     for name in ("batch", "prompt_tokens", "output_tokens"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    if args.context is not None and args.context < 0:
-        raise UserError(f"--context must be >= 0, got {args.context}")
+    if args.context is not None and not 0 <= args.context < float("inf"):  # (NaN fails too)
+        raise UserError(f"--context must be a number of tokens >= 0, got {args.context}")
     weight_only = False
     spec = _spec(args)
     if args.precision:

@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+from edgepop.outputs import folder_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="fidelity of the service-time and WAN models against the shipped data",
@@ -16,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "under closed-loop load) and of the WAN latency model (per data set, distance "
                                    "band and continent; cross-validated by data set and by continent), write them "
                                    "as JSON and optionally as the docs page.")
-    p.add_argument("--out", type=Path, default=Path("out/validate"),
+    p.add_argument("--out", type=folder_arg, default=Path("out/validate"),
                    help="folder for fidelity.json and fidelity.png (predicted against measured)")
     p.add_argument("--docs", type=Path, help="also write the markdown page here (docs/fidelity-models.md), its "
                    "figure beside it (the same name, .png)")

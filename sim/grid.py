@@ -138,13 +138,13 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     base_path = _base_path(doc["base"], source, base_dir)
     try:
         base_doc = tomllib.loads(base_path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{source}: base {base_path.name}: not valid TOML: {exc}") from None
     requests, duration = doc.get("requests"), doc.get("duration_s")
     if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or requests <= 0):
         raise UserError(f"{source}: requests must be a positive integer, got {requests!r}")
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)
-                                 or duration <= 0):
+                                 or not 0 < duration < float("inf")):
         raise UserError(f"{source}: duration_s must be a positive number, got {duration!r}")
     if requests is not None and duration is not None:
         raise UserError(f"{source}: give requests or duration_s, not both")

@@ -67,7 +67,10 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     sc.workload = WorkloadConfig.from_dict(tables.get("workload", {}), where=f"{source} [workload]",
                                             base_dir=base_dir)
     sc.edge = typed(DeploymentConfig, tables.get("edge", {}), f"{source} [edge]")
-    if "central" in tables and tables["central"].get("enabled", True) is False:
+    enabled = tables.get("central", {}).get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise UserError(f"{source} [central]: field 'enabled' must be true or false, got {enabled!r}")
+    if not enabled:
         sc.central = None
     else:
         raw = {k: v for k, v in tables.get("central", {}).items() if k != "enabled"}
@@ -78,8 +81,11 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     if sc.last_mile not in LAST_MILE_MODES:
         raise UserError(f"{source}: field 'last_mile' must be one of {', '.join(LAST_MILE_MODES)}, "
                         f"got {sc.last_mile!r}")
-    if not sc.gpu_inventory_scale > 0:
-        raise UserError(f"{source}: field 'gpu_inventory_scale' must be positive, got {sc.gpu_inventory_scale!r}")
+    for name, value in (("gpu_inventory_scale", sc.gpu_inventory_scale), ("sample_s", sc.sample_s),
+                        ("planning_rps", sc.planning_rps), ("[slo] ttft_ms", sc.slo.ttft_ms),
+                        ("[slo] tpot_ms", sc.slo.tpot_ms), ("[slo] e2e_ms", sc.slo.e2e_ms)):
+        if value is not None and not value > 0:  # (finite: checked with the types)
+            raise UserError(f"{source}: field {name!r} must be positive, got {value!r}")
     check_perf(sc.perf, source)
     # policy names and options are checked here, before any workload is generated
     sc.edge.check(f"{source} [edge]")
@@ -88,7 +94,10 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
             raise UserError(f"{source} [central]: field 'placement' must be 'central' (the baseline regions' own "
                             f"policy), got {sc.central.placement!r}")
         sc.central.check(f"{source} [central]")
-    sc.faults = [parse_fault(f) if isinstance(f, str) else f for f in sc.faults]
+    for f in sc.faults:
+        if not isinstance(f, str):
+            raise UserError(f"{source}: field 'faults' must list KIND:TARGET@START+DURATION strings, got {f!r}")
+    sc.faults = [parse_fault(f) for f in sc.faults]
     return sc
 
 
@@ -107,7 +116,7 @@ def read_named_toml(name_or_path: str | Path, folder: Path, kind: str) -> tuple[
                         f"{kind}s ({', '.join(embedded) or 'none'})")
     try:
         return tomllib.loads(path.read_text()), path
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # (not UTF-8: not TOML either)
         raise UserError(f"{path.name}: not valid TOML: {exc}") from None
 
 

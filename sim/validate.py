@@ -45,7 +45,9 @@ def boolean(where: str, name: str, value) -> bool:
 
 
 def typed(cls, raw: dict, where: str):
-    """Build dataclass ``cls`` from ``raw``, checking names and basic types (one-line errors)."""
+    """Build dataclass ``cls`` from ``raw``, checking names and basic types (one-line errors): a field takes its
+    default's type, or the type its annotation names when the default is None or built by a factory (numbers
+    finite and not negative, integers whole)."""
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a table")
     known = {f.name: f for f in fields(cls)}
@@ -53,16 +55,38 @@ def typed(cls, raw: dict, where: str):
     for key, value in raw.items():
         if key not in known:
             raise UserError(f"{where}: unknown field {key!r} (known: {', '.join(sorted(known))})")
-        default = known[key].default
-        if isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise UserError(f"{where}: field {key!r} must be true or false, got {value!r}")
-        elif isinstance(default, int | float):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise UserError(f"{where}: field {key!r} must be a number, got {value!r}")
+        kind = _kind(known[key])
+        if value is None and known[key].default is None:
+            pass
+        elif kind == "bool" and not isinstance(value, bool):
+            raise UserError(f"{where}: field {key!r} must be true or false, got {value!r}")
+        elif kind in ("int", "float"):
+            if isinstance(value, bool) or not isinstance(value, int if kind == "int" else int | float) \
+                    or not math.isfinite(value):
+                what = "a whole number" if kind == "int" else "a finite number"
+                raise UserError(f"{where}: field {key!r} must be {what}, got {value!r}")
             if value < 0:
                 raise UserError(f"{where}: field {key!r} must not be negative, got {value!r}")
-        if isinstance(default, str) and not isinstance(value, str):
+        elif kind == "str" and not isinstance(value, str):
             raise UserError(f"{where}: field {key!r} must be a string, got {value!r}")
+        elif kind == "list" and not isinstance(value, list):
+            raise UserError(f"{where}: field {key!r} must be a list, got {value!r}")
+        elif kind in ("dict", "table") and not isinstance(value, dict):
+            raise UserError(f"{where}: field {key!r} must be a table, got {value!r}")
         out[key] = value
     return cls(**out)
+
+
+def _kind(f) -> str:
+    """``bool``, ``int``, ``float``, ``str``, ``list``, ``dict``, or ``table`` (a nested config) of field ``f``."""
+    default = f.default
+    for name, types in (("bool", bool), ("int", int), ("float", float), ("str", str)):
+        if type(default) is types:
+            return name
+    if f.default_factory in (list, dict):
+        return f.default_factory.__name__
+    declared = str(f.type).replace(" ", "").split("|")
+    for name in ("bool", "int", "float", "str", "list", "dict"):
+        if name in declared or any(t.startswith(f"{name}[") for t in declared):
+            return name
+    return "table"

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from edgepop.outputs import folder_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("topology", help="summarise PoPs, GPU inventory, population coverage; draw a world map",
@@ -20,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--last-mile", choices=("fixed", "country", "continent"), default="fixed",
                    help="fixed: --last-mile-ms for everyone (default); country / continent: M-Lab NDT medians "
                         "(the summary's last_mile_ms is then their population-weighted mean)")
-    p.add_argument("--out", type=Path, default=Path("out/topology"), help="folder for map.png and summary.json")
+    p.add_argument("--out", type=folder_arg, default=Path("out/topology"),
+                   help="folder for map.png and summary.json")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     p.set_defaults(func=run)
 

@@ -46,6 +46,8 @@ def load_tokens_file(path: str | Path) -> dict[str, str]:
         text = path.read_text()
     except FileNotFoundError:
         raise UserError(f"tokens file {str(path)!r} not found") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"tokens file {str(path)!r}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         doc = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -210,3 +210,48 @@ def test_run_scenario_arguments_give_one_line_errors(kw, words):
 
     with pytest.raises(UserError, match=re.escape(words)):
         run_scenario("small", **kw)
+
+
+BAD_FIELDS = [
+    ("seed = 1.5\n", "'seed' must be a whole number"),
+    ('catalog = 5\n', "'catalog' must be a string"),
+    ('planning_rps = "abc"\n', "'planning_rps' must be a finite number"),
+    ("planning_rps = -5.0\n", "'planning_rps' must not be negative"),
+    ("faults = [5]\n", "'faults' must list"),
+    ('faults = "pop:FRA@10+5"\n', "'faults' must be a list"),
+    ("sample_s = 0.0\n", "'sample_s' must be positive"),
+    ("sample_s = nan\n", "'sample_s' must be a finite number"),
+    ("slo = 5\n", "'slo' must be a table"),
+    ("[slo]\nttft_ms = 0.0\n", "'[slo] ttft_ms' must be positive"),
+    ("[slo]\ntpot_ms = inf\n", "'tpot_ms' must be a finite number"),
+    ("[edge]\nload_gbs = 0.0\n", "load_gbs must be a positive number"),
+    ("[edge]\nqueue_timeout_s = nan\n", "'queue_timeout_s' must be a finite number"),
+    ("[edge]\npops = []\n", "pops must be a non-empty list"),
+    ('[edge]\npops = "FRA"\n', "'pops' must be a list"),
+    ("[central]\ngpu_scale = nan\n", "'gpu_scale' must be a finite number"),
+    ('[central]\nenabled = "no"\n', "'enabled' must be true or false"),
+]
+
+
+@pytest.mark.parametrize(("text", "needle"), BAD_FIELDS)
+def test_bad_values_are_one_line_errors_before_any_work(tmp_path, capsys, text, needle):
+    f = tmp_path / "mine.toml"
+    f.write_text("[workload]\nrequests = 100\n" + text if text.startswith("[") else text + "[workload]\nrequests = 100\n")
+    assert main(["simulate", "--scenario", str(f), "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "mine.toml" in err and err.count("\n") == 1
+    assert not (tmp_path / "a").exists()
+
+
+def test_unreadable_files_and_impossible_runs_are_one_line_errors(tmp_path, capsys):
+    f = tmp_path / "bytes.toml"
+    f.write_bytes(b"seed = 1\n\xff\xfe bad = 1\n")
+    off = tmp_path / "off.toml"
+    off.write_text("[workload]\nrequests = 100\n\n[central]\nenabled = false\n")
+    for argv, needle in ((["--scenario", str(f)], "not valid TOML"),
+                         (["--scenario", "small", "--duration", "inf"], "--duration must be"),
+                         (["--scenario", str(off), "--only", "central"], "no central deployment")):
+        assert main(["simulate", *argv, "--out", str(tmp_path / "a")]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1
+    assert not (tmp_path / "a").exists()

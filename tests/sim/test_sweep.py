@@ -87,7 +87,7 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
      r"axis 'edge.placement' value 'nope': .*\[edge\]: field 'placement': unknown placement policy 'nope'"),
     ({"base": "small", "axes": {"central.router": ["fastest"]}}, r"value 'fastest'.*unknown routing policy"),
     ({"base": "small", "axes": {"workload.rps": [10.0, -3.0]}}, r"axis 'workload.rps' value -3.0: .*rps must be > 0"),
-    ({"base": "small", "axes": {"edge.queue_limit": ["big"]}}, r"value 'big': .*'queue_limit' must be a number"),
+    ({"base": "small", "axes": {"edge.queue_limit": ["big"]}}, r"value 'big': .*'queue_limit' must be a whole number"),
     ({"base": "small", "axes": {"workload.kind": ["azure"]}}, r"value 'azure': .*does not apply to kind"),
     ({"base": "small", "axes": {"faults": [["pop:FRA@bad"]]}}, r"axis 'faults' value \['pop:FRA@bad'\]"),
     ({"base": "nosuch"}, r"base 'nosuch' not found"),
