@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         (args.out / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
         figure = draw_fidelity(frames, args.out / "fidelity.png")
         if args.docs:
+            args.docs.parent.mkdir(parents=True, exist_ok=True)  # (the check above left no folder behind)
             figure = Path(shutil.copyfile(figure, args.docs.with_suffix(".png")))
             args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###"),
                                                  figure=figure.name))

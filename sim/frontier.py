@@ -78,6 +78,8 @@ def parse_slo(text: str) -> SLOTarget:
     if not sep or metric not in SLO_METRICS or not np.isfinite(threshold) or threshold < 0:
         raise UserError(f"bad --slo {text!r}: expected METRIC=VALUE with METRIC one of {', '.join(SLO_METRICS)} "
                         "and a non-negative VALUE, e.g. ttft_p95_ms=500")
+    if metric == "slo_attainment" and threshold > 1:
+        raise UserError(f"bad --slo {text!r}: slo_attainment is a share of requests, at most 1 (e.g. 0.99)")
     return SLOTarget(metric, threshold)
 
 
@@ -322,8 +324,8 @@ def _checked_budgets(budgets) -> list[float]:
         except ValueError:
             raise UserError(f"bad --budgets {budgets!r}: expected comma-separated positive numbers") from None
     budgets = list(budgets)
-    if len(budgets) < 2 or any(not np.isfinite(b) or b <= 0 for b in budgets):
-        raise UserError(f"budgets must be at least two positive numbers, got {budgets!r}")
+    if len(set(budgets)) < 2 or any(not np.isfinite(b) or b <= 0 for b in budgets):
+        raise UserError(f"budgets must be at least two different positive numbers, got {budgets!r}")
     return budgets
 
 
@@ -336,9 +338,11 @@ def _lines(sc, baselines, only, topo) -> list[Line]:
         raise UserError(f"only must be edge or central, got {only!r}")
     lines = [] if only == "central" else [Line("edge")]
     if only != "edge" and sc.central is not None:
-        names = baselines or [sc.central.baseline]
+        names = [sc.central.baseline] if baselines is None else baselines
         if isinstance(names, str):
             names = names.split(";" if ";" in names else ",")
+        if not any(n.strip() for n in names):
+            raise UserError(f"baselines: no region set named, got {baselines!r}")
         for name in dict.fromkeys(n.strip() for n in names if n.strip()):
             baseline_regions(name, topo.regions)  # one-line error for an unknown set or region id
             lines.append(Line("central", name))

@@ -120,6 +120,9 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     rng = streams(sc.seed)
     workload = generate(sc.workload, topo, catalog, rng["workload"])
     frame = workload.requests
+    if not len(frame):  # every figure of the run would be empty
+        raise UserError(f"{sc.name}: the workload has no requests (a duration shorter than the gap between "
+                        "arrivals?): ask for more requests or a longer duration")
     if sc.jitter:  # one multiplier of the path's mean RTT per request, shared by every deployment
         frame["rtt_factor"] = fit_jitter().factors(len(frame), rng["jitter"])
     span = float(frame.arrival_s.max()) if len(frame) else 0.0

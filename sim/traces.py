@@ -42,7 +42,15 @@ class TraceFileError(DataFileError):
         self.args = (f"{where}: {problem}",)
 
 
-def _frame(arrival_s: np.ndarray, prompt, output, hash_ids) -> pd.DataFrame:
+# Longest trace a run replays, in simulated seconds: the control plane's clock ticks at least once a simulated
+# second, so a trace spanning more than a year (a stray timestamp, most likely) would run for days.
+MAX_SPAN_S = 366 * 86_400.0
+
+
+def _frame(arrival_s: np.ndarray, prompt, output, hash_ids, path=None) -> pd.DataFrame:
+    if len(arrival_s) and float(np.max(arrival_s)) > MAX_SPAN_S:
+        raise TraceFileError(path, None, "timestamp", f"the requests span {float(np.max(arrival_s)):.3g} s, more "
+                             f"than a year ({MAX_SPAN_S:.0f} s): check the timestamps' unit and outliers")
     return pd.DataFrame({"arrival_s": arrival_s, "prompt_tokens": np.asarray(prompt, np.int64),
                          "output_tokens": np.asarray(output, np.int64), "hash_ids": hash_ids})
 
@@ -77,7 +85,7 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
         tokens.append(text.astype(np.int64).to_numpy())
     empty = np.empty(len(raw), object)
     empty.fill(())
-    return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty)
+    return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path)
 
 
 def _first_bad(path: Path, values: pd.Series, bad: np.ndarray, field: str, problem: str) -> None:
@@ -134,7 +142,7 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
     t = np.asarray(times, dtype=np.float64)
     ids = np.empty(len(hashes), object)
     ids[:] = hashes
-    return _frame((t - t.min()) / 1e3, prompts, outputs, ids)
+    return _frame((t - t.min()) / 1e3, prompts, outputs, ids, path)
 
 
 def write_mooncake_trace(frame: pd.DataFrame, path: str | Path) -> Path:
@@ -158,6 +166,8 @@ TRACE_FORMATS.register("mooncake", shipped=MOONCAKE_EXAMPLE, suffixes=(".jsonl",
 
 def trace_kind(path: str | Path) -> str:
     """The format of a trace file, from its suffix (``.csv``: azure; ``.jsonl``/``.json``: mooncake)."""
+    if Path(path).is_dir():
+        raise TraceFileError(path, None, None, "is a folder, expected a trace file (.csv or .jsonl)")
     suffix = Path(path).suffix.lower()
     for name in TRACE_FORMATS:
         if suffix in TRACE_FORMATS.entry(name).extra["suffixes"]:

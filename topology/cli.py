@@ -36,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.last_mile_ms >= 0:
         raise UserError(f"--last-mile-ms must not be negative, got {args.last_mile_ms:g}")
+    if args.last_mile != "fixed" and args.last_mile_ms:
+        raise UserError(f"--last-mile-ms is the fixed mode's value: it does not apply with --last-mile "
+                        f"{args.last_mile}")
     output_folder(args.out)
     topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions, tiers=args.tiers)
     s = summary(topo, last_mile_ms=args.last_mile_ms, last_mile=args.last_mile)

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _mix(args, catalog) -> dict[str, float] | None:
-    if args.models:
+    if args.models is not None:
         ids = [m.strip() for m in args.models.split(",") if m.strip()]
         if not ids:
             raise UserError("--models: no model ids given")

@@ -87,9 +87,11 @@ class IlpPlacement(PlacementPolicy):
         return plan
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
-        if self.time_limit_s <= 0 or self.mip_rel_gap < 0 or self.candidates_k < 1 or self.node_limit < 1:
-            raise UserError("ilp options: time_limit_s must be positive, mip_rel_gap non-negative, candidates_k and "
-                            "node_limit >= 1")
+        for name, ok in (("time_limit_s", self.time_limit_s > 0), ("mip_rel_gap", self.mip_rel_gap >= 0),
+                         ("candidates_k", self.candidates_k >= 1), ("node_limit", self.node_limit >= 1)):
+            if not ok:  # (NaN fails too)
+                rule = {"time_limit_s": "positive", "mip_rel_gap": ">= 0"}.get(name, ">= 1")
+                raise UserError(f"ilp option {name} must be {rule}, got {getattr(self, name)!r}")
         if self.warm_start == self.name:
             raise UserError("ilp option warm_start cannot be 'ilp' itself")
         t0 = time.perf_counter()

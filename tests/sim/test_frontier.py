@@ -119,9 +119,11 @@ def test_slo_direction():
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--budgets", "1"], "at least two positive numbers"), (["--budgets", "1,x"], "comma-separated"),
+    (["--budgets", "1"], "at least two different positive numbers"), (["--budgets", "1,x"], "comma-separated"),
     (["--baselines", "mars-1"], "unknown baseline"), (["--seeds", "1,1"], "distinct"),
-    (["--scenario", "nope"], "not found"), (["--slo", "ttft=3"], "METRIC=VALUE")])
+    (["--scenario", "nope"], "not found"), (["--slo", "ttft=3"], "METRIC=VALUE"),
+    (["--budgets", "1,1"], "two different"), (["--slo", "slo_attainment=2"], "at most 1"),
+    (["--baselines", ""], "no region set")])
 def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path):
     assert main(["frontier", "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err

@@ -255,3 +255,26 @@ def test_unreadable_files_and_impossible_runs_are_one_line_errors(tmp_path, caps
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1
     assert not (tmp_path / "a").exists()
+
+
+def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
+    trace = tmp_path / "far.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                     '{"timestamp": 1e15, "input_length": 10, "output_length": 5}\n')
+    out = str(tmp_path / "o")
+    for argv, needle in ((["simulate", "--scenario", "small", "--trace", str(trace), "--out", out], "than a year"),
+                         (["simulate", "--scenario", "small", "--trace", str(tmp_path), "--out", out], "is a folder"),
+                         (["simulate", "--scenario", "small", "--duration", "0.0001", "--out", out], "no requests"),
+                         (["place", "--policy", "ilp", "--time-limit", "0"], "time_limit_s must be positive"),
+                         (["place", "--policy", "greedy-demand", "--models", ""], "no model ids"),
+                         (["topology", "--last-mile", "country", "--last-mile-ms", "20", "--out", out],
+                          "does not apply")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, (argv, err)
+    for argv in (["place", "--policy", "greedy-demand", "--seed=-1"], ["place", "--policy", "greedy-demand",
+                                                                          "--out", ""]):
+        with pytest.raises(SystemExit) as exc:  # argparse: usage and one error line
+            main(argv)
+        assert exc.value.code == 2 and "error: argument" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
