@@ -95,10 +95,11 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
                         "only prefills or only decodes)")
     if t.kv_link_gbps <= 0:
         raise UserError(f"{where}: kv_link_gbps must be positive, got {t.kv_link_gbps!r}")
-    if not 0 < t.prefix_cache_fraction <= 1 or not isinstance(t.lora_slots, int) or t.lora_slots < 1 \
-            or not t.lora_load_gbs > 0:
-        raise UserError(f"{where}: prefix_cache_fraction must be in (0, 1], lora_slots an integer >= 1 and "
-                        f"lora_load_gbs > 0, got {t.prefix_cache_fraction!r}, {t.lora_slots!r}, {t.lora_load_gbs!r}")
+    for name, ok, rule in (("prefix_cache_fraction", 0 < t.prefix_cache_fraction <= 1, "in (0, 1]"),
+                           ("lora_slots", isinstance(t.lora_slots, int) and t.lora_slots >= 1, "an integer >= 1"),
+                           ("lora_load_gbs", t.lora_load_gbs > 0, "positive")):
+        if not ok:
+            raise UserError(f"{where}: {name} must be {rule}, got {getattr(t, name)!r}")
     if workload is not None:
         check_block_tokens(t, workload, where)
     return t

@@ -230,6 +230,7 @@ BAD_FIELDS = [
     ('[edge]\npops = "FRA"\n', "'pops' must be a list"),
     ("[central]\ngpu_scale = nan\n", "'gpu_scale' must be a finite number"),
     ('[central]\nenabled = "no"\n', "'enabled' must be true or false"),
+    ("[techniques]\nlora = true\nlora_slots = 0\n", "lora_slots must be an integer >= 1, got 0"),
 ]
 
 
