@@ -38,13 +38,16 @@ def pad_batch(encodings: list[Encoding], pad_id: int = 0) -> dict[str, np.ndarra
 
 
 def _truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
-    # Trim the longer side first, as Hugging Face's "longest_first" strategy does.
-    while len(a) + len(b) > budget:
-        if len(a) >= len(b):
-            a = a[:-1]
-        else:
-            b = b[:-1]
-    return a, b
+    # Trim the longer side first, one token at a time, the first side on a tie, as Hugging Face's "longest_first"
+    # strategy does; computed in one step (a loop of one token per pass is quadratic in a long input).
+    excess = len(a) + len(b) - budget
+    if excess <= 0:
+        return a, b
+    gap = abs(len(a) - len(b))
+    if excess <= gap:  # the longer side alone
+        return (a[:len(a) - excess], b) if len(a) > len(b) else (a, b[:len(b) - excess])
+    both, rest = min(len(a), len(b)), excess - gap  # equal lengths, then one each, the first side first
+    return a[:both - (rest + 1) // 2], b[:both - rest // 2]
 
 
 class ByteEncoderTokenizer:

@@ -53,6 +53,9 @@ class BatchService:
         for i, r in enumerate(reqs):
             if not isinstance(r, dict):
                 raise bad_input(f"requests[{i}] is not an object")
+            ref = r.get("external_reference")
+            if ref is not None and not (isinstance(ref, str) and _utf8(ref)):  # stored as text, echoed back
+                raise bad_input(f"requests[{i}].external_reference must be a string, got {type(ref).__name__}")
         job = await self._db(self.store.create, account, model, reqs, place.lat, place.lon)
         if self._wake is not None:
             self._wake.set()
@@ -159,3 +162,12 @@ def _usage(fin) -> dict:
     p = int(fin.usage.get("prompt_tokens", 0) or 0)
     c = int(fin.usage.get("completion_tokens", 0) or 0)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` can be stored as UTF-8 (JSON lets a lone surrogate such as "\\ud800" through)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

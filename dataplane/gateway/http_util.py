@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import uuid
 
+from starlette.requests import ClientDisconnect
+
 from dataplane.gateway import standins
 from dataplane.gateway.errors import GatewayError, bad_input
 from dataplane.runtime import SYNTHETIC_NOTE
@@ -22,11 +24,14 @@ async def read_body(request, limit: int) -> bytes:
         except ValueError:
             raise bad_input("Content-Length is not a number") from None
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise GatewayError(413, 3006, f"Request is too large: body over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise GatewayError(413, 3006, f"Request is too large: body over {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client went away mid-body: its mistake (or its network's), not the server's
+        raise bad_input("the client disconnected before sending the whole body") from None
     return b"".join(chunks)
 
 
@@ -36,7 +41,7 @@ def parse_json(body: bytes) -> dict:
         raise bad_input("request body is empty; expected a JSON object")
     try:
         doc = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # (malformed, not UTF-8, an integer of thousands of digits)
         raise bad_input(f"request body is not valid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
     if not isinstance(doc, dict):
         raise bad_input(f"request body must be a JSON object, got {type(doc).__name__}")

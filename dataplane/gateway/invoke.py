@@ -39,12 +39,29 @@ class Finished:
     usage: dict = field(default_factory=dict)
 
 
+# Inputs with more text than this (characters) are tokenized in a worker thread too: megabytes of text take
+# seconds, and on the event loop every other request (health checks included) would wait for them.
+THREAD_TEXT_CHARS = 100_000
+
+
 async def prepare(dp, task: str, stand_in: str, inputs) -> Prepared:
     """Validate ``inputs`` for ``task`` and turn them into engine items (raises InvalidInputError/CapacityError)."""
     row = tasks.task_named(task)
-    if row.heavy:
+    if row.heavy or _text_chars(inputs, THREAD_TEXT_CHARS) > THREAD_TEXT_CHARS:
         return await asyncio.to_thread(row.prepare, dp, stand_in, inputs)
-    return row.prepare(dp, stand_in, inputs)  # text is only tokenized: cheaper than a hop to a thread and back
+    return row.prepare(dp, stand_in, inputs)  # a little text: cheaper than a hop to a thread and back
+
+
+def _text_chars(value, cap: int) -> int:
+    """Characters of text in ``value`` (strings in nested lists and objects), counted up to just past ``cap``."""
+    if isinstance(value, str):
+        return len(value)
+    total = 0
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        total += _text_chars(item, cap - total)
+        if total > cap:
+            break
+    return total
 
 
 class EngineRun:

@@ -71,7 +71,7 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
                        ("ignore_eos", body.get("ignore_eos"))):
         if value is not None:
             inputs[key] = value
-    stream = body.get("stream", False)
+    stream = body.get("stream") if body.get("stream") is not None else False  # null: the default, as OpenAI reads it
     if not isinstance(stream, bool):
         raise bad_input("field 'stream' must be true or false")
     opts = body.get("stream_options") or {}

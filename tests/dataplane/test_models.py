@@ -163,3 +163,22 @@ def test_gpt2_small_kv_cache_matches_recompute():
         mask = np.concatenate([mask, np.ones((1, 1), np.int64)], axis=1)
         logits, past = model.step(np.array([[nxt]]), mask, np.array([[len(tokens) - 1]]), past)
         np.testing.assert_allclose(logits[0], model.last_logits(tokens), atol=TOL, rtol=0)
+
+
+def test_pair_truncation_is_longest_first_one_token_at_a_time():
+    """The one-step truncation gives what trimming the longer side one token at a time (the first on a tie) does."""
+    from dataplane.tokenization import _truncate_pair
+
+    def one_at_a_time(a, b, budget):
+        while len(a) + len(b) > budget:
+            if len(a) >= len(b):
+                a = a[:-1]
+            else:
+                b = b[:-1]
+        return a, b
+
+    for la in range(0, 20):
+        for lb in range(0, 20):
+            for budget in range(0, 42):
+                a, b = list(range(la)), list(range(100, 100 + lb))
+                assert _truncate_pair(a, b, budget) == one_at_a_time(a, b, budget)

@@ -174,3 +174,24 @@ def test_malformed_binaries_are_400s(gateway):
         r = httpx.post(run_url(url, model), content=data, headers=headers(**{"content-type": "application/octet-stream"}),
                        timeout=30)
         assert r.status_code == status, (model, len(data), r.text)
+
+
+def test_client_mistakes_found_by_an_audit_are_400s(gateway):
+    """An integer of thousands of digits, a batch external_reference that is not a string, a chat ``stream`` of
+    null (OpenAI's default); a reranker request with more text than the event loop tokenizes itself (sent to a
+    worker thread) answers as any other."""
+    url, _ = gateway
+    body = b'{"prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}"
+    r = httpx.post(run_url(url, GEN), content=body, headers=headers(**{"content-type": "application/json"}))
+    assert r.status_code == 400 and "not valid JSON" in r.json()["errors"][0]["message"]
+    for ref in ({"a": 1}, [1], 2**70):
+        r = httpx.post(run_url(url, GEN) + "?queueRequest=true",
+                       json={"requests": [{"prompt": "hi", "external_reference": ref}]}, headers=headers())
+        assert r.status_code == 400 and "external_reference must be a string" in r.json()["errors"][0]["message"]
+    chat = f"{url}/client/v4/accounts/alice/ai/v1/chat/completions"
+    r = httpx.post(chat, json={"model": GEN, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                               "stream": None}, headers=headers(), timeout=60)
+    assert r.status_code == 200 and r.json()["object"] == "chat.completion"
+    r = httpx.post(run_url(url, "@edgepop/bert-small-rerank"), headers=headers(), timeout=120,
+                   json={"query": "q" * 60_000, "contexts": [{"text": "c" * 20_000}] * 5})  # (the test's cap: 200 kB)
+    assert r.status_code == 200 and len(r.json()["result"]["response"]) == 5
