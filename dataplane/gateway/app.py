@@ -8,7 +8,7 @@ Routes (``{a}`` is the account id; every ``/client/v4`` route needs ``Authorizat
     POST /client/v4/accounts/{a}/ai/v1/embeddings               OpenAI embeddings
     GET  /client/v4/accounts/{a}/ai/v1/models                   OpenAI model list
     GET  /metrics  /edgepop/deployment  /edgepop/timings        (any valid token, unless ``open_ops``)
-    GET  /healthz                                               (no auth: liveness and draining only)
+    GET  /healthz                                               (no auth: liveness and draining only; HEAD too)
 
 Before a token is compared, a client address with too many recent failed authentications is refused
 (:class:`~dataplane.gateway.limits.AuthThrottle`); an accepted request then meets its account's limits and the
@@ -144,7 +144,8 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(request, GatewayError(exc.status_code, 7000 + exc.status_code, str(exc.detail)))
+        return error_response(request, GatewayError(exc.status_code, 7000 + exc.status_code, str(exc.detail),
+                                                    headers=dict(exc.headers or {})))  # (405: its Allow header)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -296,7 +297,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         operator(request)
         return gw.timelines.describe(request.query_params.get("trace", ""))
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])  # (load balancers' probes often send HEAD)
     async def healthz():
         return JSONResponse({"ok": not gw.draining, "draining": gw.draining}, status_code=503 if gw.draining else 200)
 

@@ -72,7 +72,7 @@ class GatewayError(Exception):
                               "code": "insufficient_quota"}}
         kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 408: "timeout_error", 413: "invalid_request_error",
-                429: "rate_limit_error"}.get(self.status, "server_error")
+                429: "rate_limit_error"}.get(self.status, "invalid_request_error" if self.status < 500 else "server_error")
         return {"error": {"message": self.message, "type": kind, "code": self.code, "param": None}}
 
 

@@ -192,6 +192,9 @@ def test_client_mistakes_found_by_an_audit_are_400s(gateway):
     r = httpx.post(chat, json={"model": GEN, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                                "stream": None}, headers=headers(), timeout=60)
     assert r.status_code == 200 and r.json()["object"] == "chat.completion"
+    r = httpx.delete(chat, headers=headers())  # a client's mistake: the OpenAI shape says so, and what is allowed
+    assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error" and "POST" in r.headers["allow"]
+    assert httpx.head(f"{url}/healthz").status_code == 200
     r = httpx.post(run_url(url, "@edgepop/bert-small-rerank"), headers=headers(), timeout=120,
                    json={"query": "q" * 60_000, "contexts": [{"text": "c" * 20_000}] * 5})  # (the test's cap: 200 kB)
     assert r.status_code == 200 and len(r.json()["result"]["response"]) == 5
