@@ -8,6 +8,8 @@ simulated or live::
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 # Append new names at the end: children are spawned by position, so the earlier streams keep their draws.
@@ -18,3 +20,14 @@ def streams(seed: int) -> dict[str, np.random.Generator]:
     """One independent generator per name of :data:`STREAMS`, all derived from ``seed``."""
     children = np.random.SeedSequence(seed).spawn(len(STREAMS))
     return {name: np.random.default_rng(c) for name, c in zip(STREAMS, children, strict=True)}
+
+
+def seed_arg(text: str) -> int:
+    """The argparse type of every ``--seed`` flag: a whole number >= 0 (what numpy's seed sequences take)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value

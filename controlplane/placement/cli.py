@@ -10,6 +10,7 @@ from pathlib import Path
 
 from edgepop.errors import UserError
 from edgepop.outputs import folder_arg, output_folder
+from edgepop.rng import seed_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,23 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--candidates-k", type=int, default=16, help="nearest replica sites an ingress may use (16)")
     p.add_argument("--utilisation-cap", type=float, default=0.7, help="planned share of replica capacity (0.7)")
     p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 10)")
-    p.add_argument("--seed", type=_seed, default=0, help="random seed handed to the policy (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed handed to the policy (default 0)")
     p.add_argument("--out", type=folder_arg, help="folder for placement.parquet and summary.json")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     p.add_argument("--list-policies", action="store_true", help="list the placement policies and exit")
     p.add_argument("--list-models", action="store_true", help="list the catalog's models and exit")
     p.set_defaults(func=run)
-
-
-def _seed(text: str) -> int:
-    """A ``--seed``: a whole number >= 0 (what numpy's generators take)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
