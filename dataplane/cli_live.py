@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from edgepop.rng import seed_arg
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``lora-check`` and ``quantize`` to the ``edgepop`` parser."""
@@ -15,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="tiny", help="GPT-2 preset of the base (default tiny)")
     p.add_argument("--rank", type=int, default=8, help="rank of the seeded adapter (1..32)")
     p.add_argument("--alpha", type=float, default=16.0, help="alpha of the seeded adapter")
-    p.add_argument("--seed", type=int, default=0, help="seed of base weights, adapter and tokens")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of base weights, adapter and tokens")
     p.add_argument("--adapter", default=None, help="an adapter .npz to validate and run instead")
     p.set_defaults(func=run_lora_check)
 

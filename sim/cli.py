@@ -7,6 +7,7 @@ import sys
 
 from edgepop.errors import UserError
 from edgepop.outputs import output_folder
+from edgepop.rng import seed_arg
 
 
 def register(sub) -> None:
@@ -17,7 +18,7 @@ def register(sub) -> None:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--requests", type=int, help="number of requests (overrides the scenario)")
     size.add_argument("--duration", type=float, metavar="S", help="simulated seconds of arrivals")
-    p.add_argument("--seed", type=int, help="random seed (overrides the scenario)")
+    p.add_argument("--seed", type=seed_arg, help="random seed (overrides the scenario)")
     p.add_argument("--trace", help="replay an Azure LLM trace CSV or a Mooncake JSONL instead of Poisson arrivals")
     p.add_argument("--fail", action="append", default=[], metavar="SPEC",
                    help="fault KIND:TARGET@START+DURATION, e.g. pop:FRA@600+300 (repeatable); a fault applies to "

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from edgepop.errors import UserError
+from edgepop.rng import seed_arg
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix-cache-mb", type=int,
                    help="MiB of prompt-prefix KV each LM engine keeps for reuse (0: off, the default)")
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), help="onnxruntime execution provider")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=seed_arg)
     p.add_argument("--no-warm", action="store_true", help="load models on first use instead of at start")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run_serve)

@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from edgepop.rng import seed_arg
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``replay`` to the ``edgepop`` parser."""
@@ -41,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--repeat-live", action="store_true",
                    help="send the same requests again after the first live run and compare the two as the "
                         "simulation is compared (the live system's own repeatability: the floor under the errors)")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=seed_arg, default=0)
     r.set_defaults(func=run_replay)
 
 

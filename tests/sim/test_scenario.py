@@ -273,8 +273,8 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (argv, err)
-    for argv in (["place", "--policy", "greedy-demand", "--seed=-1"], ["place", "--policy", "greedy-demand",
-                                                                          "--out", ""]):
+    for argv in (["place", "--policy", "greedy-demand", "--seed=-1"], ["lora-check", "--seed=-1"],
+                 ["simulate", "--scenario", "small", "--seed=x"], ["place", "--policy", "greedy-demand", "--out", ""]):
         with pytest.raises(SystemExit) as exc:  # argparse: usage and one error line
             main(argv)
         assert exc.value.code == 2 and "error: argument" in capsys.readouterr().err
