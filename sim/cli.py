@@ -80,8 +80,6 @@ def cmd_simulate(args) -> int:
     from sim.run import run_scenario, write_outputs
 
     sc = load_scenario(args.scenario)
-    if args.only == "central" and sc.central is None:
-        raise UserError(f"--only central: scenario {sc.name!r} has no central deployment ([central] enabled = false)")
     console = Console(stderr=True)
     deployments = (args.only,) if args.only else ("edge", "central")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),

@@ -259,6 +259,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     if not deployments or not set(deployments) <= {"edge", "central"}:
         raise UserError(f"deployments must be 'edge' and/or 'central', got {deployments!r}")
     sc = with_run_overrides(sc, requests=requests, duration_s=duration_s, seed=seed, trace=trace, faults=faults)
+    if sc.central is None and deployments == ("central",):  # (checked before the workload is generated)
+        raise UserError(f"only central asked for, and scenario {sc.name!r} has no central deployment ([central] "
+                        "enabled = false): nothing to simulate")
     t_wall = time.perf_counter()
     setup = prepare(sc, topo)
     prepare_s = time.perf_counter() - t_wall
