@@ -60,8 +60,10 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
             raise UserError(f"requests must be positive, got {requests}")
         wl.update(trace_limit=requests) if is_trace else wl.update(requests=requests, duration_s=None)
     if duration_s is not None:
-        if not duration_s > 0:
+        if not duration_s > 0:  # (NaN fails too)
             raise UserError(f"duration must be positive, got {duration_s}")
+        if duration_s == float("inf"):
+            raise UserError("duration must be finite, got inf (a run that would never end)")
         if is_trace:
             raise UserError("a duration cannot be combined with trace replay (use --requests to limit it)")
         wl.update(duration_s=duration_s, requests=None)
