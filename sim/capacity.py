@@ -22,6 +22,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pandas as pd
 
@@ -51,17 +53,23 @@ class GpuBusySampler:
         return got
 
     def _run(self):
-        env = self.sim.env
+        # Thousands of replicas (a 3,000-PoP edge) x hundreds of samples: the busy flags are read in one pass and
+        # the GPUs counted with numpy. Engines are only ever added (an autoscaler's replicas), so the GPU index is
+        # rebuilt when their number changes.
+        env, engines = self.sim.env, self.sim.engines
+        since = operator.attrgetter("busy_since")
+        known, engs, per_engine, flat = -1, [], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         while True:
-            seen: dict[int, int] = {}
-            gpus = self._gpus
-            for rid, eng in self.sim.engines.items():
-                if eng.busy_since >= 0:
-                    for g in gpus.get(rid) or self._gpus_of(rid):
-                        seen[g] = seen.get(g, 0) + 1
+            if len(engines) != known:
+                known, engs = len(engines), list(engines.values())
+                gpus = [self._gpus_of(rid) for rid in engines]
+                per_engine = np.array([len(g) for g in gpus], dtype=np.int64)
+                flat = np.array([g for each in gpus for g in each], dtype=np.int64)
+            busy = np.fromiter(map(since, engs), dtype=float, count=len(engs)) >= 0
+            per_gpu = np.bincount(flat[np.repeat(busy, per_engine)], minlength=1)
             self.t.append(env.now)
-            self.busy.append(len(seen))
-            self.shared.append(sum(1 for v in seen.values() if v > 1))
+            self.busy.append(int(np.count_nonzero(per_gpu)))
+            self.shared.append(int(np.count_nonzero(per_gpu > 1)))
             yield env.timeout(self.dt)
 
     def figures(self, span_s: float, hour_s: float) -> dict:
