@@ -7,6 +7,7 @@ Routes (``{a}`` is the account id; every ``/client/v4`` route needs ``Authorizat
     POST /client/v4/accounts/{a}/ai/v1/chat/completions         OpenAI chat (SSE with "stream": true)
     POST /client/v4/accounts/{a}/ai/v1/embeddings               OpenAI embeddings
     GET  /client/v4/accounts/{a}/ai/v1/models                   OpenAI model list
+    GET  /client/v4/accounts/{a}/ai/v1/models/{model}           one model (404 if not served)
     GET  /metrics  /edgepop/deployment  /edgepop/timings        (any valid token, unless ``open_ops``)
     GET  /healthz                                               (no auth: liveness and draining only; HEAD too)
 
@@ -37,7 +38,7 @@ from dataplane.gateway import standins
 from dataplane.gateway.auth import Authenticator
 from dataplane.gateway.batch import BatchService
 from dataplane.gateway.config import GatewayConfig
-from dataplane.gateway.errors import GatewayError, auth_throttled, bad_input, from_exception
+from dataplane.gateway.errors import GatewayError, auth_throttled, bad_input, from_exception, unknown_model
 from dataplane.gateway.http_util import envelope, flag, ok, parse_json, read_body, run_inputs, search_models
 from dataplane.gateway.invoke import workers_usage
 from dataplane.gateway.limits import AuthThrottle
@@ -53,22 +54,33 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 class _StatusCounter:
     """Pure ASGI middleware counting responses per route template and status (cheaper than BaseHTTPMiddleware,
-    and safe with streaming)."""
+    and safe with streaming). It also answers any exception a route lets out, through ``on_error``: Starlette's
+    own catch-all answers outside every middleware, so its responses went uncounted and the error was logged
+    twice (by the handler and by the server, which gets the exception re-raised)."""
 
-    def __init__(self, app, metrics):
-        self.app, self.metrics = app, metrics
+    def __init__(self, app, metrics, on_error):
+        self.app, self.metrics, self.on_error = app, metrics, on_error
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        started = False
 
         async def counted(message):
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 route = scope.get("route")
                 self.metrics.http.labels(getattr(route, "path", "unrouted"), str(message["status"])).inc()
             await send(message)
 
-        return await self.app(scope, receive, counted)
+        try:
+            return await self.app(scope, receive, counted)
+        except Exception as exc:
+            if started:
+                raise  # mid-response: there is no status line left to answer with
+            response = self.on_error(Request(scope), exc)
+        await response(scope, receive, counted)
 
 
 def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True) -> FastAPI:
@@ -105,7 +117,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     app = FastAPI(title="edgepop gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gw
     app.state.begin_drain = begin_drain
-    app.add_middleware(_StatusCounter, metrics=gw.metrics)
+    app.add_middleware(_StatusCounter, metrics=gw.metrics, on_error=lambda request, exc: unexpected(request, exc))
     app.add_middleware(TimelineMiddleware, store=gw.timelines)  # stage stamps of traced requests (sim vs live)
 
     def is_openai(request: Request) -> bool:
@@ -147,10 +159,12 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         return error_response(request, GatewayError(exc.status_code, 7000 + exc.status_code, str(exc.detail),
                                                     headers=dict(exc.headers or {})))  # (405: its Allow header)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        log.exception("unexpected error on %s", request.url.path)
-        return error_response(request, from_exception(exc))
+    def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        """The answer to an exception a route let out (called by the status counter, inside its ``except``)."""
+        err = from_exception(exc)
+        if err.status >= 500:
+            log.exception("unexpected error on %s", request.url.path)
+        return error_response(request, err)
 
     def place_of(request: Request):
         return gw.locator.place(request.headers)
@@ -261,20 +275,29 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     async def embeddings(request: Request, account_id: str):
         account = authenticate(request, account_id)
         body = parse_json(await read_body(request, cfg.max_body_bytes))
-        model, inputs, fmt = oai.embedding_inputs(body)
+        model, inputs, fmt, dims = oai.embedding_inputs(body)
         reject = reject_if_busy(request, body.get("options"))
         if gw.spec(model).task != "text-embeddings":
             raise bad_input(f"model {model!r} is not a text-embeddings model")
         call, fin = await gw.infer(model, inputs, place_of(request), account=account, reject_if_busy=reject,
                                    endpoint="embeddings", **common(request))
-        return JSONResponse(oai.embedding_list(model, fin.result, fmt, int(fin.usage.get("prompt_tokens", 0))),
+        return JSONResponse(oai.embedding_list(model, fin.result, fmt, int(fin.usage.get("prompt_tokens", 0)), dims),
                             headers=call.headers())
+
+    def model_object(model_id: str) -> dict:
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": "edgepop"}
 
     @app.get(PREFIX + "/v1/models")
     async def list_models(request: Request, account_id: str):
         authenticate(request, account_id)
-        return {"object": "list", "data": [{"id": s.id, "object": "model", "created": 0, "owned_by": "edgepop"}
-                                           for s in gw.backend.catalog]}
+        return {"object": "list", "data": [model_object(s.id) for s in gw.backend.catalog]}
+
+    @app.get(PREFIX + "/v1/models/{model:path}")
+    async def retrieve_model(request: Request, account_id: str, model: str):
+        authenticate(request, account_id)
+        if model not in gw.backend.catalog:
+            raise GatewayError(404, unknown_model(model).code, f"model {model!r} is not served here")
+        return model_object(model)
 
     # ------------------------------------------------------------------ operations
     def operator(request: Request) -> None:

@@ -36,14 +36,17 @@ AUTH = 10000
 NOT_FOUND = 7003
 RATE_LIMITED = 3021
 ACCOUNT_LIMITED = 3036
+MAX_MESSAGE_CHARS = 500
 
 
 class GatewayError(Exception):
-    """An error answer: HTTP ``status``, Workers AI ``code``, a one-line ``message`` and, for refusals that can be
-    retried, ``retry_after_s``."""
+    """An error answer: HTTP ``status``, Workers AI ``code``, a one-line ``message`` (cut after
+    :data:`MAX_MESSAGE_CHARS` characters) and, for refusals that can be retried, ``retry_after_s``."""
 
     def __init__(self, status: int, code: int, message: str, retry_after_s: float | None = None,
                  headers: dict | None = None):
+        if len(message) > MAX_MESSAGE_CHARS:  # messages quote client values: a 100 kB model id is not echoed whole
+            message = f"{message[:MAX_MESSAGE_CHARS]}... (message cut: {len(message)} characters)"
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.retry_after_s = retry_after_s

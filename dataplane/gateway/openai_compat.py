@@ -3,9 +3,11 @@ and from the Workers AI task inputs the gateway runs.
 
 Chat: ``model``, ``messages`` (string content or a list of ``{"type": "text", "text": ...}`` parts), ``max_tokens``
 or ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stream``, ``stream_options.include_usage``,
-the vLLM extension ``ignore_eos``, and ``model = "<id>:<adapter>"`` for a LoRA adapter; ``n`` must be 1. Other OpenAI fields are accepted and ignored.
+the vLLM extension ``ignore_eos``, and ``model = "<id>:<adapter>"`` for a LoRA adapter; ``n`` must be 1 and
+``stop`` is refused (400) rather than ignored. Other OpenAI fields are accepted and ignored.
 Embeddings: ``model``, ``input`` (a string or a list of strings), ``encoding_format`` (``float`` or ``base64``:
-little-endian float32, which is what the ``openai`` client asks for by default).
+little-endian float32, which is what the ``openai`` client asks for by default), ``dimensions`` (only the model's
+own size).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 import numpy as np
 
 from dataplane.gateway.errors import bad_input
+from dataplane.tasks import MAX_BATCH_TEXTS
 
 
 def _model(body) -> str:
@@ -50,7 +53,7 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
     if ":" in model:
         model, lora = model.rsplit(":", 1)
         if not model or not lora:
-            raise bad_input(f"field 'model': {body['model']!r} is not '<model>' or '<model>:<adapter>'")
+            raise bad_input(f"field 'model': {_short(body['model'])} is not '<model>' or '<model>:<adapter>'")
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad_input("field 'messages' must be a non-empty list")
@@ -62,6 +65,8 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
         messages.append({"role": role, "content": _content(i, m.get("content"))})
     if body.get("n") not in (None, 1):
         raise bad_input("field 'n': only n = 1 is supported")
+    if body.get("stop") not in (None, [], ""):  # ignoring it would return text past the client's stop sequence
+        raise bad_input("field 'stop': stop sequences are not supported (leave it out, or cut the text client-side)")
     inputs: dict = {"messages": messages}
     if lora is not None:
         inputs["lora"] = lora
@@ -77,6 +82,12 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
     opts = body.get("stream_options") or {}
     include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
     return model, inputs, stream, include_usage
+
+
+def _short(value, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (an error message does not echo a client's megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def chat_completion(cid: str, model: str, text: str, usage: dict) -> dict:
@@ -109,8 +120,8 @@ def chat_chunk(cid: str, model: str, created: int, delta: dict, finish: str | No
     return out
 
 
-def embedding_inputs(body) -> tuple[str, dict, str]:
-    """OpenAI embeddings body -> (model, Workers AI inputs, encoding format)."""
+def embedding_inputs(body) -> tuple[str, dict, str, int | None]:
+    """OpenAI embeddings body -> (model, Workers AI inputs, encoding format, ``dimensions`` or None)."""
     model = _model(body)
     inp = body.get("input")
     if isinstance(inp, str):
@@ -120,14 +131,25 @@ def embedding_inputs(body) -> tuple[str, dict, str]:
     else:
         raise bad_input("field 'input' must be a string or a non-empty list of strings (token arrays are not "
                         "supported)")
+    if len(texts) > MAX_BATCH_TEXTS:  # (the task's own check would name its Workers AI field, 'text')
+        raise bad_input(f"field 'input' holds {len(texts)} strings; at most {MAX_BATCH_TEXTS} are allowed")
     fmt = body.get("encoding_format") or "float"
     if fmt not in ("float", "base64"):
-        raise bad_input(f"field 'encoding_format' must be 'float' or 'base64', got {fmt!r}")
-    return model, {"text": texts}, fmt
+        raise bad_input(f"field 'encoding_format' must be 'float' or 'base64', got {_short(fmt)}")
+    dims = body.get("dimensions")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise bad_input(f"field 'dimensions' must be a positive integer, got {_short(dims)}")
+    return model, {"text": texts}, fmt, dims
 
 
-def embedding_list(model: str, result: dict, fmt: str, prompt_tokens: int) -> dict:
-    """Workers AI ``{shape, data}`` -> the OpenAI ``list`` of ``embedding`` objects."""
+def embedding_list(model: str, result: dict, fmt: str, prompt_tokens: int, dims: int | None = None) -> dict:
+    """Workers AI ``{shape, data}`` -> the OpenAI ``list`` of ``embedding`` objects. ``dims`` (OpenAI's
+    ``dimensions``) must be the model's own size: these models are not trained to be cut shorter, so a shortened
+    vector would be a different, unvalidated embedding."""
+    size = int(result["shape"][1])
+    if dims is not None and dims != size:
+        raise bad_input(f"model {model!r} returns {size}-dimensional embeddings: field 'dimensions' must be {size} "
+                        f"or left out, got {dims}")
     data = []
     for i, vec in enumerate(result["data"]):
         if fmt == "base64":

@@ -63,3 +63,29 @@ def test_openai_errors_map_to_client_exceptions(gateway):
         client(url, token=BOB).chat.completions.create(model=GEN, messages=[{"role": "user", "content": "x"}])
     models = client(url).models.list()
     assert GEN in {m.id for m in models.data}
+
+
+def test_fields_that_would_change_the_answer_are_refused_not_ignored(gateway):
+    """``stop`` and a shortened ``dimensions`` are 400s naming the field (ignoring them would hand back text past a
+    stop sequence or vectors of another size); ``dimensions`` equal to the model's size is served; a list of more
+    strings than allowed names OpenAI's field; one model is retrieved, an unknown one is a 404; a huge value is not
+    echoed whole."""
+    url, _ = gateway
+    c = client(url)
+    msgs = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(openai.BadRequestError, match="field 'stop'"):
+        c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, stop=["\n"])
+    assert c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, stop=None).object == "chat.completion"
+    with pytest.raises(openai.BadRequestError, match="768-dimensional embeddings: field 'dimensions' must be 768"):
+        c.embeddings.create(model=EMB, input="short", dimensions=256)
+    with pytest.raises(openai.BadRequestError, match="field 'dimensions' must be a positive integer"):
+        c.embeddings.create(model=EMB, input="short", dimensions=0)
+    assert len(c.embeddings.create(model=EMB, input="short", dimensions=768).data[0].embedding) == 768
+    with pytest.raises(openai.BadRequestError, match="field 'input' holds 101 strings; at most 100"):
+        c.embeddings.create(model=EMB, input=["a"] * 101)
+    assert c.models.retrieve(GEN).id == GEN
+    with pytest.raises(openai.NotFoundError, match="is not served here"):
+        c.models.retrieve("@cf/none/x")
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="@cf/" + "x" * 100_000, messages=msgs)
+    assert len(str(e.value)) < 1000 and "message cut" in str(e.value)

@@ -198,3 +198,30 @@ def test_client_mistakes_found_by_an_audit_are_400s(gateway):
     r = httpx.post(run_url(url, "@edgepop/bert-small-rerank"), headers=headers(), timeout=120,
                    json={"query": "q" * 60_000, "contexts": [{"text": "c" * 20_000}] * 5})  # (the test's cap: 200 kB)
     assert r.status_code == 200 and len(r.json()["result"]["response"]) == 5
+
+
+def test_an_unexpected_error_is_one_counted_logged_500(gateway, monkeypatch, caplog):
+    """A route that raises something unforeseen answers 500 (3043) in the route's own error shape, is counted in
+    /metrics under its route like any other response, is logged once with its traceback, and the server goes on."""
+    url, app = gateway
+
+    def broken():
+        raise RuntimeError("an error nobody foresaw")
+
+    monkeypatch.setattr(app.state.gateway.backend, "describe", broken)
+    route = 'edgepop_http_responses_total{route="/edgepop/deployment",status="500"}'
+
+    def count() -> float:
+        text = httpx.get(f"{url}/metrics", headers=headers()).text
+        return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(route)), 0.0)
+
+    before = count()
+    with caplog.at_level("ERROR"):
+        r = httpx.get(f"{url}/edgepop/deployment", headers=headers())
+    assert r.status_code == 500 and r.json()["errors"][0]["code"] == 3043, r.text
+    assert "RuntimeError" in r.json()["errors"][0]["message"]
+    assert count() == before + 1
+    logged = [rec for rec in caplog.records if rec.levelname == "ERROR" and rec.exc_info]
+    assert len(logged) == 1 and "an error nobody foresaw" in str(logged[0].exc_info[1])
+    monkeypatch.undo()
+    assert httpx.get(f"{url}/edgepop/deployment", headers=headers()).status_code == 200
