@@ -211,6 +211,8 @@ def _prepare_image(model, stand_in: str, inputs) -> Prepared:
     try:
         with Image.open(io.BytesIO(data)) as img:  # reads the header only
             w, h = img.size
+    except Image.DecompressionBombError:  # Pillow's own bound, far above ours: too large, not undecodable
+        raise CapacityError(f"image has more than {MAX_IMAGE_PIXELS:,} pixels, the most accepted") from None
     except Exception as exc:
         raise InvalidInputError(f"image bytes could not be decoded ({type(exc).__name__})") from None
     if w * h > MAX_IMAGE_PIXELS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 from starlette.requests import ClientDisconnect
@@ -12,6 +13,8 @@ from dataplane.gateway.errors import GatewayError, bad_input
 from dataplane.runtime import SYNTHETIC_NOTE
 
 BINARY_FIELD = {"image-classification": "image", "automatic-speech-recognition": "audio"}
+# A JSON escape of a UTF-16 surrogate: paired ones spell characters beyond the BMP, a lone one no text at all.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 async def read_body(request, limit: int) -> bytes:
@@ -45,7 +48,31 @@ def parse_json(body: bytes) -> dict:
         raise bad_input(f"request body is not valid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
     if not isinstance(doc, dict):
         raise bad_input(f"request body must be a JSON object, got {type(doc).__name__}")
+    if _SURROGATE_ESCAPE.search(body):  # (rare: emoji sent escaped) a lone one would fail deep in a tokenizer
+        where = lone_surrogate(doc)
+        if where is not None:
+            raise bad_input(f"field {where!r} holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF), which is "
+                            "not text")
     return doc
+
+
+def lone_surrogate(doc) -> str | None:
+    """The path (``messages[0].content``) of the first string of ``doc`` that cannot be UTF-8, or None."""
+    stack = [("", doc)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return path or "(the body)"
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                stack.append((f"{path}.{key}" if path else str(key), item))
+                stack.append((path or "(a key)", key))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return None
 
 
 def run_inputs(body: bytes, content_type: str | None, task: str) -> dict:

@@ -32,10 +32,11 @@ def _png(h: int = 30, w: int = 40) -> bytes:
     return buf.getvalue()
 
 
-def _bomb() -> bytes:
-    """A PNG whose header claims 7000 x 7000 pixels (over MAX_IMAGE_PIXELS); only its header may ever be read."""
+def _bomb(side: int = 7000) -> bytes:
+    """A PNG whose header claims side x side pixels (7000: over MAX_IMAGE_PIXELS; 60000: over Pillow's own
+    decompression-bomb bound too); only its header may ever be read."""
     png = _png(1, 1)  # signature (8), IHDR length and type (8), IHDR data (13), CRC (4), ...
-    ihdr = struct.pack(">II", 7000, 7000) + png[24:29]
+    ihdr = struct.pack(">II", side, side) + png[24:29]
     return png[:16] + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr)) + png[33:]
 
 
@@ -129,6 +130,12 @@ def test_bad_input_gives_the_same_error_on_both_paths(dp1, model, inputs):
         asyncio.run(invoke.prepare(dp1, dp1.card(model).task, model, inputs))
     assert isinstance(sync.value, InvalidInputError | CapacityError)
     assert (type(sync.value), str(sync.value)) == (type(gw.value), str(gw.value))
+
+
+def test_an_image_beyond_pillows_bomb_bound_is_too_large_not_undecodable(dp1):
+    """Pillow refuses such a header itself: that is still a 413 (too large), not a 400 (undecodable)."""
+    with pytest.raises(CapacityError, match="more than 40,000,000 pixels"):
+        dp1.run("resnet-tiny", {"image": _bomb(60_000)})
 
 
 def test_prepared_sizes_what_the_control_plane_admits(dp1):

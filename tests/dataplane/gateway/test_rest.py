@@ -225,3 +225,20 @@ def test_an_unexpected_error_is_one_counted_logged_500(gateway, monkeypatch, cap
     assert len(logged) == 1 and "an error nobody foresaw" in str(logged[0].exc_info[1])
     monkeypatch.undo()
     assert httpx.get(f"{url}/edgepop/deployment", headers=headers()).status_code == 200
+
+
+def test_a_lone_surrogate_escape_is_a_400_naming_its_field(gateway, caplog):
+    """JSON can spell a lone UTF-16 surrogate (``\\ud800``), which no tokenizer can read: a 400 naming the field,
+    on both APIs, with nothing logged; a surrogate pair (an emoji sent escaped) is text like any other."""
+    url, _ = gateway
+    chat = f"{url}/client/v4/accounts/alice/ai/v1/chat/completions"
+    raw = {"content-type": "application/json"}
+    with caplog.at_level("WARNING"):
+        r = httpx.post(chat, content=b'{"model": "%s", "messages": [{"role": "user", "content": "a\\ud800"}]}'
+                       % GEN.encode(), headers=headers(**raw))
+        assert r.status_code == 400 and "field 'messages[0].content' holds a lone UTF-16 surrogate" in r.text, r.text
+        r = httpx.post(run_url(url, EMB), content=b'{"text": ["ok", "\\udc00"]}', headers=headers(**raw))
+        assert r.status_code == 400 and "field 'text[1]' holds a lone" in r.json()["errors"][0]["message"]
+    assert not [rec for rec in caplog.records if rec.levelname in ("WARNING", "ERROR")]
+    r = httpx.post(run_url(url, EMB), content=b'{"text": "smile \\ud83d\\ude00"}', headers=headers(**raw), timeout=60)
+    assert r.status_code == 200 and r.json()["result"]["shape"][0] == 1
