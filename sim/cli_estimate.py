@@ -68,6 +68,13 @@ def estimate(args) -> dict:
         base, weight_only = perf_arch.split_precision(args.precision)
         spec = with_precision(spec, base)
     spec = with_precision(spec, kv_precision=args.kv_precision)
+    if spec.unit == "token":  # a request past the window is refused (or cut) by any server: nothing to estimate
+        whole = args.prompt_tokens + (args.output_tokens if spec.generative else 0)
+        if whole > spec.context_window or (args.context or 0) > spec.context_window:
+            what = (f"--context {args.context:g}" if (args.context or 0) > spec.context_window else
+                    f"--prompt-tokens {args.prompt_tokens}" + (f" + --output-tokens {args.output_tokens} = {whole}"
+                                                               if spec.generative else ""))
+            raise UserError(f"{what} tokens exceed the context window of {spec.id} ({spec.context_window} tokens)")
     model = Roofline.from_topology(Topology.load(), engine=args.engine)
     g = model.gpu(args.gpu)
     tp = model.check_tp(spec, args.tp)

@@ -289,6 +289,9 @@ def test_estimate_json_fields(capsys):
     (["--model", L70, "--gpu", "H100", "--tp", "3"], "does not divide"),
     (["--model", L8, "--gpu", "H100", "--batch", "0"], "--batch must be a positive"),
     (["--model", L8, "--gpu", "H100", "--prompt-tokens", "-1"], "--prompt-tokens must be a positive"),
+    (["--model", L8, "--gpu", "H100", "--prompt-tokens", "500000"], "tokens exceed the context window of " + L8),
+    (["--model", L8, "--gpu", "H100", "--context", "1e9"], "--context 1e+09 tokens exceed the context window"),
+    (["--model", "@cf/baai/bge-m3", "--gpu", "L4", "--prompt-tokens", "100000"], "exceed the context window"),
 ])
 def test_estimate_errors_are_one_line(capsys, args, message):
     rc, out, err = _estimate(capsys, *args)
