@@ -103,7 +103,9 @@ class Replica:
     kv_used: int = 0
     last_busy: float = 0.0
     queue: deque = field(default_factory=deque)
-    running: set = field(default_factory=set)
+    # Insertion-ordered (a dict used as a set): requests hash by identity, so a set's order would follow memory
+    # addresses, and a node fault resubmits its running requests in this order.
+    running: dict = field(default_factory=dict)
     est_prefill_a: float = 0.0  # prefill_ms ~ a + b * tokens (for routing predictions)
     est_prefill_b: float = 0.0
     est_request_ms: float = 0.0  # typical busy time of one request on this replica
@@ -131,12 +133,12 @@ class Replica:
         if self.active >= self.slots:
             self.stats.free_set.discard(self)
         self.kv_used += req.kv_tokens
-        self.running.add(req)
+        self.running[req] = None
         self.last_busy = now
         req.replica, req.started_at = self, now
 
     def _release(self, req: Request, now: float) -> None:
-        self.running.remove(req)
+        del self.running[req]
         self.active -= 1
         if self.up and self.status == READY:
             self.stats.free += 1

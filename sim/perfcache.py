@@ -2,7 +2,8 @@
 
 Prefill time is tabulated per (model, GPU) on a geometric grid of token counts and interpolated linearly (the
 grid's neighbours are 4% apart, where prefill time is smooth: the error is far below the model's own); decode
-step times are memoised per (model, GPU, batch, 64-token context bucket).
+step times are memoised per (model, GPU, batch, context) (the replica engines quantise the context to 64-token
+buckets themselves).
 """
 
 from __future__ import annotations
@@ -55,7 +56,11 @@ class CachedPerf:
         return prefill
 
     def decode_step_ms(self, spec, gpu, batch, context) -> float:
-        key = (spec.id, gpu, int(batch), int(context) >> 6)
+        # Keyed by the exact context: the replica engines ask at their 64-token buckets' midpoints (a few hundred
+        # keys), the control plane's estimates at a few typical lengths. A key per bucket would hand every later
+        # caller the value of whichever context asked first, so a deployment's results would depend on what ran
+        # before it in the process.
+        key = (spec.id, gpu, int(batch), float(context))
         ms = self._decode.get(key)
         if ms is None:
             ms = self.perf.decode_step_ms(spec, gpu, batch, context)

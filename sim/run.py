@@ -205,6 +205,9 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
         block["batch_completion_s"] = percentiles((done - frame.arrival_s.to_numpy(dtype=float))[batch])
     block["placement"] = {"policy": cfg.placement, "replicas": int(len(dep.table)),
                           "gpus_placed": placed_gpus(dep.table), "build_s": round(build_s, 2)}
+    solver = dep.placement.solver if dep.placement is not None else {}
+    if "deterministic" in solver:  # a time-budgeted solver (ilp): false when the clock, not its work limit, decided
+        block["placement"]["deterministic"] = bool(solver["deterministic"])
     if techniques_block is not None:
         block["techniques"] = techniques_block
     stats = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1),

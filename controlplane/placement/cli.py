@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--candidates-k", type=int, default=16, help="nearest replica sites an ingress may use (16)")
     p.add_argument("--utilisation-cap", type=float, default=0.7, help="planned share of replica capacity (0.7)")
     p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 10)")
-    p.add_argument("--seed", type=seed_arg, default=0, help="random seed handed to the policy (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed handed to the policy (default 0; the "
+                   "shipped policies are deterministic and draw nothing from it, a registered policy may)")
     p.add_argument("--out", type=folder_arg, help="folder for placement.parquet and summary.json")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     p.add_argument("--list-policies", action="store_true", help="list the placement policies and exit")

@@ -20,7 +20,7 @@ nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packi
 
 Reproducibility: branch-and-bound stops at ``node_limit`` nodes, a deterministic amount of work, so the same
 problem gives the same plan on any machine, process pool or Ray worker. ``time_limit_s`` bounds the whole policy
-(warm start included) as a safety net; when it is what stopped a phase, ``solver["deterministic"]`` is False and
+(warm start included) as a safety net; when it stopped a phase or left one out, ``solver["deterministic"]`` is False and
 the result may depend on machine speed (raise the limit, or lower ``node_limit``). HiGHS reads its time limit only
 between phases, so each HiGHS call runs in a child process that is stopped half a second after the deadline
 (:mod:`controlplane.placement.deadline`, on Linux; elsewhere the limit is HiGHS's own): the policy then keeps the
@@ -140,11 +140,12 @@ class IlpPlacement(PlacementPolicy):
         found = float(model.cost @ solutions[name]) if name in solutions else None
         best.policy = self.name
         best.solver = {
-            "mode": mode, "plan": name, "status": phases[-1]["status"] if phases else "no time for branch-and-bound",
+            "mode": mode, "plan": name,
+            "status": "no time for branch-and-bound" if all(p.get("skipped") for p in phases) else phases[-1]["status"],
             "phases": phases, "warm_start": self.warm_start, "warm_start_s": round(seed_s, 3),
             "node_limit": int(self.node_limit),
-            # no branch-and-bound phase at all means the clock, not the node budget, decided
-            "deterministic": bool(phases) and all(p["status"] != "time limit" for p in phases),
+            # a phase the clock stopped or left out (``skipped``) means the clock, not the node budget, decided
+            "deterministic": all(p["status"] != "time limit" for p in phases),
             "ilp_objective_ms": None if found is None else round(found, 6), "lower_bound_ms": round(bound, 6),
             "milp_gap": None if not found else round(max(0.0, 1 - bound / found), 6),
             "start_objectives_ms": {n: round(float(model.cost @ x), 6) for n, x in solutions.items() if n != "milp"},
@@ -171,6 +172,8 @@ class IlpPlacement(PlacementPolicy):
             phases.append(_phase("rens", res))
             if res is not None and res.x is not None and (x0 is None or res.fun < model.cost @ x0):
                 x0 = res.x
+        elif mode != "exact":  # the clock, not the node budget, left this phase out
+            phases.append({"phase": "rens", "status": "time limit", "skipped": True, "objective_ms": None})
         if deadline - time.perf_counter() > 0.5:
             full = self._solve(model, np.zeros(model.n), model.upper, x0, deadline,
                                max(1, nodes - nodes // 3) if mode != "exact" else nodes)
@@ -179,6 +182,8 @@ class IlpPlacement(PlacementPolicy):
                 bound = float(full.mip_dual_bound)  # a lower bound for every plan of the MILP
             if full is not None and full.x is not None and (res is None or res.x is None or full.fun <= res.fun):
                 res = full
+        else:
+            phases.append({"phase": "exact", "status": "time limit", "skipped": True, "objective_ms": None})
         return res, phases, bound
 
     def _solve(self, model: IlpModel, lower: np.ndarray, upper: np.ndarray, x0: np.ndarray | None, deadline: float,

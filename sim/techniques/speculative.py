@@ -60,7 +60,7 @@ class SpeculativePerf:
         a = self.acceptance.get(spec.task)
         if a is None or not spec.generative or kw:
             return self.perf.decode_step_ms(spec, gpu, batch, context, **kw)
-        key = (spec.id, gpu, int(batch), int(context) >> 6)
+        key = (spec.id, gpu, int(batch), float(context))  # exact: see CachedPerf.decode_step_ms
         ms = self._cache.get(key)
         if ms is None:
             one = self.perf.decode_step_ms(spec, gpu, batch, context)

@@ -351,3 +351,12 @@ def test_central_gives_every_model_a_replica_when_the_edge_can(topo):
     assert set(edge.table.model) == set(problem.demand.columns)
     assert set(central.table.model) == set(problem.demand.columns)
     assert central.fleet.nodes.gpus.sum() == edge.fleet.nodes.gpus.sum()
+
+
+def test_an_ilp_whose_clock_left_out_branch_and_bound_says_it_is_not_deterministic(real_problem):
+    """A budget spent before branch-and-bound starts leaves its phases out: the clock decided the plan (the
+    rounded relaxation here), and the solver report says so instead of claiming a machine-independent plan."""
+    p = get_policy("ilp", warm_start="rounding", time_limit_s=0.01).place(real_problem, np.random.default_rng(0))
+    assert p.solver["status"] == "no time for branch-and-bound" and p.solver["deterministic"] is False
+    assert p.solver["phases"] and all(ph["skipped"] for ph in p.solver["phases"])
+    assert p.solver["plan"] == "rounding"

@@ -32,6 +32,18 @@ def test_exact_at_grid_points_and_between_neighbours_in_between():
     assert cached.decode_step_ms(spec, "H100", 4, 640) == perf.decode_step_ms(spec, "H100", 4, 640)
 
 
+def test_a_decode_time_does_not_depend_on_what_was_asked_before():
+    """Two contexts of one 64-token bucket each get their own time, whichever is asked first: a value per bucket
+    handed every later caller the first asker's, so the central run's results depended on whether the edge ran
+    before it in the process."""
+    perf, spec = _roofline(), default_catalog()[L8]
+    a, b = CachedPerf(perf), CachedPerf(perf)
+    first_600 = a.decode_step_ms(spec, "H100", 8, 600.0), a.decode_step_ms(spec, "H100", 8, 608.0)
+    first_608 = b.decode_step_ms(spec, "H100", 8, 608.0), b.decode_step_ms(spec, "H100", 8, 600.0)
+    assert first_600 == first_608[::-1]
+    assert first_600 == (perf.decode_step_ms(spec, "H100", 8, 600.0), perf.decode_step_ms(spec, "H100", 8, 608.0))
+
+
 def test_copies_and_pickles_delegate_like_the_original():
     """Attribute lookups fall through to the wrapped model; a copy or an unpickled object must not recurse while
     its own attributes are not set yet (it did, without end)."""

@@ -25,6 +25,15 @@ def test_same_seed_same_parquet(topo, small, tmp_path):
     assert not other.requests[["arrival_s", "model"]].equals(small.requests[["arrival_s", "model"]])
 
 
+def test_a_deployment_gives_the_same_rows_alone_or_after_another(topo):
+    """The central run alone and the central rows of a run after the edge are the same bytes: nothing one
+    deployment leaves behind in the process (the shared service-time memo) may change another's results."""
+    both = run_scenario("small", requests=3000, seed=7, topo=topo).requests
+    alone = run_scenario("small", requests=3000, seed=7, topo=topo, deployments=("central",)).requests
+    pd.testing.assert_frame_equal(both[both.deployment == "central"].reset_index(drop=True),
+                                  alone.reset_index(drop=True))
+
+
 def test_both_deployments_see_identical_arrivals(small):
     f = small.requests
     e, c = f[f.deployment == "edge"], f[f.deployment == "central"]
