@@ -35,15 +35,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_profile(args: argparse.Namespace) -> int:
     from dataplane import profiler, registry
     from dataplane.errors import InvalidInputError
-    from dataplane.session import SessionConfig
+    from dataplane.session import SessionConfig, threads_problem
 
     if args.list_models:
         for card in registry.list_models():
             kind = "synthetic" if card.synthetic else "pretrained"
             print(f"{card.name:<22} {card.task:<30} {kind:<10} {card.description}")
         return 0
-    if args.threads < 0:
-        raise InvalidInputError("--threads must be >= 0")
+    if threads_problem(args.threads):
+        raise InvalidInputError(f"--threads: {threads_problem(args.threads)}")
     names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else list(profiler.DEFAULT_MODELS)
     if not names:
         raise InvalidInputError("--models is empty")

@@ -31,7 +31,7 @@ from onnxruntime.quantization import (
 
 from dataplane import registry
 from dataplane.errors import InvalidInputError
-from dataplane.session import Session, SessionConfig
+from dataplane.session import Session, SessionConfig, threads_problem
 from edgepop.outputs import output_folder
 
 # Drift is measured on these (a mix of topics, lengths and punctuation); all are >= 40 bytes long.
@@ -194,8 +194,10 @@ def image_drift(fp32, int8, rng: np.random.Generator, count: int = 16) -> dict:
 def quantize_and_measure(name: str, out_dir: str | Path, repeats: int = 20, threads: int = 1,
                          seed: int = 0, fold_transposes: bool = True) -> dict:
     """Quantize registered model ``name`` into ``out_dir`` and return size, speed-up and drift figures."""
-    if repeats < 1 or threads < 0:
-        raise InvalidInputError(f"repeats must be >= 1 and threads >= 0 (got {repeats}, {threads})")
+    if repeats < 1:
+        raise InvalidInputError(f"repeats must be >= 1 (got {repeats})")
+    if threads_problem(threads):
+        raise InvalidInputError(f"threads: {threads_problem(threads)}")
     card = registry.get_card(name)
     if card.family not in ("gpt2", "bert", "resnet"):
         raise InvalidInputError(f"model '{name}': quantize supports gpt2, bert and resnet models, not "

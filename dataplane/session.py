@@ -72,6 +72,18 @@ def resolve_provider(choice: str = "auto") -> str:
     return PROVIDERS[choice]
 
 
+# Intra-op threads beyond this are a mistake, not a configuration: each is an OS thread with its own stack
+# (100,000 asked for made tens of thousands of threads and 17 GB before the machine stalled).
+MAX_THREADS = max(256, 8 * (os.cpu_count() or 1))
+
+
+def threads_problem(value) -> str | None:
+    """Why ``value`` is not a usable intra-op thread count (None when it is: 0 means one per core)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_THREADS:
+        return f"{value!r} is not an integer from 0 (one per core) to {MAX_THREADS}"
+    return None
+
+
 @dataclass(frozen=True)
 class SessionConfig:
     """How to open sessions. ``intra_op_threads=0`` lets onnxruntime use one thread per core.

@@ -181,8 +181,10 @@ class GatewayConfig:
         if not isinstance(self.tokens, dict) or not all(
                 isinstance(k, str) and k and isinstance(v, str) and v for k, v in self.tokens.items()):
             bad("tokens", "must map non-empty token strings to non-empty account ids")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            bad("threads", f"{self.threads!r} is not a non-negative integer (0: one per core)")
+        from dataplane.session import threads_problem  # (onnxruntime: loaded when a gateway is built anyway)
+
+        if threads_problem(self.threads):
+            bad("threads", threads_problem(self.threads))
         v = self.lm_prefix_cache_mb
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             bad("lm_prefix_cache_mb", f"{v!r} is not a non-negative integer (0: off)")

@@ -278,7 +278,11 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          (["place", "--policy", "ilp", "--time-limit", "0"], "time_limit_s must be positive"),
                          (["place", "--policy", "greedy-demand", "--models", ""], "no model ids"),
                          (["topology", "--last-mile", "country", "--last-mile-ms", "20", "--out", out],
-                          "does not apply")):
+                          "does not apply"),
+                         # thread counts that would start tens of thousands of OS threads, or overflow onnxruntime
+                         (["profile", "--models", "gpt2-tiny", "--quick", "--threads", "100000"], "from 0 (one per core)"),
+                         (["quantize", "gpt2-tiny", "--out", out, "--threads", "99999999999"], "from 0 (one per core)"),
+                         (["serve", "--pops", "FRA", "--threads", "100000"], "field 'threads'")):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (argv, err)
