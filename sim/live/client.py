@@ -75,7 +75,13 @@ def _get(url: str, path: str, params: dict | None = None, token: str | None = No
         raise UserError(f"{url}: gateway not reachable ({exc})") from None
     if r.status_code != 200:
         raise UserError(f"{url}: {path} answered {r.status_code}")
-    return r.json()
+    try:
+        doc = r.json()
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise UserError(f"{url}: {path} did not answer a JSON object: is this an edgepop gateway?")
+    return doc
 
 
 def fetch_deployment(url: str, token: str | None = None) -> dict:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from controlplane.catalog import default_catalog
 from controlplane.perf_profile import MeasuredProfile
 from dataplane import registry
 from dataplane.gateway.server import require_loopback
@@ -82,14 +83,45 @@ def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator,
     return live, timelines, host_usage(before, got["host"], wall, client_cpu)
 
 
+def probe_request(opts: ReplayOptions) -> None:
+    """One one-token request as the replay will send them: a wrong token, account or rate limit fails here, in
+    one line, before minutes of profiling and replaying."""
+    import httpx
+
+    url = f"{opts.url.rstrip('/')}/client/v4/accounts/{opts.account}/ai/run/{opts.model}"
+    auth = {"authorization": f"Bearer {opts.token}"} if opts.token else {}
+    try:
+        r = httpx.post(url, json={"prompt": "probe", "max_tokens": 1}, headers=auth, timeout=60)
+    except httpx.HTTPError as exc:
+        raise UserError(f"replay: {opts.url} not reachable ({exc})") from None
+    if r.status_code != 200:
+        try:
+            detail = str(r.json()["errors"][0]["message"])[:200]
+        except (ValueError, KeyError, IndexError, TypeError):
+            detail = r.text[:200]
+        raise UserError(f"replay: a first request as the replay sends them got HTTP {r.status_code} ({detail}); "
+                        "check --token, --account and the gateway's rate limits")
+
+
 def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = True) -> str:
     """Run the live replay, then (unless ``simulate`` is off) the simulator, write outputs, return the report."""
     require_loopback(opts.url)
     opts.check()
     trace_rows = read_trace(opts.trace)[0]  # a missing or malformed trace fails now, not after the profile's minutes
     desc = fetch_deployment(opts.url, opts.token)
+    if not isinstance(desc.get("placement"), list) or "last_mile_ms" not in desc:
+        raise UserError(f"replay: {opts.url}/edgepop/deployment is not an edgepop gateway's description")
     if opts.model not in {p["model"] for p in desc["placement"]}:
         raise UserError(f"replay: model {opts.model!r} is not served by {opts.url}")
+    catalog = default_catalog()
+    if opts.model in catalog and catalog[opts.model].task != "text-generation":
+        raise UserError(f"replay: model {opts.model!r} is a {catalog[opts.model].task} model; a replay streams "
+                        "generated text (choose a text-generation model)")
+    probe_request(opts)
+    if opts.profile and not opts.simulate:
+        raise UserError("replay: --profile is for the simulation, which --no-sim leaves out")
+    if opts.profile and not isinstance(opts.profile, pd.DataFrame):
+        MeasuredProfile.load(opts.profile)  # a missing or malformed table fails now, not after the live run
     if opts.profile_source not in PROFILE_SOURCES:
         raise UserError(f"replay: profile source must be one of {', '.join(PROFILE_SOURCES)}, "
                         f"got {opts.profile_source!r}")
@@ -107,15 +139,25 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         profile = pooled_profile(profiles)
         profile.to_csv(out / "profile.csv", index=False)
     live, timelines, host = live_replay(opts, desc, topo, rng, progress, trace_rows)
+    ok = live[(live.status == 200) & (live.error == "")]
+    if not len(ok):  # nothing to compare: say why instead of writing empty tables
+        why = live.assign(error=live.error.fillna("").astype(str).str.slice(0, 120)).groupby(
+            ["status", "error"], dropna=False).size()
+        first = "; ".join(f"{n} x {st}{': ' + err if err else ''}" for (st, err), n in why.head(3).items())
+        raise UserError(f"replay: none of the {len(live)} requests succeeded ({first}); check --token, --account "
+                        "and the gateway's rate limits")
     live.to_parquet(out / "live.parquet", index=False)
     (out / "host.json").write_text(json.dumps(host, indent=1))
-    ok = live[(live.status == 200) & (live.error == "")]
     progress(f"live: {len(ok)}/{len(live)} ok; wrote {out / 'live.parquet'}")
     repeat = repeat_report(opts, desc, topo, trace_rows, timelines, progress) if opts.repeat_live else []
     parts_live = live_frame(live, timelines)
     if not opts.simulate:
         return "\n".join([summarize(ok).to_string(index=False), "", host_report(host), *repeat])
-    sim = simulate_like(desc, live, topo, profile, progress=progress, host_model=host_model)
+    refused = live[live.status != 200]  # never admitted: the simulation would make them load the replicas
+    if len(refused):
+        progress(f"left out of the simulation: {len(refused)} request(s) the gateway refused (HTTP "
+                 f"{', '.join(str(int(v)) for v in sorted(set(refused.status)))})")
+    sim = simulate_like(desc, live[live.status == 200], topo, profile, progress=progress, host_model=host_model)
     sim.to_parquet(out / "sim.parquet", index=False)
     table = compare(sim, live)
     table.to_csv(out / "comparison.csv", index=False)

@@ -215,3 +215,25 @@ def test_live_repeatability_compares_the_second_live_run_with_the_first(tmp_path
     assert abs(rep["tpot_p50"]["err_pct"] - 20.0) < 0.5 and not rep["tpot_p50"]["met"] and not rep["met"]
     assert rep["ttft_p50"]["err_pct"] == 0.0 and rep["ttft_p95"]["met"]
     assert (cell / "repeat" / "comparison.csv").exists()
+
+
+def test_replay_mistakes_fail_in_one_line_before_the_live_run(gateway, tmp_path, capsys):
+    """A token for another account, a model that does not generate text and a profile that is not one are
+    refused before any profiling or replaying (each took minutes, then wrote empty tables or failed late)."""
+    from kit.gateway import ALICE, EMB
+
+    from edgepop.cli import main
+
+    url, _ = gateway
+    trace, out = str(_trace(tmp_path / "t.jsonl", 2)), tmp_path / "out"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("not,a,profile\n1,2,3\n")
+    for extra, words in [(["--token", ALICE], "got HTTP 403"),  # the default account is 'local', not alice's
+                         (["--token", ALICE, "--account", "alice", "--model", EMB], "is a text-embeddings model"),
+                         (["--token", ALICE, "--account", "alice", "--profile", str(bad)], "bad.csv"),
+                         (["--token", ALICE, "--account", "alice", "--profile", str(bad), "--no-sim"],
+                          "--no-sim leaves out")]:
+        assert main(["replay", "--live", url, "--trace", trace, "--out", str(out), *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, (extra, err)
+    assert not out.exists()
