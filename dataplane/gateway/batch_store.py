@@ -7,7 +7,10 @@ A job is one ``POST ...?queueRequest=true`` with ``{"requests": [...]}``; each r
 * an item is marked ``running`` (attempts + 1) before it is run, and ``done`` together with its result in one
   transaction, guarded by ``status = 'running'``, so an item completes at most once (``completions`` <= 1);
 * on start, items left ``running`` by a killed process were never completed: they go back to ``queued`` and run
-  again. So after a SIGKILL and restart every item completes exactly once: none lost, none completed twice.
+  again. So after a SIGKILL and restart every item completes exactly once: none lost, none completed twice;
+* that recovery is only right when no other process serves the file: a store holds an exclusive lock on
+  ``<db>.lock`` (POSIX ``flock``, released when the store closes or its process dies), and a second store on the
+  same file is refused instead of re-queueing the first one's running items.
 
 Every method is synchronous and must be called from one thread (the gateway uses a one-thread executor).
 """
@@ -15,10 +18,13 @@ Every method is synchronous and must be called from one thread (the gateway uses
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import uuid
 from pathlib import Path
+
+from edgepop.errors import UserError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -38,13 +44,29 @@ class BatchStore:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
+        self._lock: int | None = None
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(SCHEMA)
+            if Path(self.path).is_dir():
+                raise UserError(f"batch db {self.path}: is a folder, not a database file")
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserError(f"batch db {self.path}: cannot create its folder ({exc.strerror})") from None
+            self._lock = _exclusive_lock(self.path + ".lock")
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self._unlock()
+            raise UserError(f"batch db {self.path}: not a usable SQLite database ({exc})") from None
         self.recovered = self.recover()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # (closing the descriptor releases its flock)
+            self._lock = None
 
     def recover(self) -> int:
         """Put items a dead process left ``running`` back in the queue; returns how many."""
@@ -127,3 +149,24 @@ class BatchStore:
 
     def close(self) -> None:
         self.db.close()
+        self._unlock()
+
+
+def _exclusive_lock(path: str) -> int | None:
+    """An exclusive, non-blocking lock on ``path`` (its descriptor), or a one-line error when another process
+    holds it. None where ``fcntl`` does not exist (Windows): no lock there."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UserError(f"batch db lock {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UserError(f"batch db {path[:-5]} is in use by another edgepop serve (or store); give this one its "
+                        "own --db") from None
+    return fd

@@ -96,6 +96,23 @@ def gateway_config(args: argparse.Namespace):
     return cfg
 
 
+def check_bindable(host: str, port: int) -> None:
+    """A one-line error when ``host:port`` cannot be listened on (in use, or not an address of this machine)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host!r}: not an address ({exc.strerror})") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: only a live listener conflicts
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host}:{port} ({exc.strerror}): another server on that port?") from None
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -105,6 +122,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 1 <= args.port <= 65535:  # uvicorn would hang on an out-of-range port instead of failing
         raise UserError(f"--port must be 1-65535, got {args.port}")
     cfg = gateway_config(args)
+    check_bindable(args.host, args.port)  # before the batch store opens: a second server must not touch it
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = create_app(cfg, warm=not args.no_warm)
     gw = app.state.gateway

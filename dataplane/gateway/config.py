@@ -192,6 +192,8 @@ class GatewayConfig:
             bad("provider", f"{self.provider!r} is not one of auto, cpu, cuda")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             bad("seed", f"{self.seed!r} is not a non-negative integer")
+        if self.db is not None and (not isinstance(self.db, str) or not self.db.strip()):
+            bad("db", f"{self.db!r} is not a file path")
         for name in ("delay", "no_auth", "rate_limit", "open_ops"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")

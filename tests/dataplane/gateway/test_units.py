@@ -157,3 +157,27 @@ def test_serve_refuses_a_port_out_of_range(port, capsys):
 
     assert main(["serve", "--no-auth", "--port", port]) == 2  # uvicorn would hang instead of failing
     assert capsys.readouterr().err.strip() == f"edgepop: error: --port must be 1-65535, got {port}"
+
+
+def test_a_second_store_on_the_same_file_is_refused_until_the_first_closes(tmp_path):
+    """Opening a store re-queues the items a dead process left running: a second process opening a live
+    server's file would re-queue that server's running items (they then ran twice), so it is refused."""
+    import pytest
+
+    from edgepop.errors import UserError
+
+    db = tmp_path / "s.sqlite"
+    first = BatchStore(db)
+    first.create("alice", GEN, [{"prompt": "a"}], 1.0, 2.0)
+    assert len(first.claim(10)) == 1
+    with pytest.raises(UserError, match="in use by another edgepop serve"):
+        BatchStore(db)
+    first.close()
+    again = BatchStore(db)
+    assert again.recovered == 1
+    again.close()
+    with pytest.raises(UserError, match="is a folder"):
+        BatchStore(tmp_path)
+    (tmp_path / "junk").write_text("not sqlite at all " * 100)
+    with pytest.raises(UserError, match="not a usable SQLite database"):
+        BatchStore(tmp_path / "junk")
