@@ -83,6 +83,21 @@ def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator,
     return live, timelines, host_usage(before, got["host"], wall, client_cpu)
 
 
+OUTPUTS = ("profile.csv", "live.parquet", "host.json", "sim.parquet", "comparison.csv", "decomposition.csv",
+           "replay.png", "repeat/live.parquet", "repeat/host.json", "repeat/comparison.csv")
+
+
+def clear_outputs(out: Path, keep=None) -> None:
+    """Remove a previous replay's outputs from ``out`` (only the files a replay writes), so that a run that stops
+    early, or leaves the simulation out, is never read together with another run's files. ``keep``: the
+    ``--profile`` this run reads (often the previous run's ``profile.csv``), never removed."""
+    kept = Path(keep).resolve() if isinstance(keep, str | Path) else None
+    for name in OUTPUTS:
+        path = out / name
+        if path.resolve() != kept:
+            path.unlink(missing_ok=True)
+
+
 def probe_request(opts: ReplayOptions) -> None:
     """One one-token request as the replay will send them: a wrong token, account or rate limit fails here, in
     one line, before minutes of profiling and replaying."""
@@ -129,6 +144,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     rng = np.random.default_rng(opts.seed)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
+    clear_outputs(out, keep=opts.profile)
     profile = opts.profile
     if opts.simulate and not profile:  # measured before the live run, under the same machine conditions
         profiles = []

@@ -237,3 +237,16 @@ def test_replay_mistakes_fail_in_one_line_before_the_live_run(gateway, tmp_path,
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1, (extra, err)
     assert not out.exists()
+
+
+def test_a_replay_clears_only_its_own_earlier_outputs(tmp_path):
+    """Files of an earlier replay in --out go (a --no-sim run must not sit beside an old comparison), the profile
+    this run reads from there and anything else stay."""
+    from sim.live.run import OUTPUTS, clear_outputs
+
+    (tmp_path / "repeat").mkdir()
+    for name in OUTPUTS:
+        (tmp_path / name).write_text("old")
+    (tmp_path / "notes.txt").write_text("mine")
+    clear_outputs(tmp_path, keep=str(tmp_path / "profile.csv"))
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["notes.txt", "profile.csv"]
