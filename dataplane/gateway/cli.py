@@ -10,7 +10,9 @@ from edgepop.rng import seed_arg
 
 
 def _csv(text: str | None) -> list[str] | None:
-    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+    """A comma-separated flag as a list (None when the flag is absent; an empty flag is an empty list, which the
+    config refuses, rather than the defaults)."""
+    return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

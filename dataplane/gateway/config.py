@@ -137,6 +137,8 @@ class GatewayConfig:
         if not isinstance(self.pops, list | tuple) or not self.pops or not all(
                 isinstance(p, str) and p for p in self.pops):
             bad("pops", f"{self.pops!r} is not a non-empty list of PoP ids")
+        if len(set(self.pops)) != len(self.pops):
+            bad("pops", f"{self.pops!r} names a PoP twice")
         if not isinstance(self.models, list | tuple) or not self.models or not all(
                 isinstance(m, str) and m for m in self.models):
             bad("models", f"{self.models!r} is not a non-empty list of catalog model ids")

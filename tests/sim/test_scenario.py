@@ -282,7 +282,9 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          # thread counts that would start tens of thousands of OS threads, or overflow onnxruntime
                          (["profile", "--models", "gpt2-tiny", "--quick", "--threads", "100000"], "from 0 (one per core)"),
                          (["quantize", "gpt2-tiny", "--out", out, "--threads", "99999999999"], "from 0 (one per core)"),
-                         (["serve", "--pops", "FRA", "--threads", "100000"], "field 'threads'")):
+                         (["serve", "--pops", "FRA", "--threads", "100000"], "field 'threads'"),
+                         (["serve", "--pops", ""], "field 'pops': [] is not a non-empty list"),  # (not the defaults)
+                         (["serve", "--pops", "FRA,FRA"], "names a PoP twice")):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (argv, err)
