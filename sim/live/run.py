@@ -98,6 +98,11 @@ def clear_outputs(out: Path, keep=None) -> None:
             path.unlink(missing_ok=True)
 
 
+def _status(value) -> str:
+    """An HTTP status from the live frame (NaN: the request got no answer)."""
+    return f"HTTP {int(value)}" if value == value and value is not None else "no answer"
+
+
 def probe_request(opts: ReplayOptions) -> None:
     """One one-token request as the replay will send them: a wrong token, account or rate limit fails here, in
     one line, before minutes of profiling and replaying."""
@@ -159,7 +164,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     if not len(ok):  # nothing to compare: say why instead of writing empty tables
         why = live.assign(error=live.error.fillna("").astype(str).str.slice(0, 120)).groupby(
             ["status", "error"], dropna=False).size()
-        first = "; ".join(f"{n} x {st}{': ' + err if err else ''}" for (st, err), n in why.head(3).items())
+        first = "; ".join(f"{n} x {_status(st)}{': ' + err if err else ''}" for (st, err), n in why.head(3).items())
         raise UserError(f"replay: none of the {len(live)} requests succeeded ({first}); check --token, --account "
                         "and the gateway's rate limits")
     live.to_parquet(out / "live.parquet", index=False)
@@ -171,8 +176,8 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         return "\n".join([summarize(ok).to_string(index=False), "", host_report(host), *repeat])
     refused = live[live.status != 200]  # never admitted: the simulation would make them load the replicas
     if len(refused):
-        progress(f"left out of the simulation: {len(refused)} request(s) the gateway refused (HTTP "
-                 f"{', '.join(str(int(v)) for v in sorted(set(refused.status)))})")
+        progress(f"left out of the simulation: {len(refused)} request(s) the gateway refused "
+                 f"({', '.join(sorted({_status(v) for v in refused.status}))})")
     sim = simulate_like(desc, live[live.status == 200], topo, profile, progress=progress, host_model=host_model)
     sim.to_parquet(out / "sim.parquet", index=False)
     table = compare(sim, live)
