@@ -250,3 +250,24 @@ def test_a_replay_clears_only_its_own_earlier_outputs(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     clear_outputs(tmp_path, keep=str(tmp_path / "profile.csv"))
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["notes.txt", "profile.csv"]
+
+
+def test_requests_the_gateway_refused_are_not_simulated(delayed_gateway, tmp_path, capsys):
+    """A request over the served context window is refused live (never admitted), so the simulation leaves it out
+    instead of loading the replicas with it."""
+    from edgepop.cli import main
+
+    url, _ = delayed_gateway
+    profile = tmp_path / "profile.csv"
+    engine_profile("gpt2-tiny", prompt_tokens=(8, 64), decode_batch=(1, 2), contexts=(32,), steps=4,
+                   repeats=1).to_csv(profile, index=False)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 150, "input_length": n, "output_length": 8, "hash_ids": []})
+                             + "\n" for i, n in enumerate((20, 600, 30))))
+    out = tmp_path / "out"
+    assert main(["replay", "--live", url, "--trace", str(trace), "--out", str(out), "--requests", "3",
+                 "--max-prompt", "600", "--max-output", "8", "--profile", str(profile)]) == 0
+    live, sim = pd.read_parquet(out / "live.parquet"), pd.read_parquet(out / "sim.parquet")
+    assert (live.status != 200).sum() == 1 and len(sim) == 2
+    said = capsys.readouterr()
+    assert "left out of the simulation: 1 request(s) the gateway refused (HTTP 4" in said.out + said.err
