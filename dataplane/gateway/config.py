@@ -54,6 +54,12 @@ ADAPTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # no ':' (OpenAI 
 DEFAULT_LOCATION = (50.11, 8.68)  # Frankfurt: clients that say nothing about where they are
 
 
+# Upper bounds of the times and scales a gateway waits on: a day of seconds, its milliseconds, a 1000x delay.
+_UPPER = {"queue_timeout_s": 86_400.0, "request_timeout_s": 86_400.0, "max_wait_s": 86_400.0,
+          "drain_timeout_s": 86_400.0, "keep_alive_s": 86_400.0, "last_mile_ms": 86_400_000.0,
+          "encoder_max_wait_ms": 86_400_000.0, "delay_scale": 1000.0}
+
+
 @dataclass
 class GatewayConfig:
     """Everything ``edgepop serve`` needs. Times in seconds; sizes in bytes.
@@ -178,6 +184,8 @@ class GatewayConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 bad(name, f"{v!r} is not a non-negative number")
+            if name in _UPPER and v > _UPPER[name]:  # (1e300 s timeouts or delays hung requests and the drain)
+                bad(name, f"{v!r} is over {_UPPER[name]:g}, more than any run can wait")
         if self.queue_timeout_s <= 0 or self.request_timeout_s <= 0:
             bad("queue_timeout_s" if self.queue_timeout_s <= 0 else "request_timeout_s", "must be positive")
         if not isinstance(self.tokens, dict) or not all(

@@ -52,7 +52,7 @@ class ReplayOptions:
         """One-line errors for sizes and rates out of range (before minutes of profiling, not after)."""
         for name in ("requests", "max_prompt", "max_output", "concurrency", "profile_repeats"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:  # (numpy ints too)
                 raise UserError(f"replay: --{name.replace('_', '-')} must be a positive integer, got {value!r}")
         for name, label in (("time_scale", "--time-scale"), ("timeout_s", "timeout_s")):
             value = getattr(self, name)

@@ -188,6 +188,7 @@ def test_replay_options_out_of_range_fail_before_any_request(tmp_path, capsys):
                                 ("requests", True, "--requests must be a positive integer, got True")]:
         with pytest.raises(UserError, match=words):
             ReplayOptions(url="http://127.0.0.1:9", trace=trace, **{field: value}).check()
+    ReplayOptions(url="http://127.0.0.1:9", trace=trace, requests=np.int64(3)).check()  # a numpy count is a count
     # through the command: refused before it looks for the gateway (nothing listens on port 9)
     assert main(["replay", "--live", "http://127.0.0.1:9", "--trace", trace, "--concurrency", "0"]) == 2
     assert "--concurrency must be a positive integer" in capsys.readouterr().err
