@@ -54,6 +54,11 @@ class Backend:
         for m in list(cfg.placement) + list(cfg.stand_ins) + list(cfg.lora_adapters):
             if m not in cfg.models:
                 raise UserError(f"gateway config: {m!r} is configured but not listed in 'models'")
+        known = set(self.topo.pops.id)
+        unknown = [p for p in cfg.pops if p not in known]
+        if unknown:  # (the fleet's own check would not name the config field)
+            raise UserError(f"gateway config: field 'pops': unknown PoP id(s) {', '.join(map(repr, unknown[:5]))} "
+                            "(topology/data/pops.csv lists them)")
         catalog = full.subset(list(dict.fromkeys(cfg.models)))
         self.stand_in: dict[str, str] = {}
         for spec in catalog:

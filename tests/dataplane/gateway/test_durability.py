@@ -73,11 +73,14 @@ def test_serve_bad_options_are_one_line_errors(tmp_path, capsys, monkeypatch):
     from edgepop.cli import main
 
     monkeypatch.setenv("EDGEPOP_TOKENS", "")
-    for args, needle in ((["--pops", "XXX", "--no-auth"], "unknown PoP"),
+    from dataplane.gateway.server import free_port
+
+    port = str(free_port())  # (a port this user may bind: the port is checked before the deployment is built)
+    for args, needle in ((["--pops", "XXX", "--no-auth"], "field 'pops': unknown PoP id(s) 'XXX'"),
                          (["--models", "@cf/none/x", "--no-auth"], "not in the catalog"),
                          (["--default-location", "100,0", "--no-auth"], "--default-location"),
                          ([], "no API tokens"),
                          (["--config", str(tmp_path / "missing.toml")], "not found")):
-        assert main(["serve", *args, "--port", "1"]) == 2, args
+        assert main(["serve", *args, "--port", port]) == 2, args
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("edgepop: error:") and needle in lines[0], lines
