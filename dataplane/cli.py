@@ -42,8 +42,8 @@ def run_profile(args: argparse.Namespace) -> int:
             kind = "synthetic" if card.synthetic else "pretrained"
             print(f"{card.name:<22} {card.task:<30} {kind:<10} {card.description}")
         return 0
-    if threads_problem(args.threads):
-        raise InvalidInputError(f"--threads: {threads_problem(args.threads)}")
+    if problem := threads_problem(args.threads):
+        raise InvalidInputError(f"--threads: {problem}")
     names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else list(profiler.DEFAULT_MODELS)
     if not names:
         raise InvalidInputError("--models is empty")

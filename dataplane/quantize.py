@@ -196,8 +196,8 @@ def quantize_and_measure(name: str, out_dir: str | Path, repeats: int = 20, thre
     """Quantize registered model ``name`` into ``out_dir`` and return size, speed-up and drift figures."""
     if repeats < 1:
         raise InvalidInputError(f"repeats must be >= 1 (got {repeats})")
-    if threads_problem(threads):
-        raise InvalidInputError(f"threads: {threads_problem(threads)}")
+    if problem := threads_problem(threads):
+        raise InvalidInputError(f"threads: {problem}")
     card = registry.get_card(name)
     if card.family not in ("gpt2", "bert", "resnet"):
         raise InvalidInputError(f"model '{name}': quantize supports gpt2, bert and resnet models, not "

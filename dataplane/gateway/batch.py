@@ -54,7 +54,8 @@ class BatchService:
             if not isinstance(r, dict):
                 raise bad_input(f"requests[{i}] is not an object")
             ref = r.get("external_reference")
-            if ref is not None and not (isinstance(ref, str) and _utf8(ref)):  # stored as text, echoed back
+            # stored as text, echoed back (a lone surrogate, which UTF-8 cannot store, never gets past parse_json)
+            if ref is not None and not isinstance(ref, str):
                 raise bad_input(f"requests[{i}].external_reference must be a string, got {type(ref).__name__}")
         job = await self._db(self.store.create, account, model, reqs, place.lat, place.lon)
         if self._wake is not None:
@@ -163,11 +164,3 @@ def _usage(fin) -> dict:
     c = int(fin.usage.get("completion_tokens", 0) or 0)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` can be stored as UTF-8 (JSON lets a lone surrogate such as "\\ud800" through)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -193,8 +193,8 @@ class GatewayConfig:
             bad("tokens", "must map non-empty token strings to non-empty account ids")
         from dataplane.session import threads_problem  # (onnxruntime: loaded when a gateway is built anyway)
 
-        if threads_problem(self.threads):
-            bad("threads", threads_problem(self.threads))
+        if problem := threads_problem(self.threads):
+            bad("threads", problem)
         v = self.lm_prefix_cache_mb
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             bad("lm_prefix_cache_mb", f"{v!r} is not a non-negative integer (0: off)")

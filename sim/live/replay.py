@@ -48,6 +48,14 @@ class ReplayOptions:
     timeout_s: float = 120.0
     repeat_live: bool = False  # send the same requests a second time: the live system compared with itself
 
+    def run_url(self) -> str:
+        """The Workers AI run endpoint of the replayed model."""
+        return f"{self.url.rstrip('/')}/client/v4/accounts/{self.account}/ai/run/{self.model}"
+
+    def auth(self) -> dict[str, str]:
+        """The authorization header, when a token is given."""
+        return {"authorization": f"Bearer {self.token}"} if self.token else {}
+
     def check(self) -> None:
         """One-line errors for sizes and rates out of range (before minutes of profiling, not after)."""
         for name in ("requests", "max_prompt", "max_output", "concurrency", "profile_repeats"):
@@ -101,10 +109,8 @@ async def send_all(frame: pd.DataFrame, opts: ReplayOptions, rng: np.random.Gene
     request is traced as ``<trace><request_id>`` (its gateway timeline: :func:`fetch_timings`)."""
     import httpx
 
-    url = f"{opts.url.rstrip('/')}/client/v4/accounts/{opts.account}/ai/run/{opts.model}"
-    base = {"content-type": "application/json"}
-    if opts.token:
-        base["authorization"] = f"Bearer {opts.token}"
+    url = opts.run_url()
+    base = {"content-type": "application/json", **opts.auth()}
     sem = asyncio.Semaphore(opts.concurrency)
     limits = httpx.Limits(max_connections=opts.concurrency, max_keepalive_connections=opts.concurrency)
     async with httpx.AsyncClient(timeout=opts.timeout_s, limits=limits) as client:

@@ -108,10 +108,8 @@ def probe_request(opts: ReplayOptions) -> None:
     one line, before minutes of profiling and replaying."""
     import httpx
 
-    url = f"{opts.url.rstrip('/')}/client/v4/accounts/{opts.account}/ai/run/{opts.model}"
-    auth = {"authorization": f"Bearer {opts.token}"} if opts.token else {}
     try:
-        r = httpx.post(url, json={"prompt": "probe", "max_tokens": 1}, headers=auth, timeout=60)
+        r = httpx.post(opts.run_url(), json={"prompt": "probe", "max_tokens": 1}, headers=opts.auth(), timeout=60)
     except httpx.HTTPError as exc:
         raise UserError(f"replay: {opts.url} not reachable ({exc})") from None
     if r.status_code != 200:
