@@ -113,44 +113,52 @@ class CandidateLists:
     def precompute(self, ingresses=None, models=None) -> None:
         """Build the lists of ``ingresses`` x ``models`` (default: all) up front, so that every routing decision is
         a cached lookup (one sort of every ingress row at once per set of sites; the lists are cut from the sorted rows
-        as arrays, not site by site: 3,000 ingress PoPs make tens of thousands of lists). The cyclic collector is
-        off meanwhile: those lists hold millions of references it would walk and free none of (at 3,000 PoPs its
-        passes took about 0.1 s of 0.55 s)."""
-        with collector_paused():
-            self._precompute(ingresses, models)
-
-    def _precompute(self, ingresses, models) -> None:
-        state = self.state
-        rows = (np.arange(state.rtt.shape[0]) if ingresses is None
+        as arrays, not site by site: 3,000 ingress PoPs make tens of thousands of lists)."""
+        rows = (np.arange(self.state.rtt.shape[0]) if ingresses is None
                 else np.asarray(list(ingresses), dtype=np.int64))
+        self._precompute({m: rows for m in list(self.state.by_model if models is None else models)})
+
+    def _precompute(self, rows_of: dict[str, np.ndarray]) -> None:
+        """The lists of each model's ingress rows (``rows_of``). The cyclic collector is off meanwhile: those lists
+        hold millions of references it would walk and free none of (at 3,000 PoPs its passes took about 0.1 s of
+        0.55 s)."""
         # Models on the same sites with as many replicas at each (at a big edge: most of them) share one
-        # ordering of the rows: only the replicas differ.
-        shared: dict[tuple[bytes, bytes], tuple[np.ndarray, list[list[float]]]] = {}
-        for m in list(state.by_model if models is None else models):
+        # ordering of the rows, of all the rows any of them asks for: only the replicas differ.
+        layouts: dict[tuple[bytes, bytes], list[str]] = {}
+        for m in rows_of:
             sites, members = self._site_groups(m)
-            if not len(sites):
-                continue
-            sizes = np.array([len(g) for g in members], dtype=np.int64)
-            n = len(state.by_model[m]) if state.max_candidates is None else state.max_candidates
-            layout = (sites.tobytes(), sizes.tobytes())
-            if layout not in shared:
-                rt = state.rtt[np.ix_(rows, sites)]
-                # every site holds a replica: the first max_candidates sites always hold enough of them
-                k = len(sites) if state.max_candidates is None else min(len(sites), state.max_candidates)
-                order = first_k_stable(rt, k)
-                slot, replica = candidate_slots(sizes, order, n)
-                # the RTT lists are the same for these models too: one list per ingress, shared (read-only)
-                shared[layout] = (replica, np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot,
-                                                              axis=1).tolist())
-            replica, rtts = shared[layout]
+            if len(sites):
+                sizes = np.array([len(g) for g in members], dtype=np.int64)
+                layouts.setdefault((sites.tobytes(), sizes.tobytes()), []).append(m)
+        with collector_paused():
+            for models in layouts.values():
+                self._precompute_layout(models, rows_of)
+
+    def _precompute_layout(self, models: list[str], rows_of: dict[str, np.ndarray]) -> None:
+        state = self.state
+        sites, members = self._site_groups(models[0])
+        sizes = np.array([len(g) for g in members], dtype=np.int64)
+        n = len(state.by_model[models[0]]) if state.max_candidates is None else state.max_candidates
+        union = np.unique(np.concatenate([rows_of[m] for m in models]))
+        rt = state.rtt[np.ix_(union, sites)]
+        # every site holds a replica: the first max_candidates sites always hold enough of them
+        k = len(sites) if state.max_candidates is None else min(len(sites), state.max_candidates)
+        order = first_k_stable(rt, k)
+        slot, replica = candidate_slots(sizes, order, n)
+        # the RTT lists are the same for these models too: one list per ingress, shared (read-only)
+        rtts = np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot, axis=1).tolist()
+        for m in models:
+            rows = rows_of[m]
+            at = np.searchsorted(union, rows)
+            _, members = self._site_groups(m)
             flat = np.empty(sum(len(g) for g in members), dtype=object)
             for i, r in enumerate(r for g in members for r in g):
                 flat[i] = r
-            cands = flat[replica].tolist()
-            for ingress, c, r in zip(rows.tolist(), cands, rtts, strict=True):
+            cands = flat[replica[at]].tolist()
+            for ingress, c, i in zip(rows.tolist(), cands, at.tolist(), strict=True):
                 key = (ingress, m, False)
                 if key not in self.cache:
-                    self.cache[key] = (c, r)
+                    self.cache[key] = (c, rtts[i])
 
     def precompute_pairs(self, ingresses, codes, names) -> None:
         """Build the (not full) lists of the pairs ``(ingresses[i], names[codes[i]])`` up front: those a workload
@@ -167,6 +175,7 @@ class CandidateLists:
             return
         code, row = np.divmod(pairs, n_rows)
         bounds = np.flatnonzero(np.diff(code)) + 1
+        many: dict[str, np.ndarray] = {}  # models on many sites: their missing rows, built together below
         for start, stop in zip(np.r_[0, bounds], np.r_[bounds, len(pairs)], strict=True):
             m = str(names[code[start]])
             rows = row[start:stop]
@@ -176,7 +185,7 @@ class CandidateLists:
             if len(sites) > FEW_SITES:
                 missing = [i for i in rows.tolist() if (i, m, False) not in self.cache]
                 if missing:
-                    self.precompute(missing, [m])
+                    many[m] = np.array(missing, dtype=np.int64)
                 continue
             every_site = len(sites) == state.rtt.shape[1]
             sub = state.rtt[rows] if every_site else state.rtt[np.ix_(rows, sites)]
@@ -191,3 +200,5 @@ class CandidateLists:
                     if every_site:
                         self._rows[ingress] = shared
                 self.cache[(ingress, m, False)] = self._shared(m, members, False, *shared)
+        if many:
+            self._precompute(many)

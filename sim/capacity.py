@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 import numpy as np
@@ -54,17 +55,21 @@ class GpuBusySampler:
 
     def _run(self):
         # Thousands of replicas (a 3,000-PoP edge) x hundreds of samples: the busy flags are read in one pass and
-        # the GPUs counted with numpy. Engines are only ever added (an autoscaler's replicas), so the GPU index is
-        # rebuilt when their number changes.
+        # the GPUs counted with numpy. Engines are created on first use, so their number grows through the run:
+        # the GPU index is extended with the new ones only (a dict keeps insertion order; none is ever removed).
         env, engines = self.sim.env, self.sim.engines
         since = operator.attrgetter("busy_since")
-        known, engs, per_engine, flat = -1, [], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        engs, counts, gpus = [], [], []
+        per_engine, flat = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         while True:
-            if len(engines) != known:
-                known, engs = len(engines), list(engines.values())
-                gpus = [self._gpus_of(rid) for rid in engines]
-                per_engine = np.array([len(g) for g in gpus], dtype=np.int64)
-                flat = np.array([g for each in gpus for g in each], dtype=np.int64)
+            if len(engines) != len(engs):
+                for rid, eng in itertools.islice(engines.items(), len(engs), None):
+                    engs.append(eng)
+                    own = self._gpus_of(rid)
+                    counts.append(len(own))
+                    gpus.extend(own)
+                per_engine = np.array(counts, dtype=np.int64)
+                flat = np.array(gpus, dtype=np.int64)
             busy = np.fromiter(map(since, engs), dtype=float, count=len(engs)) >= 0
             per_gpu = np.bincount(flat[np.repeat(busy, per_engine)], minlength=1)
             self.t.append(env.now)
