@@ -50,7 +50,8 @@ def run_profile(args: argparse.Namespace) -> int:
     for name in names:
         registry.get_card(name)  # fail fast on a typo, before minutes of measuring
     if args.out:
-        output_file(args.out)
+        if output_file(args.out).suffix not in profiler.TABLE_SUFFIXES:
+            raise InvalidInputError(f"--out {args.out}: name a .csv or a .parquet file")
     grid = profiler.QUICK if args.quick else profiler.ProfileGrid()
     config = SessionConfig(provider=args.provider, intra_op_threads=args.threads)
     table = profiler.profile(names, grid, config, progress=lambda line: print(line, file=sys.stderr))

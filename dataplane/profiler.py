@@ -15,6 +15,7 @@ its time allowance, so large models stay affordable on small machines.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -146,17 +147,25 @@ def profile(models: list[str], grid: ProfileGrid = QUICK, config: SessionConfig 
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
 def write_table(table: pd.DataFrame, path: str | Path) -> Path:
-    """Write CSV, or Parquet when ``path`` ends with ``.parquet``."""
+    """Write CSV (``.csv``) or Parquet (``.parquet``), all or nothing: into a temporary file beside ``path``,
+    renamed onto it once written."""
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix not in TABLE_SUFFIXES:
+        raise UserError(f"{path}: write a .csv or a .parquet file, not {path.suffix or 'a name with no suffix'}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".parquet":
-            table.to_parquet(path, index=False)
+            table.to_parquet(tmp, index=False)
         else:
-            table.to_csv(path, index=False)
+            table.to_csv(tmp, index=False)
+        os.replace(tmp, path)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return path
 

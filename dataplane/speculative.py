@@ -173,6 +173,11 @@ def run_cli(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--k and --max-tokens must be positive, got {args.k} and {args.max_tokens}")
     target, draft = load_pair(noise=args.noise)
     prompt = target.tokenizer.encode(args.prompt) or [target.tokenizer.eos_id]
+    room = min(target.spec.n_ctx, draft.spec.n_ctx) - len(prompt)
+    if args.max_tokens > room:
+        raise InvalidInputError(f"--max-tokens {args.max_tokens} does not fit: the context holds "
+                                f"{min(target.spec.n_ctx, draft.spec.n_ctx)} tokens and the prompt takes "
+                                f"{len(prompt)}, leaving {max(room, 0)}")
     generate_greedy(target, prompt, 2)  # warm-up
     t0 = time.perf_counter()
     want = generate_greedy(target, prompt, args.max_tokens)

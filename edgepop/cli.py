@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from edgepop import __version__
@@ -38,10 +39,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
+        return code
     except UserError as exc:
         print(f"edgepop: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (``edgepop ... | head``): nothing more to say, and nowhere to
+        # say it; stdout is pointed at /dev/null so the interpreter's own flush at exit does not complain either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a process killed by the signal
     except OSError as exc:  # the machine's, not the user's input: a full disk, a vanished folder, a busy port
         print(f"edgepop: error: {exc}", file=sys.stderr)
         return 1
