@@ -63,6 +63,20 @@ def parse_fault(spec: str) -> Fault:
     return Fault(kind, target, float(start), float(dur))
 
 
+def check_node_targets(faults, topo) -> None:
+    """Refuse a node fault whose target cannot name a node of either fleet: node ids are ``<PoP id>-<n>`` at the
+    edge and ``<region id>-<n>`` centrally. (Which nodes a fleet really has is known once it is built; a fault
+    on a node of the other fleet, or past a site's last node, is listed as skipped in summary.json.)"""
+    sites = set(topo.pops.id) | set(topo.regions.id)
+    for f in faults:
+        if f.kind != "node":
+            continue
+        site, _, n = f.target.rpartition("-")
+        if site not in sites or not n.isdigit():
+            raise UserError(f"fault node:{f.target}: no node can have this id (node ids are <PoP id>-<n> at the "
+                            "edge, e.g. FRA-0, and <region id>-<n> centrally, e.g. aws:eu-west-1-0)")
+
+
 class FaultHandler:
     """Applies faults to one running simulation; knows the topology to re-route ingress and recompute RTTs."""
 

@@ -24,7 +24,7 @@ from edgepop.memory import release_large_blocks
 from edgepop.rng import streams
 from edgepop.stats import percentiles
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
-from sim.faults import FaultHandler, parse_fault
+from sim.faults import FaultHandler, check_node_targets, parse_fault
 from sim.metrics import deployment_summary, gains, slo_met
 from sim.perfcache import CachedPerf
 from sim.request_frame import concat_frames
@@ -119,6 +119,7 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     catalog = tech.catalog(Catalog.load(sc.catalog) if sc.catalog else default_catalog())
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
     check_block_tokens(sc.techniques, sc.workload)  # again: a --trace override may change the workload's blocks
+    check_node_targets(sc.faults, topo)  # a typo would be skipped by both fleets: refused before any work
     rng = streams(sc.seed)
     workload = generate(sc.workload, topo, catalog, rng["workload"])
     frame = workload.requests

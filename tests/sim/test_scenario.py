@@ -288,6 +288,8 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          (["serve", "--pops", "FRA", "--delay-scale", "1e300"], "is over 1000"),
                          (["serve", "--pops", "FRA", "--request-timeout", "1e300"], "is over 86400"),
                          (["lora-check", "--alpha", "nan"], "--alpha must be a finite number"),
+                         (["simulate", "--scenario", "small", "--fail", "node:FRAX-0@0+10", "--out", out],
+                          "fault node:FRAX-0: no node can have this id"),
                          (["speculate", "--max-tokens", "100000"], "leaving 495"),  # (the context is 512 tokens)
                          (["profile", "--models", "gpt2-tiny", "--quick", "--out", str(tmp_path / "p.xlsx")],
                           "name a .csv or a .parquet file")):
