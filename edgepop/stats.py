@@ -1,5 +1,11 @@
-"""The one percentile convention of edgepop: percentiles over the finite values; an empty set gives ``None``
-(``null`` in JSON, never ``NaN``, which is not valid JSON)."""
+"""edgepop's percentiles: over the finite values; an empty set gives ``None`` (``null`` in JSON, never ``NaN``,
+which is not valid JSON).
+
+Three definitions, each where it fits (they differ by less than one neighbouring value, negligible at the request
+counts reported): point estimates interpolate linearly (numpy's default); weighted percentiles, the bootstrap's
+resamples among them, take the first value whose cumulative weight reaches the share (inverted CDF); percentiles
+that count failed requests as never answered take the higher neighbour (``method="higher"``), so a percentile
+that falls between an answer and a failure counts as failed."""
 
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ def percentiles(x, pcts=PCTS, digits: int = 3) -> dict:
 
 
 def weighted_percentiles(values, weights, pcts) -> list[float | None]:
-    """Percentiles of ``values`` each counted ``weights`` times (lower interpolation); None when empty."""
+    """Percentiles of ``values`` each counted ``weights`` times (inverted CDF); None when empty."""
     v, w = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
     keep = np.isfinite(v) & (w > 0)
     v, w = v[keep], w[keep]

@@ -106,7 +106,7 @@ gain.sort_values("gain_pct", ascending=False)[["user_country", "n", "ttft_edge",
 blocks = summary["deployments"]
 per_continent = pd.DataFrame({name: {c: v["ttft_p50_ms"] for c, v in blocks[name]["per_continent"].items()}
                               for name in ("edge", "central")})
-continent_gain = pd.Series({c: v["ttft_p50_reduction_pct"]
+continent_gain = pd.Series({c: v.get("ttft_p50_reduction_pct")  # none under 30 requests a side
                             for c, v in summary["gains"]["per_continent"].items()}, dtype=float)
 fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4))
 per_continent.plot.bar(ax=a, rot=0, title="median TTFT of text generation (ms)")

@@ -119,7 +119,8 @@ def print_headline(summary: dict, path) -> None:
 
     t = Table(title=title_line(summary))
     for col in ("metric", "edge", "central", "edge gain (95% CI)"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
+        # the gain and its interval stay on one line: the metric names wrap instead
+        t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=col != "metric")
     for m, a, b, g in headline_rows(summary):
         t.add_row(m, _fmt(a), _fmt(b), g or "")
     console = Console()

@@ -39,6 +39,10 @@ def least(points, slo, column=None, ok=None) -> dict:
            "inventory_scale": hi.scale,
            "status": "bracketed" if below else "at_or_below_smallest_budget",
            "fails_at_gpus": below[-1].gpus if below else None}
+    if column is None:  # the least budget is decided on the mean over seeds; does its interval clear the SLO too?
+        iv = hi.ci95(slo.column)
+        out["interval_at_least"] = ("one seed: no interval" if iv is None else
+                                    "clears the SLO" if slo.met(iv[0]) and slo.met(iv[1]) else "straddles the SLO")
     if any(not ok(p) for p in done if p.scale > hi.scale):
         out["non_monotone"] = True  # a larger budget failed again: the metric is noisy there
     return out
@@ -222,7 +226,8 @@ def report_lines(frontier) -> list[str]:
              "| deployment | least GPUs | least $/hour | status | fails at GPUs |", "|---|---|---|---|---|"]
     for key, d in r["deployments"].items():
         lines.append(f"| {key} | {_f(d['min_gpus_for_slo'])} | {_f(d['min_usd_per_hour_for_slo'], 2)} | "
-                     f"{d['status']}{' (non-monotone)' if d.get('non_monotone') else ''} | "
+                     f"{d['status']}{' (non-monotone)' if d.get('non_monotone') else ''}"
+                     f"{'; interval ' + d['interval_at_least'] if d.get('interval_at_least') else ''} | "
                      f"{_f(d.get('fails_at_gpus'))} |")
     lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
                   f"**{_f(r['iso_slo_cost_ratio'], 3)}** ({r['iso_slo_ratio_kind'] or 'not available'}); "

@@ -7,7 +7,8 @@ import pandas as pd
 
 from controlplane.billing import USD_PER_1000_NEURONS, fleet_cost, neurons_array
 from controlplane.outcomes import Code
-from edgepop.stats import percentiles
+from edgepop.stats import finite, percentiles
+from sim.gains import MIN_BIN
 from sim.techniques.metrics import ITL_COLUMNS, itl_percentiles
 
 
@@ -110,7 +111,7 @@ def per_group(frame: pd.DataFrame, col: str, slo) -> dict:
         fast = ok & ~g.batch if "batch" in g else ok  # latencies: interactive requests only
         gen = g.task == "text-generation"
         ttft = g.ttft_ms[fast & gen]
-        out[str(key)] = {"requests": int(len(g)), "ok": int(ok.sum()),
+        out[str(key)] = {"requests": int(len(g)), "ok": int(ok.sum()), "ttft_requests": int(len(finite(ttft))),
                          "ttft_p50_ms": _r(ttft.median()), "ttft_p95_ms": _r(ttft.quantile(0.95)),
                          "network_rtt_p50_ms": _r(g.network_rtt_ms[fast].median()),
                          "slo_attainment": round(float(met[g.index.to_numpy() - frame.index[0]].mean()), 4)}
@@ -132,12 +133,17 @@ def gains(edge: dict, central: dict) -> dict:
             out[f"{metric}_{p}_reduction_pct"] = red(edge[metric][p], central[metric][p])
     out["slo_attainment_delta"] = (None if edge["slo_attainment"] is None or central["slo_attainment"] is None
                                    else round(edge["slo_attainment"] - central["slo_attainment"], 4))
+    # Point reductions per user continent, with the TTFT percentiles' request counts; below MIN_BIN requests on
+    # either side none is given (``gains.by_continent`` has the same with intervals).
     per = {}
     for cont, e in edge["per_continent"].items():
         c = central["per_continent"].get(cont)
         if c:
-            per[cont] = {"ttft_p50_reduction_pct": red(e["ttft_p50_ms"], c["ttft_p50_ms"]),
-                         "network_rtt_p50_reduction_pct": red(e["network_rtt_p50_ms"], c["network_rtt_p50_ms"])}
+            n = {"edge": e.get("ttft_requests"), "central": c.get("ttft_requests")}
+            per[cont] = {"ttft_requests": n}
+            if min(n["edge"] or 0, n["central"] or 0) >= MIN_BIN:
+                per[cont].update(ttft_p50_reduction_pct=red(e["ttft_p50_ms"], c["ttft_p50_ms"]),
+                                 network_rtt_p50_reduction_pct=red(e["network_rtt_p50_ms"], c["network_rtt_p50_ms"]))
     out["per_continent"] = per
     return out
 

@@ -105,6 +105,7 @@ HEADLINE = (
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ttft_ms_p50_reduction_pct", "ttft_ms_p50_reduction_pct"),
     ("TTFT p95 (ms)", ("ttft_ms", "p95"), "ttft_ms_p95_reduction_pct", "ttft_ms_p95_reduction_pct"),
     ("TTFT p99 (ms)", ("ttft_ms", "p99"), "ttft_ms_p99_reduction_pct", "ttft_ms_p99_reduction_pct"),
+    ("TTFT p95 incl. failures (ms)", ("ttft_ms_counting_failures", "p95"), None, None),
     ("TPOT p50 (ms)", ("tpot_ms", "p50"), "tpot_ms_p50_reduction_pct", "tpot_ms_p50_reduction_pct"),
     ("E2E p50 generation (ms)", ("e2e_ms_generation", "p50"), "e2e_ms_generation_p50_reduction_pct",
      "e2e_ms_generation_p50_reduction_pct"),
@@ -139,15 +140,19 @@ def _cell(keys, block):
         return f"{v['lost']:,} / {v['retried']:,} / {v['failed']:,}"
     if keys == ("cold_starts",) and v:
         return f"{v['requests']:,}, {_fmt(v['ms']['p95'])}"
+    if keys[0] == "ttft_ms_counting_failures" and v is None and _get(block, keys[:1]):
+        return "failed"  # the percentile falls on requests that were never answered
     return v
 
 
 def gain_text(value, ci, delta: bool = False) -> str:
-    """``+41.5% ±0.5`` (the ± is half the 95% interval's width); ``+0.0050 ±0.0008`` for a difference."""
+    """``+41.5% [+41.0, +42.1]`` (the point gain and its 95% interval, which need not be symmetric);
+    ``+0.0050 [+0.0042, +0.0058]`` for a difference."""
     if value is None:
         return ""
-    pm = f" ±{(ci[1] - ci[0]) / 2:.{4 if delta else 1}f}" if ci else ""
-    return f"{value:+.4f}{pm}" if delta else f"{value:+.1f}%{pm}"
+    if delta:
+        return f"{value:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "")
+    return f"{value:+.1f}%" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
 
 
 def headline_rows(summary: dict) -> list[tuple]:
@@ -173,7 +178,16 @@ def notes(summary: dict) -> list[str]:
     out = []
     g = summary.get("gains") or {}
     if g.get("ci95"):
-        out.append(f"edge gain = (central - edge) / central; ± = half the 95% interval: {g['ci95']['method']}.")
+        out.append(f"edge gain = (central - edge) / central, with its 95% interval: {g['ci95']['method']}. The "
+                   "interval is within this run: its arrivals and its placement (built for this workload) are held "
+                   "fixed, so another seed can move a figure by more (between-seed intervals: edgepop frontier "
+                   "--seeds).")
+    d = summary["deployments"]
+    if "edge" in d and "central" in d:
+        n_e, n_c = (_get(d[k], ("ttft_ms", "n")) or 0 for k in ("edge", "central"))
+        out.append(f"Latency percentiles are of the requests that ended ok on each side (TTFT: {n_e:,} text "
+                   f"generation requests at the edge, {n_c:,} centrally); TTFT p95 incl. failures counts rejected "
+                   "and failed requests as never answered, as a latency SLO does.")
     if g.get("edge_loses"):
         out.append(g["edge_loses"] + ".")
     for name, block in summary["deployments"].items():

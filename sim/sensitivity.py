@@ -81,6 +81,6 @@ def run_sensitivity(scenario: str | Path, summary: dict, *, requests: int | None
             rows.append({"variant": name, "infeasible": skipped[name]})
         else:
             rows.append(row(name, result.summary[result.summary.variant_name == name].to_dict("records")))
-    return {"note": "Each row is one run on the same arrivals and seed as the headline; ± is half the 95% "
+    return {"note": "Each row is one run on the same arrivals and seed as the headline; gains carry the 95% "
                     "interval of the paired block bootstrap. GPU busy: share of GPUs busy, mean over the run.",
             "rows": rows}

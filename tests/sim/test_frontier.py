@@ -113,6 +113,24 @@ def test_bad_slo_is_one_line(text, needle):
         parse_slo(text)
 
 
+def test_the_least_budget_says_whether_its_interval_clears_the_slo():
+    """Decided on the mean over seeds; ``interval_at_least`` says whether the seeds' 95% interval is within the
+    SLO too (ttft_p95_ms <= 500, decided on the column that counts unanswered requests)."""
+    from sim.frontier import Line, Point
+    from sim.frontier_report import least
+
+    slo = parse_slo("ttft_p95_ms=500")
+
+    def point(scale, values):
+        return Point(Line("edge"), scale, gpus=int(10 * scale), usd_per_hour=scale, feasible=True,
+                     rows=[{slo.column: v} for v in values])
+
+    fail = point(1.0, [600.0, 640.0, 620.0])
+    assert least([fail, point(2.0, [480.0, 490.0, 485.0])], slo)["interval_at_least"] == "clears the SLO"
+    assert least([fail, point(2.0, [380.0, 590.0, 470.0])], slo)["interval_at_least"] == "straddles the SLO"
+    assert least([fail, point(2.0, [480.0])], slo)["interval_at_least"] == "one seed: no interval"
+
+
 def test_slo_direction():
     assert parse_slo("ttft_p95_ms=500").met(499.0) and not parse_slo("ttft_p95_ms=500").met(501.0)
     assert parse_slo("slo_attainment=0.99").met(0.995) and not parse_slo("slo_attainment=0.99").met(0.98)

@@ -140,3 +140,20 @@ def test_bootstrap_quantiles_equal_the_running_sum_definition(seed):
     assert np.array_equal(boot.quantiles(values, mask, qs), _running_sum_quantiles(boot, values, mask, qs),
                           equal_nan=True)
     assert np.isnan(boot.quantiles(values, np.zeros(n, bool), qs)).all()
+
+
+def test_resampled_quantiles_are_the_weighted_inverted_cdf():
+    """Each resample's quantile is the first value whose cumulative weight reaches the share: what numpy's
+    inverted-CDF quantile gives over the values repeated by their block's weight (also for ties, a subset and
+    fewer values than the search's marks)."""
+    rng = np.random.default_rng(5)
+    for n in (40, 3000):
+        arrival = np.sort(rng.uniform(0, 100, n))
+        values = np.round(rng.lognormal(4, 1, n), 1 if n > 100 else 3)  # ties at n = 3000
+        mask = rng.uniform(size=n) < 0.8
+        boot = Bootstrap(arrival, seed=n, resamples=30)
+        got = boot.quantiles(values, mask, (0.05, 0.5, 0.95, 1.0))
+        for r in range(30):
+            reps = np.repeat(values[mask], boot.weights[r][boot.block[mask]].astype(int))
+            want = np.quantile(reps, [0.05, 0.5, 0.95, 1.0], method="inverted_cdf") if reps.size else np.nan
+            np.testing.assert_array_equal(got[r], want)

@@ -146,6 +146,32 @@ def test_cli_writes_parquet_summary_and_report(tmp_path, capsys):
     report = (out / "report.md").read_text()
     for png in ("ttft_cdf.png", "utilisation.png", "ttft_gain_map.png"):
         assert (out / png).stat().st_size > 10_000 and png in report
+    # a gain with its whole interval (intervals of percentile differences need not be symmetric), the scope of
+    # the intervals and of the percentiles, and the tail counting failures
+    row = next(line for line in report.splitlines() if line.startswith("| TTFT p50 (ms) |"))
+    lo, hi = summary["gains"]["ci95"]["ttft_ms_p50_reduction_pct"]
+    assert row.endswith(f"% [{lo:+.1f}, {hi:+.1f}] |")
+    assert "The interval is within this run" in report and "requests that ended ok on each side" in report
+    assert "| TTFT p95 incl. failures (ms) |" in report
+    n = summary["deployments"]["edge"]["ttft_ms"]["n"]
+    assert f"TTFT: {n:,} text generation requests at the edge" in report
+
+
+def test_per_continent_gains_name_their_requests_and_skip_small_groups():
+    from sim.gains import MIN_BIN
+    from sim.metrics import gains
+
+    def side(n, ttft):
+        block = {m: {p: 10.0 for p in ("p50", "p95", "p99")} for m in ("ttft_ms", "tpot_ms", "e2e_ms",
+                                                                      "network_rtt_ms")}
+        return block | {"slo_attainment": 1.0, "per_continent": {
+            "EU": {"ttft_requests": n, "ttft_p50_ms": ttft, "network_rtt_p50_ms": 5.0},
+            "OC": {"ttft_requests": MIN_BIN - 1, "ttft_p50_ms": ttft, "network_rtt_p50_ms": 5.0}}}
+
+    per = gains(side(MIN_BIN, 50.0), side(MIN_BIN, 100.0))["per_continent"]
+    assert per["EU"] == {"ttft_requests": {"edge": MIN_BIN, "central": MIN_BIN}, "ttft_p50_reduction_pct": 50.0,
+                         "network_rtt_p50_reduction_pct": 0.0}
+    assert per["OC"] == {"ttft_requests": {"edge": MIN_BIN - 1, "central": MIN_BIN - 1}}
 
 
 def test_trace_replay_keeps_the_trace(topo):
