@@ -71,3 +71,26 @@ def _check(p: Path, path, flag: str, folders: tuple[Path, ...]) -> None:
                     q.rmdir()
                 except OSError:
                     break
+
+
+def move_into_place(tmp: Path, out: Path, owned: frozenset[str] | set[str] = frozenset()) -> None:
+    """Move a finished output folder ``tmp`` to ``out``: created whole when it does not exist, else the files in it
+    replace theirs, and those of ``owned`` (the names the command writes) that this run did not produce are
+    removed, so no file of an earlier run is left beside the new ones as if it were theirs. Other files in ``out``
+    are the user's and stay."""
+    import shutil
+
+    if not out.exists():
+        tmp.replace(out)
+        return
+    produced = sorted(tmp.iterdir())
+    for p in produced:
+        target = out / p.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        p.replace(target)
+    tmp.rmdir()
+    for name in set(owned) - {p.name for p in produced}:
+        stale = out / name
+        if stale.is_file() or stale.is_symlink():
+            stale.unlink()

@@ -56,7 +56,7 @@ def cmd_frontier(args) -> int:
         raise UserError(f"--workers must be positive, got {args.workers}")
     if args.requests is not None and args.requests <= 0:
         raise UserError(f"--requests must be positive, got {args.requests}")
-    output_folder(args.out)
+    output_folder(args.out, staged=True)  # outputs are assembled beside it, then moved in
     f = run_frontier(args.scenario, slo=args.slo, budgets=args.budgets, seeds=_seeds(args.seeds),
                      engine=args.engine, workers=args.workers, requests=args.requests, baselines=args.baselines,
                      only=args.only, tolerance=args.tolerance, max_steps=args.max_steps, out=args.out,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,10 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from edgepop.errors import UserError
+from edgepop.outputs import move_into_place
 from sim.frontier_report import summarise, write_outputs
 
 DEFAULT_BUDGETS = (0.1, 0.18, 0.32, 0.56, 1.0, 1.8)  # x the scenario's GPU inventory scale (x1.8 apart)
 HIGHER_IS_BETTER = {"slo_attainment", "goodput_rps"}
+FRONTIER_OUTPUTS = frozenset({"frontier.parquet", "frontier.json", "frontier.png", "report.md"})  # what it writes
 SLO_METRICS = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p95_ms",
                "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms", "queue_p50_ms", "queue_p95_ms", "slo_attainment",
                "goodput_rps")
@@ -196,11 +199,11 @@ def fleet_budget(sc, topo, line: Line, scale: float) -> tuple[int, float, bool, 
 
 
 class _Runner:
-    """Runs rounds of points as sweeps into ``out/rounds`` and fills in their rows."""
+    """Runs rounds of points as sweeps into ``work`` (a private scratch folder) and fills in their rows."""
 
-    def __init__(self, base: Path, seeds, requests, engine, workers, out: Path, advance, pool=None):
+    def __init__(self, base: Path, seeds, requests, engine, workers, work: Path, advance, pool=None):
         self.base, self.seeds, self.requests = base, tuple(seeds), requests
-        self.engine, self.workers, self.out, self.advance, self.pool = engine, workers, out, advance, pool
+        self.engine, self.workers, self.work, self.advance, self.pool = engine, workers, work, advance, pool
         self.round = 0
 
     def run(self, points: list[Point]) -> None:
@@ -237,7 +240,7 @@ class _Runner:
                                             for v in grid.variants))
         self.round += 1
         result = run_sweep(grid, engine=self.engine, workers=self.workers, keep_requests=False,
-                           out=self.out / "rounds" / f"round-{self.round}", advance=self.advance, pool=self.pool)
+                           out=self.work / f"round-{self.round}", advance=self.advance, pool=self.pool)
         walls = dict(zip((v.id for v in grid.variants), result.variant_wall_s, strict=True))
         for row in result.summary.to_dict("records"):
             jobs[row["variant_name"]][row["deployment"]].rows.append({**row, "run_wall_s": walls[row["variant"]]})
@@ -272,8 +275,10 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     seeds = tuple(seeds) if seeds else (sc.seed,)
     scales = sorted({round(b if absolute else b * sc.gpu_inventory_scale, 9) for b in budgets})
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / "rounds", ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # The rounds' sweeps run in a scratch folder of our own beside ``out`` (removed however the run ends, and
+    # never a folder of the user's); the outputs are written there too and moved into ``out`` at the end.
+    work = Path(tempfile.mkdtemp(prefix=".edgepop-frontier-", dir=out.parent))
 
     def point(line, scale, phase):
         return Point(line, scale, *fleet_budget(sc, topo, line, scale), phase=phase)
@@ -289,7 +294,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     pool = local_pool(n_workers) if engine == "local" and n_workers > 1 else None  # one pool for every round
     try:
         with progress_bar(max(total, 1), progress, "frontier", "runs") as advance:
-            runner = _Runner(base, seeds, requests, engine, workers, out, advance, pool)
+            runner = _Runner(base, seeds, requests, engine, workers, work, advance, pool)
             runner.run(points)
             for _ in range(max_steps):
                 mids = []
@@ -301,6 +306,13 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
                     break
                 points += mids
                 runner.run(mids)
+        result = summarise(sc, slo, lines, points, seeds, requests, engine, scales)
+        wall = time.perf_counter() - t0
+        result["wall_s"] = round(wall, 1)
+        staged = work / "outputs"
+        staged.mkdir()
+        write_outputs(Frontier(sc.name, slo, lines, points, result, staged, wall))
+        move_into_place(staged, out, FRONTIER_OUTPUTS)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -308,13 +320,8 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
             import ray
 
             ray.shutdown()
-    shutil.rmtree(out / "rounds", ignore_errors=True)
-    result = summarise(sc, slo, lines, points, seeds, requests, engine, scales)
-    wall = time.perf_counter() - t0
-    result["wall_s"] = round(wall, 1)
-    frontier = Frontier(sc.name, slo, lines, points, result, out, wall)
-    write_outputs(frontier)
-    return frontier
+        shutil.rmtree(work, ignore_errors=True)
+    return Frontier(sc.name, slo, lines, points, result, out, wall)
 
 
 def _checked_budgets(budgets) -> list[float]:

@@ -21,6 +21,7 @@ from controlplane.deployment import Deployment, build_deployment
 from controlplane.perf_models import build_perf
 from edgepop.errors import UserError
 from edgepop.memory import release_large_blocks
+from edgepop.outputs import move_into_place
 from edgepop.rng import streams
 from edgepop.stats import percentiles
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
@@ -303,6 +304,10 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                      {r.name: r.deployment.placement for r in runs}, setup.workload)
 
 
+OUTPUT_NAMES = frozenset({"requests.parquet", "utilisation.parquet", "summary.json", "report.md", "ttft_gain_map.png",
+                          "ttft_cdf.png", "utilisation.png"})  # what write_outputs may write
+
+
 def write_outputs(out: RunOutput, directory: str | Path) -> Path:
     """Write requests.parquet, summary.json, report.md and plots into ``directory`` (all or nothing)."""
     import json
@@ -324,15 +329,7 @@ def write_outputs(out: RunOutput, directory: str | Path) -> Path:
         perf["outputs_s"] = round(time.perf_counter() - t0, 2)  # parquet files, report.md and its plots
         perf["plots_s"] = round(time.perf_counter() - t1, 2)
         (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2, default=_json_default))
-        if directory.exists():
-            for p in tmp.iterdir():
-                target = directory / p.name
-                if target.is_dir():
-                    shutil.rmtree(target)
-                p.replace(target)
-            tmp.rmdir()
-        else:
-            tmp.replace(directory)
+        move_into_place(tmp, directory, OUTPUT_NAMES)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -26,10 +26,12 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
+from edgepop.outputs import move_into_place
 from sim.grid import Grid, Variant, load_grid
 from sim.sweep_variant import VariantTask, run_variant
 
 ENGINES = ("local", "ray")
+SWEEP_OUTPUTS = frozenset({"sweep.parquet", "sweep_summary.parquet", "sweep.json"})  # what a sweep writes
 
 
 class SweepError(RuntimeError):
@@ -92,7 +94,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
         summary = sink.finish()
         wall = time.perf_counter() - t0
         (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2))
-        _move_into_place(tmp, out)
+        move_into_place(tmp, out, SWEEP_OUTPUTS)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -207,16 +209,6 @@ def _manifest(grid: Grid, engine: str, workers: int | None, wall: float, walls: 
             "names": list(grid.names), "baseline": grid.baseline,
             "variants": [{"variant": v.id, "name": v.name, "seed": v.seed, "values": v.values, "wall_s": w}
                          for v, w in zip(grid.variants, walls, strict=True)]}
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    """Replace our files in ``out`` (or create it) from the finished temporary directory."""
-    if out.exists():
-        for p in tmp.iterdir():
-            p.replace(out / p.name)
-        tmp.rmdir()
-    else:
-        tmp.replace(out)
 
 
 class progress_bar:

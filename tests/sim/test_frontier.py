@@ -162,3 +162,23 @@ def test_edge_rows_do_not_depend_on_sharing_a_run_with_central(tmp_path):
     assert set(both.result["deployments"]) == {"edge", "central:big3"} and set(alone.result["deployments"]) == {"edge"}
     assert both.result["deployments"]["edge"]["status"] == "at_or_below_smallest_budget"
     assert both.result["iso_slo_cost_ratio"] == 1.0  # both meet a loose SLO at the smallest, equal-cost budget
+
+
+def test_the_frontier_keeps_the_users_files_and_leaves_no_scratch(tmp_path):
+    """Its rounds run in a scratch folder of its own: a ``rounds`` folder of the user's in ``--out`` survives, and
+    neither a finished nor a failed run leaves anything beside ``--out``."""
+    out = tmp_path / "proj"
+    (out / "rounds").mkdir(parents=True)
+    (out / "rounds" / "notes.txt").write_text("mine")
+    kw = dict(slo="ttft_p95_ms=100000", budgets=[0.1, 0.2], absolute=True, seeds=[1], requests=300, max_steps=0,
+              workers=1, progress=False, only="edge")
+    run_frontier("small", out=out, **kw)
+    assert (out / "rounds" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == ["frontier.json", "frontier.parquet", "frontier.png",
+                                                     "report.md", "rounds"]
+    bad = tmp_path / "bad.toml"
+    small = Path(__file__).resolve().parents[2] / "sim" / "scenarios" / "small.toml"
+    bad.write_text('faults = ["pop:XXX@0+10"]\n' + small.read_text())  # (top-level keys before the tables)
+    with pytest.raises(UserError, match="pop:XXX"):
+        run_frontier(bad, out=tmp_path / "failed", **kw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml", "proj"]

@@ -328,3 +328,15 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
             main(argv)
         assert exc.value.code == 2 and "error: argument" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_second_run_into_the_same_folder_leaves_none_of_the_firsts_outputs(tmp_path, capsys):
+    """The edge alone draws no gain map: the first run's must not stay beside the second's report as if it were
+    its own. Files the user put there stay."""
+    out = tmp_path / "run"
+    assert main(["simulate", "--scenario", "small", "--requests", "400", "--out", str(out)]) == 0
+    assert (out / "ttft_gain_map.png").exists()
+    (out / "notes.txt").write_text("mine")
+    assert main(["simulate", "--scenario", "small", "--requests", "400", "--only", "edge", "--out", str(out)]) == 0
+    assert not (out / "ttft_gain_map.png").exists() and (out / "notes.txt").read_text() == "mine"
+    assert "ttft_gain_map.png" not in (out / "report.md").read_text()
