@@ -13,6 +13,7 @@ import argparse
 import numpy as np
 
 # Append new names at the end: children are spawned by position, so the earlier streams keep their draws.
+MAX_INT = 2**63 - 1  # the largest seed (or count) a 64-bit table column holds
 STREAMS = ("workload", "place_edge", "place_central", "route_edge", "route_central", "jitter")
 
 
@@ -23,11 +24,12 @@ def streams(seed: int) -> dict[str, np.random.Generator]:
 
 
 def seed_arg(text: str) -> int:
-    """The argparse type of every ``--seed`` flag: a whole number >= 0 (what numpy's seed sequences take)."""
+    """The argparse type of every ``--seed`` flag: a whole number in [0, 2**63 - 1] (numpy's seed sequences take
+    any non-negative integer; the seed columns of the output tables hold 64-bit integers)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    if not 0 <= value <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [0, 2**63 - 1], got {text!r}")
     return value

@@ -6,6 +6,7 @@ import json
 
 from edgepop.errors import UserError
 from edgepop.outputs import output_folder
+from edgepop.rng import MAX_INT
 
 
 def register(sub) -> None:
@@ -44,8 +45,8 @@ def _seeds(text):
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise UserError(f"bad --seeds {text!r}: expected comma-separated non-negative integers") from None
-    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) < len(seeds):
-        raise UserError(f"bad --seeds {text!r}: expected distinct non-negative integers")
+    if not seeds or any(not 0 <= s <= MAX_INT for s in seeds) or len(set(seeds)) < len(seeds):
+        raise UserError(f"bad --seeds {text!r}: expected distinct integers in [0, 2**63 - 1]")
     return seeds
 
 

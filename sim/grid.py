@@ -44,6 +44,7 @@ from pathlib import Path
 
 from controlplane.deployment import DeploymentConfig
 from edgepop.errors import UserError
+from edgepop.rng import MAX_INT
 from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
 from sim.techniques.config import Techniques
 from sim.workload_config import WorkloadConfig
@@ -52,6 +53,7 @@ GRID_DIR = SCENARIO_DIR / "grids"
 GRID_KEYS = ("base", "description", "requests", "duration_s", "seeds", "deployments", "axes", "variants",
              "baseline")
 DEPLOYMENTS = ("edge", "central")
+SIZE_KEYS = ("workload.requests", "workload.duration_s", "workload.trace_limit")  # a run's size
 # Scenario fields an axis may not set: identity, the seed (use `seeds`), and the tables as a whole.
 NOT_AXES = frozenset({"name", "description", "source", "seed", "workload", "edge", "central", "slo", "techniques"})
 # Fields holding a table whose keys an axis may address one level deeper.
@@ -151,6 +153,13 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     deployments = _deployments(doc.get("deployments", list(DEPLOYMENTS)), source)
     axes = _axes(doc.get("axes", {}), source)
     named = _named(doc.get("variants"), source)
+    if requests is not None or duration is not None:  # the grid's size is applied to every variant last
+        sized = "requests" if requests is not None else "duration_s"
+        for key in [*axes, *(k for over in named.values() for k in over)]:
+            if key in SIZE_KEYS:
+                raise UserError(f"{source}: {key!r} varies the size, which the grid's {sized} = "
+                                f"{requests if requests is not None else duration} sets for every variant: "
+                                "drop one of them")
     baseline = doc.get("baseline")
     if baseline is not None and baseline not in named:
         raise UserError(f"{source}: baseline {baseline!r} is not one of the named variants "
@@ -222,8 +231,9 @@ def _seeds(raw, source: str, default: int) -> tuple[int, ...]:
     if raw is None:
         return (default,)
     if (not isinstance(raw, list) or not raw or len(set(raw)) < len(raw)
-            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in raw)):
-        raise UserError(f"{source}: seeds must be a non-empty list of distinct non-negative integers, got {raw!r}")
+            or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_INT for s in raw)):
+        raise UserError(f"{source}: seeds must be a non-empty list of distinct integers in [0, 2**63 - 1], "
+                        f"got {raw!r}")
     return tuple(raw)
 
 

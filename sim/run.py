@@ -22,7 +22,7 @@ from controlplane.perf_models import build_perf
 from edgepop.errors import UserError
 from edgepop.memory import release_large_blocks
 from edgepop.outputs import move_into_place
-from edgepop.rng import streams
+from edgepop.rng import MAX_INT, streams
 from edgepop.stats import percentiles
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
 from sim.faults import FaultHandler, check_node_targets, parse_fault
@@ -74,8 +74,9 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
         raise UserError(f"{sc.source} [workload]: no size: give requests (a count) or duration_s (seconds) in "
                         "the file, or --requests / --duration")
     over = {"workload": wl} if wl else {}
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0):
-        raise UserError(f"seed must be a non-negative integer, got {seed!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)
+                             or not 0 <= seed <= MAX_INT):
+        raise UserError(f"seed must be an integer in [0, 2**63 - 1], got {seed!r}")
     if seed is not None:
         over["seed"] = seed
     if faults:
@@ -197,7 +198,10 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
     req = res.requests
     block = deployment_summary(req, res.utilisation, dep.fleet, max(setup.span_s, res.sim_end_s), sc.slo,
                                setup.catalog, sim.gpu_busy_seconds(), billing_s=setup.span_s)
-    block["faults"].update(applied=[fault_spec(f) for f in faults], skipped=skipped)
+    end = max(setup.span_s, res.sim_end_s)
+    late = [f for f in faults if f.start_s >= end]  # scheduled, but the run was over before it began
+    skipped += [f"{fault_spec(f)}: starts after the run ended ({end:.1f} s)" for f in late]
+    block["faults"].update(applied=[fault_spec(f) for f in faults if f not in late], skipped=skipped)
     block["capacity"] = capacity_block(dep, req, setup, sc.slo, sampler, setup.span_s)
     setup.tech.summarize(name, block, sim, req, dep_frame, orig_arrival, dep.fleet, setup.start_utc, setup.day_s)
     techniques_block = block.pop("techniques", None)  # keep the block order: placement before techniques
@@ -206,13 +210,14 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
         done = req.arrival_s.to_numpy(dtype=float) + req.e2e_ms.to_numpy(dtype=float) / 1e3
         block["batch_completion_s"] = percentiles((done - frame.arrival_s.to_numpy(dtype=float))[batch])
     block["placement"] = {"policy": cfg.placement, "replicas": int(len(dep.table)),
-                          "gpus_placed": placed_gpus(dep.table), "build_s": round(build_s, 2)}
+                          "gpus_placed": placed_gpus(dep.table)}
     solver = dep.placement.solver if dep.placement is not None else {}
     if "deterministic" in solver:  # a time-budgeted solver (ilp): false when the clock, not its work limit, decided
         block["placement"]["deterministic"] = bool(solver["deterministic"])
     if techniques_block is not None:
         block["techniques"] = techniques_block
-    stats = {"sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1),
+    # (wall times go to the performance block only: the rest of summary.json is the same for the same seed)
+    stats = {"build_s": round(build_s, 2), "sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1),
              "placement_from_cache": dep.placement is not None and dep.placement.from_cache}
     return DeploymentRun(name, dep, req, res.utilisation, block, stats)
 
@@ -289,7 +294,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     if "edge" in blocks and "central" in blocks:
         summary["gains"] = paired_gains(setup, runs)
     total_sim = sum(r.stats["sim_wall_s"] for r in runs)
-    build_s = sum(r.block["placement"]["build_s"] for r in runs)
+    build_s = sum(r.stats["build_s"] for r in runs)
     wall = time.perf_counter() - t_wall
     summary["performance"] = {
         "wall_s": round(wall, 2),

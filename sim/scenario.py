@@ -21,6 +21,7 @@ from sim.workload_config import WorkloadConfig
 from topology.last_mile import MODES as LAST_MILE_MODES
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
+CENTRAL_ONLY = ("baseline", "gpu_scale", "budget", "node")  # DeploymentConfig fields of the central deployment
 
 
 @dataclass
@@ -66,6 +67,14 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     sc.source = source
     sc.workload = WorkloadConfig.from_dict(tables.get("workload", {}), where=f"{source} [workload]",
                                             base_dir=base_dir)
+    # Fields of the other deployment would be accepted by the shared config type and ignored (or worse): the
+    # central budget settings mean nothing at the edge, and central's PoPs follow the edge's.
+    for table, fields, why in (("edge", CENTRAL_ONLY, "sets the central deployment's regions or budget: move it "
+                                "to [central]"),
+                               ("central", ("pops",), "is the edge's: central's budget follows [edge] pops")):
+        misplaced = sorted(set(tables.get(table, {})) & set(fields))
+        if misplaced:
+            raise UserError(f"{source} [{table}]: field {misplaced[0]!r} {why}")
     sc.edge = typed(DeploymentConfig, tables.get("edge", {}), f"{source} [edge]")
     enabled = tables.get("central", {}).get("enabled", True)
     if not isinstance(enabled, bool):

@@ -6,6 +6,7 @@ import math
 from dataclasses import fields
 
 from edgepop.errors import UserError
+from edgepop.rng import MAX_INT
 
 
 def number(where: str, name: str, value, lo: float, lo_open: bool = False, hi: float | None = None) -> float:
@@ -67,6 +68,8 @@ def typed(cls, raw: dict, where: str):
                 raise UserError(f"{where}: field {key!r} must be {what}, got {value!r}")
             if value < 0:
                 raise UserError(f"{where}: field {key!r} must not be negative, got {value!r}")
+            if kind == "int" and value > MAX_INT:  # beyond a 64-bit integer: no table column could hold it
+                raise UserError(f"{where}: field {key!r} must be at most 2**63 - 1, got {value!r}")
         elif kind == "str" and not isinstance(value, str):
             raise UserError(f"{where}: field {key!r} must be a string, got {value!r}")
         elif kind == "list" and not isinstance(value, list):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from controlplane.catalog import TASKS
 from edgepop.errors import UserError
 from sim.techniques.batch_policy import BATCH_POLICIES
 from sim.validate import typed
@@ -77,6 +78,8 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
         if not isinstance(spec, dict):
             raise UserError(f"{where}: field 'spec_acceptance' must be a table of task = rate, got {spec!r}")
         for task, rate in spec.items():
+            if task not in TASKS:  # an unknown task would leave every real one at no speculation, silently
+                raise UserError(f"{where}: spec_acceptance.{task}: unknown task (known: {', '.join(TASKS)})")
             if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
                 raise UserError(f"{where}: spec_acceptance.{task} must be in [0, 1), got {rate!r}")
         t.spec_acceptance = dict(spec)

@@ -48,3 +48,11 @@ def test_overlapping_faults_keep_the_target_down_until_the_last_ends(topo, secon
     assert not (later.ingress_pop == "NRT").any()
     assert not (later.node == "NRT-0").any()
     assert set(f.outcome) <= {"ok", "rejected", "failed"} and len(f) == 2000
+
+
+def test_a_fault_after_the_run_is_skipped_not_applied(topo):
+    out = run_scenario("small", topo=topo, requests=600, deployments=("edge",),
+                       faults=["pop:FRA@99999+10", "pop:LHR@1+10"])
+    faults = out.summary["deployments"]["edge"]["faults"]
+    assert faults["applied"] == ["pop:LHR@1+10"]
+    assert len(faults["skipped"]) == 1 and faults["skipped"][0].startswith("pop:FRA@99999+10: starts after the run")

@@ -21,6 +21,9 @@ def test_same_seed_same_parquet(topo, small, tmp_path):
     small.requests.to_parquet(a, index=False)
     again.requests.to_parquet(b, index=False)
     assert a.read_bytes() == b.read_bytes()
+    # summary.json too, but for its performance block (the only wall-clock times)
+    assert json.dumps({k: v for k, v in small.summary.items() if k != "performance"}, sort_keys=True) == \
+        json.dumps({k: v for k, v in again.summary.items() if k != "performance"}, sort_keys=True)
     other = run_scenario("small", topo=topo, seed=99)
     assert not other.requests[["arrival_s", "model"]].equals(small.requests[["arrival_s", "model"]])
 
@@ -199,6 +202,13 @@ def test_trace_replay_keeps_the_trace(topo):
     ("edge", 'autoscaler = "reactiv"', r"field 'autoscaler': unknown autoscaling policy 'reactiv' \(known: none, "
                                        r"reactive, scheduled\)"),
     ("techniques", 'batch_policy = "nite"', r"field 'batch_policy': unknown batch policy 'nite' \(known: night, none\)"),
+    # a table of rates replaces the default one: a task name typo would leave speculation off, silently
+    # fields of the other deployment: ignored at the edge, or (central pops) an unequal budget
+    ("edge", 'baseline = "nope"', r"\[edge\]: field 'baseline' sets the central deployment's regions or budget"),
+    ("edge", 'gpu_scale = 5.0', r"\[edge\]: field 'gpu_scale' sets the central"),
+    ("central", 'pops = ["FRA"]', r"\[central\]: field 'pops' is the edge's"),
+    ("techniques", 'speculative = true\nspec_acceptance = { chat = 0.9 }',
+     r"spec_acceptance\.chat: unknown task \(known: text-generation, "),
 ])
 def test_policy_typos_fail_at_parse_time_naming_file_table_field_and_valid_names(tmp_path, monkeypatch, table, text,
                                                                                   message):
@@ -233,8 +243,9 @@ def test_perf_and_fault_policy_are_checked_at_parse_time(tmp_path):
 
 @pytest.mark.parametrize("kw, words", [
     ({"duration_s": -3}, "duration must be positive, got -3"),
-    ({"seed": "x"}, "seed must be a non-negative integer, got 'x'"),
-    ({"seed": -1}, "seed must be a non-negative integer, got -1"),
+    ({"seed": "x"}, "seed must be an integer in [0, 2**63 - 1], got 'x'"),
+    ({"seed": -1}, "seed must be an integer in [0, 2**63 - 1], got -1"),
+    ({"seed": 2**64}, "seed must be an integer in [0, 2**63 - 1], got 18446744073709551616"),
     ({"deployments": ("edge", "moon")}, "deployments must be 'edge' and/or 'central'"),
     ({"deployments": ()}, "deployments must be 'edge' and/or 'central'"),
 ])
@@ -323,7 +334,8 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (argv, err)
     for argv in (["place", "--policy", "greedy-demand", "--seed=-1"], ["lora-check", "--seed=-1"],
-                 ["simulate", "--scenario", "small", "--seed=x"], ["place", "--policy", "greedy-demand", "--out", ""]):
+                 ["simulate", "--scenario", "small", "--seed=x"], ["place", "--policy", "greedy-demand", "--out", ""],
+                 ["simulate", "--scenario", "small", f"--seed={2**64}"]):  # (no 64-bit seed column holds it)
         with pytest.raises(SystemExit) as exc:  # argparse: usage and one error line
             main(argv)
         assert exc.value.code == 2 and "error: argument" in capsys.readouterr().err

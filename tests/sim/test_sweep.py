@@ -95,7 +95,13 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
     ({"base": "small", "rquests": 5}, r"unknown key 'rquests'"),
     ({"base": "small", "requests": 0}, r"requests must be a positive integer"),
     ({"base": "small", "requests": 5, "duration_s": 2.0}, r"not both"),
+    # the grid's size is set on every variant last: an axis or a variant varying it would be overridden silently
+    ({"base": "small", "requests": 200, "axes": {"workload.requests": [100, 300]}},
+     r"'workload.requests' varies the size, which the grid's requests = 200 sets"),
+    ({"base": "small", "duration_s": 5.0, "variants": [{"name": "long", "workload.duration_s": 9.0}]},
+     r"'workload.duration_s' varies the size"),
     ({"base": "small", "seeds": [1, 1]}, r"seeds must be a non-empty list of distinct"),
+    ({"base": "small", "seeds": [2**64]}, r"seeds must be .* integers in \[0, 2\*\*63 - 1\]"),
     ({"base": "small", "deployments": ["edge", "cloud"]}, r"deployments must be"),
 ])
 def test_bad_grids_are_one_line_errors_naming_key_and_value(doc, message):
