@@ -181,6 +181,8 @@ class Catalog:
                 doc = tomllib.load(fh)
         except FileNotFoundError:
             raise CatalogError(f"catalog file {str(path)!r} not found") from None
+        except IsADirectoryError:
+            raise CatalogError(f"catalog file {str(path)!r} is a folder: name a TOML file") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # (not UTF-8: not TOML either)
             raise CatalogError(f"{path.name}: not valid TOML: {exc}") from None
         models = doc.get("models")

@@ -46,8 +46,8 @@ def run_lora_check(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--preset '{args.preset}' is not one of {', '.join(gpt2.PRESETS)}")
     if args.adapter is None and not 1 <= args.rank <= lora.MAX_RANK:
         raise lora.AdapterError(f"--rank {args.rank} must be in 1..{lora.MAX_RANK}")
-    if args.adapter is None and not math.isfinite(args.alpha):  # (else named in the temporary adapter file's check)
-        raise lora.AdapterError(f"--alpha must be a finite number, got {args.alpha}")
+    if args.adapter is None and not (math.isfinite(args.alpha) and 0 < args.alpha <= lora.MAX_ALPHA):
+        raise lora.AdapterError(f"--alpha must be a finite number in (0, {lora.MAX_ALPHA:g}], got {args.alpha}")
     r = run_check(args.preset, args.rank, args.alpha, args.seed, args.adapter)
     print(f"adapter rank {r['rank']} alpha {r['alpha']:g} on {r['projections']} projections "
           f"({r['adapter_bytes']} bytes)")

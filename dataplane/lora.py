@@ -35,6 +35,7 @@ from dataplane.runtime import DeviceKV, LanguageModel
 from dataplane.session import SessionConfig
 
 MAX_RANK = 32  # the Workers AI limit on adapter rank
+MAX_ALPHA = 1e4  # alpha / rank is folded into float32 weights: far larger scales overflow to inf and NaN
 MAX_ADAPTER_BYTES = 300 * 1024 * 1024  # and on adapter file size
 FORMAT = "edgepop-lora"
 
@@ -132,8 +133,8 @@ def validate_adapter(adapter: Adapter, spec: GPT2Spec, where: str = "adapter") -
     if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 1 <= r <= MAX_RANK:
         raise AdapterError(f"{where}: field 'rank' = {r!r} must be an integer in 1..{MAX_RANK}")
     a_ = adapter.alpha
-    if isinstance(a_, bool) or not isinstance(a_, (int, float)) or not np.isfinite(a_) or a_ <= 0:
-        raise AdapterError(f"{where}: field 'alpha' = {a_!r} must be a positive number")
+    if isinstance(a_, bool) or not isinstance(a_, (int, float)) or not np.isfinite(a_) or not 0 < a_ <= MAX_ALPHA:
+        raise AdapterError(f"{where}: field 'alpha' = {a_!r} must be a positive number up to {MAX_ALPHA:g}")
     if not adapter.tensors:
         raise AdapterError(f"{where}: the adapter has no lora_A/lora_B tensors")
     shapes = projection_shapes(spec)

@@ -63,6 +63,18 @@ def parse_fault(spec: str) -> Fault:
     return Fault(kind, target, float(start), float(dur))
 
 
+def link_ends(target: str, names) -> tuple[str | None, str | None]:
+    """The two backbone node names of a link fault's ``A-B`` target: region ids have dashes of their own
+    (``aws:ap-northeast-1``), so every dash is tried as the separator; (None, None) when no split names two
+    nodes."""
+    parts = target.split("-")
+    for i in range(1, len(parts)):
+        a, b = "-".join(parts[:i]), "-".join(parts[i:])
+        if a in names and b in names:
+            return a, b
+    return None, None
+
+
 def check_node_targets(faults, topo) -> None:
     """Refuse a node fault whose target cannot name a node of either fleet: node ids are ``<PoP id>-<n>`` at the
     edge and ``<region id>-<n>`` centrally. (Which nodes a fleet really has is known once it is built; a fault
@@ -103,8 +115,8 @@ class FaultHandler:
             if f.kind == "pop" and f.target not in pops:
                 raise UserError(f"fault pop:{f.target}: unknown PoP id")
             if f.kind == "link":
-                a, _, b = f.target.partition("-")
-                if a not in names or b not in names:
+                a, b = link_ends(f.target, names)
+                if a is None:
                     raise UserError(f"fault link:{f.target}: endpoints must be backbone node names (PoP ids, "
                                     "region ids or landing points) joined by '-'")
                 if self._link_index(a, b) is None:
@@ -133,7 +145,7 @@ class FaultHandler:
             for node in nodes:
                 self._node(sim, int(node), down, now)
         else:
-            a, _, b = fault.target.partition("-")
+            a, b = link_ends(fault.target, set(self._base_latency.backbone.nodes.name))
             link = self._link_index(a, b)
             if self._hold(("link", link), down):
                 (self._cut_links.add if down else self._cut_links.discard)(link)

@@ -35,6 +35,7 @@ from sim.techniques import TechniqueRuntime
 from sim.techniques.config import check_block_tokens
 from sim.traces import trace_kind
 from sim.workload import generate
+from sim.workload_config import check_size
 from topology import Topology
 from topology.jitter import fit as fit_jitter
 
@@ -73,6 +74,8 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
         # a scenario file may leave the size to the command line (--requests / --duration)
         raise UserError(f"{sc.source} [workload]: no size: give requests (a count) or duration_s (seconds) in "
                         "the file, or --requests / --duration")
+    if size["kind"] == "poisson" and wl:  # the command line's size, checked as the file's is
+        check_size("--requests / --duration", size["requests"], size["duration_s"], sc.workload.rps)
     over = {"workload": wl} if wl else {}
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)
                              or not 0 <= seed <= MAX_INT):
@@ -122,6 +125,7 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
     check_block_tokens(sc.techniques, sc.workload)  # again: a --trace override may change the workload's blocks
     check_node_targets(sc.faults, topo)  # a typo would be skipped by both fleets: refused before any work
+    check_fleet_names(sc, topo)
     rng = streams(sc.seed)
     workload = generate(sc.workload, topo, catalog, rng["workload"])
     frame = workload.requests
@@ -142,6 +146,23 @@ def prepare(sc: Scenario, topo=None) -> Setup:
                  frame.model.value_counts(normalize=True).to_dict(), typical, shape,
                  getattr(sc.workload, "start_utc", None),
                  float(getattr(sc.workload, "day_compression", None) or 86_400.0))
+
+
+def check_fleet_names(sc: Scenario, topo) -> None:
+    """The edge's PoPs and central's baseline against the topology, before any work, naming the file and field
+    (the fleets that would find them unknown are built after the workload)."""
+    from topology.regions import baseline
+
+    if sc.edge.pops:
+        unknown = sorted(set(sc.edge.pops) - set(topo.pops.id))
+        if unknown:
+            raise UserError(f"{sc.source} [edge]: field 'pops': unknown PoP id(s) {', '.join(map(repr, unknown[:5]))} "
+                            "(topology/data/pops.csv lists them)")
+    if sc.central is not None:
+        try:
+            baseline(sc.central.baseline, topo.regions)
+        except UserError as exc:
+            raise UserError(f"{sc.source} [central]: field 'baseline': {exc}") from None
 
 
 def scenario_deployment(setup: Setup, name: str) -> Deployment:

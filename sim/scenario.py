@@ -90,6 +90,10 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     if sc.last_mile not in LAST_MILE_MODES:
         raise UserError(f"{source}: field 'last_mile' must be one of {', '.join(LAST_MILE_MODES)}, "
                         f"got {sc.last_mile!r}")
+    if sc.gpu_inventory_scale > 100:  # over 200,000 GPUs at the edge
+        raise UserError(f"{source}: field 'gpu_inventory_scale' must be at most 100, got {sc.gpu_inventory_scale!r}")
+    if 0 < sc.sample_s < 0.01:  # a sample of the whole fleet every sample_s simulated seconds
+        raise UserError(f"{source}: field 'sample_s' must be at least 0.01, got {sc.sample_s!r}")
     for name, value in (("gpu_inventory_scale", sc.gpu_inventory_scale), ("sample_s", sc.sample_s),
                         ("planning_rps", sc.planning_rps), ("[slo] ttft_ms", sc.slo.ttft_ms),
                         ("[slo] tpot_ms", sc.slo.tpot_ms), ("[slo] e2e_ms", sc.slo.e2e_ms)):

@@ -74,6 +74,10 @@ class TaskTokens:
         return out
 
 
+MAX_MEDIAN_TOKENS = 1e7
+MAX_SIGMA = 5.0  # a log-normal spread of e^5 = 148x per standard deviation
+MAX_PASSAGES = 1000.0  # passages per reranking request
+
 TASK_FIELDS = {
     "text-generation": ("prompt", "output", "followup"),
     "text-reranking": ("query", "passage", "passages"),
@@ -106,12 +110,14 @@ def _lognormal(where: str, raw, base: LogNormal | None) -> LogNormal:
     d.update(raw)
     if "median" not in d:
         raise UserError(f"{where}: median is required")
-    median = number(where, "median", d["median"], 0.0, lo_open=True)
-    sigma = number(where, "sigma", d["sigma"], 0.0)
+    # (bounds far past any real workload: beyond them the draws overflow the integer token counts)
+    median = number(where, "median", d["median"], 0.0, lo_open=True, hi=MAX_MEDIAN_TOKENS)
+    sigma = number(where, "sigma", d["sigma"], 0.0, hi=MAX_SIGMA)
     lo = d.get("min", 1)
     hi = d.get("max")
-    if isinstance(lo, bool) or not isinstance(lo, int) or lo < 0:
-        raise UserError(f"{where}: min must be a non-negative integer, got {lo!r}")
+    least = 1 if where.endswith(".prompt") else 0  # a request has at least one prompt token
+    if isinstance(lo, bool) or not isinstance(lo, int) or lo < least:
+        raise UserError(f"{where}: min must be an integer >= {least}, got {lo!r}")
     if hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or hi < max(lo, 1)):
         raise UserError(f"{where}: max must be an integer >= min and >= 1, got {hi!r}")
     return LogNormal(median, sigma, lo, hi)
@@ -136,7 +142,7 @@ def tokens_from_dict(raw, where: str) -> dict[str, TaskTokens]:
                 raise UserError(f"{w}: field {name!r} does not apply to {task} "
                                 f"(fields: {', '.join(TASK_FIELDS[task])})")
             if name == "passages":
-                current = replace(current, passages=number(f"{w}", "passages", value, 1.0))
+                current = replace(current, passages=number(f"{w}", "passages", value, 1.0, hi=MAX_PASSAGES))
             else:
                 current = replace(current, **{name: _lognormal(f"{w}.{name}", value, getattr(current, name))})
         out[task] = current

@@ -45,6 +45,7 @@ class TraceFileError(DataFileError):
 # Longest trace a run replays, in simulated seconds: the control plane's clock ticks at least once a simulated
 # second, so a trace spanning more than a year (a stray timestamp, most likely) would run for days.
 MAX_SPAN_S = 366 * 86_400.0
+MAX_TOKENS = 10_000_000  # prompt or output tokens of one request: ten times the longest context windows
 
 
 def _frame(arrival_s: np.ndarray, prompt, output, hash_ids, path=None) -> pd.DataFrame:
@@ -76,13 +77,18 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
         raise TraceFileError(path, None, None, "no data rows")
     ts = pd.to_datetime(raw.TIMESTAMP.str.strip(), format="ISO8601", errors="coerce", utc=True)
     _first_bad(path, raw.TIMESTAMP, ts.isna().to_numpy(), "TIMESTAMP", "is not a time like '2023-11-16 18:15:46.68'")
+    # (nanosecond timestamps hold the years 1678-2261 only)
+    far = ((ts < pd.Timestamp("1678-01-01", tz="UTC")) | (ts > pd.Timestamp("2261-12-31", tz="UTC"))).to_numpy()
+    _first_bad(path, raw.TIMESTAMP, far, "TIMESTAMP", "is outside the years 1678-2261")
     ns = ts.dt.as_unit("ns").astype("int64").to_numpy()
     tokens = []
     for col in AZURE_COLUMNS[1:]:
         text = raw[col].str.strip()
         ok = text.str.fullmatch(r"\d{1,18}").to_numpy(dtype=bool)
         _first_bad(path, raw[col], ~ok, col, "is not a non-negative integer")
-        tokens.append(text.astype(np.int64).to_numpy())
+        counts = text.astype(np.int64).to_numpy()
+        _first_bad(path, raw[col], counts > MAX_TOKENS, col, f"is more than {MAX_TOKENS:,} tokens")
+        tokens.append(counts)
     empty = np.empty(len(raw), object)
     empty.fill(())
     return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path)
@@ -100,6 +106,8 @@ def _int_field(path, line, rec, name, required=True):
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise TraceFileError(path, line, name, f"{v!r} is not a non-negative integer")
+    if v > MAX_TOKENS:
+        raise TraceFileError(path, line, name, f"{v!r} is more than {MAX_TOKENS:,} tokens")
     return v
 
 
@@ -131,8 +139,9 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
         if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
             raise TraceFileError(path, line, "timestamp", f"{ts!r} is not a non-negative number of milliseconds")
         hid = rec.get("hash_ids", [])
-        if not isinstance(hid, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 for h in hid):
-            raise TraceFileError(path, line, "hash_ids", f"{hid!r} is not a list of non-negative integers")
+        if not isinstance(hid, list) or any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < 2**63
+                                            for h in hid):
+            raise TraceFileError(path, line, "hash_ids", f"{hid!r} is not a list of integers in [0, 2**63)")
         times.append(ts)
         prompts.append(_int_field(path, line, rec, "input_length"))
         outputs.append(_int_field(path, line, rec, "output_length"))

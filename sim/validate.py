@@ -14,7 +14,8 @@ def number(where: str, name: str, value, lo: float, lo_open: bool = False, hi: f
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise UserError(f"{where}: {name} must be a number, got {value!r}")
     if value < lo or (lo_open and value == lo) or (hi is not None and value > hi):
-        bound = f"in [{lo:g}, {hi:g}]" if hi is not None else f"> {lo:g}" if lo_open else f">= {lo:g}"
+        bound = (f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]" if hi is not None
+                 else f"> {lo:g}" if lo_open else f">= {lo:g}")
         raise UserError(f"{where}: {name} must be {bound}, got {value!r}")
     return float(value)
 

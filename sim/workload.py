@@ -29,7 +29,7 @@ from sim.sessions import (
     hash_id_column,
 )
 from sim.tokens import draw_sizes
-from sim.traces import read_trace
+from sim.traces import MAX_SPAN_S, read_trace
 from sim.workload_config import WorkloadConfig
 
 COLUMNS = ("request_id", "arrival_s", "city", "user_lat", "user_lon", "user_country", "user_continent", "ingress",
@@ -247,6 +247,9 @@ def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rando
         order = order[:cfg.trace_limit]
     trace = trace.iloc[order]
     t = trace.arrival_s.to_numpy() / cfg.trace_speed
+    if len(t) and float(t.max()) > MAX_SPAN_S:  # (the trace's own span was checked before the speed-up)
+        raise UserError(f"workload trace_speed {cfg.trace_speed:g}: the replay would span {float(t.max()):.3g} s, "
+                        f"more than a year ({MAX_SPAN_S:.0f} s)")
     n = len(t)
     return {"t": t, "city": cities.draw_by_population(rng, n), "model": np.zeros(n, np.int64),
             "models": [cfg.trace_model],

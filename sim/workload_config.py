@@ -13,13 +13,15 @@ from pathlib import Path
 
 from edgepop.errors import UserError
 from sim.tokens import TaskTokens, tokens_from_dict
-from sim.traces import TRACE_FORMATS
+from sim.traces import MAX_SPAN_S, TRACE_FORMATS
 from sim.validate import boolean, fraction, number, opt_integer, opt_number
 from topology.pops import CONTINENTS
 
 KINDS = ("poisson", *TRACE_FORMATS.names())  # generated arrivals, or a trace format of sim.traces
 DEFAULT_START_UTC = "2024-03-20T12:00:00Z"  # equinox noon UTC: Asia's evening, Europe's afternoon, US morning
 DEFAULT_TRACE_MODEL = "@cf/meta/llama-3.1-8b-instruct"
+MAX_REQUESTS = 100_000_000  # one run's requests: far past what fits in memory (about 1 KB each), a clear error
+MAX_RPS = 1e7
 MIN_DAY_COMPRESSION_S = 60.0  # a day in a minute: the per-bin diurnal rate would be too coarse below this
 # Fields that only mean something for generated (poisson) or replayed (trace) workloads.
 POISSON_ONLY = frozenset({"rps", "mix", "tokens", "bursts", "session_fraction", "session_turns", "think_time_s",
@@ -103,7 +105,8 @@ class WorkloadConfig:
         c = cls(kind=kind)
         c.requests = opt_integer(where, "requests", d.get("requests"), 1)
         c.duration_s = opt_number(where, "duration_s", d.get("duration_s"), 0.0, lo_open=True)
-        c.rps = number(where, "rps", d.get("rps", c.rps), 0.0, lo_open=True)
+        c.rps = number(where, "rps", d.get("rps", c.rps), 0.0, lo_open=True, hi=MAX_RPS)
+        check_size(where, c.requests, c.duration_s, c.rps)
         if "start_utc" in d:
             c.start_utc = _parse_time("start_utc", d["start_utc"], where)
         comp = opt_number(where, "day_compression", d.get("day_compression"), 0.0)
@@ -116,8 +119,9 @@ class WorkloadConfig:
         c.tokens = tokens_from_dict(d.get("tokens"), where)
         c.bursts = _bursts(where, d.get("bursts", []))
         c.session_fraction = fraction(where, "session_fraction", d.get("session_fraction", 0.0))
-        c.session_turns = number(where, "session_turns", d.get("session_turns", c.session_turns), 1.0)
-        c.think_time_s = number(where, "think_time_s", d.get("think_time_s", c.think_time_s), 0.0, lo_open=True)
+        c.session_turns = number(where, "session_turns", d.get("session_turns", c.session_turns), 1.0, hi=1000.0)
+        c.think_time_s = number(where, "think_time_s", d.get("think_time_s", c.think_time_s), 0.0, lo_open=True,
+                                hi=86_400.0)
         c.block_tokens = opt_integer(where, "block_tokens", d.get("block_tokens", c.block_tokens), 1) or 0
         if not c.block_tokens:
             raise UserError(f"{where}: block_tokens must be an integer >= 1, got {d.get('block_tokens')!r}")
@@ -151,6 +155,21 @@ class WorkloadConfig:
         return {k: v for k, v in d.items() if v is not None and k not in skip}
 
 
+def check_size(where: str, requests: int | None, duration_s: float | None, rps: float) -> None:
+    """A Poisson workload's size: at most :data:`MAX_REQUESTS` requests (asked for, or expected from rps x
+    duration) over at most a year of simulated time (the clock ticks at least once a simulated second)."""
+    if requests is not None and requests > MAX_REQUESTS:
+        raise UserError(f"{where}: requests must be at most {MAX_REQUESTS:,}, got {requests:,}")
+    if duration_s is not None and duration_s > MAX_SPAN_S:
+        raise UserError(f"{where}: duration_s must be at most a year ({MAX_SPAN_S:.0f} s), got {duration_s:g}")
+    if duration_s is not None and rps * duration_s > MAX_REQUESTS:
+        raise UserError(f"{where}: rps x duration_s expects {rps * duration_s:.3g} requests, more than "
+                        f"{MAX_REQUESTS:,}")
+    if requests is not None and requests / rps > MAX_SPAN_S:
+        raise UserError(f"{where}: {requests:,} requests at {rps:g} rps span {requests / rps:.3g} s, more than a "
+                        f"year ({MAX_SPAN_S:.0f} s)")
+
+
 def _parse_time(name: str, value, where: str) -> datetime:
     if isinstance(value, datetime):
         t = value
@@ -162,7 +181,10 @@ def _parse_time(name: str, value, where: str) -> datetime:
                 from None
     else:
         raise UserError(f"{where}: {name} must be an ISO time like {DEFAULT_START_UTC!r}, got {value!r}")
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    if not 1900 <= t.year <= 2200:  # (a simulated year on from it must still be a date)
+        raise UserError(f"{where}: {name} must fall in the years 1900-2200, got {value!r}")
+    return t
 
 
 def _mix(where: str, raw) -> dict[str, float]:
@@ -196,6 +218,7 @@ def _bursts(where: str, raw) -> tuple[Burst, ...]:
             raise UserError(f"{w}: continent must be one of {', '.join(CONTINENTS)}, got {cont!r}")
         if cc is not None and (not isinstance(cc, str) or not re.fullmatch(r"[A-Z]{2}", cc)):
             raise UserError(f"{w}: country must be a two-letter ISO code like 'DE', got {cc!r}")
-        out.append(Burst(number(w, "start_s", b["start_s"], 0.0), number(w, "duration_s", b["duration_s"], 0.0, True),
-                         number(w, "multiplier", b["multiplier"], 0.0), cont, cc))
+        out.append(Burst(number(w, "start_s", b["start_s"], 0.0, hi=MAX_SPAN_S),
+                         number(w, "duration_s", b["duration_s"], 0.0, True, hi=MAX_SPAN_S),
+                         number(w, "multiplier", b["multiplier"], 0.0, hi=1e4), cont, cc))
     return tuple(out)

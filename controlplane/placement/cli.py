@@ -129,7 +129,10 @@ def _when(text: str | None) -> datetime | None:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise UserError(f"--at {text!r} is not an ISO 8601 time (e.g. 2025-06-01T18:00)") from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    if not 1900 <= when.year <= 2200:  # (the demand model shifts it by time zones: it must stay a date)
+        raise UserError(f"--at {text!r}: the year must be in 1900-2200")
+    return when
 
 
 def _list_models(catalog, as_json: bool) -> int:

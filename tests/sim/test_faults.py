@@ -56,3 +56,17 @@ def test_a_fault_after_the_run_is_skipped_not_applied(topo):
     faults = out.summary["deployments"]["edge"]["faults"]
     assert faults["applied"] == ["pop:LHR@1+10"]
     assert len(faults["skipped"]) == 1 and faults["skipped"][0].startswith("pop:FRA@99999+10: starts after the run")
+
+
+def test_link_faults_between_ids_with_dashes(topo):
+    """Region ids have dashes of their own: a link fault finds the split that names two backbone nodes, either
+    way round."""
+    from sim.faults import link_ends
+
+    names = set(topo.latency.backbone.nodes.name)
+    assert link_ends("aws:ap-northeast-1-aws:ap-northeast-3", names) == ("aws:ap-northeast-1", "aws:ap-northeast-3")
+    assert link_ends("gcp:europe-west4-AMS", names) == ("gcp:europe-west4", "AMS")
+    assert link_ends("AMS-nowhere", names) == (None, None)
+    out = run_scenario("small", topo=topo, requests=400, deployments=("edge",),
+                       faults=["link:gcp:europe-west4-AMS@1+10"])
+    assert out.summary["deployments"]["edge"]["faults"]["applied"] == ["link:gcp:europe-west4-AMS@1+10"]

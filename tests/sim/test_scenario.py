@@ -277,13 +277,30 @@ BAD_FIELDS = [
     ("[central]\ngpu_scale = nan\n", "'gpu_scale' must be a finite number"),
     ('[central]\nenabled = "no"\n', "'enabled' must be true or false"),
     ("[techniques]\nlora = true\nlora_slots = 0\n", "lora_slots must be an integer >= 1, got 0"),
+    # sizes and values that would overflow, hang or exhaust memory
+    ("sample_s = 1e-6\n", "'sample_s' must be at least 0.01"),
+    ("gpu_inventory_scale = 1e9\n", "'gpu_inventory_scale' must be at most 100"),
+    ("seed = 18446744073709551616\n", "'seed' must be at most 2**63 - 1"),
+    ("[workload]\nrps = 1e300\n", "rps must be in"),
+    ("[workload]\nrps = 1e-300\n", "more than a year"),
+    ('[workload]\nstart_utc = "9999-12-31T23:59:59Z"\n', "start_utc must fall in the years 1900-2200"),
+    ("[workload]\nsession_fraction = 1.0\nsession_turns = 1e300\n", "session_turns must be in [1, 1000]"),
+    ("[workload]\ntokens = { text-generation = { prompt = { median = 100, sigma = 1e300 } } }\n",
+     "sigma must be in [0, 5]"),
+    ("[workload]\ntokens = { text-generation = { prompt = { median = 0.001, min = 0 } } }\n",
+     "prompt: min must be an integer >= 1"),
+    ("[workload]\nbursts = [{ start_s = 0, duration_s = 1e300, multiplier = 2 }]\n", "duration_s must be in"),
 ]
 
 
 @pytest.mark.parametrize(("text", "needle"), BAD_FIELDS)
 def test_bad_values_are_one_line_errors_before_any_work(tmp_path, capsys, text, needle):
     f = tmp_path / "mine.toml"
-    f.write_text("[workload]\nrequests = 100\n" + text if text.startswith("[") else text + "[workload]\nrequests = 100\n")
+    if text.startswith("[workload]"):  # the workload's own fields, beside its size
+        f.write_text(text.replace("[workload]\n", "[workload]\nrequests = 100\n", 1))
+    else:
+        f.write_text("[workload]\nrequests = 100\n" + text if text.startswith("[") else
+                     text + "[workload]\nrequests = 100\n")
     assert main(["simulate", "--scenario", str(f), "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
     assert needle in err and "mine.toml" in err and err.count("\n") == 1
@@ -309,7 +326,14 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
     trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
                      '{"timestamp": 1e15, "input_length": 10, "output_length": 5}\n')
     out = str(tmp_path / "o")
-    for argv, needle in ((["simulate", "--scenario", "small", "--trace", str(trace), "--out", out], "than a year"),
+    size = '[workload]\nrequests = 100\nrps = 10.0\n'
+    (tmp_path / "pops.toml").write_text(size + '[edge]\npops = ["XXX"]\n')
+    (tmp_path / "base.toml").write_text(size + '[central]\nbaseline = "nope"\n')
+    for argv, needle in ((["simulate", "--scenario", str(tmp_path / "pops.toml"), "--out", out],
+                          "pops.toml [edge]: field 'pops': unknown PoP id(s) 'XXX'"),
+                         (["simulate", "--scenario", str(tmp_path / "base.toml"), "--out", out],
+                          "base.toml [central]: field 'baseline': unknown baseline 'nope'"),
+                         (["simulate", "--scenario", "small", "--trace", str(trace), "--out", out], "than a year"),
                          (["simulate", "--scenario", "small", "--trace", str(tmp_path), "--out", out], "is a folder"),
                          (["simulate", "--scenario", "small", "--duration", "0.0001", "--out", out], "no requests"),
                          (["place", "--policy", "ilp", "--time-limit", "0"], "time_limit_s must be positive"),
@@ -325,9 +349,12 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          (["serve", "--pops", "FRA", "--delay-scale", "1e300"], "is over 1000"),
                          (["serve", "--pops", "FRA", "--request-timeout", "1e300"], "is over 86400"),
                          (["lora-check", "--alpha", "nan"], "--alpha must be a finite number"),
+                         (["lora-check", "--alpha", "0"], "--alpha must be a finite number in (0, 10000]"),
+                         (["lora-check", "--alpha", "1e300"], "--alpha must be a finite number in (0, 10000]"),
                          (["simulate", "--scenario", "small", "--fail", "node:FRAX-0@0+10", "--out", out],
                           "fault node:FRAX-0: no node can have this id"),
-                         (["speculate", "--max-tokens", "100000"], "leaving 495"),  # (the context is 512 tokens)
+                         (["speculate", "--max-tokens", "100000"], "leaving 495"),
+                         (["speculate", "--prompt", "\udcff\udcfe"], "--prompt is not valid UTF-8"),  # argv bytes  # (the context is 512 tokens)
                          (["profile", "--models", "gpt2-tiny", "--quick", "--out", str(tmp_path / "p.xlsx")],
                           "name a .csv or a .parquet file")):
         assert main(argv) == 2, argv

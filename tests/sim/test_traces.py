@@ -131,6 +131,10 @@ def test_prefix_reuse_ratio_by_hand():
      3, "ContextTokens"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,4.5\n", 2, "GeneratedTokens"),
     ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,374\n", 1, "GeneratedTokens"),
+    # out of range: nanosecond timestamps, and token counts past any context window
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n0001-01-01 00:00:00,1,1\n",
+     3, "TIMESTAMP"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,99999999999,44\n", 2, "ContextTokens"),
 ])
 def test_bad_azure_rows_name_file_line_and_field(tmp_path, body, line, field):
     p = tmp_path / "bad.csv"
@@ -148,6 +152,9 @@ def test_bad_azure_rows_name_file_line_and_field(tmp_path, body, line, field):
     ('{"timestamp": 0, "input_length": 5, "output_length": true}\n', 1, "output_length"),
     ('\n{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "a"]}\n', 2, "hash_ids"),
     ('[1, 2]\n', 1, None),
+    ('{"timestamp": 0, "input_length": 99999999999999999999999, "output_length": 1}\n', 1, "input_length"),
+    ('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [18446744073709551616]}\n', 1,
+     "hash_ids"),
 ])
 def test_bad_mooncake_rows_name_file_line_and_field(tmp_path, body, line, field):
     p = tmp_path / "bad.jsonl"
