@@ -329,10 +329,13 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
     size = '[workload]\nrequests = 100\nrps = 10.0\n'
     (tmp_path / "pops.toml").write_text(size + '[edge]\npops = ["XXX"]\n')
     (tmp_path / "base.toml").write_text(size + '[central]\nbaseline = "nope"\n')
+    (tmp_path / "cat.toml").write_text(f'catalog = "{tmp_path}"\n' + size)
     for argv, needle in ((["simulate", "--scenario", str(tmp_path / "pops.toml"), "--out", out],
                           "pops.toml [edge]: field 'pops': unknown PoP id(s) 'XXX'"),
                          (["simulate", "--scenario", str(tmp_path / "base.toml"), "--out", out],
                           "base.toml [central]: field 'baseline': unknown baseline 'nope'"),
+                         (["simulate", "--scenario", str(tmp_path / "cat.toml"), "--out", out],
+                          "is a folder: name a TOML file"),
                          (["simulate", "--scenario", "small", "--trace", str(trace), "--out", out], "than a year"),
                          (["simulate", "--scenario", "small", "--trace", str(tmp_path), "--out", out], "is a folder"),
                          (["simulate", "--scenario", "small", "--duration", "0.0001", "--out", out], "no requests"),
