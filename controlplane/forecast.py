@@ -58,8 +58,8 @@ def ingress_weights(topo: Topology, when_utc: datetime | None = None) -> np.ndar
 def ingress_demand(topo: Topology, catalog: Catalog, total_rps: float, mix: dict[str, float] | None = None,
                    when_utc: datetime | None = None) -> pd.DataFrame:
     """Requests/s per ingress PoP (rows, PoP ids in table order) and model (columns)."""
-    if not np.isfinite(total_rps) or total_rps <= 0:
-        raise UserError(f"total demand must be a positive number of requests/s, got {total_rps!r}")
+    if not np.isfinite(total_rps) or not 0 < total_rps <= 1e9:  # (beyond, the solvers' numbers lose meaning)
+        raise UserError(f"total demand must be a positive number of requests/s up to 1e9, got {total_rps!r}")
     shares = normalise_mix(mix or DEFAULT_MIX, catalog)
     w = ingress_weights(topo, when_utc)
     data = total_rps * np.outer(w, np.array(list(shares.values())))

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from edgepop import __version__
 from edgepop.errors import UserError
@@ -38,10 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    # SIGTERM (a scheduler's kill, a timeout) unwinds like Ctrl-C, so a command's clean-up runs: staged output
+    # folders are removed, pools shut down. ``serve`` installs its own handlers (graceful drain) while it serves.
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
         return code
+    except Terminated:
+        print("edgepop: terminated", file=sys.stderr)
+        return 143  # 128 + SIGTERM
     except UserError as exc:
         print(f"edgepop: error: {exc}", file=sys.stderr)
         return 2
@@ -55,6 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgepop: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """Raised by the SIGTERM handler (a BaseException, as KeyboardInterrupt is: no ``except Exception`` eats it)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
 
 
 if __name__ == "__main__":  # pragma: no cover

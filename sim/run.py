@@ -122,6 +122,10 @@ def prepare(sc: Scenario, topo=None) -> Setup:
         sc.gpu_inventory_scale)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = tech.catalog(Catalog.load(sc.catalog) if sc.catalog else default_catalog())
+    for model in sc.workload.mix or {}:  # (the workload would name neither the file nor the field)
+        if model not in catalog:
+            raise UserError(f"{sc.source} [workload]: field 'mix': no model {model!r} in the catalog "
+                            f"({len(catalog)} models; `edgepop place --list-models` lists them)")
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
     check_block_tokens(sc.techniques, sc.workload)  # again: a --trace override may change the workload's blocks
     check_node_targets(sc.faults, topo)  # a typo would be skipped by both fleets: refused before any work

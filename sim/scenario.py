@@ -90,6 +90,8 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     if sc.last_mile not in LAST_MILE_MODES:
         raise UserError(f"{source}: field 'last_mile' must be one of {', '.join(LAST_MILE_MODES)}, "
                         f"got {sc.last_mile!r}")
+    if sc.last_mile_ms > 86_400_000:  # (a day, as the gateway's config takes)
+        raise UserError(f"{source}: field 'last_mile_ms' must be at most 86400000, got {sc.last_mile_ms!r}")
     if sc.gpu_inventory_scale > 100:  # over 200,000 GPUs at the edge
         raise UserError(f"{source}: field 'gpu_inventory_scale' must be at most 100, got {sc.gpu_inventory_scale!r}")
     if 0 < sc.sample_s < 0.01:  # a sample of the whole fleet every sample_s simulated seconds

@@ -13,8 +13,10 @@ Shipped traces (``sim/data``, see ``ATTRIBUTION.md``):
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -67,7 +69,12 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
     if not path.is_file():
         raise TraceFileError(path, None, None, "no such file")
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        with warnings.catch_warnings():
+            # a row longer than the header: pandas would shift it onto an index (index_col=False: warn instead)
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig", index_col=False)
+    except pd.errors.ParserWarning:
+        raise TraceFileError(path, _first_long_row(path), None, "more fields than the header has") from None
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise TraceFileError(path, None, None, f"not a readable CSV file ({' '.join(str(exc).split())})") from None
     for col in AZURE_COLUMNS:
@@ -92,6 +99,17 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
     empty = np.empty(len(raw), object)
     empty.fill(())
     return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path)
+
+
+def _first_long_row(path: Path) -> int | None:
+    """The line number of the first row with more fields than the header."""
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        rows = csv.reader(fh)
+        width = len(next(rows, []))
+        for row in rows:
+            if len(row) > width:
+                return rows.line_num
+    return None
 
 
 def _first_bad(path: Path, values: pd.Series, bad: np.ndarray, field: str, problem: str) -> None:

@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from topology.report import draw_map, summary
     from topology.world import Topology
 
-    if not args.last_mile_ms >= 0:
-        raise UserError(f"--last-mile-ms must not be negative, got {args.last_mile_ms:g}")
+    if not 0 <= args.last_mile_ms <= 86_400_000:  # (up to a day, as the gateway's config takes)
+        raise UserError(f"--last-mile-ms must be in [0, 86400000], got {args.last_mile_ms:g}")
     if args.last_mile != "fixed" and args.last_mile_ms:
         raise UserError(f"--last-mile-ms is the fixed mode's value: it does not apply with --last-mile "
                         f"{args.last_mile}")

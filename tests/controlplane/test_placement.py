@@ -292,7 +292,8 @@ def test_cli_lists_and_errors(capsys):
     for argv, needle in [(["--policy", "nope"], "unknown placement policy 'nope'"),
                          (["--policy", "ilp", "--models", "@cf/x/y"], "no model '@cf/x/y'"),
                          (["--policy", "ilp", "--baseline", "big3"], "--baseline applies to --policy central"),
-                         (["--policy", "central", "--rps", "-5"], "positive number of requests/s")]:
+                         (["--policy", "central", "--rps", "-5"], "positive number of requests/s"),
+                         (["--policy", "greedy-demand", "--rps", "1e300"], "requests/s up to 1e9")]:
         assert main(["place", *argv]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("edgepop: error: ") and needle in err

@@ -16,3 +16,23 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert err == ""
+
+
+def test_sigterm_unwinds_a_command_and_its_staged_outputs_go(tmp_path):
+    """A scheduler's kill (SIGTERM) unwinds like Ctrl-C: the sweep's staged folder beside --out is removed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "edgepop", "sweep", "--grid", "policies", "--workers", "1",
+                             "--out", str(tmp_path / "out")], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300  # a hang guard only: the sweep stages its folder within seconds
+    while not any(p.name.startswith(".edgepop-sweep-") for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=300)[1].decode()
+    assert proc.returncode == 143 and err.strip().endswith("edgepop: terminated")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

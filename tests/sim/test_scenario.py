@@ -277,6 +277,7 @@ BAD_FIELDS = [
     ("[central]\ngpu_scale = nan\n", "'gpu_scale' must be a finite number"),
     ('[central]\nenabled = "no"\n', "'enabled' must be true or false"),
     ("[techniques]\nlora = true\nlora_slots = 0\n", "lora_slots must be an integer >= 1, got 0"),
+    ("[techniques]\nspeculative = true\nspec_k = 1000000\n", "spec_k must be at most 32"),
     # sizes and values that would overflow, hang or exhaust memory
     ("sample_s = 1e-6\n", "'sample_s' must be at least 0.01"),
     ("gpu_inventory_scale = 1e9\n", "'gpu_inventory_scale' must be at most 100"),
@@ -330,12 +331,15 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
     (tmp_path / "pops.toml").write_text(size + '[edge]\npops = ["XXX"]\n')
     (tmp_path / "base.toml").write_text(size + '[central]\nbaseline = "nope"\n')
     (tmp_path / "cat.toml").write_text(f'catalog = "{tmp_path}"\n' + size)
+    (tmp_path / "mix.toml").write_text(size + "mix = { '@cf/nope' = 1.0 }\n")
     for argv, needle in ((["simulate", "--scenario", str(tmp_path / "pops.toml"), "--out", out],
                           "pops.toml [edge]: field 'pops': unknown PoP id(s) 'XXX'"),
                          (["simulate", "--scenario", str(tmp_path / "base.toml"), "--out", out],
                           "base.toml [central]: field 'baseline': unknown baseline 'nope'"),
                          (["simulate", "--scenario", str(tmp_path / "cat.toml"), "--out", out],
                           "is a folder: name a TOML file"),
+                         (["simulate", "--scenario", str(tmp_path / "mix.toml"), "--out", out],
+                          "mix.toml [workload]: field 'mix': no model '@cf/nope' in the catalog"),
                          (["simulate", "--scenario", "small", "--trace", str(trace), "--out", out], "than a year"),
                          (["simulate", "--scenario", "small", "--trace", str(tmp_path), "--out", out], "is a folder"),
                          (["simulate", "--scenario", "small", "--duration", "0.0001", "--out", out], "no requests"),

@@ -145,6 +145,15 @@ def test_bad_azure_rows_name_file_line_and_field(tmp_path, body, line, field):
     assert "bad.csv" in msg and f"line {line}" in msg and f"'{field}'" in msg and "\n" not in msg
 
 
+def test_an_azure_row_longer_than_the_header_is_named(tmp_path):
+    """(pandas would shift such a row onto an index and blame its third field as the timestamp)"""
+    p = tmp_path / "long.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,100,5,7,8\n"
+                 "2023-11-16 18:15:48,374,44\n")  # (a later long row: pandas' own error names its line)
+    with pytest.raises(TraceFileError, match=r"long\.csv, line 2: more fields than the header has"):
+        read_azure_trace(p)
+
+
 @pytest.mark.parametrize("body, line, field", [
     ('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5,\n', 2, None),
     ('{"timestamp": 0, "output_length": 1}\n', 1, "input_length"),

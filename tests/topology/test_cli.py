@@ -70,6 +70,6 @@ def test_custom_pop_file_is_used(tmp_path, capsys):
 
 def test_a_negative_last_mile_is_refused(tmp_path, capsys):
     assert main(["topology", "--last-mile-ms", "-5", "--out", str(tmp_path / "t")]) == 2
-    assert capsys.readouterr().err.strip() == "edgepop: error: --last-mile-ms must not be negative, got -5"
+    assert capsys.readouterr().err.strip() == "edgepop: error: --last-mile-ms must be in [0, 86400000], got -5"
     assert not (tmp_path / "t").exists()
 
