@@ -253,7 +253,8 @@ def write_report(out, directory: Path) -> Path:
     plot_utilisation(out.utilisation, directory / "utilisation.png")
     figs.append(("Utilisation over time", "utilisation.png"))
     lines = [f"# {title_line(s)}", "",
-             f"{s['requests']:,} requests over {s['simulated_span_s']:,.0f} simulated seconds, seed {s['seed']}; "
+             f"{s['requests']:,} requests over {s['simulated_span_s']:,.0f} simulated seconds{_day_text(s)}, "
+             f"seed {s['seed']}; "
              "the same arrivals went through each deployment. Latency figures are of interactive requests "
              "(TTFT and TPOT: text generation; E2E split into generation and one-shot tasks).", "",
              "| metric | edge | central | edge gain (95% CI) |", "|---|---|---|---|"]
@@ -273,6 +274,16 @@ def write_report(out, directory: Path) -> Path:
     path = directory / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _day_text(s: dict) -> str:
+    """`` (3.6 h of a day compressed to 600 s, from 12:00 UTC)``: which part of the day's load the run saw."""
+    day = s.get("day") or {}
+    if not day.get("day_s"):
+        return ""
+    start = f", from {day['start_utc'][11:16]} UTC" if day.get("start_utc") else ""
+    squeezed = f"a day compressed to {day['day_s']:,.0f} s" if day["day_s"] < 86_400 else "a day"
+    return f" ({day['hours_covered']:g} h of {squeezed}{start})"
 
 
 def sensitivity_lines(sens: dict) -> list[str]:
