@@ -43,6 +43,8 @@ def normalise_mix(mix: dict[str, float], catalog: Catalog) -> dict[str, float]:
     total = float(sum(mix.values()))
     if total <= 0:
         raise UserError("model mix: shares sum to zero")
+    if not np.isfinite(total):  # shares near the float limit overflow their sum
+        raise UserError("model mix: the shares' sum overflows: use relative shares (e.g. fractions or percents)")
     return {m: s / total for m, s in mix.items()}
 
 

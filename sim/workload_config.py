@@ -193,8 +193,11 @@ def _mix(where: str, raw) -> dict[str, float]:
     out = {}
     for model, share in raw.items():
         out[model] = number(where, f"mix share of {model!r}", share, 0.0)
-    if sum(out.values()) <= 0:
+    total = sum(out.values())
+    if total <= 0:
         raise UserError(f"{where}: mix shares sum to zero")
+    if total == float("inf"):  # shares near the float limit overflow their sum
+        raise UserError(f"{where}: mix shares' sum overflows: use relative shares (e.g. fractions or percents)")
     return out
 
 

@@ -281,6 +281,8 @@ BAD_FIELDS = [
     ('[central]\nenabled = "no"\n', "'enabled' must be true or false"),
     ("[techniques]\nlora = true\nlora_slots = 0\n", "lora_slots must be an integer >= 1, got 0"),
     ("[techniques]\nspeculative = true\nspec_k = 1000000\n", "spec_k must be at most 32"),
+    ("[workload]\nmix = { '@cf/meta/llama-3.1-8b-instruct' = 1e308, '@cf/baai/bge-base-en-v1.5' = 1e308 }\n",
+     "mix shares' sum overflows"),
     # sizes and values that would overflow, hang or exhaust memory
     ("sample_s = 1e-6\n", "'sample_s' must be at least 0.01"),
     ("gpu_inventory_scale = 1e9\n", "'gpu_inventory_scale' must be at most 100"),
