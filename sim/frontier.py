@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from edgepop.errors import UserError
-from edgepop.outputs import move_into_place
+from edgepop.outputs import move_into_place, output_folder
 from sim.frontier_report import summarise, write_outputs
 
 DEFAULT_BUDGETS = (0.1, 0.18, 0.32, 0.56, 1.0, 1.8)  # x the scenario's GPU inventory scale (x1.8 apart)
@@ -274,11 +274,10 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     lines = _lines(sc, baselines, only, topo)
     seeds = tuple(seeds) if seeds else (sc.seed,)
     scales = sorted({round(b if absolute else b * sc.gpu_inventory_scale, 9) for b in budgets})
-    out = Path(out)
+    if scales[-1] > 100:  # as a scenario's gpu_inventory_scale: beyond, the fleets run to millions of GPUs
+        raise UserError(f"budgets: an inventory scale of {scales[-1]:g} is over 100 (x the tier ladder's GPUs)")
+    out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
     out.parent.mkdir(parents=True, exist_ok=True)
-    # The rounds' sweeps run in a scratch folder of our own beside ``out`` (removed however the run ends, and
-    # never a folder of the user's); the outputs are written there too and moved into ``out`` at the end.
-    work = Path(tempfile.mkdtemp(prefix=".edgepop-frontier-", dir=out.parent))
 
     def point(line, scale, phase):
         return Point(line, scale, *fleet_budget(sc, topo, line, scale), phase=phase)
@@ -289,10 +288,14 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     paired = {p.scale for p in feasible if p.line.deployment == "central" and p.scale in edge_scales
               and p.line == next(q for q in lines if q.deployment == "central")}
     total = (len(feasible) - len(paired)) * len(seeds) + max_steps * len(lines) * len(seeds)
-    ray_started = _start_ray(engine, workers)
-    n_workers = workers or os.cpu_count() or 1
-    pool = local_pool(n_workers) if engine == "local" and n_workers > 1 else None  # one pool for every round
+    # The rounds' sweeps run in a scratch folder of our own beside ``out`` (removed however the run ends, and
+    # never a folder of the user's); the outputs are written there too and moved into ``out`` at the end.
+    work = Path(tempfile.mkdtemp(prefix=".edgepop-frontier-", dir=out.parent))
+    ray_started, pool = False, None
     try:
+        ray_started = _start_ray(engine, workers)
+        n_workers = workers or os.cpu_count() or 1
+        pool = local_pool(n_workers) if engine == "local" and n_workers > 1 else None  # one pool for every round
         with progress_bar(max(total, 1), progress, "frontier", "runs") as advance:
             runner = _Runner(base, seeds, requests, engine, workers, work, advance, pool)
             runner.run(points)

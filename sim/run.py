@@ -21,7 +21,7 @@ from controlplane.deployment import Deployment, build_deployment
 from controlplane.perf_models import build_perf
 from edgepop.errors import UserError
 from edgepop.memory import release_large_blocks
-from edgepop.outputs import move_into_place
+from edgepop.outputs import move_into_place, output_folder
 from edgepop.rng import MAX_INT, streams
 from edgepop.stats import percentiles
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
@@ -58,10 +58,13 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
         wl.update(trace=str(trace), kind=trace_kind(trace), requests=None, duration_s=None)
     is_trace = wl.get("kind", sc.workload.kind) != "poisson"
     if requests is not None:
-        if requests <= 0:
-            raise UserError(f"requests must be positive, got {requests}")
+        if isinstance(requests, bool) or not isinstance(requests, int | np.integer) or requests <= 0:
+            raise UserError(f"requests must be a positive integer, got {requests!r}")
+        requests = int(requests)
         wl.update(trace_limit=requests) if is_trace else wl.update(requests=requests, duration_s=None)
     if duration_s is not None:
+        if isinstance(duration_s, bool) or not isinstance(duration_s, int | float | np.integer | np.floating):
+            raise UserError(f"duration must be a number of seconds, got {duration_s!r}")
         if not duration_s > 0:  # (NaN fails too)
             raise UserError(f"duration must be positive, got {duration_s}")
         if duration_s == float("inf"):
@@ -83,6 +86,8 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
     if seed is not None:
         over["seed"] = seed
     if faults:
+        if isinstance(faults, str):  # one spec, not a list of its characters
+            faults = [faults]
         over["faults"] = [parse_fault(f) if isinstance(f, str) else f for f in faults]
     return with_overrides(sc, **over) if over else sc
 
@@ -292,9 +297,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                  faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
     """Simulate ``scenario`` (an embedded name, a path or a Scenario) with optional overrides."""
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
-    deployments = (deployments,) if isinstance(deployments, str) else tuple(deployments)
-    if not deployments or not set(deployments) <= {"edge", "central"}:
-        raise UserError(f"deployments must be 'edge' and/or 'central', got {deployments!r}")
+    deployments = (deployments,) if isinstance(deployments, str) else tuple(deployments or ())
+    if not deployments or not set(deployments) <= {"edge", "central"} or len(set(deployments)) < len(deployments):
+        raise UserError(f"deployments must be 'edge' and/or 'central', each once, got {deployments!r}")
     sc = with_run_overrides(sc, requests=requests, duration_s=duration_s, seed=seed, trace=trace, faults=faults)
     if sc.central is None and deployments == ("central",):  # (checked before the workload is generated)
         raise UserError(f"only central asked for, and scenario {sc.name!r} has no central deployment ([central] "
@@ -350,7 +355,7 @@ def write_outputs(out: RunOutput, directory: str | Path) -> Path:
 
     from sim.report import write_report
 
-    directory = Path(directory)
+    directory = output_folder(directory, "output folder", staged=True)  # (a file in the way: one line, first)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".edgepop-", dir=directory.parent))
     try:

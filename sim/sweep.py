@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
-from edgepop.outputs import move_into_place
+from edgepop.outputs import move_into_place, output_folder
 from sim.grid import Grid, Variant, load_grid
 from sim.sweep_variant import VariantTask, run_variant
 
@@ -74,7 +74,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
         raise UserError(f"workers must be a positive integer, got {workers!r}")
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
              for v in grid.variants]
-    out = Path(out)
+    out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".edgepop-sweep-", dir=out.parent))
     t0 = time.perf_counter()

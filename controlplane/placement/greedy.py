@@ -24,6 +24,7 @@ from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementPr
 from controlplane.placement.local_search import SwapSearch
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
+from edgepop.errors import UserError
 
 _EPS = 1e-9
 
@@ -286,6 +287,10 @@ class GreedyDemand(PlacementPolicy):
     cacheable = True
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
+        for name, ok in (("min_gain_ms_per_gb", self.min_gain_ms_per_gb >= 0),  # (NaN fails too)
+                         ("swap_passes", self.swap_passes >= 0), ("swap_trials", self.swap_trials >= 0)):
+            if not ok:  # a negative or NaN threshold would place replicas that gain nothing, up to every slot
+                raise UserError(f"greedy-demand option {name} must be >= 0, got {getattr(self, name)!r}")
         net = problem.network()
         state = _Routing(net)
         ledger = GpuLedger(net)

@@ -361,3 +361,11 @@ def test_an_ilp_whose_clock_left_out_branch_and_bound_says_it_is_not_determinist
     assert p.solver["status"] == "no time for branch-and-bound" and p.solver["deterministic"] is False
     assert p.solver["phases"] and all(ph["skipped"] for ph in p.solver["phases"])
     assert p.solver["plan"] == "rounding"
+
+
+@pytest.mark.parametrize("options", [{"min_gain_ms_per_gb": float("nan")}, {"min_gain_ms_per_gb": -1.0},
+                                     {"swap_passes": -1}])
+def test_greedy_refuses_thresholds_that_would_fill_every_slot(real_problem, options):
+    """A NaN or negative gain threshold let greedy place replicas that gain nothing (97,911 against 3,701)."""
+    with pytest.raises(UserError, match=f"greedy-demand option {next(iter(options))} must be >= 0"):
+        get_policy("greedy-demand", **options).place(real_problem, np.random.default_rng(0))

@@ -182,3 +182,15 @@ def test_the_frontier_keeps_the_users_files_and_leaves_no_scratch(tmp_path):
     with pytest.raises(UserError, match="pop:XXX"):
         run_frontier(bad, out=tmp_path / "failed", **kw)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml", "proj"]
+
+
+def test_bad_budgets_and_outputs_are_refused_before_any_work(tmp_path):
+    """An inventory scale past 100 would build fleets of millions of GPUs (it hung); a file where the output
+    folder should go would have lost the finished run's results at the end."""
+    kw = dict(slo="ttft_p95_ms=1000", seeds=[1], requests=300, max_steps=0, workers=1, progress=False, only="edge")
+    with pytest.raises(UserError, match=r"an inventory scale of 1e\+09 is over 100"):
+        run_frontier("small", budgets=[0.1, 1e9], absolute=True, out=tmp_path / "o", **kw)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="exists and is not a folder"):
+        run_frontier("small", budgets=[0.1, 0.2], absolute=True, out=tmp_path / "afile", **kw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

@@ -251,6 +251,13 @@ def test_perf_and_fault_policy_are_checked_at_parse_time(tmp_path):
     ({"seed": 2**64}, "seed must be an integer in [0, 2**63 - 1], got 18446744073709551616"),
     ({"deployments": ("edge", "moon")}, "deployments must be 'edge' and/or 'central'"),
     ({"deployments": ()}, "deployments must be 'edge' and/or 'central'"),
+    ({"deployments": ("edge", "edge")}, "deployments must be 'edge' and/or 'central', each once"),  # rows twice
+    # from Python: a NaN count hung the workload generator, a float count failed deep in pandas, True ran 1
+    ({"requests": float("nan")}, "requests must be a positive integer, got nan"),
+    ({"requests": 300.0}, "requests must be a positive integer, got 300.0"),
+    ({"requests": True}, "requests must be a positive integer, got True"),
+    ({"duration_s": "10"}, "duration must be a number of seconds, got '10'"),
+    ({"faults": "pop:XXX@1+5"}, "pop:XXX"),  # one spec as a string, not a list of its characters
 ])
 def test_run_scenario_arguments_give_one_line_errors(kw, words):
     import re
@@ -391,3 +398,13 @@ def test_a_second_run_into_the_same_folder_leaves_none_of_the_firsts_outputs(tmp
     assert main(["simulate", "--scenario", "small", "--requests", "400", "--only", "edge", "--out", str(out)]) == 0
     assert not (out / "ttft_gain_map.png").exists() and (out / "notes.txt").read_text() == "mine"
     assert "ttft_gain_map.png" not in (out / "report.md").read_text()
+
+
+def test_write_outputs_names_a_file_in_the_way(small, tmp_path):
+    from edgepop.errors import UserError
+    from sim.run import write_outputs
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="output folder .*afile: exists and is not a folder"):
+        write_outputs(small, tmp_path / "afile")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

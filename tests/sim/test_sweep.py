@@ -205,3 +205,11 @@ def test_cli_sweep_table_json_and_errors(tmp_path, capsys):
     assert main(["sweep", "--grid", str(grid), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("edgepop: error: g.toml: axis 'edge.router' value 'fastest'") and "\n" not in err
+
+
+def test_a_file_in_the_way_of_out_is_refused_before_the_sweep_runs(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    g = parse_grid({"base": "small", "requests": 50, "deployments": ["edge"]}, "g.toml")
+    with pytest.raises(UserError, match="exists and is not a folder"):
+        run_sweep(g, engine="local", workers=1, out=tmp_path / "afile", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
