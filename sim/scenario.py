@@ -8,12 +8,15 @@ the table and the field.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+
+import numpy as np
 
 from controlplane.deployment import DeploymentConfig
 from controlplane.perf_models import check_perf
 from edgepop.errors import UserError
+from edgepop.rng import MAX_INT
 from sim.faults import FAULT_POLICIES, parse_fault
 from sim.techniques.config import Techniques, parse_techniques
 from sim.validate import typed
@@ -69,10 +72,10 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
                                             base_dir=base_dir)
     # Fields of the other deployment would be accepted by the shared config type and ignored (or worse): the
     # central budget settings mean nothing at the edge, and central's PoPs follow the edge's.
-    for table, fields, why in (("edge", CENTRAL_ONLY, "sets the central deployment's regions or budget: move it "
-                                "to [central]"),
-                               ("central", ("pops",), "is the edge's: central's budget follows [edge] pops")):
-        misplaced = sorted(set(tables.get(table, {})) & set(fields))
+    for table, names, why in (("edge", CENTRAL_ONLY, "sets the central deployment's regions or budget: move it "
+                               "to [central]"),
+                              ("central", ("pops",), "is the edge's: central's budget follows [edge] pops")):
+        misplaced = sorted(set(tables.get(table, {})) & set(names))
         if misplaced:
             raise UserError(f"{source} [{table}]: field {misplaced[0]!r} {why}")
     sc.edge = typed(DeploymentConfig, tables.get("edge", {}), f"{source} [edge]")
@@ -142,8 +145,19 @@ def load_scenario(name_or_path: str | Path = "default") -> Scenario:
 
 
 def with_overrides(sc: Scenario, **kw) -> Scenario:
-    """A copy with top-level fields replaced (CLI flags); ``workload`` fields via ``workload={...}``."""
+    """A copy with top-level fields replaced (CLI flags); ``workload`` fields via ``workload={...}``. Unknown
+    field names and a seed that is not an integer in [0, 2**63 - 1] are one-line errors (the values are not
+    otherwise re-validated: a scenario file's checks run when it is read)."""
     wl = kw.pop("workload", None)
+    for cls, names in ((Scenario, kw), (WorkloadConfig, wl or {})):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise UserError(f"with_overrides: no {cls.__name__} field {unknown[0]!r} "
+                            f"(known: {', '.join(sorted(known))})")
+    seed = kw.get("seed", sc.seed)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed <= MAX_INT:
+        raise UserError(f"with_overrides: seed must be an integer in [0, 2**63 - 1], got {seed!r}")
     out = replace(sc, **kw)
     if wl:
         out.workload = replace(sc.workload, **wl)

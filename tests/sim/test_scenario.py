@@ -408,3 +408,21 @@ def test_write_outputs_names_a_file_in_the_way(small, tmp_path):
     with pytest.raises(UserError, match="output folder .*afile: exists and is not a folder"):
         write_outputs(small, tmp_path / "afile")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_with_overrides_names_an_unknown_field_or_a_bad_seed():
+    """(``dataclasses.replace`` gave a raw TypeError; a seed of None ran unseeded, then failed in the bootstrap)"""
+    import numpy as np
+
+    from edgepop.errors import UserError
+    from sim.scenario import load_scenario, with_overrides
+
+    sc = load_scenario("small")
+    with pytest.raises(UserError, match="with_overrides: no Scenario field 'sede'"):
+        with_overrides(sc, sede=3)
+    with pytest.raises(UserError, match="with_overrides: no WorkloadConfig field 'rsp'"):
+        with_overrides(sc, workload={"rsp": 3.0})
+    for seed in (None, "3", 3.5, -1):
+        with pytest.raises(UserError, match="with_overrides: seed must be an integer"):
+            with_overrides(sc, seed=seed)
+    assert with_overrides(sc, seed=np.int64(4)).seed == 4
