@@ -99,6 +99,7 @@ class FaultHandler:
         self._city_pop_rtt: dict[int, np.ndarray] = {}
         self._last_mile: np.ndarray | None = None  # every demand city's last mile (ms), read on the first re-route
         self._base_latency = topo.latency
+        self._backbone_names = set(topo.latency.backbone.nodes.name)  # (link targets are read against them)
         self._cut_links: set[tuple[int, int]] = set()
         # Faults may overlap on one target (two faults of a PoP, a node fault inside its PoP's): a target is down
         # while any fault holding it is active, so each counts the faults holding it.
@@ -108,7 +109,7 @@ class FaultHandler:
     def validate(self, faults) -> None:
         nodes = set(self.dep.fleet.nodes.node_id)
         pops = set(self.topo.pops.id)
-        names = set(self.topo.latency.backbone.nodes.name)
+        names = self._backbone_names
         for f in faults:
             if f.kind == "node" and f.target not in nodes:
                 raise UserError(f"fault {f.kind}:{f.target}: no GPU node {f.target!r} in the {self.dep.name} fleet")
@@ -145,7 +146,7 @@ class FaultHandler:
             for node in nodes:
                 self._node(sim, int(node), down, now)
         else:
-            a, b = link_ends(fault.target, set(self._base_latency.backbone.nodes.name))
+            a, b = link_ends(fault.target, self._backbone_names)
             link = self._link_index(a, b)
             if self._hold(("link", link), down):
                 (self._cut_links.add if down else self._cut_links.discard)(link)

@@ -24,6 +24,7 @@ import numpy as np
 
 from controlplane.catalog import TASKS, ModelSpec
 from edgepop.errors import UserError
+from sim.traces import MAX_TOKENS
 from sim.validate import number
 
 AUDIO_SECONDS_PER_MINUTE = 60
@@ -74,7 +75,7 @@ class TaskTokens:
         return out
 
 
-MAX_MEDIAN_TOKENS = 1e7
+MAX_MEDIAN_TOKENS = float(MAX_TOKENS)  # the same ceiling as a trace's token counts
 MAX_SIGMA = 5.0  # a log-normal spread of e^5 = 148x per standard deviation
 MAX_PASSAGES = 1000.0  # passages per reranking request
 
@@ -99,7 +100,8 @@ DEFAULT_TOKENS: dict[str, TaskTokens] = {
 assert set(DEFAULT_TOKENS) == set(TASKS) == set(TASK_FIELDS)
 
 
-def _lognormal(where: str, raw, base: LogNormal | None) -> LogNormal:
+def _lognormal(where: str, raw, base: LogNormal | None, least: int = 0) -> LogNormal:
+    """``least``: the smallest ``min`` allowed (1 for prompts: a request has at least one prompt token)."""
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a table like {{ median = 100, sigma = 0.8 }}, got {raw!r}")
     known = {"median", "sigma", "min", "max"}
@@ -115,7 +117,6 @@ def _lognormal(where: str, raw, base: LogNormal | None) -> LogNormal:
     sigma = number(where, "sigma", d["sigma"], 0.0, hi=MAX_SIGMA)
     lo = d.get("min", 1)
     hi = d.get("max")
-    least = 1 if where.endswith(".prompt") else 0  # a request has at least one prompt token
     if isinstance(lo, bool) or not isinstance(lo, int) or lo < least:
         raise UserError(f"{where}: min must be an integer >= {least}, got {lo!r}")
     if hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or hi < max(lo, 1)):
@@ -144,7 +145,8 @@ def tokens_from_dict(raw, where: str) -> dict[str, TaskTokens]:
             if name == "passages":
                 current = replace(current, passages=number(f"{w}", "passages", value, 1.0, hi=MAX_PASSAGES))
             else:
-                current = replace(current, **{name: _lognormal(f"{w}.{name}", value, getattr(current, name))})
+                current = replace(current, **{name: _lognormal(f"{w}.{name}", value, getattr(current, name),
+                                                               least=1 if name == "prompt" else 0)})
         out[task] = current
     return out
 
