@@ -153,6 +153,8 @@ class Frontier:
 def scenario_path(name_or_path: str | Path) -> Path:
     from sim.scenario import SCENARIO_DIR, read_named_toml
 
+    if not isinstance(name_or_path, str | os.PathLike):
+        raise UserError(f"a scenario is an embedded name or a path, got {name_or_path!r}")
     path = Path(name_or_path)
     if not path.suffix and (SCENARIO_DIR / f"{name_or_path}.toml").exists():
         return SCENARIO_DIR / f"{name_or_path}.toml"

@@ -131,6 +131,8 @@ def load_grid(name_or_path: str | Path) -> Grid:
 
 def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = None) -> Grid:
     """Validate a grid document (what ``tomllib`` returns) and expand it into variants."""
+    if not isinstance(doc, dict):
+        raise UserError(f"{source}: a grid is a table of keys ({', '.join(GRID_KEYS)}), got {type(doc).__name__}")
     base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
     for key in doc:
         if key not in GRID_KEYS:

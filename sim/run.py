@@ -29,7 +29,7 @@ from sim.faults import FaultHandler, check_node_targets, parse_fault
 from sim.metrics import deployment_summary, gains, slo_met
 from sim.perfcache import CachedPerf
 from sim.request_frame import concat_frames
-from sim.scenario import Scenario, load_scenario, with_overrides
+from sim.scenario import Scenario, check_scenario, load_scenario, with_overrides
 from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
 from sim.techniques.config import check_block_tokens
@@ -297,6 +297,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                  faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
     """Simulate ``scenario`` (an embedded name, a path or a Scenario) with optional overrides."""
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    sc = check_scenario(sc)  # a Scenario built or edited in Python skipped the file's checks
     deployments = (deployments,) if isinstance(deployments, str) else tuple(deployments or ())
     if not deployments or not set(deployments) <= {"edge", "central"} or len(set(deployments)) < len(deployments):
         raise UserError(f"deployments must be 'edge' and/or 'central', each once, got {deployments!r}")

@@ -17,7 +17,7 @@ from controlplane.deployment import DeploymentConfig
 from controlplane.perf_models import check_perf
 from edgepop.errors import UserError
 from edgepop.rng import MAX_INT
-from sim.faults import FAULT_POLICIES, parse_fault
+from sim.faults import FAULT_POLICIES, Fault, parse_fault
 from sim.techniques.config import Techniques, parse_techniques
 from sim.validate import typed
 from sim.workload_config import WorkloadConfig
@@ -89,6 +89,15 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
         sc.central = typed(DeploymentConfig, {"placement": "central", **raw}, f"{source} [central]")
     sc.slo = typed(SLO, tables.get("slo", {}), f"{source} [slo]")
     sc.techniques = parse_techniques(tables.get("techniques", {}), f"{source} [techniques]", sc.workload)
+    check_values(sc, source)
+    return sc
+
+
+def check_values(sc: Scenario, source: str) -> None:
+    """The checks of a scenario's values across its tables (names, bounds, policies, faults); fault specs given
+    as strings are parsed in place. ``source`` names the scenario in errors."""
+    if not isinstance(sc.faults, list):
+        raise UserError(f"{source}: field 'faults' must be a list, got {sc.faults!r}")
     FAULT_POLICIES.check(sc.fault_policy, where=f"{source}: field 'fault_policy'")
     if sc.last_mile not in LAST_MILE_MODES:
         raise UserError(f"{source}: field 'last_mile' must be one of {', '.join(LAST_MILE_MODES)}, "
@@ -113,10 +122,36 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
                             f"policy), got {sc.central.placement!r}")
         sc.central.check(f"{source} [central]")
     for f in sc.faults:
-        if not isinstance(f, str):
+        if not isinstance(f, str | Fault):
             raise UserError(f"{source}: field 'faults' must list KIND:TARGET@START+DURATION strings, got {f!r}")
-    sc.faults = [parse_fault(f) for f in sc.faults]
-    return sc
+    sc.faults = [f if isinstance(f, Fault) else parse_fault(f) for f in sc.faults]
+
+
+def check_scenario(sc: Scenario) -> Scenario:
+    """Re-run a scenario file's checks on a Scenario object, one built or edited in Python (``dataclasses.replace``
+    skips them): its fields' types, each table, and the values across them; one-line errors naming the field.
+    Returns a copy with fault specs given as strings parsed (``sc`` is left as it was)."""
+    if not isinstance(sc, Scenario):
+        raise UserError(f"expected a Scenario (or a scenario name or path), got {type(sc).__name__}")
+    where = f"scenario {sc.name!r}"
+    tables = ("workload", "edge", "central", "slo", "techniques", "faults", "source")
+    typed(Scenario, {f.name: getattr(sc, f.name) for f in fields(Scenario) if f.name not in tables}, where)
+    for name, cls, value in (("workload", WorkloadConfig, sc.workload), ("edge", DeploymentConfig, sc.edge),
+                             ("slo", SLO, sc.slo), ("techniques", Techniques, sc.techniques)):
+        if not isinstance(value, cls):
+            raise UserError(f"{where}: {name} must be a {cls.__name__}, got {type(value).__name__}")
+    if sc.central is not None and not isinstance(sc.central, DeploymentConfig):
+        raise UserError(f"{where}: central must be a DeploymentConfig or None, got {type(sc.central).__name__}")
+    WorkloadConfig.from_dict(sc.workload.to_dict(), where=f"{where} [workload]")
+    for name, dep in (("edge", sc.edge), ("central", sc.central)):
+        if dep is not None:
+            typed(DeploymentConfig, {f.name: getattr(dep, f.name) for f in fields(dep)}, f"{where} [{name}]")
+    typed(SLO, {f.name: getattr(sc.slo, f.name) for f in fields(SLO)}, f"{where} [slo]")
+    parse_techniques({f.name: getattr(sc.techniques, f.name) for f in fields(Techniques)},
+                     f"{where} [techniques]", sc.workload)
+    out = replace(sc, faults=list(sc.faults) if isinstance(sc.faults, list) else sc.faults)
+    check_values(out, where)
+    return out
 
 
 def embedded_scenarios() -> list[str]:
@@ -140,6 +175,8 @@ def read_named_toml(name_or_path: str | Path, folder: Path, kind: str) -> tuple[
 
 def load_scenario(name_or_path: str | Path = "default") -> Scenario:
     """An embedded scenario by name, or a TOML file by path."""
+    if not isinstance(name_or_path, str | Path):
+        raise UserError(f"a scenario is an embedded name or a path, got {name_or_path!r}")
     doc, path = read_named_toml(name_or_path, SCENARIO_DIR, "scenario")
     return parse_scenario(doc, path.name, base_dir=path.parent)
 
@@ -158,6 +195,8 @@ def with_overrides(sc: Scenario, **kw) -> Scenario:
     seed = kw.get("seed", sc.seed)
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed <= MAX_INT:
         raise UserError(f"with_overrides: seed must be an integer in [0, 2**63 - 1], got {seed!r}")
+    if "seed" in kw:
+        kw["seed"] = int(seed)  # (a numpy integer is a whole number; the checks take Python's)
     out = replace(sc, **kw)
     if wl:
         out.workload = replace(sc.workload, **wl)

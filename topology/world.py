@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from edgepop.errors import UserError
 from topology.demand import load_demand_points
 from topology.gpus import build_nodes, load_gpus, scale_inventory
 from topology.last_mile import LastMile
@@ -43,6 +45,9 @@ class Topology:
 
         ``last_mile`` is the mode of :mod:`topology.last_mile` (``fixed`` uses ``last_mile_ms`` for everyone).
         """
+        for name, value in (("pops", pops), ("gpus", gpus), ("regions", regions), ("tiers", tiers)):
+            if value is not None and not isinstance(value, str | os.PathLike):
+                raise UserError(f"Topology.load: {name} must be a file path or None, got {value!r}")
         tier_table = load_tiers(tiers)
         pop_table = load_pops(pops, tier_table)
         gpu_table = load_gpus(gpus)

@@ -1,0 +1,57 @@
+"""Scenario objects built or edited in Python get the checks a scenario file gets (``dataclasses.replace`` skips
+``parse_scenario``): one-line errors naming the field, before any work."""
+
+import dataclasses
+import re
+
+import pytest
+
+from edgepop.errors import UserError
+from sim.run import run_scenario
+from sim.scenario import check_scenario, load_scenario
+
+
+def _edited(sc, table: str | None, **kw):
+    if table is None:
+        return dataclasses.replace(sc, **kw)
+    return dataclasses.replace(sc, **{table: dataclasses.replace(getattr(sc, table), **kw)})
+
+
+@pytest.mark.parametrize("table, kw, words", [
+    (None, {"sample_s": 0}, "scenario 'small': field 'sample_s' must be positive, got 0"),  # hung the sampler
+    (None, {"seed": None}, "scenario 'small': field 'seed' must be a whole number, got None"),
+    (None, {"last_mile": "fibre"}, "field 'last_mile' must be one of"),
+    (None, {"faults": ["bogus"]}, "bad fault spec 'bogus'"),
+    (None, {"workload": None}, "scenario 'small': workload must be a WorkloadConfig, got NoneType"),
+    ("edge", {"pops": "FRA"}, "scenario 'small' [edge]: field 'pops' must be a list, got 'FRA'"),  # not F, R, A
+    ("edge", {"queue_limit": 2.5}, "[edge]: field 'queue_limit' must be a whole number, got 2.5"),
+    ("central", {"placement": "greedy-demand"}, "[central]: field 'placement' must be 'central'"),
+    ("workload", {"requests": float("nan")}, "[workload]: requests must be an integer >= 1, got nan"),
+    ("slo", {"ttft_ms": -1.0}, "[slo]: field 'ttft_ms' must not be negative, got -1.0"),
+    ("techniques", {"spec_k": 10**6}, "[techniques]: spec_k must be at most 32"),
+])
+def test_a_scenario_edited_in_python_is_checked_like_a_file(table, kw, words):
+    sc = _edited(load_scenario("small"), table, **kw)
+    with pytest.raises(UserError, match=re.escape(words)):
+        run_scenario(sc, requests=100)
+
+
+def test_the_check_leaves_the_callers_scenario_as_it_was():
+    sc = dataclasses.replace(load_scenario("small"), faults=["pop:FRA@1+5"])
+    checked = check_scenario(sc)
+    assert sc.faults == ["pop:FRA@1+5"]  # the caller's object is not rewritten
+    assert [f.target for f in checked.faults] == ["FRA"]
+    assert check_scenario(load_scenario("default")) == load_scenario("default")  # a file's scenario passes as is
+
+
+def test_entry_points_name_an_argument_of_the_wrong_type():
+    from sim.frontier import run_frontier
+    from sim.grid import parse_grid
+    from topology import Topology
+
+    for call, words in ((lambda: run_scenario(None), "a scenario is an embedded name or a path, got None"),
+                        (lambda: run_frontier(None), "a scenario is an embedded name or a path, got None"),
+                        (lambda: parse_grid(None), "<grid>: a grid is a table of keys"),
+                        (lambda: Topology.load(pops=5), "Topology.load: pops must be a file path or None, got 5")):
+        with pytest.raises(UserError, match=re.escape(words)):
+            call()
