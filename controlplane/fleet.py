@@ -77,11 +77,12 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
                   scale: float = 1.0, budget: str = "gpus", node: str = "H100x8") -> Fleet:
     """A central fleet in a baseline region set with the budget of ``like`` (the edge fleet by default).
 
-    ``budget="gpus"`` (equal GPUs): the GPUs of each node of ``like`` move to the baseline region nearest to it,
-    so every region gets the capacity of the PoPs it replaces, racked per GPU type in 8-GPU servers.
-    ``budget="usd"`` (equal dollars per hour): central buys ``node`` boxes (``GPUxCOUNT``, a cloud's standard
-    server) for the same $/hour as ``like``, shared between the regions like the moved GPUs' dollars (largest
-    remainders; at least one box). ``scale`` multiplies the budget (0.5: half the GPUs or half the dollars).
+    The budget is shared between the regions by their users' demand (:func:`region_demand_shares`), as a cloud
+    operator sizes its regions: ``budget="gpus"`` (equal GPUs): each GPU type of ``like``, ``scale`` x its count,
+    split between the regions by demand share (largest remainders), racked in 8-GPU servers. ``budget="usd"``
+    (equal dollars per hour): ``node`` boxes (``GPUxCOUNT``, a cloud's standard server) for ``scale`` x the $/hour
+    of ``like``, split the same way (at least one box). ``scale`` multiplies the budget (0.5: half the GPUs or
+    half the dollars).
     """
     from topology.gpus import parse_node_list
 
@@ -100,13 +101,12 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
         raise UserError(f"central budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
     like = like or edge_fleet(topo)
     backbone = topo.region_nodes(table.id)
-    src = like.sites.backbone.to_numpy()[like.nodes.site.to_numpy()]
-    nearest = np.argmin(topo.latency.node_ms[np.ix_(src, backbone)], axis=1)
-    moved = like.nodes.assign(site_id=table.id.to_numpy()[nearest])
+    shares = region_demand_shares(topo, table)
     if budget == "usd":
-        nodes = _bought(topo, moved, parse_node_list(node, set(topo.gpus.gpu), ("central node", None))[0], scale)
+        box = parse_node_list(node, set(topo.gpus.gpu), ("central node", None))[0]
+        nodes = _bought(topo, like.nodes, table.id.to_numpy(), shares, box, scale)
     else:
-        nodes = _racked(moved, scale)
+        nodes = _racked(like.nodes, table.id.to_numpy(), shares, scale)
     near = topo.pops.iloc[[_nearest_pop(topo, lat, lon) for lat, lon in zip(table.lat, table.lon, strict=True)]]
     sites = pd.DataFrame({"site_id": table.id.to_numpy(), "backbone": backbone, "lat": table.lat.to_numpy(),
                           "lon": table.lon.to_numpy(), "tz": near.tz.to_numpy(), "continent": near.continent.to_numpy()})
@@ -118,39 +118,55 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
 RACK_GPUS = 8  # a cloud region's GPU server: 8 GPUs of one type (HGX H100/H200, 8 x L40S or L4 instances)
 
 
-def _racked(moved: pd.DataFrame, scale: float) -> pd.DataFrame:
-    """``scale`` x the GPUs moved into each region, per GPU type, racked in 8-GPU servers (the last one partial):
-    a region holds the same GPUs as the PoPs it replaces, but in the servers a cloud would put them in."""
+def region_demand_shares(topo: Topology, table: pd.DataFrame) -> np.ndarray:
+    """Share of all users' demand whose nearest region (core RTT from their city: central users reach regions
+    directly) is each region of ``table``: the demand cities' day-average weights, summed per region."""
+    d = topo.demand
+    rtt = topo.latency.site_rtt_matrix(d.lat.to_numpy(), d.lon.to_numpy(), topo.region_nodes(table.id))
+    w = np.bincount(np.argmin(rtt, axis=1), weights=d.weight.to_numpy(dtype=float), minlength=len(table))
+    return w / w.sum()
+
+
+def apportion(total: int, shares: np.ndarray) -> np.ndarray:
+    """``total`` whole units split by ``shares`` (largest remainders; ties to the earlier share)."""
+    quota = total * shares
+    whole = np.floor(quota + 1e-9).astype(int)
+    left = total - int(whole.sum())
+    if left > 0:
+        order = np.lexsort((np.arange(len(shares)), -np.round(quota - whole, 9)))
+        whole[order[:left]] += 1
+    return whole
+
+
+def _racked(like: pd.DataFrame, regions: np.ndarray, shares: np.ndarray, scale: float) -> pd.DataFrame:
+    """``scale`` x the GPUs of each type in ``like``, split between ``regions`` by demand share, racked in 8-GPU
+    servers (a region's last one of a type partial): the same GPUs, in the regions and servers a cloud would use."""
+    per_type = like.groupby("gpu", sort=False).gpus.sum() * scale
+    count = np.floor(per_type.to_numpy() + 0.5).astype(int)
+    if count.sum() == 0:  # at least one GPU, of the largest type
+        count[int(np.argmax(per_type.to_numpy()))] = 1
+    split = {gpu: apportion(int(n), shares) for gpu, n in zip(per_type.index, count, strict=True)}
     rows = []
-    for region, group in moved.groupby("site_id", sort=False):
-        per_type = group.groupby("gpu", sort=False).gpus.sum() * scale
-        count = np.floor(per_type.to_numpy() + 0.5).astype(int)
-        if count.sum() == 0:  # a region keeps at least one GPU of its largest type
-            count[int(np.argmax(per_type.to_numpy()))] = 1
+    for r, region in enumerate(regions.tolist()):
         k = 0
-        for gpu, n in zip(per_type.index, count, strict=True):
+        for gpu in per_type.index:
+            n = int(split[gpu][r])
             while n > 0:
-                take = min(RACK_GPUS, int(n))
+                take = min(RACK_GPUS, n)
                 rows.append({"node_id": f"{region}-{k}", "site_id": region, "gpu": gpu, "gpus": take})
                 n, k = n - take, k + 1
     return pd.DataFrame(rows)
 
 
-def _bought(topo: Topology, moved: pd.DataFrame, box: tuple[str, int], scale: float) -> pd.DataFrame:
-    """``box`` nodes worth ``scale`` x the $/hour of ``moved``, per region in proportion to its dollars there."""
+def _bought(topo: Topology, like: pd.DataFrame, regions: np.ndarray, shares: np.ndarray, box: tuple[str, int],
+            scale: float) -> pd.DataFrame:
+    """``box`` nodes worth ``scale`` x the $/hour of ``like``, split between ``regions`` by demand share."""
     gpu, count = box
     price = dict(zip(topo.gpus.gpu, topo.gpus.price_usd_hr, strict=True))
-    usd = moved.gpus.to_numpy() * moved.gpu.map(price).to_numpy(dtype=float)
-    per_region = pd.Series(usd, index=moved.site_id.to_numpy()).groupby(level=0, sort=False).sum() * scale
-    boxes = per_region.to_numpy() / (price[gpu] * count)
-    whole = np.floor(boxes + 1e-9).astype(int)
-    left = max(1, int(round(boxes.sum()))) - int(whole.sum())
-    if left > 0:
-        order = np.lexsort((per_region.index.to_numpy(), -np.round(boxes - whole, 9)))
-        whole[order[:left]] += 1
-    rows = [{"node_id": f"{region}-{i}", "site_id": region, "gpu": gpu, "gpus": count}
-            for region, k in zip(per_region.index, whole, strict=True) for i in range(int(k))]
-    return pd.DataFrame(rows)
+    usd = float((like.gpus.to_numpy() * like.gpu.map(price).to_numpy(dtype=float)).sum()) * scale
+    boxes = apportion(max(1, int(round(usd / (price[gpu] * count)))), shares)
+    return pd.DataFrame([{"node_id": f"{region}-{i}", "site_id": region, "gpu": gpu, "gpus": count}
+                         for region, k in zip(regions.tolist(), boxes, strict=True) for i in range(int(k))])
 
 
 def _nearest_pop(topo: Topology, lat: float, lon: float) -> int:

@@ -19,12 +19,17 @@ REGION_FIELDS = [
 ]
 
 # us-east: the single most common "centralized" baseline. big3: the three regions the Workers AI launch
-# compared against. global-6: one region per major demand centre on five continents.
+# compared against. global-6: one region per major demand centre on five continents. global-12: a dense cloud,
+# global-6 plus the regions nearest the next largest demand (India, Hong Kong, the Gulf, South Africa, Australia,
+# Indonesia): the strongest named set, since a central budget is split between its regions by their users' demand.
 BASELINE_SETS: dict[str, tuple[str, ...]] = {
     "us-east": ("aws:us-east-1",),
     "big3": ("aws:us-east-1", "aws:us-west-2", "aws:eu-west-1"),
     "global-6": ("aws:us-east-1", "aws:us-west-2", "aws:eu-central-1", "aws:ap-northeast-1",
                  "aws:ap-southeast-1", "aws:sa-east-1"),
+    "global-12": ("aws:us-east-1", "aws:us-west-2", "aws:eu-central-1", "aws:ap-northeast-1",
+                  "aws:ap-southeast-1", "aws:sa-east-1", "aws:ap-south-1", "aws:ap-east-1", "aws:me-central-1",
+                  "aws:af-south-1", "aws:ap-southeast-2", "aws:ap-southeast-3"),
 }
 
 

@@ -1,8 +1,8 @@
 """``central``: a cloud baseline with the edge's budget in a few regions, every GPU serving, capacity matched to demand.
 
-The fleet is :func:`controlplane.fleet.central_fleet` of the problem's fleet: equal GPUs (the same nodes, each moved
-to its nearest baseline region) or equal dollars per hour (``budget = "usd"``: standard cloud boxes bought for the
-same $/hour). Each (ingress, model) pair's demand is assigned to its nearest region able to host the model. Each
+The fleet is :func:`controlplane.fleet.central_fleet` of the problem's fleet: equal GPUs (the same GPUs of each type,
+split between the regions by their users' demand) or equal dollars per hour (``budget = "usd"``: standard cloud
+boxes bought for the same $/hour, split the same way). Each (ingress, model) pair's demand is assigned to its nearest region able to host the model. Each
 region then
 
 1. places one replica of every model its users ask for (largest per-GPU footprint first): a generative model, or

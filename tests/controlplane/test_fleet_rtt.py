@@ -30,3 +30,32 @@ def test_unconnected_pairs_get_the_great_circle_fallback_and_the_rest_is_untouch
     assert (~np.isfinite(path)).sum() > 0
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(ingress_site_rtt(topo, fleet), ingress_site_rtt(topo, fleet, topo.latency))
+
+
+def test_central_splits_each_gpu_type_between_its_regions_by_their_users_demand(topo):
+    """A central operator sizes regions by demand: each type's count is the edge's, and a region's share of it is
+    its users' share of the demand within one GPU (largest remainders), whatever the edge's PoP tiers."""
+    from controlplane.fleet import central_fleet, region_demand_shares
+    from topology import baseline
+
+    world = topo.with_gpu_scale(0.1)
+    edge = edge_fleet(world)
+    table = baseline("global-6", world.regions)
+    shares = region_demand_shares(world, table)
+    assert np.isclose(shares.sum(), 1.0) and (shares > 0).all()
+    for scale in (1.0, 0.15):
+        central = central_fleet(world, "global-6", like=edge, scale=scale)
+        counts = central.nodes.groupby(["gpu", "site_id"]).gpus.sum()
+        for gpu, n in edge.total_gpus.items():
+            total = int(np.floor(n * scale + 0.5))
+            assert central.total_gpus.get(gpu, 0) == total
+            got = np.array([counts.get((gpu, r), 0) for r in table.id])
+            assert np.all(np.abs(got - total * shares) < 1.0)
+        assert (central.nodes.gpus <= 8).all()  # racked in 8-GPU servers
+    bought = central_fleet(world, "global-6", like=edge, budget="usd")
+    boxes = bought.nodes.groupby("site_id").size()
+    n = len(bought.nodes)
+    assert np.all(np.abs(np.array([boxes.get(r, 0) for r in table.id]) - n * shares) < 1.0)
+    # the regions' shares follow where the users are: Europe's region outweighs the US West's many times over
+    share = dict(zip(table.id, shares, strict=True))
+    assert share["aws:eu-central-1"] > 5 * share["aws:us-west-2"]

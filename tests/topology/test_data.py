@@ -43,7 +43,9 @@ def test_baseline_sets_resolve():
     regions = load_regions()
     assert len(regions) >= 120
     assert list(baseline("big3", regions).id) == ["aws:us-east-1", "aws:us-west-2", "aws:eu-west-1"]
-    assert len(baseline("global-6", regions)) == 6 and set(BASELINE_SETS) == {"us-east", "big3", "global-6"}
+    assert len(baseline("global-6", regions)) == 6 and len(baseline("global-12", regions)) == 12
+    assert set(BASELINE_SETS) == {"us-east", "big3", "global-6", "global-12"}
+    assert set(BASELINE_SETS["global-6"]) < set(BASELINE_SETS["global-12"])
     east = baseline("us-east", regions).iloc[0]
     assert abs(east.lat - 39.0) < 0.5 and abs(east.lon + 77.5) < 0.5  # Ashburn, not a state centroid
 
