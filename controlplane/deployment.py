@@ -47,7 +47,9 @@ class DeploymentConfig:
     ``placement``/``placement_options``: a policy of ``controlplane.placement`` and its options; ``router`` /
     ``router_options``: a policy of ``controlplane.routing``; ``autoscaler``/``autoscaler_options``: ``none``,
     ``reactive`` or ``scheduled``; ``queue_limit`` per replica and ``queue_timeout_s``; cold starts take weight
-    bytes / ``load_gbs`` + ``init_s``; ``pops`` restricts the edge fleet to these PoP ids.
+    bytes / ``load_gbs`` + ``init_s``; ``pops`` restricts the edge fleet to these PoP ids. ``utilisation_cap``: the
+    share of each replica's (and GPU's) capacity the placement plans to use; what is left absorbs bursts and the
+    day's peaks (lower: more replicas for the busiest models, shorter queues, more of them farther away).
     """
 
     placement: str = "greedy-demand"
@@ -67,6 +69,7 @@ class DeploymentConfig:
     node: str = "H100x8"
     fill_idle_gpus: bool = True
     one_llm_per_gpu: bool = True
+    utilisation_cap: float = 0.7
 
     def check(self, where: str) -> None:
         """Policy names and their options against the registries (one-line UserError naming ``where``)."""
@@ -79,6 +82,8 @@ class DeploymentConfig:
             name = getattr(self, field_)
             registry.entry(name, f"{where}: field {field_!r}")
             registry.check(name, options, f"{where} {field_}_options")
+        if not (isinstance(self.utilisation_cap, int | float) and 0 < self.utilisation_cap <= 1):  # (NaN fails)
+            raise UserError(f"{where}: utilisation_cap must be in (0, 1], got {self.utilisation_cap!r}")
         for name in ("gpu_scale", "load_gbs", "queue_timeout_s"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):  # NaN fails too
@@ -196,6 +201,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     problem = PlacementProblem.build(topo, catalog=catalog, fleet=fleet, total_rps=demand_rps, mix=mix, perf=perf,
                                      prompt_tokens=dict(shape.get("prompt", {})),
                                      output_tokens=dict(shape.get("output", {})),
+                                     utilisation_cap=cfg.utilisation_cap,
                                      one_llm_per_gpu=cfg.one_llm_per_gpu and not (policy.explicit or policy.memory_only))
     placement = cached_place(policy, problem, rng_place)
     if cfg.fill_idle_gpus and not policy.explicit:

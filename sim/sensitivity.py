@@ -1,5 +1,6 @@
-"""The headline under other assumptions: the edge GPU inventory x0.5 and x2 (central follows it: the same budget)
-and every other named baseline region set, each on the same arrivals and seed, run with the sweep machinery.
+"""The headline under other assumptions: the edge GPU inventory x0.5 and x2 (central follows it: the same budget),
+the edge's placement planned at half its utilisation cap (more replicas for its busiest models: the tail moves with
+it), and every other named baseline region set, each on the same arrivals and seed, run with the sweep machinery.
 
 ``edgepop simulate --sensitivity`` adds these rows to summary.json (``sensitivity``) and a section to report.md.
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 from edgepop.errors import UserError
 
 INVENTORY_FACTORS = (0.5, 2.0)
+CAP_FACTOR = 0.5  # x the edge's placement utilisation cap
 
 
 def variants(sc) -> list[tuple[str, dict]]:
@@ -19,6 +21,8 @@ def variants(sc) -> list[tuple[str, dict]]:
 
     out = [(f"edge GPU inventory x{f:g}", {"gpu_inventory_scale": round(sc.gpu_inventory_scale * f, 9)})
            for f in INVENTORY_FACTORS]
+    cap = round(sc.edge.utilisation_cap * CAP_FACTOR, 9)
+    out.append((f"edge utilisation_cap {cap:g}", {"edge.utilisation_cap": cap}))
     if sc.central is not None:
         out += [(f"baseline {b}", {"central.baseline": b}) for b in BASELINE_SETS if b != sc.central.baseline]
     return out

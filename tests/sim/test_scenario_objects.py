@@ -55,3 +55,23 @@ def test_entry_points_name_an_argument_of_the_wrong_type():
                         (lambda: Topology.load(pops=5), "Topology.load: pops must be a file path or None, got 5")):
         with pytest.raises(UserError, match=re.escape(words)):
             call()
+
+
+def test_the_placement_utilisation_cap_is_a_deployment_field(tmp_path):
+    """The share of capacity placement plans to use moves the tail (docs/simulate.md): a scenario sets it."""
+    from sim.run import prepare, scenario_deployment
+
+    sc = load_scenario("small")
+    sc = dataclasses.replace(sc, edge=dataclasses.replace(sc.edge, utilisation_cap=0.35),
+                             workload=dataclasses.replace(sc.workload, requests=300))
+    dep = scenario_deployment(prepare(check_scenario(sc)), "edge")
+    assert dep.placement.problem.utilisation_cap == 0.35
+    for value in (0, 1.5):
+        with pytest.raises(UserError, match=re.escape(f"[edge]: utilisation_cap must be in (0, 1], got {value!r}")):
+            check_scenario(_edited(sc, "edge", utilisation_cap=value))
+    with pytest.raises(UserError, match=re.escape("[edge]: field 'utilisation_cap' must be a finite number, got nan")):
+        check_scenario(_edited(sc, "edge", utilisation_cap=float("nan")))
+    path = tmp_path / "s.toml"
+    path.write_text('[workload]\nrequests = 10\nrps = 1.0\n[edge]\nutilisation_cap = 2.0\n')
+    with pytest.raises(UserError, match=r"s.toml \[edge\]: utilisation_cap must be in \(0, 1\], got 2.0"):
+        load_scenario(path)

@@ -1,0 +1,26 @@
+"""``edgepop simulate --sensitivity``: the headline again under other assumptions, on the same arrivals."""
+
+import json
+
+from edgepop.cli import main
+
+
+def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--requests", "1500", "--sensitivity", "--out", str(out)]) == 0
+    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {r["variant"]: r for r in summary["sensitivity"]["rows"]}
+    assert list(rows) == ["as run", "edge GPU inventory x0.5", "edge GPU inventory x2", "edge utilisation_cap 0.35",
+                          "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
+    headline = rows["as run"]
+    assert headline["gpus"] == 228 and rows["edge GPU inventory x0.5"]["gpus"] == 114
+    assert rows["edge GPU inventory x2"]["gpus"] == 456 and rows["edge utilisation_cap 0.35"]["gpus"] == 228
+    for name in ("baseline us-east", "baseline global-6", "baseline global-12"):
+        # the same edge on the same arrivals: only central moves
+        assert rows[name]["edge_ttft_p95_ms"] == headline["edge_ttft_p95_ms"]
+        assert rows[name]["central_ttft_p50_ms"] != headline["central_ttft_p50_ms"]
+    # more regions, each sized by its users' demand: central's median gets closer to the users
+    assert (rows["baseline global-12"]["central_ttft_p50_ms"] < rows["baseline global-6"]["central_ttft_p50_ms"]
+            < headline["central_ttft_p50_ms"] < rows["baseline us-east"]["central_ttft_p50_ms"])
+    assert "## Sensitivity of the headline" in (out / "report.md").read_text()
