@@ -2,8 +2,8 @@
 
 The fleet is :func:`controlplane.fleet.central_fleet` of the problem's fleet: equal GPUs (the same GPUs of each type,
 split between the regions by their users' demand) or equal dollars per hour (``budget = "usd"``: standard cloud
-boxes bought for the same $/hour, split the same way). Each (ingress, model) pair's demand is assigned to its nearest region able to host the model. Each
-region then
+boxes bought for the same $/hour, split the same way). Each (ingress, model) pair's demand is assigned to its
+nearest region able to host the model. Each region then
 
 1. places one replica of every model its users ask for (largest per-GPU footprint first): a generative model, or
    one whose demand needs a GPU's compute or more, gets GPUs of its own; a light encoder shares a GPU with room;
@@ -31,9 +31,10 @@ from controlplane.placement.result import Placement
 @PLACEMENTS.register("central")
 @dataclass
 class Central(PlacementPolicy):
-    """Options: ``baseline``: a named region set (``us-east``, ``big3``, ``global-6``) or comma-separated ids;
-    ``scale``: central's budget relative to the problem's fleet (1.0 = the same, 0.5 = half); ``budget``: ``gpus``
-    (equal GPUs, the same nodes) or ``usd`` (equal dollars per hour, spent on ``node`` boxes, e.g. ``H100x8``)."""
+    """Options: ``baseline``: a named region set (``us-east``, ``big3``, ``global-6``, ``global-12``) or
+    comma-separated ids; ``scale``: central's budget relative to the problem's fleet (1.0 = the same, 0.5 = half);
+    ``budget``: ``gpus`` (equal GPUs of each type, split between the regions by demand) or ``usd`` (equal dollars
+    per hour, spent on ``node`` boxes, e.g. ``H100x8``)."""
 
     baseline: str = "global-6"
     scale: float = 1.0

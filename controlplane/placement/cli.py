@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     mix.add_argument("--mix", type=Path, help="JSON or TOML file mapping model id -> share of requests")
     p.add_argument("--catalog", type=Path, help="custom model catalog TOML (default: the shipped one)")
     p.add_argument("--at", help="UTC time (ISO 8601) to shape demand by local time of day (default: daily mean)")
-    p.add_argument("--baseline", help="region set for --policy central: us-east, big3, global-6 (default) or ids")
+    p.add_argument("--baseline",
+                   help="region set for --policy central: us-east, big3, global-6 (default), global-12 or ids")
     p.add_argument("--candidates-k", type=int, default=16, help="nearest replica sites an ingress may use (16)")
     p.add_argument("--utilisation-cap", type=float, default=0.7, help="planned share of replica capacity (0.7)")
     p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 10)")
