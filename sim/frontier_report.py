@@ -229,9 +229,12 @@ def report_lines(frontier) -> list[str]:
                      f"{d['status']}{' (non-monotone)' if d.get('non_monotone') else ''}"
                      f"{'; interval ' + d['interval_at_least'] if d.get('interval_at_least') else ''} | "
                      f"{_f(d.get('fails_at_gpus'))} |")
-    lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
-                  f"**{_f(r['iso_slo_cost_ratio'], 3)}** ({r['iso_slo_ratio_kind'] or 'not available'}); "
-                  f"GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}." + BOUND_NOTE.get(r["iso_slo_ratio_kind"], ""), ""]
+    if r["baseline"] is None or "edge" not in r["deployments"]:
+        lines += ["", "No iso-SLO cost ratio: only one line was run (it needs the edge and a baseline).", ""]
+    else:
+        lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
+                      f"**{_f(r['iso_slo_cost_ratio'], 3)}** ({r['iso_slo_ratio_kind'] or 'not available'}); "
+                      f"GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}." + BOUND_NOTE.get(r["iso_slo_ratio_kind"], ""), ""]
     for key, v in r["iso_slo_ratio_by_baseline"].items():
         lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)} ({v['kind']})")
     keys = [line.key for line in frontier.lines]
