@@ -264,6 +264,7 @@ def write_report(out, directory: Path) -> Path:
     if gains.get("by_prompt_tokens"):
         lines += ["", "## Where the edge wins and loses (text generation TTFT)"]
         lines += crossover_lines(gains)
+    lines += breakdown_lines(s)
     if s.get("sensitivity"):
         lines += ["", *sensitivity_lines(s["sensitivity"])]
     perf = s.get("performance", {})
@@ -296,3 +297,35 @@ def sensitivity_lines(sens: dict) -> list[str]:
             [r["variant"], f"not run: {r['infeasible']}", *["-"] * 8] for r in sens["rows"]]
     return lines + _table(["variant", "GPUs", "edge TTFT p50", "central p50", "p50 gain", "edge p95",
                            "central p95", "p95 gain", "edge GPU busy", "central GPU busy"], rows)
+
+
+def _pair(blocks: list[dict], key: str) -> str:
+    return " / ".join(_fmt(b.get(key)) if b else "-" for b in blocks)
+
+
+def breakdown_lines(s: dict) -> list[str]:
+    """report.md section: each deployment's ``per_model`` and ``per_gpu_type`` blocks side by side (cells are
+    ``edge / central``), to see which model or GPU type a gap between them comes from."""
+    deps = {name: b for name, b in (s.get("deployments") or {}).items() if b.get("per_model")}
+    if not deps:
+        return []
+    names = list(deps)
+    models = sorted({m for b in deps.values() for m in b["per_model"]})
+    rows = []
+    for m in models:
+        per = [deps[n]["per_model"].get(m) or {} for n in names]
+        rows.append([m, max(b.get("requests", 0) for b in per), _pair(per, "replicas"), _pair(per, "gpus"),
+                     _pair(per, "ttft_p50_ms"), _pair(per, "ttft_p95_ms"), _pair(per, "tpot_p50_ms"),
+                     _pair(per, "e2e_p50_ms_one_shot")])
+    label = " / ".join(names)
+    lines = ["", "## Where the gaps come from", "",
+             f"Each cell gives {label}. Replicas and GPUs are the placement's (a GPU shared by two models counts for "
+             "both); latencies are of ok interactive requests (TTFT, TPOT: text generation; E2E: one-shot tasks).",
+             "", "### Per model", ""]
+    lines += _table(["model", "requests", "replicas", "GPUs", "TTFT p50 (ms)", "TTFT p95 (ms)", "TPOT p50 (ms)",
+                     "E2E p50 one-shot (ms)"], rows)
+    gpus = sorted({g for b in deps.values() for g in b.get("per_gpu_type", {})})
+    rows = [[g, *(_pair([deps[n].get("per_gpu_type", {}).get(g) or {} for n in names], k)
+                  for k in ("gpus", "generation_share", "tpot_p50_ms", "busy_share"))] for g in gpus]
+    lines += ["", "### Per GPU type", ""]
+    return lines + _table(["GPU", "GPUs", "share of generation served", "TPOT p50 (ms)", "busy share"], rows)

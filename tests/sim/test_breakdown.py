@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from sim.report import breakdown_lines
 from sim.run import run_scenario
 
 
@@ -33,3 +34,14 @@ def test_per_model_and_per_gpu_type_add_up_to_the_deployment(topo):
         # the GPU-seconds with work per type, weighted by GPUs, are the deployment's busy GPU-seconds
         gpus = np.array([t["gpus"] for t in types.values()])
         assert abs((busy * gpus).sum() / gpus.sum() - block["gpu_utilisation"]) <= 0.006
+
+    # report.md shows them side by side, edge / central, one row per model and per GPU type
+    lines = breakdown_lines(out.summary)
+    assert "## Where the gaps come from" in lines and "Each cell gives edge / central." in lines[3]
+    edge, central = (out.summary["deployments"][n] for n in ("edge", "central"))
+    for model, m in edge["per_model"].items():
+        row = next(line for line in lines if line.startswith(f"| {model} |"))
+        assert f"| {m['replicas']:,} / {central['per_model'][model]['replicas']:,} |" in row
+    models = set(edge["per_model"]) | set(central["per_model"])
+    types = set(edge["per_gpu_type"]) | set(central["per_gpu_type"])
+    assert sum(line.startswith("| ") for line in lines) == 2 + len(models) + len(types)  # two header rows
