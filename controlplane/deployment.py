@@ -36,10 +36,11 @@ ENTRIES = ("anycast", "direct")
 
 @dataclass
 class DeploymentConfig:
-    """How one deployment is built and operated. ``baseline``, ``gpu_scale``, ``budget`` and ``node`` only matter
-    for central: its region set, its budget relative to the edge's, and whether that budget is equal GPUs
-    (``gpus``: the edge's nodes moved) or equal dollars per hour (``usd``: ``node`` boxes bought for the same
-    $/hour). ``fill_idle_gpus``: after placement, give every GPU left without a replica one (capacity matching,
+    """How one deployment is built and operated. ``baseline``, ``gpu_scale``, ``budget``, ``node`` and ``rack`` only
+    matter for central: its region set, its budget relative to the edge's, and whether that budget is equal GPUs
+    (``gpus``: the edge's GPUs of each type, split between the regions by demand, racked in 8-GPU servers, or with
+    ``rack = "edge"`` in servers the size of the edge's nodes) or equal dollars per hour (``usd``: ``node`` boxes
+    bought for the same $/hour). ``fill_idle_gpus``: after placement, give every GPU left without a replica one (capacity matching,
     :mod:`controlplane.placement.fill`; the ``central`` policy always does). ``one_llm_per_gpu``: a GPU computes
     for one language model at most (encoders may share it), because the simulator does not slow co-located
     replicas down; false lets memory alone decide (and grants co-located models compute the GPU does not have).
@@ -67,6 +68,7 @@ class DeploymentConfig:
     gpu_scale: float = 1.0
     budget: str = "gpus"
     node: str = "H100x8"
+    rack: str = "server"
     fill_idle_gpus: bool = True
     one_llm_per_gpu: bool = True
     utilisation_cap: float = 0.7
@@ -91,11 +93,16 @@ class DeploymentConfig:
         if self.pops is not None and (not isinstance(self.pops, list) or not self.pops
                                       or not all(isinstance(p, str) for p in self.pops)):
             raise UserError(f"{where}: pops must be a non-empty list of PoP ids, got {self.pops!r}")
-        from controlplane.fleet import BUDGETS
+        from controlplane.fleet import BUDGETS, RACKS
         from topology.gpus import NODE_SPEC
 
         if self.budget not in BUDGETS:
             raise UserError(f"{where}: budget must be one of {', '.join(BUDGETS)}, got {self.budget!r}")
+        if self.rack not in RACKS:
+            raise UserError(f"{where}: rack must be one of {', '.join(RACKS)}, got {self.rack!r}")
+        if self.rack != "server" and self.budget != "gpus":
+            raise UserError(f"{where}: rack = {self.rack!r} applies to budget = 'gpus' (a 'usd' budget buys "
+                            f"{self.node} boxes)")
         if not NODE_SPEC.match(self.node):
             raise UserError(f"{where}: node must be GPUxCOUNT (e.g. H100x8), got {self.node!r}")
         if not isinstance(self.queue_limit, int) or self.queue_limit < 1:
@@ -193,6 +200,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
         if cfg.placement == "central":
             options.setdefault("budget", cfg.budget)
             options.setdefault("node", cfg.node)
+            options.setdefault("rack", cfg.rack)
     policy = get_policy(cfg.placement, **options)
     fleet = edge_fleet(topo, pops=list(cfg.pops)) if cfg.pops else None
     shape = shape or {}

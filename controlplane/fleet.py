@@ -71,15 +71,18 @@ def edge_fleet(topo: Topology, pops: list[str] | None = None) -> Fleet:
 
 
 BUDGETS = ("gpus", "usd")
+RACKS = ("server", "edge")  # equal-GPU central: 8-GPU cloud servers, or servers the size of the edge's nodes
 
 
 def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet | None = None,
-                  scale: float = 1.0, budget: str = "gpus", node: str = "H100x8") -> Fleet:
+                  scale: float = 1.0, budget: str = "gpus", node: str = "H100x8", rack: str = "server") -> Fleet:
     """A central fleet in a baseline region set with the budget of ``like`` (the edge fleet by default).
 
     The budget is shared between the regions by their users' demand (:func:`region_demand_shares`), as a cloud
     operator sizes its regions: ``budget="gpus"`` (equal GPUs): each GPU type of ``like``, ``scale`` x its count,
-    split between the regions by demand share (largest remainders), racked in 8-GPU servers. ``budget="usd"``
+    split between the regions by demand share (largest remainders), racked in 8-GPU servers (``rack="server"``)
+    or in servers no larger than ``like``'s largest node of that type (``rack="edge"``: where the edge has single
+    GPUs, so does central; tensor-parallel models then fit where they fit at the edge). ``budget="usd"``
     (equal dollars per hour): ``node`` boxes (``GPUxCOUNT``, a cloud's standard server) for ``scale`` x the $/hour
     of ``like``, split the same way (at least one box). ``scale`` multiplies the budget (0.5: half the GPUs or
     half the dollars).
@@ -99,6 +102,8 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
         raise UserError(f"central GPU scale must be positive, got {scale}")
     if budget not in BUDGETS:
         raise UserError(f"central budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
+    if rack not in RACKS:
+        raise UserError(f"central rack must be one of {', '.join(RACKS)}, got {rack!r}")
     like = like or edge_fleet(topo)
     backbone = topo.region_nodes(table.id)
     shares = region_demand_shares(topo, table)
@@ -106,7 +111,7 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
         box = parse_node_list(node, set(topo.gpus.gpu), ("central node", None))[0]
         nodes = _bought(topo, like.nodes, table.id.to_numpy(), shares, box, scale)
     else:
-        nodes = _racked(like.nodes, table.id.to_numpy(), shares, scale)
+        nodes = _racked(like.nodes, table.id.to_numpy(), shares, scale, rack)
     near = topo.pops.iloc[[_nearest_pop(topo, lat, lon) for lat, lon in zip(table.lat, table.lon, strict=True)]]
     sites = pd.DataFrame({"site_id": table.id.to_numpy(), "backbone": backbone, "lat": table.lat.to_numpy(),
                           "lon": table.lon.to_numpy(), "tz": near.tz.to_numpy(), "continent": near.continent.to_numpy()})
@@ -138,10 +143,14 @@ def apportion(total: int, shares: np.ndarray) -> np.ndarray:
     return whole
 
 
-def _racked(like: pd.DataFrame, regions: np.ndarray, shares: np.ndarray, scale: float) -> pd.DataFrame:
+def _racked(like: pd.DataFrame, regions: np.ndarray, shares: np.ndarray, scale: float,
+            rack: str = "server") -> pd.DataFrame:
     """``scale`` x the GPUs of each type in ``like``, split between ``regions`` by demand share, racked in 8-GPU
-    servers (a region's last one of a type partial): the same GPUs, in the regions and servers a cloud would use."""
+    servers (a region's last one of a type partial): the same GPUs, in the regions and servers a cloud would use.
+    ``rack="edge"``: servers of at most ``like``'s largest node of each type instead."""
     per_type = like.groupby("gpu", sort=False).gpus.sum() * scale
+    size = (like.groupby("gpu", sort=False).gpus.max() if rack == "edge" else
+            pd.Series(RACK_GPUS, index=per_type.index)).clip(upper=RACK_GPUS)
     count = np.floor(per_type.to_numpy() + 0.5).astype(int)
     if count.sum() == 0:  # at least one GPU, of the largest type
         count[int(np.argmax(per_type.to_numpy()))] = 1
@@ -152,7 +161,7 @@ def _racked(like: pd.DataFrame, regions: np.ndarray, shares: np.ndarray, scale: 
         for gpu in per_type.index:
             n = int(split[gpu][r])
             while n > 0:
-                take = min(RACK_GPUS, n)
+                take = min(int(size[gpu]), n)
                 rows.append({"node_id": f"{region}-{k}", "site_id": region, "gpu": gpu, "gpus": take})
                 n, k = n - take, k + 1
     return pd.DataFrame(rows)

@@ -293,10 +293,11 @@ def sensitivity_lines(sens: dict) -> list[str]:
     rows = [[r["variant"], r["gpus"], r["edge_ttft_p50_ms"], r["central_ttft_p50_ms"],
              gain_text(r["ttft_p50_reduction_pct"], r["ttft_p50_ci95"]), r["edge_ttft_p95_ms"],
              r["central_ttft_p95_ms"], gain_text(r["ttft_p95_reduction_pct"], r["ttft_p95_ci95"]),
+             gain_text(r.get("tpot_p50_reduction_pct"), r.get("tpot_p50_ci95")),
              r["edge_busy"], r["central_busy"]] if "infeasible" not in r else
-            [r["variant"], f"not run: {r['infeasible']}", *["-"] * 8] for r in sens["rows"]]
+            [r["variant"], f"not run: {r['infeasible']}", *["-"] * 9] for r in sens["rows"]]
     return lines + _table(["variant", "GPUs", "edge TTFT p50", "central p50", "p50 gain", "edge p95",
-                           "central p95", "p95 gain", "edge GPU busy", "central GPU busy"], rows)
+                           "central p95", "p95 gain", "TPOT p50 gain", "edge GPU busy", "central GPU busy"], rows)
 
 
 def _pair(blocks: list[dict], key: str) -> str:

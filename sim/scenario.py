@@ -24,7 +24,7 @@ from sim.workload_config import WorkloadConfig
 from topology.last_mile import MODES as LAST_MILE_MODES
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
-CENTRAL_ONLY = ("baseline", "gpu_scale", "budget", "node")  # DeploymentConfig fields of the central deployment
+CENTRAL_ONLY = ("baseline", "gpu_scale", "budget", "node", "rack")  # DeploymentConfig fields of the central deployment
 
 
 @dataclass

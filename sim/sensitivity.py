@@ -1,6 +1,8 @@
 """The headline under other assumptions: the edge GPU inventory x0.5 and x2 (central follows it: the same budget),
 the edge's placement planned at half its utilisation cap (more replicas for its busiest models: the tail moves with
-it), and every other named baseline region set, each on the same arrivals and seed, run with the sweep machinery.
+it), ``nearest-balanced`` with its window on both sides off (or at 10 ms where the scenario has none), central's
+GPUs racked in servers the size of the edge's nodes (where the edge has single GPUs, so does central), and every
+other named baseline region set, each on the same arrivals and seed, run with the sweep machinery.
 
 ``edgepop simulate --sensitivity`` adds these rows to summary.json (``sensitivity``) and a section to report.md.
 """
@@ -13,6 +15,7 @@ from edgepop.errors import UserError
 
 INVENTORY_FACTORS = (0.5, 2.0)
 CAP_FACTOR = 0.5  # x the edge's placement utilisation cap
+WINDOW_MS = 10.0  # nearest-balanced's window tried when the scenario runs without one
 
 
 def variants(sc) -> list[tuple[str, dict]]:
@@ -23,9 +26,24 @@ def variants(sc) -> list[tuple[str, dict]]:
            for f in INVENTORY_FACTORS]
     cap = round(sc.edge.utilisation_cap * CAP_FACTOR, 9)
     out.append((f"edge utilisation_cap {cap:g}", {"edge.utilisation_cap": cap}))
+    window = _window_variant(sc)
+    if window is not None:
+        out.append(window)
+    if sc.central is not None and sc.central.budget == "gpus" and sc.central.rack == "server":
+        out.append(("central racked like the edge", {"central.rack": "edge"}))
     if sc.central is not None:
         out += [(f"baseline {b}", {"central.baseline": b}) for b in BASELINE_SETS if b != sc.central.baseline]
     return out
+
+
+def _window_variant(sc) -> tuple[str, dict] | None:
+    """Both deployments' ``nearest-balanced`` window switched: off if either has one, else ``WINDOW_MS``."""
+    sides = {side: dep for side, dep in (("edge", sc.edge), ("central", sc.central)) if dep is not None}
+    if not sides or any(dep.router != "nearest-balanced" for dep in sides.values()):
+        return None
+    now = [float((dep.router_options or {}).get("window_ms", 0.0)) for dep in sides.values()]
+    alt = 0.0 if any(now) else WINDOW_MS
+    return (f"router window_ms {alt:g} (both)", {f"{side}.router_options.window_ms": alt for side in sides})
 
 
 def row(name: str, summary_rows: list[dict]) -> dict:
@@ -41,7 +59,9 @@ def row(name: str, summary_rows: list[dict]) -> dict:
             "central_ttft_p50_ms": c["ttft_p50_ms"], "ttft_p50_reduction_pct": e["gain_ttft_ms_p50_reduction_pct"],
             "ttft_p50_ci95": ci("ttft_ms_p50_reduction_pct"), "edge_ttft_p95_ms": e["ttft_p95_ms"],
             "central_ttft_p95_ms": c["ttft_p95_ms"], "ttft_p95_reduction_pct": e["gain_ttft_ms_p95_reduction_pct"],
-            "ttft_p95_ci95": ci("ttft_ms_p95_reduction_pct"), "edge_busy": e.get("gpu_busy_mean"),
+            "ttft_p95_ci95": ci("ttft_ms_p95_reduction_pct"),
+            "tpot_p50_reduction_pct": e.get("gain_tpot_ms_p50_reduction_pct"),
+            "tpot_p50_ci95": ci("tpot_ms_p50_reduction_pct"), "edge_busy": e.get("gpu_busy_mean"),
             "central_busy": c.get("gpu_busy_mean")}
 
 

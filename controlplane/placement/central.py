@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.fleet import BUDGETS, central_fleet
+from controlplane.fleet import BUDGETS, RACKS, central_fleet
 from controlplane.placement.base import PLACEMENTS, PlacementError, PlacementPolicy, PlacementProblem
 from controlplane.placement.fill import fill_idle_gpus, idle_gpus, place_on
 from controlplane.placement.packing import GpuLedger
@@ -34,20 +34,24 @@ class Central(PlacementPolicy):
     """Options: ``baseline``: a named region set (``us-east``, ``big3``, ``global-6``, ``global-12``) or
     comma-separated ids; ``scale``: central's budget relative to the problem's fleet (1.0 = the same, 0.5 = half);
     ``budget``: ``gpus`` (equal GPUs of each type, split between the regions by demand) or ``usd`` (equal dollars
-    per hour, spent on ``node`` boxes, e.g. ``H100x8``)."""
+    per hour, spent on ``node`` boxes, e.g. ``H100x8``); ``rack``: equal GPUs in 8-GPU servers (``server``) or in
+    servers the size of the edge's nodes (``edge``)."""
 
     baseline: str = "global-6"
     scale: float = 1.0
     budget: str = "gpus"
     node: str = "H100x8"
+    rack: str = "server"
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         if self.budget not in BUDGETS:
             raise PlacementError(f"central placement: budget must be one of {', '.join(BUDGETS)}, "
                                  f"got {self.budget!r}")
+        if self.rack not in RACKS:
+            raise PlacementError(f"central placement: rack must be one of {', '.join(RACKS)}, got {self.rack!r}")
         regions = [r.strip() for r in self.baseline.split(",")] if "," in self.baseline else self.baseline
         fleet = central_fleet(problem.topo, regions, like=problem.fleet, scale=self.scale, budget=self.budget,
-                              node=self.node)
+                              node=self.node, rack=self.rack)
         net = problem.network(fleet)
         need = np.zeros((net.n_sites, net.n_models))
         np.add.at(need, (net.cand_site[:, 0], net.pair_model), net.pair_demand)

@@ -8,9 +8,17 @@ request now, it takes the one with the least expected work, (running sequences +
 (from the control plane's performance model), so a faster GPU takes proportionally more (ties: the lower replica
 id; without estimates, the fewest running sequences). When no replica anywhere can start it, the
 nearest-with-capacity rule decides (a cold replica, a queue, or 3040).
+
+``window_ms`` widens "the nearest site" to every replica within that many milliseconds of the nearest one that can
+start the request. A cloud region balances over its dozens of co-located replicas; a PoP holds one or two, so with
+the default 0 an edge request stays on its nearest PoP's replica whatever its load while PoPs a few milliseconds
+away idle. The same window on both deployments gives each the same freedom: to trade up to ``window_ms`` of RTT
+for a less loaded replica (ties still go to the nearer).
 """
 
 from __future__ import annotations
+
+import math
 
 from controlplane.routing.base import ROUTERS, START, Decision, Router
 from controlplane.state import Request
@@ -18,7 +26,14 @@ from controlplane.state import Request
 
 @ROUTERS.register("nearest-balanced")
 class NearestBalanced(Router):
-    """Nearest site that can start the request now, least expected work there; else nearest-with-capacity."""
+    """Nearest site that can start the request now, least expected work there (or, with ``window_ms`` > 0, among
+    all replicas within ``window_ms`` of the nearest that can start it); else nearest-with-capacity."""
+
+    def __init__(self, state, rng=None, window_ms: float = 0.0):
+        super().__init__(state, rng)
+        if not (isinstance(window_ms, int | float) and math.isfinite(window_ms) and 0 <= window_ms <= 1000):
+            raise ValueError(f"window_ms must be in [0, 1000] ms, got {window_ms!r}")
+        self.window_ms = float(window_ms)
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)
@@ -42,6 +57,8 @@ class NearestBalanced(Router):
                 break
         else:
             return None
+        if self.window_ms > 0:
+            return self._windowed(req, cands, rtts, best, free)
         site, best_load = r.site, (r.active + 1) * (r.est_request_ms or 1.0)
         for i in range(best + 1, len(cands)):
             r = cands[i]
@@ -56,6 +73,37 @@ class NearestBalanced(Router):
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
             return self._balanced_full(req, full, full_rtts, site) or Decision(START, cands[best], rtts[best])
         return Decision(START, cands[best], rtts[best])
+
+    def _windowed(self, req: Request, cands, rtts, first: int, free) -> Decision:
+        """The least expected work among the replicas that can start ``req`` within ``window_ms`` of
+        ``cands[first]``, the nearest that can (the lists are in RTT order; ties go to the nearer)."""
+        kv, limit, n = req.kv_tokens, rtts[first] + self.window_ms, len(cands)
+        best, best_load = first, _work(cands[first])
+        i = first + 1
+        while i < n and rtts[i] <= limit:
+            r = cands[i]
+            if r in free and r.kv_used + kv <= r.kv_capacity:
+                load = (r.active + 1) * (r.est_request_ms or 1.0)
+                if load < best_load:
+                    best, best_load = i, load
+            i += 1
+        if i == n and n < len(self.state.by_model.get(req.model, ())):  # the truncated list ended in the window
+            full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
+            return self._windowed_full(req, full, full_rtts, limit) or Decision(START, cands[best], rtts[best])
+        return Decision(START, cands[best], rtts[best])
+
+    @staticmethod
+    def _windowed_full(req: Request, cands, rtts, limit: float) -> Decision | None:
+        """The least-loaded replica that can start ``req`` at most ``limit`` ms away, over the full list."""
+        kv, best, best_load = req.kv_tokens, -1, 0.0
+        for i, r in enumerate(cands):
+            if rtts[i] > limit:
+                break
+            if r.can_start(kv):
+                load = _work(r)
+                if best < 0 or load < best_load:
+                    best, best_load = i, load
+        return None if best < 0 else Decision(START, cands[best], rtts[best])
 
     @staticmethod
     def _balanced_full(req: Request, cands, rtts, site) -> Decision | None:

@@ -3,8 +3,10 @@
 import copy
 
 import numpy as np
+import pytest
 
 from controlplane.fleet import edge_fleet, ingress_site_rtt
+from edgepop.errors import UserError
 from topology.geo import FIBRE_KM_PER_MS, haversine_km
 
 
@@ -59,3 +61,21 @@ def test_central_splits_each_gpu_type_between_its_regions_by_their_users_demand(
     # the regions' shares follow where the users are: Europe's region outweighs the US West's many times over
     share = dict(zip(table.id, shares, strict=True))
     assert share["aws:eu-central-1"] > 5 * share["aws:us-west-2"]
+
+
+def test_central_racked_like_the_edge_keeps_each_types_count_in_servers_no_larger_than_the_edges(topo):
+    """``rack="edge"``: the same GPUs per type and per region as in 8-GPU servers, in servers no larger than the
+    edge's largest node of that type (single GPUs where the edge has only single GPUs)."""
+    from controlplane.fleet import central_fleet
+
+    world = topo.with_gpu_scale(0.1)
+    edge = edge_fleet(world)
+    largest = edge.nodes.groupby("gpu").gpus.max()
+    server = central_fleet(world, "global-6", like=edge)
+    racked = central_fleet(world, "global-6", like=edge, rack="edge")
+    per = ["gpu", "site_id"]
+    assert racked.nodes.groupby(per).gpus.sum().equals(server.nodes.groupby(per).gpus.sum())
+    assert (racked.nodes.gpus.to_numpy() <= racked.nodes.gpu.map(largest).to_numpy()).all()
+    assert (server.nodes.gpus.max() == 8) and (largest < 8).all() and len(racked.nodes) > len(server.nodes)
+    with pytest.raises(UserError, match="central rack must be one of server, edge, got 'tiny'"):
+        central_fleet(world, "global-6", like=edge, rack="tiny")

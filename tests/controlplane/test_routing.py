@@ -79,6 +79,68 @@ def test_nearest_with_capacity_matches_brute_force(catalog, data):
         assert got.rtt_ms == cp.state.rtt[req.ingress, want.site]
 
 
+def brute_force_balanced(state, req, window_ms):
+    """Reference for nearest-balanced: among the replicas that can start ``req`` at the nearest one's site (window
+    0) or within ``window_ms`` of it, the least (running + 1) x typical request time, ties by (rtt, site, id);
+    nothing can start it: nearest-with-capacity."""
+    key = lambda r: (state.rtt[req.ingress, r.site], r.site, r.id)  # noqa: E731
+    can = sorted((r for r in state.replicas if r.model == req.model and r.up and r.status == READY
+                  and r.active < r.slots and r.kv_used + req.kv_tokens <= r.kv_capacity), key=key)
+    if not can:
+        return brute_force(state, req)
+    near = key(can[0])[0]
+    pool = [r for r in can if (key(r)[0] <= near + window_ms if window_ms > 0 else r.site == can[0].site)]
+    return START, min(pool, key=lambda r: ((r.active + 1) * (r.est_request_ms or 1.0), *key(r)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_nearest_balanced_matches_brute_force_with_and_without_a_window(catalog, data):
+    """Least expected work at the nearest site, or within ``window_ms`` of the nearest replica that can start the
+    request, over truncated candidate lists too; the window never reaches past its bound."""
+    n_sites = data.draw(st.integers(1, 6))
+    sites = data.draw(st.lists(st.integers(0, n_sites - 1), min_size=1, max_size=10))
+    fleet = make_fleet([1] * len(sites), sites=sites)
+    rtt = np.array(data.draw(st.lists(st.lists(st.sampled_from([0.0, 3.0, 5.0, 9.0, 10.0, 12.0, 35.0]),
+                                               min_size=n_sites, max_size=n_sites), min_size=2, max_size=2)))
+    window = data.draw(st.sampled_from([0.0, 5.0, 10.0, 40.0]))
+    cp = ControlPlane(catalog, fleet, placement([(TINY, n) for n in range(len(sites))]), rtt,
+                      router="nearest-balanced", router_options={"window_ms": window},
+                      admission=AdmissionConfig(queue_limit=2), max_candidates=data.draw(st.sampled_from([None, 1, 3])))
+    for r in cp.state.replicas:  # random load, health and readiness
+        r.up = data.draw(st.booleans()) or data.draw(st.booleans())
+        r.est_request_ms = data.draw(st.sampled_from([None, 100.0, 250.0]))
+        if data.draw(st.integers(0, 5)) == 0:
+            cp.state.unload(r)
+            r.status = COLD
+        for _ in range(data.draw(st.sampled_from([0, 0, 1, 2, 5, r.slots]))):
+            r._start(Request(-1, TINY, 0, data.draw(st.integers(1, 900))), 0.0)
+    cp.state.refresh()
+    req = Request(1, TINY, data.draw(st.integers(0, 1)), data.draw(st.integers(1, 400)), data.draw(st.integers(0, 50)))
+    want_action, want = brute_force_balanced(cp.state, req, window)
+    got = cp.router.route(req, 0.0)
+    assert (got.action, got.replica) == (want_action, want)
+    if want is not None:
+        assert got.rtt_ms == cp.state.rtt[req.ingress, want.site]
+
+
+def test_nearest_balanced_trades_a_few_milliseconds_for_an_idle_replica_only_within_its_window(catalog):
+    fleet = make_fleet([1, 1, 1])
+    rtt = np.array([[0.0, 8.0, 15.0]])
+    for window, want in ((0.0, 0), (10.0, 1), (14.9, 1), (15.0, 2)):  # the nearest, the less loaded within reach
+        cp = ControlPlane(catalog, fleet, placement([(TINY, 0), (TINY, 1), (TINY, 2)]), rtt,
+                          router="nearest-balanced", router_options={"window_ms": window})
+        for r, n in zip(cp.state.replicas, (3, 1, 0), strict=True):  # the nearest busy, the next less, the far idle
+            for _ in range(n):
+                r._start(Request(-1, TINY, 0, 10), 0.0)
+        cp.state.refresh()
+        got = cp.router.route(Request(1, TINY, 0, 10), 0.0)
+        assert got.replica is cp.state.replicas[want] and got.rtt_ms == rtt[0, want], window
+    for bad in (-1.0, float("nan"), 1e9):
+        with pytest.raises(UserError, match=r"routing policy 'nearest-balanced': window_ms must be in \[0, 1000\]"):
+            make_router("nearest-balanced", cp.state, window_ms=bad)
+
+
 def test_spillover_order_then_queue_then_3040(catalog):
     cp = plane(catalog, n_sites=3, n_ingress=1, queue_limit=2)
     order = []

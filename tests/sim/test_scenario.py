@@ -201,7 +201,7 @@ def test_trace_replay_keeps_the_trace(topo):
      r"session-affinity -> fallback 'p2c'.*option 'k' must be an integer"),
     ("central", 'placement = "central"\nplacement_options = { scael = 2.0 }',
      r"s\.toml \[central\] placement_options: placement policy 'central' has no option 'scael' \(options: "
-     r"baseline, budget, node, scale\)"),
+     r"baseline, budget, node, rack, scale\)"),
     ("edge", 'autoscaler = "reactiv"', r"field 'autoscaler': unknown autoscaling policy 'reactiv' \(known: none, "
                                        r"reactive, scheduled\)"),
     ("techniques", 'batch_policy = "nite"', r"field 'batch_policy': unknown batch policy 'nite' \(known: night, none\)"),

@@ -75,3 +75,15 @@ def test_the_placement_utilisation_cap_is_a_deployment_field(tmp_path):
     path.write_text('[workload]\nrequests = 10\nrps = 1.0\n[edge]\nutilisation_cap = 2.0\n')
     with pytest.raises(UserError, match=r"s.toml \[edge\]: utilisation_cap must be in \(0, 1\], got 2.0"):
         load_scenario(path)
+
+
+def test_central_rack_is_checked_and_belongs_to_central(tmp_path):
+    sc = load_scenario("small")
+    with pytest.raises(UserError, match=re.escape("[central]: rack must be one of server, edge, got 'rack8'")):
+        check_scenario(_edited(sc, "central", rack="rack8"))
+    with pytest.raises(UserError, match=re.escape("[central]: rack = 'edge' applies to budget = 'gpus'")):
+        check_scenario(_edited(sc, "central", rack="edge", budget="usd"))
+    path = tmp_path / "s.toml"
+    path.write_text('[workload]\nrequests = 10\nrps = 1.0\n[edge]\nrack = "edge"\n')
+    with pytest.raises(UserError, match=r"s.toml \[edge\]: field 'rack' sets the central deployment's"):
+        load_scenario(path)
