@@ -86,6 +86,9 @@ class DeploymentConfig:
             registry.check(name, options, f"{where} {field_}_options")
         if not (isinstance(self.utilisation_cap, int | float) and 0 < self.utilisation_cap <= 1):  # (NaN fails)
             raise UserError(f"{where}: utilisation_cap must be in (0, 1], got {self.utilisation_cap!r}")
+        if self.placement == "central" and self.utilisation_cap != DeploymentConfig.utilisation_cap:
+            raise UserError(f"{where}: utilisation_cap has no effect on placement 'central' (it gives every GPU a "
+                            f"replica, by demand), got {self.utilisation_cap!r}")
         for name in ("gpu_scale", "load_gbs", "queue_timeout_s"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):  # NaN fails too

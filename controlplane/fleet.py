@@ -104,7 +104,11 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
         raise UserError(f"central budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
     if rack not in RACKS:
         raise UserError(f"central rack must be one of {', '.join(RACKS)}, got {rack!r}")
+    if rack != "server" and budget != "gpus":
+        raise UserError(f"central rack {rack!r} applies to an equal-GPU budget, not budget {budget!r}")
     like = like or edge_fleet(topo)
+    if like.nodes.empty or int(like.nodes.gpus.sum()) == 0:
+        raise UserError(f"central fleet: the fleet whose budget it copies ({like.name}) has no GPUs")
     backbone = topo.region_nodes(table.id)
     shares = region_demand_shares(topo, table)
     if budget == "usd":

@@ -118,6 +118,12 @@ class Registry:
                 known = ", ".join(sorted(e.options)) or "none"
                 raise UserError(f"{prefix}{self.kind} {name!r} has no option {key!r} (options: {known})")
             _check_type(opt, value, f"{prefix}{self.kind} {name!r}")
+        hook = getattr(e.target, "check_options", None)  # value checks beyond the type (ranges), if it has them
+        if callable(hook):
+            try:
+                hook(**{k: v for k, v in options.items() if k in e.options})
+            except ValueError as exc:
+                raise UserError(f"{prefix}{self.kind} {name!r}: {exc}") from None
         if extra and e.forward is not None:
             key, default = e.forward
             inner = options.get(key, default)

@@ -86,6 +86,6 @@ def print_frontier(f) -> None:
     ratio = r["iso_slo_cost_ratio"]
     kind = f" ({r['iso_slo_ratio_kind']})" if ratio is not None else ""
     said = (f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'}{kind}"
-            if r["baseline"] is not None and "edge" in r["deployments"] else "no iso-SLO cost ratio (one line run)")
+            if r["baseline"] is not None and "edge" in r["deployments"] else "no iso-SLO cost ratio (it needs the edge's line and a central line)")
     console.print(f"{said}; wall time {r['wall_s']} s. Wrote {f.path}/frontier.json, frontier.parquet, frontier.png, "
                   "report.md", highlight=False)

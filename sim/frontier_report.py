@@ -230,7 +230,7 @@ def report_lines(frontier) -> list[str]:
                      f"{'; interval ' + d['interval_at_least'] if d.get('interval_at_least') else ''} | "
                      f"{_f(d.get('fails_at_gpus'))} |")
     if r["baseline"] is None or "edge" not in r["deployments"]:
-        lines += ["", "No iso-SLO cost ratio: only one line was run (it needs the edge and a baseline).", ""]
+        lines += ["", "No iso-SLO cost ratio: it needs the edge's line and a central line.", ""]
     else:
         lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
                       f"**{_f(r['iso_slo_cost_ratio'], 3)}** ({r['iso_slo_ratio_kind'] or 'not available'}); "

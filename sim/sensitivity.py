@@ -9,6 +9,7 @@ other named baseline region set, each on the same arrivals and seed, run with th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from edgepop.errors import UserError
@@ -86,7 +87,8 @@ def run_sensitivity(scenario: str | Path, summary: dict, *, requests: int | None
     for name, over in variants(sc):
         scale = over.get("gpu_inventory_scale", sc.gpu_inventory_scale)
         lines = (Line("edge"), Line("central", over.get("central.baseline", sc.central.baseline)))
-        why = [fleet_budget(sc, topo, line, scale)[3] for line in lines]
+        shaped = sc if "central.rack" not in over else replace(sc, central=replace(sc.central, rack=over["central.rack"]))
+        why = [fleet_budget(shaped, topo, line, scale)[3] for line in lines]
         if any(why):
             skipped[name] = "; ".join(w for w in why if w)  # e.g. a model that fits no node at that scale
         else:

@@ -31,9 +31,14 @@ class NearestBalanced(Router):
 
     def __init__(self, state, rng=None, window_ms: float = 0.0):
         super().__init__(state, rng)
+        self.check_options(window_ms)
+        self.window_ms = float(window_ms)
+
+    @staticmethod
+    def check_options(window_ms: float = 0.0) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
         if not (isinstance(window_ms, int | float) and math.isfinite(window_ms) and 0 <= window_ms <= 1000):
             raise ValueError(f"window_ms must be in [0, 1000] ms, got {window_ms!r}")
-        self.window_ms = float(window_ms)
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)

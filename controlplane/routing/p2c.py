@@ -16,10 +16,15 @@ class PowerOfTwoChoices(Router):
 
     def __init__(self, state, rng=None, k: int = 4):
         super().__init__(state, rng)
-        if k < 2:
-            raise ValueError("k must be at least 2")
+        self.check_options(k)
         self.k = k
         self._u: list[float] = []
+
+    @staticmethod
+    def check_options(k: int = 4) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        if k < 2:
+            raise ValueError(f"k must be at least 2, got {k!r}")
 
     def _two(self, n: int) -> tuple[int, int]:
         """Two distinct indices below n from the seeded RNG (uniforms drawn in blocks: numpy calls cost ~us)."""

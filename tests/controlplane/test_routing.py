@@ -136,6 +136,15 @@ def test_nearest_balanced_trades_a_few_milliseconds_for_an_idle_replica_only_wit
         cp.state.refresh()
         got = cp.router.route(Request(1, TINY, 0, 10), 0.0)
         assert got.replica is cp.state.replicas[want] and got.rtt_ms == rtt[0, want], window
+    # the window is measured from the nearest replica that can start the request, not from the nearest one
+    cp = ControlPlane(catalog, make_fleet([1, 1, 1]), placement([(TINY, 0), (TINY, 1), (TINY, 2)]),
+                      np.array([[0.0, 5.0, 12.0]]), router="nearest-balanced", router_options={"window_ms": 10.0})
+    down, busy, idle = cp.state.replicas
+    down.up = False
+    for _ in range(3):
+        busy._start(Request(-1, TINY, 0, 10), 0.0)
+    cp.state.refresh()
+    assert cp.router.route(Request(2, TINY, 0, 10), 0.0).replica is idle  # 12 ms is within 10 ms of 5 ms
     for bad in (-1.0, float("nan"), 1e9):
         with pytest.raises(UserError, match=r"routing policy 'nearest-balanced': window_ms must be in \[0, 1000\]"):
             make_router("nearest-balanced", cp.state, window_ms=bad)

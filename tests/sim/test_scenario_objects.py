@@ -87,3 +87,31 @@ def test_central_rack_is_checked_and_belongs_to_central(tmp_path):
     path.write_text('[workload]\nrequests = 10\nrps = 1.0\n[edge]\nrack = "edge"\n')
     with pytest.raises(UserError, match=r"s.toml \[edge\]: field 'rack' sets the central deployment's"):
         load_scenario(path)
+
+
+def test_option_ranges_and_central_only_settings_name_the_file(tmp_path):
+    """A router option out of range is refused when the file is read, naming file and table; a placement cap on
+    central (whose placement fills every GPU) is refused rather than ignored."""
+    path = tmp_path / "s.toml"
+    for bad in ("-1.0", "1e9", "nan"):
+        path.write_text(f'[workload]\nrequests = 10\nrps = 1.0\n[edge]\nrouter = "nearest-balanced"\n'
+                        f'router_options = {{ window_ms = {bad} }}\n')
+        with pytest.raises(UserError, match=r"s.toml \[edge\] router_options: routing policy 'nearest-balanced': "
+                                             r"window_ms must be in \[0, 1000\] ms"):
+            load_scenario(path)
+    sc = load_scenario("small")
+    with pytest.raises(UserError, match=re.escape("[central]: utilisation_cap has no effect on placement 'central'")):
+        check_scenario(_edited(sc, "central", utilisation_cap=0.5))
+
+
+def test_a_central_fleet_copying_an_empty_fleet_is_a_user_error(topo):
+    from controlplane.fleet import central_fleet, edge_fleet
+
+    world = topo.with_gpu_scale(0.018)
+    empty = edge_fleet(world, pops=["ABJ"])
+    assert empty.nodes.empty or empty.nodes.gpus.sum() == 0
+    for budget in ("gpus", "usd"):
+        with pytest.raises(UserError, match="central fleet: the fleet whose budget it copies .edge. has no GPUs"):
+            central_fleet(world, "global-6", like=empty, budget=budget)
+    with pytest.raises(UserError, match="central rack 'edge' applies to an equal-GPU budget, not budget 'usd'"):
+        central_fleet(world, "global-6", budget="usd", rack="edge")
