@@ -235,8 +235,9 @@ def report_lines(frontier) -> list[str]:
         lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
                       f"**{_f(r['iso_slo_cost_ratio'], 3)}** ({r['iso_slo_ratio_kind'] or 'not available'}); "
                       f"GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}." + BOUND_NOTE.get(r["iso_slo_ratio_kind"], ""), ""]
-    for key, v in r["iso_slo_ratio_by_baseline"].items():
-        lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)} ({v['kind']})")
+        for key, v in r["iso_slo_ratio_by_baseline"].items():
+            lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)} "
+                         f"({v['kind']})")
     keys = [line.key for line in frontier.lines]
     lines += ["", "## TTFT at equal cost (mean over seeds; p95 counts requests never answered as late, "
                   "'-' where it falls on them)", "",

@@ -162,8 +162,12 @@ def test_edge_rows_do_not_depend_on_sharing_a_run_with_central(tmp_path):
     assert set(both.result["deployments"]) == {"edge", "central:big3"} and set(alone.result["deployments"]) == {"edge"}
     assert both.result["deployments"]["edge"]["status"] == "at_or_below_smallest_budget"
     assert both.result["iso_slo_cost_ratio"] == 1.0  # both meet a loose SLO at the smallest, equal-cost budget
-    assert "No iso-SLO cost ratio: it needs the edge's line and a central line" in (tmp_path / "alone" / "report.md").read_text()
-    assert "None" not in (tmp_path / "alone" / "report.md").read_text()
+    central = run_frontier("small", only="central", out=tmp_path / "central", **kw)
+    assert set(central.result["deployments"]) == {"central:big3"} and central.result["iso_slo_cost_ratio"] is None
+    for run in ("alone", "central"):  # one side only: no ratio, and no per-baseline line of Nones
+        text = (tmp_path / run / "report.md").read_text()
+        assert "No iso-SLO cost ratio: it needs the edge's line and a central line" in text
+        assert "None" not in text and "- against" not in text
 
 
 def test_the_frontier_keeps_the_users_files_and_leaves_no_scratch(tmp_path):
