@@ -40,8 +40,8 @@ class DeploymentConfig:
     matter for central: its region set, its budget relative to the edge's, and whether that budget is equal GPUs
     (``gpus``: the edge's GPUs of each type, split between the regions by demand, racked in 8-GPU servers, or with
     ``rack = "edge"`` in servers the size of the edge's nodes) or equal dollars per hour (``usd``: ``node`` boxes
-    bought for the same $/hour). ``fill_idle_gpus``: after placement, give every GPU left without a replica one (capacity matching,
-    :mod:`controlplane.placement.fill`; the ``central`` policy always does). ``one_llm_per_gpu``: a GPU computes
+    bought for the same $/hour). ``fill_idle_gpus``: after placement, give every GPU left without a replica one
+    (capacity matching, :mod:`controlplane.placement.fill`; the ``central`` policy always does). ``one_llm_per_gpu``: a GPU computes
     for one language model at most (encoders may share it), because the simulator does not slow co-located
     replicas down; false lets memory alone decide (and grants co-located models compute the GPU does not have).
 

@@ -62,13 +62,3 @@ def per_gpu_type(frame: pd.DataFrame, fleet, busy_s: dict[str, float], duration_
                     "busy_share": _r(busy_s.get(gpu, 0.0) / max(count * duration_s, 1e-9))}
     return out
 
-
-def busy_seconds_by_gpu_type(sim) -> dict[str, float]:
-    """GPU-seconds with work per GPU type (a replica on k GPUs counts k), as ``Simulation.gpu_busy_seconds``."""
-    now = sim.env.now
-    out: dict[str, float] = {}
-    reps = {r.id: r for r in sim.plane.state.replicas}
-    for i, engine in sim.engines.items():
-        r = reps[i]
-        out[r.gpu] = out.get(r.gpu, 0.0) + engine.busy_until(now) * r.spec.tensor_parallel
-    return out

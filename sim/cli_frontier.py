@@ -73,6 +73,8 @@ def print_frontier(f) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sim.frontier_report import NO_RATIO, has_ratio
+
     r = f.result
     t = Table(title=f"edgepop frontier: {r['scenario']}, SLO {r['slo']['text']}, seeds {r['seeds']}")
     for col in ("deployment", "least GPUs", "least $/hour", "status"):
@@ -86,6 +88,6 @@ def print_frontier(f) -> None:
     ratio = r["iso_slo_cost_ratio"]
     kind = f" ({r['iso_slo_ratio_kind']})" if ratio is not None else ""
     said = (f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'}{kind}"
-            if r["baseline"] is not None and "edge" in r["deployments"] else "no iso-SLO cost ratio (it needs the edge's line and a central line)")
+            if has_ratio(r) else f"no iso-SLO cost ratio ({NO_RATIO})")
     console.print(f"{said}; wall time {r['wall_s']} s. Wrote {f.path}/frontier.json, frontier.parquet, frontier.png, "
                   "report.md", highlight=False)

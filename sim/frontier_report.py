@@ -216,6 +216,14 @@ def _f(v, digits=1):
     return f"{v:,.{digits}f}" if isinstance(v, float) else f"{v:,}"
 
 
+NO_RATIO = "it needs the edge's line and a central line"
+
+
+def has_ratio(r: dict) -> bool:
+    """Whether a frontier result can have an iso-SLO ratio: the edge's line and a baseline's were both run."""
+    return r["baseline"] is not None and "edge" in r["deployments"]
+
+
 def report_lines(frontier) -> list[str]:
     r = frontier.result
     lines = [f"# edgepop frontier: {r['scenario']}", "",
@@ -229,8 +237,8 @@ def report_lines(frontier) -> list[str]:
                      f"{d['status']}{' (non-monotone)' if d.get('non_monotone') else ''}"
                      f"{'; interval ' + d['interval_at_least'] if d.get('interval_at_least') else ''} | "
                      f"{_f(d.get('fails_at_gpus'))} |")
-    if r["baseline"] is None or "edge" not in r["deployments"]:
-        lines += ["", "No iso-SLO cost ratio: it needs the edge's line and a central line.", ""]
+    if not has_ratio(r):
+        lines += ["", f"No iso-SLO cost ratio: {NO_RATIO}.", ""]
     else:
         lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
                       f"**{_f(r['iso_slo_cost_ratio'], 3)}** ({r['iso_slo_ratio_kind'] or 'not available'}); "

@@ -24,7 +24,7 @@ from edgepop.memory import release_large_blocks
 from edgepop.outputs import move_into_place, output_folder
 from edgepop.rng import MAX_INT, streams
 from edgepop.stats import percentiles
-from sim.breakdown import busy_seconds_by_gpu_type, per_gpu_type, per_model
+from sim.breakdown import per_gpu_type, per_model
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
 from sim.faults import FaultHandler, check_node_targets, parse_fault
 from sim.metrics import deployment_summary, gains, slo_met
@@ -231,7 +231,7 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
                                setup.catalog, sim.gpu_busy_seconds(), billing_s=setup.span_s)
     end = max(setup.span_s, res.sim_end_s)
     block["per_model"] = per_model(req, dep.table)
-    block["per_gpu_type"] = per_gpu_type(req, dep.fleet, busy_seconds_by_gpu_type(sim), end)
+    block["per_gpu_type"] = per_gpu_type(req, dep.fleet, sim.gpu_busy_seconds_by_type(), end)
     late = [f for f in faults if f.start_s >= end]  # scheduled, but the run was over before it began
     skipped += [f"{fault_spec(f)}: starts after the run ended ({end:.1f} s)" for f in late]
     block["faults"].update(applied=[fault_spec(f) for f in faults if f not in late], skipped=skipped)

@@ -407,8 +407,19 @@ class Simulation:
         df["deployment"] = self.dep.name
         return df
 
-    def gpu_busy_seconds(self) -> float:
-        """GPU-seconds during which replicas had work (a replica on k GPUs counts k)."""
+    def _busy_by_replica(self):
+        """(GPU type, GPU-seconds with work) per replica engine (a replica on k GPUs counts k)."""
         now = self.env.now
         reps = {r.id: r for r in self.plane.state.replicas}
-        return float(sum(e.busy_until(now) * reps[i].spec.tensor_parallel for i, e in self.engines.items()))
+        return ((reps[i].gpu, e.busy_until(now) * reps[i].spec.tensor_parallel) for i, e in self.engines.items())
+
+    def gpu_busy_seconds(self) -> float:
+        """GPU-seconds during which replicas had work (a replica on k GPUs counts k)."""
+        return float(sum(s for _, s in self._busy_by_replica()))
+
+    def gpu_busy_seconds_by_type(self) -> dict[str, float]:
+        """:meth:`gpu_busy_seconds` per GPU type."""
+        out: dict[str, float] = {}
+        for gpu, s in self._busy_by_replica():
+            out[gpu] = out.get(gpu, 0.0) + s
+        return out

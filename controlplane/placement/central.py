@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.fleet import BUDGETS, RACKS, central_fleet
+from controlplane.fleet import BUDGETS, central_fleet
 from controlplane.placement.base import PLACEMENTS, PlacementError, PlacementPolicy, PlacementProblem
 from controlplane.placement.fill import fill_idle_gpus, idle_gpus, place_on
 from controlplane.placement.packing import GpuLedger
@@ -47,8 +47,6 @@ class Central(PlacementPolicy):
         if self.budget not in BUDGETS:
             raise PlacementError(f"central placement: budget must be one of {', '.join(BUDGETS)}, "
                                  f"got {self.budget!r}")
-        if self.rack not in RACKS:
-            raise PlacementError(f"central placement: rack must be one of {', '.join(RACKS)}, got {self.rack!r}")
         regions = [r.strip() for r in self.baseline.split(",")] if "," in self.baseline else self.baseline
         fleet = central_fleet(problem.topo, regions, like=problem.fleet, scale=self.scale, budget=self.budget,
                               node=self.node, rack=self.rack)

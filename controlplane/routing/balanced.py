@@ -76,7 +76,7 @@ class NearestBalanced(Router):
         # the list holds each site's replicas together: ending at this site, it may have been cut inside it
         if cands[-1].site == site and len(cands) < len(self.state.by_model.get(req.model, ())):
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
-            return self._balanced_full(req, full, full_rtts, site) or Decision(START, cands[best], rtts[best])
+            return self._least_work(req, full, full_rtts, site=site) or Decision(START, cands[best], rtts[best])
         return Decision(START, cands[best], rtts[best])
 
     def _windowed(self, req: Request, cands, rtts, first: int, free) -> Decision:
@@ -94,28 +94,18 @@ class NearestBalanced(Router):
             i += 1
         if i == n and n < len(self.state.by_model.get(req.model, ())):  # the truncated list ended in the window
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
-            return self._windowed_full(req, full, full_rtts, limit) or Decision(START, cands[best], rtts[best])
+            return self._least_work(req, full, full_rtts, limit=limit) or Decision(START, cands[best], rtts[best])
         return Decision(START, cands[best], rtts[best])
 
     @staticmethod
-    def _windowed_full(req: Request, cands, rtts, limit: float) -> Decision | None:
-        """The least-loaded replica that can start ``req`` at most ``limit`` ms away, over the full list."""
+    def _least_work(req: Request, cands, rtts, site=None, limit: float = math.inf) -> Decision | None:
+        """Over the full candidate list (the truncated one ended inside the site or the window): the least-loaded
+        replica that can start ``req``, of ``site`` when given, at most ``limit`` ms away (ties: the nearer)."""
         kv, best, best_load = req.kv_tokens, -1, 0.0
         for i, r in enumerate(cands):
             if rtts[i] > limit:
                 break
-            if r.can_start(kv):
-                load = _work(r)
-                if best < 0 or load < best_load:
-                    best, best_load = i, load
-        return None if best < 0 else Decision(START, cands[best], rtts[best])
-
-    @staticmethod
-    def _balanced_full(req: Request, cands, rtts, site) -> Decision | None:
-        """The least-loaded replica of ``site`` over the full candidate list (the truncated one ended inside it)."""
-        kv, best, best_load = req.kv_tokens, -1, 0.0
-        for i, r in enumerate(cands):
-            if r.site == site and r.can_start(kv):
+            if (site is None or r.site == site) and r.can_start(kv):
                 load = _work(r)
                 if best < 0 or load < best_load:
                     best, best_load = i, load
