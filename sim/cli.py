@@ -27,6 +27,9 @@ def register(sub) -> None:
     p.add_argument("--sensitivity", action="store_true",
                    help="also run the headline with the edge GPU inventory x0.5 and x2 and with every other "
                         "baseline region set (a sweep on a local pool; report.md gets a section)")
+    p.add_argument("--seeds", metavar="LIST",
+                   help="also run the scenario with these seeds, e.g. 1-5 or 1,7,9 (new arrivals and placement "
+                        "each), and report every headline gain's mean and 95%% interval over seeds")
     p.add_argument("--out", default="edgepop-out", help="output directory (default: edgepop-out)")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of tables")
     p.add_argument("--list-scenarios", action="store_true", help="list embedded scenarios and exit")
@@ -71,8 +74,20 @@ def cmd_simulate(args) -> int:
             print(f"{name:12s} {sc.description}")
         return 0
     _validate_sizes(args)
-    if args.sensitivity and args.trace:  # before the run, not after it
-        raise UserError("--sensitivity re-runs the scenario's own workload: it cannot be combined with --trace")
+    seeds = None
+    if args.seeds is not None:
+        from sim.replicates import parse_seeds
+
+        seeds = parse_seeds(args.seeds)
+    for flag, on in (("--sensitivity", args.sensitivity), ("--seeds", seeds is not None)):
+        # before the run, not after it: the extra runs replay the scenario's own workload as the file has it
+        if on and args.trace:
+            raise UserError(f"{flag} re-runs the scenario's own workload: it cannot be combined with --trace")
+        if on and args.fail:
+            raise UserError(f"{flag} re-runs the scenario as its file has it: it cannot be combined with --fail "
+                            "(put the faults in the scenario's faults field instead)")
+        if on and args.only:
+            raise UserError(f"{flag} compares edge and central: it cannot run with --only")
     output_folder(args.out, staged=True)  # before minutes of simulating, not after
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -80,6 +95,10 @@ def cmd_simulate(args) -> int:
     from sim.run import run_scenario, write_outputs
 
     sc = load_scenario(args.scenario)
+    main_seed = args.seed if args.seed is not None else sc.seed
+    if seeds is not None and not set(seeds) - {main_seed}:
+        raise UserError(f"--seeds {args.seeds}: an interval over seeds needs a seed other than the main run's "
+                        f"({main_seed})")
     console = Console(stderr=True)
     deployments = (args.only,) if args.only else ("edge", "central")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
@@ -101,6 +120,13 @@ def cmd_simulate(args) -> int:
         out.summary["sensitivity"] = run_sensitivity(args.scenario, out.summary, requests=args.requests,
                                                      duration_s=args.duration, seed=args.seed,
                                                      out=Path(args.out) / "sensitivity")
+    if seeds is not None:
+        from pathlib import Path
+
+        from sim.replicates import run_replicates
+
+        out.summary["replicates"] = run_replicates(args.scenario, out.summary, seeds, requests=args.requests,
+                                                   duration_s=args.duration, out=Path(args.out) / "replicates")
     path = write_outputs(out, args.out)
     if args.json:
         from sim.run import _json_default
@@ -127,6 +153,16 @@ def print_headline(summary: dict, path) -> None:
     console.print(t)
     for line in notes(summary):
         console.print(line, highlight=False)
+    if summary.get("replicates"):
+        from sim.report import replicates_rows
+
+        rep = summary["replicates"]
+        r = Table(title=f"edge gain over {len(rep['seeds'])} seeds ({', '.join(map(str, rep['seeds']))})")
+        for col in ("metric", "mean", "sd", "95% CI over seeds", f"within-run 95% CI (seed {rep['seeds'][0]})"):
+            r.add_column(col, justify="left" if col == "metric" else "right")
+        for row in replicates_rows(rep):  # (each seed's figure: report.md and summary.json)
+            r.add_row(row[0], *row[2:])
+        console.print(r)
     perf = summary.get("performance", {})
     console.print(f"{perf.get('simulated_requests_per_wall_s', 0):,.0f} simulated requests per wall second; "
                   f"wall time {perf.get('wall_s')} s. Wrote {path}/requests.parquet, summary.json, report.md")

@@ -265,6 +265,8 @@ def write_report(out, directory: Path) -> Path:
         lines += ["", "## Where the edge wins and loses (text generation TTFT)"]
         lines += crossover_lines(gains)
     lines += breakdown_lines(s)
+    if s.get("replicates"):
+        lines += ["", *replicates_lines(s["replicates"])]
     if s.get("sensitivity"):
         lines += ["", *sensitivity_lines(s["sensitivity"])]
     perf = s.get("performance", {})
@@ -330,3 +332,26 @@ def breakdown_lines(s: dict) -> list[str]:
                   for k in ("gpus", "generation_share", "tpot_p50_ms", "busy_share"))] for g in gpus]
     lines += ["", "### Per GPU type", ""]
     return lines + _table(["GPU", "GPUs", "share of generation served", "TPOT p50 (ms)", "busy share"], rows)
+
+
+def replicates_rows(rep: dict) -> list[list[str]]:
+    """(metric, per seed, mean, sd, 95% CI over seeds, within-run 95% CI) rows of the ``replicates`` block."""
+    rows = []
+    for r in rep["rows"]:
+        digits = 4 if r["difference"] else 1
+        num = (lambda v, d=digits: "-" if v is None else f"{v:+.{d}f}")  # noqa: E731
+        iv = (lambda iv, d=digits: "-" if not iv else f"[{iv[0]:+.{d}f}, {iv[1]:+.{d}f}]")  # noqa: E731
+        unit = "" if r["difference"] else "%"
+        rows.append([r["metric"], ", ".join(num(v) for v in r["per_seed"]), num(r["mean"]) + unit,
+                     "-" if r["sd"] is None else f"{r['sd']:.{digits}f}", iv(r["ci95"]),
+                     iv(r["within_run_ci95_first_seed"])])
+    return rows
+
+
+def replicates_lines(rep: dict) -> list[str]:
+    """report.md section: every headline gain over seeds (mean, sd, Student-t interval)."""
+    seeds = rep["seeds"]
+    header = ["edge gain", f"per seed ({', '.join(map(str, seeds))})", "mean", "sd", "95% CI over seeds",
+              f"within-run 95% CI (seed {seeds[0]})"]
+    return (["## Between seeds", "", f"{len(seeds)} seeds: {rep['method']}. {rep['note']}", ""]
+            + _table(header, replicates_rows(rep)))

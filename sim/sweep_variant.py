@@ -25,7 +25,8 @@ CAPACITY = {"usd_per_hour": "usd_per_hour", "capacity_rps": "capacity_rps",
             "utilisation_peak_hour": "gpu_busy_peak_hour", "wait_p95_ms": "wait_p95_ms",
             "wait_p95_ms_peak_hour": "wait_p95_ms_peak_hour"}
 GAINS = ("ttft_ms_p50_reduction_pct", "ttft_ms_p95_reduction_pct", "ttft_ms_p99_reduction_pct",
-         "tpot_ms_p50_reduction_pct", "e2e_ms_p50_reduction_pct", "network_rtt_ms_p50_reduction_pct", "slo_attainment_delta")
+         "tpot_ms_p50_reduction_pct", "e2e_ms_p50_reduction_pct", "e2e_ms_generation_p50_reduction_pct",
+         "e2e_ms_one_shot_p50_reduction_pct", "network_rtt_ms_p50_reduction_pct", "slo_attainment_delta")
 
 
 @dataclass(frozen=True)

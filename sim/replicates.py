@@ -1,0 +1,129 @@
+"""The headline replicated over seeds: how far another seed moves each gain.
+
+The headline's intervals are within one run: its arrivals, and the placement planned for them, are held fixed,
+and a paired block bootstrap resamples the requests. A new seed draws new arrivals and so a new placement on both
+sides; for some figures (TPOT) the spread between seeds is more than twice what the within-run interval suggests.
+``edgepop simulate --seeds 1,2,3`` runs the scenario once per seed (the main run's seed reused, the others on the
+sweep machinery: same requests, same overrides) and reports, for every headline gain, its value per seed, the
+mean, the standard deviation over seeds and a Student-t 95% interval of the mean. The interval is for the mean
+over these seeds of a run of this size, on this scenario; it says nothing about a different scenario, load or
+request count.
+
+``summary.json`` gets a ``replicates`` block and report.md a section "Between seeds".
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from edgepop.errors import UserError
+
+MIN_SEEDS = 2
+MAX_SEEDS = 100
+METHOD = ("one run per seed (new arrivals, new placement on both sides); mean over seeds with a Student-t 95% "
+          "interval (t quantile with n-1 degrees of freedom x sd / sqrt(n))")
+
+
+def headline_gains() -> list[tuple[str, str, bool]]:
+    """(label, key in summary.json gains, is a difference) of every headline gain."""
+    from sim.report import HEADLINE
+
+    return [(label.replace(" (ms)", ""), key, label == "SLO attainment") for label, _, key, _ in HEADLINE if key]
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: comma-separated distinct whole numbers in [0, 2**63 - 1]; a range ``A-B`` counts as A..B."""
+    from edgepop.rng import MAX_INT
+
+    seeds: list[int] = []
+    try:
+        for part in (p.strip() for p in str(text).split(",")):
+            if not part:
+                continue
+            lo, sep, hi = part.partition("-") if part[0] != "-" else (part, "", "")
+            if sep and int(hi) < int(lo):
+                raise ValueError(part)
+            if sep and int(hi) - int(lo) >= MAX_SEEDS:
+                raise UserError(f"bad --seeds {text!r}: at most {MAX_SEEDS} seeds")
+            seeds += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+    except ValueError:
+        raise UserError(f"bad --seeds {text!r}: expected comma-separated whole numbers or ranges like 1-5") from None
+    if len(seeds) > MAX_SEEDS:
+        raise UserError(f"bad --seeds {text!r}: at most {MAX_SEEDS} seeds, got {len(seeds)}")
+    if not seeds or any(not 0 <= s <= MAX_INT for s in seeds) or len(set(seeds)) < len(seeds):
+        raise UserError(f"bad --seeds {text!r}: expected distinct whole numbers in [0, 2**63 - 1]")
+    return seeds
+
+
+def interval(values: list[float]) -> dict:
+    """Mean, sample standard deviation and Student-t 95% interval of the mean of ``values`` (finite ones; an
+    interval needs two)."""
+    from scipy.stats import t
+
+    v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    out = {"n": int(v.size), "mean": round(float(v.mean()), 4) if v.size else None,
+           "sd": round(float(v.std(ddof=1)), 4) if v.size > 1 else None, "ci95": None}
+    if v.size > 1:
+        half = float(t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+        out["ci95"] = [round(float(v.mean()) - half, 4), round(float(v.mean()) + half, 4)]
+    return out
+
+
+def summarise(per_seed: dict[int, dict]) -> dict:
+    """The ``replicates`` block from each seed's summary.json ``gains`` (seed -> gains, the main run's first)."""
+    seeds = list(per_seed)
+    rows = []
+    for label, key, delta in headline_gains():
+        values = [per_seed[s].get(key) for s in seeds]
+        within = per_seed[seeds[0]].get("ci95", {}).get(key)
+        rows.append({"metric": label, "key": key, "difference": delta, "per_seed": values, **interval(values),
+                     "within_run_ci95_first_seed": within})
+    return {"seeds": seeds, "method": METHOD,
+            "note": "A gain is 100 x (central - edge) / central (SLO attainment: edge - central). The within-run "
+                    "interval is the first seed's paired block bootstrap: when it is much narrower than the spread "
+                    "between seeds, trust the interval over seeds.", "rows": rows}
+
+
+def run_replicates(scenario: str | Path, summary: dict, seeds: list[int], *, requests: int | None = None,
+                   duration_s: float | None = None, engine: str = "local", workers: int | None = None,
+                   out: str | Path = "edgepop-replicates") -> dict:
+    """Run ``scenario`` for every seed of ``seeds`` not already run (``summary`` is the main run's) and return
+    summary.json's ``replicates`` block."""
+    from sim.frontier import scenario_path
+    from sim.grid import parse_grid
+    from sim.sweep import run_sweep
+
+    if "gains" not in summary:
+        raise UserError("--seeds compares edge and central: it cannot run with --only")
+    main = int(summary["seed"])
+    if len({main, *seeds}) < MIN_SEEDS:
+        raise UserError(f"--seeds needs at least one seed other than the main run's ({main}) for an interval")
+    base = scenario_path(scenario)
+    others = [s for s in seeds if s != main]
+    doc = {"base": str(base), "seeds": others}
+    if requests is not None:
+        doc["requests"] = int(requests)
+    if duration_s is not None:
+        doc["duration_s"] = float(duration_s)
+    grid = parse_grid(doc, source="--seeds", base_dir=base.parent)
+    result = run_sweep(grid, engine=engine, workers=workers, out=out, keep_requests=False)
+    per_seed = {main: summary["gains"]}
+    frame = result.summary
+    for seed in others:
+        rows = frame[(frame.seed == seed) & (frame.deployment == "edge")].to_dict("records")
+        if len(rows) != 1:
+            raise UserError(f"--seeds: the run of seed {seed} left {len(rows)} edge rows (expected one)")
+        per_seed[seed] = _gains(rows[0])
+    return summarise(per_seed)
+
+
+def _gains(row: dict) -> dict:
+    """A sweep summary row's gains, keyed as summary.json's (``gain_<key>`` columns; NaN is no figure)."""
+    out = {}
+    for _, key, _ in headline_gains():
+        v = row.get(f"gain_{key}")
+        out[key] = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+    return out

@@ -1,0 +1,67 @@
+"""``edgepop simulate --seeds``: every headline gain over seeds, each seed a run of its own."""
+
+import json
+import math
+
+import pytest
+
+from edgepop.cli import main
+from edgepop.errors import UserError
+from sim.replicates import interval, parse_seeds
+
+
+def test_replicates_are_the_runs_of_those_seeds(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--requests", "1500", "--seeds", "7-9", "--out", str(out)]) == 0
+    assert "edge gain over 3 seeds" in capsys.readouterr().out
+    rep = json.loads((out / "summary.json").read_text())["replicates"]
+    assert rep["seeds"] == [7, 8, 9]  # small's own seed (7) is the main run, reused
+    rows = {r["key"]: r for r in rep["rows"]}
+    assert set(rows) >= {"ttft_ms_p50_reduction_pct", "ttft_ms_p95_reduction_pct", "tpot_ms_p50_reduction_pct",
+                         "e2e_ms_generation_p50_reduction_pct", "slo_attainment_delta"}
+    # each seed's figure is that seed's own run: the same as simulating it directly
+    alone = tmp_path / "seed8"
+    assert main(["simulate", "--scenario", "small", "--requests", "1500", "--seed", "8", "--out", str(alone)]) == 0
+    capsys.readouterr()
+    gains = json.loads((alone / "summary.json").read_text())["gains"]
+    for key, r in rows.items():
+        assert r["per_seed"][1] == pytest.approx(gains[key], abs=1e-9), key
+        assert r["n"] == 3 and r["mean"] == pytest.approx(sum(r["per_seed"]) / 3, abs=1e-4)
+        assert r["ci95"][0] <= r["mean"] <= r["ci95"][1]
+    p50 = rows["ttft_ms_p50_reduction_pct"]["per_seed"]
+    assert len(set(p50)) == 3  # new arrivals each: the seeds do differ
+    assert "## Between seeds" in (out / "report.md").read_text()
+    assert (out / "replicates" / "sweep_summary.parquet").is_file()
+
+
+def test_interval_is_student_t_over_seeds():
+    r = interval([1.0, 2.0, 3.0, None, math.nan])  # no figure from a seed: left out of the interval
+    half = 4.302652729911275 / math.sqrt(3)  # t(0.975, 2) x sd 1 / sqrt 3
+    assert r["n"] == 3 and r["mean"] == 2.0 and r["sd"] == 1.0
+    assert r["ci95"] == [round(2.0 - half, 4), round(2.0 + half, 4)]
+    assert interval([5.0])["ci95"] is None
+
+
+@pytest.mark.parametrize("text, want", [("1-3", [1, 2, 3]), ("4, 9,2", [4, 9, 2]), ("0-1,5", [0, 1, 5])])
+def test_seed_lists(text, want):
+    assert parse_seeds(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "a", "1,1", "3-1", "-1", "1-2-3", "0-100000", "1.5"])
+def test_bad_seed_lists_are_one_line_errors(text):
+    with pytest.raises(UserError, match="bad --seeds"):
+        parse_seeds(text)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--seeds", "7"], "needs a seed other than the main run's"),
+    (["--seeds", "1,2", "--only", "edge"], "--seeds compares edge and central"),
+    (["--seeds", "1,2", "--fail", "pop:FRA@10+10"], "cannot be combined with --fail"),
+    (["--sensitivity", "--fail", "pop:FRA@10+10"], "--sensitivity re-runs the scenario as its file has it"),
+    (["--seeds", "x"], "bad --seeds 'x'"),
+])
+def test_seeds_refused_before_the_run(tmp_path, capsys, extra, message):
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", str(out), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()  # refused before anything ran or was written
