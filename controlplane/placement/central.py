@@ -75,30 +75,38 @@ class Central(PlacementPolicy):
                     continue
                 for site in np.argsort(-need[:, m], kind="stable").tolist():
                     before = len(placed)
-                    self._cover(net, ledger, members[site], m, need[site, m], placed)
+                    self._cover(net, ledger, members[site], m, need[site], placed)
                     if len(placed) > before:
                         break
         for site in range(net.n_sites):
             held = {m for n, m, _ in placed if net.node_site[n] == site}
             for m in order:
                 if need[site, m] > 0 and m not in held:
-                    self._cover(net, ledger, members[site], m, need[site, m], placed)
+                    self._cover(net, ledger, members[site], m, need[site], placed)
         fill_idle_gpus(net, ledger, placed, [(np.array([s]), need[s]) for s in range(net.n_sites)])
         return placed
 
     @staticmethod
-    def _cover(net, ledger: GpuLedger, members: np.ndarray, m: int, rps: float, placed: list) -> None:
-        """The region's first replica of ``m``: on idle GPUs of the fastest node when its demand needs at least
-        one GPU's compute or is a generative model, else sharing the GPU with the most room (an encoder next to a
-        chat model)."""
+    def _cover(net, ledger: GpuLedger, members: np.ndarray, m: int, need: np.ndarray, placed: list) -> None:
+        """The region's first replica of ``m`` (``need``: the region's demand, rps per model): on idle GPUs of the
+        fastest node when its demand needs at least one GPU's compute or is a generative model, else sharing the
+        GPU with the most room (an encoder next to a chat model). Among the fastest nodes, one where it would not
+        take the last idle GPU group a multi-GPU model the region wants could use: in two-GPU servers, each small
+        model alone in a pair would leave the region no pair for its tensor-parallel model (two share one)."""
         fits = members[net.fits[members, m]]
         if fits.size == 0:
             return  # no node of the region can hold it: its demand goes to the next region (routing)
         idle = idle_gpus(ledger)
-        if net.specs[m].generative or rps * net.gpu_time_per_rps[fits, m].min() >= 1.0:
+        if net.specs[m].generative or need[m] * net.gpu_time_per_rps[fits, m].min() >= 1.0:
             free = [int(n) for n in fits if len(idle[int(n)]) >= net.tp[m]]
             if free:
-                node = max(free, key=lambda n: (net.cap[n, m], len(idle[n]), -n))
+                tp = int(net.tp[m])
+                multi = np.flatnonzero((need > 0) & (net.tp > tp)).tolist()
+
+                def keeps_groups(n: int) -> bool:
+                    return not any(net.fits[n, k] and len(idle[n]) >= net.tp[k] > len(idle[n]) - tp for k in multi)
+
+                node = max(free, key=lambda n: (net.cap[n, m], keeps_groups(n), len(idle[n]), -n))
                 placed.append((node, m, place_on(ledger, node, m, tuple(int(g) for g in idle[node][:net.tp[m]]))))
                 return
         best, limit = None, net.gpu_limit

@@ -369,3 +369,19 @@ def test_greedy_refuses_thresholds_that_would_fill_every_slot(real_problem, opti
     """A NaN or negative gain threshold let greedy place replicas that gain nothing (97,911 against 3,701)."""
     with pytest.raises(UserError, match=f"greedy-demand option {next(iter(options))} must be >= 0"):
         get_policy("greedy-demand", **options).place(real_problem, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("scale", [0.0139, 0.018])
+def test_central_racked_like_the_edge_packs_small_models_and_keeps_pairs_for_the_70b(topo, scale):
+    """At the frontier's budgets (32 and 41 GPUs) central racked like the edge has two-GPU H200 servers: each
+    region's first replica of a single-GPU model goes beside another in a pair already broken, not alone in a whole
+    pair, so the 70B (two GPUs) gets as many replicas as in 8-GPU servers. Alone in a pair each, the small models
+    had left the 70B 5 and 6 replicas against 7 and 10."""
+    world = topo.with_gpu_scale(scale)
+    problem = PlacementProblem.build(world, total_rps=250, one_llm_per_gpu=True)
+    big = {}
+    for rack in ("server", "edge"):
+        plan = get_policy("central", rack=rack).place(problem, np.random.default_rng(0))
+        big[rack] = int(plan.table.model.str.contains("70b").sum())
+        assert plan.fleet.nodes.gpus.max() == (8 if rack == "server" else 2)
+    assert big["edge"] >= big["server"] > 0
