@@ -72,19 +72,48 @@ def interval(values: list[float]) -> dict:
     return out
 
 
-def summarise(per_seed: dict[int, dict]) -> dict:
-    """The ``replicates`` block from each seed's summary.json ``gains`` (seed -> gains, the main run's first)."""
+def summarise(per_seed: dict[int, dict], within: dict | None = None) -> dict:
+    """The ``replicates`` block from each seed's sweep summary rows (seed -> {deployment: row}, the main run's
+    first); ``within``: the main run's ``gains.ci95``."""
     seeds = list(per_seed)
     rows = []
     for label, key, delta in headline_gains():
-        values = [per_seed[s].get(key) for s in seeds]
-        within = per_seed[seeds[0]].get("ci95", {}).get(key)
+        values = [_number(per_seed[s]["edge"].get(f"gain_{key}")) for s in seeds]
         rows.append({"metric": label, "key": key, "difference": delta, "per_seed": values, **interval(values),
-                     "within_run_ci95_first_seed": within})
+                     "within_run_ci95_first_seed": (within or {}).get(key)})
     return {"seeds": seeds, "method": METHOD,
             "note": "A gain is 100 x (central - edge) / central (SLO attainment: edge - central). The within-run "
                     "interval is the first seed's paired block bootstrap: when it is much narrower than the spread "
-                    "between seeds, trust the interval over seeds.", "rows": rows}
+                    "between seeds, trust the interval over seeds.", "rows": rows,
+            "by_continent": by_continent(per_seed)}
+
+
+def by_continent(per_seed: dict[int, dict]) -> list[dict]:
+    """Text generation TTFT p50 and p95 gains per user continent, per seed and over seeds (from each side's
+    continent percentiles; a seed with fewer than ``MIN_BIN`` such requests on a side gives no figure)."""
+    from sim.gains import MIN_BIN
+
+    conts = sorted({k.split("_")[1] for rows in per_seed.values() for k in rows["edge"]
+                    if k.startswith("continent_") and k.endswith("_ttft_p50_ms")})
+    out = []
+    for cont in conts:
+        entry = {"continent": cont, "ttft_requests_mean": None}
+        counts = []
+        for q in ("p50", "p95"):
+            values = []
+            for rows in per_seed.values():
+                e, c = (rows[side] for side in ("edge", "central"))
+                n = [_number(r.get(f"continent_{cont}_ttft_requests")) for r in (e, c)]
+                a, b = (_number(r.get(f"continent_{cont}_ttft_{q}_ms")) for r in (e, c))
+                enough = all(x is not None and x >= MIN_BIN for x in n)
+                values.append(round(100.0 * (b - a) / b, 2) if enough and a is not None and b else None)
+                if q == "p50":
+                    counts.append(n[0])
+            entry[f"ttft_{q}"] = {"per_seed": values, **interval(values)}
+        known = [x for x in counts if x is not None]
+        entry["ttft_requests_mean"] = round(sum(known) / len(known)) if known else None
+        out.append(entry)
+    return out
 
 
 def run_replicates(scenario: str | Path, summary: dict, seeds: list[int], *, requests: int | None = None,
@@ -95,6 +124,7 @@ def run_replicates(scenario: str | Path, summary: dict, seeds: list[int], *, req
     from sim.frontier import scenario_path
     from sim.grid import parse_grid
     from sim.sweep import run_sweep
+    from sim.sweep_variant import summary_rows
 
     if "gains" not in summary:
         raise UserError("--seeds compares edge and central: it cannot run with --only")
@@ -110,20 +140,17 @@ def run_replicates(scenario: str | Path, summary: dict, seeds: list[int], *, req
         doc["duration_s"] = float(duration_s)
     grid = parse_grid(doc, source="--seeds", base_dir=base.parent)
     result = run_sweep(grid, engine=engine, workers=workers, out=out, keep_requests=False)
-    per_seed = {main: summary["gains"]}
+    per_seed = {main: {r["deployment"]: r for r in summary_rows(summary)}}
     frame = result.summary
     for seed in others:
-        rows = frame[(frame.seed == seed) & (frame.deployment == "edge")].to_dict("records")
-        if len(rows) != 1:
-            raise UserError(f"--seeds: the run of seed {seed} left {len(rows)} edge rows (expected one)")
-        per_seed[seed] = _gains(rows[0])
-    return summarise(per_seed)
+        rows = {r["deployment"]: r for r in frame[frame.seed == seed].to_dict("records")}
+        if set(rows) != {"edge", "central"}:
+            raise UserError(f"--seeds: the run of seed {seed} left rows for {sorted(rows)} (expected edge and "
+                            "central)")
+        per_seed[seed] = rows
+    return summarise(per_seed, summary["gains"].get("ci95"))
 
 
-def _gains(row: dict) -> dict:
-    """A sweep summary row's gains, keyed as summary.json's (``gain_<key>`` columns; NaN is no figure)."""
-    out = {}
-    for _, key, _ in headline_gains():
-        v = row.get(f"gain_{key}")
-        out[key] = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
-    return out
+def _number(v) -> float | None:
+    """A summary row's value as a float; None for no figure (None or NaN, as Parquet gives it back)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)

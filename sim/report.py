@@ -353,5 +353,14 @@ def replicates_lines(rep: dict) -> list[str]:
     seeds = rep["seeds"]
     header = ["edge gain", f"per seed ({', '.join(map(str, seeds))})", "mean", "sd", "95% CI over seeds",
               f"within-run 95% CI (seed {seeds[0]})"]
-    return (["## Between seeds", "", f"{len(seeds)} seeds: {rep['method']}. {rep['note']}", ""]
-            + _table(header, replicates_rows(rep)))
+    lines = (["## Between seeds", "", f"{len(seeds)} seeds: {rep['method']}. {rep['note']}", ""]
+             + _table(header, replicates_rows(rep)))
+    conts = rep.get("by_continent") or []
+    if conts:
+        def cell(b):
+            return "-" if b["mean"] is None else f"{b['mean']:+.1f}% {_ci(b['ci95'])}"
+        lines += ["", "### By user continent (text generation TTFT gain, mean over seeds and 95% CI)", "",
+                  *_table(["continent", "TTFT requests per seed", "p50 gain", "p95 gain"],
+                          [[b["continent"], b["ttft_requests_mean"], cell(b["ttft_p50"]), cell(b["ttft_p95"])]
+                           for b in conts])]
+    return lines

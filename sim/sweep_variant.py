@@ -90,7 +90,7 @@ def summary_rows(summary: dict) -> list[dict]:
         cap = summary.get("capacity", {}).get(name, {})
         row.update({column: cap.get(key) for key, column in CAPACITY.items()})
         for cont, c in block.get("per_continent", {}).items():  # the frontier's per-continent SLO figures
-            for k in ("ttft_p50_ms", "ttft_p95_ms", "slo_attainment", "requests", "ok"):
+            for k in ("ttft_p50_ms", "ttft_p95_ms", "ttft_requests", "slo_attainment", "requests", "ok"):
                 row[f"continent_{cont}_{k}"] = c.get(k)
         if "batch_completion_s" in block:
             row["batch_completion_p50_s"] = block["batch_completion_s"]["p50"]

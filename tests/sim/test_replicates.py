@@ -28,6 +28,13 @@ def test_replicates_are_the_runs_of_those_seeds(tmp_path, capsys):
         assert r["per_seed"][1] == pytest.approx(gains[key], abs=1e-9), key
         assert r["n"] == 3 and r["mean"] == pytest.approx(sum(r["per_seed"]) / 3, abs=1e-4)
         assert r["ci95"][0] <= r["mean"] <= r["ci95"][1]
+    direct = json.loads((alone / "summary.json").read_text())["deployments"]
+    conts = {b["continent"]: b for b in rep["by_continent"]}
+    assert {"AS", "EU", "NA"} <= set(conts)
+    for cont in ("AS", "EU"):  # per continent too: seed 8's gain is that of its own run's percentiles
+        e, c = (direct[side]["per_continent"][cont]["ttft_p50_ms"] for side in ("edge", "central"))
+        assert conts[cont]["ttft_p50"]["per_seed"][1] == pytest.approx(100 * (c - e) / c, abs=0.01)
+    assert conts["OC"]["ttft_p50"]["mean"] is None  # under 30 text generation requests a seed: no figure
     p50 = rows["ttft_ms_p50_reduction_pct"]["per_seed"]
     assert len(set(p50)) == 3  # new arrivals each: the seeds do differ
     assert "## Between seeds" in (out / "report.md").read_text()
