@@ -119,14 +119,21 @@ def cmd_simulate(args) -> int:
 
         out.summary["sensitivity"] = run_sensitivity(args.scenario, out.summary, requests=args.requests,
                                                      duration_s=args.duration, seed=args.seed,
-                                                     out=Path(args.out) / "sensitivity")
+                                                     out=Path(args.out) / "sensitivity", seeds=seeds)
     if seeds is not None:
         from pathlib import Path
 
         from sim.replicates import run_replicates
 
+        reuse = None
+        if args.sensitivity:  # its "as run" rows are the runs of these seeds already
+            import pandas as pd
+
+            rows = pd.read_parquet(Path(args.out) / "sensitivity" / "sweep_summary.parquet")
+            reuse = rows[rows.variant_name == "as run"]
         out.summary["replicates"] = run_replicates(args.scenario, out.summary, seeds, requests=args.requests,
-                                                   duration_s=args.duration, out=Path(args.out) / "replicates")
+                                                   duration_s=args.duration, out=Path(args.out) / "replicates",
+                                                   frame=reuse)
     path = write_outputs(out, args.out)
     if args.json:
         from sim.run import _json_default

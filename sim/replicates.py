@@ -118,9 +118,10 @@ def by_continent(per_seed: dict[int, dict]) -> list[dict]:
 
 def run_replicates(scenario: str | Path, summary: dict, seeds: list[int], *, requests: int | None = None,
                    duration_s: float | None = None, engine: str = "local", workers: int | None = None,
-                   out: str | Path = "edgepop-replicates") -> dict:
+                   out: str | Path = "edgepop-replicates", frame=None) -> dict:
     """Run ``scenario`` for every seed of ``seeds`` not already run (``summary`` is the main run's) and return
-    summary.json's ``replicates`` block."""
+    summary.json's ``replicates`` block. ``frame``: sweep summary rows of those runs made already (the
+    sensitivity's "as run" rows), used instead of running them again."""
     from sim.frontier import scenario_path
     from sim.grid import parse_grid
     from sim.sweep import run_sweep
@@ -138,10 +139,10 @@ def run_replicates(scenario: str | Path, summary: dict, seeds: list[int], *, req
         doc["requests"] = int(requests)
     if duration_s is not None:
         doc["duration_s"] = float(duration_s)
-    grid = parse_grid(doc, source="--seeds", base_dir=base.parent)
-    result = run_sweep(grid, engine=engine, workers=workers, out=out, keep_requests=False)
+    if frame is None:
+        grid = parse_grid(doc, source="--seeds", base_dir=base.parent)
+        frame = run_sweep(grid, engine=engine, workers=workers, out=out, keep_requests=False).summary
     per_seed = {main: {r["deployment"]: r for r in summary_rows(summary)}}
-    frame = result.summary
     for seed in others:
         rows = {r["deployment"]: r for r in frame[frame.seed == seed].to_dict("records")}
         if set(rows) != {"edge", "central"}:

@@ -5,6 +5,9 @@ GPUs racked in servers the size of the edge's nodes (where the edge has single G
 other named baseline region set, each on the same arrivals and seed, run with the sweep machinery.
 
 ``edgepop simulate --sensitivity`` adds these rows to summary.json (``sensitivity``) and a section to report.md.
+With ``--seeds``, every row (the headline's too) is run for each seed and gives the mean over seeds, its gains a
+Student-t 95% interval over seeds (:mod:`sim.replicates`) instead of one run's bootstrap interval: a variant's
+p95 moves by a few points from seed to seed, as the headline's does.
 """
 
 from __future__ import annotations
@@ -66,11 +69,31 @@ def row(name: str, summary_rows: list[dict]) -> dict:
             "central_busy": c.get("gpu_busy_mean")}
 
 
+def over_seeds(name: str, rows_by_seed: list[list[dict]]) -> dict:
+    """One report row from several seeds' runs of a variant: the mean of each figure, and each gain's Student-t
+    95% interval over the seeds in place of the bootstrap's."""
+    from sim.replicates import interval
+
+    per = [row(name, rows) for rows in rows_by_seed]
+    out = {"variant": name, "seeds": len(per)}
+    for key in per[0]:
+        if key == "variant" or key.endswith("_ci95"):
+            continue
+        vals = [r[key] for r in per]
+        iv = interval([float(v) if v is not None else None for v in vals])
+        out[key] = int(vals[0]) if key == "gpus" else (None if iv["mean"] is None else round(iv["mean"], 3))
+        if f"{key.removesuffix('_reduction_pct')}_ci95" in per[0]:
+            out[f"{key.removesuffix('_reduction_pct')}_ci95"] = iv["ci95"]
+    return out
+
+
 def run_sensitivity(scenario: str | Path, summary: dict, *, requests: int | None = None,
                     duration_s: float | None = None, seed: int | None = None, engine: str = "local",
-                    workers: int | None = None, out: str | Path = "edgepop-sensitivity") -> dict:
+                    workers: int | None = None, out: str | Path = "edgepop-sensitivity",
+                    seeds: list[int] | None = None) -> dict:
     """Run the variants of :func:`variants` and return summary.json's ``sensitivity`` block; ``summary`` is the
-    main run's (its headline is the first row)."""
+    main run's (its headline is the first row). ``seeds``: run every row for each of these seeds too (the main
+    run's seed is always one of them) and give means over seeds."""
     from sim.frontier import Line, fleet_budget, scenario_path
     from sim.grid import parse_grid
     from sim.scenario import load_scenario
@@ -93,7 +116,11 @@ def run_sensitivity(scenario: str | Path, summary: dict, *, requests: int | None
             skipped[name] = "; ".join(w for w in why if w)  # e.g. a model that fits no node at that scale
         else:
             named.append((name, over))
-    doc = {"base": str(base), "seeds": [seed if seed is not None else sc.seed],
+    main = seed if seed is not None else sc.seed
+    every = [main, *(s for s in seeds or () if s != main)]
+    if len(every) > 1:
+        named = [("as run", {}), *named]  # the headline over the other seeds as well (the main one is rerun)
+    doc = {"base": str(base), "seeds": every,
            "variants": [{"name": name, **over} for name, over in named] or [{"name": "none"}]}
     if requests is not None:
         doc["requests"] = int(requests)
@@ -101,12 +128,25 @@ def run_sensitivity(scenario: str | Path, summary: dict, *, requests: int | None
         doc["duration_s"] = float(duration_s)
     grid = parse_grid(doc, source="sensitivity", base_dir=base.parent) if named else None
     result = run_sweep(grid, engine=engine, workers=workers, out=out, keep_requests=False) if named else None
-    rows = [row("as run", summary_rows(summary))]
+    if len(every) > 1:
+        frame = result.summary
+
+        def runs(name):
+            return [frame[(frame.variant_name == name) & (frame.seed == s)].to_dict("records") for s in every]
+
+        rows = [over_seeds("as run", runs("as run"))]
+        note = (f"Each row is the mean over seeds {', '.join(map(str, every))} (each seed's arrivals the same for "
+                "every row); gains carry a Student-t 95% interval over the seeds. GPU busy: share of GPUs busy, "
+                "mean over the run.")
+    else:
+        rows = [row("as run", summary_rows(summary))]
+        note = ("Each row is one run on the same arrivals and seed as the headline; gains carry the 95% "
+                "interval of the paired block bootstrap. GPU busy: share of GPUs busy, mean over the run.")
     for name, _ in variants(sc):
         if name in skipped:
             rows.append({"variant": name, "infeasible": skipped[name]})
+        elif len(every) > 1:
+            rows.append(over_seeds(name, runs(name)))
         else:
             rows.append(row(name, result.summary[result.summary.variant_name == name].to_dict("records")))
-    return {"note": "Each row is one run on the same arrivals and seed as the headline; gains carry the 95% "
-                    "interval of the paired block bootstrap. GPU busy: share of GPUs busy, mean over the run.",
-            "rows": rows}
+    return {"note": note, "seeds": every, "rows": rows}

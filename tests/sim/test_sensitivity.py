@@ -31,3 +31,25 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert (rows["baseline global-12"]["central_ttft_p50_ms"] < rows["baseline global-6"]["central_ttft_p50_ms"]
             < headline["central_ttft_p50_ms"] < rows["baseline us-east"]["central_ttft_p50_ms"])
     assert "## Sensitivity of the headline" in (out / "report.md").read_text()
+
+
+def test_sensitivity_over_seeds_gives_means_and_intervals_over_seeds(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--requests", "1500", "--sensitivity", "--seeds", "7,8",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    sens, rep = summary["sensitivity"], summary["replicates"]
+    assert sens["seeds"] == [7, 8] and "mean over seeds 7, 8" in sens["note"]
+    rows = {r["variant"]: r for r in sens["rows"]}
+    headline = {r["key"]: r for r in rep["rows"]}
+    # the headline row over seeds is the replicates' mean (the same runs: --seeds reads them, runs none again)
+    p50 = headline["ttft_ms_p50_reduction_pct"]
+    assert rows["as run"]["seeds"] == 2 and abs(rows["as run"]["ttft_p50_reduction_pct"] - p50["mean"]) < 1e-3
+    assert rows["as run"]["ttft_p50_ci95"] == p50["ci95"]
+    assert not (out / "replicates").exists()
+    for name, r in rows.items():
+        if "infeasible" not in r:
+            lo, hi = r["ttft_p95_ci95"]
+            assert r["seeds"] == 2 and lo <= r["ttft_p95_reduction_pct"] <= hi, name
+    assert rows["edge GPU inventory x2"]["gpus"] == 456
