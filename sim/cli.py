@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from edgepop.errors import UserError
 from edgepop.outputs import output_folder
@@ -99,6 +100,13 @@ def cmd_simulate(args) -> int:
     if seeds is not None and not set(seeds) - {main_seed}:
         raise UserError(f"--seeds {args.seeds}: an interval over seeds needs a seed other than the main run's "
                         f"({main_seed})")
+    for flag, on, folder in (("--sensitivity", args.sensitivity, "sensitivity"),
+                             ("--seeds", seeds is not None, "replicates")):
+        if on and sc.central is None:
+            raise UserError(f"{flag} compares edge and central: scenario {args.scenario!r} has no [central] "
+                            "deployment")
+        if on:  # its runs' summaries go there: a file in the way is reported now, not after the main run
+            output_folder(Path(args.out) / folder, "--out", staged=True)
     console = Console(stderr=True)
     deployments = (args.only,) if args.only else ("edge", "central")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
@@ -113,16 +121,12 @@ def cmd_simulate(args) -> int:
         out = run_scenario(sc, requests=args.requests, duration_s=args.duration, seed=args.seed, trace=args.trace,
                            faults=args.fail, progress=progress, deployments=deployments)
     if args.sensitivity:
-        from pathlib import Path
-
         from sim.sensitivity import run_sensitivity
 
         out.summary["sensitivity"] = run_sensitivity(args.scenario, out.summary, requests=args.requests,
                                                      duration_s=args.duration, seed=args.seed,
                                                      out=Path(args.out) / "sensitivity", seeds=seeds)
     if seeds is not None:
-        from pathlib import Path
-
         from sim.replicates import run_replicates
 
         reuse = None
@@ -166,7 +170,7 @@ def print_headline(summary: dict, path) -> None:
         rep = summary["replicates"]
         r = Table(title=f"edge gain over {len(rep['seeds'])} seeds ({', '.join(map(str, rep['seeds']))})")
         for col in ("metric", "mean", "sd", "95% CI over seeds", f"within-run 95% CI (seed {rep['seeds'][0]})"):
-            r.add_column(col, justify="left" if col == "metric" else "right")
+            r.add_column(col, justify="left" if col == "metric" else "right", no_wrap=col != "metric")
         for row in replicates_rows(rep):  # (each seed's figure: report.md and summary.json)
             r.add_row(row[0], *row[2:])
         console.print(r)

@@ -2,7 +2,9 @@
 
 The headline's intervals are within one run: its arrivals, and the placement planned for them, are held fixed,
 and a paired block bootstrap resamples the requests. A new seed draws new arrivals and so a new placement on both
-sides; for some figures (TPOT) the spread between seeds is more than twice what the within-run interval suggests.
+sides; for some figures (E2E of generation, SLO attainment, the tail percentiles) the spread between seeds is
+several times what the within-run interval suggests. A scenario that replays a trace keeps its arrival times
+whatever the seed (the seed still draws the users' cities, and so the placement).
 ``edgepop simulate --seeds 1,2,3`` runs the scenario once per seed (the main run's seed reused, the others on the
 sweep machinery: same requests, same overrides) and reports, for every headline gain, its value per seed, the
 mean, the standard deviation over seeds and a Student-t 95% interval of the mean. The interval is for the mean

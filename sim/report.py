@@ -180,8 +180,8 @@ def notes(summary: dict) -> list[str]:
     if g.get("ci95"):
         out.append(f"edge gain = (central - edge) / central, with its 95% interval: {g['ci95']['method']}. The "
                    "interval is within this run: its arrivals and its placement (built for this workload) are held "
-                   "fixed, so another seed can move a figure by more (between-seed intervals: edgepop frontier "
-                   "--seeds).")
+                   "fixed, so another seed can move a figure by more (between-seed intervals: edgepop simulate "
+                   "--seeds)." if not summary.get("replicates") else "fixed; the intervals over seeds are below.")
     d = summary["deployments"]
     if "edge" in d and "central" in d:
         n_e, n_c = (_get(d[k], ("ttft_ms", "n")) or 0 for k in ("edge", "central"))
@@ -341,7 +341,7 @@ def replicates_rows(rep: dict) -> list[list[str]]:
         digits = 4 if r["difference"] else 1
         num = (lambda v, d=digits: "-" if v is None else f"{v:+.{d}f}")  # noqa: E731
         iv = (lambda iv, d=digits: "-" if not iv else f"[{iv[0]:+.{d}f}, {iv[1]:+.{d}f}]")  # noqa: E731
-        unit = "" if r["difference"] else "%"
+        unit = "" if r["difference"] or r["mean"] is None else "%"
         rows.append([r["metric"], ", ".join(num(v) for v in r["per_seed"]), num(r["mean"]) + unit,
                      "-" if r["sd"] is None else f"{r['sd']:.{digits}f}", iv(r["ci95"]),
                      iv(r["within_run_ci95_first_seed"])])

@@ -91,8 +91,8 @@ class Central(PlacementPolicy):
         """The region's first replica of ``m`` (``need``: the region's demand, rps per model): on idle GPUs of the
         fastest node when its demand needs at least one GPU's compute or is a generative model, else sharing the
         GPU with the most room (an encoder next to a chat model). Among the fastest nodes, one where it would not
-        take the last idle GPU group a multi-GPU model the region wants could use: in two-GPU servers, each small
-        model alone in a pair would leave the region no pair for its tensor-parallel model (two share one)."""
+        take the node's last idle GPU group a multi-GPU model the region wants could use: in two-GPU servers, each
+        small model alone in a pair would leave the region no pair for its tensor-parallel model (two share one)."""
         fits = members[net.fits[members, m]]
         if fits.size == 0:
             return  # no node of the region can hold it: its demand goes to the next region (routing)

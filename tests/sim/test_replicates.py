@@ -72,3 +72,20 @@ def test_seeds_refused_before_the_run(tmp_path, capsys, extra, message):
     assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", str(out), *extra]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()  # refused before anything ran or was written
+
+
+def test_seeds_refused_before_the_run_without_central_or_with_a_file_in_the_way(tmp_path, capsys):
+    from sim.scenario import SCENARIO_DIR
+
+    text = (SCENARIO_DIR / "small.toml").read_text().replace("[central]", "[central]\nenabled = false", 1)
+    (tmp_path / "solo.toml").write_text(text)
+    out = tmp_path / "out"
+    for flag in (["--seeds", "1,2"], ["--sensitivity"]):
+        assert main(["simulate", "--scenario", str(tmp_path / "solo.toml"), "--requests", "300", "--out", str(out),
+                     *flag]) == 2
+        assert f"{flag[0]} compares edge and central: scenario" in capsys.readouterr().err
+    out.mkdir()
+    (out / "replicates").write_text("mine")
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", str(out), "--seeds", "1,2"]) == 2
+    assert "replicates: exists and is not a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["replicates"]  # nothing ran, nothing written
