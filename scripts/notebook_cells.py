@@ -21,7 +21,7 @@ EDGE_VS_CENTRAL = [
 The same arrivals (same seed, same requests) go through the **edge** deployment (GPUs in ~340 PoPs, placed by a
 placement policy) and the **central** baseline (the same GPUs moved into a few cloud regions). This notebook runs
 one scenario and compares them: the headline table, TTFT distributions and where the time goes, a world map of the
-per-country TTFT gain, and the gain per continent.
+per-country TTFT gain, the gain per continent, and how far the gains move when the seed changes.
 """),
     ("params", """
 import os
@@ -29,6 +29,8 @@ import os
 SCENARIO = os.environ.get("EDGEPOP_NB_SCENARIO", "small")  # an embedded scenario name or a scenario file
 REQUESTS = int(os.environ.get("EDGEPOP_NB_REQUESTS", "3000"))
 SEED = int(os.environ.get("EDGEPOP_NB_SEED", "7"))
+EXTRA_SEEDS = int(os.environ.get("EDGEPOP_NB_EXTRA_SEEDS", "4"))  # runs with seeds SEED+1 .. SEED+EXTRA_SEEDS
+WORKERS = int(os.environ.get("EDGEPOP_NB_WORKERS", "0")) or None  # their processes (default: CPU count)
 """),
     ("code", """
 %matplotlib inline
@@ -115,6 +117,38 @@ for ax in (a, b):
     ax.grid(alpha=0.3, axis="y")
 fig.tight_layout()
 per_continent.assign(gain_pct=continent_gain).round(1)
+"""),
+    ("md", """
+## Between seeds
+
+The intervals above are within one run: its arrivals, and the placement planned for them, are held fixed. Each
+further seed draws new arrivals and a new placement on both sides (`edgepop simulate --seeds` does the same from the
+command line). Dots: each seed's gain; diamonds: the mean over seeds with its Student-t 95% interval.
+"""),
+    ("code", """
+import tempfile
+
+from sim.replicates import run_replicates
+
+seeds = [SEED + i for i in range(1 + EXTRA_SEEDS)]
+with tempfile.TemporaryDirectory() as scratch:  # the runs' summaries are not kept
+    rep = run_replicates(SCENARIO, summary, seeds, requests=REQUESTS, workers=WORKERS, out=f"{scratch}/runs")
+shown = [r for r in rep["rows"] if not r["difference"] and r["mean"] is not None]
+fig, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(shown)))
+for i, r in enumerate(shown):
+    ax.scatter([v for v in r["per_seed"] if v is not None], [i] * sum(v is not None for v in r["per_seed"]),
+               color="tab:blue", alpha=0.5, s=18)
+    if r["ci95"]:
+        lo, hi = r["ci95"]
+        ax.errorbar(r["mean"], i, xerr=[[r["mean"] - lo], [hi - r["mean"]]], fmt="D", color="k", capsize=3)
+ax.set_yticks(range(len(shown)), [r["metric"] for r in shown])
+ax.axvline(0, color="0.5", lw=0.8)
+ax.set(xlabel="edge gain over central (%)", title=f"edge gain over seeds {seeds}")
+ax.grid(alpha=0.3, axis="x")
+fig.tight_layout()
+pd.DataFrame([{"edge gain": r["metric"], "mean": r["mean"], "sd": r["sd"], "95% CI over seeds": r["ci95"],
+               f"within-run 95% CI (seed {SEED})": r["within_run_ci95_first_seed"]} for r in rep["rows"]]) \
+    .set_index("edge gain")
 """),
 ]
 
