@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 
 
@@ -81,6 +83,10 @@ class SiteRtts:
     def __iter__(self):
         return map(self.site_rtt.__getitem__, self.pos)
 
+    def bisect_right(self, x: float, lo: int, hi: int) -> int:
+        """``bisect.bisect_right(self, x, lo, hi)`` (the values are in ascending order), each probe a C call."""
+        return bisect_right(self.pos, x, lo, hi, key=self.site_rtt.__getitem__)
+
     def __eq__(self, other) -> bool:
         try:
             return list(self) == list(other)
@@ -91,3 +97,11 @@ class SiteRtts:
 
     def __repr__(self) -> str:
         return f"SiteRtts({list(self)!r})"
+
+
+def window_end(rtts, x: float, lo: int, hi: int) -> int:
+    """The first index in ``[lo, hi)`` of the ascending RTT list ``rtts`` (a list or a :class:`SiteRtts`) whose
+    value is above ``x`` (``hi`` when none is)."""
+    if type(rtts) is SiteRtts:
+        return rtts.bisect_right(x, lo, hi)
+    return bisect_right(rtts, x, lo, hi)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from controlplane.ordering import window_end
 from controlplane.routing.base import ROUTERS, START, Decision, Router
 from controlplane.state import Request
 
@@ -83,16 +84,17 @@ class NearestBalanced(Router):
         """The least expected work among the replicas that can start ``req`` within ``window_ms`` of
         ``cands[first]``, the nearest that can (the lists are in RTT order; ties go to the nearer)."""
         kv, limit, n = req.kv_tokens, rtts[first] + self.window_ms, len(cands)
+        # The window's end found by bisection, not by reading every RTT in it: a region's dozens of replicas share
+        # one RTT, and a central deployment's RTT lists read each value through its site (SiteRtts).
+        end = window_end(rtts, limit, first + 1, n)
         best, best_load = first, _work(cands[first])
-        i = first + 1
-        while i < n and rtts[i] <= limit:
+        for i in range(first + 1, end):
             r = cands[i]
             if r in free and r.kv_used + kv <= r.kv_capacity:
                 load = (r.active + 1) * (r.est_request_ms or 1.0)
                 if load < best_load:
                     best, best_load = i, load
-            i += 1
-        if i == n and n < len(self.state.by_model.get(req.model, ())):  # the truncated list ended in the window
+        if end == n and n < len(self.state.by_model.get(req.model, ())):  # the truncated list ended in the window
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
             return self._least_work(req, full, full_rtts, limit=limit) or Decision(START, cands[best], rtts[best])
         return Decision(START, cands[best], rtts[best])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from kit.controlplane import LLAMA, TINY, make_fleet, placement
 
-from controlplane.ordering import SiteRtts, first_k_stable
+from controlplane.ordering import SiteRtts, first_k_stable, window_end
 from controlplane.placement.network import Network
 from controlplane.state import ClusterState
 
@@ -118,3 +118,17 @@ def test_site_rtts_reads_as_the_list_it_stands_for():
     assert view[1:4] == plain[1:4] and view[:0] == []
     assert all(bisect_right(view, x) == bisect_right(plain, x) for x in (0.0, 1.0, 2.0, 3.0, 9.0))
     assert view != [1.0] and list(zip(view, "abcde", strict=True))[2] == (3.0, "c")
+
+
+def test_window_end_bisects_lists_and_site_views_alike():
+    rng = np.random.default_rng(3)
+    site_rtt = rng.choice([1.0, 2.5, 2.5, 4.0, 7.5, 10.0], size=12).tolist()
+    pos = sorted(rng.integers(0, 12, size=40).tolist(), key=lambda p: site_rtt[p])  # ascending RTTs, repeats
+    plain = [site_rtt[p] for p in pos]
+    view = SiteRtts(site_rtt, pos)
+    for x in (0.0, 1.0, 2.5, 3.0, 7.5, 11.0):
+        for lo, hi in ((0, 40), (1, 40), (5, 30), (39, 40), (40, 40)):
+            expected = bisect_right(plain, x, lo, hi)
+            assert window_end(plain, x, lo, hi) == window_end(view, x, lo, hi) == expected
+            # the first index past the window: every value before it (from lo) is at most x
+            assert all(v <= x for v in plain[lo:expected]) and (expected == hi or plain[expected] > x)
