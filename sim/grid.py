@@ -40,6 +40,7 @@ import itertools
 import json
 import tomllib
 from dataclasses import dataclass, fields
+from numbers import Integral
 from pathlib import Path
 
 from controlplane.deployment import DeploymentConfig
@@ -125,6 +126,9 @@ def embedded_grids() -> list[str]:
 
 def load_grid(name_or_path: str | Path) -> Grid:
     """An embedded grid by name (``policies``) or a grid TOML file by path."""
+    if not isinstance(name_or_path, str | Path):  # (a parsed document goes to parse_grid)
+        raise UserError(f"a grid is an embedded name, a path or a parsed Grid, got {type(name_or_path).__name__} "
+                        "(parse a grid document with sim.grid.parse_grid)")
     doc, path = read_named_toml(name_or_path, GRID_DIR, "grid")
     return parse_grid(doc, source=path.name, base_dir=path.parent)
 
@@ -233,10 +237,10 @@ def _seeds(raw, source: str, default: int) -> tuple[int, ...]:
     if raw is None:
         return (default,)
     if (not isinstance(raw, list) or not raw or len(set(raw)) < len(raw)
-            or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_INT for s in raw)):
+            or any(isinstance(s, bool) or not isinstance(s, Integral) or not 0 <= s <= MAX_INT for s in raw)):
         raise UserError(f"{source}: seeds must be a non-empty list of distinct integers in [0, 2**63 - 1], "
                         f"got {raw!r}")
-    return tuple(raw)
+    return tuple(int(s) for s in raw)  # (numpy integers as Python ints)
 
 
 def _axes(raw, source: str) -> dict:

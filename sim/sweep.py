@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,9 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     grid = grid if isinstance(grid, Grid) else load_grid(grid)
     if engine not in ENGINES:
         raise UserError(f"unknown sweep engine {engine!r} (known: {', '.join(ENGINES)})")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0):
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, Integral) or workers <= 0):
         raise UserError(f"workers must be a positive integer, got {workers!r}")
+    workers = None if workers is None else int(workers)
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
              for v in grid.variants]
     out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results

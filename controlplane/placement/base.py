@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -115,6 +116,9 @@ class PlacementProblem:
               total_rps: float = 20_000.0, mix: dict[str, float] | None = None,
               when_utc: datetime | None = None, **options) -> PlacementProblem:
         """The common case: the edge fleet of ``topo``, demand from :func:`ingress_demand` (default mix)."""
+        if isinstance(total_rps, bool) or not isinstance(total_rps, Real) or not 0 < total_rps < float("inf"):
+            raise UserError(f"PlacementProblem.build: total_rps must be a positive number of requests/s, got "
+                            f"{total_rps!r}")
         catalog = catalog or default_catalog()
         fleet = fleet or edge_fleet(topo)
         demand = ingress_demand(topo, catalog, total_rps, mix, when_utc)

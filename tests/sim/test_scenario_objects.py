@@ -9,6 +9,7 @@ import pytest
 from edgepop.errors import UserError
 from sim.run import run_scenario
 from sim.scenario import check_scenario, load_scenario
+from sim.sweep import run_sweep
 
 
 def _edited(sc, table: str | None, **kw):
@@ -45,6 +46,7 @@ def test_the_check_leaves_the_callers_scenario_as_it_was():
 
 
 def test_entry_points_name_an_argument_of_the_wrong_type():
+    from controlplane.placement import PlacementProblem
     from sim.frontier import run_frontier
     from sim.grid import parse_grid
     from topology import Topology
@@ -52,9 +54,23 @@ def test_entry_points_name_an_argument_of_the_wrong_type():
     for call, words in ((lambda: run_scenario(None), "a scenario is an embedded name or a path, got None"),
                         (lambda: run_frontier(None), "a scenario is an embedded name or a path, got None"),
                         (lambda: parse_grid(None), "<grid>: a grid is a table of keys"),
-                        (lambda: Topology.load(pops=5), "Topology.load: pops must be a file path or None, got 5")):
+                        (lambda: Topology.load(pops=5), "Topology.load: pops must be a file path or None, got 5"),
+                        (lambda: run_sweep({"base": "small"}), "a grid is an embedded name, a path or a parsed Grid"),
+                        (lambda: PlacementProblem.build(None, total_rps=None),
+                         "PlacementProblem.build: total_rps must be a positive number of requests/s, got None")):
         with pytest.raises(UserError, match=re.escape(words)):
             call()
+
+
+def test_numpy_integers_are_whole_numbers_to_the_python_entry_points(tmp_path):
+    import numpy as np
+
+    from sim.grid import parse_grid
+
+    grid = parse_grid({"base": "small", "seeds": [np.int64(3), np.uint8(4)], "requests": 200}, source="g")
+    assert grid.seeds == (3, 4) and all(type(s) is int for s in grid.seeds)
+    result = run_sweep(grid, workers=np.int64(1), out=tmp_path / "sweep", progress=False)
+    assert sorted(set(result.summary.seed)) == [3, 4]
 
 
 def test_the_placement_utilisation_cap_is_a_deployment_field(tmp_path):
