@@ -125,7 +125,7 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
     release_large_blocks()  # large runs free many arrays of a few MB: give them back, do not keep holes
     topo = (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).with_gpu_scale(
-        sc.gpu_inventory_scale)
+        sc.gpu_inventory_scale).with_anycast(sc.anycast_misroute, seed=sc.seed)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = tech.catalog(Catalog.load(sc.catalog) if sc.catalog else default_catalog())
     for model in sc.workload.mix or {}:  # (the workload would name neither the file nor the field)

@@ -50,6 +50,7 @@ class Scenario:
     last_mile_ms: float = 10.0
     last_mile: str = "fixed"  # or "country" / "continent": M-Lab access RTT medians (topology.last_mile)
     jitter: bool = False  # per-request RTT variability around each path's mean (topology.jitter)
+    anycast_misroute: float = 0.0  # share of user locations entering at their second-best PoP (Topology.with_anycast)
     faults: list = field(default_factory=list)
     fault_policy: str = "retry"
     sample_s: float = 60.0
@@ -108,6 +109,8 @@ def check_values(sc: Scenario, source: str) -> None:
         raise UserError(f"{source}: field 'gpu_inventory_scale' must be at most 100, got {sc.gpu_inventory_scale!r}")
     if 0 < sc.sample_s < 0.01:  # a sample of the whole fleet every sample_s simulated seconds
         raise UserError(f"{source}: field 'sample_s' must be at least 0.01, got {sc.sample_s!r}")
+    if not 0.0 <= sc.anycast_misroute <= 1.0:
+        raise UserError(f"{source}: field 'anycast_misroute' must be in [0, 1], got {sc.anycast_misroute!r}")
     for name, value in (("gpu_inventory_scale", sc.gpu_inventory_scale), ("sample_s", sc.sample_s),
                         ("planning_rps", sc.planning_rps), ("[slo] ttft_ms", sc.slo.ttft_ms),
                         ("[slo] tpot_ms", sc.slo.tpot_ms), ("[slo] e2e_ms", sc.slo.e2e_ms)):

@@ -1,8 +1,11 @@
 """The headline under other assumptions: the edge GPU inventory x0.5 and x2 (central follows it: the same budget),
 the edge's placement planned at half its utilisation cap (more replicas for its busiest models: the tail moves with
 it), ``nearest-balanced`` with its window on both sides off (or at 10 ms where the scenario has none), central's
-GPUs racked in servers the size of the edge's nodes (where the edge has single GPUs, so does central), and every
-other named baseline region set, each on the same arrivals and seed, run with the sweep machinery.
+GPUs racked in servers the size of the edge's nodes (where the edge has single GPUs, so does central), imperfect
+anycast (a fifth of the user locations entering the edge at their second-nearest PoP, as BGP sent roughly 20% of
+a large CDN's clients to a suboptimal front-end: Calder et al., IMC 2015; or ideal anycast where the scenario has
+it imperfect), and every other named baseline region set, each on the same arrivals and seed, run with the sweep
+machinery.
 
 ``edgepop simulate --sensitivity`` adds these rows to summary.json (``sensitivity``) and a section to report.md.
 With ``--seeds``, every row (the headline's too) is run for each seed and gives the mean over seeds, its gains a
@@ -20,6 +23,7 @@ from edgepop.errors import UserError
 INVENTORY_FACTORS = (0.5, 2.0)
 CAP_FACTOR = 0.5  # x the edge's placement utilisation cap
 WINDOW_MS = 10.0  # nearest-balanced's window tried when the scenario runs without one
+ANYCAST_MISROUTE = 0.2  # share of user locations anycast lands on their second-nearest PoP (Calder et al. 2015)
 
 
 def variants(sc) -> list[tuple[str, dict]]:
@@ -35,6 +39,10 @@ def variants(sc) -> list[tuple[str, dict]]:
         out.append(window)
     if sc.central is not None and sc.central.budget == "gpus" and sc.central.rack == "server":
         out.append(("central racked like the edge", {"central.rack": "edge"}))
+    if sc.anycast_misroute:
+        out.append(("ideal anycast", {"anycast_misroute": 0.0}))
+    else:
+        out.append((f"anycast: {ANYCAST_MISROUTE:.0%} of users one PoP off", {"anycast_misroute": ANYCAST_MISROUTE}))
     if sc.central is not None:
         out += [(f"baseline {b}", {"central.baseline": b}) for b in BASELINE_SETS if b != sc.central.baseline]
     return out

@@ -35,6 +35,8 @@ class Topology:
     latency: LatencyModel
     last_mile_ms: float = DEFAULT_LAST_MILE_MS
     last_mile_mode: str = "fixed"
+    anycast_misroute: float = 0.0  # share of user locations BGP lands on their second-best PoP (with_anycast)
+    anycast_seed: int = 0
 
     @classmethod
     def load(cls, pops: str | Path | None = None, gpus: str | Path | None = None,
@@ -81,6 +83,17 @@ class Topology:
             return self
         return replace(self, nodes=scale_inventory(self.nodes, self.pops, scale))
 
+    def with_anycast(self, misroute: float, seed: int = 0) -> Topology:
+        """The same world with imperfect anycast: a ``misroute`` share of user locations enters at its
+        second-lowest-RTT PoP instead of the lowest (Calder et al., IMC 2015: anycast sent roughly 20% of a large
+        CDN's clients to a suboptimal front-end). Which locations is a seeded function of each one's coordinates,
+        so every caller (workload, placement demand, gateway) sees the same catchments. 0: ideal anycast."""
+        if not (isinstance(misroute, int | float) and 0.0 <= misroute <= 1.0):
+            raise UserError(f"anycast misroute share must be in [0, 1], got {misroute!r}")
+        if misroute == self.anycast_misroute and (misroute == 0 or seed == self.anycast_seed):
+            return self
+        return replace(self, anycast_misroute=float(misroute), anycast_seed=int(seed))
+
     # Sites are the first nodes of the backbone, PoPs first then regions, in table order.
     @property
     def pop_nodes(self) -> np.ndarray:
@@ -109,22 +122,47 @@ class Topology:
         return np.broadcast_to(np.asarray(lm, dtype=np.float32), (n,))[:, None]
 
     def ingress(self, lat, lon, last_mile_ms=None) -> tuple[np.ndarray, np.ndarray]:
-        """Anycast ingress: index of the lowest-RTT PoP for each user, and that RTT in ms.
+        """Anycast ingress: index of the lowest-RTT PoP for each user, and that RTT in ms (with
+        :meth:`with_anycast`, the second-lowest for the misrouted share of locations).
 
         The last answer is kept (placement and the workload both ask for every demand city: a users x PoPs pass,
         a second of work at thousands of PoPs); it is reused only for the same latency model, PoP count and
         query values. Large answers also come from the disk cache of :mod:`topology.rtt_cache`."""
         lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
         lm = np.ascontiguousarray(self._last_mile(last_mile_ms, lat.shape[0])[:, 0])
-        key = (len(self.pops), lat.tobytes(), lon.tobytes(), lm.tobytes())
+        key = (len(self.pops), lat.tobytes(), lon.tobytes(), lm.tobytes(), self.anycast_misroute, self.anycast_seed)
         hit = getattr(self, "_ingress_memo", None)
         if hit is None or hit[0] is not self.latency or hit[1] != key:
             idx, rtt = cached_argmin(self.latency, lat, lon, self.pop_nodes, lm,
                                      lambda: self._ingress(lat, lon, last_mile_ms))
+            if self.anycast_misroute > 0 and len(self.pops) > 1:
+                self._misroute(lat, lon, lm, idx, rtt)
             hit = self._ingress_memo = (self.latency, key, idx, rtt)
         return hit[2].copy(), hit[3].copy()
+
+    def _misroute(self, lat, lon, lm, idx: np.ndarray, rtt: np.ndarray) -> None:
+        """Move the misrouted locations' ingress (in place) to their second-lowest-RTT PoP."""
+        sel = np.flatnonzero(location_hash(lat, lon, self.anycast_seed) < self.anycast_misroute)
+        if not len(sel):
+            return
+        m = self.user_pop_rtt(lat[sel], lon[sel], lm[sel])
+        second = np.argsort(m, axis=1, kind="stable")[:, 1]
+        idx[sel] = second
+        rtt[sel] = m[np.arange(len(sel)), second]
 
     def _ingress(self, lat, lon, last_mile_ms) -> tuple[np.ndarray, np.ndarray]:
         m = self.user_pop_rtt(lat, lon, last_mile_ms)
         idx = np.argmin(m, axis=1)
         return idx, m[np.arange(len(idx)), idx]
+
+
+def location_hash(lat: np.ndarray, lon: np.ndarray, seed: int) -> np.ndarray:
+    """A uniform number in [0, 1) per (lat, lon), fixed by the coordinates and ``seed`` (splitmix64 of their bits):
+    the same location gets the same number in every call, whichever other locations come with it."""
+    with np.errstate(over="ignore"):
+        h = (np.asarray(lat, dtype=np.float64).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+             ^ np.asarray(lon, dtype=np.float64).view(np.uint64) ^ np.uint64(int(seed) % 2**64))
+        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            h = (h ^ (h >> np.uint64(shift))) * np.uint64(mult)
+        h ^= h >> np.uint64(31)
+    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53

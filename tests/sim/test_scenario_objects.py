@@ -22,6 +22,7 @@ def _edited(sc, table: str | None, **kw):
     (None, {"sample_s": 0}, "scenario 'small': field 'sample_s' must be positive, got 0"),  # hung the sampler
     (None, {"seed": None}, "scenario 'small': field 'seed' must be a whole number, got None"),
     (None, {"last_mile": "fibre"}, "field 'last_mile' must be one of"),
+    (None, {"anycast_misroute": 1.5}, "scenario 'small': field 'anycast_misroute' must be in [0, 1], got 1.5"),
     (None, {"faults": ["bogus"]}, "bad fault spec 'bogus'"),
     (None, {"workload": None}, "scenario 'small': workload must be a WorkloadConfig, got NoneType"),
     ("edge", {"pops": "FRA"}, "scenario 'small' [edge]: field 'pops' must be a list, got 'FRA'"),  # not F, R, A

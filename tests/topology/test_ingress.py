@@ -38,3 +38,30 @@ def test_the_last_answer_is_reused_only_for_the_same_query(topo, monkeypatch):
         got = topo.ingress(*args)
         for g, w in zip(got, _fresh(topo, *args), strict=True):
             np.testing.assert_array_equal(g, w)
+
+
+def test_imperfect_anycast_moves_a_seeded_share_of_locations_to_their_second_best_pop(topo):
+    from edgepop.errors import UserError
+
+    d = topo.demand
+    lat, lon = d.lat.to_numpy(), d.lon.to_numpy()
+    ideal_idx, ideal_rtt = topo.ingress(lat, lon)
+    assert topo.with_anycast(0.0, seed=5) is topo
+    skewed = topo.with_anycast(0.2, seed=5)
+    idx, rtt = skewed.ingress(lat, lon)
+    moved = idx != ideal_idx
+    assert 0.18 < moved.mean() < 0.22  # the share asked for, of the demand cities
+    m = topo.user_pop_rtt(lat[moved], lon[moved])
+    second = np.argsort(m, axis=1, kind="stable")[:, 1]
+    np.testing.assert_array_equal(idx[moved], second)  # each to its second-lowest-RTT PoP, at that RTT
+    np.testing.assert_allclose(rtt[moved], m[np.arange(len(second)), second])
+    assert (rtt >= ideal_rtt).all() and (rtt[~moved] == ideal_rtt[~moved]).all()
+    # the catchment is the location's: the same in a query of a few of them, and again for the same seed
+    np.testing.assert_array_equal(skewed.ingress(lat[:50], lon[:50])[0], idx[:50])
+    np.testing.assert_array_equal(topo.with_anycast(0.2, seed=5).ingress(lat, lon)[0], idx)
+    other = topo.with_anycast(0.2, seed=6).ingress(lat, lon)[0]
+    assert (other != idx).any()  # another seed, other catchments
+    everyone = topo.with_anycast(1.0, seed=5).ingress(lat, lon)[0]
+    assert (everyone != ideal_idx).all()
+    with pytest.raises(UserError, match=r"anycast misroute share must be in \[0, 1\], got 1.5"):
+        topo.with_anycast(1.5)
