@@ -53,7 +53,8 @@ def city_table(topo) -> Cities:
     """The demand cities of ``topo`` and their ingress PoPs (cached per Topology object: ingress takes ~2 s)."""
     key = id(topo)
     hit = _CITY_CACHE.get(key)
-    last_mile = (topo.last_mile_ms, getattr(topo, "last_mile_mode", "fixed"))
+    last_mile = (topo.last_mile_ms, getattr(topo, "last_mile_mode", "fixed"), getattr(topo, "anycast_misroute", 0.0),
+                 getattr(topo, "anycast_seed", 0))  # (all that decides each city's ingress besides the tables)
     if hit and hit[0]() is topo and hit[1] is topo.demand and hit[2] == last_mile:
         return hit[3]
     d = topo.demand

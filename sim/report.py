@@ -182,6 +182,10 @@ def notes(summary: dict) -> list[str]:
                    "interval is within this run: its arrivals and its placement (built for this workload) are held "
                    "fixed, so another seed can move a figure by more (between-seed intervals: edgepop simulate "
                    "--seeds)." if not summary.get("replicates") else "fixed; the intervals over seeds are below.")
+    misroute = (summary.get("network") or {}).get("anycast_misroute") or 0.0
+    if misroute:
+        out.append(f"Imperfect anycast: {misroute:.0%} of the user cities enter the edge at their second-nearest PoP "
+                   f"(drawn with seed {summary['seed']}); the rest at their nearest.")
     d = summary["deployments"]
     if "edge" in d and "central" in d:
         n_e, n_c = (_get(d[k], ("ttft_ms", "n")) or 0 for k in ("edge", "central"))

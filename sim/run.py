@@ -328,7 +328,9 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                "baseline": sc.central.baseline if sc.central is not None else None,
                "deployments": blocks, "capacity": {r.name: r.block.pop("capacity") for r in runs},
                "network": {"last_mile": setup.topo.last_mile.describe(),
-                           "jitter": f"on: {fit_jitter().source}" if sc.jitter else "off"}}
+                           "jitter": f"on: {fit_jitter().source}" if sc.jitter else "off",
+                           # the share of user cities anycast lands on their second-nearest PoP (0: ideal)
+                           "anycast_misroute": sc.anycast_misroute}}
     if "edge" in blocks and "central" in blocks:
         summary["gains"] = paired_gains(setup, runs)
     total_sim = sum(r.stats["sim_wall_s"] for r in runs)

@@ -42,7 +42,7 @@ def variants(sc) -> list[tuple[str, dict]]:
     if sc.anycast_misroute:
         out.append(("ideal anycast", {"anycast_misroute": 0.0}))
     else:
-        out.append((f"anycast: {ANYCAST_MISROUTE:.0%} of users one PoP off", {"anycast_misroute": ANYCAST_MISROUTE}))
+        out.append((f"anycast: {ANYCAST_MISROUTE:.0%} of user cities one PoP off", {"anycast_misroute": ANYCAST_MISROUTE}))
     if sc.central is not None:
         out += [(f"baseline {b}", {"central.baseline": b}) for b in BASELINE_SETS if b != sc.central.baseline]
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from numbers import Real
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,8 @@ class Topology:
         """The same world with imperfect anycast: a ``misroute`` share of user locations enters at its
         second-lowest-RTT PoP instead of the lowest (Calder et al., IMC 2015: anycast sent roughly 20% of a large
         CDN's clients to a suboptimal front-end). Which locations is a seeded function of each one's coordinates,
-        so every caller (workload, placement demand, gateway) sees the same catchments. 0: ideal anycast."""
-        if not (isinstance(misroute, int | float) and 0.0 <= misroute <= 1.0):
+        so the workload and the placement's demand forecast see the same catchments. 0: ideal anycast."""
+        if isinstance(misroute, bool) or not (isinstance(misroute, Real) and 0.0 <= misroute <= 1.0):
             raise UserError(f"anycast misroute share must be in [0, 1], got {misroute!r}")
         if misroute == self.anycast_misroute and (misroute == 0 or seed == self.anycast_seed):
             return self
@@ -159,9 +160,9 @@ class Topology:
 def location_hash(lat: np.ndarray, lon: np.ndarray, seed: int) -> np.ndarray:
     """A uniform number in [0, 1) per (lat, lon), fixed by the coordinates and ``seed`` (splitmix64 of their bits):
     the same location gets the same number in every call, whichever other locations come with it."""
-    with np.errstate(over="ignore"):
-        h = (np.asarray(lat, dtype=np.float64).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-             ^ np.asarray(lon, dtype=np.float64).view(np.uint64) ^ np.uint64(int(seed) % 2**64))
+    with np.errstate(over="ignore"):  # (+ 0.0: -0.0 is the same location as 0.0, with other bits)
+        h = ((np.asarray(lat, dtype=np.float64) + 0.0).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+             ^ (np.asarray(lon, dtype=np.float64) + 0.0).view(np.uint64) ^ np.uint64(int(seed) % 2**64))
         for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
             h = (h ^ (h >> np.uint64(shift))) * np.uint64(mult)
         h ^= h >> np.uint64(31)

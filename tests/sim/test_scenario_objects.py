@@ -132,3 +132,22 @@ def test_a_central_fleet_copying_an_empty_fleet_is_a_user_error(topo):
             central_fleet(world, "global-6", like=empty, budget=budget)
     with pytest.raises(UserError, match="central rack 'edge' applies to an equal-GPU budget, not budget 'usd'"):
         central_fleet(world, "global-6", budget="usd", rack="edge")
+
+
+def test_imperfect_anycast_is_recorded_and_reaches_the_edge_only(tmp_path):
+    import numpy as np
+
+    from sim.run import write_outputs
+
+    base = load_scenario("small")
+    ideal = run_scenario(base, requests=400)
+    skewed = run_scenario(dataclasses.replace(base, anycast_misroute=0.3), requests=400)
+    assert ideal.summary["network"]["anycast_misroute"] == 0.0
+    assert skewed.summary["network"]["anycast_misroute"] == 0.3
+    r0, r1 = ideal.requests, skewed.requests
+    e0, e1 = (r[r.deployment == "edge"].sort_values("request_id") for r in (r0, r1))
+    c0, c1 = (r[r.deployment == "central"].sort_values("request_id") for r in (r0, r1))
+    assert (e1.ingress_pop.to_numpy() != e0.ingress_pop.to_numpy()).mean() > 0.1
+    np.testing.assert_array_equal(c1.network_rtt_ms.to_numpy(), c0.network_rtt_ms.to_numpy())  # central: direct
+    write_outputs(skewed, tmp_path / "out")
+    assert "Imperfect anycast: 30% of the user cities" in (tmp_path / "out" / "report.md").read_text()

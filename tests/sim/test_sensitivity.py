@@ -13,7 +13,7 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     rows = {r["variant"]: r for r in summary["sensitivity"]["rows"]}
     assert list(rows) == ["as run", "edge GPU inventory x0.5", "edge GPU inventory x2", "edge utilisation_cap 0.35",
                           "router window_ms 10 (both)",  # small's routers have no window
-                          "central racked like the edge", "anycast: 20% of users one PoP off",
+                          "central racked like the edge", "anycast: 20% of user cities one PoP off",
                           "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
     headline = rows["as run"]
     assert headline["gpus"] == 228 and rows["edge GPU inventory x0.5"]["gpus"] == 114
@@ -23,7 +23,7 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     racked = rows["central racked like the edge"]  # the same edge; central's GPUs in smaller servers
     assert racked["gpus"] == 228 and racked["edge_ttft_p95_ms"] == headline["edge_ttft_p95_ms"]
     assert racked["central_busy"] != headline["central_busy"]  # (at this light load the latencies hardly move)
-    anycast = rows["anycast: 20% of users one PoP off"]  # the same fleets; a fifth of the users enter farther
+    anycast = rows["anycast: 20% of user cities one PoP off"]  # the same fleets; a fifth of the cities enter farther
     assert anycast["gpus"] == 228 and anycast["central_ttft_p50_ms"] == headline["central_ttft_p50_ms"]
     assert anycast["edge_ttft_p50_ms"] > headline["edge_ttft_p50_ms"]
     for name in ("baseline us-east", "baseline global-6", "baseline global-12"):

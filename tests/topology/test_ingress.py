@@ -63,5 +63,29 @@ def test_imperfect_anycast_moves_a_seeded_share_of_locations_to_their_second_bes
     assert (other != idx).any()  # another seed, other catchments
     everyone = topo.with_anycast(1.0, seed=5).ingress(lat, lon)[0]
     assert (everyone != ideal_idx).all()
-    with pytest.raises(UserError, match=r"anycast misroute share must be in \[0, 1\], got 1.5"):
-        topo.with_anycast(1.5)
+    for bad in (1.5, True, "0.2"):
+        with pytest.raises(UserError, match=r"anycast misroute share must be in \[0, 1\], got"):
+            topo.with_anycast(bad)
+    assert topo.with_anycast(np.float32(0.2), seed=5).anycast_misroute == pytest.approx(0.2)
+
+
+def test_the_location_hash_is_the_locations_own():
+    from topology.world import location_hash
+
+    lat, lon = np.array([0.0, -0.0, 12.5, 12.5]), np.array([10.0, 10.0, -3.0, -3.0])
+    h = location_hash(lat, lon, 1)
+    assert h[0] == h[1] and h[2] == h[3] and h[0] != h[2]  # -0.0 is 0.0; the same point, the same number
+    np.testing.assert_array_equal(location_hash(lat[2:], lon[2:], 1), h[2:])  # whatever comes with it
+    assert ((0 <= h) & (h < 1)).all() and (location_hash(lat, lon, 2) != h).all()
+
+
+def test_the_city_table_follows_the_anycast_of_its_topology(topo):
+    from sim.arrivals import city_table
+
+    world = copy.copy(topo)
+    ideal = city_table(world).ingress.copy()
+    world.anycast_misroute, world.anycast_seed = 0.2, 1  # changed in place: the cached table must not serve
+    skewed = city_table(world).ingress
+    d = world.demand
+    np.testing.assert_array_equal(skewed, world.ingress(d.lat.to_numpy(), d.lon.to_numpy())[0])
+    assert (skewed != ideal).mean() > 0.15
