@@ -58,7 +58,7 @@ def test_entry_points_name_an_argument_of_the_wrong_type():
                         (lambda: Topology.load(pops=5), "Topology.load: pops must be a file path or None, got 5"),
                         (lambda: run_sweep({"base": "small"}), "a grid is an embedded name, a path or a parsed Grid"),
                         (lambda: PlacementProblem.build(None, total_rps=None),
-                         "PlacementProblem.build: total_rps must be a positive number of requests/s, got None")):
+                         "PlacementProblem.build: total_rps must be a number of requests/s, got None")):
         with pytest.raises(UserError, match=re.escape(words)):
             call()
 
