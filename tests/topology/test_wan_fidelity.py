@@ -138,7 +138,7 @@ def test_scenario_fields_select_last_mile_and_jitter_and_summary_says_which(topo
 
     sc = load_scenario("small")
     base = run_scenario(sc, requests=300, topo=topo)
-    assert base.summary["network"] == {"last_mile": "fixed 10 ms for every user", "jitter": "off"}
+    assert base.summary["network"] == {"last_mile": "fixed 10 ms for every user", "jitter": "off", "anycast_misroute": 0.0}
     jit = run_scenario(with_overrides(sc, jitter=True), requests=300, topo=topo)
     assert jit.summary["network"]["jitter"].startswith("on: ")
     a, b = base.requests, jit.requests
