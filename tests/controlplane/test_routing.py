@@ -98,12 +98,30 @@ def brute_force_balanced(state, req, window_ms):
 def test_nearest_balanced_matches_brute_force_with_and_without_a_window(catalog, data):
     """Least expected work at the nearest site, or within ``window_ms`` of the nearest replica that can start the
     request, over truncated candidate lists too; the window never reaches past its bound."""
-    n_sites = data.draw(st.integers(1, 6))
-    sites = data.draw(st.lists(st.integers(0, n_sites - 1), min_size=1, max_size=10))
+    _balanced_case(catalog, data, n_sites=data.draw(st.integers(1, 6)), max_replicas=10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_nearest_balanced_matches_brute_force_over_many_sites(catalog, data):
+    """The same over more sites than share their candidate lists (FEW_SITES): the RTTs come as plain lists."""
+    from controlplane.candidates import FEW_SITES
+
+    n_sites = data.draw(st.integers(FEW_SITES + 1, FEW_SITES + 8))
+    # few RTT values and windows that end on one of them: replicas at the window's very edge are common
+    cp = _balanced_case(catalog, data, n_sites=n_sites, min_sites=FEW_SITES + 1, max_replicas=40,
+                        rtts=(0.0, 5.0, 10.0, 35.0), windows=(5.0, 10.0))
+    assert type(cp.state.candidates(0, TINY)[1]) is list
+
+
+def _balanced_case(catalog, data, n_sites: int, max_replicas: int, min_sites: int = 1,
+                   rtts=(0.0, 3.0, 5.0, 9.0, 10.0, 12.0, 35.0), windows=(0.0, 5.0, 10.0, 40.0)):
+    hosts = data.draw(st.lists(st.integers(0, n_sites - 1), min_size=min_sites, max_size=n_sites, unique=True))
+    sites = hosts + data.draw(st.lists(st.sampled_from(hosts), max_size=max(0, max_replicas - len(hosts))))
     fleet = make_fleet([1] * len(sites), sites=sites)
-    rtt = np.array(data.draw(st.lists(st.lists(st.sampled_from([0.0, 3.0, 5.0, 9.0, 10.0, 12.0, 35.0]),
-                                               min_size=n_sites, max_size=n_sites), min_size=2, max_size=2)))
-    window = data.draw(st.sampled_from([0.0, 5.0, 10.0, 40.0]))
+    rtt = np.array(data.draw(st.lists(st.lists(st.sampled_from(rtts), min_size=n_sites, max_size=n_sites),
+                                      min_size=2, max_size=2)))
+    window = data.draw(st.sampled_from(windows))
     cp = ControlPlane(catalog, fleet, placement([(TINY, n) for n in range(len(sites))]), rtt,
                       router="nearest-balanced", router_options={"window_ms": window},
                       admission=AdmissionConfig(queue_limit=2), max_candidates=data.draw(st.sampled_from([None, 1, 3])))
@@ -122,6 +140,7 @@ def test_nearest_balanced_matches_brute_force_with_and_without_a_window(catalog,
     assert (got.action, got.replica) == (want_action, want)
     if want is not None:
         assert got.rtt_ms == cp.state.rtt[req.ingress, want.site]
+    return cp
 
 
 def test_nearest_balanced_trades_a_few_milliseconds_for_an_idle_replica_only_within_its_window(catalog):
