@@ -174,6 +174,8 @@ def print_headline(summary: dict, path) -> None:
         for row in replicates_rows(rep):  # (each seed's figure: report.md and summary.json)
             r.add_row(row[0], *row[2:])
         console.print(r)
+        if rep.get("edge_loses"):
+            console.print(rep["edge_loses"] + ".", highlight=False)
     perf = summary.get("performance", {})
     console.print(f"{perf.get('simulated_requests_per_wall_s', 0):,.0f} simulated requests per wall second; "
                   f"wall time {perf.get('wall_s')} s. Wrote {path}/requests.parquet, summary.json, report.md")

@@ -83,11 +83,26 @@ def summarise(per_seed: dict[int, dict], within: dict | None = None) -> dict:
         values = [_number(per_seed[s]["edge"].get(f"gain_{key}")) for s in seeds]
         rows.append({"metric": label, "key": key, "difference": delta, "per_seed": values, **interval(values),
                      "within_run_ci95_first_seed": (within or {}).get(key)})
+    conts = by_continent(per_seed)
     return {"seeds": seeds, "method": METHOD,
             "note": "A gain is 100 x (central - edge) / central (SLO attainment: edge - central). The within-run "
                     "interval is the first seed's paired block bootstrap: when it is much narrower than the spread "
                     "between seeds, trust the interval over seeds.", "rows": rows,
-            "by_continent": by_continent(per_seed)}
+            "by_continent": conts, "edge_loses": edge_loses(rows, conts, len(seeds))}
+
+
+def edge_loses(rows: list[dict], conts: list[dict], n_seeds: int) -> str | None:
+    """One sentence naming every gain whose interval over seeds lies wholly below zero (None when none does)."""
+    def text(value, iv, delta=False):
+        digits, unit = (4, "") if delta else (1, "%")
+        return f"{value:+.{digits}f}{unit} [{iv[0]:+.{digits}f}, {iv[1]:+.{digits}f}]"
+
+    lost = [f"{r['metric']} {text(r['mean'], r['ci95'], r['difference'])}" for r in rows
+            if r["ci95"] is not None and r["ci95"][1] < 0]
+    lost += [f"TTFT {q} for users in {c['continent']} {text(c[f'ttft_{q}']['mean'], c[f'ttft_{q}']['ci95'])}"
+             for c in conts for q in ("p50", "p95") if c[f"ttft_{q}"]["ci95"] is not None
+             and c[f"ttft_{q}"]["ci95"][1] < 0]
+    return f"edge loses over {n_seeds} seeds (mean, 95% interval over seeds): " + "; ".join(lost) if lost else None
 
 
 def by_continent(per_seed: dict[int, dict]) -> list[dict]:

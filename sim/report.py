@@ -359,6 +359,8 @@ def replicates_lines(rep: dict) -> list[str]:
               f"within-run 95% CI (seed {seeds[0]})"]
     lines = (["## Between seeds", "", f"{len(seeds)} seeds: {rep['method']}. {rep['note']}", ""]
              + _table(header, replicates_rows(rep)))
+    if rep.get("edge_loses"):
+        lines += ["", rep["edge_loses"] + "."]
     conts = rep.get("by_continent") or []
     if conts:
         def cell(b):

@@ -89,3 +89,20 @@ def test_seeds_refused_before_the_run_without_central_or_with_a_file_in_the_way(
     assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", str(out), "--seeds", "1,2"]) == 2
     assert "replicates: exists and is not a folder" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["replicates"]  # nothing ran, nothing written
+
+
+def test_edge_loses_names_only_intervals_wholly_below_zero():
+    from sim.replicates import edge_loses
+
+    rows = [{"metric": "TTFT p50", "mean": 36.0, "ci95": [35.0, 37.0], "difference": False},
+            {"metric": "TTFT p95", "mean": -4.5, "ci95": [-5.8, -3.2], "difference": False},
+            {"metric": "TTFT p99", "mean": -1.0, "ci95": [-3.0, 1.0], "difference": False},  # straddles zero
+            {"metric": "SLO attainment", "mean": -0.0012, "ci95": [-0.0015, -0.001], "difference": True},
+            {"metric": "E2E p50 one-shot", "mean": None, "ci95": None, "difference": False}]
+    conts = [{"continent": "EU", "ttft_p50": {"mean": 10.6, "ci95": [9.4, 11.8]},
+              "ttft_p95": {"mean": -25.1, "ci95": [-29.5, -20.7]}},
+             {"continent": "OC", "ttft_p50": {"mean": None, "ci95": None}, "ttft_p95": {"mean": None, "ci95": None}}]
+    assert edge_loses(rows, conts, 8) == ("edge loses over 8 seeds (mean, 95% interval over seeds): TTFT p95 -4.5% "
+                                          "[-5.8, -3.2]; SLO attainment -0.0012 [-0.0015, -0.0010]; TTFT p95 for "
+                                          "users in EU -25.1% [-29.5, -20.7]")
+    assert edge_loses(rows[:1], conts[1:], 3) is None
