@@ -19,6 +19,14 @@ def finite(x) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
+def t_half_width95(v: np.ndarray) -> float:
+    """Half the width of the Student-t 95% interval of the mean of ``v`` (at least two finite values): the
+    interval over seeds that the frontier and ``simulate --seeds`` report."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+
+
 def percentile(x, q: float, digits: int | None = 3) -> float | None:
     """The ``q``-th percentile of the finite values of ``x`` (rounded to ``digits``), or None when there are none."""
     x = finite(x)

@@ -118,13 +118,13 @@ class Point:
 
     def ci95(self, column: str) -> list | None:
         """Student-t 95% interval of the mean over seeds (None with fewer than two seeds)."""
-        from scipy.stats import t
+        from edgepop.stats import t_half_width95
 
         vals = np.array([float(r[column]) for r in self.rows if r.get(column) is not None
                          and np.isfinite(r[column])])
         if vals.size < 2:
             return None
-        half = float(t.ppf(0.975, vals.size - 1) * vals.std(ddof=1) / np.sqrt(vals.size))
+        half = t_half_width95(vals)
         return [round(vals.mean() - half, 3), round(vals.mean() + half, 3)]
 
     def meets(self, slo: SLOTarget, column: str | None = None) -> bool:

@@ -63,13 +63,13 @@ def parse_seeds(text: str) -> list[int]:
 def interval(values: list[float]) -> dict:
     """Mean, sample standard deviation and Student-t 95% interval of the mean of ``values`` (finite ones; an
     interval needs two)."""
-    from scipy.stats import t
+    from edgepop.stats import t_half_width95
 
     v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     out = {"n": int(v.size), "mean": round(float(v.mean()), 4) if v.size else None,
            "sd": round(float(v.std(ddof=1)), 4) if v.size > 1 else None, "ci95": None}
     if v.size > 1:
-        half = float(t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+        half = t_half_width95(v)
         out["ci95"] = [round(float(v.mean()) - half, 4), round(float(v.mean()) + half, 4)]
     return out
 
@@ -93,13 +93,11 @@ def summarise(per_seed: dict[int, dict], within: dict | None = None) -> dict:
 
 def edge_loses(rows: list[dict], conts: list[dict], n_seeds: int) -> str | None:
     """One sentence naming every gain whose interval over seeds lies wholly below zero (None when none does)."""
-    def text(value, iv, delta=False):
-        digits, unit = (4, "") if delta else (1, "%")
-        return f"{value:+.{digits}f}{unit} [{iv[0]:+.{digits}f}, {iv[1]:+.{digits}f}]"
+    from sim.report import gain_text
 
-    lost = [f"{r['metric']} {text(r['mean'], r['ci95'], r['difference'])}" for r in rows
+    lost = [f"{r['metric']} {gain_text(r['mean'], r['ci95'], r['difference'])}" for r in rows
             if r["ci95"] is not None and r["ci95"][1] < 0]
-    lost += [f"TTFT {q} for users in {c['continent']} {text(c[f'ttft_{q}']['mean'], c[f'ttft_{q}']['ci95'])}"
+    lost += [f"TTFT {q} for users in {c['continent']} {gain_text(c[f'ttft_{q}']['mean'], c[f'ttft_{q}']['ci95'])}"
              for c in conts for q in ("p50", "p95") if c[f"ttft_{q}"]["ci95"] is not None
              and c[f"ttft_{q}"]["ci95"][1] < 0]
     return f"edge loses over {n_seeds} seeds (mean, 95% interval over seeds): " + "; ".join(lost) if lost else None
