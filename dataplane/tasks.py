@@ -162,12 +162,21 @@ def _encoded(encs: list, **extra) -> Prepared:
 
 
 def _prepare_embeddings(model, stand_in: str, inputs) -> Prepared:
-    """Inputs: {text: str | [str]}."""
+    """Inputs: {text: str | [str], truncate_inputs?}. A text longer than the model's window is refused (413/3006)
+    unless ``truncate_inputs`` is true, as Workers AI does: an embedding of a silently cut text is of another
+    text."""
     text = _field(inputs, "text", (str, list))
     texts = [text] if isinstance(text, str) else text
     if not texts or len(texts) > MAX_BATCH_TEXTS or not all(isinstance(t, str) for t in texts):
         raise InvalidInputError(f"field 'text' must be a string or hold 1 to {MAX_BATCH_TEXTS} strings")
-    return _encoded([model.encode(t) for t in texts])
+    encs = [model.encode(t) for t in texts]
+    if not _field(inputs, "truncate_inputs", bool, False, False):
+        cut = next((i for i, e in enumerate(encs) if e.truncated), None)
+        if cut is not None:
+            where = "text" if isinstance(text, str) else f"text[{cut}]"
+            raise CapacityError(f"{where} is longer than {stand_in}'s window of {len(encs[cut])} tokens (send "
+                                "'truncate_inputs': true to have it cut to fit)")
+    return _encoded(encs)
 
 
 def _shape_embeddings(model, prep: Prepared, outs: list) -> dict:

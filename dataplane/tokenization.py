@@ -19,6 +19,7 @@ class Encoding:
 
     ids: tuple[int, ...]
     type_ids: tuple[int, ...]
+    truncated: bool = False  # the text was longer than the tokenizer's window and was cut to fit
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -65,12 +66,14 @@ class ByteEncoderTokenizer:
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         a = self._ids(text)
         if pair is None:
-            a = a[: self.max_length - 2]
-            ids = [self.cls_id, *a, self.sep_id]
-            return Encoding(tuple(ids), (0,) * len(ids))
-        a, b = _truncate_pair(a, self._ids(pair), self.max_length - 3)
+            cut = a[: self.max_length - 2]
+            ids = [self.cls_id, *cut, self.sep_id]
+            return Encoding(tuple(ids), (0,) * len(ids), len(cut) < len(a))
+        b = self._ids(pair)
+        full = len(a) + len(b)
+        a, b = _truncate_pair(a, b, self.max_length - 3)
         ids = [self.cls_id, *a, self.sep_id, *b, self.sep_id]
-        return Encoding(tuple(ids), (0,) * (len(a) + 2) + (1,) * (len(b) + 1))
+        return Encoding(tuple(ids), (0,) * (len(a) + 2) + (1,) * (len(b) + 1), len(a) + len(b) < full)
 
 
 class WordPieceTokenizer:
@@ -88,7 +91,7 @@ class WordPieceTokenizer:
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         enc = self.tok.encode(text) if pair is None else self.tok.encode(text, pair)
-        return Encoding(tuple(enc.ids), tuple(enc.type_ids))
+        return Encoding(tuple(enc.ids), tuple(enc.type_ids), bool(enc.overflowing))
 
 
 class ByteTokenizer:

@@ -18,7 +18,9 @@ or ``options.rejectIfBusy`` in the body.
 
 Bodies are read and parsed by hand (never by FastAPI's validators), so malformed input is always a 400 with a
 Workers AI envelope and never a 422 or a 500; any unexpected exception is a logged 500 (3043) that leaves the
-worker running.
+worker running. A body that stops arriving is answered 408/3007 after ``body_timeout_s``. A client that
+disconnects before its answer has its work cancelled (a queued request leaves the queue, a generation stops and
+frees its slot; streams and plain answers alike) and is counted with status 499.
 """
 
 from __future__ import annotations
@@ -38,7 +40,14 @@ from dataplane.gateway import standins
 from dataplane.gateway.auth import Authenticator
 from dataplane.gateway.batch import BatchService
 from dataplane.gateway.config import GatewayConfig
-from dataplane.gateway.errors import GatewayError, auth_throttled, bad_input, from_exception, unknown_model
+from dataplane.gateway.errors import (
+    GatewayError,
+    auth_throttled,
+    bad_input,
+    client_gone,
+    from_exception,
+    unknown_model,
+)
 from dataplane.gateway.http_util import envelope, flag, ok, parse_json, read_body, run_inputs, search_models
 from dataplane.gateway.invoke import workers_usage
 from dataplane.gateway.limits import AuthThrottle
@@ -124,8 +133,9 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         return "/ai/v1/" in request.url.path
 
     def error_response(request: Request, err: GatewayError) -> JSONResponse:
-        body = err.openai_body() if is_openai(request) else err.envelope()
-        return JSONResponse(body, status_code=err.status, headers=err.headers())
+        if is_openai(request):
+            return JSONResponse(err.openai_body(), status_code=err.openai_status(), headers=err.headers())
+        return JSONResponse(err.envelope(), status_code=err.status, headers=err.headers())
 
     def authenticate(request: Request, account_id: str | None = None) -> str:
         """The caller's account (``account_id`` must be it); 401/403, or 429 for a client past its failed
@@ -169,6 +179,28 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     def place_of(request: Request):
         return gw.locator.place(request.headers)
 
+    async def unless_gone(request: Request, work, model: str, endpoint: str):
+        """``await work`` (a non-streaming request's admission and run) unless the client disconnects first: then
+        the work is cancelled, which releases its queue place or slot and stops its engine run, and the request
+        counts as 499. (Starlette cancels a streaming response on disconnect, never a plain handler.)"""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # this handler itself cancelled (the server is stopping)
+            task.cancel()
+            gone.cancel()
+            raise
+        if task.done():
+            gone.cancel()
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):  # (its own error, if it failed as it was cancelled, is moot)
+            await task
+        err = client_gone()
+        gw.metrics.rejected(model, endpoint, err, place_of(request))
+        raise err
+
     def common(request: Request) -> dict:
         return {"session": request.headers.get("x-session-affinity") or None}
 
@@ -176,7 +208,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.post(PREFIX + "/run/{model:path}")
     async def run_model(request: Request, account_id: str, model: str):
         account = authenticate(request, account_id)
-        body = await read_body(request, cfg.max_body_bytes)
+        body = await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s)
         queue = flag(request.query_params.get("queueRequest"))
         spec_task = gw.backend.catalog[model].task if model in gw.backend.catalog else "text-generation"
         inputs = run_inputs(body, request.headers.get("content-type"), spec_task)
@@ -194,8 +226,8 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
             _start(call)
             return StreamingResponse(_workers_stream(call), media_type="text/event-stream",
                                      headers={**SSE_HEADERS, **call.headers(final=False)})
-        call, fin = await gw.infer(model, inputs, place, account=account, reject_if_busy=reject, endpoint="run",
-                                   **common(request))
+        call, fin = await unless_gone(request, gw.infer(model, inputs, place, account=account, reject_if_busy=reject,
+                                                        endpoint="run", **common(request)), model, "run")
         synthetic = gw.backend.dp.card(call.prep.stand_in).synthetic
         emulated = standins.is_stand_in(model, spec.stand_in, call.prep.stand_in)
         return JSONResponse(envelope(fin.result, model, spec.task, call.prep.stand_in, synthetic, emulated),
@@ -238,7 +270,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.post(PREFIX + "/v1/chat/completions")
     async def chat_completions(request: Request, account_id: str):
         account = authenticate(request, account_id)
-        body = parse_json(await read_body(request, cfg.max_body_bytes))
+        body = parse_json(await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s))
         model, inputs, stream, include_usage = oai.chat_inputs(body)
         reject = reject_if_busy(request, body.get("options"))
         shown = body["model"]  # echoed as sent, "<id>:<adapter>" included
@@ -252,8 +284,8 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
             _start(call)
             return StreamingResponse(_chat_stream(call, cid, shown, include_usage), media_type="text/event-stream",
                                      headers={**SSE_HEADERS, **call.headers(final=False)})
-        call, fin = await gw.infer(model, inputs, place, account=account, reject_if_busy=reject, endpoint="chat",
-                                   **common(request))
+        call, fin = await unless_gone(request, gw.infer(model, inputs, place, account=account, reject_if_busy=reject,
+                                                        endpoint="chat", **common(request)), model, "chat")
         return JSONResponse(oai.chat_completion(cid, shown, fin.result["response"], fin.usage),
                             headers=call.headers())
 
@@ -274,13 +306,14 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.post(PREFIX + "/v1/embeddings")
     async def embeddings(request: Request, account_id: str):
         account = authenticate(request, account_id)
-        body = parse_json(await read_body(request, cfg.max_body_bytes))
+        body = parse_json(await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s))
         model, inputs, fmt, dims = oai.embedding_inputs(body)
         reject = reject_if_busy(request, body.get("options"))
         if gw.spec(model).task != "text-embeddings":
             raise bad_input(f"model {model!r} is not a text-embeddings model")
-        call, fin = await gw.infer(model, inputs, place_of(request), account=account, reject_if_busy=reject,
-                                   endpoint="embeddings", **common(request))
+        call, fin = await unless_gone(request, gw.infer(model, inputs, place_of(request), account=account,
+                                                        reject_if_busy=reject, endpoint="embeddings",
+                                                        **common(request)), model, "embeddings")
         return JSONResponse(oai.embedding_list(model, fin.result, fmt, int(fin.usage.get("prompt_tokens", 0)), dims),
                             headers=call.headers())
 
@@ -325,3 +358,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         return JSONResponse({"ok": not gw.draining, "draining": gw.draining}, status_code=503 if gw.draining else 200)
 
     return app
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client has disconnected (the body is read already: the next ASGI message is the
+    disconnect, which the server sends only when the connection closes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -56,7 +56,7 @@ DEFAULT_LOCATION = (50.11, 8.68)  # Frankfurt: clients that say nothing about wh
 
 # Upper bounds of the times and scales a gateway waits on: a day of seconds, its milliseconds, a 1000x delay.
 _UPPER = {"queue_timeout_s": 86_400.0, "request_timeout_s": 86_400.0, "max_wait_s": 86_400.0,
-          "drain_timeout_s": 86_400.0, "keep_alive_s": 86_400.0, "last_mile_ms": 86_400_000.0,
+          "drain_timeout_s": 86_400.0, "keep_alive_s": 86_400.0, "body_timeout_s": 86_400.0, "last_mile_ms": 86_400_000.0,
           "encoder_max_wait_ms": 86_400_000.0, "delay_scale": 1000.0}
 
 
@@ -84,7 +84,9 @@ class GatewayConfig:
     ``max_wait_s``: the bound on a new request's estimated wait beyond which it is shed (0: off);
     ``drain_timeout_s``: how long a SIGTERM/SIGINT waits for in-flight requests and streams;
     ``keep_alive_s``: how long an idle client connection is kept (longer than clients keep theirs, so a client
-    never reuses a connection the server is closing); ``open_ops``: serve ``/metrics`` and
+    never reuses a connection the server is closing); ``body_timeout_s``: how long a request body may pause
+    between two pieces before the request is answered 408/3007 (a client that stops mid-body would otherwise
+    hold its connection, and a shutdown, indefinitely); ``open_ops``: serve ``/metrics`` and
     ``/edgepop/deployment`` without a token.
     """
 
@@ -130,6 +132,7 @@ class GatewayConfig:
     max_wait_s: float = 2.0
     drain_timeout_s: float = 30.0
     keep_alive_s: float = 75.0
+    body_timeout_s: float = 15.0
     open_ops: bool = False
 
     def __post_init__(self):
@@ -180,14 +183,15 @@ class GatewayConfig:
                                        or self.slots < 1):
             bad("slots", f"{self.slots!r} is not a positive integer")
         for name in ("queue_timeout_s", "request_timeout_s", "delay_scale", "last_mile_ms", "encoder_max_wait_ms",
-                     "neuron_budget_per_day", "max_wait_s", "drain_timeout_s", "keep_alive_s"):
+                     "neuron_budget_per_day", "max_wait_s", "drain_timeout_s", "keep_alive_s", "body_timeout_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 bad(name, f"{v!r} is not a non-negative number")
             if name in _UPPER and v > _UPPER[name]:  # (1e300 s timeouts or delays hung requests and the drain)
                 bad(name, f"{v!r} is over {_UPPER[name]:g}, more than any run can wait")
-        if self.queue_timeout_s <= 0 or self.request_timeout_s <= 0:
-            bad("queue_timeout_s" if self.queue_timeout_s <= 0 else "request_timeout_s", "must be positive")
+        for name in ("queue_timeout_s", "request_timeout_s", "body_timeout_s"):
+            if getattr(self, name) <= 0:
+                bad(name, "must be positive")
         if not isinstance(self.tokens, dict) or not all(
                 isinstance(k, str) and k and isinstance(v, str) and v for k, v in self.tokens.items()):
             bad("tokens", "must map non-empty token strings to non-empty account ids")

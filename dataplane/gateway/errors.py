@@ -6,7 +6,7 @@ Codes (developers.cloudflare.com/workers-ai/platform/errors, plus the Cloudflare
 what                     HTTP  code
 =======================  ====  =====
 malformed JSON / schema  400   5006 (Workers AI's "Bad input")
-unknown model            400   5007
+unknown model            400   5007 (404 ``model_not_found`` on the OpenAI routes)
 request too large        413   3006
 request timeout          408   3007
 rate limit (per minute)  429   3021
@@ -16,7 +16,11 @@ internal error           500   3043
 no / bad token           401   10000
 another account          403   10000
 no such batch request    404   7003
+client disconnected      499   7499
 =======================  ====  =====
+
+499 (nginx's "client closed request") is never read by anyone: a client that disconnects before its answer has
+its work cancelled, and the status is what the counters record.
 
 Every 429 carries ``Retry-After`` (whole seconds, at least 1) and ``retry-after-ms`` (what the ``openai`` client
 reads first). Workers AI answers its per-minute limits with code 3021 ("rate limiting: inference request per min
@@ -35,6 +39,7 @@ BAD_INPUT = 5006
 AUTH = 10000
 NOT_FOUND = 7003
 RATE_LIMITED = 3021
+NO_SUCH_MODEL = 5007
 ACCOUNT_LIMITED = 3036
 MAX_MESSAGE_CHARS = 500
 
@@ -73,10 +78,19 @@ class GatewayError(Exception):
         if self.code == ACCOUNT_LIMITED:
             return {"error": {"message": self.message, "type": "insufficient_quota", "param": None,
                               "code": "insufficient_quota"}}
+        status = self.openai_status()
         kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 408: "timeout_error", 413: "invalid_request_error",
-                429: "rate_limit_error"}.get(self.status, "invalid_request_error" if self.status < 500 else "server_error")
-        return {"error": {"message": self.message, "type": kind, "code": self.code, "param": None}}
+                429: "rate_limit_error"}.get(status, "invalid_request_error" if status < 500 else "server_error")
+        # OpenAI's ``code`` is a string: its own name where there is one, else the Workers AI code as text.
+        code = ("model_not_found" if self.code == NO_SUCH_MODEL else "invalid_api_key" if self.status == 401
+                else str(self.code))
+        return {"error": {"message": self.message, "type": kind, "code": code, "param": None}}
+
+    def openai_status(self) -> int:
+        """The HTTP status on the OpenAI routes: an unknown model is 404 there (OpenAI's ``model_not_found``),
+        400 on Workers AI's."""
+        return 404 if self.code == NO_SUCH_MODEL else self.status
 
 
 def bad_input(message: str) -> GatewayError:
@@ -112,6 +126,11 @@ def auth_throttled(refusal) -> GatewayError:
     """429/10000: too many failed authentications from this client; nothing is checked until the wait is over."""
     return GatewayError(429, AUTH, f"Authentication error: {refusal.reason}; try again in "
                         f"{math.ceil(refusal.retry_after_s)} s", refusal.retry_after_s)
+
+
+def client_gone() -> GatewayError:
+    """499: the client closed the connection before its answer (the status counted for a cancelled request)."""
+    return GatewayError(499, 7499, "the client closed the connection before the answer")
 
 
 def unknown_model(model: str) -> GatewayError:

@@ -63,6 +63,7 @@ class ClientLocator:
 
     def city(self, name: str) -> tuple[float, float]:
         """Coordinates of a demand city by name (``"Lagos"``, ``"Springfield, US"``)."""
+        name = utf8_header(name)
         key = fold(name)
         key = ", ".join(p.strip() for p in key.split(",")) if "," in key else key
         i = self._cities.get(key)
@@ -123,3 +124,12 @@ class Delays:
         dt = t - time.monotonic()
         if dt > 0:
             await asyncio.sleep(dt)
+
+
+def utf8_header(value: str) -> str:
+    """A header value as the client wrote it: HTTP servers hand header bytes over as Latin-1, so "Zürich" sent as
+    UTF-8 arrives as "ZÃ¼rich"; re-read as UTF-8 when that is what the bytes are."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -17,8 +18,9 @@ BINARY_FIELD = {"image-classification": "image", "automatic-speech-recognition":
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-async def read_body(request, limit: int) -> bytes:
-    """The whole body, refusing more than ``limit`` bytes with 413/3006 (by header, or while reading)."""
+async def read_body(request, limit: int, idle_timeout_s: float | None = None) -> bytes:
+    """The whole body, refusing more than ``limit`` bytes with 413/3006 (by header, or while reading), and a body
+    that pauses more than ``idle_timeout_s`` between two pieces with 408/3007."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -27,14 +29,23 @@ async def read_body(request, limit: int) -> bytes:
         except ValueError:
             raise bad_input("Content-Length is not a number") from None
     chunks, size = [], 0
+    pieces = request.stream().__aiter__()
     try:
-        async for chunk in request.stream():
+        while True:
+            try:
+                async with asyncio.timeout(idle_timeout_s):
+                    chunk = await anext(pieces)
+            except StopAsyncIteration:
+                break
             size += len(chunk)
             if size > limit:
                 raise GatewayError(413, 3006, f"Request is too large: body over {limit} bytes")
             chunks.append(chunk)
     except ClientDisconnect:  # the client went away mid-body: its mistake (or its network's), not the server's
         raise bad_input("the client disconnected before sending the whole body") from None
+    except TimeoutError:
+        raise GatewayError(408, 3007, f"Request timeout: the body stopped arriving ({size} bytes received, "
+                           f"nothing more for {idle_timeout_s:g} s)") from None
     return b"".join(chunks)
 
 

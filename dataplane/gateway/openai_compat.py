@@ -4,10 +4,13 @@ and from the Workers AI task inputs the gateway runs.
 Chat: ``model``, ``messages`` (string content or a list of ``{"type": "text", "text": ...}`` parts), ``max_tokens``
 or ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stream``, ``stream_options.include_usage``,
 the vLLM extension ``ignore_eos``, and ``model = "<id>:<adapter>"`` for a LoRA adapter; ``n`` must be 1 and
-``stop`` is refused (400) rather than ignored. Other OpenAI fields are accepted and ignored.
+``stop`` is refused (400) rather than ignored, as are tools and function calls, ``response_format`` other than
+text, ``logprobs``/``top_logprobs``, ``logit_bias`` and non-zero presence or frequency penalties (fields that would
+change what the answer is). Other OpenAI fields (``user``, ``metadata``, ``store``, ...) are accepted and ignored.
 Embeddings: ``model``, ``input`` (a string or a list of strings), ``encoding_format`` (``float`` or ``base64``:
 little-endian float32, which is what the ``openai`` client asks for by default), ``dimensions`` (only the model's
-own size).
+own size) and Workers AI's ``truncate_inputs`` (a text longer than the model's window is refused, 413, unless it
+is true).
 """
 
 from __future__ import annotations
@@ -63,14 +66,21 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
             raise bad_input(f"messages[{i}] must be an object")
         role = "system" if m.get("role") == "developer" else m.get("role")
         messages.append({"role": role, "content": _content(i, m.get("content"))})
-    if body.get("n") not in (None, 1):
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):
         raise bad_input("field 'n': only n = 1 is supported")
     if body.get("stop") not in (None, [], ""):  # ignoring it would return text past the client's stop sequence
         raise bad_input("field 'stop': stop sequences are not supported (leave it out, or cut the text client-side)")
+    for name, fine in _REFUSED:
+        if body.get(name) not in fine:  # ignoring it would hand the client another kind of answer than it asked for
+            raise bad_input(f"field {name!r}: {_short(body[name])} is not supported (leave the field out)")
     inputs: dict = {"messages": messages}
     if lora is not None:
         inputs["lora"] = lora
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    # (a field sent as null is a field left out, as OpenAI reads it)
+    max_tokens = body.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
     for key, value in (("max_tokens", max_tokens), ("temperature", body.get("temperature")),
                        ("top_p", body.get("top_p")), ("seed", body.get("seed")),
                        ("ignore_eos", body.get("ignore_eos"))):
@@ -79,9 +89,19 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
     stream = body.get("stream") if body.get("stream") is not None else False  # null: the default, as OpenAI reads it
     if not isinstance(stream, bool):
         raise bad_input("field 'stream' must be true or false")
-    opts = body.get("stream_options") or {}
-    include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise bad_input(f"field 'stream_options' must be an object, got {_short(opts)}")
+    include_usage = bool((opts or {}).get("include_usage"))
     return model, inputs, stream, include_usage
+
+
+# OpenAI chat fields that change what the answer is (tool calls, a JSON format, log-probabilities, a reshaped
+# sampling distribution), with the values that ask for nothing beyond plain text: any other value is refused (400).
+_REFUSED = (("tools", (None, [])), ("tool_choice", (None, "none", "auto")), ("functions", (None, [])),
+            ("function_call", (None, "none", "auto")), ("response_format", (None, {"type": "text"})),
+            ("logprobs", (None, False)), ("top_logprobs", (None, 0)), ("logit_bias", (None, {})),
+            ("presence_penalty", (None, 0)), ("frequency_penalty", (None, 0)))
 
 
 def _short(value, limit: int = 60) -> str:
@@ -139,7 +159,10 @@ def embedding_inputs(body) -> tuple[str, dict, str, int | None]:
     dims = body.get("dimensions")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise bad_input(f"field 'dimensions' must be a positive integer, got {_short(dims)}")
-    return model, {"text": texts}, fmt, dims
+    inputs = {"text": texts}
+    if body.get("truncate_inputs") is not None:  # Workers AI's field, passed on (extra_body in the openai client)
+        inputs["truncate_inputs"] = body["truncate_inputs"]
+    return model, inputs, fmt, dims
 
 
 def embedding_list(model: str, result: dict, fmt: str, prompt_tokens: int, dims: int | None = None) -> dict:

@@ -25,6 +25,7 @@ from dataplane.gateway.errors import (
     GatewayError,
     bad_input,
     budget_spent,
+    client_gone,
     from_code,
     from_exception,
     rate_limited,
@@ -155,6 +156,10 @@ class Call:
                 tl.piece(t_gen, time.monotonic())  # resumed once the piece was written out
             self.timing.infer = (time.monotonic() - t_start) * 1e3
             self.gw.completed(self, s.usage())
+        except (GeneratorExit, asyncio.CancelledError):  # the consumer stopped early: the client went away
+            self.gw.metrics.rejected(self.model, self.endpoint, client_gone(), self.place,
+                                     pop=str(self.gw.backend.site_ids[self.lease.replica.site]))
+            raise
         finally:
             if not s.run.done.done():
                 s.run.cancel()

@@ -90,6 +90,17 @@ def test_client_disconnect_mid_stream_frees_the_slot(small_gateway):
                       timeout=30).status_code == 200
 
 
+def test_a_city_header_in_utf8_is_read_as_sent(delayed_gateway):
+    """HTTP servers hand header bytes over as Latin-1: "Zürich" sent as UTF-8 must not become "ZÃ¼rich"."""
+    url, _ = delayed_gateway
+    u = f"{url}/client/v4/accounts/local/ai/run/{GEN}"
+    body = {"prompt": "hi", "max_tokens": 1}
+    plain = httpx.post(u, json=body, headers={"x-edgepop-client-city": "Zurich"}, timeout=30)
+    accented = httpx.post(u, json=body, headers={"x-edgepop-client-city": "Zürich".encode()}, timeout=30)
+    assert plain.status_code == accented.status_code == 200, accented.text
+    assert accented.headers["x-edgepop-rtt-ms"] == plain.headers["x-edgepop-rtt-ms"]
+
+
 def test_injected_rtt_and_session_affinity(delayed_gateway):
     url, _ = delayed_gateway
     u = f"{url}/client/v4/accounts/local/ai/run/{GEN}"

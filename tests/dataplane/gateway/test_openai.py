@@ -51,9 +51,14 @@ def test_embeddings_base64_default_and_float(gateway):
 
 def test_openai_errors_map_to_client_exceptions(gateway):
     url, _ = gateway
-    with pytest.raises(openai.BadRequestError) as e:
+    with pytest.raises(openai.NotFoundError) as e:  # OpenAI's 404 model_not_found (Workers AI's 400/5007)
         client(url).chat.completions.create(model="@cf/none/x", messages=[{"role": "user", "content": "x"}])
-    assert "No such model" in str(e.value)
+    assert "No such model" in str(e.value) and e.value.code == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        client(url).embeddings.create(model="@cf/none/x", input="x")
+    with pytest.raises(openai.BadRequestError) as e:
+        client(url).chat.completions.create(model=GEN, messages=[{"role": "user", "content": "x"}], n=2)
+    assert e.value.code == "5006"  # OpenAI's code is a string: the Workers AI code as text where it has no name
     with pytest.raises(openai.BadRequestError):
         client(url).embeddings.create(model=GEN, input="wrong task")
     with pytest.raises(openai.AuthenticationError):
@@ -86,6 +91,37 @@ def test_fields_that_would_change_the_answer_are_refused_not_ignored(gateway):
     assert c.models.retrieve(GEN).id == GEN
     with pytest.raises(openai.NotFoundError, match="is not served here"):
         c.models.retrieve("@cf/none/x")
-    with pytest.raises(openai.BadRequestError) as e:
+    with pytest.raises(openai.NotFoundError) as e:
         c.chat.completions.create(model="@cf/" + "x" * 100_000, messages=msgs)
     assert len(str(e.value)) < 1000 and "message cut" in str(e.value)
+    for field, value in (("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+                         ("response_format", {"type": "json_object"}), ("logprobs", True), ("top_logprobs", 3),
+                         ("logit_bias", {"50256": -100}), ("presence_penalty", 0.5), ("frequency_penalty", -1.0)):
+        with pytest.raises(openai.BadRequestError, match=f"field '{field}'"):
+            c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, **{field: value})
+    # what asks for nothing beyond plain text is served: zero penalties, no tools, a text format
+    ok = c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, presence_penalty=0, frequency_penalty=0,
+                                   tool_choice="none", response_format={"type": "text"}, logprobs=False)
+    assert ok.object == "chat.completion"
+
+
+def test_a_null_field_is_a_field_left_out(gateway):
+    """``max_completion_tokens: null`` beside ``max_tokens`` leaves ``max_tokens`` in force (a null read as a value
+    handed back the model's whole default output)."""
+    url, _ = gateway
+    out = client(url).chat.completions.create(model=GEN, messages=[{"role": "user", "content": "x"}], max_tokens=3,
+                                              extra_body={"max_completion_tokens": None, "ignore_eos": True})
+    assert out.usage.completion_tokens == 3
+
+
+def test_embedding_a_text_over_the_window_is_refused_unless_truncation_is_asked_for(gateway):
+    """Workers AI's ``truncate_inputs``: without it a text longer than the encoder's window is a 413 naming the
+    text (its embedding would be of another, shorter text); with it the text is cut and embedded."""
+    url, _ = gateway
+    c = client(url)
+    long_text = "word " * 2000
+    with pytest.raises(openai.APIStatusError, match=r"text\[1\] is longer than .* window") as e:
+        c.embeddings.create(model=EMB, input=["short", long_text])
+    assert e.value.status_code == 413
+    cut = c.embeddings.create(model=EMB, input=["short", long_text], extra_body={"truncate_inputs": True})
+    assert len(cut.data) == 2 and len(cut.data[1].embedding) == 768

@@ -1,0 +1,109 @@
+"""Clients that go away: a plain (non-streaming) request whose client disconnects is cancelled, which frees its slot
+and stops its generation, and counts as 499; a queued one leaves the queue; a body that stops arriving is a 408."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from urllib.parse import urlsplit
+
+import pytest
+from kit.gateway import GEN, SLOW, headers
+
+from dataplane.gateway.errors import GatewayError
+from dataplane.gateway.http_util import read_body
+
+MAX_TOKENS = 300
+
+
+def _until(check, what: str) -> None:
+    deadline = time.monotonic() + 120  # a hang guard, not a timing goal
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.005)
+
+
+def _send_and_keep_open(url: str, path: str, body: dict) -> socket.socket:
+    """A raw HTTP/1.1 POST whose connection stays open until the caller closes it (without reading the answer)."""
+    parts = urlsplit(url)
+    data = json.dumps(body).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers(**{"content-type": "application/json"}).items())
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    sock.sendall(f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\n{head}content-length: {len(data)}\r\n\r\n"
+                 .encode() + data)
+    return sock
+
+
+def _engine_tokens(gw, stand_in: str) -> int:
+    return sum(eng.stats.tokens for name, _r, eng in gw.backend.dp.engines() if name == stand_in)
+
+
+def _count(gw, endpoint: str, status: str) -> float:
+    return sum(s.value for metric in gw.metrics.requests.collect() for s in metric.samples
+               if s.name.endswith("_total") and s.labels["endpoint"] == endpoint and s.labels["status"] == status)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/run/"])
+def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, path):
+    """The slow stand-in's 300 tokens take seconds on any CPU; the client closes its connection once the generation
+    has begun. The slot frees, the engine stops short of 300 tokens and the request counts as 499, not 200."""
+    url, app = small_gateway
+    gw = app.state.gateway
+    plane = gw.backend.plane
+    stand_in = gw.backend.stand_in[SLOW]
+    endpoint = "chat" if "chat" in path else "run"
+    before_tokens, before_499 = _engine_tokens(gw, stand_in), _count(gw, endpoint, "499")
+    prefix = "/client/v4/accounts/alice/ai"
+    if "chat" in path:
+        route, body = prefix + path, {"model": SLOW, "messages": [{"role": "user", "content": "x"}]}
+    else:
+        route, body = prefix + path + SLOW, {"prompt": "x"}
+    sock = _send_and_keep_open(url, route, {**body, "max_tokens": MAX_TOKENS, "ignore_eos": True})
+    try:
+        _until(lambda: _engine_tokens(gw, stand_in) > before_tokens, "the generation began")
+    finally:
+        sock.close()
+    _until(lambda: plane.snapshot()["running"] == 0 and gw.admission.leases_open == 0, "the slot was released")
+    _until(lambda: _count(gw, endpoint, "499") == before_499 + 1, "the request counted as 499")
+    generated = _engine_tokens(gw, stand_in) - before_tokens
+    assert 0 < generated < MAX_TOKENS
+
+
+def test_a_queued_request_whose_client_disconnects_leaves_the_queue(patient_gateway):
+    """One slot, held by a request of 500 tokens (hundreds of ms: the second meets it running); a second request
+    waits in the queue (whose timeout is far away) and its client goes: it leaves the queue and never starts."""
+    url, app = patient_gateway
+    gw = app.state.gateway
+    plane = gw.backend.plane
+    route = f"/client/v4/accounts/alice/ai/run/{GEN}"
+    started = plane.counts["started"]
+    first = _send_and_keep_open(url, route, {"prompt": "busy", "max_tokens": 500, "ignore_eos": True})
+    try:
+        _until(lambda: plane.snapshot()["running"] == 1, "the first request runs")
+        second = _send_and_keep_open(url, route, {"prompt": "queued", "max_tokens": 2})
+        _until(lambda: plane.snapshot()["waiting"] == 1, "the second request waits")
+        second.close()
+        _until(lambda: plane.snapshot()["waiting"] == 0, "the queue emptied")
+    finally:
+        first.close()
+    _until(lambda: plane.snapshot()["running"] == 0 and gw.admission.leases_open == 0, "every slot was released")
+    assert plane.counts["started"] == started + 1  # the second request never ran
+
+
+class _StallingRequest:
+    """A request whose body stops after its first piece (a client that hangs mid-upload)."""
+
+    headers = {"content-length": "100"}
+
+    async def stream(self):
+        yield b'{"prompt":'
+        await asyncio.sleep(3600)
+        yield b""
+
+
+def test_a_body_that_stops_arriving_is_a_408():
+    with pytest.raises(GatewayError) as e:
+        asyncio.run(read_body(_StallingRequest(), 1000, idle_timeout_s=0.05))
+    assert (e.value.status, e.value.code) == (408, 3007) and "10 bytes received" in e.value.message
