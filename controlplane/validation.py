@@ -218,7 +218,7 @@ def render_markdown(rep: dict, service_time_extra: list[str] = (), figure: str |
     if alt:
         lines += ["### If every provider were fitted", "",
                   f"Fitting {', '.join(f'`{n}`' for n in alt['sets'])} together gives "
-                  + ", ".join(f"{k} = {v:g}" for k, v in alt["params"].items())
+                  + _alt_params(alt["params"])
                   + f". In sample: median APE {_pct(alt['in_sample']['pooled']['median_ape'])}, p90 "
                   f"{_pct(alt['in_sample']['pooled']['p90_ape'])}, median ratio below 500 km "
                   f"{alt['in_sample']['by_band']['<500 km']['median_ratio']:.2f}; leave one data set out: "
@@ -246,3 +246,12 @@ def render_markdown(rep: dict, service_time_extra: list[str] = (), figure: str |
     for mode, m in lm["modes"].items():
         lines.append(f"| {mode} | {m['mean_ms']} | " + " | ".join(str(m["by_continent"][c]) for c in conts) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _alt_params(params: dict) -> str:
+    """The constants of the every-provider fit, to three significant digits (the fourth moves between machines'
+    floating-point libraries); ``short_scale_km`` does nothing when ``short_inflation`` is 0, and its value is then
+    wherever the optimiser left it: not shown."""
+    inert = params.get("short_inflation") == 0
+    return ", ".join(f"{k} = n/a (no effect with short_inflation = 0)" if inert and k == "short_scale_km"
+                     else f"{k} = {v:.3g}" for k, v in params.items())

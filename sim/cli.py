@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -139,6 +140,10 @@ def cmd_simulate(args) -> int:
                                                    duration_s=args.duration, out=Path(args.out) / "replicates",
                                                    frame=reuse)
     path = write_outputs(out, args.out)
+    for on, folder in ((args.sensitivity, "sensitivity"), (seeds is not None, "replicates")):
+        stale = Path(args.out) / folder
+        if not on and (stale / "sweep.json").is_file():  # an earlier run's (the sweep writes sweep.json)
+            shutil.rmtree(stale)
     if args.json:
         from sim.run import _json_default
 

@@ -102,3 +102,17 @@ def test_readme_links_every_docs_page():
 def test_each_docs_page_says_where_the_code_is(path):
     head = "\n".join(path.read_text().splitlines()[:6])
     assert "Where the code is" in head
+
+
+def test_the_scenario_file_example_runs(tmp_path):
+    """docs/simulate.md's annotated scenario file is a scenario that runs (without its optional catalog line, whose
+    file is the reader's own)."""
+    from sim.run import run_scenario
+
+    text = (ROOT / "docs" / "simulate.md").read_text()
+    block = next(b for b in re.findall(r"^```toml\n(.*?)^```", text, flags=re.M | re.S) if "[edge]" in b)
+    assert 'catalog = "my_catalog.toml"' in block
+    path = tmp_path / "example.toml"
+    path.write_text("\n".join(line for line in block.splitlines() if not line.startswith("catalog =")))
+    out = run_scenario(str(path), requests=1500)
+    assert out.summary["requests"] == 1500 and set(out.summary["deployments"]) == {"edge", "central"}

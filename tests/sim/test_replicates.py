@@ -39,6 +39,12 @@ def test_replicates_are_the_runs_of_those_seeds(tmp_path, capsys):
     assert len(set(p50)) == 3  # new arrivals each: the seeds do differ
     assert "## Between seeds" in (out / "report.md").read_text()
     assert (out / "replicates" / "sweep_summary.parquet").is_file()
+    # a later run into the same folder without --seeds leaves no earlier intervals beside its own outputs
+    (out / "notes.txt").write_text("the user's")
+    assert main(["simulate", "--scenario", "small", "--requests", "500", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert not (out / "replicates").exists() and "replicates" not in json.loads((out / "summary.json").read_text())
+    assert (out / "notes.txt").read_text() == "the user's"
 
 
 def test_interval_is_student_t_over_seeds():
