@@ -32,7 +32,7 @@ class Autoscaler:
     name = "?"
 
     def __init__(self, interval_s: float = 10.0):
-        if interval_s <= 0:
+        if not interval_s > 0:  # (NaN fails too)
             raise UserError(f"autoscaler interval_s must be positive, got {interval_s}")
         self.interval_s = interval_s
         self.next_tick = 0.0
@@ -68,7 +68,20 @@ class Reactive(Autoscaler):
     def __init__(self, interval_s: float = 10.0, idle_s: float = 300.0, queue_high: float = 4.0,
                  max_per_site: int = 16, min_ready: int = 0):
         super().__init__(interval_s)
+        self.check_options(interval_s, idle_s, queue_high, max_per_site, min_ready)
         self.idle_s, self.queue_high, self.max_per_site, self.min_ready = idle_s, queue_high, max_per_site, min_ready
+
+    @staticmethod
+    def check_options(interval_s: float = 10.0, idle_s: float = 300.0, queue_high: float = 4.0,
+                      max_per_site: int = 16, min_ready: int = 0) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        for name, value, ok, rule in (("interval_s", interval_s, interval_s > 0, "positive"),
+                                      ("idle_s", idle_s, idle_s >= 0, ">= 0"),
+                                      ("queue_high", queue_high, queue_high >= 0, ">= 0"),
+                                      ("max_per_site", max_per_site, max_per_site >= 1, "at least 1"),
+                                      ("min_ready", min_ready, min_ready >= 0, ">= 0")):
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value!r}")
 
     def act(self, plane, now: float) -> None:
         state = plane.state
@@ -121,8 +134,10 @@ class Scheduled(Autoscaler):
     def __init__(self, interval_s: float = 60.0, warm_hours: list | tuple = (7, 23), start_utc: str | datetime | None = None,
                  day_s: float = 86_400.0):
         super().__init__(interval_s)
-        if not (0 <= warm_hours[0] < 24 and 0 < warm_hours[1] <= 24):
-            raise UserError(f"warm_hours must be within 0..24, got {warm_hours}")
+        try:
+            self.check_options(interval_s, warm_hours, start_utc, day_s)
+        except ValueError as exc:
+            raise UserError(f"scheduled autoscaler: {exc}") from None
         self.warm_hours = warm_hours
         start = datetime.fromisoformat(start_utc) if isinstance(start_utc, str) else start_utc
         self.start = (start or datetime(2024, 1, 15, tzinfo=UTC))
@@ -130,6 +145,25 @@ class Scheduled(Autoscaler):
             self.start = self.start.replace(tzinfo=UTC)
         self.day_s = day_s
         self._offsets = None
+
+    @staticmethod
+    def check_options(interval_s: float = 60.0, warm_hours: list | tuple = (7, 23),
+                      start_utc: str | datetime | None = None, day_s: float = 86_400.0) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+        if (not isinstance(warm_hours, list | tuple) or len(warm_hours) != 2
+                or not all(isinstance(h, int | float) and not isinstance(h, bool) for h in warm_hours)
+                or not (0 <= warm_hours[0] < 24 and 0 < warm_hours[1] <= 24)):
+            raise ValueError(f"warm_hours must be [start, end], local hours within 0..24, got {warm_hours!r}")
+        if not day_s > 0:
+            raise ValueError(f"day_s must be positive (simulated seconds per day), got {day_s!r}")
+        if isinstance(start_utc, str):
+            try:
+                datetime.fromisoformat(start_utc)
+            except ValueError:
+                raise ValueError(f"start_utc must be an ISO date and time (2024-01-15T00:00), got {start_utc!r}") \
+                    from None
 
     def local_hours(self, plane, now: float) -> np.ndarray:
         if self._offsets is None:

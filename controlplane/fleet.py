@@ -95,7 +95,8 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
     else:
         unknown = sorted(set(regions) - set(topo.regions.id))
         if unknown:
-            raise UserError(f"unknown region id(s): {', '.join(unknown[:5])}")
+            raise UserError(f"unknown region id(s): {', '.join(map(repr, unknown[:5]))}"
+                            + (" (an empty id: a stray comma?)" if "" in unknown else ""))
         table = topo.regions[topo.regions.id.isin(regions)]
         name = "+".join(regions)
     if scale <= 0:

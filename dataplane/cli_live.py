@@ -62,6 +62,10 @@ def run_lora_check(args: argparse.Namespace) -> int:
 
 def run_quantize(args: argparse.Namespace) -> int:
     from dataplane import quantize
+    from edgepop.errors import UserError
+
+    if not 1 <= args.repeats <= 10_000:  # (checked before the model is quantized and written)
+        raise UserError(f"--repeats must be from 1 to 10,000 timed runs, got {args.repeats}")
 
     print(json.dumps(quantize.quantize_and_measure(args.model, args.out, repeats=args.repeats,
                                                    threads=args.threads,

@@ -216,3 +216,5 @@ def _check_type(opt: Option, value, where: str) -> None:
         ok = isinstance(value, t)
     if not ok:
         raise UserError(f"{where}: option {opt.name!r} must be {_NAMES[t]}, got {value!r}")
+    if t in (int, float) and value != value:  # NaN: no range check downstream can catch it (every comparison fails)
+        raise UserError(f"{where}: option {opt.name!r} must be a number, got {value!r}")

@@ -57,9 +57,10 @@ def estimate(args) -> dict:
     from edgepop.errors import UserError
     from topology.world import Topology
 
-    for name in ("batch", "prompt_tokens", "output_tokens"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    for name, most in (("batch", 100_000), ("prompt_tokens", 100_000_000), ("output_tokens", 100_000_000)):
+        if not 1 <= getattr(args, name) <= most:  # (no engine batches more; a larger count would only exhaust memory)
+            raise UserError(f"--{name.replace('_', '-')} must be an integer from 1 to {most:,}, got "
+                            f"{getattr(args, name)}")
     if args.context is not None and not 0 <= args.context < float("inf"):  # (NaN fails too)
         raise UserError(f"--context must be a number of tokens >= 0, got {args.context}")
     weight_only = False

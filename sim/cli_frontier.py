@@ -6,7 +6,6 @@ import json
 
 from edgepop.errors import UserError
 from edgepop.outputs import output_folder
-from edgepop.rng import MAX_INT
 
 
 def register(sub) -> None:
@@ -22,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--budgets", default="0.1,0.18,0.32,0.56,1,1.8",
                    help="comma-separated multiples of the scenario's GPU inventory scale (default 0.1,0.18,0.32,0.56,1,1.8)")
     p.add_argument("--absolute", action="store_true", help="--budgets are inventory scales, not multiples")
-    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the scenario's seed)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds or ranges, e.g. 1-3 (default: the "
+                   "scenario's seed)")
     p.add_argument("--baselines", default=None,
                    help="central region sets to sweep, comma-separated (default: the scenario's); separate them "
                         "with ';' when a set is itself a list of region ids")
@@ -39,15 +39,10 @@ def register(sub) -> None:
 
 
 def _seeds(text):
-    if text is None:
-        return None
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise UserError(f"bad --seeds {text!r}: expected comma-separated non-negative integers") from None
-    if not seeds or any(not 0 <= s <= MAX_INT for s in seeds) or len(set(seeds)) < len(seeds):
-        raise UserError(f"bad --seeds {text!r}: expected distinct integers in [0, 2**63 - 1]")
-    return seeds
+    """``--seeds``: as ``simulate --seeds`` reads it (comma-separated, ranges like 1-5)."""
+    from sim.replicates import parse_seeds
+
+    return None if text is None else parse_seeds(text)
 
 
 def cmd_frontier(args) -> int:

@@ -40,7 +40,11 @@ def run(args: argparse.Namespace) -> int:
     if args.docs and args.in_sample:
         raise UserError("--docs needs the cross-validated tables: drop --in-sample")
     if args.docs:
+        if args.docs.suffix.lower() != ".md":  # its figure goes beside it as .png: a .png page would overwrite it
+            raise UserError(f"--docs {args.docs}: the page is markdown, name it .md (its figure goes beside it, "
+                            f"{args.docs.with_suffix('.png').name})")
         output_file(args.docs, "--docs")
+        output_file(args.docs.with_suffix(".png"), "--docs (its figure)")
     output_folder(args.out)
     frames: dict = {}
     with Console(stderr=True).status("validating") as status:  # (shown on a terminal only)

@@ -349,6 +349,8 @@ def _lines(sc, baselines, only, topo) -> list[Line]:
 
     if only not in (None, "edge", "central"):
         raise UserError(f"only must be edge or central, got {only!r}")
+    if only == "edge" and baselines is not None:
+        raise UserError(f"baselines {baselines!r} name central region sets, and only = 'edge' sweeps no central line")
     lines = [] if only == "central" else [Line("edge")]
     if only != "edge" and sc.central is not None:
         names = [sc.central.baseline] if baselines is None else baselines

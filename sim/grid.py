@@ -48,7 +48,7 @@ from edgepop.errors import UserError
 from edgepop.rng import MAX_INT
 from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
 from sim.techniques.config import Techniques
-from sim.workload_config import WorkloadConfig
+from sim.workload_config import MAX_REQUESTS, WorkloadConfig
 
 GRID_DIR = SCENARIO_DIR / "grids"
 GRID_KEYS = ("base", "description", "requests", "duration_s", "seeds", "deployments", "axes", "variants",
@@ -151,6 +151,8 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     requests, duration = doc.get("requests"), doc.get("duration_s")
     if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or requests <= 0):
         raise UserError(f"{source}: requests must be a positive integer, got {requests!r}")
+    if requests is not None and requests > MAX_REQUESTS:  # (before any worker starts)
+        raise UserError(f"{source}: requests must be at most {MAX_REQUESTS:,} a variant, got {requests:,}")
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)
                                  or not 0 < duration < float("inf")):
         raise UserError(f"{source}: duration_s must be a positive number, got {duration!r}")

@@ -44,7 +44,7 @@ def parse_seeds(text: str) -> list[int]:
     try:
         for part in (p.strip() for p in str(text).split(",")):
             if not part:
-                continue
+                raise ValueError(part)  # "1,,2": a seed left out by mistake is not dropped in silence
             lo, sep, hi = part.partition("-") if part[0] != "-" else (part, "", "")
             if sep and int(hi) < int(lo):
                 raise ValueError(part)

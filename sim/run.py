@@ -168,6 +168,10 @@ def check_fleet_names(sc: Scenario, topo) -> None:
         if unknown:
             raise UserError(f"{sc.source} [edge]: field 'pops': unknown PoP id(s) {', '.join(map(repr, unknown[:5]))} "
                             "(topology/data/pops.csv lists them)")
+    for f in sc.faults:  # (node and link targets depend on the fleets: checked when those are built)
+        if getattr(f, "kind", None) == "pop" and f.target not in set(topo.pops.id):
+            raise UserError(f"{sc.source}: fault 'pop:{f.target}': unknown PoP id (topology/data/pops.csv lists "
+                            "them)")
     if sc.central is not None:
         try:
             baseline(sc.central.baseline, topo.regions)

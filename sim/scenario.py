@@ -69,6 +69,7 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
             raise UserError(f"{source}: unknown table [{key}] (known: workload, edge, central, slo, techniques)")
     sc = typed(Scenario, {"name": Path(source).stem, **top}, source)
     sc.source = source
+    _resolve_paths(sc, source, base_dir)
     sc.workload = WorkloadConfig.from_dict(tables.get("workload", {}), where=f"{source} [workload]",
                                             base_dir=base_dir)
     # Fields of the other deployment would be accepted by the shared config type and ignored (or worse): the
@@ -94,6 +95,28 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     return sc
 
 
+def _resolve_paths(sc: Scenario, source: str, base_dir: Path | None) -> None:
+    """Relative ``catalog`` and ``perf`` (a profile table) paths are read from the scenario's folder, as the
+    workload's ``trace`` is (a file there wins over one in the working directory, which older runs relied on)."""
+    from controlplane.perf_models import PERF_MODELS
+
+    for name in ("catalog", "perf"):
+        value = getattr(sc, name)
+        if not isinstance(value, str) or not value or (name == "perf" and value in PERF_MODELS) or value == "profile":
+            continue
+        path = Path(value).expanduser()
+        if not path.is_absolute() and base_dir is not None and (Path(base_dir) / path).exists():
+            path = Path(base_dir) / path
+        if not path.exists():  # (a folder goes on to the readers' own one-line errors)
+            where = f" or {Path(base_dir) / value}" if base_dir is not None and not path.is_absolute() else ""
+            if name == "catalog":
+                raise UserError(f"{source}: field 'catalog': no catalog file {value!r} (looked for {path}{where})")
+            raise UserError(f"{source}: field 'perf': {value!r} is neither a service-time model "
+                            f"({', '.join(PERF_MODELS.names())}) nor an existing profile table (looked for "
+                            f"{path}{where})")
+        setattr(sc, name, str(path))
+
+
 def check_values(sc: Scenario, source: str) -> None:
     """The checks of a scenario's values across its tables (names, bounds, policies, faults); fault specs given
     as strings are parsed in place. ``source`` names the scenario in errors."""
@@ -109,6 +132,8 @@ def check_values(sc: Scenario, source: str) -> None:
         raise UserError(f"{source}: field 'gpu_inventory_scale' must be at most 100, got {sc.gpu_inventory_scale!r}")
     if 0 < sc.sample_s < 0.01:  # a sample of the whole fleet every sample_s simulated seconds
         raise UserError(f"{source}: field 'sample_s' must be at least 0.01, got {sc.sample_s!r}")
+    if sc.planning_rps is not None and sc.planning_rps > 1e9:  # (the placement's demand model takes up to 1e9)
+        raise UserError(f"{source}: field 'planning_rps' must be at most 1e9 requests/s, got {sc.planning_rps!r}")
     if not 0.0 <= sc.anycast_misroute <= 1.0:
         raise UserError(f"{source}: field 'anycast_misroute' must be in [0, 1], got {sc.anycast_misroute!r}")
     for name, value in (("gpu_inventory_scale", sc.gpu_inventory_scale), ("sample_s", sc.sample_s),

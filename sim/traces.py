@@ -67,7 +67,7 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     if not path.is_file():
-        raise TraceFileError(path, None, None, "no such file")
+        raise TraceFileError(path, None, None, "is a folder, not a file" if path.is_dir() else "no such file")
     try:
         with warnings.catch_warnings():
             # a row longer than the header: pandas would shift it onto an index (index_col=False: warn instead)
@@ -138,7 +138,7 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     if not path.is_file():
-        raise TraceFileError(path, None, None, "no such file")
+        raise TraceFileError(path, None, None, "is a folder, not a file" if path.is_dir() else "no such file")
     times, prompts, outputs, hashes = [], [], [], []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

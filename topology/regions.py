@@ -42,7 +42,9 @@ def load_regions(path: str | Path | None = None) -> pd.DataFrame:
 def baseline(name: str, regions: pd.DataFrame | None = None) -> pd.DataFrame:
     """The regions of a named baseline set, or of a comma-separated list of region ids."""
     regions = regions if regions is not None else load_regions()
-    ids = BASELINE_SETS.get(name) or tuple(s.strip() for s in name.split(",") if s.strip())
+    ids = BASELINE_SETS.get(name) or tuple(s.strip() for s in name.split(","))
+    if "" in ids:
+        raise UserError(f"baseline {name!r}: an empty region id in the list (a stray comma?)")
     missing = [i for i in ids if i not in set(regions.id)]
     if missing or not ids:
         raise UserError(f"unknown baseline {name!r}: choose one of {sorted(BASELINE_SETS)} "

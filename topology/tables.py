@@ -56,7 +56,7 @@ def read_table(path: str | Path, fields: list[Field], unique: str | None = None)
     """Read a CSV file into a DataFrame with typed, checked columns (extra columns are kept as text)."""
     path = Path(path)
     if not path.is_file():
-        raise DataFileError(path, None, None, "no such file")
+        raise DataFileError(path, None, None, "is a folder, not a file" if path.is_dir() else "no such file")
     try:
         with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)

@@ -62,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
         if args.policy != "ilp":
             raise UserError("--time-limit applies to --policy ilp only")
         options["time_limit_s"] = args.time_limit
+    if not 0 < args.rps <= 1e9:  # (NaN fails too)
+        raise UserError(f"--rps must be a positive number of requests/s up to 1e9, got {args.rps!r}")
+    if args.candidates_k is not None and args.candidates_k < 1:
+        raise UserError(f"--candidates-k must be at least 1, got {args.candidates_k}")
     policy = get_policy(args.policy, **options)  # unknown names fail before the topology loads
 
     from topology import Topology

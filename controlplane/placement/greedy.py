@@ -286,11 +286,19 @@ class GreedyDemand(PlacementPolicy):
     swap_trials: int = 4000
     cacheable = True
 
+    @staticmethod
+    def check_options(min_gain_ms_per_gb: float = 1e-7, swap_passes: int = 20, swap_trials: int = 4000) -> None:
+        """The options' values (the registry calls it when a scenario is read; :meth:`place` again)."""
+        for name, value in (("min_gain_ms_per_gb", min_gain_ms_per_gb), ("swap_passes", swap_passes),
+                            ("swap_trials", swap_trials)):
+            if not value >= 0:  # a negative or NaN threshold would place replicas that gain nothing, up to every slot
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
-        for name, ok in (("min_gain_ms_per_gb", self.min_gain_ms_per_gb >= 0),  # (NaN fails too)
-                         ("swap_passes", self.swap_passes >= 0), ("swap_trials", self.swap_trials >= 0)):
-            if not ok:  # a negative or NaN threshold would place replicas that gain nothing, up to every slot
-                raise UserError(f"greedy-demand option {name} must be >= 0, got {getattr(self, name)!r}")
+        try:
+            self.check_options(self.min_gain_ms_per_gb, self.swap_passes, self.swap_trials)
+        except ValueError as exc:
+            raise UserError(f"greedy-demand option {exc}") from None
         net = problem.network()
         state = _Routing(net)
         ledger = GpuLedger(net)

@@ -56,6 +56,9 @@ from edgepop.errors import UserError
 DEADLINE_GRACE_S = 0.5
 
 
+MAX_TIME_LIMIT_S = 86_400.0  # a day: a longer limit is no limit, and the solver's clock overflows on inf
+
+
 @PLACEMENTS.register("ilp")
 @dataclass
 class IlpPlacement(PlacementPolicy):
@@ -86,12 +89,24 @@ class IlpPlacement(PlacementPolicy):
                             f"problem's: {fix}")
         return plan
 
-    def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
-        for name, ok in (("time_limit_s", self.time_limit_s > 0), ("mip_rel_gap", self.mip_rel_gap >= 0),
-                         ("candidates_k", self.candidates_k >= 1), ("node_limit", self.node_limit >= 1)):
+    @staticmethod
+    def check_options(candidates_k: int = 8, time_limit_s: float = 60.0, node_limit: int = 400,
+                      mip_rel_gap: float = 0.01, **_rest) -> None:
+        """The options' values (the registry calls it when a scenario is read; :meth:`place` again)."""
+        for name, value, ok in (("time_limit_s", time_limit_s, 0 < time_limit_s <= MAX_TIME_LIMIT_S),
+                                ("mip_rel_gap", mip_rel_gap, mip_rel_gap >= 0),
+                                ("candidates_k", candidates_k, candidates_k >= 1),
+                                ("node_limit", node_limit, node_limit >= 1)):
             if not ok:  # (NaN fails too)
-                rule = {"time_limit_s": "positive", "mip_rel_gap": ">= 0"}.get(name, ">= 1")
-                raise UserError(f"ilp option {name} must be {rule}, got {getattr(self, name)!r}")
+                rule = {"time_limit_s": f"positive and at most {MAX_TIME_LIMIT_S:,.0f} s (a day)",
+                        "mip_rel_gap": ">= 0"}.get(name, ">= 1")
+                raise ValueError(f"{name} must be {rule}, got {value!r}")
+
+    def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
+        try:
+            self.check_options(self.candidates_k, self.time_limit_s, self.node_limit, self.mip_rel_gap)
+        except ValueError as exc:
+            raise UserError(f"ilp option {exc}") from None
         if self.warm_start == self.name:
             raise UserError("ilp option warm_start cannot be 'ilp' itself")
         t0 = time.perf_counter()

@@ -21,11 +21,17 @@ class AdapterAware(Router):
     def __init__(self, state, rng=None, base: str | Router = "nearest-with-capacity", k: int = 8, max_imbalance: float = 0.25,
                  **base_options):
         super().__init__(state, rng)
-        if k < 1 or max_imbalance < 0:
-            raise ValueError("k must be at least 1 and max_imbalance non-negative")
+        self.check_options(k=k, max_imbalance=max_imbalance)
         self.base = base if isinstance(base, Router) else ROUTERS.create(base, state, rng, options=base_options)
         self.k, self.max_imbalance = k, max_imbalance
         self.counts = {"adapter_picked": 0, "gated": 0, "base": 0}
+
+    @staticmethod
+    def check_options(base="nearest-with-capacity", k: int = 8, max_imbalance: float = 0.25, **_base_options) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        if k < 1 or not max_imbalance >= 0:
+            raise ValueError(f"k must be at least 1 and max_imbalance >= 0, got k={k!r}, max_imbalance="
+                             f"{max_imbalance!r}")
 
     def route(self, req: Request, now: float) -> Decision:
         index = self.state.adapters

@@ -20,11 +20,21 @@ class SessionAffinity(Router):
     def __init__(self, state, rng=None, gate: float = 1.25, fallback: str = "nearest-with-capacity",
                  max_sessions: int = 1_000_000, **fallback_options):
         super().__init__(state, rng)
+        self.check_options(gate, max_sessions=max_sessions)
         self.gate, self.max_sessions = gate, max_sessions
         self.fallback = ROUTERS.create(fallback, state, rng, options=fallback_options)
         self.pins: OrderedDict = OrderedDict()
         self.sticky_hits = 0
         self.gated = 0
+
+    @staticmethod
+    def check_options(gate: float = 1.25, fallback: str = "nearest-with-capacity", max_sessions: int = 1_000_000,
+                      **_fallback_options) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        if not gate > 0:
+            raise ValueError(f"gate must be positive (a load per slot), got {gate!r}")
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {max_sessions!r}")
 
     def route(self, req: Request, now: float) -> Decision:
         if req.session is None:

@@ -17,7 +17,16 @@ class LatencyLoad(Router):
 
     def __init__(self, state, rng=None, k: int = 16, cold_start_s: float = 15.0):
         super().__init__(state, rng)
+        self.check_options(k, cold_start_s)
         self.k, self.cold_start_ms = k, cold_start_s * 1e3
+
+    @staticmethod
+    def check_options(k: int = 16, cold_start_s: float = 15.0) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k!r}")
+        if not cold_start_s >= 0:
+            raise ValueError(f"cold_start_s must be >= 0, got {cold_start_s!r}")
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)

@@ -15,7 +15,14 @@ class NearestWithCapacity(Router):
 
     def __init__(self, state, rng=None, max_rtt_ms: float | None = None):
         super().__init__(state, rng)
+        self.check_options(max_rtt_ms)
         self.max_rtt_ms = max_rtt_ms
+
+    @staticmethod
+    def check_options(max_rtt_ms: float | None = None) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        if max_rtt_ms is not None and not max_rtt_ms >= 0:  # a negative bound would refuse every request
+            raise ValueError(f"max_rtt_ms must be >= 0 ms (or left out: no bound), got {max_rtt_ms!r}")
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)

@@ -27,12 +27,21 @@ class PrefixAware(Router):
     def __init__(self, state, rng=None, k: int = 8, max_imbalance: float = 0.25, session_affinity: bool = True,
                  max_sessions: int = 1_000_000):
         super().__init__(state, rng)
-        if k < 1 or max_imbalance < 0:
-            raise ValueError("k must be at least 1 and max_imbalance non-negative")
+        self.check_options(k, max_imbalance, max_sessions=max_sessions)
         self.k, self.max_imbalance = k, max_imbalance
         self.session_affinity, self.max_sessions = session_affinity, max_sessions
         self.pins: OrderedDict = OrderedDict()
         self.counts = {"prefix_picked": 0, "gated": 0, "base": 0}
+
+    @staticmethod
+    def check_options(k: int = 8, max_imbalance: float = 0.25, session_affinity: bool = True,
+                      max_sessions: int = 1_000_000) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        if k < 1 or not max_imbalance >= 0:
+            raise ValueError(f"k must be at least 1 and max_imbalance >= 0, got k={k!r}, max_imbalance="
+                             f"{max_imbalance!r}")
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {max_sessions!r}")
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)

@@ -156,6 +156,12 @@ def require_loopback(url: str) -> None:
     """Refuse a target that is not on this machine (load tests and replays stay on loopback)."""
     import httpx
 
-    host = httpx.URL(url).host
+    try:
+        parsed = httpx.URL(url)
+    except Exception:  # noqa: BLE001 (httpx raises several kinds for a malformed URL)
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise UserError(f"{url!r} is not a URL (expected http://127.0.0.1:PORT)")
+    host = parsed.host
     if host not in LOOPBACK and not host.startswith("127."):
         raise UserError(f"{url}: only loopback targets (127.0.0.0/8, localhost, ::1) are allowed")

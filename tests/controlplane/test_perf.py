@@ -287,8 +287,11 @@ def test_estimate_json_fields(capsys):
     (["--model", L8, "--gpu", "B200"], "unknown GPU"),
     (["--model", L70, "--gpu", "L4", "--tp", "1"], "does not fit"),
     (["--model", L70, "--gpu", "H100", "--tp", "3"], "does not divide"),
-    (["--model", L8, "--gpu", "H100", "--batch", "0"], "--batch must be a positive"),
-    (["--model", L8, "--gpu", "H100", "--prompt-tokens", "-1"], "--prompt-tokens must be a positive"),
+    (["--model", L8, "--gpu", "H100", "--batch", "0"], "--batch must be an integer from 1 to 100,000, got 0"),
+    (["--model", L8, "--gpu", "H100", "--batch", "100000000000"], "--batch must be an integer from 1"),  # was a
+    # MemoryError: a batch of 10^11 prompts was built before anything looked at its size
+    (["--model", "@cf/openai/whisper", "--gpu", "T4", "--prompt-tokens", "1" + "0" * 40], "from 1 to 100,000,000"),
+    (["--model", L8, "--gpu", "H100", "--prompt-tokens", "-1"], "--prompt-tokens must be an integer from 1"),
     (["--model", L8, "--gpu", "H100", "--prompt-tokens", "500000"], "tokens exceed the context window of " + L8),
     (["--model", L8, "--gpu", "H100", "--context", "1e9"], "--context 1e+09 tokens exceed the context window"),
     (["--model", "@cf/baai/bge-m3", "--gpu", "L4", "--prompt-tokens", "100000"], "exceed the context window"),

@@ -221,3 +221,15 @@ def test_validate_cli_writes_json_and_refuses_docs_without_cross_validation(tmp_
     assert "held-out rows" in (out := capsys.readouterr().out) and "WAN in sample" in out
     assert main(["validate", "--in-sample", "--docs", str(tmp_path / "x.md"), "--out", str(tmp_path)]) == 2
     assert "drop --in-sample" in capsys.readouterr().err and not (tmp_path / "x.md").exists()
+
+
+def test_validate_docs_paths_are_checked_before_the_run(tmp_path, capsys):
+    """A page named .png would be overwritten by its own figure; a folder where the figure goes failed after the
+    whole cross-validation, leaving fidelity.json without its page. Both are refused at once."""
+    from edgepop.cli import main
+
+    assert main(["validate", "--docs", str(tmp_path / "page.png"), "--out", str(tmp_path / "o")]) == 2
+    assert "name it .md" in capsys.readouterr().err
+    (tmp_path / "page.png").mkdir()
+    assert main(["validate", "--docs", str(tmp_path / "page.md"), "--out", str(tmp_path / "o")]) == 2
+    assert "is a folder" in capsys.readouterr().err and not (tmp_path / "o").exists()

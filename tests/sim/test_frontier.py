@@ -141,7 +141,8 @@ def test_slo_direction():
     (["--baselines", "mars-1"], "unknown baseline"), (["--seeds", "1,1"], "distinct"),
     (["--scenario", "nope"], "not found"), (["--slo", "ttft=3"], "METRIC=VALUE"),
     (["--budgets", "1,1"], "two different"), (["--slo", "slo_attainment=2"], "at most 1"),
-    (["--baselines", ""], "no region set")])
+    (["--baselines", ""], "no region set"), (["--seeds", "1,,2"], "comma-separated"),
+    (["--only", "edge", "--baselines", "big3"], "only = 'edge' sweeps no central line")])
 def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path):
     assert main(["frontier", "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err

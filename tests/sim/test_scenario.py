@@ -303,6 +303,20 @@ BAD_FIELDS = [
     ("[workload]\ntokens = { text-generation = { prompt = { median = 0.001, min = 0 } } }\n",
      "prompt: min must be an integer >= 1"),
     ("[workload]\nbursts = [{ start_s = 0, duration_s = 1e300, multiplier = 2 }]\n", "duration_s must be in"),
+    # policy options: a NaN passes every range check it meets, a negative bound refused every request in silence,
+    # a half-given schedule or an infinite time limit crashed after the workload was generated
+    ('[edge]\nrouter = "nearest-with-capacity"\nrouter_options = { max_rtt_ms = -1.0 }\n', "max_rtt_ms must be >= 0"),
+    ('[edge]\nrouter = "session-affinity"\nrouter_options = { gate = nan }\n', "option 'gate' must be a number"),
+    ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { interval_s = nan }\n', "'interval_s' must be a number"),
+    ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { max_per_site = 0 }\n', "max_per_site must be at least 1"),
+    ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { warm_hours = [7] }\n', "warm_hours must be [start, end]"),
+    ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { day_s = 0.0 }\n', "day_s must be positive"),
+    ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { start_utc = "bogus" }\n', "start_utc must be an ISO"),
+    ('[edge]\nplacement = "ilp"\nplacement_options = { time_limit_s = inf }\n', "time_limit_s must be positive and"),
+    ('[edge]\nplacement_options = { swap_passes = -1 }\n', "swap_passes must be >= 0"),
+    ('[central]\nbaseline = "big3"\nplacement_options = { baseline = "us-east" }\n', "set baseline = 'us-east' there"),
+    ('catalog = "nowhere.toml"\n', "field 'catalog': no catalog file 'nowhere.toml'"),
+    ('perf = "nowhere.csv"\n', "field 'perf': 'nowhere.csv' is neither a service-time model"),
 ]
 
 
@@ -318,6 +332,22 @@ def test_bad_values_are_one_line_errors_before_any_work(tmp_path, capsys, text, 
     err = capsys.readouterr().err
     assert needle in err and "mine.toml" in err and err.count("\n") == 1
     assert not (tmp_path / "a").exists()
+
+
+def test_catalog_and_profile_paths_are_read_from_the_scenario_folder(tmp_path, monkeypatch):
+    """As the workload's trace is: a scenario naming ``catalog = "cat.toml"`` finds the file beside it, whatever
+    the working directory."""
+    import shutil
+
+    from controlplane.catalog import CATALOG_FILE
+    from sim.scenario import load_scenario
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    shutil.copyfile(CATALOG_FILE, folder / "cat.toml")
+    (folder / "mine.toml").write_text('catalog = "cat.toml"\n[workload]\nrequests = 100\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_scenario(str(folder / "mine.toml")).catalog == str(folder / "cat.toml")
 
 
 def test_unreadable_files_and_impossible_runs_are_one_line_errors(tmp_path, capsys):
@@ -356,6 +386,15 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          (["simulate", "--scenario", "small", "--trace", str(tmp_path), "--out", out], "is a folder"),
                          (["simulate", "--scenario", "small", "--duration", "0.0001", "--out", out], "no requests"),
                          (["place", "--policy", "ilp", "--time-limit", "0"], "time_limit_s must be positive"),
+                         (["place", "--policy", "ilp", "--time-limit", "inf"], "at most 86,400 s"),  # (overflowed)
+                         (["place", "--policy", "greedy-demand", "--rps", "0"], "--rps must be a positive number"),
+                         (["place", "--policy", "central", "--baseline", "aws:us-east-1,,"], "a stray comma"),
+                         (["topology", "--pops", str(tmp_path)], "is a folder, not a file"),
+                         (["quantize", "gpt2-tiny", "--out", out, "--repeats", "100000000000"], "--repeats must be"),
+                         (["simulate", "--scenario", "small", "--fail", "pop:XXX@10+5", "--out", out],
+                          "fault 'pop:XXX': unknown PoP id"),
+                         (["replay", "--live", "notaurl", "--trace", str(trace), "--no-sim", "--out", out],
+                          "is not a URL"),
                          (["place", "--policy", "greedy-demand", "--models", ""], "no model ids"),
                          (["topology", "--last-mile", "country", "--last-mile-ms", "20", "--out", out],
                           "does not apply"),

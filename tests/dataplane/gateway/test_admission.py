@@ -76,16 +76,23 @@ def test_queued_request_starts_when_the_slot_frees(patient_gateway):
     assert app.state.gateway.backend.plane.counts["queued"] >= 1
 
 
+def _cut_streams(gw) -> float:
+    return sum(s.value for metric in gw.metrics.requests.collect() for s in metric.samples
+               if s.name.endswith("_total") and s.labels["endpoint"] == "run-stream" and s.labels["status"] == "499")
+
+
 def test_client_disconnect_mid_stream_frees_the_slot(small_gateway):
     url, app = small_gateway
+    gw = app.state.gateway
+    cut = _cut_streams(gw)
     with httpx.stream("POST", run_url(url, GEN), json={**LONG, "stream": True}, headers=headers()) as r:
         for _ in r.iter_lines():
             break  # go away after the first event
-    gw = app.state.gateway
     deadline = time.monotonic() + 120  # a hang guard, not a timing goal: the loop ends as soon as the slot is free
-    while gw.admission.leases_open and time.monotonic() < deadline:
+    while (gw.admission.leases_open or _cut_streams(gw) == cut) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert gw.admission.leases_open == 0 and gw.backend.plane.snapshot()["running"] == 0
+    assert _cut_streams(gw) == cut + 1  # counted as a request the client left (499), not lost from the counts
     assert httpx.post(run_url(url, GEN), json={"prompt": "next", "max_tokens": 2}, headers=headers(),
                       timeout=30).status_code == 200
 
