@@ -52,7 +52,7 @@ def typed(cls, raw: dict, where: str):
     finite and not negative, integers whole)."""
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a table")
-    known = {f.name: f for f in fields(cls)}
+    known = {f.name: f for f in fields(cls) if f.name != "source"}  # (where a config came from: set by edgepop)
     out = {}
     for key, value in raw.items():
         if key not in known:
