@@ -84,12 +84,6 @@ class DeploymentConfig:
             name = getattr(self, field_)
             registry.entry(name, f"{where}: field {field_!r}")
             registry.check(name, options, f"{where} {field_}_options")
-        if self.placement == "central":  # these are the deployment's own fields, which build_deployment passes on
-            for key, own in (("baseline", "baseline"), ("budget", "budget"), ("node", "node"), ("rack", "rack"),
-                             ("scale", "gpu_scale")):
-                if key in self.placement_options:
-                    raise UserError(f"{where}: placement_options {key!r} is the deployment's own field: set {own} "
-                                    f"= {self.placement_options[key]!r} there (the two would disagree)")
         if not (isinstance(self.utilisation_cap, int | float) and 0 < self.utilisation_cap <= 1):  # (NaN fails)
             raise UserError(f"{where}: utilisation_cap must be in (0, 1], got {self.utilisation_cap!r}")
         if self.placement == "central" and self.utilisation_cap != DeploymentConfig.utilisation_cap:

@@ -178,6 +178,9 @@ def run_cli(args: argparse.Namespace) -> int:
     target, draft = load_pair(noise=args.noise)
     prompt = target.tokenizer.encode(args.prompt) or [target.tokenizer.eos_id]
     room = min(target.spec.n_ctx, draft.spec.n_ctx) - len(prompt)
+    if room < 1:  # the prompt alone fills the context: no --max-tokens would fit
+        raise InvalidInputError(f"--prompt takes {len(prompt)} tokens; the context holds "
+                                f"{min(target.spec.n_ctx, draft.spec.n_ctx)}: shorten it")
     if args.max_tokens > room:
         raise InvalidInputError(f"--max-tokens {args.max_tokens} does not fit: the context holds "
                                 f"{min(target.spec.n_ctx, draft.spec.n_ctx)} tokens and the prompt takes "

@@ -162,21 +162,28 @@ def _encoded(encs: list, **extra) -> Prepared:
 
 
 def _prepare_embeddings(model, stand_in: str, inputs) -> Prepared:
-    """Inputs: {text: str | [str], truncate_inputs?}. A text longer than the model's window is refused (413/3006)
-    unless ``truncate_inputs`` is true, as Workers AI does: an embedding of a silently cut text is of another
-    text."""
+    """Inputs: {text: str | [str], truncate_inputs?}. Texts are cut to the model's window; the gateway refuses one
+    longer than the *served* model's window unless ``truncate_inputs`` is true (:func:`over_window`)."""
     text = _field(inputs, "text", (str, list))
     texts = [text] if isinstance(text, str) else text
     if not texts or len(texts) > MAX_BATCH_TEXTS or not all(isinstance(t, str) for t in texts):
         raise InvalidInputError(f"field 'text' must be a string or hold 1 to {MAX_BATCH_TEXTS} strings")
-    encs = [model.encode(t) for t in texts]
-    if not _field(inputs, "truncate_inputs", bool, False, False):
-        cut = next((i for i, e in enumerate(encs) if e.truncated), None)
-        if cut is not None:
-            where = "text" if isinstance(text, str) else f"text[{cut}]"
-            raise CapacityError(f"{where} is longer than {stand_in}'s window of {len(encs[cut])} tokens (send "
-                                "'truncate_inputs': true to have it cut to fit)")
-    return _encoded(encs)
+    _field(inputs, "truncate_inputs", bool, False, False)  # (its type: read by over_window)
+    return _encoded([model.encode(t) for t in texts])
+
+
+def over_window(prep: Prepared, inputs, window: int) -> tuple[str, int] | None:
+    """The first text of an embeddings request longer than ``window`` tokens (the served model's, counted by the
+    stand-in's tokenizer) as (``text`` or ``text[i]``, its tokens); None when none is, or when ``truncate_inputs``
+    asks for the cut. Workers AI refuses such a text unless asked to cut it: an embedding of a cut text is of
+    another text."""
+    if inputs.get("truncate_inputs") is True:
+        return None
+    for i, e in enumerate(prep.items):
+        n = e.full_length or len(e)
+        if n > window:
+            return ("text" if isinstance(inputs.get("text"), str) else f"text[{i}]"), n
+    return None
 
 
 def _shape_embeddings(model, prep: Prepared, outs: list) -> dict:

@@ -19,7 +19,12 @@ class Encoding:
 
     ids: tuple[int, ...]
     type_ids: tuple[int, ...]
-    truncated: bool = False  # the text was longer than the tokenizer's window and was cut to fit
+    full_length: int | None = None  # tokens before the cut to the window (specials included); None: not cut
+
+    @property
+    def truncated(self) -> bool:
+        """The text was longer than the tokenizer's window and was cut to fit."""
+        return self.full_length is not None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -68,12 +73,13 @@ class ByteEncoderTokenizer:
         if pair is None:
             cut = a[: self.max_length - 2]
             ids = [self.cls_id, *cut, self.sep_id]
-            return Encoding(tuple(ids), (0,) * len(ids), len(cut) < len(a))
+            return Encoding(tuple(ids), (0,) * len(ids), len(a) + 2 if len(cut) < len(a) else None)
         b = self._ids(pair)
         full = len(a) + len(b)
         a, b = _truncate_pair(a, b, self.max_length - 3)
         ids = [self.cls_id, *a, self.sep_id, *b, self.sep_id]
-        return Encoding(tuple(ids), (0,) * (len(a) + 2) + (1,) * (len(b) + 1), len(a) + len(b) < full)
+        return Encoding(tuple(ids), (0,) * (len(a) + 2) + (1,) * (len(b) + 1),
+                        full + 3 if len(a) + len(b) < full else None)
 
 
 class WordPieceTokenizer:
@@ -91,7 +97,10 @@ class WordPieceTokenizer:
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         enc = self.tok.encode(text) if pair is None else self.tok.encode(text, pair)
-        return Encoding(tuple(enc.ids), tuple(enc.type_ids), bool(enc.overflowing))
+        # each overflowing piece repeats the special tokens: what it adds is the rest
+        specials = len(enc.ids) - sum(1 for s in enc.special_tokens_mask if not s)
+        full = len(enc.ids) + sum(len(o.ids) - specials for o in enc.overflowing) if enc.overflowing else None
+        return Encoding(tuple(enc.ids), tuple(enc.type_ids), full)
 
 
 class ByteTokenizer:

@@ -42,7 +42,10 @@ def parse_seeds(text: str) -> list[int]:
 
     seeds: list[int] = []
     try:
-        for part in (p.strip() for p in str(text).split(",")):
+        parts = [p.strip() for p in str(text).split(",")]
+        if parts and not parts[-1]:
+            parts.pop()  # "1,2,": a trailing comma
+        for part in parts:
             if not part:
                 raise ValueError(part)  # "1,,2": a seed left out by mistake is not dropped in silence
             lo, sep, hi = part.partition("-") if part[0] != "-" else (part, "", "")

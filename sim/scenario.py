@@ -89,6 +89,12 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     else:
         raw = {k: v for k, v in tables.get("central", {}).items() if k != "enabled"}
         sc.central = typed(DeploymentConfig, {"placement": "central", **raw}, f"{source} [central]")
+        # central's own fields, which build_deployment passes to its placement: a second value would disagree
+        for key, own in (("baseline", "baseline"), ("budget", "budget"), ("node", "node"), ("rack", "rack"),
+                         ("scale", "gpu_scale")):
+            if key in sc.central.placement_options:
+                raise UserError(f"{source} [central]: placement_options {key!r} is the deployment's own field: set "
+                                f"{own} = {sc.central.placement_options[key]!r} there (the two would disagree)")
     sc.slo = typed(SLO, tables.get("slo", {}), f"{source} [slo]")
     sc.techniques = parse_techniques(tables.get("techniques", {}), f"{source} [techniques]", sc.workload)
     check_values(sc, source)

@@ -195,8 +195,13 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
             gone.cancel()
             return task.result()
         task.cancel()
-        with contextlib.suppress(BaseException):  # (its own error, if it failed as it was cancelled, is moot)
+        try:
             await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # this handler itself is being cancelled too
+                raise
+        except Exception:  # noqa: BLE001, S110 (its own error, if it failed as it was cancelled, is moot)
+            pass
         err = client_gone()
         gw.metrics.rejected(model, endpoint, err, place_of(request))
         raise err
@@ -221,11 +226,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         place = place_of(request)
         spec = gw.spec(model)
         if spec.task == "text-generation" and inputs.get("stream") is True:
-            call = await gw.admit(model, inputs, place, account=account, reject_if_busy=reject,
-                                  endpoint="run-stream", **common(request))
+            call = await unless_gone(request, gw.admit(model, inputs, place, account=account, reject_if_busy=reject,
+                                                       endpoint="run-stream", **common(request)), model, "run-stream")
             _start(call)
-            return StreamingResponse(_workers_stream(call), media_type="text/event-stream",
-                                     headers={**SSE_HEADERS, **call.headers(final=False)})
+            return _Stream(_workers_stream(call), call, headers={**SSE_HEADERS, **call.headers(final=False)})
         call, fin = await unless_gone(request, gw.infer(model, inputs, place, account=account, reject_if_busy=reject,
                                                         endpoint="run", **common(request)), model, "run")
         synthetic = gw.backend.dp.card(call.prep.stand_in).synthetic
@@ -279,11 +283,12 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         place = place_of(request)
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if stream:
-            call = await gw.admit(model, {**inputs, "stream": True}, place, account=account, reject_if_busy=reject,
-                                  endpoint="chat-stream", **common(request))
+            call = await unless_gone(request, gw.admit(model, {**inputs, "stream": True}, place, account=account,
+                                                       reject_if_busy=reject, endpoint="chat-stream",
+                                                       **common(request)), model, "chat-stream")
             _start(call)
-            return StreamingResponse(_chat_stream(call, cid, shown, include_usage), media_type="text/event-stream",
-                                     headers={**SSE_HEADERS, **call.headers(final=False)})
+            return _Stream(_chat_stream(call, cid, shown, include_usage), call,
+                           headers={**SSE_HEADERS, **call.headers(final=False)})
         call, fin = await unless_gone(request, gw.infer(model, inputs, place, account=account, reject_if_busy=reject,
                                                         endpoint="chat", **common(request)), model, "chat")
         return JSONResponse(oai.chat_completion(cid, shown, fin.result["response"], fin.usage),
@@ -365,3 +370,20 @@ async def _disconnected(request: Request) -> None:
     disconnect, which the server sends only when the connection closes)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+class _Stream(StreamingResponse):
+    """An SSE answer whose generation is stopped, and counted as 499, when its client leaves before the end, even
+    before the first byte: Starlette then cancels the response without ever starting its body iterator, so the
+    generation :meth:`Call.stream` would have stopped would run on, holding its slot."""
+
+    def __init__(self, content, call, headers: dict):
+        super().__init__(content, media_type="text/event-stream", headers=headers)
+        self.call = call
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.call.stream_ended:
+                self.call.abandon()

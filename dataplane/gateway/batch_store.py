@@ -48,10 +48,14 @@ class BatchStore:
         if self.path != ":memory:":
             if Path(self.path).is_dir():
                 raise UserError(f"batch db {self.path}: is a folder, not a database file")
+            file_above = next((q for q in Path(self.path).parents if q.exists() and not q.is_dir()), None)
+            if file_above is not None:
+                raise UserError(f"batch db {self.path}: {file_above} is a file, not a folder")
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise UserError(f"batch db {self.path}: cannot create its folder ({exc.strerror})") from None
+            lock_was_there = Path(self.path + ".lock").exists()
             self._lock = _exclusive_lock(self.path + ".lock")
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -60,6 +64,8 @@ class BatchStore:
             self.db.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             self._unlock()
+            if self.path != ":memory:" and not lock_was_there:  # (a refused file gets no lock file beside it)
+                Path(self.path + ".lock").unlink(missing_ok=True)
             raise UserError(f"batch db {self.path}: not a usable SQLite database ({exc})") from None
         self.recovered = self.recover()
 

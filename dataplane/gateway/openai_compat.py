@@ -9,8 +9,8 @@ text, ``logprobs``/``top_logprobs``, ``logit_bias`` and non-zero presence or fre
 change what the answer is). Other OpenAI fields (``user``, ``metadata``, ``store``, ...) are accepted and ignored.
 Embeddings: ``model``, ``input`` (a string or a list of strings), ``encoding_format`` (``float`` or ``base64``:
 little-endian float32, which is what the ``openai`` client asks for by default), ``dimensions`` (only the model's
-own size) and Workers AI's ``truncate_inputs`` (a text longer than the model's window is refused, 413, unless it
-is true).
+own size) and Workers AI's ``truncate_inputs`` (a text longer than the served model's window is refused, 413,
+unless it is true).
 """
 
 from __future__ import annotations

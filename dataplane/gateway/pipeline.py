@@ -39,6 +39,7 @@ from dataplane.gateway.timeline import Timeline, TimelineStore
 from dataplane.gateway.timeline import current as current_timeline
 from dataplane.lora import adapter_salt
 from dataplane.prefix_cache import block_hashes
+from dataplane.tasks import over_window
 
 log = logging.getLogger("edgepop.gateway")
 
@@ -73,6 +74,8 @@ class Call:
         self.timing, self.endpoint = timing, endpoint
         self.run: invoke.EngineRun | None = None
         self.stream_: invoke.TokenStream | None = None
+        self.abandoned = False  # the client went away before the end: counted once, as 499
+        self.stream_ended = False  # :meth:`stream` ran to its end (a result, an error, or the client leaving)
 
     @property
     def backbone_ms(self) -> float:
@@ -157,12 +160,23 @@ class Call:
             self.timing.infer = (time.monotonic() - t_start) * 1e3
             self.gw.completed(self, s.usage())
         except (GeneratorExit, asyncio.CancelledError):  # the consumer stopped early: the client went away
-            self.gw.metrics.rejected(self.model, self.endpoint, client_gone(), self.place,
-                                     pop=str(self.gw.backend.site_ids[self.lease.replica.site]))
+            self.abandon()
             raise
         finally:
+            self.stream_ended = True
             if not s.run.done.done():
                 s.run.cancel()
+
+    def abandon(self) -> None:
+        """The client went away before the answer ended: stop the generation (which frees the slot) and count
+        the request once as 499 (not while a drain cancels what is left: that is the server's doing)."""
+        s = self.stream_
+        if s is not None and not s.run.done.done():
+            s.run.cancel()
+        if not self.abandoned and not self.gw.draining:
+            self.abandoned = True
+            self.gw.metrics.rejected(self.model, self.endpoint, client_gone(), self.place,
+                                     pop=str(self.gw.backend.site_ids[self.lease.replica.site]))
 
 
 class Gateway:
@@ -251,6 +265,9 @@ class Gateway:
             prep = await invoke.prepare(self.backend.dp, spec.task, self.backend.stand_in[model], inputs)
             if spec.task == "text-generation":
                 self._check_max_tokens(model, inputs, prep)
+            elif spec.task == "text-embeddings" and (over := over_window(prep, inputs, spec.context_window)):
+                raise GatewayError(413, 3006, f"{over[0]} holds {over[1]} tokens, more than {model}'s window of "
+                                   f"{spec.context_window} (send 'truncate_inputs': true to have it cut to fit)")
             if isinstance(inputs, dict) and inputs.get("lora") is not None:  # Workers AI's per-request adapter
                 prep.extra["adapter"] = self.backend.adapter(model, inputs["lora"])
         except Exception as exc:
@@ -278,8 +295,8 @@ class Gateway:
             lease = self.admission.submit(req, work)
             timing.tl.decided = time.monotonic()
         except GatewayError as err:
-            self.metrics.rejected(model, endpoint, err, place)
             await self.delays.sleep_ms(place.access_rtt_ms / 2)  # the refusal travels back from the ingress
+            self.metrics.rejected(model, endpoint, err, place)  # (after the trip: a client gone during it is 499)
             raise
         at_node = time.monotonic() + self.delays.seconds(lease.decision.rtt_ms / 2)
         try:

@@ -71,9 +71,11 @@ def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, pa
     assert 0 < generated < MAX_TOKENS
 
 
-def test_a_queued_request_whose_client_disconnects_leaves_the_queue(patient_gateway):
-    """One slot, held by a request of 500 tokens (hundreds of ms: the second meets it running); a second request
-    waits in the queue (whose timeout is far away) and its client goes: it leaves the queue and never starts."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_queued_request_whose_client_disconnects_leaves_the_queue(patient_gateway, stream):
+    """One slot, held by a request of 500 tokens (hundreds of ms: the second meets it running); a second request,
+    plain or streaming, waits in the queue (whose timeout is far away) and its client goes: it leaves the queue and
+    never starts."""
     url, app = patient_gateway
     gw = app.state.gateway
     plane = gw.backend.plane
@@ -82,7 +84,7 @@ def test_a_queued_request_whose_client_disconnects_leaves_the_queue(patient_gate
     first = _send_and_keep_open(url, route, {"prompt": "busy", "max_tokens": 500, "ignore_eos": True})
     try:
         _until(lambda: plane.snapshot()["running"] == 1, "the first request runs")
-        second = _send_and_keep_open(url, route, {"prompt": "queued", "max_tokens": 2})
+        second = _send_and_keep_open(url, route, {"prompt": "queued", "max_tokens": 2, "stream": stream})
         _until(lambda: plane.snapshot()["waiting"] == 1, "the second request waits")
         second.close()
         _until(lambda: plane.snapshot()["waiting"] == 0, "the queue emptied")

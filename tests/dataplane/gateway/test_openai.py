@@ -115,13 +115,16 @@ def test_a_null_field_is_a_field_left_out(gateway):
 
 
 def test_embedding_a_text_over_the_window_is_refused_unless_truncation_is_asked_for(gateway):
-    """Workers AI's ``truncate_inputs``: without it a text longer than the encoder's window is a 413 naming the
-    text (its embedding would be of another, shorter text); with it the text is cut and embedded."""
+    """Workers AI's ``truncate_inputs``: without it a text longer than the served model's window (512 tokens) is a
+    413 naming the text (its embedding would be of another, shorter text); with it the text is cut and embedded.
+    A text within the served window but beyond the stand-in's (256) is served: the stand-in's limit is the
+    emulation's, not the client's."""
     url, _ = gateway
     c = client(url)
     long_text = "word " * 2000
-    with pytest.raises(openai.APIStatusError, match=r"text\[1\] is longer than .* window") as e:
+    with pytest.raises(openai.APIStatusError, match=r"text\[1\] holds 2002 tokens, more than .*'s window of 512") as e:
         c.embeddings.create(model=EMB, input=["short", long_text])
     assert e.value.status_code == 413
+    assert len(c.embeddings.create(model=EMB, input="word " * 400).data) == 1
     cut = c.embeddings.create(model=EMB, input=["short", long_text], extra_body={"truncate_inputs": True})
     assert len(cut.data) == 2 and len(cut.data[1].embedding) == 768
