@@ -212,10 +212,13 @@ def crossovers(p: Paired, window_s: float) -> dict:
 
 
 LABELS = {"by_prompt_tokens": "prompts of {} tokens", "by_continent": "users in {}", "by_load": "{} load"}
+# Every headline figure with an interval (the report's table), with how its value reads: a reduction in % or, for
+# SLO attainment, a difference of shares.
 HEADLINE_LOSSES = (("ttft_ms_p50_reduction_pct", "TTFT p50"), ("ttft_ms_p95_reduction_pct", "TTFT p95"),
-                   ("tpot_ms_p50_reduction_pct", "TPOT p50"), ("e2e_ms_generation_p50_reduction_pct",
-                                                               "E2E p50 (generation)"),
-                   ("e2e_ms_one_shot_p50_reduction_pct", "E2E p50 (one-shot)"))
+                   ("ttft_ms_p99_reduction_pct", "TTFT p99"), ("tpot_ms_p50_reduction_pct", "TPOT p50"),
+                   ("e2e_ms_generation_p50_reduction_pct", "E2E p50 (generation)"),
+                   ("e2e_ms_one_shot_p50_reduction_pct", "E2E p50 (one-shot)"),
+                   ("slo_attainment_delta", "SLO attainment"))
 
 
 def losses(gains: dict) -> list[tuple[float, str]]:
@@ -226,7 +229,10 @@ def losses(gains: dict) -> list[tuple[float, str]]:
     for key, label in HEADLINE_LOSSES:
         iv, v = ci.get(key), gains.get(key)
         if iv is not None and v is not None and iv[1] < 0:
-            top.append((v, f"{label} overall {v:+.1f}% [{iv[0]:+.1f}, {iv[1]:+.1f}]"))
+            if key == "slo_attainment_delta":  # a difference of shares, not a reduction in %
+                top.append((100 * v, f"{label} overall {v:+.4f} [{iv[0]:+.4f}, {iv[1]:+.4f}]"))
+            else:
+                top.append((v, f"{label} overall {v:+.1f}% [{iv[0]:+.1f}, {iv[1]:+.1f}]"))
     for group, fmt in LABELS.items():
         for name, b in gains.get(group, {}).items():
             for q in ("p50", "p95"):

@@ -63,6 +63,7 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "network_rtt_ms": percentiles(frame.network_rtt_ms[ok]),
         "queue_ms": percentiles(frame.queue_ms[ok]),
         "slo_attainment": round(float(met.mean()), 4) if len(frame) else None,
+        "slo_met": int(met.sum()),  # (the attainment's numerator: the edge-central difference is taken exactly)
         "goodput_rps": round(float(met.sum()) / max(duration_s, 1e-9), 3),
         "gpu_utilisation": round(gpu_busy_s / max(total_gpus * duration_s, 1e-9), 4),
         "mean_slot_utilisation": round(float(util.slot_utilisation.mean()), 4) if len(util) else None,
@@ -122,6 +123,13 @@ def _r(v):
     return None if v is None or (isinstance(v, float) and np.isnan(v)) else round(float(v), 2)
 
 
+def _exact_attainment(block: dict) -> float:
+    """A deployment's SLO attainment before rounding, from its counts (the rounded share when they are absent)."""
+    if block.get("slo_met") is not None and block.get("requests"):
+        return block["slo_met"] / block["requests"]
+    return block["slo_attainment"]
+
+
 def gains(edge: dict, central: dict) -> dict:
     """Relative reduction (%) of edge vs central: positive = the edge is better."""
     def red(a, b):
@@ -132,7 +140,7 @@ def gains(edge: dict, central: dict) -> dict:
         for p in ("p50", "p95", "p99"):
             out[f"{metric}_{p}_reduction_pct"] = red(edge[metric][p], central[metric][p])
     out["slo_attainment_delta"] = (None if edge["slo_attainment"] is None or central["slo_attainment"] is None
-                                   else round(edge["slo_attainment"] - central["slo_attainment"], 4))
+                                   else round(_exact_attainment(edge) - _exact_attainment(central), 4))
     # Point reductions per user continent, with the TTFT percentiles' request counts; below MIN_BIN requests on
     # either side none is given (``gains.by_continent`` has the same with intervals).
     per = {}

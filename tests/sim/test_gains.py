@@ -96,6 +96,16 @@ def test_crossover_table_shows_where_the_edge_wins_and_loses(crossing):
     assert set(crossing["gains"]["by_continent"]) and set(crossing["gains"]["by_load"]) == {"low", "mid", "high"}
 
 
+def test_every_headline_figure_with_an_interval_can_be_named_a_loss():
+    """The report's table gives TTFT p99 and SLO attainment with intervals too: a loss there is named (it was left
+    out of the sentence while the table showed it), SLO attainment as a difference of shares, not a %."""
+    gains = {"ci95": {"ttft_ms_p99_reduction_pct": [-29.1, -18.3], "slo_attainment_delta": [-0.0012, -0.0007],
+                      "ttft_ms_p50_reduction_pct": [10.0, 20.0]},
+             "ttft_ms_p99_reduction_pct": -24.1, "slo_attainment_delta": -0.001, "ttft_ms_p50_reduction_pct": 15.0}
+    assert [text for _, text in losses(gains)] == ["TTFT p99 overall -24.1% [-29.1, -18.3]",
+                                                   "SLO attainment overall -0.0010 [-0.0012, -0.0007]"]
+
+
 def test_loss_sentence_when_the_edge_loses_nowhere():
     gains = {"ci95": {"ttft_ms_p50_reduction_pct": [10.0, 20.0]}, "ttft_ms_p50_reduction_pct": 15.0,
              "by_prompt_tokens": {"<=256": {"ttft_p50_reduction_pct": 5.0, "ttft_p50_ci95": [-1.0, 9.0]}}}
