@@ -160,7 +160,8 @@ Four policies decide which model replicas run on which GPU nodes for the same de
 spread over the PoPs by population and local time at the scenario's start, in the scenario's model mix):
 `everywhere-fits` (every model on every node while memory lasts), `greedy-demand` (replicas where they cut expected
 RTT most per GB), `ilp` (a mixed-integer program over the same objective, warm-started from greedy) and `central`
-(the same GPUs in three cloud regions). All are scored by the same evaluator: the objective is the expected RTT
+(the same GPUs in cloud regions: the six of `global-6`, the policy's default; the simulations further down compare
+against the scenario's own `[central]` baseline, `big3` in `small`). All are scored by the same evaluator: the objective is the expected RTT
 per request, with unserved demand charged a penalty. Then each policy's placement serves a short simulation.
 """),
     ("params", """
@@ -365,8 +366,11 @@ fig.tight_layout()
     ("md", """
 ## Load sweep: SLO attainment and GPU cost
 
-Both deployments are placed for `PLAN_RPS` requests/s (`planning_rps`) and offered each load of `LOADS`; every
-variant is one `run_scenario` on identical arrivals for edge and central. GPU cost per request is what the whole
+Both deployments are placed for `PLAN_RPS` requests/s (`planning_rps` fixes the rate; the model mix and request
+sizes the placement plans for are each run's own, so replica counts move a little between loads) and offered each
+load of `LOADS`; every variant is one `run_scenario` on identical arrivals for edge and central. The variants have
+the same number of requests, so the highest loads cover the shortest spans (seconds): read their utilisation as
+that of a burst, not of a day. GPU cost per request is what the whole
 fleet costs while the load is offered (its $/hour over the arrival span) divided by the requests that met their
 SLO: an idle fleet is expensive per request, an overloaded one wastes GPU time on requests that miss the SLO.
 """),

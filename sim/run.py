@@ -43,6 +43,13 @@ from topology.jitter import fit as fit_jitter
 
 @dataclass
 class RunOutput:
+    """What :func:`run_scenario` returns. ``scenario``: the scenario as run (overrides applied); ``requests``: one
+    row per request and deployment (the columns of ``requests.parquet``, docs/simulate.md); ``utilisation``: the
+    fleet sampled every ``sample_s`` (busy slots, replicas; ``utilisation.parquet``); ``summary``: what
+    ``summary.json`` holds; ``placements``: deployment name -> its :class:`controlplane.placement.Placement`
+    (``.table``, ``.objective_ms``, ``.solver``); ``workload``: the generated workload (its ``frame`` of arrivals,
+    the same for every deployment)."""
+
     scenario: Scenario
     requests: pd.DataFrame
     utilisation: pd.DataFrame
@@ -124,14 +131,12 @@ class Setup:
 def prepare(sc: Scenario, topo=None) -> Setup:
     """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
     release_large_blocks()  # large runs free many arrays of a few MB: give them back, do not keep holes
-    topo = (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).with_gpu_scale(
-        sc.gpu_inventory_scale).with_anycast(sc.anycast_misroute, seed=sc.seed)
+    # a topology given (custom PoPs, one shared by many runs) takes the scenario's last mile, as a loaded one does
+    topo = (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).with_last_mile(
+        sc.last_mile_ms, sc.last_mile).with_gpu_scale(sc.gpu_inventory_scale).with_anycast(sc.anycast_misroute,
+                                                                                            seed=sc.seed)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
-    catalog = tech.catalog(Catalog.load(sc.catalog) if sc.catalog else default_catalog())
-    for model in sc.workload.mix or {}:  # (the workload would name neither the file nor the field)
-        if model not in catalog:
-            raise UserError(f"{sc.source} [workload]: field 'mix': no model {model!r} in the catalog "
-                            f"({len(catalog)} models; `edgepop place --list-models` lists them)")
+    catalog = scenario_catalog(sc, tech)
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
     check_block_tokens(sc.techniques, sc.workload)  # again: a --trace override may change the workload's blocks
     check_node_targets(sc.faults, topo)  # a typo would be skipped by both fleets: refused before any work
@@ -156,6 +161,19 @@ def prepare(sc: Scenario, topo=None) -> Setup:
                  frame.model.value_counts(normalize=True).to_dict(), typical, shape,
                  getattr(sc.workload, "start_utc", None),
                  float(getattr(sc.workload, "day_compression", None) or 86_400.0))
+
+
+def scenario_catalog(sc: Scenario, tech: TechniqueRuntime | None = None) -> Catalog:
+    """The catalog the scenario runs with (its own file or the shipped one, as its techniques change it), once
+    every model its workload's mix names is in it (one-line error otherwise: the workload would name neither the
+    file nor the field)."""
+    tech = tech or TechniqueRuntime(sc.techniques)
+    catalog = tech.catalog(Catalog.load(sc.catalog) if sc.catalog else default_catalog())
+    for model in sc.workload.mix or {}:
+        if model not in catalog:
+            raise UserError(f"{sc.source} [workload]: field 'mix': no model {model!r} in the catalog "
+                            f"({len(catalog)} models; `edgepop place --list-models` lists them)")
+    return catalog
 
 
 def check_fleet_names(sc: Scenario, topo) -> None:
@@ -302,7 +320,9 @@ def paired_gains(setup: Setup, runs: list) -> dict:
 def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,
                  duration_s: float | None = None, seed: int | None = None, trace: str | None = None,
                  faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
-    """Simulate ``scenario`` (an embedded name, a path or a Scenario) with optional overrides."""
+    """Simulate ``scenario`` (an embedded name, a path or a Scenario) with optional overrides. ``topo``: a
+    :class:`topology.Topology` to run on instead of the shipped one (a custom PoP list; the scenario's last mile,
+    GPU inventory scale and anycast settings are applied to it); ``deployments``: which to simulate."""
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     sc = check_scenario(sc)  # a Scenario built or edited in Python skipped the file's checks
     deployments = (deployments,) if isinstance(deployments, str) else tuple(deployments or ())

