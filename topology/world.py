@@ -110,20 +110,31 @@ class Topology:
         return np.arange(len(self.pops))
 
     def region_nodes(self, region_ids) -> np.ndarray:
+        """Backbone node indices of cloud regions by id (one id or a list of them)."""
+        ids = [region_ids] if isinstance(region_ids, str) else list(region_ids)
         pos = {r: len(self.pops) + i for i, r in enumerate(self.regions.id)}
-        return np.array([pos[r] for r in region_ids])
+        unknown = [r for r in ids if r not in pos]
+        if unknown:
+            raise UserError(f"unknown region id(s): {', '.join(map(repr, unknown[:5]))} (topology/data/regions.csv "
+                            "lists them)")
+        return np.array([pos[r] for r in ids], dtype=np.int64)
 
     def core_rtt_ms(self, lat1, lon1, lat2, lon2):
-        """Data-centre-to-data-centre RTT (ms) between coordinates; see ``topology.latency``."""
+        """Data-centre-to-data-centre RTT (ms) between coordinates (scalars or broadcastable arrays); see
+        ``topology.latency``."""
+        for lat, lon in ((lat1, lon1), (lat2, lon2)):
+            _check_coords(np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64), "core_rtt_ms")
         return self.latency.core_rtt_ms(lat1, lon1, lat2, lon2)
 
     def user_pop_rtt(self, lat, lon, last_mile_ms=None) -> np.ndarray:
         """users x PoPs RTT matrix (ms, float32) including each user's last mile (scalar or per-user array)."""
+        lat, lon = _user_coords(lat, lon, "user_pop_rtt")
         m = self.latency.site_rtt_matrix(lat, lon, self.pop_nodes)
         return m + self._last_mile(last_mile_ms, m.shape[0])
 
     def user_region_rtt(self, lat, lon, region_ids, last_mile_ms=None) -> np.ndarray:
         """users x regions RTT matrix (ms, float32) including the last mile."""
+        lat, lon = _user_coords(lat, lon, "user_region_rtt")
         m = self.latency.site_rtt_matrix(lat, lon, self.region_nodes(region_ids))
         return m + self._last_mile(last_mile_ms, m.shape[0])
 
@@ -138,7 +149,7 @@ class Topology:
         The last answer is kept (placement and the workload both ask for every demand city: a users x PoPs pass,
         a second of work at thousands of PoPs); it is reused only for the same latency model, PoP count and
         query values. Large answers also come from the disk cache of :mod:`topology.rtt_cache`."""
-        lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
+        lat, lon = _user_coords(lat, lon, "ingress")
         lm = np.ascontiguousarray(self._last_mile(last_mile_ms, lat.shape[0])[:, 0])
         key = (len(self.pops), lat.tobytes(), lon.tobytes(), lm.tobytes(), self.anycast_misroute, self.anycast_seed)
         hit = getattr(self, "_ingress_memo", None)
@@ -176,3 +187,21 @@ def location_hash(lat: np.ndarray, lon: np.ndarray, seed: int) -> np.ndarray:
             h = (h ^ (h >> np.uint64(shift))) * np.uint64(mult)
         h ^= h >> np.uint64(31)
     return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _user_coords(lat, lon, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Users' coordinates as two 1-D float arrays of one length (a single user may be given as scalars)."""
+    try:
+        lat = np.atleast_1d(np.asarray(lat, dtype=np.float64))
+        lon = np.atleast_1d(np.asarray(lon, dtype=np.float64))
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: lat and lon must be numbers or arrays of numbers") from None
+    if lat.ndim != 1 or lat.shape != lon.shape:
+        raise UserError(f"{where}: lat and lon must be 1-D and of one length, got shapes {lat.shape} and {lon.shape}")
+    _check_coords(lat, lon, where)
+    return lat, lon
+
+
+def _check_coords(lat: np.ndarray, lon: np.ndarray, where: str) -> None:
+    if not (np.all(np.abs(lat) <= 90) and np.all(np.abs(lon) <= 180)):  # (NaN fails both)
+        raise UserError(f"{where}: latitudes must be in [-90, 90] and longitudes in [-180, 180] degrees (no NaN)")

@@ -89,3 +89,28 @@ def test_the_city_table_follows_the_anycast_of_its_topology(topo):
     d = world.demand
     np.testing.assert_array_equal(skewed, world.ingress(d.lat.to_numpy(), d.lon.to_numpy())[0])
     assert (skewed != ideal).mean() > 0.15
+
+
+def test_coordinates_are_checked_not_broadcast(topo):
+    """Two latitudes and one longitude were broadcast into an answer for a place nobody asked about; a latitude of
+    200 or NaN got a PoP; one user given as scalars failed deep in numpy; a region id given as a string was read
+    letter by letter."""
+    import math
+
+    import numpy as np
+    import pytest
+
+    from edgepop.errors import UserError
+
+    with pytest.raises(UserError, match="of one length"):
+        topo.ingress(np.array([51.5, 35.7]), np.array([-0.1]))
+    for lat in (200.0, math.nan):
+        with pytest.raises(UserError, match=r"latitudes must be in \[-90, 90\]"):
+            topo.ingress(lat, 0.0)
+    with pytest.raises(UserError, match="latitudes must be"):
+        topo.core_rtt_ms(200.0, 0.0, 0.0, 0.0)
+    with pytest.raises(UserError, match="unknown region id"):
+        topo.user_region_rtt(51.5, -0.1, ["aws:nope"])
+    idx, rtt = topo.ingress(51.5, -0.1)  # London, as one user
+    assert idx.shape == rtt.shape == (1,) and topo.pops.id.iloc[int(idx[0])] == "LHR"
+    assert topo.user_region_rtt(51.5, -0.1, "aws:us-east-1").shape == (1, 1)
