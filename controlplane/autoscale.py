@@ -141,8 +141,8 @@ class Scheduled(Autoscaler):
         self.warm_hours = warm_hours
         start = datetime.fromisoformat(start_utc) if isinstance(start_utc, str) else start_utc
         self.start = (start or datetime(2024, 1, 15, tzinfo=UTC))
-        if self.start.tzinfo is None:
-            self.start = self.start.replace(tzinfo=UTC)
+        # UTC's clock: local_hours reads its hour (another zone's would be that zone's hour)
+        self.start = self.start.replace(tzinfo=UTC) if self.start.tzinfo is None else self.start.astimezone(UTC)
         self.day_s = day_s
         self._offsets = None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC
 
 import numpy as np
 
@@ -99,7 +100,7 @@ class Groups:
         cum = np.cumsum(cities.weight[order])
         start_cum = np.concatenate(([0.0], cum))[first]
         weight = np.bincount(group, weights=cities.weight, minlength=n_groups)
-        t0 = cfg.start_utc
+        t0 = cfg.start_utc.astimezone(UTC) if cfg.start_utc.tzinfo else cfg.start_utc  # (UTC's clock hour)
         hour0 = (t0.hour + t0.minute / 60 + t0.second / 3600 + offset[order][first]) % 24.0
         zone_hour0, zone = np.unique(hour0, return_inverse=True)
         return cls(order, cum, start_cum, weight, hour0, cities.cc[order][first], cities.continent[order][first],

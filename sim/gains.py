@@ -218,7 +218,7 @@ HEADLINE_LOSSES = (("ttft_ms_p50_reduction_pct", "TTFT p50"), ("ttft_ms_p95_redu
                    ("ttft_ms_p99_reduction_pct", "TTFT p99"), ("tpot_ms_p50_reduction_pct", "TPOT p50"),
                    ("e2e_ms_generation_p50_reduction_pct", "E2E p50 (generation)"),
                    ("e2e_ms_one_shot_p50_reduction_pct", "E2E p50 (one-shot)"),
-                   ("slo_attainment_delta", "SLO attainment"))
+                   ("network_rtt_ms_p50_reduction_pct", "network RTT p50"), ("slo_attainment_delta", "SLO attainment"))
 
 
 def losses(gains: dict) -> list[tuple[float, str]]:

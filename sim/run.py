@@ -47,8 +47,8 @@ class RunOutput:
     row per request and deployment (the columns of ``requests.parquet``, docs/simulate.md); ``utilisation``: the
     fleet sampled every ``sample_s`` (busy slots, replicas; ``utilisation.parquet``); ``summary``: what
     ``summary.json`` holds; ``placements``: deployment name -> its :class:`controlplane.placement.Placement`
-    (``.table``, ``.objective_ms``, ``.solver``); ``workload``: the generated workload (its ``frame`` of arrivals,
-    the same for every deployment)."""
+    (``.table``, ``.objective_ms``, ``.solver``); ``workload``: the generated workload (its ``requests`` of
+    arrivals, the same for every deployment)."""
 
     scenario: Scenario
     requests: pd.DataFrame

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.gains import Bootstrap, Paired, crossovers, loss_sentence, losses, prompt_bin
+from sim.gains import HEADLINE_LOSSES, Bootstrap, Paired, crossovers, loss_sentence, losses, prompt_bin
 from sim.run import run_scenario
 
 
@@ -100,10 +100,16 @@ def test_every_headline_figure_with_an_interval_can_be_named_a_loss():
     """The report's table gives TTFT p99 and SLO attainment with intervals too: a loss there is named (it was left
     out of the sentence while the table showed it), SLO attainment as a difference of shares, not a %."""
     gains = {"ci95": {"ttft_ms_p99_reduction_pct": [-29.1, -18.3], "slo_attainment_delta": [-0.0012, -0.0007],
-                      "ttft_ms_p50_reduction_pct": [10.0, 20.0]},
-             "ttft_ms_p99_reduction_pct": -24.1, "slo_attainment_delta": -0.001, "ttft_ms_p50_reduction_pct": 15.0}
+                      "ttft_ms_p50_reduction_pct": [10.0, 20.0], "network_rtt_ms_p50_reduction_pct": [-5.0, -1.0]},
+             "ttft_ms_p99_reduction_pct": -24.1, "slo_attainment_delta": -0.001, "ttft_ms_p50_reduction_pct": 15.0,
+             "network_rtt_ms_p50_reduction_pct": -3.0}
     assert [text for _, text in losses(gains)] == ["TTFT p99 overall -24.1% [-29.1, -18.3]",
+                                                   "network RTT p50 overall -3.0% [-5.0, -1.0]",
                                                    "SLO attainment overall -0.0010 [-0.0012, -0.0007]"]
+    from sim.report import HEADLINE
+
+    keys = {row[3] for row in HEADLINE if row[3]}  # every figure the report's table gives with an interval
+    assert keys <= {key for key, _ in HEADLINE_LOSSES}
 
 
 def test_loss_sentence_when_the_edge_loses_nowhere():

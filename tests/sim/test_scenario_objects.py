@@ -4,6 +4,7 @@
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 
 from edgepop.errors import UserError
@@ -169,6 +170,17 @@ def test_a_start_time_is_an_instant_whatever_zone_it_is_written_in():
     for start in (tokyo, tokyo.isoformat()):
         assert run_scenario(_edited(sc, "workload", start_utc=start), requests=400,
                             deployments=("edge",)).requests.equals(base)
+    # the workload generator and the scheduled autoscaler read the instant too, when called directly
+    from controlplane.autoscale import Scheduled
+    from sim.workload import generate
+    from topology import Topology
+
+    topo = Topology.load()
+    frames = [generate(dataclasses.replace(sc.workload, start_utc=t, requests=300), topo, None,
+                       np.random.default_rng(1)).requests for t in (sc.workload.start_utc, tokyo)]
+    assert frames[0].equals(frames[1])
+    assert Scheduled(start_utc=tokyo.isoformat()).start == Scheduled(start_utc=sc.workload.start_utc.isoformat()).start
+    assert Scheduled(start_utc=tokyo.isoformat()).start.hour == sc.workload.start_utc.hour
 
 
 def test_a_topology_given_takes_the_scenarios_last_mile(topo):
