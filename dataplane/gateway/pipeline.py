@@ -116,13 +116,18 @@ class Call:
         except TimeoutError:
             self.run.cancel()
             raise from_code(3007, f"no result within {self.gw.config.request_timeout_s:g} s") from None
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the client went away (or the server stops): the prompt was processed
             self.run.cancel()
+            self.gw.charge(self, 0.0)
             raise
         self.timing.infer = (fin.t_done - t) * 1e3
         fin.result = self.gw.real_shape(self.model, fin.result)
         t_back = time.monotonic()
-        await Delays.until(fin.t_done + self.back_s)
+        try:
+            await Delays.until(fin.t_done + self.back_s)
+        except asyncio.CancelledError:  # gone on the way back: the work was all done, and is charged
+            self.gw.charge(self, float(fin.usage.get("completion_tokens") or 0))
+            raise
         self.timing.wan_out = (time.monotonic() - t_back) * 1e3
         self.timing.tl.engine = getattr(self.run.handle, "timing", None)
         self.gw.completed(self, fin.usage)
@@ -168,13 +173,17 @@ class Call:
                 s.run.cancel()
 
     def abandon(self) -> None:
-        """The client went away before the answer ended: stop the generation (which frees the slot) and count
-        the request once as 499 (not while a drain cancels what is left: that is the server's doing)."""
+        """The client went away before the answer ended: stop the generation (which frees the slot), charge what
+        the engine did for it (its prompt, the pieces it produced) and count it once as 499 (not while a drain
+        cancels what is left: that is the server's doing)."""
         s = self.stream_
         if s is not None and not s.run.done.done():
             s.run.cancel()
-        if not self.abandoned and not self.gw.draining:
-            self.abandoned = True
+        if self.abandoned:
+            return
+        self.abandoned = True
+        self.gw.charge(self, float(len(s.sent_text)) if s is not None else 0.0)
+        if not self.gw.draining:
             self.gw.metrics.rejected(self.model, self.endpoint, client_gone(), self.place,
                                      pop=str(self.gw.backend.site_ids[self.lease.replica.site]))
 
@@ -248,9 +257,14 @@ class Gateway:
     def completed(self, call: Call, usage: dict) -> None:
         """A request ended with a result: metrics, and its neurons charged to its account."""
         self.metrics.done(call, usage)
+        self.charge(call, float(usage.get("completion_tokens") or 0))
+
+    def charge(self, call: Call, completion_tokens: float) -> None:
+        """The request's neurons (its prompt and ``completion_tokens``) to its account's daily budget: on a
+        result, and for the work done when its client went away first."""
         if self.budget.per_day > 0:
             spec = self.backend.catalog[call.model]
-            n = neurons(spec, call.prep.input_units, float(usage.get("completion_tokens") or 0))
+            n = neurons(spec, call.prep.input_units, completion_tokens)
             self.budget.charge(call.lease.req.account, time.time(), n)
 
     async def admit(self, model: str, inputs, place: ClientPlace, *, account: str, session=None,

@@ -60,13 +60,20 @@ def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, pa
         route, body = prefix + path, {"model": SLOW, "messages": [{"role": "user", "content": "x"}]}
     else:
         route, body = prefix + path + SLOW, {"prompt": "x"}
-    sock = _send_and_keep_open(url, route, {**body, "max_tokens": MAX_TOKENS, "ignore_eos": True})
+    per_day = gw.budget.per_day
+    gw.budget.per_day = 1e12  # a budget no request reaches: what the request used is charged to it
     try:
-        _until(lambda: _engine_tokens(gw, stand_in) > before_tokens, "the generation began")
+        spent = gw.budget.spent("alice", time.time())
+        sock = _send_and_keep_open(url, route, {**body, "max_tokens": MAX_TOKENS, "ignore_eos": True})
+        try:
+            _until(lambda: _engine_tokens(gw, stand_in) > before_tokens, "the generation began")
+        finally:
+            sock.close()
+        _until(lambda: plane.snapshot()["running"] == 0 and gw.admission.leases_open == 0, "the slot was released")
+        _until(lambda: _count(gw, endpoint, "499") == before_499 + 1, "the request counted as 499")
+        assert gw.budget.spent("alice", time.time()) > spent  # its prompt's work is charged, not given away
     finally:
-        sock.close()
-    _until(lambda: plane.snapshot()["running"] == 0 and gw.admission.leases_open == 0, "the slot was released")
-    _until(lambda: _count(gw, endpoint, "499") == before_499 + 1, "the request counted as 499")
+        gw.budget.per_day = per_day
     generated = _engine_tokens(gw, stand_in) - before_tokens
     assert 0 < generated < MAX_TOKENS
 
