@@ -8,6 +8,13 @@ import sys
 from edgepop.errors import UserError
 from edgepop.rng import seed_arg
 
+# serve's flags by the GatewayConfig field each sets (errors name the flag a user typed)
+_FLAG_OF = {"pops": "--pops", "models": "--models", "db": "--db", "slots": "--slots",
+            "queue_timeout_s": "--queue-timeout", "request_timeout_s": "--request-timeout", "router": "--router",
+            "seed": "--seed", "delay_scale": "--delay-scale", "threads": "--threads", "provider": "--provider",
+            "lm_prefix_cache_mb": "--prefix-cache-mb", "max_wait_s": "--max-wait",
+            "neuron_budget_per_day": "--neuron-budget", "drain_timeout_s": "--drain-timeout"}
+
 
 def _csv(text: str | None) -> list[str] | None:
     """A comma-separated flag as a list (None when the flag is absent; an empty flag is an empty list, which the
@@ -91,7 +98,14 @@ def gateway_config(args: argparse.Namespace):
         over["rate_limit"] = False
     if args.open_ops:
         over["open_ops"] = True
-    cfg = cfg.with_overrides(**over)
+    try:
+        cfg = cfg.with_overrides(**over)
+    except UserError as exc:  # name the flag typed, beside the config field it sets
+        text = str(exc)
+        for field_, flag in _FLAG_OF.items():
+            if flags.get(field_) is not None and f"field {field_!r}" in text:
+                text = text.replace(f"field {field_!r}", f"{flag} (field {field_!r})", 1)
+        raise UserError(text) from None
     tokens = {**cfg.tokens, **load_tokens(args.tokens)}
     cfg = cfg.with_overrides(tokens=tokens)
     cfg.validate("edgepop serve")

@@ -402,7 +402,7 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          (["profile", "--models", "gpt2-tiny", "--quick", "--threads", "100000"], "from 0 (one per core)"),
                          (["quantize", "gpt2-tiny", "--out", out, "--threads", "99999999999"], "from 0 (one per core)"),
                          (["serve", "--pops", "FRA", "--threads", "100000"], "field 'threads'"),
-                         (["serve", "--pops", ""], "field 'pops': [] is not a non-empty list"),  # (not the defaults)
+                         (["serve", "--pops", ""], "--pops (field 'pops'): [] is not a non-empty list"),  # (not defaults)
                          (["serve", "--pops", "FRA,FRA"], "names a PoP twice"),
                          (["serve", "--pops", "FRA", "--delay-scale", "1e300"], "is over 1000"),
                          (["serve", "--pops", "FRA", "--request-timeout", "1e300"], "is over 86400"),
