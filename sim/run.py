@@ -181,13 +181,14 @@ def check_fleet_names(sc: Scenario, topo) -> None:
     (the fleets that would find them unknown are built after the workload)."""
     from topology.regions import baseline
 
+    pop_ids = set(topo.pops.id)
     if sc.edge.pops:
-        unknown = sorted(set(sc.edge.pops) - set(topo.pops.id))
+        unknown = sorted(set(sc.edge.pops) - pop_ids)
         if unknown:
             raise UserError(f"{sc.source} [edge]: field 'pops': unknown PoP id(s) {', '.join(map(repr, unknown[:5]))} "
                             "(topology/data/pops.csv lists them)")
     for f in sc.faults:  # (node and link targets depend on the fleets: checked when those are built)
-        if getattr(f, "kind", None) == "pop" and f.target not in set(topo.pops.id):
+        if getattr(f, "kind", None) == "pop" and f.target not in pop_ids:
             raise UserError(f"{sc.source}: fault 'pop:{f.target}': unknown PoP id (topology/data/pops.csv lists "
                             "them)")
     if sc.central is not None:

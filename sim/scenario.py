@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from edgepop.rng import MAX_INT
 from sim.faults import FAULT_POLICIES, Fault, parse_fault
 from sim.techniques.config import Techniques, parse_techniques
 from sim.validate import typed
-from sim.workload_config import POISSON_ONLY, TRACE_ONLY, WorkloadConfig
+from sim.workload_config import WorkloadConfig
 from topology.last_mile import MODES as LAST_MILE_MODES
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -187,7 +186,7 @@ def check_scenario(sc: Scenario) -> Scenario:
         raise UserError(f"{where}: central must be a DeploymentConfig or None, got {type(sc.central).__name__}")
     # the workload as a file would give it, read back by the file's own checks (a start time in another zone comes
     # back in UTC, as a file's does; a string, a table or a list given where an object belongs is checked as text)
-    workload = WorkloadConfig.from_dict(_raw_workload(sc.workload), where=f"{where} [workload]")
+    workload = WorkloadConfig.from_dict(sc.workload.to_dict(), where=f"{where} [workload]")
     for name, dep in (("edge", sc.edge), ("central", sc.central)):
         if dep is not None:
             typed(DeploymentConfig, {f.name: getattr(dep, f.name) for f in fields(dep)}, f"{where} [{name}]")
@@ -197,23 +196,6 @@ def check_scenario(sc: Scenario) -> Scenario:
     out = replace(sc, workload=workload, faults=list(sc.faults) if isinstance(sc.faults, list) else sc.faults)
     check_values(out, where)
     return out
-
-
-def _raw_workload(w: WorkloadConfig) -> dict:
-    """``w.to_dict()``, tolerating fields edited in Python to what a file would hold (text, tables, lists)."""
-    from dataclasses import asdict, is_dataclass
-
-    d = {f.name: getattr(w, f.name) for f in fields(w)}
-    if isinstance(d["start_utc"], datetime):
-        d["start_utc"] = d["start_utc"].isoformat()
-    if isinstance(d["tokens"], dict):
-        d["tokens"] = {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in d["tokens"].items()}
-    if isinstance(d["bursts"], list | tuple):
-        d["bursts"] = [{k: v for k, v in asdict(b).items() if v is not None} if is_dataclass(b) else b
-                       for b in d["bursts"]]
-    d["day_compression"] = d["day_compression"] or 0.0
-    skip = POISSON_ONLY if w.is_trace else TRACE_ONLY
-    return {k: v for k, v in d.items() if v is not None and k not in skip}
 
 
 def embedded_scenarios() -> list[str]:

@@ -7,7 +7,7 @@ Every bad key, type or range raises one one-line :class:`~edgepop.errors.UserErr
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -143,11 +143,17 @@ class WorkloadConfig:
         return c
 
     def to_dict(self) -> dict:
-        """A plain dict that ``from_dict`` reads back into an equal config (JSON/TOML-friendly)."""
+        """A plain dict that ``from_dict`` reads back into an equal config (JSON/TOML-friendly). Fields edited in
+        Python to what a file would hold (a time as text, a table, a list of tables) are passed on as they are, for
+        ``from_dict`` to check."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["start_utc"] = self.start_utc.isoformat().replace("+00:00", "Z")
-        d["tokens"] = {task: t.to_dict() for task, t in self.tokens.items()}
-        d["bursts"] = [{k: v for k, v in asdict(b).items() if v is not None} for b in self.bursts]
+        if isinstance(self.start_utc, datetime):
+            d["start_utc"] = self.start_utc.isoformat().replace("+00:00", "Z")
+        if isinstance(self.tokens, dict):
+            d["tokens"] = {task: t.to_dict() if hasattr(t, "to_dict") else t for task, t in self.tokens.items()}
+        if isinstance(self.bursts, list | tuple):
+            d["bursts"] = [{k: v for k, v in asdict(b).items() if v is not None} if is_dataclass(b) else b
+                           for b in self.bursts]
         d["day_compression"] = self.day_compression or 0.0
         skip = POISSON_ONLY if self.is_trace else TRACE_ONLY
         if not self.adapter_fraction:  # configs without adapters keep their old form
