@@ -115,11 +115,15 @@ class Reactive(Autoscaler):
                 self.loads += 1
                 return
         spec = plane.catalog[model]
-        nodes = np.flatnonzero((state.node_site == site) & state.node_up)
-        best = max(nodes, key=lambda n: (state.gpu_capacity[n] - state.gpu_used[n]).max(), default=None)
-        if best is not None and state.fits(spec, int(best)) is not None:
-            plane.add_replica(model, int(best), now, cold=True)
-            self.loads += 1
+        nodes = np.flatnonzero((state.node_site == site) & state.node_up).tolist()
+        # The node with the most free memory that can hold it (under one language model per GPU, the roomiest
+        # node may already compute for another one).
+        nodes.sort(key=lambda n: -(state.gpu_capacity[n] - state.gpu_used[n]).max())
+        for node in nodes:
+            if state.fits(spec, node) is not None:
+                plane.add_replica(model, node, now, cold=True)
+                self.loads += 1
+                return
 
 
 @AUTOSCALERS.register("scheduled")

@@ -157,7 +157,7 @@ def build_control_plane(cfg: DeploymentConfig, catalog: Catalog, fleet: Fleet, t
                          admission=admission, perf=perf, rng=rng,
                          autoscaler=AUTOSCALERS.create(cfg.autoscaler, options=scaler_opts),
                          typical_tokens=typical_tokens, prefix=prefix, adapters=adapters,
-                         adapter_routing=adapter_routing)
+                         adapter_routing=adapter_routing, one_llm_per_gpu=cfg.one_llm_per_gpu)
     if slots is not None:
         plane.set_slots(slots)
     return plane

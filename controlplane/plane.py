@@ -52,18 +52,21 @@ class AdmissionConfig:
 
 
 class ControlPlane:
-    """Admission + routing + queue management for one deployment (edge or central)."""
+    """Admission + routing + queue management for one deployment (edge or central).
+
+    ``one_llm_per_gpu``: replicas loaded at run time (:meth:`add_replica`, reloads) never put a second language
+    model on a GPU (the placement's own rows are taken as given)."""
 
     def __init__(self, catalog: Catalog, fleet, placement, rtt: np.ndarray, router: str = "nearest-with-capacity",
                  router_options: dict | None = None, admission: AdmissionConfig | None = None, perf=None,
                  rng: np.random.Generator | None = None, autoscaler=None, typical_tokens: tuple = (512, 128),
                  max_candidates: int | None = 64, prefix: PrefixIndex | None = None,
-                 adapters: AdapterIndex | None = None, adapter_routing: bool = True):
+                 adapters: AdapterIndex | None = None, adapter_routing: bool = True, one_llm_per_gpu: bool = False):
         self.catalog = catalog
         self.admission = admission or AdmissionConfig()
         table = getattr(placement, "table", placement)
         self.state = ClusterState(catalog, fleet, table, rtt, queue_limit=self.admission.queue_limit,
-                                  max_candidates=max_candidates)
+                                  max_candidates=max_candidates, one_llm_per_gpu=one_llm_per_gpu)
         self.perf, self.typical_tokens = perf, typical_tokens
         self._estimates: dict = {}
         for r in self.state.replicas:

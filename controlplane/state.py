@@ -155,8 +155,12 @@ class ClusterState:
     """
 
     def __init__(self, catalog: Catalog, fleet, placement: pd.DataFrame, rtt: np.ndarray, queue_limit: int = 64,
-                 kv_pool_scale: float = 1.0, max_candidates: int | None = 64):
+                 kv_pool_scale: float = 1.0, max_candidates: int | None = 64, one_llm_per_gpu: bool = False):
         self.catalog, self.fleet, self.rtt = catalog, fleet, np.asarray(rtt, dtype=np.float64)
+        # Replicas loaded at run time (autoscaling) keep placement's rule: a GPU computes for at most one language
+        # model (the simulator runs co-located replicas as if each had the GPU alone). The placement's own rows are
+        # taken as given.
+        self.one_llm_per_gpu = one_llm_per_gpu
         self.queue_limit = queue_limit
         self.max_candidates = max_candidates
         self.kv_pool_scale = kv_pool_scale
@@ -166,6 +170,7 @@ class ClusterState:
         self.node_up = np.ones(len(nodes), dtype=bool)
         self.gpu_capacity = [np.full(int(g), m * 1e9) for g, m in zip(nodes.gpus, nodes.gpu_memory_gb, strict=True)]
         self.gpu_used = [np.zeros(int(g)) for g in nodes.gpus]
+        self.gpu_llms = [np.zeros(int(g), dtype=np.int64) for g in nodes.gpus]  # resident language-model replicas
         self.replicas: list[Replica] = []
         self.by_model: dict[str, list[Replica]] = {}
         self.candidate_lists = CandidateLists(self)
@@ -194,6 +199,8 @@ class ClusterState:
         free = self.gpu_capacity[node] - self.gpu_used[node]
         if len(free) < spec.tensor_parallel:
             return None
+        if self.one_llm_per_gpu and spec.generative:
+            free = np.where(self.gpu_llms[node] > 0, -np.inf, free)
         order = np.argsort(-free, kind="stable")[: spec.tensor_parallel]
         return tuple(int(i) for i in sorted(order)) if free[order].min() >= spec.bytes_per_gpu else None
 
@@ -230,6 +237,10 @@ class ClusterState:
             for g in gpu_index:
                 used[g] -= spec.bytes_per_gpu
             raise ValueError(f"{spec.id} would over-commit GPU memory on node {self.fleet.nodes.node_id.iloc[node]}")
+        if spec.generative:
+            llms = self.gpu_llms[node]
+            for g in gpu_index:
+                llms[g] += sign
 
     def unload(self, r: Replica) -> None:
         """Scale a replica to zero: free its GPU memory; it stays known (COLD) and can be loaded again."""
@@ -241,6 +252,8 @@ class ClusterState:
     def fits_back(self, r: Replica) -> bool:
         """Whether a COLD replica's GPUs still have room to load it again."""
         free = self.gpu_capacity[r.node] - self.gpu_used[r.node]
+        if self.one_llm_per_gpu and r.spec.generative and any(self.gpu_llms[r.node][g] for g in r.gpu_index):
+            return False  # another language model loaded on its GPUs meanwhile
         return min(free[g] for g in r.gpu_index) >= r.spec.bytes_per_gpu
 
     def begin_load(self, r: Replica, now: float, load_s: float) -> bool:

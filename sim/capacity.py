@@ -57,21 +57,27 @@ class GpuBusySampler:
         # Thousands of replicas (a 3,000-PoP edge) x hundreds of samples: the busy flags are read in one pass and
         # the GPUs counted with numpy. Engines are created on first use, so their number grows through the run:
         # the GPU index is extended with the new ones only (a dict keeps insertion order; none is ever removed).
-        env, engines = self.sim.env, self.sim.engines
+        # Engines that report their busy periods to the simulation's GPU meter (sim.gpu_busy) are read from its
+        # per-GPU counts; any other engine (the live-host model) by its own busy flag on its replica's GPUs.
+        env, engines, meter = self.sim.env, self.sim.engines, self.sim.gpu_meter
         since = operator.attrgetter("busy_since")
-        engs, counts, gpus = [], [], []
+        seen, engs, counts, gpus = 0, [], [], []
         per_engine, flat = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         while True:
-            if len(engines) != len(engs):
-                for rid, eng in itertools.islice(engines.items(), len(engs), None):
-                    engs.append(eng)
-                    own = self._gpus_of(rid)
-                    counts.append(len(own))
-                    gpus.extend(own)
+            if len(engines) != seen:
+                for rid, eng in itertools.islice(engines.items(), seen, None):
+                    if getattr(eng, "meter", None) is None:
+                        engs.append(eng)
+                        own = self._gpus_of(rid)
+                        counts.append(len(own))
+                        gpus.extend(own)
+                seen = len(engines)
                 per_engine = np.array(counts, dtype=np.int64)
                 flat = np.array(gpus, dtype=np.int64)
-            busy = np.fromiter(map(since, engs), dtype=float, count=len(engs)) >= 0
-            per_gpu = np.bincount(flat[np.repeat(busy, per_engine)], minlength=1)
+            per_gpu = meter.counts()
+            if engs:
+                busy = np.fromiter(map(since, engs), dtype=float, count=len(engs)) >= 0
+                per_gpu = per_gpu + np.bincount(flat[np.repeat(busy, per_engine)], minlength=len(per_gpu))
             self.t.append(env.now)
             self.busy.append(int(np.count_nonzero(per_gpu)))
             self.shared.append(int(np.count_nonzero(per_gpu > 1)))

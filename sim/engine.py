@@ -41,7 +41,7 @@ class ReplicaEngine:
     __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
-                 "dead", "_prefill_fn", "_batch_fn", "_order")
+                 "dead", "_prefill_fn", "_batch_fn", "_order", "meter", "gpu_ids")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -61,6 +61,7 @@ class ReplicaEngine:
         self.version = 0
         self.busy_s = 0.0
         self.busy_since = -1.0
+        self.meter, self.gpu_ids = None, ()  # a sim.gpu_busy.GpuBusyMeter told of each busy period, if bound
         # Decode-step and prefill times by shape; ``caches`` lets the replicas of one (model, GPU) share them (the
         # values depend on nothing else), so a fleet of a thousand replicas computes each shape once.
         self._step_cache, self._prefill_cache = caches if caches is not None else ({}, {})
@@ -118,6 +119,8 @@ class ReplicaEngine:
         elif self.busy_since >= 0:
             self.busy_s += t - self.busy_since
             self.busy_since = -1.0
+            if self.meter is not None:
+                self.meter.stop(self.gpu_ids, t)
 
     # ---------------------------------------------------------------- events
     def join(self, seq: Seq, t: float) -> None:
@@ -127,6 +130,8 @@ class ReplicaEngine:
         seq.joined_at = t
         if self.busy_since < 0:
             self.busy_since = t
+            if self.meter is not None:
+                self.meter.start(self.gpu_ids, t)
         self.pending.append(seq)
         if self.prefill_end < 0:
             if self.heap and self.step_s > 0:  # self._advance(t), inlined: this runs once per request
@@ -205,6 +210,8 @@ class ReplicaEngine:
         seq.joined_at = t
         if self.busy_since < 0:
             self.busy_since = t
+            if self.meter is not None:
+                self.meter.start(self.gpu_ids, t)
         self._advance(t)
         self._enter_decode(seq)
         if self.prefill_end < 0:
@@ -237,6 +244,8 @@ class ReplicaEngine:
         if self.busy_since >= 0:
             self.busy_s += t - self.busy_since
             self.busy_since = -1.0
+            if self.meter is not None:
+                self.meter.stop(self.gpu_ids, t)
         return lost
 
     def busy_until(self, t: float) -> float:

@@ -33,6 +33,7 @@ from controlplane.state import Request
 from sim.arrival_feed import ArrivalFeed
 from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES, Fault
+from sim.gpu_busy import GpuBusyMeter
 from sim.request_frame import request_frame
 from sim.timers import Timer, call_later, run_until
 
@@ -119,6 +120,7 @@ class Simulation:
             codes.astype(np.int64), self.key, self.prompt, self.output, self.arrival, self.session, self.rib))
         self._units = memoryview(np.ascontiguousarray(self.units))
         self.engines: dict[int, ReplicaEngine] = {}
+        self.gpu_meter = GpuBusyMeter(deployment.fleet)
         self._engine_caches: dict[tuple, tuple[dict, dict]] = {}  # (model, GPU) -> its engines' shared caches
         self.reqs: list[Request | None] = [None] * n
         self.seqs: list[Seq | None] = [None] * n
@@ -164,6 +166,8 @@ class Simulation:
             eng = ReplicaEngine(replica.spec, replica.gpu, self.perf, self._arm, self._first_token, self._finish,
                                 caches)
             self.engines[replica.id] = eng
+        if isinstance(eng, ReplicaEngine) and eng.meter is None:
+            self.gpu_meter.bind(eng, replica)
         return eng
 
     def _arm(self, eng: ReplicaEngine, t: float, version: int) -> None:
@@ -235,9 +239,7 @@ class Simulation:
         r = d.replica
         self.backbone_ms[k] = backbone = d.rtt_ms * self._rtt_factor[k]
         self.site[k], self.node[k] = r.site, r.node
-        self.at_node[k] = at = now + backbone / 2e3
-        if d.cold:
-            self.cold_ms[k] = max(0.0, r.ready_at - at) * 1e3
+        self.at_node[k] = now + backbone / 2e3
         if action == START:
             self._start(req, now)
 
@@ -247,7 +249,12 @@ class Simulation:
     def _start(self, req: Request, now: float) -> None:
         """The control plane started ``req`` (now or from a queue): it joins its replica once it is there."""
         k = req.payload
-        self.node[k] = req.replica.node  # a site queue's head may start on any of the site's replicas
+        r = req.replica
+        self.node[k] = r.node  # a site queue's head may start on any of the site's replicas
+        # Its cold start is the load of the replica it starts on, not of the one it queued at: another replica of
+        # the site may have freed a slot before that load ended.
+        cold = r.ready_at - self.at_node[k]
+        self.cold_ms[k] = cold * 1e3 if cold > 0.0 else 0.0
         self.seqs[k] = seq = Seq(k, self._units[k], self._fields[3][k])
         self.cached[k] = cached = req.cached_tokens
         if cached:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)
@@ -407,19 +414,24 @@ class Simulation:
         df["deployment"] = self.dep.name
         return df
 
-    def _busy_by_replica(self):
-        """(GPU type, GPU-seconds with work) per replica engine (a replica on k GPUs counts k)."""
+    def gpu_busy_seconds_by_type(self) -> dict[str, float]:
+        """GPU-seconds during which a GPU had work, per GPU type: per GPU, the union of the busy periods of the
+        replicas computing on it (:mod:`sim.gpu_busy`). An engine that does not report its periods (the live-host
+        model) counts its own busy time on each of its replica's GPUs."""
         now = self.env.now
+        meter = self.gpu_meter
+        seconds = meter.seconds(now)
+        out: dict[str, float] = {}
+        for gpu, s in zip(meter.gpu_type.tolist(), seconds.tolist(), strict=True):
+            if s > 0:
+                out[gpu] = out.get(gpu, 0.0) + s
         reps = {r.id: r for r in self.plane.state.replicas}
-        return ((reps[i].gpu, e.busy_until(now) * reps[i].spec.tensor_parallel) for i, e in self.engines.items())
+        for i, e in self.engines.items():
+            if getattr(e, "meter", None) is None:
+                r = reps[i]
+                out[r.gpu] = out.get(r.gpu, 0.0) + e.busy_until(now) * r.spec.tensor_parallel
+        return out
 
     def gpu_busy_seconds(self) -> float:
-        """GPU-seconds during which replicas had work (a replica on k GPUs counts k)."""
-        return float(sum(s for _, s in self._busy_by_replica()))
-
-    def gpu_busy_seconds_by_type(self) -> dict[str, float]:
-        """:meth:`gpu_busy_seconds` per GPU type."""
-        out: dict[str, float] = {}
-        for gpu, s in self._busy_by_replica():
-            out[gpu] = out.get(gpu, 0.0) + s
-        return out
+        """GPU-seconds during which a GPU had work (see :meth:`gpu_busy_seconds_by_type`)."""
+        return float(sum(self.gpu_busy_seconds_by_type().values()))

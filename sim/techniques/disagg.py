@@ -43,6 +43,9 @@ class DisaggPool:
         pre, dec = split_pools(replicas, prefill_fraction)
         self.prefill = [ReplicaEngine(r.spec, r.gpu, perf, arm, _ignore, self._prefilled) for r in pre]
         self.decode = [ReplicaEngine(r.spec, r.gpu, perf, arm, _ignore, self._decoded) for r in dec]
+        for e, r in zip(self.prefill + self.decode, pre + dec, strict=True):  # each pool replica on its own GPUs
+            sim.gpu_meter.bind(e, r)
+        self.meter = sim.gpu_meter
         self.p_tokens = [0.0] * len(self.prefill)  # queued + running prompt tokens per prefill replica
         self.kv = [0.0] * len(self.decode)  # KV tokens reserved per decode replica
         self.n_dec = [0] * len(self.decode)  # sequences placed per decode replica
@@ -81,7 +84,7 @@ class DisaggPool:
         return lost
 
     def busy_until(self, t: float) -> float:
-        """Busy seconds per replica (the simulator multiplies by each replica's GPUs and sums over replicas)."""
+        """Busy seconds per replica of the pool (its GPU time is counted by the engines' meter)."""
         return sum(e.busy_until(t) for e in self.prefill + self.decode) / self.n_replicas
 
     # ------------------------------------------------------------ pools

@@ -97,6 +97,33 @@ def test_reactive_autoscaler_scales_to_zero_and_out(catalog):
     assert scaler.loads >= 1
 
 
+def test_runtime_loads_keep_one_language_model_per_gpu(catalog):
+    # One 80 GB GPU holding a language model has memory for another, but under one_llm_per_gpu a second one may not
+    # compute there; an encoder may. Without the rule (a gateway's explicit table) memory alone decides.
+    emb = "@cf/baai/bge-base-en-v1.5"
+    for rule in (True, False):
+        cp = ControlPlane(catalog, make_fleet([1, 1], sites=[0, 0]), placement([(LLAMA, 0)]), np.zeros((1, 1)),
+                          one_llm_per_gpu=rule)
+        state = cp.state
+        assert (state.fits(catalog[LLAMA], 0) is None) is rule
+        assert state.fits(catalog[emb], 0) is not None
+        assert state.fits(catalog[LLAMA], 1) is not None
+    # A reactive scale-out skips the roomier node whose GPU already computes for a language model.
+    fleet = make_fleet([1, 1], sites=[0, 0], gpu_memory_gb=80.0)
+    scaler = Reactive(interval_s=1.0, idle_s=1e9, queue_high=1.0, max_per_site=4)
+    cp = ControlPlane(catalog, fleet, placement([(LLAMA, 0), (TINY, 1)]), np.zeros((1, 1)), autoscaler=scaler,
+                      admission=AdmissionConfig(queue_limit=500, queue_timeout_s=1e9), one_llm_per_gpu=True)
+    r0 = cp.state.replicas[0]
+    for k in range(r0.slots + 10):
+        cp.submit(Request(k, LLAMA, 0, 100, 10), 0.0)
+    for t in range(1, 6):
+        cp.poll(float(t))
+    llms = [r for r in cp.state.replicas if r.spec.generative and r.status != COLD]
+    per_gpu = pd.Series([(r.node, g) for r in llms for g in r.gpu_index]).value_counts()
+    assert per_gpu.max() == 1  # node 1 holds the tiny model: its GPU took no llama either
+    assert len([r for r in llms if r.model == LLAMA]) == 1
+
+
 def test_scheduled_autoscaler_follows_local_time(catalog):
     fleet = make_fleet([1, 1])
     fleet.sites["tz"] = ["Asia/Tokyo", "America/New_York"]

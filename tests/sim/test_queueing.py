@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from kit.sim import TokenClock, deployment, one_slot_catalog, poisson, workload
 
@@ -145,3 +146,47 @@ def test_scale_to_zero_then_cold_start_shows_in_ttft():
     assert f.loc[4, "cold_start_ms"] == pytest.approx(cold - 100.0, rel=1e-6)  # arrived 0.1 s into the load
     total = f.network_rtt_ms + f.queue_ms + f.cold_start_ms + f.prefill_ms + f.retry_lost_ms
     np.testing.assert_allclose(f.ttft_ms, total, atol=1e-6)
+
+
+def test_cold_start_is_the_load_of_the_replica_a_request_starts_on():
+    """A request queued behind a loading replica that starts on a sibling freed first waited in the queue, not
+    for a cold start: its queue time never goes negative and TTFT still adds up."""
+    catalog, model = one_slot_catalog("@edgepop/gpt2-tiny", max_batch=1)
+    # Two replicas at one site; the second is scaled to zero. Request 0 takes the first for 0.5 s (a prefill of
+    # 5 x 10^5 tokens at 1 us each); request 1 finds no free slot, wakes the second (a load of about 5 s) and queues
+    # at the site, whose head starts on the first replica when request 0 ends.
+    frame = workload([0.0, 0.1], model, "text-generation", np.array([500_000, 1_000]), 2)
+    dep = deployment(catalog, model, 2, np.zeros((1, 1)), sites=[0, 0])
+    dep.plane.state.unload(dep.plane.state.replicas[1])
+    f = run(dep, frame, TokenClock(step_ms=10.0)).requests.set_index("request_id")
+    assert (f.outcome == "ok").all()
+    assert f.loc[1, "node"] == "N0"
+    assert f.loc[1, "cold_start_ms"] == 0.0
+    assert f.loc[1, "queue_ms"] == pytest.approx(f.loc[0, "e2e_ms"] - 100.0, abs=1e-6)  # until request 0 ended
+    total = f.network_rtt_ms + f.queue_ms + f.cold_start_ms + f.prefill_ms + f.retry_lost_ms
+    np.testing.assert_allclose(f.ttft_ms, total, atol=1e-6)
+
+
+def test_gpu_busy_time_counts_a_shared_gpu_once():
+    """An encoder beside a language model on one GPU: while both compute the GPU is busy once, not twice."""
+    from kit.sim import fleet
+
+    from controlplane.catalog import Catalog
+    from controlplane.deployment import Deployment
+    from controlplane.plane import ControlPlane
+
+    lm_catalog, lm = one_slot_catalog("@edgepop/gpt2-tiny")
+    enc_catalog, enc = one_slot_catalog("@cf/baai/bge-base-en-v1.5")
+    catalog = Catalog([lm_catalog[lm], enc_catalog[enc]])
+    f = fleet(1)
+    plane = ControlPlane(catalog, f, pd.DataFrame({"model": [lm, enc], "node": [0, 0]}), np.zeros((1, 1)))
+    dep = Deployment("edge", plane, f, ingress_col="ingress", access_col="access_rtt_ms")
+    # Both start at 0 and compute for 0.5 s (prefills of 5 x 10^5 tokens at 1 us each), then the GPU idles.
+    both = pd.concat([workload([0.0], lm, "text-generation", 500_000, 1),
+                      workload([0.0], enc, "text-embeddings", 500_000)], ignore_index=True)
+    both["request_id"] = [0, 1]
+    sim = Simulation(dep, both, TokenClock())
+    res = sim.run()
+    assert (res.requests.outcome == "ok").all()
+    assert sim.gpu_busy_seconds() == pytest.approx(0.5, abs=1e-9)
+    assert sim.gpu_busy_seconds_by_type() == {"H100": pytest.approx(0.5, abs=1e-9)}
