@@ -287,10 +287,15 @@ class ControlPlane:
     # ---------------------------------------------------------------- faults
     def set_node_up(self, node: int, up: bool, now: float) -> tuple[list[Request], list[Request]]:
         """Take a node down (or bring it back). Down: returns (running requests lost, queued requests evicted);
-        the caller fails or resubmits them. Their state entries are already released."""
+        the caller fails or resubmits them. Their state entries are already released. Back up: its resident
+        replicas load their weights again (a cold start each; the failure took them with the node's memory)."""
         replicas = self.state.set_node_up(node, up)
         lost, evicted = [], []
         if up:
+            for r in replicas:
+                if r.status != COLD:
+                    self.state.reload(r, now, self.admission.cold_start_s(r.spec))
+                    self.counts["cold_loads"] += 1
             return lost, evicted
         for r in replicas:
             for req in list(r.running):

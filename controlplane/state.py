@@ -180,7 +180,8 @@ class ClusterState:
         self._bulk = False
         self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
         # Technique state routers read (None = technique off): a controlplane.prefix_index.PrefixIndex and a
-        # controlplane.adapter_index.AdapterIndex. Owned and changed by the ControlPlane only.
+        # controlplane.adapter_index.AdapterIndex. Owned and changed by the ControlPlane (and emptied for a replica
+        # that :meth:`unload` scales to zero).
         self.prefix = None
         self.adapters = None
         self._bulk = True  # per-model totals are computed once below, not after every replica
@@ -247,6 +248,9 @@ class ClusterState:
         if r.status != COLD:
             self._reserve(r.spec, r.node, r.gpu_index, -1)
             r.status = COLD
+            for part in (self.prefix, self.adapters):  # its cached prefix blocks and adapters left with its memory
+                if part is not None:
+                    part.drop_node(r.node, [r])
             self.refresh(r.model)
 
     def fits_back(self, r: Replica) -> bool:
@@ -278,6 +282,13 @@ class ClusterState:
         for model in {r.model for r in hit}:
             self.refresh(model)
         return hit
+
+    def reload(self, r: Replica, now: float, load_s: float) -> None:
+        """A resident replica whose weights were lost (its node failed and came back) loads them again; its GPU
+        memory stayed reserved."""
+        r.status, r.ready_at = LOADING, now + load_s
+        self.loading.add(r)
+        self.refresh(r.model)
 
     def set_ready(self, r: Replica) -> None:
         """A LOADING replica finished loading its weights."""

@@ -4,7 +4,8 @@ Spec syntax (CLI ``--fail`` and scenario ``faults = [...]``): ``KIND:TARGET@STAR
 simulated seconds, e.g. ``pop:FRA@600+300``, ``node:FRA-0@0+3600``, ``link:NewYork-Bude@100+50``.
 
 - node: the node's replicas stop; running requests that have not streamed a token are retried elsewhere (or all
-  fail, with ``fault_policy = "fail"``); queued ones are re-routed; routing skips the node until it is back.
+  fail, with ``fault_policy = "fail"``); queued ones are re-routed under either policy; routing skips the node
+  until it is back, and then its replicas load their weights again (a cold start each).
 - pop: every node at the PoP goes down and, for the edge, the PoP stops announcing its anycast prefix: new
   requests from its users enter at their next-nearest live PoP.
 - link: the backbone link is cut; RTTs are recomputed over the remaining graph and routing uses them.

@@ -294,14 +294,15 @@ class Simulation:
             self._flush()
 
     def _lost(self, reqs, now: float, started: bool) -> None:
-        """Requests whose node failed: retry those that have not streamed a token yet, fail the rest."""
+        """Requests whose node failed: retry those that have not streamed a token yet (queued ones, ``started``
+        False, whatever the fault policy: they lost only their place in a queue), fail the rest."""
         for req in reqs:
             k = req.payload
             seq = self.seqs[k]
             if seq is not None:
                 seq.done = True
             streamed = self.first_token[k] == self.first_token[k]  # not NaN
-            if self.retry_unstreamed and not streamed:
+            if (self.retry_unstreamed or not started) and not streamed:
                 self.retries[k] += 1
                 self.cold_ms[k] = 0.0
                 self.seqs[k] = None

@@ -124,6 +124,43 @@ def test_runtime_loads_keep_one_language_model_per_gpu(catalog):
     assert len([r for r in llms if r.model == LLAMA]) == 1
 
 
+def test_a_node_back_up_loads_its_replicas_again(catalog):
+    adm = AdmissionConfig(load_gbs=2.0, init_s=5.0)
+    cp = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), np.zeros((1, 1)), admission=adm)
+    r = cp.state.replicas[0]
+    cp.set_node_up(0, False, 10.0)
+    assert cp.submit(Request(0, LLAMA, 0, 100, 10), 11.0).action == REJECT  # nothing up
+    cp.set_node_up(0, True, 20.0)
+    load_s = catalog[LLAMA].weight_bytes / 2e9 + 5.0
+    assert r.status == LOADING and r.ready_at == pytest.approx(20.0 + load_s)
+    d = cp.submit(Request(1, LLAMA, 0, 100, 10), 21.0)
+    assert d.action == QUEUE and d.cold
+    started, _ = cp.poll(20.0 + load_s)
+    assert [q.id for q in started] == [1] and r.status == READY
+
+
+def test_unloading_a_replica_empties_its_prefix_cache(catalog):
+    from controlplane.prefix_index import PrefixIndex
+
+    cp = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), np.zeros((1, 1)),
+                      prefix=PrefixIndex(block_tokens=16, fraction=0.5))
+    req = Request(0, LLAMA, 0, 64, 4)
+    req.hash_ids = (1, 2, 3, 4)
+    assert cp.submit(req, 0.0).action == START
+    cp.finish(req, 1.0)
+    again = Request(1, LLAMA, 0, 64, 4)
+    again.hash_ids = (1, 2, 3, 4)
+    assert cp.submit(again, 2.0).action == START and again.cached_tokens > 0
+    cp.finish(again, 3.0)
+    r = cp.state.replicas[0]
+    cp.state.unload(r)
+    cp.submit(Request(2, LLAMA, 0, 64, 4), 4.0)  # wakes it: a cold load
+    cp.poll(1e6)
+    late = Request(3, LLAMA, 0, 64, 4)
+    late.hash_ids = (1, 2, 3, 4)
+    assert cp.submit(late, 1e6).action == START and late.cached_tokens == 0  # the blocks left with its memory
+
+
 def test_scheduled_autoscaler_follows_local_time(catalog):
     fleet = make_fleet([1, 1])
     fleet.sites["tz"] = ["Asia/Tokyo", "America/New_York"]

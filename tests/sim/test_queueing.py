@@ -190,3 +190,23 @@ def test_gpu_busy_time_counts_a_shared_gpu_once():
     assert (res.requests.outcome == "ok").all()
     assert sim.gpu_busy_seconds() == pytest.approx(0.5, abs=1e-9)
     assert sim.gpu_busy_seconds_by_type() == {"H100": pytest.approx(0.5, abs=1e-9)}
+
+
+def test_fail_policy_fails_running_requests_and_reroutes_queued_ones():
+    """``fault_policy = "fail"``: the request computing on the failed node fails (3043); the one queued there only
+    lost its place in the queue and is routed again (to the other site, where it is served)."""
+    catalog, model = one_slot_catalog("@edgepop/gpt2-tiny", max_batch=1)
+    # r0 computes on node 0 (site 0), r1 on node 1 (site 1, 5 ms away); r2 finds both busy and queues at node 0.
+    frame = workload([0.0, 0.01, 0.02], model, "text-generation", np.array([500_000, 300_000, 1_000]), 2)
+    dep = deployment(catalog, model, 2, np.array([[0.0, 5.0]]))
+    sim = Simulation(dep, frame, TokenClock(step_ms=10.0), fault_policy="fail")
+
+    def fault(env):
+        yield env.timeout(0.1)
+        sim.kill_node(0, env.now)
+
+    sim.env.process(fault(sim.env))
+    f = sim.run().requests.set_index("request_id")
+    assert (f.loc[0, "outcome"], f.loc[0, "error_code"]) == ("failed", 3043)
+    assert f.loc[1, "outcome"] == f.loc[2, "outcome"] == "ok"
+    assert f.loc[2, "node"] == "N1" and f.loc[2, "retries"] == 1
