@@ -188,6 +188,11 @@ def check_fleet_names(sc: Scenario, topo) -> None:
             raise UserError(f"{sc.source} [edge]: field 'pops': unknown PoP id(s) {', '.join(map(repr, unknown[:5]))} "
                             "(topology/data/pops.csv lists them)")
     for f in sc.faults:  # (node and link targets depend on the fleets: checked when those are built)
+        if sc.techniques.disaggregation and getattr(f, "kind", None) in ("pop", "node"):
+            # A disaggregated site's replicas share one pool that routes requests inside it, so the requests the
+            # control plane loses with a node are not the ones computing there: not modelled, refused.
+            raise UserError(f"{sc.source}: fault '{f.kind}:{f.target}' with [techniques] disaggregation: node and "
+                            "PoP faults are not modelled for disaggregated pools (link faults are)")
         if getattr(f, "kind", None) == "pop" and f.target not in pop_ids:
             raise UserError(f"{sc.source}: fault 'pop:{f.target}': unknown PoP id (topology/data/pops.csv lists "
                             "them)")

@@ -70,3 +70,14 @@ def test_link_faults_between_ids_with_dashes(topo):
     out = run_scenario("small", topo=topo, requests=400, deployments=("edge",),
                        faults=["link:gcp:europe-west4-AMS@1+10"])
     assert out.summary["deployments"]["edge"]["faults"]["applied"] == ["link:gcp:europe-west4-AMS@1+10"]
+
+
+def test_node_faults_with_disaggregation_are_refused_before_any_work(topo):
+    from dataclasses import replace
+
+    from edgepop.errors import UserError
+
+    sc = load_scenario("small")
+    sc = replace(sc, techniques=replace(sc.techniques, disaggregation=True))
+    with pytest.raises(UserError, match="not modelled for disaggregated pools"):
+        run_scenario(sc, topo=topo, requests=200, faults=["node:FRA-0@5+30"])
