@@ -351,6 +351,9 @@ def _lines(sc, baselines, only, topo) -> list[Line]:
         raise UserError(f"only must be edge or central, got {only!r}")
     if only == "edge" and baselines is not None:
         raise UserError(f"baselines {baselines!r} name central region sets, and only = 'edge' sweeps no central line")
+    if baselines is not None and sc.central is None:
+        raise UserError(f"baselines {baselines!r} name central region sets, and scenario {sc.name!r} has no central "
+                        "deployment ([central] enabled = false)")
     lines = [] if only == "central" else [Line("edge")]
     if only != "edge" and sc.central is not None:
         names = [sc.central.baseline] if baselines is None else baselines

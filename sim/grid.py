@@ -161,6 +161,11 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     deployments = _deployments(doc.get("deployments", list(DEPLOYMENTS)), source)
     axes = _axes(doc.get("axes", {}), source)
     named = _named(doc.get("variants"), source)
+    for name, over in named.items():  # an axis would overwrite the variant's own value in every point, silently
+        both = sorted(set(over) & set(axes))
+        if both:
+            raise UserError(f"{source}: variant {name!r} sets {', '.join(map(repr, both))}, which [axes] also "
+                            "varies (the axis would overwrite it): drop one of them")
     if requests is not None or duration is not None:  # the grid's size is applied to every variant last
         sized = "requests" if requests is not None else "duration_s"
         for key in [*axes, *(k for over in named.values() for k in over)]:

@@ -79,6 +79,9 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     for v in grid.variants:  # names a variant's own workload refers to, before any variant runs (a typo in the
         try:                 # last variant's mix would fail it after all the others)
             scenario_catalog(v.scenario)
+            if v.scenario.central is None and tuple(v.deployments or grid.deployments) == ("central",):
+                raise UserError("only central asked for, and it has no central deployment ([central] enabled = "
+                                "false): nothing to simulate")
         except UserError as exc:
             raise UserError(f"variant {v.id} ({v.label}): {exc}") from None
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
@@ -102,7 +105,8 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
                 _run_local(tasks, workers, collect, pool)
         summary = sink.finish()
         wall = time.perf_counter() - t0
-        (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2))
+        (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2,
+                                                   default=_json_value))
         move_into_place(tmp, out, SWEEP_OUTPUTS)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -208,6 +212,12 @@ class _Sink:
                     if field.name not in t.column_names:
                         t = t.append_column(field, pa.nulls(len(t), field.type))
                 writer.write_table(t.select(schema.names).cast(schema))
+
+
+def _json_value(value):
+    """A grid value JSON has no type for: a TOML date or time as ISO 8601 text, anything else as text."""
+    iso = getattr(value, "isoformat", None)
+    return iso() if callable(iso) else str(value)
 
 
 def _manifest(grid: Grid, engine: str, workers: int | None, wall: float, walls: list[float]) -> dict:

@@ -72,6 +72,9 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
     g = grid if isinstance(grid, Grid) else load_grid(grid)
     if not g.names or g.baseline is None:
         raise UserError(f"{g.source}: an ablation grid needs named variants ([[variants]]) and a baseline")
+    if g.axes:  # the table has one row per technique: every point but the first would be dropped from it
+        raise UserError(f"{g.source}: an ablation compares its named variants on one workload, so it takes no "
+                        f"[axes] ({', '.join(g.axes)}): run the grid with `edgepop sweep` for every point")
     if requests is not None:
         if requests <= 0:
             raise UserError(f"requests must be positive, got {requests}")

@@ -91,6 +91,10 @@ def test_ablation_grid_is_validated():
         parse_grid({"base": "ablation", "variants": [{"name": "x", "techniques.warp_drive": True}]}, "g.toml")
     with pytest.raises(UserError, match="unknown routing policy 'warp'"):
         parse_grid({"base": "ablation", "variants": [{"name": "x", "edge.router": "warp"}]}, "g.toml")
+    axes = parse_grid({"base": "ablation", "baseline": "baseline", "variants": [{"name": "baseline"}],
+                       "axes": {"workload.rps": [10.0, 80.0]}}, "g.toml")
+    with pytest.raises(UserError, match=r"takes no \[axes\] \(workload.rps\)"):
+        run_ablation(axes)  # its table would keep the first point only
 
 
 def test_tiny_ablation_has_one_finite_row_per_technique(tmp_path):

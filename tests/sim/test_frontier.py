@@ -142,7 +142,8 @@ def test_slo_direction():
     (["--scenario", "nope"], "not found"), (["--slo", "ttft=3"], "METRIC=VALUE"),
     (["--budgets", "1,1"], "two different"), (["--slo", "slo_attainment=2"], "at most 1"),
     (["--baselines", ""], "no region set"), (["--seeds", "1,,2"], "comma-separated"),
-    (["--only", "edge", "--baselines", "big3"], "only = 'edge' sweeps no central line")])
+    (["--only", "edge", "--baselines", "big3"], "only = 'edge' sweeps no central line"),
+    (["--scenario", "ablation", "--baselines", "nosuch"], "has no central deployment")])
 def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path):
     assert main(["frontier", "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err

@@ -213,3 +213,26 @@ def test_a_file_in_the_way_of_out_is_refused_before_the_sweep_runs(tmp_path):
     with pytest.raises(UserError, match="exists and is not a folder"):
         run_sweep(g, engine="local", workers=1, out=tmp_path / "afile", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_grid_refuses_a_variant_value_an_axis_would_overwrite():
+    doc = {"base": "small", "requests": 100, "axes": {"edge.router": ["nearest-balanced", "p2c"]},
+           "variants": [{"name": "a", "edge.router": "prefix-aware"}, {"name": "b"}]}
+    with pytest.raises(UserError, match="variant 'a' sets 'edge.router', which \\[axes\\] also varies"):
+        parse_grid(doc, source="t.toml")
+
+
+def test_sweep_manifest_holds_toml_datetimes_and_central_only_variants_are_checked_first(tmp_path):
+    import datetime as dt
+
+    when = [dt.datetime(2024, 3, 20, 12, tzinfo=dt.UTC), dt.datetime(2024, 3, 20, 0, tzinfo=dt.UTC)]
+    g = parse_grid({"base": "small", "requests": 150, "deployments": ["edge"],
+                    "axes": {"workload.start_utc": when}}, source="t.toml")
+    run_sweep(g, workers=1, out=tmp_path / "dt", progress=False)
+    axes = json.loads((tmp_path / "dt" / "sweep.json").read_text())["axes"]
+    assert axes == {"workload.start_utc": ["2024-03-20T12:00:00+00:00", "2024-03-20T00:00:00+00:00"]}
+    g = parse_grid({"base": "small", "requests": 150, "deployments": ["central"],
+                    "axes": {"central.enabled": [True, False]}}, source="t.toml")
+    with pytest.raises(UserError, match="variant 1 .*nothing to simulate"):
+        run_sweep(g, workers=1, out=tmp_path / "cen", progress=False)
+    assert not (tmp_path / "cen").exists()  # refused before variant 0 ran
