@@ -142,7 +142,12 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     check_node_targets(sc.faults, topo)  # a typo would be skipped by both fleets: refused before any work
     check_fleet_names(sc, topo)
     rng = streams(sc.seed)
-    workload = generate(sc.workload, topo, catalog, rng["workload"])
+    try:
+        workload = generate(sc.workload, topo, catalog, rng["workload"])
+    except UserError as exc:  # what only the workload's generation can check names its field, not the file
+        if not str(exc).startswith("workload "):
+            raise
+        raise UserError(f"{sc.source} [workload]: field {str(exc).removeprefix('workload ')}") from None
     frame = workload.requests
     if not len(frame):  # every figure of the run would be empty
         raise UserError(f"{sc.name}: the workload has no requests (a duration shorter than the gap between "

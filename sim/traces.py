@@ -50,10 +50,15 @@ MAX_SPAN_S = 366 * 86_400.0
 MAX_TOKENS = 10_000_000  # prompt or output tokens of one request: ten times the longest context windows
 
 
-def _frame(arrival_s: np.ndarray, prompt, output, hash_ids, path=None) -> pd.DataFrame:
-    if len(arrival_s) and float(np.max(arrival_s)) > MAX_SPAN_S:
-        raise TraceFileError(path, None, "timestamp", f"the requests span {float(np.max(arrival_s)):.3g} s, more "
-                             f"than a year ({MAX_SPAN_S:.0f} s): check the timestamps' unit and outliers")
+def _check_span(span_s: float, path, field: str) -> None:
+    if span_s > MAX_SPAN_S:
+        raise TraceFileError(path, None, field, f"the requests span {span_s:.3g} s, more than a year "
+                             f"({MAX_SPAN_S:.0f} s): check the timestamps' unit and outliers")
+
+
+def _frame(arrival_s: np.ndarray, prompt, output, hash_ids, path=None, field: str = "timestamp") -> pd.DataFrame:
+    if len(arrival_s):
+        _check_span(float(np.max(arrival_s)), path, field)
     return pd.DataFrame({"arrival_s": arrival_s, "prompt_tokens": np.asarray(prompt, np.int64),
                          "output_tokens": np.asarray(output, np.int64), "hash_ids": hash_ids})
 
@@ -72,7 +77,9 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
         with warnings.catch_warnings():
             # a row longer than the header: pandas would shift it onto an index (index_col=False: warn instead)
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig", index_col=False)
+            # blank lines kept as rows (then dropped) so that a row's index still gives its line number
+            raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig", index_col=False,
+                              skip_blank_lines=False)
     except pd.errors.ParserWarning:
         raise TraceFileError(path, _first_long_row(path), None, "more fields than the header has") from None
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
@@ -80,14 +87,19 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
     for col in AZURE_COLUMNS:
         if col not in raw.columns:
             raise TraceFileError(path, 1, col, f"missing column in the header (need {','.join(AZURE_COLUMNS)})")
+    raw = raw[~raw.fillna("").apply(lambda col: col.str.strip() == "").all(axis=1)]
     if raw.empty:
         raise TraceFileError(path, None, None, "no data rows")
-    ts = pd.to_datetime(raw.TIMESTAMP.str.strip(), format="ISO8601", errors="coerce", utc=True)
-    _first_bad(path, raw.TIMESTAMP, ts.isna().to_numpy(), "TIMESTAMP", "is not a time like '2023-11-16 18:15:46.68'")
+    text = raw.TIMESTAMP.fillna("").str.strip()
+    ts = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
+    # (pandas also reads 'now' and 'today', the clock's time: a replay would differ from run to run)
+    not_time = ts.isna().to_numpy() | ~text.str.match(r"\d{4}-?\d{2}-?\d{2}").to_numpy(dtype=bool)
+    _first_bad(path, raw.TIMESTAMP, not_time, "TIMESTAMP", "is not a time like '2023-11-16 18:15:46.68'")
     # (nanosecond timestamps hold the years 1678-2261 only)
     far = ((ts < pd.Timestamp("1678-01-01", tz="UTC")) | (ts > pd.Timestamp("2261-12-31", tz="UTC"))).to_numpy()
     _first_bad(path, raw.TIMESTAMP, far, "TIMESTAMP", "is outside the years 1678-2261")
     ns = ts.dt.as_unit("ns").astype("int64").to_numpy()
+    _check_span((float(ns.max()) - float(ns.min())) / 1e9, path, "TIMESTAMP")  # (before an int64 difference overflows)
     tokens = []
     for col in AZURE_COLUMNS[1:]:
         text = raw[col].str.strip()
@@ -98,7 +110,7 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
         tokens.append(counts)
     empty = np.empty(len(raw), object)
     empty.fill(())
-    return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path)
+    return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path, "TIMESTAMP")
 
 
 def _first_long_row(path: Path) -> int | None:
@@ -115,7 +127,8 @@ def _first_long_row(path: Path) -> int | None:
 def _first_bad(path: Path, values: pd.Series, bad: np.ndarray, field: str, problem: str) -> None:
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceFileError(path, i + 2, field, f"{values.iloc[i]!r} {problem}")  # line 1 is the header
+        line = int(values.index[i]) + 2  # line 1 is the header; blank lines are rows dropped with their index
+        raise TraceFileError(path, line, field, f"{values.iloc[i]!r} {problem}")
 
 
 def _int_field(path, line, rec, name, required=True):

@@ -35,7 +35,16 @@ from sim.workload_config import WorkloadConfig
 COLUMNS = ("request_id", "arrival_s", "city", "user_lat", "user_lon", "user_country", "user_continent", "ingress",
            "ingress_pop", "access_rtt_ms", "model", "task", "prompt_tokens", "output_tokens", "session_id",
            "hash_ids", "batch", "reject_if_busy")
-OPTIONAL_COLUMNS = ("adapter",)  # present only when the config asks for it (adapter_fraction > 0)
+# Present only when asked for, in this order: ``adapter`` (adapter_fraction > 0) and ``last_mile_ms`` (a topology
+# whose last mile is not one fixed value: each user's own).
+OPTIONAL_COLUMNS = ("adapter", "last_mile_ms")
+
+
+def known_columns(columns) -> bool:
+    """Whether ``columns`` are a workload frame's: ``COLUMNS`` then any of ``OPTIONAL_COLUMNS``, in order."""
+    columns = tuple(columns)
+    rest = columns[len(COLUMNS):]
+    return columns[:len(COLUMNS)] == COLUMNS and rest == tuple(c for c in OPTIONAL_COLUMNS if c in rest)
 META_KEY = b"edgepop.workload"
 
 
@@ -82,7 +91,7 @@ class Workload:
     def check(self, catalog: Catalog | None = None) -> None:
         """Assert the invariants listed in the module docstring (used by tests; cheap enough for any run)."""
         r = self.requests
-        assert tuple(r.columns) in (COLUMNS, COLUMNS + OPTIONAL_COLUMNS), list(r.columns)
+        assert known_columns(r.columns), list(r.columns)
         assert (r.request_id.to_numpy() == np.arange(len(r))).all()
         t = r.arrival_s.to_numpy()
         assert (t >= 0).all() and (np.diff(t) >= 0).all()
@@ -123,7 +132,7 @@ class Workload:
         except (OSError, ValueError) as exc:
             raise UserError(f"{path}: not a readable parquet file ({exc})") from None
         raw = (table.schema.metadata or {}).get(META_KEY)
-        if raw is None or tuple(table.column_names) not in (COLUMNS, COLUMNS + OPTIONAL_COLUMNS):
+        if raw is None or not known_columns(table.column_names):
             raise UserError(f"{path}: not an edgepop workload file (no {META_KEY.decode()} metadata or columns)")
         meta = json.loads(raw)
         ids = table.column("hash_ids").combine_chunks()
@@ -237,7 +246,10 @@ def _check_bursts(cfg: WorkloadConfig, groups: Groups) -> None:
 
 def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.random.Generator
             ) -> tuple[dict, str]:
-    spec = catalog[cfg.trace_model]
+    try:
+        spec = catalog[cfg.trace_model]
+    except UserError as exc:
+        raise UserError(f"workload trace_model: {exc}") from None
     if not spec.generative:
         raise UserError(f"workload trace_model: {cfg.trace_model!r} is a {spec.task} model; traces replay "
                         "LLM requests, so it must be a text-generation model")

@@ -135,6 +135,11 @@ def test_prefix_reuse_ratio_by_hand():
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n0001-01-01 00:00:00,1,1\n",
      3, "TIMESTAMP"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,99999999999,44\n", 2, "ContextTokens"),
+    # the clock's time is no timestamp (pandas reads these two), and blank lines still count as lines
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,374,44\nnow,10,5\n", 3, "TIMESTAMP"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\ntoday,10,5\n", 2, "TIMESTAMP"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,374,44\n\n\n2023-11-16 18:15:47,10,x\n",
+     5, "GeneratedTokens"),
 ])
 def test_bad_azure_rows_name_file_line_and_field(tmp_path, body, line, field):
     p = tmp_path / "bad.csv"
@@ -190,3 +195,12 @@ def test_missing_or_empty_trace_files(tmp_path, topo):
 def test_relative_trace_path_resolves_against_scenario_folder(tmp_path):
     cfg = WorkloadConfig.from_dict({"kind": "mooncake", "trace": "traces/a.jsonl"}, base_dir=tmp_path)
     assert cfg.trace == str(tmp_path / "traces" / "a.jsonl")
+
+
+def test_azure_span_past_int64_nanoseconds_is_refused_and_basic_iso_times_read(tmp_path):
+    p = tmp_path / "span.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1800-01-01 00:00:00,1,1\n2200-01-01 00:00:00,1,1\n")
+    with pytest.raises(TraceFileError, match="span.csv, field 'TIMESTAMP': the requests span 1.26e\\+10 s"):
+        read_azure_trace(p)  # (the nanosecond difference overflowed: one row was dropped, the other negative)
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n20231116T181546,1,1\n\n20231116T181547,2,2\n")
+    assert read_azure_trace(p).arrival_s.tolist() == [0.0, 1.0]

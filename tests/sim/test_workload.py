@@ -329,3 +329,24 @@ def test_a_poisson_workload_without_a_size_is_refused_when_generated(topo):
     with pytest.raises(UserError, match="needs a size: requests"):
         generate(cfg, topo)
 
+
+def test_a_workload_with_each_users_last_mile_checks_and_round_trips(tmp_path, topo):
+    from sim.workload import Workload
+
+    wl = generate(WorkloadConfig.from_dict({"requests": 300, "rps": 50.0}), topo.with_last_mile(10.0, "country"),
+                  rng=1)
+    assert "last_mile_ms" in wl.requests
+    wl.check()
+    wl.to_parquet(tmp_path / "w.parquet")
+    back = Workload.from_parquet(tmp_path / "w.parquet")
+    pd.testing.assert_frame_equal(back.requests, wl.requests)
+
+
+def test_workload_errors_found_while_generating_name_the_scenario_file(tmp_path):
+    from sim.run import run_scenario
+
+    p = tmp_path / "s.toml"
+    p.write_text('[workload]\nkind = "poisson"\nrequests = 100\nrps = 5.0\n'
+                 'bursts = [{ start_s = 1.0, duration_s = 2.0, multiplier = 2.0, country = "XX" }]\n')
+    with pytest.raises(UserError, match=r"s.toml \[workload\]: field bursts\[0\]: no demand city matches"):
+        run_scenario(str(p), deployments=("edge",))
