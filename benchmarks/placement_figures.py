@@ -70,7 +70,7 @@ def run(quick: bool) -> dict:
         "greedy_over_ilp": round(greedy.objective_ms / ilp.objective_ms, 4),
         "greedy_over_ilp_default": round(greedy.objective_ms / exact.objective_ms, 4),
     })
-    for name, options in (("everywhere_fits", ("everywhere-fits", {})), ("central_big3", ("central", {}))):
+    for name, options in (("everywhere_fits", ("everywhere-fits", {})), ("central_global6", ("central", {}))):
         placement, seconds = _timed(options[0], problem, **options[1])
         out[f"{name}_objective_ms"] = round(placement.objective_ms, 4)
         out[f"{name}_s"] = round(seconds, 2)

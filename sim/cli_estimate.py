@@ -121,7 +121,15 @@ def estimate(args) -> dict:
                              "total_gb": round(mem["total_bytes"] / GB, 3),
                              "gpu_memory_gb": round(g.memory_bytes / GB, 1), "fits": bool(mem["fits"]),
                              "max_sequences_in_kv": int(free // per_seq) if per_seq else None}
-    out["capacity_rps_per_replica"] = round(capacity_rps(model, spec, args.gpu, p_tok, o_tok, batch=batch, **wo), 3)
+    # capacity_rps runs the batch the simulator's replica would: no more sequences than the catalog's KV pool per
+    # replica holds (what the simulator gives a replica), whatever else the GPU's memory could hold
+    cap_batch = batch
+    if gen and spec.kv_pool_tokens:
+        cap_batch = max(1, min(batch, int(spec.kv_pool_tokens // max(p_tok + o_tok, 1))))
+    out["kv_pool_tokens"] = int(spec.kv_pool_tokens) if gen and spec.kv_pool_tokens else None
+    out["capacity_batch"] = cap_batch
+    out["capacity_rps_per_replica"] = (round(capacity_rps(model, spec, args.gpu, p_tok, o_tok, batch=batch, **wo), 3)
+                                       if mem["fits"] else None)
     return out
 
 
@@ -165,7 +173,12 @@ def run(args: argparse.Namespace) -> int:
               f"{m['weights_gb']:.1f} + {m['kv_cache_gb']:.1f} + {m['runtime_overhead_gb']:.1f} = "
               f"{m['total_gb']:.1f} / {m['gpu_memory_gb']:.0f} GB ({'fits' if m['fits'] else 'DOES NOT FIT'})")
     t.add_row("bottleneck", ", ".join(f"{k}: {v}" for k, v in est["bottleneck"].items()))
-    t.add_row("capacity per replica", f"{est['capacity_rps_per_replica']:.2f} requests/s")
+    if est["capacity_rps_per_replica"] is None:
+        t.add_row("capacity per replica", "none: it does not fit")
+    else:
+        note = (f" (batch {est['capacity_batch']}: the catalog's KV pool of {est['kv_pool_tokens']:,} tokens per "
+                "replica holds no more such sequences)" if est["capacity_batch"] < est["batch"] else "")
+        t.add_row("capacity per replica", f"{est['capacity_rps_per_replica']:.2f} requests/s{note}")
     Console().print(t)
     Console().print(f"execution: {est['execution']}")
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from edgepop.errors import UserError
 from topology.last_mile import LastMile
 from topology.pops import CONTINENTS
 from topology.regions import BASELINE_SETS, baseline
@@ -21,6 +22,14 @@ def coverage(topo: Topology, rtt_to_nearest: np.ndarray) -> dict[str, float]:
     return {f"within_{t}ms": round(float(w[rtt_to_nearest <= t].sum() / w.sum()), 4) for t in THRESHOLDS_MS}
 
 
+def population_median(topo: Topology, values: np.ndarray) -> float:
+    """The median of ``values`` (one per demand city) over the population: half the people are at or below it."""
+    w = topo.demand.population.to_numpy(dtype=np.float64)
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(w[order])
+    return float(values[order][np.searchsorted(cum, 0.5 * cum[-1])])
+
+
 def summary(topo: Topology, last_mile_ms: float = 0.0, last_mile: str = "fixed") -> dict:
     """Everything ``edgepop topology`` reports, as a JSON-ready dict (``last_mile``: a mode of
     :mod:`topology.last_mile`; ``fixed`` adds ``last_mile_ms`` to every user)."""
@@ -29,12 +38,16 @@ def summary(topo: Topology, last_mile_ms: float = 0.0, last_mile: str = "fixed")
     if last_mile != "fixed":
         last_mile_ms = lm.ms(topo.demand.cc.to_numpy(), topo.demand.continent.to_numpy())
     edge = topo.user_pop_rtt(lat, lon, last_mile_ms).min(axis=1)
-    baselines = {}
+    baselines, skipped = {}, {}
     for name in BASELINE_SETS:
-        ids = baseline(name, topo.regions).id
+        try:
+            ids = baseline(name, topo.regions).id
+        except UserError as exc:  # a custom region table without the set's regions
+            skipped[name] = str(exc)
+            continue
         rtt = topo.user_region_rtt(lat, lon, ids, last_mile_ms).min(axis=1)
         baselines[name] = {"regions": list(ids), **coverage(topo, rtt),
-                           "median_rtt_ms": round(float(np.median(rtt)), 1)}
+                           "median_rtt_ms": round(population_median(topo, rtt), 1)}
     gpus = topo.nodes.groupby("gpu").gpus.sum()
     return {
         "pops": len(topo.pops),
@@ -48,8 +61,9 @@ def summary(topo: Topology, last_mile_ms: float = 0.0, last_mile: str = "fixed")
         "last_mile_ms": (last_mile_ms if np.isscalar(last_mile_ms)
                          else round(float(np.average(last_mile_ms, weights=topo.demand.population)), 1)),
         "last_mile": lm.describe(),
-        "edge": {**coverage(topo, edge), "median_rtt_ms": round(float(np.median(edge)), 1)},
+        "edge": {**coverage(topo, edge), "median_rtt_ms": round(population_median(topo, edge), 1)},
         "baselines": baselines,
+        **({"baselines_skipped": skipped} if skipped else {}),
     }
 
 
@@ -85,8 +99,12 @@ def draw_map(topo: Topology, path: str | Path, title: str = "edgepop: PoPs and c
             ax.plot(seg[:, 0], seg[:, 1], color="0.55", lw=0.5)
     r = topo.regions
     ax.scatter(r.lon, r.lat, marker="s", s=18, c="tab:red", label=f"cloud regions ({len(r)})", zorder=3)
-    big3 = baseline("big3", r)
-    ax.scatter(big3.lon, big3.lat, marker="*", s=180, c="gold", edgecolors="k", label="big3 baseline", zorder=4)
+    try:
+        big3 = baseline("big3", r)
+    except UserError:  # a custom region table without big3's regions: no star
+        big3 = None
+    if big3 is not None:
+        ax.scatter(big3.lon, big3.lat, marker="*", s=180, c="gold", edgecolors="k", label="big3 baseline", zorder=4)
     p = topo.pops
     sizes = pd.Series({1: 60, 2: 36, 3: 20, 4: 12, 5: 8})
     ax.scatter(p.lon, p.lat, s=p.tier.map(sizes).fillna(8), c=p.tier, cmap="viridis_r", alpha=0.85,

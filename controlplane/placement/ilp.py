@@ -20,7 +20,8 @@ nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packi
 
 Reproducibility: branch-and-bound stops at ``node_limit`` nodes, a deterministic amount of work, so the same
 problem gives the same plan on any machine, process pool or Ray worker. ``time_limit_s`` bounds the whole policy
-(warm start included) as a safety net; when it stopped a phase or left one out, ``solver["deterministic"]`` is False and
+(warm start included) as a safety net, except that the warm start runs to its end (about a second at 339 PoPs,
+so a shorter limit is passed by that much); when it stopped a phase or left one out, ``solver["deterministic"]`` is False and
 the result may depend on machine speed (raise the limit, or lower ``node_limit``). HiGHS reads its time limit only
 between phases, so each HiGHS call runs in a child process that is stopped half a second after the deadline
 (:mod:`controlplane.placement.deadline`, on Linux; elsewhere the limit is HiGHS's own): the policy then keeps the

@@ -73,3 +73,30 @@ def test_a_negative_last_mile_is_refused(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "edgepop: error: --last-mile-ms must be in [0, 86400000], got -5"
     assert not (tmp_path / "t").exists()
 
+
+
+def test_a_region_table_without_a_baseline_sets_regions_reports_the_rest(tmp_path, capsys):
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "topology" / "data" / "regions.csv"
+    lines = shipped.read_text().splitlines()
+    f = tmp_path / "noaws.csv"
+    f.write_text("\n".join([lines[0], *(row for row in lines[1:] if not row.startswith("aws:"))]) + "\n")
+    assert main(["topology", "--regions", str(f), "--json", "--out", str(tmp_path / "o")]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert "us-east" in s["baselines_skipped"] and "us-east" not in s["baselines"]
+    assert (tmp_path / "o" / "map.png").is_file()
+
+
+def test_median_rtt_is_over_the_population():
+    from topology import Topology
+    from topology.report import population_median, summary
+
+    topo = Topology.load()
+    s = summary(topo)
+    lat, lon = topo.demand.lat.to_numpy(), topo.demand.lon.to_numpy()
+    edge = topo.user_pop_rtt(lat, lon, 0.0).min(axis=1)
+    w = topo.demand.population.to_numpy(dtype=float)
+    m = population_median(topo, edge)
+    assert w[edge <= m].sum() >= 0.5 * w.sum() > w[edge < m].sum()
+    assert s["edge"]["median_rtt_ms"] == round(m, 1)
