@@ -231,19 +231,31 @@ def resimulate(root: Path, args) -> int:
     for tmp in sorted(root.glob("pops*")):
         replayed = []
         for folder in sorted(p.parent for p in tmp.glob("*/live.parquet")):
-            trace, load = folder.name.split("-", 1)
             profile_file = tmp / f"profile-{folder.name}.csv"
             if not profile_file.exists():
                 profile_file = tmp / "profile-deployment.csv"
             meta_file = folder / "cell.json"
-            meta = (json.loads(meta_file.read_text()) if meta_file.exists() else
-                    dict(pops=tmp.name.removeprefix("pops"), trace=trace, load=load, rho=LOADS.get(load)))
+            if meta_file.exists():
+                meta = json.loads(meta_file.read_text())
+            else:  # an older save: the cell's name says TRACE-LOAD
+                trace, _, load = folder.name.partition("-")
+                if load not in LOADS:
+                    print(f"bench_fidelity_live: error: {folder}: no cell.json and the folder is not named TRACE-LOAD "
+                          f"(LOAD one of {', '.join(LOADS)})", file=sys.stderr)
+                    return 2
+                meta = dict(pops=tmp.name.removeprefix("pops"), trace=trace, load=load, rho=LOADS.get(load))
+            if not profile_file.exists():
+                print(f"bench_fidelity_live: error: {folder}: no profile ({profile_file.name} or "
+                      "profile-deployment.csv beside it)", file=sys.stderr)
+                return 2
             replayed.append((folder, pd.read_csv(profile_file), meta))
         if replayed:
             desc = json.loads((replayed[0][0] / "deployment.json").read_text())
             topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
             order = {t: i for i, t in enumerate(args.traces.split(","))}
-            replayed.sort(key=lambda r: (order.get(r[2]["trace"], 99), list(LOADS).index(r[2]["load"])))
+            loads = list(LOADS)
+            replayed.sort(key=lambda r: (order.get(r[2].get("trace"), 99),
+                                         loads.index(r[2]["load"]) if r[2].get("load") in loads else len(loads)))
             simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, args.arrival_jitter_ms)
     if not cells:
         print(f"bench_fidelity_live: error: no saved cells under {root} (expected pops*/CELL/live.parquet)",

@@ -18,8 +18,10 @@ SAMPLE_RATE = 16_000
 N_FFT, HOP = 400, 160
 
 
-def decode_wav(data: bytes) -> np.ndarray:
-    """PCM WAV bytes -> float32 mono samples at 16 kHz in [-1, 1] (other rates are resampled linearly)."""
+def decode_wav(data: bytes, max_s: float | None = None) -> np.ndarray:
+    """PCM WAV bytes -> float32 mono samples at 16 kHz in [-1, 1] (other rates are resampled linearly).
+
+    ``max_s``: refuse audio longer than this many seconds, read from the header before any resampling."""
     try:
         with wave.open(io.BytesIO(data)) as w:
             rate, channels, width, n = w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
@@ -28,6 +30,10 @@ def decode_wav(data: bytes) -> np.ndarray:
         raise InvalidInputError(f"audio is not a readable PCM WAV file ({exc or type(exc).__name__})") from exc
     if width not in (1, 2, 4):
         raise InvalidInputError(f"unsupported WAV sample width {width} bytes; use 16-bit PCM")
+    if rate <= 0 or channels <= 0:
+        raise InvalidInputError(f"the WAV header gives {rate} samples/s and {channels} channels; both must be positive")
+    if max_s is not None and n / rate > max_s:  # a low-rate file would first be stretched into a huge array
+        raise InvalidInputError(f"audio is longer than {max_s:g} s")
     dtype = {1: np.uint8, 2: "<i2", 4: "<i4"}[width]
     x = np.frombuffer(frames, dtype=dtype).astype(np.float32)
     x = (x - 128.0) / 128.0 if width == 1 else x / float(2 ** (8 * width - 1))

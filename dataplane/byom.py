@@ -33,7 +33,8 @@ from dataplane.tokenization import ByteEncoderTokenizer, WordPieceTokenizer
 BYOM_TASKS = ("image-classification", "text-embeddings", "text-classification", "text-reranking")
 TEXT_INPUTS = {"input_ids", "attention_mask", "token_type_ids"}
 _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT64: "int64", onnx.TensorProto.INT32: "int32",
-           onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BOOL: "bool"}
+           onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BOOL: "bool", onnx.TensorProto.DOUBLE: "float64",
+           onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8"}
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,8 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
     """Read and check a manifest; returns the model card (not yet registered)."""
     path = Path(path)
     try:
-        m = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{path}: cannot read manifest ({exc})") from exc
 
     def need(key, types):
@@ -89,25 +90,38 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
     g_in, g_out = _graph_io(onnx_path)
     if set(inputs) != set(g_in):
         raise ManifestError(f"{path}: inputs {sorted(inputs)} do not match the graph's {sorted(g_in)}")
-    for key, decl in [*inputs.items(), *outputs.items()]:
-        graph = g_in.get(key) or g_out.get(key)
-        if graph is None:
+    for key in outputs:
+        if key not in g_out:
             raise ManifestError(f"{path}: output '{key}' is not an output of the graph ({sorted(g_out)})")
-        if isinstance(decl, dict) and decl.get("dtype") not in (None, graph["dtype"]):
+    for key, decl, graph in [*((k, d, g_in[k]) for k, d in inputs.items()),
+                             *((k, d, g_out[k]) for k, d in outputs.items())]:
+        if decl is not None and not isinstance(decl, dict):
+            raise ManifestError(f"{path}: '{key}' must be described by an object ({{dtype, shape}}), got {decl!r}")
+        decl = decl or {}
+        if decl.get("dtype") not in (None, graph["dtype"]):
             raise ManifestError(f"{path}: '{key}' is {graph['dtype']} in the graph, not {decl['dtype']}")
+        _check_shape(path, key, decl.get("shape"), graph["shape"])
     if len(outputs) != 1:
         raise ManifestError(f"{path}: name exactly one output")
     output = next(iter(outputs))
-    labels = tuple(m.get("labels") or ())
+    labels = m.get("labels") or ()
+    if not isinstance(labels, list | tuple) or not all(isinstance(x, str) for x in labels):
+        raise ManifestError(f"{path}: field 'labels' must be a list of strings")
+    labels = tuple(labels)
+    out_shape = g_out[output]["shape"]
+    if not out_shape:
+        raise ManifestError(f"{path}: the graph's output '{output}' has no shape; give it one in the ONNX file")
 
     if task == "image-classification":
         if len(inputs) != 1:
             raise ManifestError(f"{path}: an image model takes exactly one input")
         in_name = next(iter(inputs))
         shape = g_in[in_name]["shape"]
-        if len(shape) != 4 or shape[1] != 3 or not isinstance(shape[-1], int):
+        if g_in[in_name]["dtype"] != "float32":
+            raise ManifestError(f"{path}: the image input must be float32, got {g_in[in_name]['dtype']}")
+        if len(shape) != 4 or shape[1] != 3 or not isinstance(shape[-1], int) or shape[2] != shape[3]:
             raise ManifestError(f"{path}: image input must be [N,3,S,S] with a fixed S, got {shape}")
-        n_cls = g_out[output]["shape"][-1]
+        n_cls = out_shape[-1]
         if not isinstance(n_cls, int):
             raise ManifestError(f"{path}: the output's class dimension must be fixed")
         if labels and len(labels) != n_cls:
@@ -121,12 +135,30 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
         if not set(inputs) <= TEXT_INPUTS or "input_ids" not in inputs:
             raise ManifestError(f"{path}: text inputs must be input_ids and optionally attention_mask, "
                                 "token_type_ids")
+        wrong = {k: g_in[k]["dtype"] for k in inputs if g_in[k]["dtype"] != "int64"}
+        if wrong:  # the tokenizers' ids are fed as int64
+            raise ManifestError(f"{path}: text inputs must be int64 in the graph, got {wrong}")
         tok_decl = m.get("tokenizer", "bytes")
-        if tok_decl != "bytes" and not (path.parent / str(tok_decl)).exists():
-            raise ManifestError(f"{path}: tokenizer '{tok_decl}' is neither 'bytes' nor an existing file")
+        if not isinstance(tok_decl, str) or (tok_decl != "bytes" and (not tok_decl.strip()
+                                                                       or not (path.parent / tok_decl).is_file())):
+            raise ManifestError(f"{path}: tokenizer {tok_decl!r} is neither 'bytes' nor an existing file")
+        if tok_decl != "bytes":
+            try:
+                WordPieceTokenizer(path.parent / tok_decl)
+            except Exception as exc:  # the tokenizers library raises its own Exception type
+                raise ManifestError(f"{path}: tokenizer '{tok_decl}' is not a Hugging Face tokenizer.json "
+                                    f"({' '.join(str(exc).split())})") from None
         head = {"text-embeddings": "embed", "text-classification": "classify", "text-reranking": "rerank"}[task]
-        if task == "text-classification" and not labels:
-            raise ManifestError(f"{path}: text-classification needs 'labels'")
+        if task == "text-classification":
+            if not labels:
+                raise ManifestError(f"{path}: text-classification needs 'labels'")
+            if len(out_shape) != 2 or out_shape[-1] != len(labels):
+                raise ManifestError(f"{path}: {len(labels)} labels, but the output '{output}' has shape {out_shape} "
+                                    f"(need [N,{len(labels)}])")
+        if task == "text-reranking" and (len(out_shape) != 2 or out_shape[-1] != 1):
+            raise ManifestError(f"{path}: a reranker's output must be [N,1] (one score per pair), got {out_shape}")
+        if task == "text-embeddings" and len(out_shape) not in (2, 3):
+            raise ManifestError(f"{path}: an embedding output must be [N,C] or [N,T,C], got {out_shape}")
 
         def loader(config):
             tok = ByteEncoderTokenizer() if tok_decl == "bytes" else WordPieceTokenizer(path.parent / tok_decl)
@@ -136,6 +168,20 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
 
     return registry.ModelCard(name, task, "onnx", bool(m.get("synthetic", False)),
                               str(m.get("description", f"brought-in ONNX model {onnx_path.name}")), loader)
+
+
+def _check_shape(path: Path, key: str, declared, graph: list) -> None:
+    """A declared shape must match the graph's: same rank; a fixed size where the graph fixes one (named or
+    free dimensions, such as the batch, match anything)."""
+    if declared is None:
+        return
+    if not isinstance(declared, list) or not all(isinstance(d, int | str) and not isinstance(d, bool)
+                                                  for d in declared):
+        raise ManifestError(f"{path}: '{key}' shape must be a list of sizes or names, got {declared!r}")
+    fixed = [d if isinstance(d, int) else None for d in graph]
+    if len(declared) != len(graph) or any(isinstance(d, int) and g is not None and d != g
+                                          for d, g in zip(declared, fixed, strict=True)):
+        raise ManifestError(f"{path}: '{key}' is declared {declared} but the graph has {graph}")
 
 
 def register_manifest(path: str | Path, replace: bool = False) -> registry.ModelCard:

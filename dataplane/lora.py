@@ -151,6 +151,11 @@ def validate_adapter(adapter: Adapter, spec: GPT2Spec, where: str = "adapter") -
                                    f"expected {list(want)} for rank {r}")
             if t.dtype.kind != "f" or not np.isfinite(t).all():
                 raise AdapterError(f"{where}: tensor '{proj}.{part}' must be finite floats (dtype {t.dtype})")
+            with np.errstate(over="ignore"):  # the graph holds float32: a float64 value past its range is inf there
+                fits32 = np.isfinite(t.astype(np.float32)).all()
+            if not fits32:
+                raise AdapterError(f"{where}: tensor '{proj}.{part}' holds values beyond float32's range "
+                                   f"(|x| > {np.finfo(np.float32).max:.3g}), which the model computes in")
 
 
 # ----- graph rewriting -------------------------------------------------------------------------------------

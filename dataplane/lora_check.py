@@ -85,7 +85,8 @@ def run_check(preset: str = "tiny", rank: int = 8, alpha: float = 16.0, seed: in
         "lora_vs_base_max_abs": float(np.abs(got - got_base).max()),
         "logit_max_abs": float(np.abs(ref).max()),
         "top1_changed_frac": float((got.argmax(-1) != got_base.argmax(-1)).mean()),
-        "mixed_batch_max_abs": float(max(np.abs(mixed[0] - ref_base[0]).max(), np.abs(mixed[1] - ref[1]).max())),
+        # (np.maximum, not max(): a NaN in either row must show, not be dropped by a comparison)
+        "mixed_batch_max_abs": float(np.maximum(np.abs(mixed[0] - ref_base[0]).max(), np.abs(mixed[1] - ref[1]).max())),
         "baked_vs_numpy_max_abs": float(np.abs(baked - ref[:, -1]).max()),
         "merged_vs_numpy_max_abs": float(np.abs(merged - ref[:, -1]).max()),
         "decode_overhead": lora_s / base_s,

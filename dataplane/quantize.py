@@ -158,6 +158,18 @@ def embedding_drift(fp32, int8, sentences=SENTENCES) -> dict:
     return {"cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()), "sentences": len(sentences)}
 
 
+def head_drift(fp32, int8, sentences=SENTENCES) -> dict:
+    """Logit error of int8 vs fp32 for a scoring head (reranking, classification) over ``sentences``: the largest
+    absolute change and the relative L2 error. (A cosine of one or two logits says nothing: it is about +-1.)"""
+    encs = [fp32.encode(s) for s in sentences]
+    a = np.stack(fp32.run(encs)).astype(np.float64)
+    b = np.stack(int8.run(encs)).astype(np.float64)
+    return {"logit_max_abs": float(np.abs(b - a).max()),
+            "logit_rel_l2": float(np.linalg.norm(b - a) / max(np.linalg.norm(a), 1e-12)),
+            "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).mean()) if a.ndim > 1 and a.shape[-1] > 1
+            else None, "sentences": len(sentences)}
+
+
 def lm_position_logits(model, ids: np.ndarray, n_prompt: int = 4) -> np.ndarray:
     """Logits ``[B, T-n_prompt+1, V]`` after each prefix of ``ids``: a prefill, then cached steps."""
     logits, past, mask = model.prefill([list(r) for r in ids[:, :n_prompt]])
@@ -218,7 +230,8 @@ def quantize_and_measure(name: str, out_dir: str | Path, repeats: int = 20, thre
     if card.family == "bert":
         encs = [fp32.encode(s) for s in SENTENCES[:8]]
         ms = _median_ms({"fp32": lambda: fp32.run(encs), "int8": lambda: int8.run(encs)}, repeats)
-        fig.update(embedding_drift(fp32, int8), workload="8 sentences")
+        drift = embedding_drift if card.task == "text-embeddings" else head_drift
+        fig.update(drift(fp32, int8), workload="8 sentences")
     elif card.family == "gpt2":
         ids = rng.integers(0, fp32.spec.vocab_size, (1, 64))
         _, past, mask = fp32.prefill([list(ids[0])])

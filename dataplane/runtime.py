@@ -237,7 +237,7 @@ class SpeechRecognizer:
 
     def features(self, data: bytes) -> np.ndarray:
         """WAV bytes -> log-mel ``[n_mels, frames]`` (at most 30 s)."""
-        samples = decode_wav(data)
+        samples = decode_wav(data, max_s=self.spec.max_frames / 100)
         if len(samples) > self.spec.max_frames * 160:
             raise InvalidInputError(f"audio is longer than {self.spec.max_frames // 100} s")
         return log_mel(samples, self.spec.n_mels)

@@ -62,7 +62,7 @@ def resolve_provider(choice: str = "auto") -> str:
     """Map ``auto|cpu|cuda`` (or ``$EDGEPOP_PROVIDER`` when ``auto``) to an onnxruntime provider name."""
     choice = (choice or "auto").lower()
     if choice == "auto":
-        choice = os.environ.get("EDGEPOP_PROVIDER", "auto").lower()
+        choice = os.environ.get("EDGEPOP_PROVIDER", "").strip().lower() or "auto"  # set but empty: auto
     if choice == "auto":
         return PROVIDERS["cuda"] if cuda_available() else PROVIDERS["cpu"]
     if choice not in PROVIDERS:

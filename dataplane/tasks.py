@@ -67,7 +67,18 @@ def _field(inputs, name: str, types, required: bool = True, default=None):
     types = types if isinstance(types, tuple) else (types,)
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
         raise InvalidInputError(f"field '{name}' has the wrong type ({type(value).__name__})")
+    if isinstance(value, str):
+        _unicode(value, f"field '{name}'")
     return value
+
+
+def _unicode(text: str, what: str) -> None:
+    """Text the tokenizers can encode: a lone surrogate (Python strings can hold one; JSON's \\ud800 gives one)
+    is not Unicode text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{what} is not valid Unicode text ({exc.reason} at character {exc.start})") from None
 
 
 def _bytes_field(inputs, name: str) -> bytes:
@@ -89,6 +100,7 @@ def chat_prompt(messages) -> str:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise InvalidInputError(f"messages[{i}] must be {{role: {'|'.join(ROLES)}, content: string}}")
+        _unicode(m["content"], f"messages[{i}].content")
         parts.append(f"<|{m['role']}|>\n{m['content']}\n")
     return "".join(parts) + "<|assistant|>\n"
 
@@ -119,6 +131,8 @@ def reranking_inputs(inputs) -> tuple[str, list, int | None]:
         raise InvalidInputError(f"field 'contexts' must hold 1 to {MAX_BATCH_TEXTS} items")
     if not all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in contexts):
         raise InvalidInputError("each item of 'contexts' must be {text: string}")
+    for i, c in enumerate(contexts):
+        _unicode(c["text"], f"contexts[{i}].text")
     if top_k is not None and top_k < 1:
         raise InvalidInputError("field 'top_k' must be positive")
     return query, contexts, top_k
@@ -168,6 +182,8 @@ def _prepare_embeddings(model, stand_in: str, inputs) -> Prepared:
     texts = [text] if isinstance(text, str) else text
     if not texts or len(texts) > MAX_BATCH_TEXTS or not all(isinstance(t, str) for t in texts):
         raise InvalidInputError(f"field 'text' must be a string or hold 1 to {MAX_BATCH_TEXTS} strings")
+    for i, t in enumerate(texts):
+        _unicode(t, "field 'text'" if isinstance(text, str) else f"text[{i}]")
     _field(inputs, "truncate_inputs", bool, False, False)  # (its type: read by over_window)
     return _encoded([model.encode(t) for t in texts])
 

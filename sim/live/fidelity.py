@@ -202,8 +202,9 @@ def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int =
         ps, pl = sa[both], sl[both]
         draw = block_draws(len(ps), boot, rng, block) if len(ps) > 1 and boot else None
         for q in (50, 95):
-            s, v = percentile(xs, q, 2), percentile(xl, q, 2)
-            diff = round(100.0 * (s - v) / v, 2) if s is not None and v else None
+            s_raw, v_raw = percentile(xs, q, None), percentile(xl, q, None)
+            s, v = percentile(xs, q, 2), percentile(xl, q, 2)  # shown rounded; the difference is of the raw ones
+            diff = round(100.0 * (s_raw - v_raw) / v_raw, 2) if s_raw is not None and v_raw else None
             lo = hi = None
             if draw is not None:
                 with np.errstate(divide="ignore", invalid="ignore"):
@@ -228,10 +229,21 @@ def live_repeat_table(out: str | Path) -> pd.DataFrame | None:
     if not again.exists():
         return None
     first, second = pd.read_parquet(out / "live.parquet"), pd.read_parquet(again)
+    _same_requests(first, second, again)
     second = second[(second.status == 200) & (second.error.fillna("") == "")]
     table = compare(second, first)
     table.to_csv(out / "repeat" / "comparison.csv", index=False)
     return table
+
+
+def _same_requests(first: pd.DataFrame, second: pd.DataFrame, path: Path) -> None:
+    """A repeat is compared with its first run only: the same request ids with the same sizes."""
+    cols = [c for c in ("request_id", "prompt_tokens", "max_tokens", "output_tokens") if c in first and c in second]
+    a = first[cols].sort_values("request_id").reset_index(drop=True)
+    b = second[cols].sort_values("request_id").reset_index(drop=True)
+    if not a.equals(b):
+        raise UserError(f"{path}: not a repeat of {path.parent.parent / 'live.parquet'} (other requests were sent): "
+                        "replay the cell again")
 
 
 def live_repeatability(out: str | Path) -> dict | None:

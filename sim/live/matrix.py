@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+import shutil
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +33,7 @@ from sim.live.decompose import live_frame, sim_components
 from sim.live.fidelity import compare, simulate_like
 from sim.live.replay import ReplayOptions, build_requests, send_all
 from sim.live.replay_plots import plot_replay
-from sim.live.run import live_replay
+from sim.live.run import clear_outputs, live_replay
 from sim.traces import read_trace
 
 LOADS = {"light": 0.25, "near-saturation": 0.85}
@@ -73,15 +73,20 @@ def capacity_rps(opts: ReplayOptions, topo, n: int) -> float:
     """The live deployment's completion rate for ``n`` requests of the trace sent all at once (req/s)."""
     probe = replace(opts, requests=n, time_scale=1e9)
     frame = build_requests(read_trace(opts.trace)[0], topo, probe, np.random.default_rng(opts.seed + 1))
-    t0 = time.monotonic()
     live = asyncio.run(send_all(frame, probe, np.random.default_rng(opts.seed + 2),
                                 f"capacity-{uuid.uuid4().hex[:8]}:"))
-    makespan = float(np.nanmax(live.c_end.to_numpy()) - t0)
+    # from the first send (the client waits a moment and sets up before it sends anything), to the last answer
+    makespan = float(np.nanmax(live.c_end.to_numpy()) - np.nanmin(live.c_send.to_numpy()))
     return int(((live.status == 200) & (live.error == "")).sum()) / makespan
 
 
 def replay_cell(opts: ReplayOptions, desc: dict, topo, out: Path, progress=print) -> None:
-    """The live half of a cell: replay ``opts`` against the deployment and save what the simulation needs."""
+    """The live half of a cell: replay ``opts`` against the deployment and save what the simulation needs (an
+    earlier run's files in ``out`` are removed first, its ``repeat/`` too: they belong to other requests)."""
+    shutil.rmtree(out / "repeat", ignore_errors=True)
+    clear_outputs(out)
+    for name in ("timelines.json", "deployment.json", "cell.json"):
+        (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(opts.seed)
     live, timelines, host = live_replay(opts, desc, topo, rng, progress)

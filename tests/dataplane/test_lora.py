@@ -117,6 +117,9 @@ def _bad_cases(tmp_path):
         "alpha": (_write(tmp_path / "al.npz", {"rank": 4, "alpha": -1}, {"h0.attn.lora_A": a, "h0.attn.lora_B": b}),
                   "'alpha' = -1"),
         "nan": (_write(tmp_path / "nan.npz", ok, {"h0.attn.lora_A": a, "h0.attn.lora_B": b * np.nan}), "finite"),
+        # finite in the file's float64, infinite in the float32 the model computes in
+        "float32": (_write(tmp_path / "f64.npz", ok, {"h0.attn.lora_A": np.full((c, 4), 1e39),
+                                                      "h0.attn.lora_B": b}), "beyond float32's range"),
     }
 
 

@@ -98,3 +98,23 @@ def test_int8_base_serves_lora_adapters(tmp_path, lm):
     d_f, d_q = f - out["f", "base"], q - out["q", "base"]  # the adapter's effect survives quantization
     assert np.linalg.norm(d_f) / np.linalg.norm(f) > 0.2
     assert (d_f * d_q).sum() / (np.linalg.norm(d_f) * np.linalg.norm(d_q)) >= 0.99
+
+
+def test_a_scoring_heads_drift_is_its_logits_change_not_a_cosine():
+    """(The cosine of one logit is +-1 whatever the int8 model does.)"""
+    from dataplane.quantize import head_drift
+
+    class Head:
+        def __init__(self, shift):
+            self.shift = shift
+
+        def encode(self, text):
+            return text
+
+        def run(self, encs):
+            return [np.array([float(len(t)) + self.shift], np.float32) for t in encs]
+
+    d = head_drift(Head(0.0), Head(0.05), sentences=["a", "bb", "ccc"])
+    assert d["logit_max_abs"] == pytest.approx(0.05, abs=1e-6)
+    assert d["logit_rel_l2"] == pytest.approx(0.05 * 3 ** 0.5 / 14 ** 0.5, rel=1e-5)
+    assert d["top1_agreement"] is None  # one score per input: no class to agree on

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 
 import numpy as np
@@ -89,6 +90,15 @@ def test_envelope_says_when_weights_are_synthetic(dp):
     ("resnet-tiny", {"image": b""}),
     ("ctc-tiny", {"audio": b"RIFF....WAVEjunk"}),
     ("ctc-tiny", {"audio": encode_wav(np.zeros(100))}),
+    # not Unicode (a lone surrogate), in every kind of text field
+    ("gpt2-tiny", {"prompt": "a\ud800b"}),
+    ("gpt2-tiny", {"messages": [{"role": "user", "content": "\udfff"}]}),
+    ("bert-tiny-embed", {"text": ["fine", "a\ud800"]}),
+    ("bert-tiny-rerank", {"query": "q", "contexts": [{"text": "\ud800"}]}),
+    # a header with no sample rate; 2,000 samples at 1 sample/s (33 minutes, refused before it is resampled)
+    ("ctc-tiny", {"audio": encode_wav(np.zeros(2000), rate=16_000)[:24] + b"\x00\x00\x00\x00"
+                  + encode_wav(np.zeros(2000), rate=16_000)[28:]}),
+    ("ctc-tiny", {"audio": encode_wav(np.zeros(2000), rate=1)}),
 ])
 def test_malformed_inputs_raise_typed_errors(dp, model, inputs):
     with pytest.raises(InvalidInputError):
@@ -108,6 +118,11 @@ def test_provider_resolution_is_quiet_cpu_here(capfd):
     with pytest.raises(InvalidInputError):
         resolve_provider("tpu")
     assert "CUDA" not in capfd.readouterr().err
+
+
+def test_an_empty_provider_variable_means_auto(monkeypatch):
+    monkeypatch.setenv("EDGEPOP_PROVIDER", "")
+    assert resolve_provider("auto") in ("CPUExecutionProvider", "CUDAExecutionProvider")
 
 
 def _byom_dir(tmp_path, manifest: dict) -> str:
@@ -137,6 +152,10 @@ def test_bring_your_own_image_model(dp, tmp_path):
     {"model": "missing.onnx"},
     {"labels": ["only", "three", "labels"]},
     {"name": 42},
+    {"outputs": {"pixel_values": {}}},  # an input named as the output
+    {"inputs": {"pixel_values": {"dtype": "float32", "shape": ["batch", 3, 64, 64]}}},  # not the graph's shape
+    {"inputs": {"pixel_values": 5}},
+    {"labels": "abc"},
 ])
 def test_bad_manifests_raise_manifest_errors(tmp_path, change):
     manifest = {"name": "bad", "task": "image-classification", "model": "net.onnx",
@@ -179,3 +198,23 @@ def test_profile_command_user_errors_exit_2(capsys):
     assert main(["profile", "--models", ","]) == 2
     assert main(["profile", "--list-models"]) == 0
     assert "minilm-l6-v2" in capsys.readouterr().out
+
+
+def test_text_manifests_are_checked_against_the_graph(tmp_path):
+    src = registry.load("bert-tiny-classify").session.path
+    shutil.copy(src, tmp_path / "enc.onnx")
+    base = {"name": "c", "task": "text-classification", "model": "enc.onnx",
+            "inputs": {k: {"dtype": "int64"} for k in ("input_ids", "attention_mask", "token_type_ids")},
+            "outputs": {"logits": {}}, "labels": ["NEGATIVE", "POSITIVE"], "tokenizer": "bytes"}
+    (tmp_path / "bogus.json").write_text("{}")
+    for change, needle in (({"labels": ["a", "b", "c"]}, "3 labels, but the output"),
+                           ({"task": "text-reranking"}, "reranker's output must be [N,1]"),
+                           ({"tokenizer": ""}, "neither 'bytes' nor an existing file"),
+                           ({"tokenizer": "."}, "neither 'bytes' nor an existing file"),
+                           ({"tokenizer": "bogus.json"}, "not a Hugging Face tokenizer.json")):
+        (tmp_path / "m.json").write_text(json.dumps({**base, **change}))
+        with pytest.raises(ManifestError, match=re.escape(needle)):
+            byom.load_manifest(tmp_path / "m.json")
+    (tmp_path / "m.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ManifestError, match="cannot read manifest"):
+        byom.load_manifest(tmp_path / "m.json")

@@ -8,9 +8,11 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 from kit.gateway import GEN
 
 from dataplane.engine_profile import engine_profile
+from edgepop.errors import UserError
 from sim.live import live_profile
 from sim.live.client import fetch_deployment
 from sim.live.fidelity import compare, mirror_deployment, simulate_like, summarize
@@ -144,7 +146,7 @@ def test_comparison_intervals_are_a_paired_bootstrap():
     sim = live.drop(columns=["status", "error"]).assign(outcome="ok")
     sim[["ttft_ms", "tpot_ms", "e2e_ms"]] *= 1.1  # every request 10% slower: the error is 10% in every resample
     table = compare(sim, live).set_index(["metric", "percentile"])
-    assert np.allclose(table.diff_pct, 10.0, atol=0.1)  # the reported percentiles are rounded to 0.01 ms
+    assert np.allclose(table.diff_pct, 10.0, atol=0.005)  # of the percentiles before their rounding for display
     assert np.allclose(table.diff_lo_pct, 10.0, atol=0.01) and np.allclose(table.diff_hi_pct, 10.0, atol=0.01)
     sim["tpot_ms"] = live.tpot_ms.to_numpy() * rng.lognormal(0, 0.3, n)  # noisy per request: a real interval
     t = compare(sim, live).set_index(["metric", "percentile"]).loc[("tpot_ms", "p50")]
@@ -216,6 +218,20 @@ def test_live_repeatability_compares_the_second_live_run_with_the_first(tmp_path
     assert abs(rep["tpot_p50"]["err_pct"] - 20.0) < 0.5 and not rep["tpot_p50"]["met"] and not rep["met"]
     assert rep["ttft_p50"]["err_pct"] == 0.0 and rep["ttft_p95"]["met"]
     assert (cell / "repeat" / "comparison.csv").exists()
+    other = second.assign(prompt_tokens=7)  # a second run of other requests is no repeat of the first
+    first.assign(prompt_tokens=5).to_parquet(cell / "live.parquet", index=False)
+    other.to_parquet(cell / "repeat" / "live.parquet", index=False)
+    with pytest.raises(UserError, match="not a repeat of"):
+        live_repeatability(cell)
+
+
+def test_differences_are_of_unrounded_percentiles():
+    n = 21
+    live = pd.DataFrame({"request_id": np.arange(n), "status": 200, "error": "", "ttft_ms": 100.0,
+                         "tpot_ms": 3.0001, "e2e_ms": 200.0})
+    sim = live.drop(columns=["status", "error"]).assign(outcome="ok", tpot_ms=3.1549)
+    row = compare(sim, live, boot=0).set_index(["metric", "percentile"]).loc[("tpot_ms", "p50")]
+    assert row.diff_pct == 5.16 and not row.met  # from the rounded 3.15 / 3.00 it read 5.0%, met
 
 
 def test_replay_mistakes_fail_in_one_line_before_the_live_run(gateway, tmp_path, capsys):
