@@ -189,7 +189,8 @@ def _nearest_pop(topo: Topology, lat: float, lon: float) -> int:
 
 
 def ingress_site_rtt(topo: Topology, fleet: Fleet, latency=None) -> np.ndarray:
-    """RTT (ms) from every PoP (rows, as ingress) to every fleet site (columns): backbone path plus base cost.
+    """RTT (ms) from every PoP (rows, as ingress) to every fleet site (columns): the WAN model's core RTT between
+    their backbone nodes (base + g(d) x path, as users' RTTs to a site are computed).
 
     Serving at the ingress PoP itself costs no backbone RTT (0 ms). ``latency`` overrides the topology's model (a
     backbone with cut links). Pairs the backbone graph does not connect (custom PoP tables with isolated cities)
@@ -198,9 +199,7 @@ def ingress_site_rtt(topo: Topology, fleet: Fleet, latency=None) -> np.ndarray:
     latency = latency or topo.latency
     sites = fleet.sites.backbone.to_numpy()
     pop_nodes = topo.pop_nodes
-    # In place, one PoPs x sites array (tens of MB at thousands of PoPs): the values of base + path, then zeros.
-    rtt = latency.node_ms[np.ix_(pop_nodes, sites)]
-    rtt += latency.params.base_ms
+    rtt = latency.node_rtt_matrix(pop_nodes, sites)
     finite = np.isfinite(rtt)
     if not finite.all():  # distances of the unconnected pairs only: a few isolated PoPs of thousands
         gap = np.nonzero(~finite)

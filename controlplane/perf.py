@@ -427,8 +427,11 @@ def capacity_rps(perf: PerfModel, spec: ModelSpec, gpu: str, prompt_tokens: floa
     batch = int(batch or spec.max_batch)
     prefill = perf.prefill_ms(spec, gpu, int(prompt_tokens), **opts)
     if not spec.generative:
-        # Encoders batch whole requests: a full batch costs about one pass over the batch's tokens.
-        batch_ms = perf.prefill_ms(spec, gpu, int(prompt_tokens * batch), **opts)
+        # Encoders batch whole requests: one pass over the batch, each prompt attending to its own tokens only (as
+        # the replica engine runs it), not one sequence of the batch's summed length.
+        together = getattr(perf, "prefill_batch_ms", None)
+        batch_ms = (together(spec, gpu, [max(int(prompt_tokens), 1)] * batch, **opts) if together is not None
+                    else batch * prefill)
         return 1e3 * batch / max(batch_ms, prefill)
     if spec.kv_pool_tokens:
         batch = max(1, min(batch, math.floor(spec.kv_pool_tokens / max(prompt_tokens + output_tokens, 1))))

@@ -29,10 +29,12 @@ class Turns:
     """Turns of a set of sessions, in session order then turn order."""
 
     t: np.ndarray
-    session: np.ndarray  # index of the session (0..S-1 within this call)
-    turn: np.ndarray
+    session: np.ndarray  # index of the session (0..S-1 within this call): its user, city and model
+    turn: np.ndarray  # turn number within its chat
     prompt: np.ndarray
     output: np.ndarray
+    chat: np.ndarray  # index of the chat (0..C-1 within this call): a session that outgrew its window goes on in new ones
+    n_chats: int
 
 
 def _segmented_cumsum(x: np.ndarray, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -45,8 +47,10 @@ def expand_sessions(t0: np.ndarray, context: np.ndarray, dist: TaskTokens, mean_
                     think_time_s: float, rng: np.random.Generator) -> Turns:
     """Turns of sessions starting at ``t0`` on models with context windows ``context`` (one per session).
 
-    Turns per session are geometric with mean ``mean_turns``; a session ends early when its next prompt would not
-    fit the context window (the user starts a new chat). Outputs are clipped so prompt + output fits the window.
+    Turns per session are geometric with mean ``mean_turns``. A turn whose history would not fit the context
+    window starts a new chat instead (the user opens a new conversation with a fresh first message, and the
+    session's later turns build on that one), so every drawn turn arrives and the workload keeps its rate and its
+    share of session turns. Outputs are clipped so prompt + output fits the window.
     """
     n = len(t0)
     k = rng.geometric(1.0 / mean_turns, n) if n else np.zeros(0, np.int64)
@@ -60,16 +64,33 @@ def expand_sessions(t0: np.ndarray, context: np.ndarray, dist: TaskTokens, mean_
     output = dist.output.sample(rng, len(turn))
     ctx = context[session]
     msg[~later] = np.minimum(msg[~later], context - 1)
-    # Each turn adds the previous answer and a new message to the history it sends.
-    grow = msg.copy()
-    grow[later] += output[np.flatnonzero(later) - 1]
-    prompt = _segmented_cumsum(grow, first, k)
     gaps = np.where(later, think_time_s * np.exp(THINK_SIGMA * rng.standard_normal(len(turn))), 0.0)
     t = t0[session] + _segmented_cumsum(gaps, first, k)
-    # Prompts grow strictly, so dropping the turns that overflow drops a session's tail.
-    keep = prompt <= ctx - 1
+    # Each turn adds the previous answer and a new message to the history it sends, within its chat. Prompts grow
+    # strictly within a chat, so its first overflowing turn starts the next chat; repeat until none overflows (a
+    # chat's first prompt always fits).
+    start = ~later
+    while True:
+        starts = np.flatnonzero(start)
+        length = np.diff(np.append(starts, len(turn)))
+        grow = msg.copy()
+        cont = np.flatnonzero(~start)
+        grow[cont] += output[cont - 1]
+        prompt = _segmented_cumsum(grow, starts, length)
+        over = prompt > ctx - 1
+        if not over.any():
+            break
+        chat = np.repeat(np.arange(len(starts)), length)
+        idx = np.flatnonzero(over)
+        first_over = idx[np.r_[True, chat[idx][1:] != chat[idx][:-1]]]  # each chat's first overflowing turn
+        start[first_over] = True
+        msg[first_over] = np.minimum(dist.prompt.sample(rng, len(first_over)), ctx[first_over] - 1)
+    starts = np.flatnonzero(start)
+    length = np.diff(np.append(starts, len(turn)))
+    chat = np.repeat(np.arange(len(starts)), length)
+    turn = np.arange(len(turn)) - np.repeat(starts, length)
     output = np.minimum(output, ctx - prompt)
-    return Turns(t[keep], session[keep], turn[keep], prompt[keep], output[keep])
+    return Turns(t, session, turn, prompt, output, chat, len(starts))
 
 
 def block_hash_ids(prompt: np.ndarray, group: np.ndarray, block_tokens: int) -> np.ndarray:

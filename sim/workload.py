@@ -203,8 +203,8 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
             model = np.minimum(np.searchsorted(q_cum, rng.random(len(t)), side="right"), len(models) - 1)
             start = gen[model] & (rng.random(len(t)) < p_start)
             part = _singles(t[~start], city[~start], model[~start], specs, cfg, rng)
-            turns_part = _turns(t[start], city[start], model[start], specs, cfg, rng, n_sessions)
-            n_sessions += int(start.sum())
+            turns_part, n_chats = _turns(t[start], city[start], model[start], specs, cfg, rng, n_sessions)
+            n_sessions += n_chats
             parts += [part, turns_part]
             if stop is not None:
                 horizon = stop
@@ -230,11 +230,13 @@ def _singles(t, city, model, specs, cfg, rng) -> dict:
             "session": np.full(len(t), -1, np.int64)}
 
 
-def _turns(t0, city, model, specs, cfg, rng, session_offset: int) -> dict:
+def _turns(t0, city, model, specs, cfg, rng, session_offset: int) -> tuple[dict, int]:
+    """The turns of sessions starting at ``t0``, session ids from ``session_offset`` on (one per chat: a session
+    that outgrew its window goes on as new chats), and how many ids they took."""
     ctx = np.array([s.context_window for s in specs], np.int64)[model]
     tr = expand_sessions(t0, ctx, cfg.tokens["text-generation"], cfg.session_turns, cfg.think_time_s, rng)
     return {"t": tr.t, "city": city[tr.session], "model": model[tr.session], "prompt": tr.prompt,
-            "output": tr.output, "session": tr.session + session_offset}
+            "output": tr.output, "session": tr.chat + session_offset}, tr.n_chats
 
 
 def _check_bursts(cfg: WorkloadConfig, groups: Groups) -> None:

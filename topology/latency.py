@@ -230,6 +230,17 @@ class LatencyModel:
         """A direct terrestrial link between two nearby points (none beyond ``max_link_km``)."""
         return np.where(km <= self.params.max_link_km, self._link_ms(km, np.array("land")), np.inf)
 
+    def node_rtt_matrix(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Core RTT (ms, float64) between backbone nodes ``a`` (rows) and ``b`` (columns), by the same model as
+        :meth:`core_rtt_ms`: base + g(d) x the cheaper of the backbone path and a direct link (inf where the graph
+        does not connect them and they are too far apart for a direct link)."""
+        a, b = np.asarray(a), np.asarray(b)
+        km = pairwise_km(self.node_lat[a], self.node_lon[a], self.node_lat[b], self.node_lon[b])
+        path = np.minimum(self.node_ms[np.ix_(a, b)], self._direct_ms(km))
+        path *= self.inflation(km)
+        path += self.params.base_ms
+        return path
+
     def site_rtt_matrix(self, lat, lon, site_nodes: np.ndarray) -> np.ndarray:
         """Core RTT (ms, float32) from each point (rows) to each backbone node in ``site_nodes`` (columns);
         large matrices come from :mod:`topology.rtt_cache` (read-only arrays)."""

