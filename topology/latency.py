@@ -38,7 +38,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components, dijkstra
 
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
-from topology.rtt_cache import cached_links, cached_matrix, cached_paths
+from topology.rtt_cache import cached_links, cached_matrix, cached_node_rtt, cached_paths
 from topology.tables import DATA_DIR
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
@@ -235,10 +235,24 @@ class LatencyModel:
         :meth:`core_rtt_ms`: base + g(d) x the cheaper of the backbone path and a direct link (inf where the graph
         does not connect them and they are too far apart for a direct link)."""
         a, b = np.asarray(a), np.asarray(b)
+        return cached_node_rtt(self, a, b, lambda: self._node_rtt_matrix(a, b))
+
+    def _node_rtt_matrix(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        p = self.params
         km = pairwise_km(self.node_lat[a], self.node_lon[a], self.node_lat[b], self.node_lon[b])
-        path = np.minimum(self.node_ms[np.ix_(a, b)], self._direct_ms(km))
-        path *= self.inflation(km)
-        path += self.params.base_ms
+        path = self.node_ms[np.ix_(a, b)]
+        # In place over one PoPs x sites array (tens of MB at thousands of PoPs), each value as _direct_ms and
+        # inflation compute it: a direct link only where one can exist, then g(d) = 1 + s x scale / (d + scale).
+        near = np.flatnonzero(km.ravel() <= p.max_link_km)
+        if len(near):
+            flat = path.reshape(-1)
+            flat[near] = np.minimum(flat[near], 2.0 * np.float64(p.alpha_land) * km.ravel()[near] / FIBRE_KM_PER_MS
+                                    + p.hop_ms)
+        km += p.short_scale_km
+        np.divide(p.short_inflation * p.short_scale_km, km, out=km)
+        km += 1.0
+        path *= km
+        path += p.base_ms
         return path
 
     def site_rtt_matrix(self, lat, lon, site_nodes: np.ndarray) -> np.ndarray:

@@ -10,6 +10,9 @@ changes. Files are ``.npy`` under ``$EDGEPOP_CACHE_DIR`` or the user cache direc
 one of the wrong shape is recomputed. ``EDGEPOP_NO_CACHE=1`` turns the disk cache off. Small queries (a single
 user) bypass the cache.
 
+The core RTTs between backbone nodes (every ingress PoP x every site of a fleet, which placement and routing read)
+are kept the same way, keyed by the model's hash and the two node lists.
+
 The backbone itself is kept the same way under ``backbone/`` in that folder: its links (a distance matrix and a
 nearest-neighbour sort of every node), keyed by the code, the nodes, the cable table and the options, and its
 all-pairs matrix (seconds of shortest paths at thousands of PoPs), keyed by the code, the parameters, the node
@@ -64,15 +67,17 @@ def _module_digest(module) -> str:
 
 
 def model_digest(model) -> str:
-    """Hash of a latency model: code, parameters, backbone matrix and node coordinates (memoised on the model)."""
+    """Hash of a latency model: code, parameters, backbone matrix and node coordinates (memoised on the model, for
+    the arrays it was taken of: a copy of the model given another backbone matrix is hashed again)."""
+    arrays = (model.node_ms, model.node_lat, model.node_lon)
     got = getattr(model, "_digest", None)
-    if got is None:
+    if got is None or any(x is not y for x, y in zip(got[0], arrays, strict=True)) or got[1] != repr(model.params):
         h = hashlib.sha256(_code_digest(model).encode())
         h.update(repr(model.params).encode())
-        for a in (model.node_ms, model.node_lat, model.node_lon):
+        for a in arrays:
             h.update(np.ascontiguousarray(a, dtype=np.float64))
-        got = model._digest = h.hexdigest()
-    return got
+        got = model._digest = (arrays, repr(model.params), h.hexdigest())
+    return got[2]
 
 
 def matrix_key(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarray) -> str:
@@ -115,6 +120,31 @@ def cached_matrix(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarra
     _MEMORY[key] = m
     while len(_MEMORY) > _MEMORY_ENTRIES:
         _MEMORY.popitem(last=False)
+    return m
+
+
+def cached_node_rtt(model, a: np.ndarray, b: np.ndarray, compute) -> np.ndarray:
+    """``compute()``, the core RTT matrix (float64) between backbone nodes ``a`` (rows) and ``b`` (columns), or the
+    same matrix from the disk cache (a writable array: callers adjust it in place)."""
+    folder = cache_dir()
+    shape = (a.size, b.size)
+    if folder is None or shape[0] * shape[1] < MIN_CELLS:
+        return compute()
+    h = hashlib.sha256(model_digest(model).encode())
+    h.update(b"node-rtt|")
+    for x in (a, b):
+        h.update(np.ascontiguousarray(x, dtype=np.int64))
+        h.update(b"|")
+    path = folder / f"{h.hexdigest()}.nodes.npy"
+    if path.is_file():
+        try:
+            m = np.load(path, allow_pickle=False)
+            if m.shape == shape and m.dtype == np.float64:
+                return m
+        except (OSError, ValueError):
+            pass
+    m = compute()
+    _write(path, m)
     return m
 
 

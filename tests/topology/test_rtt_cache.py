@@ -184,3 +184,20 @@ def test_the_ingress_comes_from_disk_and_a_stale_one_is_never_used(topo, cache, 
         path.write_bytes(b"not an archive")
     for got, want in zip(ingress(lat, lon), fresh, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_node_rtts_come_from_disk_and_a_copy_with_another_backbone_is_hashed_again(topo, cache, monkeypatch):
+    import copy
+
+    a, b = np.repeat(topo.pop_nodes, 2), topo.pop_nodes  # enough cells to be cached
+    computed = topo.latency._node_rtt_matrix(a, b)
+    first = topo.latency.node_rtt_matrix(a, b)
+    assert np.array_equal(first, computed) and len(list(cache.glob("*.nodes.npy"))) == 1
+    with monkeypatch.context() as m:
+        m.setattr(LatencyModel, "_node_rtt_matrix", lambda *a, **k: pytest.fail("recomputed a cached matrix"))
+        again = topo.latency.node_rtt_matrix(a, b)
+    assert np.array_equal(again, computed) and again.flags.writeable  # callers adjust it in place
+    slower = copy.copy(topo.latency)  # the memoised hash is copied with it: it must not be reused
+    slower.node_ms = topo.latency.node_ms + 1.0
+    assert not np.array_equal(slower.node_rtt_matrix(a, b), computed)
+    assert len(list(cache.glob("*.nodes.npy"))) == 2
