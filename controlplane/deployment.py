@@ -139,13 +139,16 @@ def build_control_plane(cfg: DeploymentConfig, catalog: Catalog, fleet: Fleet, t
                         rtt: np.ndarray, *, perf=None, rng: np.random.Generator | None = None,
                         typical_tokens: tuple = (512, 128), scenario_start=None, day_s: float = 86_400.0,
                         prefix: PrefixIndex | None = None, adapters: AdapterIndex | None = None,
-                        adapter_routing: bool = True, slots: int | None = None) -> ControlPlane:
+                        adapter_routing: bool = True, slots: int | None = None,
+                        one_llm_per_gpu: bool | None = None) -> ControlPlane:
     """The control plane of ``cfg`` over ``table`` (model, node[, gpu_index]) on ``fleet``.
 
     ``prefix``/``adapters``: the router-side prefix index and adapter slots (None: that technique is off); with
     ``adapter_routing`` the configured router is wrapped in ``adapter-aware``. ``slots`` overrides every
     replica's concurrent sequences (the live gateway's ``--slots``). ``scenario_start``/``day_s`` are the clock
-    of a ``scheduled`` autoscaler (its defaults unless its options say otherwise).
+    of a ``scheduled`` autoscaler (its defaults unless its options say otherwise). ``one_llm_per_gpu``: the rule
+    replicas loaded at run time keep (default ``cfg``'s); the placement's: a table placed by memory alone or given
+    row by row is not held to it, nor are its replicas when they load again.
     """
     admission = AdmissionConfig(queue_limit=cfg.queue_limit, queue_timeout_s=cfg.queue_timeout_s,
                                 load_gbs=cfg.load_gbs, init_s=cfg.init_s)
@@ -157,7 +160,8 @@ def build_control_plane(cfg: DeploymentConfig, catalog: Catalog, fleet: Fleet, t
                          admission=admission, perf=perf, rng=rng,
                          autoscaler=AUTOSCALERS.create(cfg.autoscaler, options=scaler_opts),
                          typical_tokens=typical_tokens, prefix=prefix, adapters=adapters,
-                         adapter_routing=adapter_routing, one_llm_per_gpu=cfg.one_llm_per_gpu)
+                         adapter_routing=adapter_routing,
+                         one_llm_per_gpu=cfg.one_llm_per_gpu if one_llm_per_gpu is None else one_llm_per_gpu)
     if slots is not None:
         plane.set_slots(slots)
     return plane
@@ -209,11 +213,12 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     shape = shape or {}
     mix = mix or {s.id: 1.0 for s in catalog}
     rng_place = rng_place if rng_place is not None else np.random.default_rng(0)
+    one_llm = cfg.one_llm_per_gpu and not (policy.explicit or policy.memory_only)  # the rule this plan keeps
     problem = PlacementProblem.build(topo, catalog=catalog, fleet=fleet, total_rps=demand_rps, mix=mix, perf=perf,
                                      prompt_tokens=dict(shape.get("prompt", {})),
                                      output_tokens=dict(shape.get("output", {})),
                                      utilisation_cap=cfg.utilisation_cap,
-                                     one_llm_per_gpu=cfg.one_llm_per_gpu and not (policy.explicit or policy.memory_only))
+                                     one_llm_per_gpu=one_llm)
     placement = cached_place(policy, problem, rng_place)
     if cfg.fill_idle_gpus and not policy.explicit:
         placement = with_idle_gpus_filled(placement)
@@ -225,7 +230,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     # those its workload names (``ClusterState.precompute_pairs``), the gateway for every ingress PoP.
     plane = build_control_plane(cfg, catalog, fleet, placement.table, rtt, perf=perf, rng=rng_route,
                                 typical_tokens=typical_tokens, scenario_start=scenario_start, day_s=day_s,
-                                **plane_options)
+                                one_llm_per_gpu=one_llm, **plane_options)
     return Deployment(name, plane, fleet, table=placement.table, placement=placement, **entry)
 
 
@@ -240,7 +245,8 @@ def deployment_from_table(name: str, cfg: DeploymentConfig, topo, catalog: Catal
     fleet = edge_fleet(topo, list(pops))
     entry = _entry(name, False, topo, fleet)
     rtt = entry["rtt_builder"](topo.latency) * rtt_scale
-    plane = build_control_plane(cfg, catalog, fleet, table, rtt, perf=perf, rng=rng_route, **plane_options)
+    plane = build_control_plane(cfg, catalog, fleet, table, rtt, perf=perf, rng=rng_route, one_llm_per_gpu=False,
+                                **plane_options)
     if "slots" in table:
         for r, s in zip(plane.state.replicas, table.slots.tolist(), strict=True):
             plane.set_slots(int(s), [r])

@@ -128,8 +128,10 @@ def estimate(args) -> dict:
         cap_batch = max(1, min(batch, int(spec.kv_pool_tokens // max(p_tok + o_tok, 1))))
     out["kv_pool_tokens"] = int(spec.kv_pool_tokens) if gen and spec.kv_pool_tokens else None
     out["capacity_batch"] = cap_batch
+    # (the memory above is for --batch sequences; capacity runs cap_batch of them, which must fit in turn)
+    cap_fits = model.memory_per_gpu(spec, args.gpu, kv_tokens=cap_batch * (p_tok + o_tok) if gen else 0, **wo)["fits"]
     out["capacity_rps_per_replica"] = (round(capacity_rps(model, spec, args.gpu, p_tok, o_tok, batch=batch, **wo), 3)
-                                       if mem["fits"] else None)
+                                       if cap_fits else None)
     return out
 
 

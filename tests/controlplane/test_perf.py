@@ -274,6 +274,15 @@ def _estimate(capsys, *args):
     return rc, out, err
 
 
+def test_estimate_capacity_runs_the_batch_the_kv_pool_allows(capsys):
+    """--batch 256 does not fit an L40S, but capacity runs the KV pool's batch (6 such sequences), which does."""
+    args = ["--model", L8, "--gpu", "L40S", "--prompt-tokens", "4000", "--output-tokens", "1000", "--json"]
+    big = json.loads(_estimate(capsys, *args, "--batch", "256")[1])
+    small = json.loads(_estimate(capsys, *args, "--batch", str(big["capacity_batch"]))[1])
+    assert not big["memory_per_gpu"]["fits"] and small["memory_per_gpu"]["fits"]
+    assert big["capacity_batch"] < 256 and big["capacity_rps_per_replica"] == small["capacity_rps_per_replica"] > 0
+
+
 def test_estimate_json_fields(capsys):
     rc, out, _ = _estimate(capsys, "--model", L70, "--gpu", "A100-80GB", "--tp", "4", "--batch", "8",
                            "--prompt-tokens", "1024", "--json")

@@ -124,6 +124,24 @@ def test_runtime_loads_keep_one_language_model_per_gpu(catalog):
     assert len([r for r in llms if r.model == LLAMA]) == 1
 
 
+def test_a_plan_placed_by_memory_alone_is_not_held_to_one_language_model_per_gpu_when_it_reloads(topo):
+    """Its replicas share GPUs by the plan's own rule: scaled to zero, each loads again where it was."""
+    from controlplane.catalog import default_catalog
+    from controlplane.deployment import DeploymentConfig, build_deployment
+
+    for policy, rule in (("everywhere-fits", False), ("greedy-demand", True)):
+        dep = build_deployment("edge", DeploymentConfig(placement=policy, pops=("FRA", "LHR")), topo,
+                               default_catalog(), demand_rps=5.0)
+        state = dep.plane.state
+        assert state.one_llm_per_gpu is rule
+        if not rule:
+            r = next(r for r in state.replicas if r.spec.generative
+                     and sum(bool(o.spec.generative and o.node == r.node and set(o.gpu_index) & set(r.gpu_index))
+                             for o in state.replicas) > 1)  # a language model sharing its GPU with another
+            state.unload(r)
+            assert state.begin_load(r, 0.0, 1.0)
+
+
 def test_a_node_back_up_loads_its_replicas_again(catalog):
     adm = AdmissionConfig(load_gbs=2.0, init_s=5.0)
     cp = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), np.zeros((1, 1)), admission=adm)
