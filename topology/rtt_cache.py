@@ -135,7 +135,12 @@ def cached_node_rtt(model, a: np.ndarray, b: np.ndarray, compute) -> np.ndarray:
     for x in (a, b):
         h.update(np.ascontiguousarray(x, dtype=np.int64))
         h.update(b"|")
-    path = folder / f"{h.hexdigest()}.nodes.npy"
+    return _float64_file(folder / f"{h.hexdigest()}.nodes.npy", shape, compute)
+
+
+def _float64_file(path: Path, shape: tuple, compute) -> np.ndarray:
+    """The float64 matrix of ``shape`` kept at ``path``, or ``compute()`` written there (a file that cannot be
+    read, or holds another shape or type, is computed again)."""
     if path.is_file():
         try:
             m = np.load(path, allow_pickle=False)
@@ -160,17 +165,7 @@ def cached_paths(model, n: int, i: np.ndarray, j: np.ndarray, ms: np.ndarray, co
     for a, dtype in ((i, np.int64), (j, np.int64), (ms, np.float64)):
         h.update(np.ascontiguousarray(a, dtype=dtype))
         h.update(b"|")
-    path = folder / "backbone" / f"{h.hexdigest()}.npy"
-    if path.is_file():
-        try:
-            m = np.load(path, allow_pickle=False)
-            if m.shape == (n, n) and m.dtype == np.float64:
-                return m
-        except (OSError, ValueError):
-            pass
-    m = compute()
-    _write(path, m)
-    return m
+    return _float64_file(folder / "backbone" / f"{h.hexdigest()}.npy", (n, n), compute)
 
 
 def cached_argmin(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarray, add: np.ndarray, compute):
