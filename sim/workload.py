@@ -19,7 +19,7 @@ import pandas as pd
 from controlplane.catalog import Catalog, default_catalog
 from controlplane.forecast import DEFAULT_MIX, normalise_mix
 from edgepop.errors import UserError
-from sim.arrivals import Cities, Groups, city_table, poisson_chunks
+from sim.arrivals import Cities, Groups, bin_width_s, city_table, poisson_chunks
 from sim.sessions import (
     THINK_SIGMA,
     as_hash_id_column,
@@ -187,6 +187,7 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
     _check_bursts(cfg, groups)
     if cfg.requests is None and cfg.duration_s is None:
         raise UserError("[workload]: a Poisson workload needs a size: requests (a count) or duration_s (seconds)")
+    _check_bins(cfg)
     # With sessions, start early so that conversations already under way at time 0 are present (a stationary
     # start); arrivals before 0 are dropped.
     horizon = -warmup_s(cfg) if s > 0 else 0.0
@@ -211,6 +212,22 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
     cols = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
     cols["models"] = models
     return cols
+
+
+# Arrivals are drawn per bin of the diurnal clock (one real minute) and demand group: past this many bins the
+# generation alone takes minutes to hours (a year at a day per minute is ~10^9 bins).
+MAX_BINS = 10_000_000
+
+
+def _check_bins(cfg: WorkloadConfig) -> None:
+    span = cfg.duration_s if cfg.duration_s is not None else cfg.requests / cfg.rps
+    span += warmup_s(cfg) if cfg.session_fraction > 0 else 0.0
+    bins = span / bin_width_s(cfg)
+    if bins > MAX_BINS:
+        clock = f"at {cfg.day_compression:g} s a day" if cfg.day_compression else "in real time"
+        raise UserError(f"workload day_compression: {span:.3g} simulated s {clock} cover {bins:.3g} minutes of the "
+                        f"diurnal clock, each drawn in turn (more than {MAX_BINS:,}): "
+                        "ask for a shorter span (fewer requests, a higher rps) or compress the day less")
 
 
 def warmup_s(cfg: WorkloadConfig) -> float:

@@ -371,3 +371,10 @@ def test_a_session_that_outgrows_its_window_goes_on_as_a_new_chat():
     later = tr.turn > 0  # within a chat, each turn's history grows
     assert (tr.prompt[later] > tr.prompt[np.flatnonzero(later) - 1]).all()
     assert (tr.session[tr.chat == tr.chat[new[-1]]] == tr.session[new[-1]]).all()  # a chat is one session's
+
+
+def test_a_span_of_too_many_diurnal_minutes_is_refused_before_drawing(topo):
+    """A year at a day per minute is ~10^9 one-minute bins of the diurnal clock: hours of drawing, refused at once."""
+    cfg = WorkloadConfig.from_dict({"duration_s": 31_000_000.0, "rps": 0.01, "day_compression": 60})
+    with pytest.raises(UserError, match="day_compression: .* minutes of the diurnal clock"):
+        generate(cfg, topo, rng=1)
