@@ -267,9 +267,7 @@ class ClusterState:
         if not self.fits_back(r):
             return False
         self._reserve(r.spec, r.node, r.gpu_index, +1)
-        r.status, r.ready_at = LOADING, now + load_s
-        self.loading.add(r)
-        self.refresh(r.model)
+        self.reload(r, now, load_s)
         return True
 
     # ---------------------------------------------------------------- health
@@ -284,8 +282,8 @@ class ClusterState:
         return hit
 
     def reload(self, r: Replica, now: float, load_s: float) -> None:
-        """A resident replica whose weights were lost (its node failed and came back) loads them again; its GPU
-        memory stayed reserved."""
+        """A replica with its GPU memory reserved loads its weights (from COLD, or again after its node failed and
+        came back)."""
         r.status, r.ready_at = LOADING, now + load_s
         self.loading.add(r)
         self.refresh(r.model)

@@ -36,22 +36,11 @@ class GpuBusySampler:
 
     def __init__(self, sim, dt: float):
         self.sim, self.dt = sim, float(dt)
-        nodes = sim.dep.fleet.nodes
-        self.offset = np.concatenate([[0], np.cumsum(nodes.gpus.to_numpy())]).astype(int)
-        self.total = int(self.offset[-1])
+        self.total = sim.gpu_meter.total
         self.t: list[float] = []
         self.busy: list[int] = []
         self.shared: list[int] = []
-        self._gpus: dict[int, tuple[int, ...]] = {}
         sim.env.process(self._run())
-
-    def _gpus_of(self, replica_id: int) -> tuple[int, ...]:
-        got = self._gpus.get(replica_id)
-        if got is None:  # replicas an autoscaler adds appear later: index them when first seen
-            for r in self.sim.plane.state.replicas:
-                self._gpus.setdefault(r.id, tuple(int(self.offset[r.node] + g) for g in r.gpu_index))
-            got = self._gpus[replica_id]
-        return got
 
     def _run(self):
         # Thousands of replicas (a 3,000-PoP edge) x hundreds of samples: the busy flags are read in one pass and
@@ -68,7 +57,7 @@ class GpuBusySampler:
                 for rid, eng in itertools.islice(engines.items(), seen, None):
                     if getattr(eng, "meter", None) is None:
                         engs.append(eng)
-                        own = self._gpus_of(rid)
+                        own = meter.ids(self.sim.plane.state.replicas[rid])  # (a replica's id is its index)
                         counts.append(len(own))
                         gpus.extend(own)
                 seen = len(engines)

@@ -27,9 +27,18 @@ class GpuBusyMeter:
         self.since = [0.0] * n
         self.busy = [0.0] * n
 
+    @property
+    def total(self) -> int:
+        """How many GPUs the fleet has."""
+        return self.offset[-1]
+
+    def ids(self, replica) -> tuple[int, ...]:
+        """The GPU numbers of ``replica``'s GPUs."""
+        return tuple(self.offset[replica.node] + int(g) for g in replica.gpu_index)
+
     def bind(self, engine, replica) -> None:
         """Have ``engine`` (a ReplicaEngine computing for ``replica``) report its busy periods here."""
-        engine.gpu_ids = tuple(self.offset[replica.node] + int(g) for g in replica.gpu_index)
+        engine.gpu_ids = self.ids(replica)
         engine.meter = self
 
     def start(self, ids: tuple, t: float) -> None:

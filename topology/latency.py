@@ -241,17 +241,13 @@ class LatencyModel:
         p = self.params
         km = pairwise_km(self.node_lat[a], self.node_lon[a], self.node_lat[b], self.node_lon[b])
         path = self.node_ms[np.ix_(a, b)]
-        # In place over one PoPs x sites array (tens of MB at thousands of PoPs), each value as _direct_ms and
-        # inflation compute it: a direct link only where one can exist, then g(d) = 1 + s x scale / (d + scale).
+        # As core_rtt_ms computes it, but the direct link only where one can exist (a few pairs of millions: the
+        # rest are inf, which min() leaves alone), in place over one PoPs x sites array.
         near = np.flatnonzero(km.ravel() <= p.max_link_km)
         if len(near):
             flat = path.reshape(-1)
-            flat[near] = np.minimum(flat[near], 2.0 * np.float64(p.alpha_land) * km.ravel()[near] / FIBRE_KM_PER_MS
-                                    + p.hop_ms)
-        km += p.short_scale_km
-        np.divide(p.short_inflation * p.short_scale_km, km, out=km)
-        km += 1.0
-        path *= km
+            flat[near] = np.minimum(flat[near], self._link_ms(km.ravel()[near], np.array("land")))
+        path *= self.inflation(km)
         path += p.base_ms
         return path
 

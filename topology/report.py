@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
+from edgepop.stats import weighted_percentiles
 from topology.last_mile import LastMile
 from topology.pops import CONTINENTS
 from topology.regions import BASELINE_SETS, baseline
@@ -24,10 +25,7 @@ def coverage(topo: Topology, rtt_to_nearest: np.ndarray) -> dict[str, float]:
 
 def population_median(topo: Topology, values: np.ndarray) -> float:
     """The median of ``values`` (one per demand city) over the population: half the people are at or below it."""
-    w = topo.demand.population.to_numpy(dtype=np.float64)
-    order = np.argsort(values, kind="stable")
-    cum = np.cumsum(w[order])
-    return float(values[order][np.searchsorted(cum, 0.5 * cum[-1])])
+    return weighted_percentiles(values, topo.demand.population.to_numpy(dtype=np.float64), [50])[0]
 
 
 def summary(topo: Topology, last_mile_ms: float = 0.0, last_mile: str = "fixed") -> dict:
