@@ -38,7 +38,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components, dijkstra
 
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
-from topology.rtt_cache import cached_links, cached_matrix, cached_node_rtt, cached_paths
+from topology.rtt_cache import cached_links, cached_matrix, cached_node_rtt, cached_paths, paths_key
 from topology.tables import DATA_DIR
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
@@ -178,7 +178,25 @@ class LatencyModel:
         self.backbone, self.params = backbone, params
         self.node_lat = backbone.nodes.lat.to_numpy(dtype=np.float64)
         self.node_lon = backbone.nodes.lon.to_numpy(dtype=np.float64)
-        self.node_ms = self._all_pairs()
+        links = backbone.links
+        self._paths = (len(backbone.nodes), links.i.to_numpy(), links.j.to_numpy(),
+                       self._link_ms(links.km.to_numpy(), links.kind.to_numpy()))
+        # The key of the all-pairs matrix's inputs: the matrix itself is read or computed on first use, which a run
+        # whose derived matrices are all cached never makes. None once a matrix is set by hand.
+        self.paths_key: str | None = paths_key(self, *self._paths)
+        self._node_ms: np.ndarray | None = None
+
+    @property
+    def node_ms(self) -> np.ndarray:
+        """All-pairs backbone RTT (ms, float64, nodes x nodes): shortest paths over the links, from the disk cache
+        when kept there (:mod:`topology.rtt_cache`)."""
+        if self._node_ms is None:
+            self._node_ms = self._all_pairs()
+        return self._node_ms
+
+    @node_ms.setter
+    def node_ms(self, value: np.ndarray) -> None:
+        self._node_ms, self.paths_key = value, None
 
     def _link_ms(self, km: np.ndarray, kind: np.ndarray) -> np.ndarray:
         p = self.params
@@ -186,11 +204,8 @@ class LatencyModel:
         return 2.0 * alpha * km / FIBRE_KM_PER_MS + p.hop_ms
 
     def _all_pairs(self) -> np.ndarray:
-        links = self.backbone.links
-        w = self._link_ms(links.km.to_numpy(), links.kind.to_numpy())
-        n = len(self.backbone.nodes)
-        i, j = links.i.to_numpy(), links.j.to_numpy()
-        return cached_paths(self, n, i, j, w,
+        n, i, j, w = self._paths
+        return cached_paths(self.paths_key, n,
                             lambda: dijkstra(coo_matrix((w, (i, j)), shape=(n, n)).tocsr(), directed=False))
 
     def inflation(self, km) -> np.ndarray:

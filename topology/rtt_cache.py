@@ -4,7 +4,8 @@ depend on, so that a stale matrix can never be used.
 Every run needs the same few large matrices (about 19,000 demand cities x 339 PoPs, and x the cloud regions);
 computing one takes seconds, reading it back milliseconds. The key of a matrix is a SHA-256 over: the source code
 of the latency model (``topology.latency`` and ``topology.geo``), the model's parameters, its all-pairs backbone
-matrix and node coordinates, the query coordinates and the requested site nodes. Change any of them and the key
+matrix (by the key of the links it is computed from, unless it was set by hand) and node coordinates, the query
+coordinates and the requested site nodes. Change any of them and the key
 changes. Files are ``.npy`` under ``$EDGEPOP_CACHE_DIR`` or the user cache directory
 (``$XDG_CACHE_HOME/edgepop/rtt``, default ``~/.cache/edgepop/rtt``), written atomically; an unreadable file or
 one of the wrong shape is recomputed. ``EDGEPOP_NO_CACHE=1`` turns the disk cache off. Small queries (a single
@@ -68,14 +69,21 @@ def _module_digest(module) -> str:
 
 def model_digest(model) -> str:
     """Hash of a latency model: code, parameters, backbone matrix and node coordinates (memoised on the model, for
-    the arrays it was taken of: a copy of the model given another backbone matrix is hashed again)."""
-    arrays = (model.node_ms, model.node_lat, model.node_lon)
+    the arrays it was taken of: a copy of the model given another backbone matrix is hashed again). While the
+    backbone matrix is the one the model derives from its links, it is hashed by the key of those inputs
+    (:func:`paths_key`), so that a run whose derived matrices are all cached never reads or hashes it (0.2 GB at
+    3,000 PoPs)."""
+    backbone = model.paths_key if model.paths_key is not None else model.node_ms
+    arrays = (backbone, model.node_lat, model.node_lon)
     got = getattr(model, "_digest", None)
     if got is None or any(x is not y for x, y in zip(got[0], arrays, strict=True)) or got[1] != repr(model.params):
         h = hashlib.sha256(_code_digest(model).encode())
         h.update(repr(model.params).encode())
         for a in arrays:
-            h.update(np.ascontiguousarray(a, dtype=np.float64))
+            if isinstance(a, str):
+                h.update(b"paths:" + a.encode())
+            else:
+                h.update(np.ascontiguousarray(a, dtype=np.float64))
         got = model._digest = (arrays, repr(model.params), h.hexdigest())
     return got[2]
 
@@ -153,19 +161,25 @@ def _float64_file(path: Path, shape: tuple, compute) -> np.ndarray:
     return m
 
 
-def cached_paths(model, n: int, i: np.ndarray, j: np.ndarray, ms: np.ndarray, compute) -> np.ndarray:
-    """``compute()``, the all-pairs shortest-path matrix (float64, n x n) of the graph of links ``i``-``j`` costing
-    ``ms``, or the same matrix from the disk cache."""
-    folder = cache_dir()
-    if folder is None or n * n < MIN_CELLS:
-        return compute()
+def paths_key(model, n: int, i: np.ndarray, j: np.ndarray, ms: np.ndarray) -> str:
+    """The key of the all-pairs shortest-path matrix of the graph of ``n`` nodes and links ``i``-``j`` costing
+    ``ms``: the code, the parameters, the node count and every link's ends and cost."""
     h = hashlib.sha256(_code_digest(model).encode())
     h.update(repr(model.params).encode())
     h.update(np.int64(n).tobytes())
     for a, dtype in ((i, np.int64), (j, np.int64), (ms, np.float64)):
         h.update(np.ascontiguousarray(a, dtype=dtype))
         h.update(b"|")
-    return _float64_file(folder / "backbone" / f"{h.hexdigest()}.npy", (n, n), compute)
+    return h.hexdigest()
+
+
+def cached_paths(key: str, n: int, compute) -> np.ndarray:
+    """``compute()``, the all-pairs shortest-path matrix (float64, n x n) whose :func:`paths_key` is ``key``, or
+    the same matrix from the disk cache."""
+    folder = cache_dir()
+    if folder is None or n * n < MIN_CELLS:
+        return compute()
+    return _float64_file(folder / "backbone" / f"{key}.npy", (n, n), compute)
 
 
 def cached_argmin(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarray, add: np.ndarray, compute):
