@@ -117,6 +117,27 @@ def test_the_backbone_matrix_comes_from_disk_and_a_stale_one_is_never_used(topo,
     assert np.array_equal(LatencyModel(backbone, params).node_ms, first)
 
 
+def test_a_model_is_keyed_without_reading_its_backbone_matrix(topo, cache):
+    """The model's hash names its all-pairs matrix by the key of the matrix's inputs, so that a fully cached run
+    never loads it; the hash still follows the parameters, the links and a matrix set by hand."""
+    backbone, params = topo.latency.backbone, topo.latency.params
+    model = LatencyModel(backbone, params)
+    key = rtt_cache.model_digest(model)
+    assert model._node_ms is None  # neither read nor computed to be hashed
+    assert rtt_cache.model_digest(LatencyModel(backbone, params)) == key
+    assert rtt_cache.model_digest(LatencyModel(backbone, replace(params, hop_ms=params.hop_ms + 0.1))) != key
+    cut = replace(backbone, links=backbone.links.iloc[1:].reset_index(drop=True))
+    assert rtt_cache.model_digest(LatencyModel(cut, params)) != key
+    by_hand = LatencyModel(backbone, params)
+    by_hand.node_ms = model.node_ms.copy()  # set by hand: hashed by its values (equal values, equal matrices)
+    assert by_hand.paths_key is None and rtt_cache.model_digest(by_hand) != key
+    by_hand.node_ms = model.node_ms + 1.0
+    assert rtt_cache.model_digest(by_hand) != rtt_cache.model_digest(LatencyModel(backbone, params))
+    lat, lon = _cities(topo, 800)
+    assert np.array_equal(model.site_rtt_matrix(lat, lon, topo.pop_nodes),
+                          model._site_rtt_matrix(lat, lon, topo.pop_nodes))  # loaded on first use, by the same key
+
+
 def test_backbone_links_come_from_disk_and_stale_ones_are_never_used(topo, cache, monkeypatch):
     import pandas as pd
 
