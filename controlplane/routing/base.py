@@ -102,13 +102,15 @@ class Router:
             for r, d in zip(cands, rtts, strict=True):
                 if r.can_start(kv):
                     return Decision(START, r, d)
+        if req.reject_if_busy:
+            return reject()  # nothing warm can start it now; a cold load is a wait too
         if stats is None or stats.cold > 0:
+            # A cold or loading replica takes waiting requests up to its slots (they start when it is ready), within
+            # the site queue's limit like any wait.
             for r, d in zip(cands, rtts, strict=True):
                 if r.up and r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots and (
-                        r.status == LOADING or self.state.fits_back(r)):
+                        r.queue.room(r.queue_limit)) and (r.status == LOADING or self.state.fits_back(r)):
                     return Decision(QUEUE, r, d, cold=True)
-        if req.reject_if_busy:
-            return reject()
         for r, d in zip(cands, rtts, strict=True):
             if r.status == READY and r.has_queue_room():
                 return Decision(QUEUE, r, d)

@@ -33,14 +33,14 @@ def brute_force(state, req):
            and r.kv_used + req.kv_tokens <= r.kv_capacity]
     if can:
         return START, min(can, key=key)
+    if req.reject_if_busy:  # nothing warm can start it: no wait of any kind, cold loads included
+        return REJECT, None
+    room = lambda r: len(r.queue) < r.queue_limit * sum(o.site == r.site for o in reps)  # noqa: E731 (shared queue)
     cold = [r for r in reps if r.up and r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots
-            and (r.status == LOADING or state.fits_back(r))]
+            and room(r) and (r.status == LOADING or state.fits_back(r))]
     if cold:
         return QUEUE, min(cold, key=key)
-    if req.reject_if_busy:
-        return REJECT, None
-    room = [r for r in reps if r.up and r.status == READY
-            and len(r.queue) < r.queue_limit * sum(o.site == r.site for o in reps)]  # shared site queue
+    room = [r for r in reps if r.up and r.status == READY and room(r)]
     return (QUEUE, min(room, key=key)) if room else (REJECT, None)
 
 
