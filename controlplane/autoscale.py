@@ -61,7 +61,7 @@ class Reactive(Autoscaler):
 
     Every ``interval_s``: a READY replica idle for ``idle_s`` is unloaded, unless that would leave its model with
     fewer than ``min_ready`` ready replicas fleet-wide. For each (site, model) whose ready replicas hold on average
-    ``queue_high`` or more queued requests, one more replica is loaded at that site (a COLD one reloaded first,
+    ``queue_high`` or more queued requests (and the queue is not empty), one more replica is loaded at that site (a COLD one reloaded first,
     else a new one on the node with the most free memory), up to ``max_per_site``.
     """
 
@@ -104,7 +104,8 @@ class Reactive(Autoscaler):
             live = [r for r in reps if r.status != COLD]
             if not live or len(live) >= self.max_per_site:
                 continue
-            if len(live[0].queue) / len(live) < self.queue_high:  # the site queue, per live replica
+            queued = len(live[0].queue)  # the site queue, per live replica; never on an empty queue (queue_high 0)
+            if not queued or queued / len(live) < self.queue_high:
                 continue
             self._scale_out(plane, now, site, model, reps)
 

@@ -124,6 +124,24 @@ def test_runtime_loads_keep_one_language_model_per_gpu(catalog):
     assert len([r for r in llms if r.model == LLAMA]) == 1
 
 
+def test_reactive_scale_out_needs_a_queue_even_at_queue_high_zero(catalog):
+    """``queue_high = 0`` scales out on any wait, never on an empty queue (it loaded every free slot of memory)."""
+    fleet = make_fleet([2, 1], sites=[0, 0])
+    scaler = Reactive(interval_s=1.0, idle_s=1e9, queue_high=0.0)
+    cp = ControlPlane(catalog, fleet, placement([(LLAMA, 0)]), np.zeros((1, 1)), autoscaler=scaler,
+                      admission=AdmissionConfig(queue_limit=50, queue_timeout_s=1e9))
+    r0 = cp.state.replicas[0]
+    cp.submit(Request(0, LLAMA, 0, 100, 10), 0.0)  # starts at once: nothing waits
+    for t in range(1, 4):
+        cp.poll(float(t))
+    assert len(cp.state.replicas) == 1 and scaler.loads == 0
+    for k in range(1, r0.slots + 1):  # the last one waits
+        cp.submit(Request(k, LLAMA, 0, 100, 10), 4.0)
+    assert len(r0.queue) == 1
+    cp.poll(5.0)
+    assert scaler.loads == 1
+
+
 def test_a_plan_placed_by_memory_alone_is_not_held_to_one_language_model_per_gpu_when_it_reloads(topo):
     """Its replicas share GPUs by the plan's own rule: scaled to zero, each loads again where it was."""
     from controlplane.catalog import default_catalog
