@@ -332,11 +332,11 @@ class Simulation:
 
     def _sampler(self):
         env = self.env
-        reps = self.plane.state.replicas
+        reps, queues = self.plane.state.replicas, self.plane.state.site_queues
         while True:
             slots = sum(r.slots for r in reps if r.status == "ready")
             running = sum(r.active for r in reps)
-            waiting = sum(len(r.queue) for r in reps)
+            waiting = sum(len(q) for q in queues.values())  # one queue per (site, model), shared by its replicas
             busy = sum(1 for e in self.engines.values() if e.busy_since >= 0)
             self.samples.append((env.now, running, waiting, slots, busy, len(reps)))
             yield env.timeout(self.sample_s)

@@ -41,6 +41,23 @@ def test_mmc_waiting_time_matches_closed_form(c, lam, mu):
     assert service == pytest.approx(1 / mu, rel=0.03)
 
 
+def test_sampled_waiting_counts_a_shared_site_queue_once():
+    """Replicas of one model at one site share one queue: the sampled ``waiting`` is its length, once (Little's
+    law: mean waiting = arrival rate x mean queueing time), not once per replica."""
+    rng = np.random.default_rng(5)
+    catalog, model = one_slot_catalog()
+    n, lam, mu, c = 20_000, 27.0, 10.0, 3
+    service_tokens = np.maximum(1, rng.exponential(1e6 / mu, size=n)).astype(np.int64)
+    frame = workload(poisson(lam, n, rng), model, "text-embeddings", service_tokens)
+    res = Simulation(deployment(catalog, model, c, np.zeros((1, 1)), sites=[0] * c), frame, TokenClock(),
+                     sample_s=0.5).run()
+    ok = res.requests[res.requests.outcome == "ok"]
+    assert len(ok) == n
+    waiting = res.utilisation.waiting.iloc[len(res.utilisation) // 10:].mean()  # past the warm-up
+    little = lam * ok.queue_ms.to_numpy()[n // 10:].mean() / 1e3
+    assert waiting == pytest.approx(little, rel=0.25)
+
+
 def test_ttft_decomposition_adds_up():
     rng = np.random.default_rng(3)
     catalog = default_catalog()
