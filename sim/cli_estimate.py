@@ -78,6 +78,10 @@ def estimate(args) -> dict:
             raise UserError(f"{what} tokens exceed the context window of {spec.id} ({spec.context_window} tokens)")
     model = Roofline.from_topology(Topology.load(), engine=args.engine)
     g = model.gpu(args.gpu)
+    if args.tp is not None and args.tp > 1 and spec.heads and spec.heads % int(args.tp):
+        need = next((t for t in (1, 2, 4, 8, 16) if _fits_weights(model, spec, args.gpu, t, weight_only)), None)
+        hint = f"; --tp {need} fits" if need else "; no tensor-parallel degree up to 16 fits"
+        raise UserError(f"{spec.id}: tp {args.tp} does not divide its {spec.heads} attention heads{hint}")
     tp = model.check_tp(spec, args.tp)
     wo = {"tp": tp, "weight_only": weight_only}
     p_tok, o_tok, batch = args.prompt_tokens, args.output_tokens, args.batch

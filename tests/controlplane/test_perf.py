@@ -305,6 +305,7 @@ def test_estimate_json_fields(capsys):
     (["--model", L8, "--gpu", "B200"], "unknown GPU"),
     (["--model", L70, "--gpu", "L4", "--tp", "1"], "does not fit"),
     (["--model", L70, "--gpu", "H100", "--tp", "3"], "does not divide"),
+    (["--model", L70, "--gpu", "L4", "--tp", "3"], "does not divide its 64 attention heads; --tp 4 fits"),
     (["--model", L8, "--gpu", "H100", "--batch", "0"], "--batch must be an integer from 1 to 100,000, got 0"),
     (["--model", L8, "--gpu", "H100", "--batch", "100000000000"], "--batch must be an integer from 1"),  # was a
     # MemoryError: a batch of 10^11 prompts was built before anything looked at its size
