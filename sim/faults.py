@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +31,7 @@ class Fault:
     target: str
     start_s: float
     duration_s: float
+    origin: str = field(default="", compare=False, repr=False)  # where it was given, for errors ("" = the scenario)
 
 
 # What happens to requests on a node that fails: each policy answers "retry the ones that streamed nothing yet?".

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +96,7 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
     if faults:
         if isinstance(faults, str):  # one spec, not a list of its characters
             faults = [faults]
-        over["faults"] = [parse_fault(f) if isinstance(f, str) else f for f in faults]
+        over["faults"] = [replace(parse_fault(f), origin="--fail") if isinstance(f, str) else f for f in faults]
     return with_overrides(sc, **over) if over else sc
 
 
@@ -193,13 +193,14 @@ def check_fleet_names(sc: Scenario, topo) -> None:
             raise UserError(f"{sc.source} [edge]: field 'pops': unknown PoP id(s) {', '.join(map(repr, unknown[:5]))} "
                             "(topology/data/pops.csv lists them)")
     for f in sc.faults:  # (node and link targets depend on the fleets: checked when those are built)
+        where = getattr(f, "origin", "") or sc.source
         if sc.techniques.disaggregation and getattr(f, "kind", None) in ("pop", "node"):
             # A disaggregated site's replicas share one pool that routes requests inside it, so the requests the
             # control plane loses with a node are not the ones computing there: not modelled, refused.
-            raise UserError(f"{sc.source}: fault '{f.kind}:{f.target}' with [techniques] disaggregation: node and "
+            raise UserError(f"{where}: fault '{f.kind}:{f.target}' with [techniques] disaggregation: node and "
                             "PoP faults are not modelled for disaggregated pools (link faults are)")
         if getattr(f, "kind", None) == "pop" and f.target not in pop_ids:
-            raise UserError(f"{sc.source}: fault 'pop:{f.target}': unknown PoP id (topology/data/pops.csv lists "
+            raise UserError(f"{where}: fault 'pop:{f.target}': unknown PoP id (topology/data/pops.csv lists "
                             "them)")
     if sc.central is not None:
         try:
@@ -220,8 +221,6 @@ def scenario_deployment(setup: Setup, name: str) -> Deployment:
 
 def central_config(sc: Scenario):
     """The central deployment's config; its budget follows the edge's PoPs when only the edge names some."""
-    from dataclasses import replace
-
     cfg = sc.central
     if cfg is not None and cfg.pops is None and sc.edge.pops:
         cfg = replace(cfg, pops=list(sc.edge.pops))

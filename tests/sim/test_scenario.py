@@ -392,7 +392,7 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          (["topology", "--pops", str(tmp_path)], "is a folder, not a file"),
                          (["quantize", "gpt2-tiny", "--out", out, "--repeats", "100000000000"], "--repeats must be"),
                          (["simulate", "--scenario", "small", "--fail", "pop:XXX@10+5", "--out", out],
-                          "fault 'pop:XXX': unknown PoP id"),
+                          "--fail: fault 'pop:XXX': unknown PoP id"),
                          (["replay", "--live", "notaurl", "--trace", str(trace), "--no-sim", "--out", out],
                           "is not a URL"),
                          (["place", "--policy", "greedy-demand", "--models", ""], "no model ids"),
