@@ -59,6 +59,7 @@ from topology import Topology
 
 MODEL = "@cf/meta/llama-3.2-1b-instruct"
 DEPLOYMENTS = {"1": ["FRA"], "4": ["FRA", "LHR", "IAD", "SIN"]}
+TRACES = ("azure", "mooncake", "bursty")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -66,7 +67,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--pops", default="1,4")
-    ap.add_argument("--traces", default="azure,mooncake,bursty")
+    ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--loads", default=",".join(LOADS))
     ap.add_argument("--out", default="out/bench_fidelity_live")
     ap.add_argument("--budget-s", type=float, default=2700.0, help="start no new cell after this many seconds")
@@ -90,6 +91,11 @@ def main() -> int:
                     help="with --resimulate: also simulate each cell with arrivals moved by up to this many ms "
                          "(five draws) and report how far each figure moves")
     args = ap.parse_args()
+    for flag, given, known in (("--pops", args.pops, DEPLOYMENTS), ("--traces", args.traces, TRACES),
+                               ("--loads", args.loads, LOADS)):
+        bad = [x for x in given.split(",") if x not in known]
+        if bad:  # before any server starts
+            ap.error(f"{flag}: unknown {', '.join(map(repr, bad))} (known: {', '.join(known)})")
     if args.resimulate:
         return resimulate(Path(args.resimulate), args)
     out = Path(args.out)

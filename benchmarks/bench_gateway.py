@@ -83,8 +83,10 @@ async def _load(url: str, path: str, make_body, total: int, stream: bool) -> dic
             if stream:
                 async with c.stream("POST", url + path, json=make_body(i)) as r:
                     async for line in r.aiter_lines():
-                        if line.startswith("data: {") and '"content":"' in line:
-                            tokens += 1
+                        # tokens as the server counts them (the usage chunk): a content chunk may carry several
+                        if line.startswith("data: {") and '"usage"' in line:
+                            usage = json.loads(line[6:]).get("usage")
+                            tokens += usage["completion_tokens"] if usage else 0
                     ok = r.status_code == 200
             else:
                 r = await c.post(url + path, json=make_body(i))
@@ -149,7 +151,7 @@ def main() -> dict:
         chat_path = "/client/v4/accounts/local/ai/v1/chat/completions"
         chat = measured_batch(url, "gpt2-tiny", lambda: asyncio.run(_load(url, chat_path, lambda i: {
             "model": GEN, "messages": [{"role": "user", "content": f"request {i}"}], "max_tokens": 32,
-            "stream": True, "ignore_eos": True, "seed": i}, 192, True)))
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True, "seed": i}, 192, True)))
     finally:
         proc.terminate()
         proc.wait()

@@ -51,7 +51,7 @@ def main() -> None:
     cities_cached_s = time.perf_counter() - t4
 
     t2 = time.perf_counter()
-    n_pairs = 20_000
+    n_pairs = min(20_000, args.users)  # (fewer users: fewer pairs, and the rate divides by those)
     topo.core_rtt_ms(lat[:n_pairs], lon[:n_pairs], lat[-n_pairs:], lon[-n_pairs:])
     pairs_s = time.perf_counter() - t2
     out = {

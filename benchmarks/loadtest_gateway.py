@@ -11,7 +11,7 @@ Sweep: for each concurrency level (1, 2, 4, ..., 256) that many closed-loop clie
 ``--step-seconds`` (or until ``--step-requests`` answers; 9 levels x 15 s by default, about 2.5 minutes). A
 client refused with 429 waits what ``retry-after-ms`` (else ``Retry-After``) says before its next request, as the
 ``openai`` client does. Per level: admitted (200) latency p50/p99 as the client sees it and as the server's
-``server-timing`` says, shed rate (429s over all answers), goodput (200s per second inside the level's window),
+``server-timing`` says, shed rate (429s over all answers), goodput (200s per second inside the level's window, which ends early when ``--step-requests`` answers came first),
 the share of 429s carrying ``Retry-After``, other errors, and the CPU share the client and (own server, Linux)
 the server got: on a shared machine that share moves goodput more than anything the gateway does. Summary: the
 unloaded p99 (1 client), the bound 2 x unloaded p99 + max wait and whether every level's admitted p99 stays
@@ -51,6 +51,7 @@ import numpy as np
 from http_light import LightClient, LightHTTPError
 
 from dataplane.gateway.server import require_loopback, spawn_serve
+from edgepop.errors import UserError
 from edgepop.stats import percentiles
 
 GEN, EMB, CLS = "@edgepop/gpt2-tiny", "@edgepop/all-minilm-l6-v2", "@edgepop/bert-small-classify"
@@ -115,14 +116,15 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
     model, body = SWEEP_BODY[kind]
     path = f"/client/v4/accounts/{hdr['account']}/ai/run/{model}"
     headers = {"authorization": hdr["authorization"]}
-    lat, server_lat, counts = [], [], collections.Counter()
-    shed_with_retry = in_window = 0
+    lat, server_lat, counts, answered_at = [], [], collections.Counter(), []
+    shed_with_retry = 0
+    capped_at = None  # when max_answers stopped the sending: the window ends there if that is before ``end``
     cpu0, server0 = time.process_time(), cpu_seconds(server_pid)
     t0 = time.monotonic()
     end = t0 + seconds
 
     async def session(c):
-        nonlocal shed_with_retry, in_window
+        nonlocal shed_with_retry, capped_at
         while time.monotonic() < end and sum(counts.values()) < max_answers:
             t = time.perf_counter()
             try:
@@ -132,11 +134,13 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
                 counts[type(exc).__name__] += 1
                 continue
             counts[r.status_code] += 1
+            if capped_at is None and sum(counts.values()) >= max_answers:
+                capped_at = time.monotonic()
             if r.status_code == 200:
                 lat.append((time.perf_counter() - t) * 1e3)
                 timing = dict(p.split(";dur=") for p in r.headers.get("server-timing", "").split(", ") if ";dur=" in p)
                 server_lat.append(float(timing.get("total", "nan")))
-                in_window += time.monotonic() <= end
+                answered_at.append(time.monotonic())
             elif r.status_code == 429:
                 wait = retry_after_s(r)
                 shed_with_retry += wait is not None
@@ -146,11 +150,14 @@ async def sweep_level(pool: list, url: str, hdr: dict, kind: str, clients: int, 
     wall = time.monotonic() - t0
     client_cpu, server1 = time.process_time() - cpu0, cpu_seconds(server_pid)
     answers = sum(v for k, v in counts.items() if isinstance(k, int))
+    window_end = min(end, capped_at) if capped_at is not None else end
+    in_window = sum(t <= window_end for t in answered_at)
+    window_s = max(window_end - t0, 1e-9)
     p, ps = percentiles(lat, (50, 99), digits=1), percentiles(server_lat, (50, 99), digits=1)
     return {"clients": clients, "admitted": counts[200], "shed": counts[429],
             "p50_ms": p["p50"], "p99_ms": p["p99"], "server_p50_ms": ps["p50"], "server_p99_ms": ps["p99"],
             "shed_rate": round(counts[429] / answers, 3) if answers else None,
-            "goodput_rps": round(in_window / seconds, 1),
+            "goodput_rps": round(in_window / window_s, 1), "window_s": round(window_s, 2),
             "retry_after_share": round(shed_with_retry / counts[429], 3) if counts[429] else None,
             "client_cpu_share": round(client_cpu / wall, 2),
             "server_cpu_share": round((server1 - server0) / wall, 2) if server0 is not None and server1 else None,
@@ -344,6 +351,14 @@ def main() -> dict:
         return run_keepalive(args.token, args.account)
     proc = None
     url = args.url
+    if url is not None:  # someone else's server: loopback only, and answering, before any load is sent
+        try:
+            require_loopback(url)
+            httpx.get(f"{url}/healthz", timeout=10)
+        except UserError as exc:
+            ap.error(str(exc))
+        except httpx.HTTPError as exc:
+            ap.error(f"--url {url}: no gateway answers there ({type(exc).__name__}: {exc})")
     if url is None:
         tmp = Path(tempfile.mkdtemp(prefix="loadtest-gw-"))
         cfg = tmp / "gw.toml"
@@ -352,7 +367,6 @@ def main() -> dict:
         proc, url = spawn_serve(["--config", str(cfg), "--no-delay", "--no-rate-limit", "--max-wait",
                                  str(args.max_wait), "--threads", str(args.threads), "--db", str(tmp / "b.sqlite")],
                                 env={"EDGEPOP_TOKENS": f"{args.token}:{args.account}"}, log=tmp / "server.log")
-    require_loopback(url)
     try:
         before = rss_mb(url, args.token)
         if args.mixed:

@@ -2,7 +2,7 @@
 
 Figures: the ``ilp`` policy's wall time under a 10 s budget (goal: at most the budget + 1 s, warm start
 included) and what it reached; the default ILP (deterministic node budget) with its MILP gap; the greedy objective
-and its ratio to the ILP's (goal within 5%); everywhere-fits and central (big3) for scale; and (unless quick) the
+and its ratio to the ILP's (goal within 5%); everywhere-fits and central (global-6) for scale; and (unless quick) the
 ILP given 60 s. Objectives are the shared evaluator's expected RTT per request in ms.
 
 Run: python benchmarks/placement_figures.py [--quick]. The last line printed is one JSON object.
