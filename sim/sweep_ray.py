@@ -1,7 +1,7 @@
 """The ``ray`` engine of :func:`sim.sweep.run_sweep`: variants as Ray tasks.
 
-With ``RAY_ADDRESS`` set (``ray://head:10001`` or ``auto``), the sweep joins that cluster, whose nodes must have
-edgepop installed (the same version as here). Otherwise it starts a local Ray instance with ``workers`` CPUs (no
+With ``RAY_ADDRESS`` set (``ray://head:10001``, which needs ``pip install 'ray[client]'``, or ``auto``), the sweep
+joins that cluster, whose nodes must have edgepop installed (the same version as here). Otherwise it starts a local Ray instance with ``workers`` CPUs (no
 dashboard, worker logs not forwarded) and shuts it down afterwards. A Ray session that is already initialised
 (``ray.init`` called by the caller) is used as it is and left running.
 """
@@ -31,7 +31,11 @@ def start_ray(workers: int | None) -> bool:
         return False
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:  # a bad or unreachable address
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"RAY_ADDRESS={address!r}: Ray could not join it: {first}") from None
     else:
         ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
                  logging_level="warning")

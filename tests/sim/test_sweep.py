@@ -178,6 +178,18 @@ def test_ray_engine_gives_the_same_tables(pooled, tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(result.requests(), pooled.requests())
 
 
+@pytest.mark.parametrize("address", ["bogus", "ray://127.0.0.1:1"])
+def test_a_ray_address_ray_cannot_join_is_one_error(address, monkeypatch):
+    import ray
+
+    from sim.sweep_ray import start_ray
+
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    assert not ray.is_initialized()
+    with pytest.raises(UserError, match=f"RAY_ADDRESS='{address}': Ray could not join it"):
+        start_ray(2)
+
+
 def test_a_failing_variant_is_named_and_nothing_is_written(tmp_path):
     g = parse_grid({"base": "small", "requests": 50, "deployments": ["edge"],
                     "axes": {"edge.pops": [["XXX"], ["YYY"]]}}, "grid.toml")
