@@ -77,18 +77,43 @@ def link_ends(target: str, names) -> tuple[str | None, str | None]:
     return None, None
 
 
-def check_node_targets(faults, topo) -> None:
-    """Refuse a node fault whose target cannot name a node of either fleet: node ids are ``<PoP id>-<n>`` at the
-    edge and ``<region id>-<n>`` centrally. (Which nodes a fleet really has is known once it is built; a fault
-    on a node of the other fleet, or past a site's last node, is listed as skipped in summary.json.)"""
+def link_index(backbone, a: str, b: str) -> tuple[int, int] | None:
+    """The (lower, higher) node indices of the backbone's direct link between nodes named ``a`` and ``b``."""
+    idx = {n: i for i, n in enumerate(backbone.nodes.name)}
+    i, j = idx[a], idx[b]
+    links = backbone.links
+    hit = links[((links.i == i) & (links.j == j)) | ((links.i == j) & (links.j == i))]
+    return None if hit.empty else (min(i, j), max(i, j))
+
+
+def check_fault_targets(faults, topo) -> None:
+    """Refuse a node fault whose target cannot name a node of either fleet (node ids are ``<PoP id>-<n>`` at the
+    edge and ``<region id>-<n>`` centrally; which nodes a fleet really has is known once it is built, and a fault
+    on a node of the other fleet, or past a site's last node, is listed as skipped in summary.json), and a link
+    fault that names no direct backbone link."""
     sites = set(topo.pops.id) | set(topo.regions.id)
+    backbone = topo.latency.backbone
+    names = set(backbone.nodes.name)
     for f in faults:
-        if f.kind != "node":
-            continue
-        site, _, n = f.target.rpartition("-")
-        if site not in sites or not n.isdigit():
-            raise UserError(f"fault node:{f.target}: no node can have this id (node ids are <PoP id>-<n> at the "
-                            "edge, e.g. FRA-0, and <region id>-<n> centrally, e.g. aws:eu-west-1-0)")
+        if f.kind == "node":
+            site, _, n = f.target.rpartition("-")
+            if site not in sites or not n.isdigit():
+                raise UserError(f"fault node:{f.target}: no node can have this id (node ids are <PoP id>-<n> at "
+                                "the edge, e.g. FRA-0, and <region id>-<n> centrally, e.g. aws:eu-west-1-0)")
+        elif f.kind == "link":
+            check_link_target(f.target, backbone, names)
+
+
+def check_link_target(target: str, backbone, names) -> tuple[int, int]:
+    """The backbone link a link fault's ``A-B`` target names (one-line errors when it names none)."""
+    a, b = link_ends(target, names)
+    if a is None:
+        raise UserError(f"fault link:{target}: endpoints must be backbone node names (PoP ids, region ids or "
+                        "landing points) joined by '-'")
+    link = link_index(backbone, a, b)
+    if link is None:
+        raise UserError(f"fault link:{target}: there is no direct backbone link between {a} and {b}")
+    return link
 
 
 class FaultHandler:
@@ -118,19 +143,7 @@ class FaultHandler:
             if f.kind == "pop" and f.target not in pops:
                 raise UserError(f"fault pop:{f.target}: unknown PoP id")
             if f.kind == "link":
-                a, b = link_ends(f.target, names)
-                if a is None:
-                    raise UserError(f"fault link:{f.target}: endpoints must be backbone node names (PoP ids, "
-                                    "region ids or landing points) joined by '-'")
-                if self._link_index(a, b) is None:
-                    raise UserError(f"fault link:{f.target}: there is no direct backbone link between {a} and {b}")
-
-    def _link_index(self, a: str, b: str):
-        bb = self._base_latency.backbone
-        idx = {n: i for i, n in enumerate(bb.nodes.name)}
-        i, j = idx[a], idx[b]
-        hit = bb.links[((bb.links.i == i) & (bb.links.j == j)) | ((bb.links.i == j) & (bb.links.j == i))]
-        return None if hit.empty else (min(i, j), max(i, j))
+                check_link_target(f.target, self._base_latency.backbone, names)
 
     # ---------------------------------------------------------------- apply
     def apply(self, sim, fault, down: bool) -> None:
@@ -148,8 +161,7 @@ class FaultHandler:
             for node in nodes:
                 self._node(sim, int(node), down, now)
         else:
-            a, b = link_ends(fault.target, self._backbone_names)
-            link = self._link_index(a, b)
+            link = check_link_target(fault.target, self._base_latency.backbone, self._backbone_names)
             if self._hold(("link", link), down):
                 (self._cut_links.add if down else self._cut_links.discard)(link)
                 self.dep.plane.state.set_rtt(self.rtt_builder(self._latency()))

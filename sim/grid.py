@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from numbers import Integral
@@ -49,6 +50,8 @@ from edgepop.rng import MAX_INT
 from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
 from sim.techniques.config import Techniques
 from sim.workload_config import MAX_REQUESTS, WorkloadConfig
+
+MAX_VARIANTS = 10_000  # simulations a sweep runs, at most
 
 GRID_DIR = SCENARIO_DIR / "grids"
 GRID_KEYS = ("base", "description", "requests", "duration_s", "seeds", "deployments", "axes", "variants",
@@ -201,6 +204,10 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     for name, over in named.items():
         scenario(over, f"variant {name!r}")
     seeds = _seeds(doc.get("seeds"), source, base_sc.seed)
+    count = max(len(named), 1) * math.prod(len(v) for v in axes.values()) * len(seeds)
+    if count > MAX_VARIANTS:  # each is a whole simulation: checking them alone would take minutes and gigabytes
+        raise UserError(f"{source}: {count:,} variants (named variants x axis values x seeds), more than "
+                        f"{MAX_VARIANTS:,}: split the sweep or vary fewer values at once")
     variants = []
     for name, over in (named or {"": {}}).items():
         for point in itertools.product(*axes.values()):
@@ -250,7 +257,7 @@ def _seeds(raw, source: str, default: int) -> tuple[int, ...]:
     return tuple(int(s) for s in raw)  # (numpy integers as Python ints)
 
 
-def _axes(raw, source: str) -> dict:
+def _axes(raw, source: str, table: str = " [axes]") -> dict:
     if not isinstance(raw, dict):
         raise UserError(f"{source}: [axes] must be a table of \"dotted.field\" = [values], got {raw!r}")
     tables = _table_fields()
@@ -258,29 +265,29 @@ def _axes(raw, source: str) -> dict:
     out = {}
     for key, values in raw.items():
         if isinstance(values, dict):  # an unquoted dotted key (edge.placement = [...]) arrives as a nested table
-            raise UserError(f"{source} [axes]: axis {key!r} must be a list of values; quote dotted keys, "
+            raise UserError(f"{source}{table}: axis {key!r} must be a list of values; quote dotted keys, "
                             f"e.g. \"{key}.{next(iter(values), 'field')}\" = [...]")
         parts = key.split(".")
         if parts[0] in tables:
             known = tables[parts[0]]
             if len(parts) < 2 or parts[1] not in known:
                 field = parts[1] if len(parts) > 1 else ""
-                raise UserError(f"{source} [axes]: unknown axis {key!r}: [{parts[0]}] has no field {field!r} "
+                raise UserError(f"{source}{table}: unknown axis {key!r}: [{parts[0]}] has no field {field!r} "
                                 f"(fields: {', '.join(sorted(known))})")
             if len(parts) > 3 or (len(parts) == 3 and parts[1] not in TABLE_FIELDS):
-                raise UserError(f"{source} [axes]: unknown axis {key!r}: only table fields "
+                raise UserError(f"{source}{table}: unknown axis {key!r}: only table fields "
                                 f"({', '.join(sorted(TABLE_FIELDS))}) take a key after the field name")
         elif len(parts) != 1 or parts[0] not in top:
-            raise UserError(f"{source} [axes]: unknown axis {key!r} (a top-level scenario field: "
+            raise UserError(f"{source}{table}: unknown axis {key!r} (a top-level scenario field: "
                             f"{', '.join(sorted(top))}; or table.field with table one of "
                             f"{', '.join(tables)}; the seed is swept with seeds = [...])")
         if key in RESERVED_COLUMNS:
-            raise UserError(f"{source} [axes]: axis {key!r} would shadow an output column")
+            raise UserError(f"{source}{table}: axis {key!r} would shadow an output column")
         if not isinstance(values, list) or not values:
-            raise UserError(f"{source} [axes]: axis {key!r} must be a non-empty list of values, got {values!r}")
+            raise UserError(f"{source}{table}: axis {key!r} must be a non-empty list of values, got {values!r}")
         seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
         if len(set(seen)) < len(seen):
-            raise UserError(f"{source} [axes]: axis {key!r} repeats a value: {values!r}")
+            raise UserError(f"{source}{table}: axis {key!r} repeats a value: {values!r}")
         out[key] = list(values)
     return out
 
@@ -299,7 +306,11 @@ def _named(raw, source: str) -> dict[str, dict]:
         if name in out:
             raise UserError(f"{source} [[variants]]: variant name {name!r} repeats")
         over = {k: x for k, x in v.items() if k != "name"}
-        _axes({k: [x] for k, x in over.items()}, f"{source} [[variants]] {name!r}")
+        for k, x in over.items():
+            if isinstance(x, dict):  # an unquoted dotted key (edge.placement = "...") arrives as a nested table
+                raise UserError(f"{source} [[variants]] {name!r}: key {k!r} must be a value; quote dotted keys, "
+                                f"e.g. \"{k}.{next(iter(x), 'field')}\" = ...")
+        _axes({k: [x] for k, x in over.items()}, f"{source} [[variants]] {name!r}", table="")
         out[name] = over
     return out
 

@@ -26,7 +26,7 @@ from edgepop.rng import MAX_INT, streams
 from edgepop.stats import percentiles
 from sim.breakdown import per_gpu_type, per_model
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
-from sim.faults import FaultHandler, check_node_targets, parse_fault
+from sim.faults import FaultHandler, check_fault_targets, parse_fault
 from sim.metrics import deployment_summary, gains, slo_met
 from sim.perfcache import CachedPerf
 from sim.request_frame import concat_frames
@@ -139,7 +139,7 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     catalog = scenario_catalog(sc, tech)
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
     check_block_tokens(sc.techniques, sc.workload)  # again: a --trace override may change the workload's blocks
-    check_node_targets(sc.faults, topo)  # a typo would be skipped by both fleets: refused before any work
+    check_fault_targets(sc.faults, topo)  # a typo would be skipped by both fleets: refused before any work
     check_fleet_names(sc, topo)
     rng = streams(sc.seed)
     try:

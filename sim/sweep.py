@@ -74,16 +74,21 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, Integral) or workers <= 0):
         raise UserError(f"workers must be a positive integer, got {workers!r}")
     workers = None if workers is None else int(workers)
-    from sim.run import scenario_catalog
+    from sim.faults import check_fault_targets
+    from sim.run import check_fleet_names, scenario_catalog
+    from topology import Topology
 
-    for v in grid.variants:  # names a variant's own workload refers to, before any variant runs (a typo in the
-        try:                 # last variant's mix would fail it after all the others)
+    topo = Topology.load()  # PoP, region and backbone names: the same for every variant
+    for v in grid.variants:  # names a variant's own workload, fleets and faults refer to, before any variant runs
+        try:                 # (a typo in the last variant would fail it after all the others)
             scenario_catalog(v.scenario)
+            check_fleet_names(v.scenario, topo)
+            check_fault_targets(v.scenario.faults, topo)
             if v.scenario.central is None and tuple(v.deployments or grid.deployments) == ("central",):
                 raise UserError("only central asked for, and it has no central deployment ([central] enabled = "
                                 "false): nothing to simulate")
         except UserError as exc:
-            raise UserError(f"variant {v.id} ({v.label}): {exc}") from None
+            raise UserError(f"{grid.source}: variant {v.id} ({v.label}): {exc}") from None
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
              for v in grid.variants]
     out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results

@@ -75,6 +75,8 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
     ({"base": "small", "axes": {"seed": [1, 2]}}, r"unknown axis 'seed'.*seeds = \[...\]"),
     ({"base": "small", "axes": {"edge.router.k": [1]}}, r"only table fields"),
     ({"base": "small", "axes": {"edge": {"placement": ["ilp"]}}}, r"quote dotted keys"),
+    ({"base": "small", "variants": [{"name": "a", "edge": {"placement": "ilp"}}]},
+     r"^grid\.toml \[\[variants\]\] 'a': key 'edge' must be a value; quote dotted keys"),
     ({"base": "small", "axes": {"edge.router": "p2c"}}, r"'edge.router' must be a non-empty list"),
     # policy options are typed and checked when the grid is parsed, before anything runs
     ({"base": "small", "axes": {"edge.placement_options.time_limit_s": [1.0]}},
@@ -190,13 +192,36 @@ def test_a_ray_address_ray_cannot_join_is_one_error(address, monkeypatch):
         start_ray(2)
 
 
+def test_a_grid_of_too_many_variants_is_refused_at_once():
+    axes = {f"slo.{k}": [float(v) for v in range(1, 11)] for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+    axes["workload.rps"] = [float(v) for v in range(1, 11)]
+    with pytest.raises(UserError, match=r"grid.toml: 30,000 variants .* more than 10,000"):
+        parse_grid({"base": "small", "requests": 50, "axes": axes, "seeds": [1, 2, 3]}, "grid.toml")
+
+
 def test_a_failing_variant_is_named_and_nothing_is_written(tmp_path):
+    # A fleet too small for the mix's 70B model is found when the variant builds it, after the others ran.
     g = parse_grid({"base": "small", "requests": 50, "deployments": ["edge"],
-                    "axes": {"edge.pops": [["XXX"], ["YYY"]]}}, "grid.toml")
+                    "axes": {"edge.pops": [["FRA"], ["LHR"]]}}, "grid.toml")
     with pytest.raises(UserError) as info:
         run_sweep(g, engine="local", workers=2, out=tmp_path / "out", progress=False)
-    assert re.fullmatch(r"grid\.toml: variant [01] \(edge\.pops=\['(XXX|YYY)'\], seed=7\) failed: "
-                        r"small\.toml \[edge\]: field 'pops': unknown PoP id\(s\) '(XXX|YYY)' \(.*\)", str(info.value))
+    assert re.fullmatch(r"grid\.toml: variant [01] \(edge\.pops=\['(FRA|LHR)'\], seed=7\) failed: model "
+                        r"@cf/meta/llama-3\.3-70b-instruct-fp8-fast needs .*", str(info.value))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("axis, message", [
+    ({"edge.pops": [["FRA"], ["FRA", "XXX"]]}, r"small\.toml \[edge\]: field 'pops': unknown PoP id\(s\) 'XXX'"),
+    ({"faults": [[], ["link:FRA-AMS@2+50"]]}, r"fault link:FRA-AMS: there is no direct backbone link between FRA and AMS"),
+    ({"faults": [[], ["node:XXX-0@2+50"]]}, r"fault node:XXX-0: no node can have this id"),
+])
+def test_names_a_variant_refers_to_are_checked_before_any_variant_runs(tmp_path, monkeypatch, axis, message):
+    import sim.sweep_variant
+
+    monkeypatch.setattr(sim.sweep_variant, "run_variant", lambda *a, **k: pytest.fail("a variant ran"))
+    g = parse_grid({"base": "small", "requests": 50, "deployments": ["edge"], "axes": axis}, "grid.toml")
+    with pytest.raises(UserError, match=r"^grid\.toml: variant 1 \(.*\): " + message):
+        run_sweep(g, engine="local", workers=1, out=tmp_path / "out", progress=False)
     assert list(tmp_path.iterdir()) == []
 
 
