@@ -81,6 +81,10 @@ def move_into_place(tmp: Path, out: Path, owned: frozenset[str] | set[str] = fro
     import shutil
 
     if not out.exists():
+        # A temporary folder is private (0700); the output gets the mode a folder made by mkdir would have.
+        mask = os.umask(0)
+        os.umask(mask)
+        tmp.chmod(0o777 & ~mask)
         tmp.replace(out)
         return
     produced = sorted(tmp.iterdir())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from edgepop.cli import main
@@ -61,3 +63,20 @@ def test_an_os_error_is_one_line(monkeypatch, capsys):
     assert main(["topology"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == "edgepop: error: [Errno 28] No space left on device: '/data/out/summary.json'"
+
+
+def test_a_new_output_folder_gets_the_umask_mode_not_the_temporary_folders(tmp_path):
+    import os
+    import stat
+    import tempfile
+
+    from edgepop.outputs import move_into_place
+
+    old = os.umask(0o022)
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=tmp_path))  # private, as the commands' staging folders are
+        (tmp / "summary.json").write_text("{}")
+        move_into_place(tmp, tmp_path / "out")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755
