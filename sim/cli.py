@@ -235,7 +235,7 @@ def print_sweep_table(result) -> None:
 
     grid = result.grid
     t = Table(title=f"edgepop sweep: {grid.source} (base {grid.base}, {len(grid.variants)} variants)")
-    keys = ["variant", "seed", *grid.axes, "deployment"]
+    keys = ["variant", *(["variant_name"] if grid.names else []), "seed", *grid.axes, "deployment"]
     for k in keys:
         t.add_column(k, no_wrap=True)
     for label, _ in SWEEP_COLUMNS:

@@ -36,6 +36,7 @@ fastest), each replicated over ``seeds`` (innermost); variant ids count from 0 i
 from __future__ import annotations
 
 import copy
+import datetime
 import itertools
 import json
 import math
@@ -120,7 +121,13 @@ def column_value(value, axis_values: list):
     if isinstance(value, int | float):
         mixed = any(isinstance(v, float) for v in axis_values)
         return float(value) if mixed else value
-    return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, datetime.date | datetime.time):  # a TOML date or time: ISO text, as sweep.json has it
+        return value.isoformat()
+    return json.dumps(value, sort_keys=True, default=_iso)
+
+
+def _iso(value):
+    return value.isoformat() if isinstance(value, datetime.date | datetime.time) else str(value)
 
 
 def embedded_grids() -> list[str]:

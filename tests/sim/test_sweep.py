@@ -268,6 +268,8 @@ def test_sweep_manifest_holds_toml_datetimes_and_central_only_variants_are_check
     run_sweep(g, workers=1, out=tmp_path / "dt", progress=False)
     axes = json.loads((tmp_path / "dt" / "sweep.json").read_text())["axes"]
     assert axes == {"workload.start_utc": ["2024-03-20T12:00:00+00:00", "2024-03-20T00:00:00+00:00"]}
+    summary = pd.read_parquet(tmp_path / "dt" / "sweep_summary.parquet")  # the same ISO text in the axis column
+    assert summary["workload.start_utc"].tolist() == axes["workload.start_utc"]
     g = parse_grid({"base": "small", "requests": 150, "deployments": ["central"],
                     "axes": {"central.enabled": [True, False]}}, source="t.toml")
     with pytest.raises(UserError, match="variant 1 .*nothing to simulate"):
