@@ -125,7 +125,16 @@ def local_pool(workers: int):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_quiet_on_interrupt)
+
+
+def _quiet_on_interrupt() -> None:
+    """In a pool worker: Ctrl-C (SIGINT to the whole process group) ends the worker at once and silently; the
+    sweep's own process reports the interruption (else every worker printed its traceback)."""
+    import signal
+
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
 
 
 def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None) -> None:
