@@ -116,9 +116,9 @@ class Call:
         except TimeoutError:
             self.run.cancel()
             raise from_code(3007, f"no result within {self.gw.config.request_timeout_s:g} s") from None
-        except asyncio.CancelledError:  # the client went away (or the server stops): the prompt was processed
+        except asyncio.CancelledError:  # the client went away (or the server stops): charge the work done so far
             self.run.cancel()
-            self.gw.charge(self, 0.0)
+            self.gw.charge(self, float(generated_tokens(self.run)))
             raise
         self.timing.infer = (fin.t_done - t) * 1e3
         fin.result = self.gw.real_shape(self.model, fin.result)
@@ -174,7 +174,7 @@ class Call:
 
     def abandon(self) -> None:
         """The client went away before the answer ended: stop the generation (which frees the slot), charge what
-        the engine did for it (its prompt, the pieces it produced) and count it once as 499 (not while a drain
+        the engine did for it (its prompt, the tokens it sampled) and count it once as 499 (not while a drain
         cancels what is left: that is the server's doing)."""
         s = self.stream_
         if s is not None and not s.run.done.done():
@@ -182,10 +182,15 @@ class Call:
         if self.abandoned:
             return
         self.abandoned = True
-        self.gw.charge(self, float(len(s.sent_text)) if s is not None else 0.0)
+        self.gw.charge(self, float(max(generated_tokens(s.run), len(s.sent_text))) if s is not None else 0.0)
         if not self.gw.draining:
             self.gw.metrics.rejected(self.model, self.endpoint, client_gone(), self.place,
                                      pop=str(self.gw.backend.site_ids[self.lease.replica.site]))
+
+
+def generated_tokens(run) -> int:
+    """Tokens the engine has sampled for ``run`` so far (0 for work without a generation handle)."""
+    return len(getattr(run.handle, "token_ids", None) or ())
 
 
 class Gateway:

@@ -62,6 +62,9 @@ def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, pa
         route, body = prefix + path + SLOW, {"prompt": "x"}
     per_day = gw.budget.per_day
     gw.budget.per_day = 1e12  # a budget no request reaches: what the request used is charged to it
+    charged = []
+    charge = gw.charge
+    gw.charge = lambda call, completion_tokens: (charged.append(completion_tokens), charge(call, completion_tokens))
     try:
         spent = gw.budget.spent("alice", time.time())
         sock = _send_and_keep_open(url, route, {**body, "max_tokens": MAX_TOKENS, "ignore_eos": True})
@@ -71,11 +74,13 @@ def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, pa
             sock.close()
         _until(lambda: plane.snapshot()["running"] == 0 and gw.admission.leases_open == 0, "the slot was released")
         _until(lambda: _count(gw, endpoint, "499") == before_499 + 1, "the request counted as 499")
-        assert gw.budget.spent("alice", time.time()) > spent  # its prompt's work is charged, not given away
+        assert gw.budget.spent("alice", time.time()) > spent  # its work is charged, not given away
     finally:
         gw.budget.per_day = per_day
+        del gw.charge
     generated = _engine_tokens(gw, stand_in) - before_tokens
     assert 0 < generated < MAX_TOKENS
+    assert len(charged) == 1 and 1 <= charged[0] <= generated  # its prompt and the tokens sampled for it
 
 
 @pytest.mark.parametrize("stream", [False, True])
