@@ -119,7 +119,18 @@ def generation_request(inputs) -> tuple[str, SamplingParams, bool]:
         top_p=_field(inputs, "top_p", (int, float), False),
         seed=_field(inputs, "seed", int, False),
     )
+    # Workers AI fields the engine does not implement: their neutral values only (a penalty silently ignored
+    # would change what the client believes it measured); ``raw`` (no chat template) is what a prompt gets anyway.
+    for name, neutral in NEUTRAL_ONLY:
+        value = _field(inputs, name, (int, float), False)
+        if value is not None and value != neutral:
+            raise InvalidInputError(f"field '{name}' = {value!r} is not supported (penalties are not implemented; "
+                                    f"leave it out or give {neutral})")
+    _field(inputs, "raw", bool, False)
     return prompt, params, bool(_field(inputs, "stream", bool, False, False))
+
+
+NEUTRAL_ONLY = (("frequency_penalty", 0), ("presence_penalty", 0), ("repetition_penalty", 1))
 
 
 def reranking_inputs(inputs) -> tuple[str, list, int | None]:

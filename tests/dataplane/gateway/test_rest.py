@@ -108,9 +108,22 @@ BAD_BODIES = [
     (json.dumps({"prompt": "x", "temperature": 99}).encode(), 5006),
     (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 5006),
     (json.dumps({"messages": "hi"}).encode(), 5006), (json.dumps({"prompt": "x", "options": 3}).encode(), 5006),
+    # Workers AI fields the engine does not implement: refused, not ignored (neutral values pass)
+    (json.dumps({"prompt": "x", "frequency_penalty": 3}).encode(), 5006),
+    (json.dumps({"prompt": "x", "presence_penalty": "x"}).encode(), 5006),
+    (json.dumps({"prompt": "x", "repetition_penalty": -1}).encode(), 5006),
+    (json.dumps({"prompt": "x", "raw": "yes"}).encode(), 5006),
     (b"[" * 50_000 + b"]" * 50_000, 5006),  # nesting deeper than the JSON parser's recursion limit
     (b"{" + b" " * 300_000 + b"}", 3006),  # over the 200 kB body limit of the test gateway
 ]
+
+
+def test_neutral_penalties_and_raw_are_accepted(gateway):
+    url, _ = gateway
+    body = {"prompt": "x", "max_tokens": 2, "frequency_penalty": 0, "presence_penalty": 0.0,
+            "repetition_penalty": 1, "raw": True}
+    r = httpx.post(run_url(url, GEN), json=body, headers=headers())
+    assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize("body,code", BAD_BODIES)
