@@ -117,8 +117,12 @@ class Metrics:
         self.ttft.labels(call.model).observe(seconds)
 
     def rejected(self, model: str, endpoint: str, err, place=None, pop: str = "") -> None:
+        """Count a request that ended without its answer: labelled with the PoP serving it when known (``pop``),
+        else its ingress PoP (``place``), else none."""
         # Unknown model names come from clients: one label value for all of them keeps cardinality bounded.
         name = model if model in self._served else "_unknown"
+        if not pop and place is not None:
+            pop = str(getattr(place, "ingress_pop", "") or "")
         self.requests.labels(name, pop, endpoint, str(err.status)).inc()
 
     def render(self) -> bytes:

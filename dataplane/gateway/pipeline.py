@@ -324,8 +324,10 @@ class Gateway:
             await self.admission.wait_adapter(lease)
         except BaseException as exc:
             self.admission.release(lease)
-            if isinstance(exc, GatewayError):
-                self.metrics.rejected(model, endpoint, exc, place)
+            if isinstance(exc, GatewayError):  # (a queue timeout: counted at the PoP it waited at)
+                site = getattr(lease.replica or getattr(lease.decision, "replica", None), "site", None)
+                self.metrics.rejected(model, endpoint, exc, place,
+                                      pop="" if site is None else str(self.backend.site_ids[site]))
             raise
         now = time.monotonic()
         # wan-in: both halves of the inbound trip; queue: waiting for a slot beyond the backbone leg.

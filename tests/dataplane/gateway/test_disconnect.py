@@ -40,9 +40,10 @@ def _engine_tokens(gw, stand_in: str) -> int:
     return sum(eng.stats.tokens for name, _r, eng in gw.backend.dp.engines() if name == stand_in)
 
 
-def _count(gw, endpoint: str, status: str) -> float:
+def _count(gw, endpoint: str, status: str, pop: str | None = None) -> float:
     return sum(s.value for metric in gw.metrics.requests.collect() for s in metric.samples
-               if s.name.endswith("_total") and s.labels["endpoint"] == endpoint and s.labels["status"] == status)
+               if s.name.endswith("_total") and s.labels["endpoint"] == endpoint and s.labels["status"] == status
+               and (pop is None or s.labels["pop"] == pop))
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/run/"])
@@ -55,6 +56,7 @@ def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, pa
     stand_in = gw.backend.stand_in[SLOW]
     endpoint = "chat" if "chat" in path else "run"
     before_tokens, before_499 = _engine_tokens(gw, stand_in), _count(gw, endpoint, "499")
+    unlabelled = _count(gw, endpoint, "499", pop="")
     prefix = "/client/v4/accounts/alice/ai"
     if "chat" in path:
         route, body = prefix + path, {"model": SLOW, "messages": [{"role": "user", "content": "x"}]}
@@ -81,6 +83,7 @@ def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, pa
     generated = _engine_tokens(gw, stand_in) - before_tokens
     assert 0 < generated < MAX_TOKENS
     assert len(charged) == 1 and 1 <= charged[0] <= generated  # its prompt and the tokens sampled for it
+    assert _count(gw, endpoint, "499", pop="") == unlabelled  # counted at a PoP, as answered requests are
 
 
 @pytest.mark.parametrize("stream", [False, True])
