@@ -193,8 +193,9 @@ class GatewayConfig:
             if getattr(self, name) <= 0:
                 bad(name, "must be positive")
         if not isinstance(self.tokens, dict) or not all(
-                isinstance(k, str) and k and isinstance(v, str) and v for k, v in self.tokens.items()):
-            bad("tokens", "must map non-empty token strings to non-empty account ids")
+                isinstance(k, str) and len(k) >= 8 and isinstance(v, str) and v for k, v in self.tokens.items()):
+            bad("tokens", "must map token strings of 8+ characters to non-empty account ids (as --tokens files and "
+                "$EDGEPOP_TOKENS do)")
         from dataplane.session import threads_problem  # (onnxruntime: loaded when a gateway is built anyway)
 
         if problem := threads_problem(self.threads):

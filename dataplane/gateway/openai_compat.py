@@ -79,6 +79,8 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
         inputs["lora"] = lora
     # (a field sent as null is a field left out, as OpenAI reads it)
     max_tokens = body.get("max_completion_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise bad_input(f"field 'max_completion_tokens' has the wrong type ({type(max_tokens).__name__})")
     if max_tokens is None:
         max_tokens = body.get("max_tokens")
     for key, value in (("max_tokens", max_tokens), ("temperature", body.get("temperature")),

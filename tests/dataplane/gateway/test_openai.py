@@ -112,6 +112,9 @@ def test_a_null_field_is_a_field_left_out(gateway):
     out = client(url).chat.completions.create(model=GEN, messages=[{"role": "user", "content": "x"}], max_tokens=3,
                                               extra_body={"max_completion_tokens": None, "ignore_eos": True})
     assert out.usage.completion_tokens == 3
+    with pytest.raises(openai.BadRequestError, match="field 'max_completion_tokens' has the wrong type"):
+        client(url).chat.completions.create(model=GEN, messages=[{"role": "user", "content": "x"}],
+                                            extra_body={"max_completion_tokens": "a"})
 
 
 def test_embedding_a_text_over_the_window_is_refused_unless_truncation_is_asked_for(gateway):

@@ -29,7 +29,7 @@ def test_config_file_and_errors(tmp_path):
                         ('[rate_limits]\n"summarisation" = 5', "rate_limits"),
                         ('[rate_limits]\n"text-generation" = -5', "rate_limits"),
                         ("auth_failures_per_minute = 1.5", "auth_failures_per_minute"),
-                        ("open_ops = 1", "open_ops")):
+                        ("open_ops = 1", "open_ops"), ('[tokens]\n"x" = "a"', "tokens.*8\\+ characters")):
         bad = tmp_path / "b.toml"
         bad.write_text(text + "\n")
         with pytest.raises(UserError, match=field):
