@@ -18,8 +18,10 @@ EDGE_VS_CENTRAL = [
     ("md", """
 # Edge vs central: one workload, two deployments
 
-The same arrivals (same seed, same requests) go through the **edge** deployment (GPUs in ~340 PoPs, placed by a
-placement policy) and the **central** baseline (the same GPUs moved into a few cloud regions). This notebook runs
+The same arrivals (same seed, same requests) go through the **edge** deployment (GPUs in PoP cities, replicas placed
+by a placement policy; the `small` scenario: 228 GPUs in 185 of ~340 PoP cities) and the **central** baseline (the
+same number of GPUs of each type in a few cloud regions, split between them by the demand each region is nearest
+to). This notebook runs
 one scenario and compares them: the headline table, TTFT distributions and where the time goes, a world map of the
 per-country TTFT gain, the gain per continent, and how far the gains move when the seed changes.
 """),
