@@ -8,15 +8,16 @@
     python benchmarks/loadtest_gateway.py --url http://127.0.0.1:8787 --token TOKEN --account ACCT
 
 Sweep: for each concurrency level (1, 2, 4, ..., 256) that many closed-loop clients send requests for
-``--step-seconds`` (or until ``--step-requests`` answers; 9 levels x 15 s by default, about 2.5 minutes). A
-client refused with 429 waits what ``retry-after-ms`` (else ``Retry-After``) says before its next request, as the
+``--step-seconds`` (or until ``--step-requests`` answers; 9 levels x 15 s by default, about 2.5 minutes). A client
+refused with 429 waits what ``retry-after-ms`` (else ``Retry-After``) says before its next request, as the
 ``openai`` client does. Per level: admitted (200) latency p50/p99 as the client sees it and as the server's
-``server-timing`` says, shed rate (429s over all answers), goodput (200s per second inside the level's window, which ends early when ``--step-requests`` answers came first),
-the share of 429s carrying ``Retry-After``, other errors, and the CPU share the client and (own server, Linux)
-the server got: on a shared machine that share moves goodput more than anything the gateway does. Summary: the
-unloaded p99 (1 client), the bound 2 x unloaded p99 + max wait and whether every level's admitted p99 stays
-under it, and the lowest goodput from the peak level on as a fraction of the peak. The server runs with rate
-limits off (they would cap one account long before the engines saturate), no WAN delay and one onnxruntime
+``server-timing`` says, shed rate (429s over all answers), goodput (200s per second inside the level's window, which
+ends early when ``--step-requests`` answers came first), the share of 429s carrying ``Retry-After``, other errors,
+and the CPU share the client and (own server, Linux) the server got: on a shared machine that share moves goodput
+more than anything the gateway does. Summary: the unloaded p99 (1 client), the bound 2 x unloaded p99 + max wait and
+whether every level's admitted p99 stays under it, and the lowest goodput from the peak level on as a fraction of
+the peak. The server runs with rate limits off (they would cap one account long before the engines saturate), no WAN
+delay and one onnxruntime
 thread; client and server share the machine's cores, so absolute figures are a floor and noisy. The sweep's
 clients are a minimal keep-alive HTTP/1.1 client (``benchmarks/http_light.py``, about 0.1 ms of CPU per request
 against httpx's 0.9 ms), so the load generator takes little of the cores the server needs; ``--client httpx``

@@ -61,8 +61,8 @@ class Reactive(Autoscaler):
 
     Every ``interval_s``: a READY replica idle for ``idle_s`` is unloaded, unless that would leave its model with
     fewer than ``min_ready`` ready replicas fleet-wide. For each (site, model) whose ready replicas hold on average
-    ``queue_high`` or more queued requests (and the queue is not empty), one more replica is loaded at that site (a COLD one reloaded first,
-    else a new one on the node with the most free memory), up to ``max_per_site``.
+    ``queue_high`` or more queued requests (and the queue is not empty), one more replica is loaded at that site (a
+    COLD one reloaded first, else a new one on the node with the most free memory), up to ``max_per_site``.
     """
 
     def __init__(self, interval_s: float = 10.0, idle_s: float = 300.0, queue_high: float = 4.0,

@@ -1,9 +1,9 @@
 """The ``ray`` engine of :func:`sim.sweep.run_sweep`: variants as Ray tasks.
 
 With ``RAY_ADDRESS`` set (``ray://head:10001``, which needs ``pip install 'ray[client]'``, or ``auto``), the sweep
-joins that cluster, whose nodes must have edgepop installed (the same version as here). Otherwise it starts a local Ray instance with ``workers`` CPUs (no
-dashboard, worker logs not forwarded) and shuts it down afterwards. A Ray session that is already initialised
-(``ray.init`` called by the caller) is used as it is and left running.
+joins that cluster, whose nodes must have edgepop installed (the same version as here). Otherwise it starts a local
+Ray instance with ``workers`` CPUs (no dashboard, worker logs not forwarded) and shuts it down afterwards. A Ray
+session that is already initialised (``ray.init`` called by the caller) is used as it is and left running.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "after; default 0: no budget)")
     p.add_argument("--drain-timeout", type=float, help="seconds SIGTERM/SIGINT waits for in-flight requests "
                    "(default 30)")
-    p.add_argument("--open-ops", action="store_true", help="serve /metrics, /edgepop/deployment and /edgepop/timings without a token")
+    p.add_argument("--open-ops", action="store_true",
+                   help="serve /metrics, /edgepop/deployment and /edgepop/timings without a token")
     p.add_argument("--router", help="routing policy (default nearest-with-capacity, as in the simulator)")
     p.add_argument("--threads", type=int, help="onnxruntime intra-op threads per session (0: one per core)")
     p.add_argument("--prefix-cache-mb", type=int,

@@ -212,7 +212,8 @@ def test_a_failing_variant_is_named_and_nothing_is_written(tmp_path):
 
 @pytest.mark.parametrize("axis, message", [
     ({"edge.pops": [["FRA"], ["FRA", "XXX"]]}, r"small\.toml \[edge\]: field 'pops': unknown PoP id\(s\) 'XXX'"),
-    ({"faults": [[], ["link:FRA-AMS@2+50"]]}, r"fault link:FRA-AMS: there is no direct backbone link between FRA and AMS"),
+    ({"faults": [[], ["link:FRA-AMS@2+50"]]},
+     r"fault link:FRA-AMS: there is no direct backbone link between FRA and AMS"),
     ({"faults": [[], ["node:XXX-0@2+50"]]}, r"fault node:XXX-0: no node can have this id"),
 ])
 def test_names_a_variant_refers_to_are_checked_before_any_variant_runs(tmp_path, monkeypatch, axis, message):
