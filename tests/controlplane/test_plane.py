@@ -79,12 +79,16 @@ def test_cold_start_then_ready(catalog):
     assert started == [req] and r.status == READY
 
 
+def reactive_plane(catalog, **options):
+    """A llama replica on a 2-GPU node beside a 1-GPU node at one site, under a reactive autoscaler."""
+    scaler = Reactive(interval_s=1.0, **options)
+    cp = ControlPlane(catalog, make_fleet([2, 1], sites=[0, 0]), placement([(LLAMA, 0)]), np.zeros((1, 1)),
+                      autoscaler=scaler, admission=AdmissionConfig(queue_limit=50, queue_timeout_s=1e9))
+    return cp, scaler, cp.state.replicas[0]
+
+
 def test_reactive_autoscaler_scales_to_zero_and_out(catalog):
-    fleet = make_fleet([2, 1], sites=[0, 0])
-    scaler = Reactive(interval_s=1.0, idle_s=30.0, queue_high=2.0)
-    cp = ControlPlane(catalog, fleet, placement([(LLAMA, 0)]), np.zeros((1, 1)), autoscaler=scaler,
-                      admission=AdmissionConfig(queue_limit=50, queue_timeout_s=1e9))
-    r0 = cp.state.replicas[0]
+    cp, scaler, r0 = reactive_plane(catalog, idle_s=30.0, queue_high=2.0)
     cp.poll(31.0)
     assert r0.status == COLD and scaler.unloads == 1  # idle for 30 s: scaled to zero
     cp.poll(32.0)  # wake it again through a request
@@ -126,11 +130,7 @@ def test_runtime_loads_keep_one_language_model_per_gpu(catalog):
 
 def test_reactive_scale_out_needs_a_queue_even_at_queue_high_zero(catalog):
     """``queue_high = 0`` scales out on any wait, never on an empty queue (it loaded every free slot of memory)."""
-    fleet = make_fleet([2, 1], sites=[0, 0])
-    scaler = Reactive(interval_s=1.0, idle_s=1e9, queue_high=0.0)
-    cp = ControlPlane(catalog, fleet, placement([(LLAMA, 0)]), np.zeros((1, 1)), autoscaler=scaler,
-                      admission=AdmissionConfig(queue_limit=50, queue_timeout_s=1e9))
-    r0 = cp.state.replicas[0]
+    cp, scaler, r0 = reactive_plane(catalog, idle_s=1e9, queue_high=0.0)
     cp.submit(Request(0, LLAMA, 0, 100, 10), 0.0)  # starts at once: nothing waits
     for t in range(1, 4):
         cp.poll(float(t))
