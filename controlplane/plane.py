@@ -190,11 +190,19 @@ class ControlPlane:
         return self.drain(r, now) if r.queue else []  # (nothing queued: drain would start nothing)
 
     def drain(self, r: Replica, now: float) -> list[Request]:
-        """Start queued requests on ``r`` in FIFO order while they fit (head-of-line blocking is deliberate)."""
+        """Start the requests of ``r``'s site queue in FIFO order: each head on ``r`` if it fits, else on the first
+        other replica of the queue it fits (a new head may fit where the last one did not). Head-of-line
+        blocking is deliberate: a head that fits nowhere holds the queue."""
         started = []
-        while r.queue and r.can_start(r.queue[0].kv_tokens):
-            req = r.queue.popleft()
-            r._start(req, now)
+        queue = r.queue
+        while queue:
+            kv = queue[0].kv_tokens
+            target = r if r.can_start(kv) else next(
+                (o for o in queue.replicas if o is not r and o.can_start(kv)), None)
+            if target is None:
+                break
+            req = queue.popleft()
+            target._start(req, now)
             started.append(req)
         if self.state.prefix is not None:
             for req in started:  # after every reservation: cached blocks live in what is left free
@@ -210,7 +218,10 @@ class ControlPlane:
         if req in r.running:
             return self.finish(req, now)
         if req in r.queue:
+            head = r.queue[0] is req
             r.queue.remove(req)
+            if head and r.queue:  # the next head may fit where this one did not
+                return self.drain(r, now)
         return []
 
     # ---------------------------------------------------------------- prefix index and adapter slots
@@ -265,13 +276,18 @@ class ControlPlane:
             started += self.drain(r, now)
         if self.autoscaler is not None:
             self.autoscaler.tick(self, now)
-        expired = []
+        expired, new_heads = [], {}
         while self._deadlines and self._deadlines[0][0] <= now:
             _, req = self._deadlines.popleft()
             r = req.replica
             if req.started_at < 0 and r is not None and req in r.queue:  # (the site queue it joined)
+                if r.queue[0] is req:
+                    new_heads[id(r.queue)] = r
                 r.queue.remove(req)
                 expired.append(req)
+        for r in new_heads.values():  # a queue whose head left: the next head may fit where that one did not
+            if r.queue:
+                started += self.drain(r, now)
         self.counts["expired"] += len(expired)
         return started, expired
 

@@ -64,6 +64,39 @@ def test_queue_timeout_is_3007_and_each_request_leaves_once(catalog):
     assert cp.poll(100.0) == ([], [])  # never expired twice
 
 
+B3 = "@cf/meta/llama-3.2-3b-instruct"  # a KV pool of 32,768 tokens: two 20,000-token requests cannot share it
+
+
+def test_the_next_head_of_a_site_queue_starts_when_the_head_leaves(catalog):
+    """Head-of-line blocking holds a queue behind a head that fits nowhere; when that head leaves (expires, is
+    cancelled, starts), the next one starts wherever it fits, at once (it was left waiting, then dropped 3007)."""
+    for leave in ("expire", "cancel"):
+        cp = ControlPlane(catalog, make_fleet([1]), placement([(B3, 0)]), np.zeros((1, 1)),
+                          admission=AdmissionConfig(queue_timeout_s=30.0))
+        cp.set_slots(2)
+        long, short, big, small = (Request(1, B3, 0, 20_000), Request(2, B3, 0, 100), Request(3, B3, 0, 30_000),
+                                   Request(4, B3, 0, 100))
+        assert [cp.submit(q, t).action for q, t in ((long, 0.0), (short, 0.0), (big, 1.0), (small, 2.0))] == [
+            START, START, QUEUE, QUEUE]
+        assert cp.finish(short, 3.0) == []  # big heads the queue and does not fit beside long
+        if leave == "expire":
+            started, expired = cp.poll(31.0)
+            assert expired == [big] and started == [small]
+        else:
+            assert cp.cancel(big, 10.0) == [small]
+        assert small.started_at >= 0 and not cp.state.replicas[0].queue
+    # Two replicas share the site queue: the head starts on the one that freed, the next on its sibling.
+    cp = ControlPlane(catalog, make_fleet([1, 1], sites=[0, 0]), placement([(B3, 0), (B3, 1)]), np.zeros((1, 1)))
+    cp.set_slots(2)
+    a, b = cp.state.replicas
+    reqs = [Request(i, B3, 0, kv) for i, kv in enumerate((20_000, 100, 20_000, 100, 30_000, 100))]
+    assert [cp.submit(q, 0.0).replica for q in reqs[:4]] == [a, a, b, b]
+    assert [cp.submit(q, 1.0).action for q in reqs[4:]] == [QUEUE, QUEUE]
+    assert cp.finish(reqs[3], 2.0) == []  # the 30,000-token head does not fit b
+    assert cp.finish(reqs[0], 3.0) == [reqs[4], reqs[5]]  # it starts on a; the next fits b and starts there
+    assert reqs[4].replica is a and reqs[5].replica is b
+
+
 def test_cold_start_then_ready(catalog):
     adm = AdmissionConfig(load_gbs=2.0, init_s=5.0)
     cp = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), np.zeros((1, 1)), admission=adm)
