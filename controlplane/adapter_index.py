@@ -118,7 +118,7 @@ class AdapterIndex:
         adapter was loaded for it), or None: it waits, FIFO, for a slot there."""
         got = self.acquire(replica, req.adapter, t)
         if got is None:
-            self.waiting.setdefault(replica.id, {})[req] = None
+            self.waiting.setdefault(replica.id, {})[req] = t  # (when it is there: its adapter cannot load before)
             return None
         wait, loaded = got
         self.holders[req] = (replica, req.adapter)
@@ -141,7 +141,7 @@ class AdapterIndex:
         out = []
         while waiting:
             nxt = next(iter(waiting))
-            got = self.take(nxt.replica, nxt, now)
+            got = self.take(nxt.replica, nxt, max(now, waiting[nxt]))  # a slot freed before it got there
             if got is None:
                 break
             del waiting[nxt]

@@ -203,3 +203,19 @@ def test_adapter_index_load_time_is_size_over_bandwidth(catalog):
     with pytest.raises(UserError, match="no LoRA adapter"):
         idx.acquire(r, "nope", 0.0)
     assert replace(r.spec, adapters=()).adapters == ()
+
+
+def test_a_request_waiting_for_an_adapter_slot_never_joins_before_it_reaches_its_node(catalog):
+    """It is registered when it is decided (reaching the node at ``t``); a slot that frees before ``t`` loads its
+    adapter from ``t`` on, not from the release (it joined its batch before it got there: negative waits)."""
+    p = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), line_rtt(1, 1))
+    r = p.state.replicas[0]
+    a, b = (x.name for x in r.spec.adapters[:2])
+    idx = AdapterIndex(slots=1, load_gbs=4.0)
+    first, second = Request(1, LLAMA, 0, 10, adapter=a), Request(2, LLAMA, 0, 10, adapter=b)
+    first.replica = second.replica = r
+    assert idx.take(r, first, 0.0) is not None
+    assert idx.take(r, second, 10.0) is None  # one slot, in use: it waits (it reaches the node at 10 s)
+    [(req, ready, loaded)] = idx.give_back(first, 5.0)  # the slot frees at 5 s
+    load = idx.load_s(idx.adapter(r, b))
+    assert req is second and loaded and ready == pytest.approx(10.0 + load)
