@@ -95,6 +95,10 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
         raise UserError(f"{where}: prefill_fraction must be in (0, 1), got {t.prefill_fraction!r}")
     if not isinstance(t.prefill_chunk_tokens, int) or t.prefill_chunk_tokens < 1:
         raise UserError(f"{where}: prefill_chunk_tokens must be an integer >= 1, got {t.prefill_chunk_tokens!r}")
+    if t.prefix_cache and t.disaggregation:
+        raise UserError(f"{where}: prefix_cache and disaggregation cannot both be on (a disaggregated pool picks "
+                        "its own prefill replica, while cache hits are looked up on the one routing chose: hits "
+                        "would be credited where the blocks are not)")
     if t.chunked_prefill and t.disaggregation:
         raise UserError(f"{where}: chunked_prefill and disaggregation cannot both be on (a disaggregated replica "
                         "only prefills or only decodes)")

@@ -109,3 +109,5 @@ def test_chunked_prefill_in_a_simulation_and_its_switches(roof):
         parse_techniques({"chunked_prefill": True, "prefill_chunk_tokens": 0}, "s.toml [techniques]")
     with pytest.raises(UserError, match="cannot both be on"):
         parse_techniques({"chunked_prefill": True, "disaggregation": True}, "s.toml [techniques]")
+    with pytest.raises(UserError, match="prefix_cache and disaggregation cannot both be on"):
+        parse_techniques({"prefix_cache": True, "disaggregation": True}, "s.toml [techniques]")
