@@ -140,10 +140,10 @@ class Replica:
     def _release(self, req: Request, now: float) -> None:
         del self.running[req]
         self.active -= 1
-        if self.up and self.status == READY:
+        # (slots may have been lowered below the running count: a slot is free only below the limit)
+        if self.up and self.status == READY and self.active < self.slots:
             self.stats.free += 1
-            if self.active < self.slots:  # (slots may have been lowered below the running count)
-                self.stats.free_set.add(self)
+            self.stats.free_set.add(self)
         self.kv_used -= req.kv_tokens
         self.last_busy = now
 
@@ -317,7 +317,7 @@ class ClusterState:
         for m in ([model] if model is not None else list(self.by_model)):
             st = self.stats.setdefault(m, ModelStats())
             reps = self.by_model.get(m, [])
-            st.free = sum(r.slots - r.active for r in reps if r.up and r.status == READY)
+            st.free = sum(max(0, r.slots - r.active) for r in reps if r.up and r.status == READY)
             st.free_set = {r for r in reps if r.up and r.status == READY and r.active < r.slots}
             st.cold = sum(1 for r in reps if r.up and r.status != READY)
 

@@ -11,8 +11,10 @@ class LatencyLoad(Router):
     """Score each of the ``k`` nearest replicas by the time to first token it would give, and take the best.
 
     score = RTT + predicted wait + prefill(prompt). The wait is 0 with a free slot; otherwise the queue ahead
-    (plus this request) drains at ``slots`` requests per typical request time per replica sharing the site queue. Cold replicas add their load time.
-    Estimates come from the replica's perf figures (filled in by the control plane from its PerfModel).
+    (plus this request) drains at ``slots`` requests per typical request time per replica sharing the site queue.
+    Cold replicas add their load time. Estimates come from the replica's perf figures (filled in by the control
+    plane from its PerfModel); a replica without them can only take the request if it can start it now (its wait
+    cannot be predicted), and a tie goes to starting now. Nothing chosen: nearest-with-capacity decides.
     """
 
     def __init__(self, state, rng=None, k: int = 16, cold_start_s: float = 15.0):
@@ -41,8 +43,8 @@ class LatencyLoad(Router):
             start = r.can_start(kv)
             if start:
                 wait = 0.0
-            elif req.reject_if_busy or not r.has_queue_room():
-                continue
+            elif req.reject_if_busy or not r.has_queue_room() or not r.est_request_ms:
+                continue  # (without a service-time estimate a wait cannot be predicted: only starts compete)
             else:
                 wait = (len(r.queue) + 1) * r.est_request_ms / (r.slots * len(r.queue.replicas))
                 if r.status == LOADING:
@@ -52,7 +54,7 @@ class LatencyLoad(Router):
                         continue
                     wait += self.cold_start_ms
             score = rtts[i] + wait + r.est_prefill_a + r.est_prefill_b * req.prompt_tokens
-            if score < best_score:
+            if score < best_score or (score == best_score and start and not best_start):
                 best, best_score, best_start = i, score, start
         if best < 0:
             return self.nearest_with_capacity(req, cands, rtts)

@@ -276,3 +276,35 @@ def test_unknown_router_or_option_is_one_clear_error(catalog):
         make_router("fastest", cp.state)
     with pytest.raises(UserError, match="has no option .kk. \\(options: k\\)"):
         make_router("p2c", cp.state, kk=3)
+
+
+@pytest.mark.parametrize("router", ["nearest-with-capacity", "nearest-balanced", "latency-load"])
+def test_slots_lowered_below_the_running_count_hide_no_other_replica(catalog, router):
+    """A live host learns its engine's limit: the replica that runs more than it now may keeps no negative count
+    of free slots that would make the model look saturated."""
+    cp = ControlPlane(catalog, make_fleet([1, 1]), placement([(TINY, 0), (TINY, 1)]), line_rtt(1, 2), router=router)
+    a, b = cp.state.replicas
+    reqs = [Request(i, TINY, 0, 10) for i in range(10)]
+    for q in reqs:
+        assert cp.submit(q, 0.0).replica is a  # the nearest
+    cp.set_slots(2, [a])
+    assert a.stats.free == b.slots and a not in a.stats.free_set
+    d = cp.submit(Request(100, TINY, 0, 10), 0.0)
+    assert d.action == START and d.replica is b
+    for q in reqs[:8]:  # a is still over its limit: its finishes free no slot
+        cp.finish(q, 1.0)
+    assert a.stats.free == b.slots - 1 and a not in a.stats.free_set
+    cp.finish(reqs[8], 1.0)  # one running of two: one free
+    assert a.stats.free == b.slots and a in a.stats.free_set
+
+
+def test_latency_load_without_estimates_starts_where_it_can_before_it_queues(catalog):
+    """No performance model, no predicted waits: a busy replica's wait is unknown, not zero."""
+    cp = ControlPlane(catalog, make_fleet([1, 1]), placement([(TINY, 0), (TINY, 1)]), np.array([[0.0, 10.0]]),
+                      router="latency-load")
+    cp.set_slots(1)
+    a, b = cp.state.replicas
+    assert cp.submit(Request(1, TINY, 0, 10), 0.0).replica is a
+    d = cp.submit(Request(2, TINY, 0, 10), 0.0)
+    assert d.action == START and d.replica is b  # 10 ms away and idle, not queued behind request 1
+    assert cp.submit(Request(3, TINY, 0, 10), 0.0).action == QUEUE  # both busy: nearest-with-capacity queues it
