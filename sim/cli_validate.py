@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
         figure = draw_fidelity(frames, args.out / "fidelity.png")
         if args.docs:
             args.docs.parent.mkdir(parents=True, exist_ok=True)  # (the check above left no folder behind)
-            figure = Path(shutil.copyfile(figure, args.docs.with_suffix(".png")))
+            page_figure = args.docs.with_suffix(".png")
+            if page_figure.resolve() != figure.resolve():  # (--docs OUT/fidelity.md: the figure is there already)
+                figure = Path(shutil.copyfile(figure, page_figure))
             args.docs.write_text(render_markdown(rep, load_validation.render_markdown(rep["under_load"], "###"),
                                                  figure=figure.name))
     if args.json:
