@@ -124,7 +124,7 @@ class Registry:
                 hook(**{k: v for k, v in options.items() if k in e.options})
             except ValueError as exc:
                 raise UserError(f"{prefix}{self.kind} {name!r}: {exc}") from None
-        if extra and e.forward is not None:
+        if e.forward is not None:  # the wrapped policy: its name always, the options forwarded to it
             key, default = e.forward
             inner = options.get(key, default)
             if isinstance(inner, str):

@@ -199,6 +199,9 @@ def test_trace_replay_keeps_the_trace(topo):
     ("edge", 'router = "p2c"\nrouter_options = { k = "2" }', r"option 'k' must be an integer, got '2'"),
     ("edge", 'router = "session-affinity"\nrouter_options = { fallback = "p2c", k = 1.5 }',
      r"session-affinity -> fallback 'p2c'.*option 'k' must be an integer"),
+    ("edge", 'router = "session-affinity"\nrouter_options = { fallback = "nearest-balancd" }',
+     r"s\.toml \[edge\] router_options \(session-affinity -> fallback 'nearest-balancd'\): unknown routing policy"),
+    ("edge", 'router = "adapter-aware"\nrouter_options = { base = "p2cc" }', r"adapter-aware -> base 'p2cc'"),
     ("central", 'placement = "central"\nplacement_options = { scael = 2.0 }',
      r"s\.toml \[central\] placement_options: placement policy 'central' has no option 'scael' \(options: "
      r"baseline, budget, node, rack, scale\)"),
