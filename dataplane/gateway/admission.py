@@ -174,6 +174,8 @@ class Admission:
         for req in started:
             lease = req.payload
             if lease is not None and not lease.started.done():
+                if lease.ticket is not None and (key := self.engine_key(req.replica)) != lease.ticket.key:
+                    lease.ticket = self.shedder.moved(lease.ticket, key, now)  # started on a sibling replica
                 lease.started.set_result(now)
 
     # ------------------------------------------------------------------ the control plane's timer

@@ -61,7 +61,7 @@ sizes, 1 to 256 closed-loop clients; ``tests/dataplane/gateway/test_shedding.py`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEFAULT_WINDOW_S = 1.0
 DEFAULT_HORIZON_S = 60.0
@@ -246,6 +246,12 @@ class LoadShedder:
         e.epoch += 1
         expected = est[0] if est is not None and math.isfinite(est[0]) else None
         return Ticket(key, now, work, e.epoch, alone, expected)
+
+    def moved(self, ticket: Ticket, key, now: float) -> Ticket:
+        """The request of ``ticket`` queued for one engine and started on another (a sibling replica sharing its
+        site queue): it leaves the first unserved and counts on ``key``'s from its admission on."""
+        self.finished(ticket, now, served=False)
+        return replace(self.admitted(key, now, ticket.work), at=ticket.at)
 
     def finished(self, ticket: Ticket, now: float, served: bool = True) -> None:
         """The request of ``ticket`` left its engine: ``served`` if the engine finished it (a completion), not

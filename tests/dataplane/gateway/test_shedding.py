@@ -215,3 +215,35 @@ def test_admission_routes_around_a_replica_over_the_wait_bound():
         assert adm.submit(adm.new_request(TINY, 0, 5, 5)).replica is near  # drained: the nearest again
 
     asyncio.run(scenario())
+
+
+def test_a_request_started_on_a_sibling_replica_counts_on_that_replicas_engine():
+    """Queued at one replica of a site queue and started on its sibling: the shedder's count moves with it (the
+    sibling's engine looked idle while it was busy, the first one overloaded)."""
+    import asyncio
+
+    from kit.controlplane import make_fleet, placement
+
+    from controlplane.catalog import default_catalog
+    from controlplane.plane import ControlPlane
+    from dataplane.gateway.admission import Admission
+
+    b3 = "@cf/meta/llama-3.2-3b-instruct"
+    plane = ControlPlane(default_catalog(), make_fleet([1, 1], sites=[0, 0]), placement([(b3, 0), (b3, 1)]),
+                         np.zeros((1, 1)))
+    plane.set_slots(1)
+    shedder = LoadShedder(100.0, concurrency=lambda key: 2)
+    adm = Admission(plane, shedder)
+
+    async def scenario():
+        first = adm.submit(adm.new_request(b3, 0, 20_000, 0))
+        second = adm.submit(adm.new_request(b3, 0, 100, 0))
+        third = adm.submit(adm.new_request(b3, 0, 100, 0))  # both busy: queued
+        other = second if third.decision.replica is first.replica else first
+        adm.release(other)  # frees the replica the third did not queue at
+        await asyncio.sleep(0)
+        assert third.started.done() and third.replica is other.replica
+        assert third.ticket.key == ("replica", other.replica.id)
+        assert {k: e.outstanding for k, e in shedder.engines.items()} == {("replica", 0): 1, ("replica", 1): 1}
+
+    asyncio.run(scenario())
