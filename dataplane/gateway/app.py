@@ -179,7 +179,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     def place_of(request: Request):
         return gw.locator.place(request.headers)
 
-    async def unless_gone(request: Request, work, model: str, endpoint: str):
+    async def unless_gone(request: Request, work, model: str, endpoint: str, served: dict | None = None):
         """``await work`` (a non-streaming request's admission and run) unless the client disconnects first: then
         the work is cancelled, which releases its queue place or slot and stops its engine run, and the request
         counts as 499. (Starlette cancels a streaming response on disconnect, never a plain handler.)"""
@@ -202,12 +202,13 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
                 raise
         except Exception:  # noqa: BLE001, S110 (its own error, if it failed as it was cancelled, is moot)
             pass
-        err = client_gone()
-        gw.metrics.rejected(model, endpoint, err, place_of(request))
+        err = client_gone()  # (counted at the PoP where it waited or ran, when it got that far)
+        gw.metrics.rejected(model, endpoint, err, place_of(request), pop=(served or {}).get("pop", ""))
         raise err
 
     def common(request: Request) -> dict:
-        return {"session": request.headers.get("x-session-affinity") or None}
+        """Keywords of every admission: the session, and ``served``, where admission notes the serving PoP."""
+        return {"session": request.headers.get("x-session-affinity") or None, "served": {}}
 
     # ------------------------------------------------------------------ Workers AI REST
     @app.post(PREFIX + "/run/{model:path}")
@@ -226,12 +227,14 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         place = place_of(request)
         spec = gw.spec(model)
         if spec.task == "text-generation" and inputs.get("stream") is True:
+            kw = common(request)
             call = await unless_gone(request, gw.admit(model, inputs, place, account=account, reject_if_busy=reject,
-                                                       endpoint="run-stream", **common(request)), model, "run-stream")
+                                                       endpoint="run-stream", **kw), model, "run-stream", kw["served"])
             _start(call)
             return _Stream(_workers_stream(call), call, headers={**SSE_HEADERS, **call.headers(final=False)})
+        kw = common(request)
         call, fin = await unless_gone(request, gw.infer(model, inputs, place, account=account, reject_if_busy=reject,
-                                                        endpoint="run", **common(request)), model, "run")
+                                                        endpoint="run", **kw), model, "run", kw["served"])
         synthetic = gw.backend.dp.card(call.prep.stand_in).synthetic
         emulated = standins.is_stand_in(model, spec.stand_in, call.prep.stand_in)
         return JSONResponse(envelope(fin.result, model, spec.task, call.prep.stand_in, synthetic, emulated),
@@ -283,14 +286,16 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         place = place_of(request)
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if stream:
+            kw = common(request)
             call = await unless_gone(request, gw.admit(model, {**inputs, "stream": True}, place, account=account,
                                                        reject_if_busy=reject, endpoint="chat-stream",
-                                                       **common(request)), model, "chat-stream")
+                                                       **kw), model, "chat-stream", kw["served"])
             _start(call)
             return _Stream(_chat_stream(call, cid, shown, include_usage), call,
                            headers={**SSE_HEADERS, **call.headers(final=False)})
+        kw = common(request)
         call, fin = await unless_gone(request, gw.infer(model, inputs, place, account=account, reject_if_busy=reject,
-                                                        endpoint="chat", **common(request)), model, "chat")
+                                                        endpoint="chat", **kw), model, "chat", kw["served"])
         return JSONResponse(oai.chat_completion(cid, shown, fin.result["response"], fin.usage),
                             headers=call.headers())
 
@@ -316,9 +321,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         reject = reject_if_busy(request, body.get("options"))
         if gw.spec(model).task != "text-embeddings":
             raise bad_input(f"model {model!r} is not a text-embeddings model")
+        kw = common(request)
         call, fin = await unless_gone(request, gw.infer(model, inputs, place_of(request), account=account,
                                                         reject_if_busy=reject, endpoint="embeddings",
-                                                        **common(request)), model, "embeddings")
+                                                        **kw), model, "embeddings", kw["served"])
         return JSONResponse(oai.embedding_list(model, fin.result, fmt, int(fin.usage.get("prompt_tokens", 0)), dims),
                             headers=call.headers())
 

@@ -273,7 +273,8 @@ class Gateway:
             self.budget.charge(call.lease.req.account, time.time(), n)
 
     async def admit(self, model: str, inputs, place: ClientPlace, *, account: str, session=None,
-                    reject_if_busy: bool = False, endpoint: str = "run", limited: bool = True) -> Call:
+                    reject_if_busy: bool = False, endpoint: str = "run", limited: bool = True,
+                    served: dict | None = None) -> Call:
         """Check the account's limits, validate, travel to the ingress, get a control-plane decision (or be shed),
         travel to the serving PoP and wait for a slot. Raises :class:`GatewayError` (400, 413, 429, 408, ...).
         ``limited``: count the request against the per-minute limits (async batch items are not)."""
@@ -317,6 +318,8 @@ class Gateway:
             await self.delays.sleep_ms(place.access_rtt_ms / 2)  # the refusal travels back from the ingress
             self.metrics.rejected(model, endpoint, err, place)  # (after the trip: a client gone during it is 499)
             raise
+        if served is not None:  # where it waits or runs (a caller counting it as gone labels it with this PoP)
+            served["pop"] = str(self.backend.site_ids[lease.decision.replica.site])
         at_node = time.monotonic() + self.delays.seconds(lease.decision.rtt_ms / 2)
         try:
             await self.admission.wait_started(lease)
@@ -335,6 +338,8 @@ class Gateway:
         timing.wan_in += backbone_s * 1e3
         timing.queue = max(0.0, (now - lease.queued_at) - backbone_s) * 1e3
         timing.tl.ready, timing.tl.backbone_s = now, backbone_s
+        if served is not None:  # (started on a sibling of the replica it queued at: the same site)
+            served["pop"] = str(self.backend.site_ids[lease.replica.site])
         return Call(self, model, prep, place, lease, timing, endpoint)
 
     async def infer(self, model: str, inputs, place: ClientPlace, **kw) -> tuple[Call, invoke.Finished]:

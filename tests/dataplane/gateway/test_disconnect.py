@@ -25,11 +25,11 @@ def _until(check, what: str) -> None:
         time.sleep(0.005)
 
 
-def _send_and_keep_open(url: str, path: str, body: dict) -> socket.socket:
+def _send_and_keep_open(url: str, path: str, body: dict, **extra) -> socket.socket:
     """A raw HTTP/1.1 POST whose connection stays open until the caller closes it (without reading the answer)."""
     parts = urlsplit(url)
     data = json.dumps(body).encode()
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers(**{"content-type": "application/json"}).items())
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers(**{"content-type": "application/json", **extra}).items())
     sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
     sock.sendall(f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\n{head}content-length: {len(data)}\r\n\r\n"
                  .encode() + data)
@@ -124,3 +124,32 @@ def test_a_body_that_stops_arriving_is_a_408():
     with pytest.raises(GatewayError) as e:
         asyncio.run(read_body(_StallingRequest(), 1000, idle_timeout_s=0.05))
     assert (e.value.status, e.value.code) == (408, 3007) and "10 bytes received" in e.value.message
+
+
+def test_a_plain_request_abandoned_where_it_spilled_counts_at_that_pop(tmp_path, gateway_topo):
+    """Its 499 carries the PoP serving it (LHR, where it spilled from a full FRA), not its ingress."""
+    from kit.gateway import TOKENS, _serve
+
+    from dataplane.gateway import GatewayConfig
+
+    cfg = GatewayConfig(pops=["FRA", "LHR"], models=[SLOW], tokens=TOKENS, delay=False, slots=1,
+                        db=str(tmp_path / "b.sqlite"))
+    server, app = _serve(cfg, gateway_topo)
+    try:
+        gw = app.state.gateway
+        plane = gw.backend.plane
+        route = f"/client/v4/accounts/alice/ai/run/{SLOW}"
+        body = {"prompt": "x", "max_tokens": MAX_TOKENS, "ignore_eos": True}
+        near = {"x-edgepop-client-location": "50.1,8.7"}  # Frankfurt: FRA is the ingress
+        first = _send_and_keep_open(server.url, route, body, **near)
+        _until(lambda: plane.snapshot()["running"] == 1, "the first runs")
+        second = _send_and_keep_open(server.url, route, body, **near)
+        _until(lambda: plane.snapshot()["running"] == 2, "the second runs")
+        running = {gw.backend.site_ids[r.site] for r in plane.state.replicas if r.active}
+        assert running == {"FRA", "LHR"}
+        second.close()
+        _until(lambda: _count(gw, "run", "499") == 1, "the second counted as 499")
+        assert _count(gw, "run", "499", pop="LHR") == 1
+        first.close()
+    finally:
+        server.stop()
