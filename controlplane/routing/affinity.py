@@ -14,7 +14,9 @@ class SessionAffinity(Router):
 
     Load gate: a session stays on its replica only while that replica can start it now, or its load (running +
     queued per slot) is below ``gate`` and its queue has room; otherwise the session is re-pinned via the fallback
-    policy, so one popular session never swamps a node. At most ``max_sessions`` pins are remembered (LRU).
+    policy, so one popular session never swamps a node. A pin farther from the request's ingress than the
+    fallback's ``max_rtt_ms`` (when it has one) is not followed either. At most ``max_sessions`` pins are remembered
+    (LRU).
     """
 
     def __init__(self, state, rng=None, gate: float = 1.25, fallback: str = "nearest-with-capacity",
@@ -40,9 +42,10 @@ class SessionAffinity(Router):
         if req.session is None:
             return self.fallback.route(req, now)
         r = self.pins.get(req.session)
-        if r is not None and r.up and r.status == READY:
+        bound = getattr(self.fallback, "max_rtt_ms", None)  # the fallback's distance bound holds for pins too
+        rtt = float(self.state.rtt[req.ingress, r.site]) if r is not None else 0.0
+        if r is not None and r.up and r.status == READY and (bound is None or rtt <= bound):
             self.pins.move_to_end(req.session)
-            rtt = float(self.state.rtt[req.ingress, r.site])
             if r.can_start(req.kv_tokens):
                 self.sticky_hits += 1
                 return Decision(START, r, rtt)

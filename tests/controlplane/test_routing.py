@@ -308,3 +308,13 @@ def test_latency_load_without_estimates_starts_where_it_can_before_it_queues(cat
     d = cp.submit(Request(2, TINY, 0, 10), 0.0)
     assert d.action == START and d.replica is b  # 10 ms away and idle, not queued behind request 1
     assert cp.submit(Request(3, TINY, 0, 10), 0.0).action == QUEUE  # both busy: nearest-with-capacity queues it
+
+
+def test_session_affinity_follows_a_pin_only_within_the_fallbacks_distance_bound(catalog):
+    cp = ControlPlane(catalog, make_fleet([1, 1, 1]), placement([(TINY, 0), (TINY, 1), (TINY, 2)]), line_rtt(3, 3),
+                      router="session-affinity", router_options={"max_rtt_ms": 5.0})
+    pinned = cp.submit(Request(1, TINY, 0, 10, session="s"), 0.0)
+    assert pinned.replica.site == 0
+    assert cp.submit(Request(2, TINY, 0, 10, session="s"), 0.0).replica is pinned.replica  # sticky nearby
+    far = cp.submit(Request(3, TINY, 2, 10, session="s"), 0.0)  # site 0 is 20 ms from ingress 2
+    assert far.replica.site == 2 and far.rtt_ms <= 5.0
