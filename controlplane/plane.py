@@ -320,7 +320,9 @@ class ControlPlane:
                 r._release(req, now)
                 req.replica = None
                 lost.append(req)
-            if not any(other.up for other in r.queue.replicas):  # no one left to serve this site queue
+            # No one left to serve this site queue: no replica up and READY or loading (a cold one starts loading only
+            # for a request routed to it, so queued requests would wait there until they expire).
+            if not any(other.up and other.status != COLD for other in r.queue.replicas):
                 while r.queue:
                     req = r.queue.popleft()
                     req.replica = None

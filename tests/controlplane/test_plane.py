@@ -97,6 +97,23 @@ def test_the_next_head_of_a_site_queue_starts_when_the_head_leaves(catalog):
     assert reqs[4].replica is a and reqs[5].replica is b
 
 
+def test_a_node_fault_evicts_a_site_queue_whose_other_replicas_are_all_cold(catalog):
+    """The only other replica of the site is scaled to zero (its GPU since holds another model): nothing would start
+    the queue's requests, so they are evicted for the caller to send elsewhere instead of expiring with 3007."""
+    cp = ControlPlane(catalog, make_fleet([1, 1, 1], gpu_memory_gb=12.0, sites=[0, 0, 1]),
+                      placement([(TINY, 0), (TINY, 1), (TINY, 2)]), np.array([[0.0, 10.0]]),
+                      admission=AdmissionConfig(queue_timeout_s=30.0))
+    cp.set_slots(1)
+    a, b, _ = cp.state.replicas
+    cp.state.unload(b)
+    cp.add_replica(B3, 1, 0.0, cold=False)  # b cannot load again
+    reqs = [Request(i, TINY, 0, 10) for i in range(4)]
+    assert [cp.submit(q, 0.0).action for q in reqs] == [START, START, QUEUE, QUEUE]
+    assert reqs[2].replica is a and reqs[3].replica is a
+    lost, evicted = cp.set_node_up(0, False, 1.0)
+    assert lost == [reqs[0]] and evicted == [reqs[2], reqs[3]] and not a.queue
+
+
 def test_cold_start_then_ready(catalog):
     adm = AdmissionConfig(load_gbs=2.0, init_s=5.0)
     cp = ControlPlane(catalog, make_fleet([1]), placement([(LLAMA, 0)]), np.zeros((1, 1)), admission=adm)
