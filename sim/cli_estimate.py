@@ -79,9 +79,8 @@ def estimate(args) -> dict:
     model = Roofline.from_topology(Topology.load(), engine=args.engine)
     g = model.gpu(args.gpu)
     if args.tp is not None and args.tp > 1 and spec.heads and spec.heads % int(args.tp):
-        need = next((t for t in (1, 2, 4, 8, 16) if _fits_weights(model, spec, args.gpu, t, weight_only)), None)
-        hint = f"; --tp {need} fits" if need else "; no tensor-parallel degree up to 16 fits"
-        raise UserError(f"{spec.id}: tp {args.tp} does not divide its {spec.heads} attention heads{hint}")
+        raise UserError(f"{spec.id}: tp {args.tp} does not divide its {spec.heads} attention heads"
+                        + _tp_hint(model, spec, args.gpu, weight_only))
     tp = model.check_tp(spec, args.tp)
     wo = {"tp": tp, "weight_only": weight_only}
     p_tok, o_tok, batch = args.prompt_tokens, args.output_tokens, args.batch
@@ -90,11 +89,9 @@ def estimate(args) -> dict:
     mem = model.memory_per_gpu(spec, args.gpu, kv_tokens=kv_tokens, **wo)
     weights_only = mem["weights_bytes"] + mem["overhead_bytes"]
     if weights_only > g.memory_bytes:
-        need = next((t for t in (1, 2, 4, 8, 16) if t > tp and _fits_weights(model, spec, args.gpu, t, weight_only)),
-                    None)
-        hint = f"; --tp {need} fits" if need else "; no tensor-parallel degree up to 16 fits"
         raise UserError(f"tp {tp} does not fit {spec.id} on {args.gpu}: weights need "
-                        f"{weights_only / GB:.1f} GB per GPU, the GPU has {g.memory_bytes / GB:.0f} GB{hint}")
+                        f"{weights_only / GB:.1f} GB per GPU, the GPU has {g.memory_bytes / GB:.0f} GB"
+                        + _tp_hint(model, spec, args.gpu, weight_only, above=tp))
     free = g.memory_bytes - weights_only
     per_seq = (p_tok + o_tok) * spec.kv_bytes_per_token * model._kv_replication(spec, tp) / tp if gen else 0
     pre = model.prefill_breakdown(spec, args.gpu, [p_tok], **wo)
@@ -137,6 +134,12 @@ def estimate(args) -> dict:
     out["capacity_rps_per_replica"] = (round(capacity_rps(model, spec, args.gpu, p_tok, o_tok, batch=batch, **wo), 3)
                                        if cap_fits else None)
     return out
+
+
+def _tp_hint(model, spec, gpu, weight_only, above: int = 0) -> str:
+    """The error's hint: the smallest tensor-parallel degree above ``above`` whose weights fit, if any up to 16."""
+    need = next((t for t in (1, 2, 4, 8, 16) if t > above and _fits_weights(model, spec, gpu, t, weight_only)), None)
+    return f"; --tp {need} fits" if need else "; no tensor-parallel degree up to 16 fits"
 
 
 def _fits_weights(model, spec, gpu, tp, weight_only) -> bool:

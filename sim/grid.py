@@ -122,12 +122,14 @@ def column_value(value, axis_values: list):
         mixed = any(isinstance(v, float) for v in axis_values)
         return float(value) if mixed else value
     if isinstance(value, datetime.date | datetime.time):  # a TOML date or time: ISO text, as sweep.json has it
-        return value.isoformat()
-    return json.dumps(value, sort_keys=True, default=_iso)
+        return json_value(value)
+    return json.dumps(value, sort_keys=True, default=json_value)
 
 
-def _iso(value):
-    return value.isoformat() if isinstance(value, datetime.date | datetime.time) else str(value)
+def json_value(value):
+    """A grid value JSON has no type for: a TOML date or time as ISO 8601 text, anything else as text."""
+    iso = getattr(value, "isoformat", None)
+    return iso() if callable(iso) else str(value)
 
 
 def embedded_grids() -> list[str]:

@@ -28,7 +28,7 @@ import pandas as pd
 
 from edgepop.errors import UserError
 from edgepop.outputs import move_into_place, output_folder
-from sim.grid import Grid, Variant, load_grid
+from sim.grid import Grid, Variant, json_value, load_grid
 from sim.sweep_variant import VariantTask, run_variant
 
 ENGINES = ("local", "ray")
@@ -111,7 +111,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
         summary = sink.finish()
         wall = time.perf_counter() - t0
         (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2,
-                                                   default=_json_value))
+                                                   default=json_value))
         move_into_place(tmp, out, SWEEP_OUTPUTS)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -226,12 +226,6 @@ class _Sink:
                     if field.name not in t.column_names:
                         t = t.append_column(field, pa.nulls(len(t), field.type))
                 writer.write_table(t.select(schema.names).cast(schema))
-
-
-def _json_value(value):
-    """A grid value JSON has no type for: a TOML date or time as ISO 8601 text, anything else as text."""
-    iso = getattr(value, "isoformat", None)
-    return iso() if callable(iso) else str(value)
 
 
 def _manifest(grid: Grid, engine: str, workers: int | None, wall: float, walls: list[float]) -> dict:

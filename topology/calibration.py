@@ -188,6 +188,11 @@ def plain_distance_fit(m: pd.DataFrame) -> dict[str, float]:
     return errors(a + b * m.km.to_numpy(), m.rtt_ms.to_numpy())
 
 
+def neutral_params(params: LatencyParams) -> LatencyParams:
+    """The model's neutral constants (a fit's start) on ``params``' backbone structure (``knn``, ``max_link_km``)."""
+    return replace(LatencyParams(), knn=params.knn, max_link_km=params.max_link_km)
+
+
 def cross_validate(m: pd.DataFrame, params: LatencyParams, backbone: Backbone | None = None) -> pd.DataFrame:
     """Out-of-sample predictions: column ``cv_set_ms`` (refit without the pair's data set, by provider),
     ``cv_continent_<C>_ms`` for every pair touching continent ``C`` (refit without every pair touching it) and
@@ -196,7 +201,7 @@ def cross_validate(m: pd.DataFrame, params: LatencyParams, backbone: Backbone | 
     ``params`` (the shipped constants were fitted on every set, the held-out one too); ``params`` gives the
     backbone's structure (``knn``, ``max_link_km``)."""
     backbone = backbone or build_backbone(default_sites(), params.knn, params.max_link_km)
-    start = replace(LatencyParams(), knn=params.knn, max_link_km=params.max_link_km)
+    start = neutral_params(params)
     out = m.copy()
     out["cv_set_ms"] = np.nan
     out["cv_continent_ms"] = np.nan

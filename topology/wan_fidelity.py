@@ -9,12 +9,10 @@ predictions: median APE <= 10%, p90 APE <= 30% and every distance band's median 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 
-from topology.calibration import cross_validate, errors, fit, predict
+from topology.calibration import cross_validate, errors, fit, neutral_params, predict
 from topology.latency import LatencyModel, LatencyParams, build_backbone, default_sites
 from topology.rtt_sets import BANDS, SETS, load_all
 
@@ -101,7 +99,7 @@ def every_provider_report(params: LatencyParams | None = None) -> dict:
     fitted_providers = {s.provider for s in SETS.values() if s.fitted}
     names = [n for n, s in SETS.items() if s.fitted or s.provider not in fitted_providers]
     m = load_all(names)
-    p = fit(m, replace(LatencyParams(), knn=params.knn, max_link_km=params.max_link_km), backbone)
+    p = fit(m, neutral_params(params), backbone)
     m["predicted_ms"] = predict(LatencyModel(backbone, p), m)
     cv = cross_validate(m, p, backbone)
     return {"sets": names, "params": {k: getattr(p, k) for k in ("alpha_land", "alpha_sea", "hop_ms", "base_ms",

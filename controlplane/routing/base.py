@@ -108,8 +108,8 @@ class Router:
             # A cold or loading replica takes waiting requests up to its slots (they start when it is ready), within
             # the site queue's limit like any wait.
             for r, d in zip(cands, rtts, strict=True):
-                if r.up and r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots and (
-                        r.queue.room(r.queue_limit)) and (r.status == LOADING or self.state.fits_back(r)):
+                if r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots and r.has_queue_room() and (
+                        r.status == LOADING or self.state.fits_back(r)):
                     return Decision(QUEUE, r, d, cold=True)
         for r, d in zip(cands, rtts, strict=True):
             if r.status == READY and r.has_queue_room():

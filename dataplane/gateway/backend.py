@@ -137,6 +137,10 @@ class Backend:
     def task(self, model: str) -> str:
         return self.catalog[model].task
 
+    def pop_of(self, replica) -> str:
+        """The id of the PoP (site) a replica is at."""
+        return str(self.site_ids[replica.site])
+
     def engine_key(self, replica) -> str:
         """The engine that executes ``replica``'s requests: the replica's own, ``<stand-in>@<replica id>`` (the
         engine thread's name and its metrics label)."""

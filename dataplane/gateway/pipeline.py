@@ -89,7 +89,7 @@ class Call:
     def headers(self, final: bool = True) -> dict[str, str]:
         r = self.lease.replica
         b = self.gw.backend
-        return {"x-edgepop-pop": str(b.site_ids[r.site]), "x-edgepop-node": str(b.node_ids[r.node]),
+        return {"x-edgepop-pop": b.pop_of(r), "x-edgepop-node": str(b.node_ids[r.node]),
                 "x-edgepop-replica": str(r.id), "x-edgepop-cached-tokens": str(self.lease.req.cached_tokens),
                 "x-edgepop-ingress": self.place.ingress_pop,
                 "x-edgepop-rtt-ms": f"{self.place.access_rtt_ms + self.backbone_ms:.2f}",
@@ -185,7 +185,7 @@ class Call:
         self.gw.charge(self, float(max(generated_tokens(s.run), len(s.sent_text))) if s is not None else 0.0)
         if not self.gw.draining:
             self.gw.metrics.rejected(self.model, self.endpoint, client_gone(), self.place,
-                                     pop=str(self.gw.backend.site_ids[self.lease.replica.site]))
+                                     pop=self.gw.backend.pop_of(self.lease.replica))
 
 
 def generated_tokens(run) -> int:
@@ -319,7 +319,7 @@ class Gateway:
             self.metrics.rejected(model, endpoint, err, place)  # (after the trip: a client gone during it is 499)
             raise
         if served is not None:  # where it waits or runs (a caller counting it as gone labels it with this PoP)
-            served["pop"] = str(self.backend.site_ids[lease.decision.replica.site])
+            served["pop"] = self.backend.pop_of(lease.decision.replica)
         at_node = time.monotonic() + self.delays.seconds(lease.decision.rtt_ms / 2)
         try:
             await self.admission.wait_started(lease)
@@ -328,9 +328,8 @@ class Gateway:
         except BaseException as exc:
             self.admission.release(lease)
             if isinstance(exc, GatewayError):  # (a queue timeout: counted at the PoP it waited at)
-                site = getattr(lease.replica or getattr(lease.decision, "replica", None), "site", None)
                 self.metrics.rejected(model, endpoint, exc, place,
-                                      pop="" if site is None else str(self.backend.site_ids[site]))
+                                      pop=self.backend.pop_of(lease.replica or lease.decision.replica))
             raise
         now = time.monotonic()
         # wan-in: both halves of the inbound trip; queue: waiting for a slot beyond the backbone leg.
@@ -339,7 +338,7 @@ class Gateway:
         timing.queue = max(0.0, (now - lease.queued_at) - backbone_s) * 1e3
         timing.tl.ready, timing.tl.backbone_s = now, backbone_s
         if served is not None:  # (started on a sibling of the replica it queued at: the same site)
-            served["pop"] = str(self.backend.site_ids[lease.replica.site])
+            served["pop"] = self.backend.pop_of(lease.replica)
         return Call(self, model, prep, place, lease, timing, endpoint)
 
     async def infer(self, model: str, inputs, place: ClientPlace, **kw) -> tuple[Call, invoke.Finished]:
@@ -349,7 +348,7 @@ class Gateway:
             fin = await call.finish()
         except Exception as exc:
             err = from_exception(exc)
-            self.metrics.rejected(model, call.endpoint, err, place, pop=call.headers()["x-edgepop-pop"])
+            self.metrics.rejected(model, call.endpoint, err, place, pop=self.backend.pop_of(call.lease.replica))
             raise err from None
         return call, fin
 
