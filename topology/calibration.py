@@ -30,8 +30,9 @@ from scipy.optimize import least_squares
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from topology.borders import barred
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
-from topology.latency import Backbone, LatencyModel, LatencyParams, build_backbone, default_sites
+from topology.latency import Backbone, LatencyModel, LatencyParams, build_backbone, default_sites, node_codes
 from topology.rtt_sets import SETS, load_all
 
 FREE = ("alpha_land", "alpha_sea", "hop_ms", "base_ms", "short_inflation", "short_scale_km")
@@ -69,8 +70,10 @@ def find_paths(backbone: Backbone, params: LatencyParams, m: pd.DataFrame) -> Pa
     model.backbone, model.params = backbone, params
     model.node_lat = backbone.nodes.lat.to_numpy(dtype=np.float64)
     model.node_lon = backbone.nodes.lon.to_numpy(dtype=np.float64)
-    ia, ca = model._attach(m.lat_a.to_numpy(), m.lon_a.to_numpy())
-    ib, cb = model._attach(m.lat_b.to_numpy(), m.lon_b.to_numpy())
+    model.node_codes = node_codes(backbone)
+    ia, ca, pa = model._attach(m.lat_a.to_numpy(), m.lon_a.to_numpy())
+    ib, cb, pb = model._attach(m.lat_b.to_numpy(), m.lon_b.to_numpy())
+    across = barred(pa, pb)  # no direct link over a barred border
     sources = np.unique(ia)
     dist, pred = dijkstra(_graph(backbone, params), directed=False, indices=sources, return_predecessors=True)
     row = {s: k for k, s in enumerate(sources)}
@@ -84,7 +87,7 @@ def find_paths(backbone: Backbone, params: LatencyParams, m: pd.DataFrame) -> Pa
     for p in range(len(m)):
         via = ca[p][:, None] + dist[[row[s] for s in ia[p]]][:, ib[p]] + cb[p][None, :]
         k1, k2 = np.unravel_index(np.argmin(via), via.shape)
-        direct = model._link_ms(gc[p], np.array("land")) if gc[p] <= params.max_link_km else np.inf
+        direct = model._link_ms(gc[p], np.array("land")) if gc[p] <= params.max_link_km and not across[p] else np.inf
         if direct <= via[k1, k2]:
             land[p], links[p] = gc[p], 1
             continue

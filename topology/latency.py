@@ -37,18 +37,12 @@ import pandas as pd
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components, dijkstra
 
+from topology.borders import NO_LAND_LINK, SAME_SITE_KM, bar, barred, codes, node_countries, point_codes
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
 from topology.rtt_cache import cached_links, cached_matrix, cached_node_rtt, cached_paths, paths_key
 from topology.tables import DATA_DIR
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
-SAME_METRO_KM = 250.0
-# Land links between these country pairs do not exist in practice (traffic detours through third countries;
-# Israel's transit, and the Palestinian networks' through Israeli carriers, runs over Mediterranean cables to
-# Europe, not across the land borders).
-NO_LAND_LINK = {frozenset(p) for p in [("IN", "PK"), ("IN", "CN"), ("CN", "NP"), ("CN", "BT"), ("CN", "IN"),
-                                       ("IL", "JO"), ("IL", "LB"), ("IL", "SY"), ("IL", "SA"), ("IL", "EG"),
-                                       ("PS", "JO"), ("PS", "EG"), ("PS", "LB"), ("PS", "SY"), ("PS", "SA")]}
 
 
 @dataclass(frozen=True)
@@ -110,15 +104,8 @@ def _links(nodes: pd.DataFrame, cables: pd.DataFrame, knn: int, max_link_km: flo
     lat, lon = nodes.lat.to_numpy(), nodes.lon.to_numpy()
     dist = pairwise_km(lat, lon, lat, lon)
     np.fill_diagonal(dist, np.inf)
-    cc = nodes.cc.to_numpy().astype(object)
-    # Regions and landing points carry no country: take that of a PoP within SAME_METRO_KM, so the border rule
-    # holds for them; farther from any PoP a node stays country-less (no rule applies to it).
-    known = np.flatnonzero(cc != "")
-    if len(known):
-        for i in np.flatnonzero(cc == ""):
-            nearest = known[np.argmin(dist[i, known])]
-            if dist[i, nearest] <= SAME_METRO_KM:
-                cc[i] = cc[nearest]
+    # Regions and landing points carry no country: they take that of a nearby PoP, so the border rule holds for them.
+    cc = node_countries(lat, lon, nodes.cc.to_numpy(), dist)
     links: dict[tuple[int, int], tuple[float, str, str]] = {}
     order = np.argsort(dist, axis=1)[:, :knn]
     for i in range(len(nodes)):
@@ -178,6 +165,7 @@ class LatencyModel:
         self.backbone, self.params = backbone, params
         self.node_lat = backbone.nodes.lat.to_numpy(dtype=np.float64)
         self.node_lon = backbone.nodes.lon.to_numpy(dtype=np.float64)
+        self.node_codes = node_codes(backbone)
         links = backbone.links
         self._paths = (len(backbone.nodes), links.i.to_numpy(), links.j.to_numpy(),
                        self._link_ms(links.km.to_numpy(), links.kind.to_numpy()))
@@ -213,13 +201,29 @@ class LatencyModel:
         p = self.params
         return 1.0 + p.short_inflation * p.short_scale_km / (np.asarray(km, dtype=np.float64) + p.short_scale_km)
 
-    def _attach(self, lat: np.ndarray, lon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Nearest ``attach_k`` nodes of each point and the terrestrial cost to reach each (ms)."""
+    def _attach(self, lat: np.ndarray, lon: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Nearest ``attach_k`` nodes of each point, the terrestrial cost to reach each (ms), and the points'
+        border-rule codes (:func:`topology.borders.point_codes`; a point on a node is in that node's country).
+
+        A point links only where a backbone link could: to nodes within ``max_link_km`` (its nearest node however
+        far: a remote island still attaches to something) and across no barred border; a node out of reach
+        repeats the nearest one."""
         k = self.params.attach_k
         d = pairwise_km(lat, lon, self.node_lat, self.node_lon)
+        pcodes = point_codes(lat, lon)
+        on = np.argmin(d, axis=1)
+        at_node = d[np.arange(len(on)), on] <= SAME_SITE_KM
+        pcodes[at_node] = self.node_codes[on[at_node]]
+        bar(d, pcodes, self.node_codes)
         idx = np.argpartition(d, k - 1, axis=1)[:, :k]
         km = np.take_along_axis(d, idx, axis=1)
-        return idx, self._link_ms(km, np.array("land"))
+        first = np.argmin(km, axis=1)[:, None]
+        nearest = np.take_along_axis(km, first, axis=1)
+        far = km > np.maximum(nearest, self.params.max_link_km)
+        if far.any():
+            idx = np.where(far, np.take_along_axis(idx, first, axis=1), idx)
+            km = np.where(far, nearest, km)
+        return idx, self._link_ms(km, np.array("land")), pcodes
 
     def core_rtt_ms(self, lat1, lon1, lat2, lon2) -> np.ndarray | float:
         """Data-centre to data-centre RTT in ms (no last mile); scalars or broadcastable arrays."""
@@ -234,12 +238,13 @@ class LatencyModel:
         return float(out[0]) if shape == () else out.reshape(shape)
 
     def _pair_rtt(self, lat1, lon1, lat2, lon2) -> np.ndarray:
-        i1, c1 = self._attach(lat1, lon1)
-        i2, c2 = self._attach(lat2, lon2)
+        i1, c1, p1 = self._attach(lat1, lon1)
+        i2, c2, p2 = self._attach(lat2, lon2)
         via = c1[:, :, None] + self.node_ms[i1[:, :, None], i2[:, None, :]] + c2[:, None, :]
         best = via.reshape(len(lat1), -1).min(axis=1)
         km = haversine_km(lat1, lon1, lat2, lon2)
-        return self.params.base_ms + self.inflation(km) * np.minimum(best, self._direct_ms(km))
+        direct = np.where(barred(p1, p2), np.inf, self._direct_ms(km))
+        return self.params.base_ms + self.inflation(km) * np.minimum(best, direct)
 
     def _direct_ms(self, km: np.ndarray) -> np.ndarray:
         """A direct terrestrial link between two nearby points (none beyond ``max_link_km``)."""
@@ -259,6 +264,8 @@ class LatencyModel:
         # As core_rtt_ms computes it, but the direct link only where one can exist (a few pairs of millions: the
         # rest are inf, which min() leaves alone), in place over one PoPs x sites array.
         near = np.flatnonzero(km.ravel() <= p.max_link_km)
+        if len(near):  # and across no barred border
+            near = near[~barred(self.node_codes[a][near // len(b)], self.node_codes[b][near % len(b)])]
         if len(near):
             flat = path.reshape(-1)
             flat[near] = np.minimum(flat[near], self._link_ms(km.ravel()[near], np.array("land")))
@@ -277,12 +284,15 @@ class LatencyModel:
         out = np.empty((lat.size, site_nodes.size), dtype=np.float32)
         sub = self.node_ms[:, site_nodes]
         slat, slon = self.node_lat[site_nodes], self.node_lon[site_nodes]
+        scodes = self.node_codes[site_nodes]
         for s in range(0, lat.size, chunk):
             sl = slice(s, s + chunk)
-            idx, cost = self._attach(lat[sl], lon[sl])
+            idx, cost, pcodes = self._attach(lat[sl], lon[sl])
             best = np.min(cost[:, :, None] + sub[idx], axis=1)
             km = pairwise_km(lat[sl], lon[sl], slat, slon)
-            out[sl] = self.params.base_ms + self.inflation(km) * np.minimum(best, self._direct_ms(km))
+            direct = self._direct_ms(km)
+            bar(direct, pcodes, scodes)
+            out[sl] = self.params.base_ms + self.inflation(km) * np.minimum(best, direct)
         return out
 
     def path(self, a: int, b: int) -> list[str]:
@@ -294,6 +304,13 @@ class LatencyModel:
             e["ms"] = 2 * alpha * e["km"] / FIBRE_KM_PER_MS + p.hop_ms
         nodes = nx.shortest_path(g, a, b, weight="ms")
         return [g.nodes[n]["name"] for n in nodes]
+
+
+def node_codes(backbone: Backbone) -> np.ndarray:
+    """The border-rule code of each backbone node's country (:mod:`topology.borders`)."""
+    nodes = backbone.nodes
+    cc = nodes.cc.fillna("").to_numpy() if "cc" in nodes else np.full(len(nodes), "", dtype=object)
+    return codes(node_countries(nodes.lat.to_numpy(dtype=np.float64), nodes.lon.to_numpy(dtype=np.float64), cc))
 
 
 def site_table(pops: pd.DataFrame, regions: pd.DataFrame) -> pd.DataFrame:

@@ -3,8 +3,9 @@ depend on, so that a stale matrix can never be used.
 
 Every run needs the same few large matrices (about 19,000 demand cities x 339 PoPs, and x the cloud regions);
 computing one takes seconds, reading it back milliseconds. The key of a matrix is a SHA-256 over: the source code
-of the latency model (``topology.latency`` and ``topology.geo``), the model's parameters, its all-pairs backbone
-matrix (by the key of the links it is computed from, unless it was set by hand) and node coordinates, the query
+of the latency model (``topology.latency``, ``topology.geo`` and ``topology.borders``, and the version of the
+city table points take their countries from), the model's parameters, its all-pairs backbone matrix (by the key of
+the links it is computed from, unless it was set by hand), node coordinates and countries, the query
 coordinates and the requested site nodes. Change any of them and the key
 changes. Files are ``.npy`` under ``$EDGEPOP_CACHE_DIR`` or the user cache directory
 (``$XDG_CACHE_HOME/edgepop/rtt``, default ``~/.cache/edgepop/rtt``), written atomically; an unreadable file or
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from topology import geo
+from topology import borders, geo
 
 MIN_CELLS = 200_000  # below this much work a matrix is cheaper to compute than to hash and look up
 _MEMORY: OrderedDict = OrderedDict()
@@ -61,20 +62,21 @@ def _module_digest(module) -> str:
     got = _CODE_DIGESTS.get(module)
     if got is None:
         h = hashlib.sha256()
-        for m in (module, geo, inspect.getmodule(_code_digest)):
+        for m in (module, geo, borders, inspect.getmodule(_code_digest)):
             h.update(inspect.getsource(m).encode())
+        h.update(borders.cities_version().encode())  # points take their countries from these cities
         got = _CODE_DIGESTS[module] = h.hexdigest()
     return got
 
 
 def model_digest(model) -> str:
-    """Hash of a latency model: code, parameters, backbone matrix and node coordinates (memoised on the model, for
+    """Hash of a latency model: code, parameters, backbone matrix, node coordinates and countries (memoised on the model, for
     the arrays it was taken of: a copy of the model given another backbone matrix is hashed again). While the
     backbone matrix is the one the model derives from its links, it is hashed by the key of those inputs
     (:func:`paths_key`), so that a run whose derived matrices are all cached never reads or hashes it (0.2 GB at
     3,000 PoPs)."""
     backbone = model.paths_key if model.paths_key is not None else model.node_ms
-    arrays = (backbone, model.node_lat, model.node_lon)
+    arrays = (backbone, model.node_lat, model.node_lon, model.node_codes)
     got = getattr(model, "_digest", None)
     if got is None or any(x is not y for x, y in zip(got[0], arrays, strict=True)) or got[1] != repr(model.params):
         h = hashlib.sha256(_code_digest(model).encode())
@@ -82,6 +84,8 @@ def model_digest(model) -> str:
         for a in arrays:
             if isinstance(a, str):
                 h.update(b"paths:" + a.encode())
+            elif a is model.node_codes:
+                h.update(b"codes:" + np.ascontiguousarray(a, dtype=np.int64).tobytes())
             else:
                 h.update(np.ascontiguousarray(a, dtype=np.float64))
         got = model._digest = (arrays, repr(model.params), h.hexdigest())

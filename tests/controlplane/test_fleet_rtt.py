@@ -7,6 +7,7 @@ import pytest
 
 from controlplane.fleet import edge_fleet, ingress_site_rtt
 from edgepop.errors import UserError
+from topology.borders import barred
 from topology.geo import FIBRE_KM_PER_MS, haversine_km
 
 
@@ -26,8 +27,10 @@ def test_unconnected_pairs_get_the_great_circle_fallback_and_the_rest_is_untouch
     p = latency.params
     km = haversine_km(latency.node_lat[topo.pop_nodes][:, None], latency.node_lon[topo.pop_nodes][:, None],
                       latency.node_lat[sites][None, :], latency.node_lon[sites][None, :])
+    across = barred(latency.node_codes[topo.pop_nodes][:, None], latency.node_codes[sites][None, :])
     core = np.minimum(node_ms[np.ix_(topo.pop_nodes, sites)],
-                      np.where(km <= p.max_link_km, 2.0 * p.alpha_land * km / FIBRE_KM_PER_MS + p.hop_ms, np.inf))
+                      np.where((km <= p.max_link_km) & ~across, 2.0 * p.alpha_land * km / FIBRE_KM_PER_MS + p.hop_ms,
+                               np.inf))
     path = p.base_ms + latency.inflation(km) * core
     expected = np.where(np.isfinite(path), path, p.base_ms + 2.0 * p.alpha_land * km / FIBRE_KM_PER_MS)
     expected = np.where(topo.pop_nodes[:, None] == sites[None, :], 0.0, expected)

