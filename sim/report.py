@@ -178,10 +178,11 @@ def notes(summary: dict) -> list[str]:
     out = []
     g = summary.get("gains") or {}
     if g.get("ci95"):
+        seeds = ("fixed; the intervals over seeds are below." if summary.get("replicates") else
+                 "fixed, so another seed can move a figure by more (between-seed intervals: edgepop simulate --seeds).")
         out.append(f"edge gain = (central - edge) / central, with its 95% interval: {g['ci95']['method']}. The "
                    "interval is within this run: its arrivals and its placement (built for this workload) are held "
-                   "fixed, so another seed can move a figure by more (between-seed intervals: edgepop simulate "
-                   "--seeds)." if not summary.get("replicates") else "fixed; the intervals over seeds are below.")
+                   + seeds)
     misroute = (summary.get("network") or {}).get("anycast_misroute") or 0.0
     if misroute:
         out.append(f"Imperfect anycast: {misroute:.0%} of the user cities enter the edge at their second-nearest PoP "

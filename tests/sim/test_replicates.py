@@ -37,7 +37,11 @@ def test_replicates_are_the_runs_of_those_seeds(tmp_path, capsys):
     assert conts["OC"]["ttft_p50"]["mean"] is None  # under 30 text generation requests a seed: no figure
     p50 = rows["ttft_ms_p50_reduction_pct"]["per_seed"]
     assert len(set(p50)) == 3  # new arrivals each: the seeds do differ
-    assert "## Between seeds" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "## Between seeds" in report
+    # the note on the within-run interval says how it was made, and points to the intervals over seeds
+    note = next(line for line in report.splitlines() if "the intervals over seeds are below" in line)
+    assert note.startswith("- edge gain = (central - edge) / central") and "paired block bootstrap" in note
     assert (out / "replicates" / "sweep_summary.parquet").is_file()
     # a later run into the same folder without --seeds leaves no earlier intervals beside its own outputs
     (out / "notes.txt").write_text("the user's")
