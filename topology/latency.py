@@ -17,7 +17,9 @@ a farther point is never predicted closer by it.
 * A graph left in pieces (a PoP list of one's own can leave a dense metro or an island apart) is joined by
   the shortest link between each smaller piece and the rest, costed as terrestrial; the shipped sites need none.
 * Any point (a city, a user) attaches to its nearest nodes over a terrestrial link, so the model answers
-  for arbitrary coordinates, and two nearby points may also use a direct terrestrial link.
+  for arbitrary coordinates, and two nearby points may also use a direct terrestrial link. Every terrestrial
+  link, these included, obeys one rule (:mod:`topology.borders`): none crosses a border that carries no transit,
+  and a point reaches only nodes a backbone link could (within ``max_link_km``, or its nearest node).
 
 Because every link is at least as long as its great circle, ``alpha >= 1`` and ``g >= 1``, the model never beats
 light in fibre along the great circle (a property the tests check). ``topology.calibration`` fits the constants

@@ -26,7 +26,9 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert racked["central_busy"] != headline["central_busy"]  # (at this light load the latencies hardly move)
     anycast = rows["anycast: 20% of user cities one PoP off"]  # the same fleets; a fifth of the cities enter farther
     assert anycast["gpus"] == 228 and anycast["central_ttft_p50_ms"] == headline["central_ttft_p50_ms"]
-    assert anycast["edge_ttft_p50_ms"] > headline["edge_ttft_p50_ms"]
+    # (a misrouted city enters one PoP farther, but that PoP may hold the model its nearest lacks: at this light
+    # load the median moves either way by hundredths of a ms; the entry RTTs themselves are test_ingress's)
+    assert anycast["edge_ttft_p50_ms"] != headline["edge_ttft_p50_ms"]
     for name in ("baseline us-east", "baseline global-6", "baseline global-12"):
         # the same edge on the same arrivals: only central moves
         assert rows[name]["edge_ttft_p95_ms"] == headline["edge_ttft_p95_ms"]
