@@ -19,7 +19,9 @@ Options are the parameters with defaults after the first ``skip`` positional one
 type of its default (``bool``, ``int``, ``float`` (ints accepted), ``str``, ``dict``, ``list``) or, for a
 ``None`` default, the non-None part of its annotation when that is one of those. An entry whose callable takes
 ``**options`` can ``forward`` them: ``forward=("fallback", "nearest-with-capacity")`` checks unknown keys as
-options of the entry named by its ``fallback`` option (default ``nearest-with-capacity``) in the same registry.
+options of the entry named by its ``fallback`` option (default ``nearest-with-capacity``) in the same registry,
+together with those given as a table under its ``fallback_options`` option (an option the wrapper and the wrapped
+policy both have goes to the wrapper unless given there).
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ class Entry:
     forward: tuple[str, str] | None = None
     takes_any: bool = False  # the callable has **kwargs and no forward: extra keys are not checked here
     extra: dict = field(default_factory=dict)
+
+
+def merge_forwarded(loose: dict, nested: dict | None, key: str) -> dict:
+    """The options a wrapper forwards to the policy named by its ``key`` option: those it does not know itself
+    (``loose``) and those given under ``<key>_options`` (``nested``), the only way to set one whose name the
+    wrapper also uses (``k``). ValueError for a name given both ways."""
+    both = sorted(set(loose) & set(nested or {}))
+    if both:
+        raise ValueError(f"option(s) {', '.join(map(repr, both))} given both directly and in {key}_options")
+    return {**loose, **(nested or {})}
 
 
 class Registry:
@@ -127,8 +139,12 @@ class Registry:
         if e.forward is not None:  # the wrapped policy: its name always, the options forwarded to it
             key, default = e.forward
             inner = options.get(key, default)
+            try:
+                forwarded = merge_forwarded(extra, options.get(f"{key}_options"), key)
+            except ValueError as exc:
+                raise UserError(f"{prefix}{self.kind} {name!r}: {exc}") from None
             if isinstance(inner, str):
-                self.check(inner, extra, f"{where} ({name} -> {key} {inner!r})".strip())
+                self.check(inner, forwarded, f"{where} ({name} -> {key} {inner!r})".strip())
         return options
 
     def create(self, name: str, *args, options: dict | None = None, where: str = ""):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from controlplane.routing.base import ROUTERS, Decision, Router
 from controlplane.routing.prefer import GATED, PICKED, pick_preferred
 from controlplane.state import Request
+from edgepop.registry import merge_forwarded
 
 LOADED, FREE_SLOT = 2.0, 1.0
 
@@ -19,15 +20,18 @@ class AdapterAware(Router):
     """
 
     def __init__(self, state, rng=None, base: str | Router = "nearest-with-capacity", k: int = 8, max_imbalance: float = 0.25,
-                 **base_options):
+                 base_options: dict | None = None, **options):
         super().__init__(state, rng)
         self.check_options(k=k, max_imbalance=max_imbalance)
-        self.base = base if isinstance(base, Router) else ROUTERS.create(base, state, rng, options=base_options)
+        if not isinstance(base, Router):  # base_options: options of the base named like ours (its own k)
+            base = ROUTERS.create(base, state, rng, options=merge_forwarded(options, base_options, "base"))
+        self.base = base
         self.k, self.max_imbalance = k, max_imbalance
         self.counts = {"adapter_picked": 0, "gated": 0, "base": 0}
 
     @staticmethod
-    def check_options(base="nearest-with-capacity", k: int = 8, max_imbalance: float = 0.25, **_base_options) -> None:
+    def check_options(base="nearest-with-capacity", k: int = 8, max_imbalance: float = 0.25, base_options=None,
+                      **_base_options) -> None:
         """The options' values (the registry calls it when a scenario or config is read)."""
         if k < 1 or not max_imbalance >= 0:
             raise ValueError(f"k must be at least 1 and max_imbalance >= 0, got k={k!r}, max_imbalance="

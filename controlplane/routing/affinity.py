@@ -6,6 +6,7 @@ from collections import OrderedDict
 
 from controlplane.routing.base import QUEUE, ROUTERS, START, Decision, Router
 from controlplane.state import READY, Request
+from edgepop.registry import merge_forwarded
 
 
 @ROUTERS.register("session-affinity", forward=("fallback", "nearest-with-capacity"))
@@ -20,18 +21,19 @@ class SessionAffinity(Router):
     """
 
     def __init__(self, state, rng=None, gate: float = 1.25, fallback: str = "nearest-with-capacity",
-                 max_sessions: int = 1_000_000, **fallback_options):
+                 max_sessions: int = 1_000_000, fallback_options: dict | None = None, **options):
         super().__init__(state, rng)
         self.check_options(gate, max_sessions=max_sessions)
         self.gate, self.max_sessions = gate, max_sessions
-        self.fallback = ROUTERS.create(fallback, state, rng, options=fallback_options)
+        self.fallback = ROUTERS.create(fallback, state, rng,
+                                       options=merge_forwarded(options, fallback_options, "fallback"))
         self.pins: OrderedDict = OrderedDict()
         self.sticky_hits = 0
         self.gated = 0
 
     @staticmethod
     def check_options(gate: float = 1.25, fallback: str = "nearest-with-capacity", max_sessions: int = 1_000_000,
-                      **_fallback_options) -> None:
+                      fallback_options=None, **_fallback_options) -> None:
         """The options' values (the registry calls it when a scenario or config is read)."""
         if not gate > 0:
             raise ValueError(f"gate must be positive (a load per slot), got {gate!r}")

@@ -222,6 +222,25 @@ def test_p2c_balances_load_among_the_k_nearest(catalog):
     assert max(active[:3]) - min(active[:3]) <= 12  # and roughly balanced
 
 
+def test_a_wrapped_policys_option_named_like_the_wrappers_is_set_under_base_options(catalog):
+    """adapter-aware has a ``k`` of its own: the base p2c's ``k`` goes under ``base_options`` (a plain ``k`` is the
+    wrapper's), and an option given both ways is refused."""
+    cp = plane(catalog, n_sites=5, n_ingress=1, router="adapter-aware", base="p2c", k=8, base_options={"k": 3})
+    assert cp.router.k == 8 and cp.router.base.k == 3
+    for k in range(120):
+        cp.submit(Request(k, TINY, 0, 10), 0.0)
+    assert sum(r.active for r in cp.state.replicas[:3]) == 120  # the base balanced over its 3 nearest only
+    plain = plane(catalog, n_sites=5, n_ingress=1, router="adapter-aware", base="p2c", k=2)
+    assert plain.router.k == 2 and plain.router.base.k == 4  # the base's own default
+    sticky = plane(catalog, n_sites=3, n_ingress=1, router="session-affinity", fallback="p2c",
+                   fallback_options={"k": 2})
+    assert sticky.router.fallback.k == 2
+    with pytest.raises(UserError, match="'k' given both directly and in fallback_options"):
+        plane(catalog, router="session-affinity", fallback="p2c", k=2, fallback_options={"k": 3})
+    with pytest.raises(UserError, match="routing policy 'p2c' has no option 'window_ms'"):
+        plane(catalog, router="adapter-aware", base="p2c", base_options={"window_ms": 3.0})
+
+
 def test_p2c_is_deterministic_for_a_seed(catalog):
     picks = []
     for _ in range(2):
