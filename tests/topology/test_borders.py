@@ -4,7 +4,7 @@ coordinates answered as the simulator's own matrices answer for the same places.
 import numpy as np
 import pytest
 
-from topology.borders import NO_LAND_LINK, RULED, codes, point_codes
+from topology.borders import NO_LAND_LINK, RULED, barred, codes, point_codes
 from topology.latency import Backbone, LatencyModel
 from topology.rtt_cache import model_digest
 
@@ -69,3 +69,45 @@ def test_node_countries_are_part_of_the_rtt_caches_key(topo):
     assert (moved.node_codes != topo.latency.node_codes).sum() >= 1
     assert codes(["IN"])[0] in moved.node_codes[nodes.name == "LHE"]
     assert model_digest(moved) != model_digest(topo.latency)
+
+
+def test_no_land_link_crosses_a_barred_border_whatever_gave_its_ends_their_countries(topo):
+    """Every node's country counts, a region far from any PoP too (Jamnagar's azure:jioindiawest, 267 km from the
+    nearest PoP, takes India's from its nearest city): no land link joins it to Karachi."""
+    model = topo.latency
+    links = model.backbone.links
+    land = links[links.kind == "land"]
+    i, j = land.i.to_numpy(), land.j.to_numpy()
+    assert not barred(model.node_codes[i], model.node_codes[j]).any()
+    names = model.backbone.nodes.name.to_numpy()
+    jio = int(np.flatnonzero(names == "azure:jioindiawest")[0])
+    assert RULED[model.node_codes[jio]] == "IN"
+    pops = topo.pops.reset_index(drop=True)
+    lhe, dl = (int(pops.index[pops.id == x][0]) for x in ("LHE", "DEL"))
+    assert not {"azure:jioindiawest", "KHI"} <= set(model.path(lhe, dl))
+
+
+def test_a_pop_table_without_countries_keeps_the_rule_and_a_finer_demand_table_too(topo, tmp_path):
+    from topology import Topology
+
+    pops = topo.pops.drop(columns=["cc"])
+    path = tmp_path / "pops.csv"
+    pops.to_csv(path, index=False)
+    bare = Topology.load(pops=path)
+    ids = bare.pops.id.tolist()
+    lhe, dl = ids.index("LHE"), ids.index("DEL")
+    same = topo.latency.node_rtt_matrix(np.array([lhe]), np.array([dl]))[0, 0]
+    assert bare.latency.node_rtt_matrix(np.array([lhe]), np.array([dl]))[0, 0] == pytest.approx(same)
+    # Demand cities down to 15,000 people: each still enters in its own country or a neighbour the rule allows.
+    fine = Topology.load(min_population=15_000)
+    d = fine.demand
+    assert len(d) > len(topo.demand)
+    idx, _ = fine.ingress(d.lat.to_numpy(), d.lon.to_numpy())
+    assert not barred(codes(d.cc), codes(fine.pops.cc.to_numpy()[idx])).any()
+
+
+def test_coordinates_that_are_not_numbers_give_nan_not_a_traceback():
+    from topology import core_rtt_ms
+
+    assert np.isnan(core_rtt_ms(float("nan"), 2.35, 51.5, -0.12))
+    assert point_codes([np.nan], [0.0])[0] == len(RULED)
