@@ -35,7 +35,7 @@ from controlplane.outcomes import Code
 from controlplane.plane import ControlPlane
 from controlplane.routing.base import QUEUE, REJECT, Decision
 from controlplane.state import Request
-from dataplane.gateway.errors import from_code, shed
+from dataplane.gateway.errors import from_code, queue_timeout, shed
 from dataplane.gateway.shedding import LoadShedder
 
 
@@ -198,8 +198,8 @@ class Admission:
         for req in expired:
             lease = req.payload
             if lease is not None and not lease.started.done():
-                lease.started.set_exception(from_code(Code.TIMEOUT, f"queued longer than "
-                                                      f"{self.plane.admission.queue_timeout_s:g} s"))
+                lease.started.set_exception(queue_timeout(f"queued longer than "
+                                                          f"{self.plane.admission.queue_timeout_s:g} s"))
 
     async def _timer(self) -> None:
         while True:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from dataplane.gateway.errors import NOT_FOUND, GatewayError, bad_input, from_ex
 MAX_REQUESTS = 10_000
 RETRY_S = 0.25
 IDLE_POLL_S = 0.5
+STORE_RETRY_S = 1.0
+log = logging.getLogger("edgepop.gateway")
 
 
 class BatchService:
@@ -40,6 +43,7 @@ class BatchService:
         self._task: asyncio.Task | None = None
         self._inflight: dict[asyncio.Task, dict] = {}  # running item tasks -> their item
         self.requeued_at_stop = 0
+        self.store_errors = 0  # rounds of the runner that the store failed (logged; the runner retried)
 
     async def _db(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -115,24 +119,36 @@ class BatchService:
                 await t
         for item in left.values():  # back to the queue now, not left 'running' for crash recovery
             await self._db(self.store.requeue, item["job"], item["idx"], 0.0)
-        self.requeued_at_stop = len(left)
+        # Nothing runs now; a claim the drain interrupted may still have marked items running in the store.
+        self.requeued_at_stop = len(left) + await self._db(self.store.release_running)
         self._pool.submit(self.store.close).result()
         self._pool.shutdown()
 
     async def _loop(self) -> None:
         while True:
-            room = self.concurrency - len(self._inflight)
-            claimed = await self._db(self.store.claim, room) if room > 0 else []
-            for item in claimed:
-                t = asyncio.get_running_loop().create_task(self._run_item(item))
-                self._inflight[t] = item
-                t.add_done_callback(self._item_finished)
-            self.cached_counts = await self._db(self.store.counts)
-            if claimed and len(self._inflight) < self.concurrency:
-                continue
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=IDLE_POLL_S)
+            try:
+                await self._claim_and_wait()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a locked or full database: the queue waits, the runner goes on
+                log.exception("batch runner: the store failed; retrying in %g s", STORE_RETRY_S)
+                self.store_errors += 1
+                await asyncio.sleep(STORE_RETRY_S)
+
+    async def _claim_and_wait(self) -> None:
+        """One round: claim what there is room for, start it, wait for a wake-up (unless more is waiting)."""
+        room = self.concurrency - len(self._inflight)
+        claimed = await self._db(self.store.claim, room) if room > 0 else []
+        for item in claimed:
+            t = asyncio.get_running_loop().create_task(self._run_item(item))
+            self._inflight[t] = item
+            t.add_done_callback(self._item_finished)
+        self.cached_counts = await self._db(self.store.counts)
+        if claimed and len(self._inflight) < self.concurrency:
+            return
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=IDLE_POLL_S)
 
     def _item_finished(self, task: asyncio.Task) -> None:
         self._inflight.pop(task, None)
@@ -152,9 +168,9 @@ class BatchService:
             raise  # shutting down: stop() puts the item back in the queue
         except Exception as exc:
             err = from_exception(exc)
-            if err.code in (3040, 3007):  # transient: capacity or queue timeout; try again shortly
+            if err.code == 3040 or (err.code == 3007 and err.never_ran):  # capacity or queue timeout: try again
                 await self._db(self.store.requeue, item["job"], item["idx"], max(RETRY_S, err.retry_after_s or 0))
-            else:
+            else:  # an engine that ran past --request-timeout (3007) included: that item's outcome
                 await self._db(self.store.complete, item["job"], item["idx"],
                                {"errors": [{"code": err.code, "message": err.message}]}, False)
 

@@ -17,6 +17,7 @@ Every method is synchronous and must be called from one thread (the gateway uses
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -55,19 +56,30 @@ class BatchStore:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise UserError(f"batch db {self.path}: cannot create its folder ({exc.strerror})") from None
-            lock_was_there = Path(self.path + ".lock").exists()
-            self._lock = _exclusive_lock(self.path + ".lock")
+            # One lock per file, however it is named (a symlink to a served file is the served file).
+            lock_path = os.path.realpath(self.path) + ".lock"
+            lock_was_there = Path(lock_path).exists()
+            self._lock = _exclusive_lock(lock_path)
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            _check_tables(self.db)  # before anything is written: another application's file is left as it was
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(SCHEMA)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UserError) as exc:
             self._unlock()
             if self.path != ":memory:" and not lock_was_there:  # (a refused file gets no lock file beside it)
-                Path(self.path + ".lock").unlink(missing_ok=True)
+                Path(lock_path).unlink(missing_ok=True)
+            if isinstance(exc, UserError):
+                raise UserError(f"batch db {self.path}: {exc}") from None
             raise UserError(f"batch db {self.path}: not a usable SQLite database ({exc})") from None
         self.recovered = self.recover()
+
+    def _rollback(self) -> None:
+        """Undo an open transaction; a failed COMMIT may have ended it already (its error is the one to raise)."""
+        if self.db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
 
     def _unlock(self) -> None:
         if self._lock is not None:
@@ -94,7 +106,7 @@ class BatchStore:
             self.db.executemany("INSERT INTO items (job, idx, input, external_reference) VALUES (?, ?, ?, ?)", rows)
             self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             raise
         return job
 
@@ -111,7 +123,7 @@ class BatchStore:
                                 "WHERE job = ? AND idx = ?", [(r[0], r[1]) for r in rows])
             self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             raise
         return [{"job": r[0], "idx": r[1], "input": json.loads(r[2]), "account": r[3], "model": r[4],
                  "lat": r[5], "lon": r[6]} for r in rows]
@@ -156,6 +168,30 @@ class BatchStore:
     def close(self) -> None:
         self.db.close()
         self._unlock()
+
+    def release_running(self) -> int:
+        """At shutdown, when no item runs any more: put items still marked ``running`` back in the queue (a claim
+        the shutdown interrupted took them, but nothing ran them); returns how many."""
+        return self.recover()
+
+
+_COLUMNS = {"jobs": ["id", "account", "model", "created", "lat", "lon", "n"],
+            "items": ["job", "idx", "input", "external_reference", "status", "result", "success", "attempts",
+                      "completions", "not_before"]}
+
+
+def _check_tables(db: sqlite3.Connection) -> None:
+    """A one-line error for a file holding tables that are not this store's (another application's database)."""
+    names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+    other = sorted(set(names) - set(_COLUMNS))
+    if other:
+        raise UserError(f"holds tables that are not edgepop's batch tables ({', '.join(other[:5])}); give --db a "
+                        "file of its own")
+    for name in names:
+        cols = [r[1] for r in db.execute(f"PRAGMA table_info({name})").fetchall()]
+        if cols != _COLUMNS[name]:
+            raise UserError(f"its table {name!r} has columns {cols}, not edgepop's batch table's; give --db a file of "
+                            "its own")
 
 
 def _exclusive_lock(path: str) -> int | None:

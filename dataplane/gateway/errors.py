@@ -56,6 +56,7 @@ class GatewayError(Exception):
         self.status, self.code, self.message = status, code, message
         self.retry_after_s = retry_after_s
         self.extra_headers = dict(headers or {})
+        self.never_ran = False  # refused or expired before any engine took it (so it may be sent again as it is)
 
     def headers(self) -> dict[str, str]:
         """Response headers: ``Retry-After`` and ``retry-after-ms`` when a retry can succeed later."""
@@ -102,6 +103,13 @@ def from_code(code: int, detail: str | None = None, retry_after_s: float | None 
     c = Code(code)
     text = MESSAGES[c] + (f": {detail}" if detail else "")
     return GatewayError(HTTP_STATUS[c], int(c), text, retry_after_s)
+
+
+def queue_timeout(detail: str) -> GatewayError:
+    """408/3007 for a request that waited in a queue past its timeout: no engine ran it."""
+    err = from_code(Code.TIMEOUT, detail)
+    err.never_ran = True
+    return err
 
 
 def rate_limited(refusal, headers: dict | None = None) -> GatewayError:

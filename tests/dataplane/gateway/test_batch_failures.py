@@ -1,0 +1,126 @@
+"""Async batch items when things go wrong: an engine past --request-timeout, a store that fails for a while, a
+--db that is another application's database or a symlink to a served one, a shutdown in the middle of a claim."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import httpx
+import pytest
+from kit.gateway import GEN, SLOW, TOKENS, headers, run_url
+
+from dataplane.gateway.batch_store import BatchStore
+from edgepop.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def hasty_gateway(tmp_path_factory, gateway_topo):
+    """One PoP whose engines get 0.5 s a request: the slow stand-in's 300 tokens take seconds on any CPU."""
+    from dataplane.gateway import GatewayConfig
+    from dataplane.gateway.app import create_app
+    from dataplane.gateway.server import ServerThread
+
+    cfg = GatewayConfig(pops=["FRA"], models=[GEN, SLOW], tokens=TOKENS, delay=False, request_timeout_s=0.5,
+                        db=str(tmp_path_factory.mktemp("gw-hasty") / "b.sqlite"), batch_concurrency=2)
+    app = create_app(cfg, topo=gateway_topo)
+    server = ServerThread(app)
+    server.start()
+    yield server.url, app
+    server.stop()
+
+
+def _done(url: str, model: str, rid: str) -> dict:
+    deadline = time.monotonic() + 120  # a hang guard, not a timing goal
+    while True:
+        r = httpx.post(run_url(url, model) + "?queueRequest=true", json={"request_id": rid}, headers=headers())
+        assert r.status_code == 200, r.text
+        result = r.json()["result"]
+        if result["status"] == "done":
+            return result
+        assert time.monotonic() < deadline, f"batch {rid} never finished: {result}"
+        time.sleep(0.1)
+
+
+def _submit(url: str, model: str, requests: list[dict]) -> str:
+    r = httpx.post(run_url(url, model) + "?queueRequest=true", json={"requests": requests}, headers=headers())
+    assert r.status_code == 200, r.text
+    return r.json()["result"]["request_id"]
+
+
+def test_an_item_past_the_request_timeout_fails_once_instead_of_running_again_and_again(hasty_gateway):
+    url, app = hasty_gateway
+    rid = _submit(url, SLOW, [{"prompt": "long", "max_tokens": 300, "ignore_eos": True}])
+    result = _done(url, SLOW, rid)
+    (item,) = result["responses"]
+    assert item["success"] is False and item["errors"][0]["code"] == 3007
+    job = app.state.gateway.batch.store.job("alice", rid)
+    assert job["items"][0]["attempts"] == 1  # run once: an engine timeout is the item's outcome, not a retry
+
+
+def test_the_batch_runner_outlives_a_store_that_fails_for_a_while(hasty_gateway, monkeypatch):
+    url, app = hasty_gateway
+    service = app.state.gateway.batch
+    real_claim, failures = service.store.claim, []
+
+    def claim(limit, now=None):
+        if len(failures) < 2:  # as a write lock held by another connection past SQLite's busy timeout
+            failures.append(limit)
+            raise sqlite3.OperationalError("database is locked")
+        return real_claim(limit, now)
+
+    before = service.store_errors
+    monkeypatch.setattr(service.store, "claim", claim)
+    rid = _submit(url, GEN, [{"prompt": "a", "max_tokens": 2}, {"prompt": "b", "max_tokens": 2}])
+    result = _done(url, GEN, rid)
+    assert [r["success"] for r in result["responses"]] == [True, True]
+    assert len(failures) == 2 and service.store_errors - before == 2
+
+
+def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path):
+    db = tmp_path / "other.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE jobs (name TEXT, price REAL)")
+    con.commit()
+    con.close()
+    with pytest.raises(UserError, match="other.sqlite: its table 'jobs' has columns"):
+        BatchStore(db)
+    con = sqlite3.connect(db)
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    mode = con.execute("PRAGMA journal_mode").fetchone()[0]
+    con.close()
+    assert tables == ["jobs"] and mode != "wal"  # no table added, no journal mode changed
+    con = sqlite3.connect(tmp_path / "notes.sqlite")
+    con.execute("CREATE TABLE notes (body TEXT)")
+    con.commit()
+    con.close()
+    with pytest.raises(UserError, match="holds tables that are not edgepop's batch tables"):
+        BatchStore(tmp_path / "notes.sqlite")
+    BatchStore(tmp_path / "mine.sqlite").close()  # its own file, new or
+    BatchStore(tmp_path / "mine.sqlite").close()  # already its own, is fine
+
+
+def test_a_symlink_to_a_served_database_is_the_same_database(tmp_path):
+    db = tmp_path / "b.sqlite"
+    first = BatchStore(db)
+    (tmp_path / "link.sqlite").symlink_to(db)
+    with pytest.raises(UserError, match="in use by another edgepop serve"):
+        BatchStore(tmp_path / "link.sqlite")
+    first.close()
+
+
+def test_items_a_shutdown_claimed_but_never_ran_go_back_to_the_queue(tmp_path):
+    """A drain that cancels the runner while its claim commits leaves those items marked running with no task
+    for them: stop puts them back in the queue, as it does the items it cancels."""
+    import asyncio
+
+    from dataplane.gateway.batch import BatchService
+
+    service = BatchService(None, tmp_path / "b.sqlite")
+    service.store.create("alice", GEN, [{"prompt": "a"}, {"prompt": "b"}], 1.0, 2.0)
+    assert len(service.store.claim(10)) == 2  # the claim committed; the runner that made it was cancelled
+    asyncio.run(service.stop(timeout_s=1.0))
+    assert service.requeued_at_stop == 2
+    again = BatchStore(tmp_path / "b.sqlite")
+    assert again.recovered == 0 and again.counts() == {"queued": 2, "running": 0, "done": 0}
+    again.close()
