@@ -69,7 +69,9 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
         if isinstance(requests, bool) or not isinstance(requests, int | np.integer) or requests <= 0:
             raise UserError(f"requests must be a positive integer, got {requests!r}")
         requests = int(requests)
-        wl.update(trace_limit=requests) if is_trace else wl.update(requests=requests, duration_s=None)
+        # the command line's size replaces the scenario's, whichever field it was given in
+        wl.update(trace_limit=requests, requests=None, duration_s=None) if is_trace else wl.update(
+            requests=requests, duration_s=None)
     if duration_s is not None:
         if isinstance(duration_s, bool) or not isinstance(duration_s, int | float | np.integer | np.floating):
             raise UserError(f"duration must be a number of seconds, got {duration_s!r}")
@@ -155,7 +157,8 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     if sc.jitter:  # one multiplier of the path's mean RTT per request, shared by every deployment
         frame["rtt_factor"] = fit_jitter().factors(len(frame), rng["jitter"])
     span = float(frame.arrival_s.max()) if len(frame) else 0.0
-    mean_rps = sc.planning_rps or (len(frame) / max(span, 1e-9) if len(frame) > 1 else 1.0)
+    # (a trace whose requests all arrive at once plans for them within a second, not within a nanosecond)
+    mean_rps = sc.planning_rps or (len(frame) / max(span, 1.0) if len(frame) > 1 else 1.0)
     gen = frame[frame.task == "text-generation"]
     typical = (int(gen.prompt_tokens.mean()), int(gen.output_tokens.mean())) if len(gen) else (512, 128)
     audio = frame.model.isin([s.id for s in catalog if s.unit == "audio-minute"])
@@ -165,7 +168,8 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     return Setup(sc, topo, catalog, perf, tech, rng, workload, mean_rps,
                  frame.model.value_counts(normalize=True).to_dict(), typical, shape,
                  getattr(sc.workload, "start_utc", None),
-                 float(getattr(sc.workload, "day_compression", None) or 86_400.0))
+                 # A replayed trace keeps its own times: its day is a real one, whatever day_compression says.
+                 86_400.0 if sc.workload.is_trace else float(getattr(sc.workload, "day_compression", None) or 86_400.0))
 
 
 def scenario_catalog(sc: Scenario, tech: TechniqueRuntime | None = None) -> Catalog:

@@ -154,7 +154,8 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
         raise TraceFileError(path, None, None, "is a folder, not a file" if path.is_dir() else "no such file")
     times, prompts, outputs, hashes = [], [], [], []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # JSON Lines end at "\n" only: str.splitlines would also cut inside strings at U+2028, U+0085, ...
+        lines = path.read_text(encoding="utf-8").split("\n")
     except UnicodeDecodeError:
         raise TraceFileError(path, None, None, "not a UTF-8 text file") from None
     for line, text in enumerate(lines, start=1):

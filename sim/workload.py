@@ -162,6 +162,10 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
         cols, source = _replay(config, catalog, cities, rng)
     else:
         cols, source = _poisson(config, catalog, cities, rng), "poisson"
+        late = cols["t"][cols["t"] >= 0]
+        if len(late) and float(late.max()) > MAX_SPAN_S:  # (bursts that silence the first year, say)
+            raise UserError(f"[workload]: the arrivals run to {float(late.max()):.3g} s, more than a year "
+                            f"({MAX_SPAN_S:.0f} s): check the bursts' multipliers and spans")
     frame = _frame(cols, cities, catalog, config, rng)
     if getattr(topo, "last_mile_mode", "fixed") != "fixed":  # users straight to a region pay their own last mile
         frame["last_mile_ms"] = cities.last_mile_ms[frame.city.to_numpy()]
@@ -219,7 +223,17 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
 MAX_BINS = 10_000_000
 
 
+# Sessions start a warm-up before time 0 (conversations already under way), drawn at the full rate and then
+# dropped: past this many arrivals the warm-up alone takes minutes and gigabytes.
+MAX_WARMUP_ARRIVALS = 20_000_000
+
+
 def _check_bins(cfg: WorkloadConfig) -> None:
+    if cfg.session_fraction > 0 and warmup_s(cfg) * cfg.rps > MAX_WARMUP_ARRIVALS:
+        raise UserError(f"workload session_turns / think_time_s: {cfg.session_turns} turns {cfg.think_time_s:g} s "
+                        f"apart need a warm-up of {warmup_s(cfg):.3g} s before time 0, "
+                        f"{warmup_s(cfg) * cfg.rps:.3g} arrivals at {cfg.rps:g} req/s (more than "
+                        f"{MAX_WARMUP_ARRIVALS:,}): ask for fewer turns or shorter think times")
     span = cfg.duration_s if cfg.duration_s is not None else cfg.requests / cfg.rps
     span += warmup_s(cfg) if cfg.session_fraction > 0 else 0.0
     bins = span / bin_width_s(cfg)

@@ -25,7 +25,7 @@ MAX_RPS = 1e7
 MIN_DAY_COMPRESSION_S = 60.0  # a day in a minute: the per-bin diurnal rate would be too coarse below this
 # Fields that only mean something for generated (poisson) or replayed (trace) workloads.
 POISSON_ONLY = frozenset({"rps", "mix", "tokens", "bursts", "session_fraction", "session_turns", "think_time_s",
-                          "diurnal"})
+                          "diurnal", "block_tokens"})
 TRACE_ONLY = frozenset({"trace", "trace_model", "trace_speed", "trace_limit"})
 
 

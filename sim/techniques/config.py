@@ -121,5 +121,7 @@ def check_block_tokens(techniques: Techniques, workload_config, where: str = "[t
     kind = getattr(workload_config, "kind", "poisson")
     want = 512 if kind == "mooncake" else getattr(workload_config, "block_tokens", 512) if kind == "poisson" else None
     if want is not None and techniques.prefix_block_tokens != want:
+        fix = ("set [workload] block_tokens to match" if kind == "poisson" else
+               f"a Mooncake trace's blocks are {want} tokens: set prefix_block_tokens = {want}")
         raise UserError(f"{where}: prefix_block_tokens = {techniques.prefix_block_tokens} but the workload's "
-                        f"hash_ids use {want}-token blocks (set [workload] block_tokens to match)")
+                        f"hash_ids use {want}-token blocks ({fix})")

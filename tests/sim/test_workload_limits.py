@@ -1,0 +1,67 @@
+"""Workloads at the edges of their options: sizes that would hang, traces that arrive at once or carry unusual
+characters, a trace's own clock, and the command line's size over a trace scenario's."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from edgepop.errors import UserError
+from sim.run import prepare, with_run_overrides
+from sim.scenario import load_scenario
+from sim.workload import generate
+from sim.workload_config import WorkloadConfig
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def test_sessions_whose_warm_up_would_draw_billions_of_arrivals_are_refused(topo):
+    cfg = WorkloadConfig.from_dict({"requests": 100, "rps": 100, "session_fraction": 0.5, "session_turns": 1000,
+                                    "think_time_s": 86_400})
+    with pytest.raises(UserError, match="session_turns / think_time_s: .* warm-up"):
+        generate(cfg, topo, rng=0)
+
+
+def test_arrivals_a_burst_pushes_past_a_year_are_refused(topo):
+    cfg = WorkloadConfig.from_dict({"requests": 100, "rps": 100, "bursts": [
+        {"start_s": 0, "duration_s": 31_622_400, "multiplier": 0.0}]})
+    with pytest.raises(UserError, match="arrivals run to .* more than a year"):
+        generate(cfg, topo, rng=0)
+
+
+def _azure(path, rows):
+    path.write_text(AZURE_HEADER + "".join(f"{t},{p},{o}\n" for t, p, o in rows))
+    return path
+
+
+def test_a_trace_arriving_all_at_once_runs(tmp_path):
+    trace = _azure(tmp_path / "burst.csv", [("2023-11-16 18:15:46.0", 300 + i, 20) for i in range(50)])
+    setup = prepare(with_run_overrides(load_scenario("small"), trace=str(trace)))
+    assert len(setup.workload.requests) == 50 and setup.mean_rps == 50.0  # planned for 50 within a second
+
+
+def test_a_replayed_trace_keeps_a_real_day_and_the_command_lines_size(tmp_path):
+    rows = [(f"2023-11-16 18:{m:02d}:{s:02d}.0", 300, 20) for m in range(10) for s in range(0, 60, 3)]  # 200 rows
+    trace = _azure(tmp_path / "az.csv", rows)
+    sc = replace(load_scenario("small"), workload=WorkloadConfig.from_dict(
+        {"kind": "azure", "trace": str(trace), "requests": 40, "day_compression": 600}))
+    assert len(prepare(sc).workload.requests) == 40  # the file's own size
+    setup = prepare(with_run_overrides(sc, requests=100))
+    assert len(setup.workload.requests) == 100  # the command line's size replaces it
+    assert setup.day_s == 86_400.0  # the trace's own clock: 10 minutes are 10 minutes, whatever day_compression says
+
+
+def test_json_lines_strings_may_hold_line_separators(tmp_path, topo):
+    path = tmp_path / "u2028.jsonl"
+    rows = [{"timestamp": 1000 * i, "input_length": 600, "output_length": 20, "hash_ids": [i, i + 1],
+             "note": "a\u2028b\u0085c"} for i in range(2)]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    cfg = WorkloadConfig.from_dict({"kind": "mooncake", "trace": str(path)})
+    assert len(generate(cfg, topo, rng=0).requests) == 2
+
+
+def test_block_tokens_belongs_to_generated_workloads_only():
+    with pytest.raises(UserError, match="field 'block_tokens' does not apply to kind = 'mooncake'"):
+        WorkloadConfig.from_dict({"kind": "mooncake", "trace": "x.jsonl", "block_tokens": 64})
