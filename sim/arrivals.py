@@ -17,8 +17,13 @@ from datetime import UTC
 
 import numpy as np
 
+from edgepop.errors import UserError
 from sim.workload_config import Burst, WorkloadConfig
 from topology.demand import diurnal_factor, utc_offset_hours
+
+# Arrivals are drawn per bin of the diurnal clock (one real minute) and demand group: past this many bins the
+# generation alone takes minutes to hours (a year at a day per minute is ~10^9 bins).
+MAX_BINS = 10_000_000
 
 BLOCK_BINS = 4096  # bins whose rates are computed and drawn at once (bounds memory for long runs)
 
@@ -186,6 +191,10 @@ def poisson_chunks(groups: Groups, cfg: WorkloadConfig, rps: float, rng: np.rand
         t = edges[bins] + (edges[bins + 1] - edges[bins]) * rng.random(len(idx))
         city = groups.draw_city(grp, rng)
         a = float(edges[-1])
+        if not done and (a - start) / dt > 2 * MAX_BINS:  # bursts that silence the clock draw on and on
+            raise UserError(f"[workload]: the arrivals are not all drawn by {a:.3g} s, {(a - start) / dt:.3g} "
+                            f"minutes of the diurnal clock (more than {2 * MAX_BINS:,}): check the bursts' "
+                            "multipliers and spans, or compress the day less")
         yield t, city, (a if done else None)
         if done:
             return

@@ -158,7 +158,8 @@ def prepare(sc: Scenario, topo=None) -> Setup:
         frame["rtt_factor"] = fit_jitter().factors(len(frame), rng["jitter"])
     span = float(frame.arrival_s.max()) if len(frame) else 0.0
     # (a trace whose requests all arrive at once plans for them within a second, not within a nanosecond)
-    mean_rps = sc.planning_rps or (len(frame) / max(span, 1.0) if len(frame) > 1 else 1.0)
+    floor = 1.0 if sc.workload.is_trace else 1e-9
+    mean_rps = sc.planning_rps or (len(frame) / max(span, floor) if len(frame) > 1 else 1.0)
     gen = frame[frame.task == "text-generation"]
     typical = (int(gen.prompt_tokens.mean()), int(gen.output_tokens.mean())) if len(gen) else (512, 128)
     audio = frame.model.isin([s.id for s in catalog if s.unit == "audio-minute"])
@@ -168,8 +169,9 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     return Setup(sc, topo, catalog, perf, tech, rng, workload, mean_rps,
                  frame.model.value_counts(normalize=True).to_dict(), typical, shape,
                  getattr(sc.workload, "start_utc", None),
-                 # A replayed trace keeps its own times: its day is a real one, whatever day_compression says.
-                 86_400.0 if sc.workload.is_trace else float(getattr(sc.workload, "day_compression", None) or 86_400.0))
+                 # A replayed trace keeps its own clock, sped up by trace_speed, whatever day_compression says.
+                 86_400.0 / sc.workload.trace_speed if sc.workload.is_trace
+                 else float(getattr(sc.workload, "day_compression", None) or 86_400.0))
 
 
 def scenario_catalog(sc: Scenario, tech: TechniqueRuntime | None = None) -> Catalog:

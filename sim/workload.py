@@ -19,7 +19,7 @@ import pandas as pd
 from controlplane.catalog import Catalog, default_catalog
 from controlplane.forecast import DEFAULT_MIX, normalise_mix
 from edgepop.errors import UserError
-from sim.arrivals import Cities, Groups, bin_width_s, city_table, poisson_chunks
+from sim.arrivals import MAX_BINS, Cities, Groups, bin_width_s, city_table, poisson_chunks
 from sim.sessions import (
     THINK_SIGMA,
     as_hash_id_column,
@@ -138,7 +138,10 @@ class Workload:
         ids = table.column("hash_ids").combine_chunks()
         frame = table.drop_columns(["hash_ids"]).to_pandas()
         frame.insert(COLUMNS.index("hash_ids"), "hash_ids", hash_id_column(ids.values, ids.offsets))
-        cfg = WorkloadConfig.from_dict(meta["config"], where=f"{path} metadata")
+        stored = dict(meta["config"])
+        if stored.get("kind", "poisson") != "poisson":  # files written before block_tokens was Poisson-only
+            stored.pop("block_tokens", None)
+        cfg = WorkloadConfig.from_dict(stored, where=f"{path} metadata")
         return cls(frame, cfg, meta.get("seed"), meta.get("source", "?"), meta.get("meta", {}))
 
 
@@ -162,11 +165,9 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
         cols, source = _replay(config, catalog, cities, rng)
     else:
         cols, source = _poisson(config, catalog, cities, rng), "poisson"
-        late = cols["t"][cols["t"] >= 0]
-        if len(late) and float(late.max()) > MAX_SPAN_S:  # (bursts that silence the first year, say)
-            raise UserError(f"[workload]: the arrivals run to {float(late.max()):.3g} s, more than a year "
-                            f"({MAX_SPAN_S:.0f} s): check the bursts' multipliers and spans")
     frame = _frame(cols, cities, catalog, config, rng)
+    if not config.is_trace and len(frame) and float(frame.arrival_s.max()) > MAX_SPAN_S:
+        _past_a_year(float(frame.arrival_s.max()))  # (bursts that silence the first year, say)
     if getattr(topo, "last_mile_mode", "fixed") != "fixed":  # users straight to a region pay their own last mile
         frame["last_mile_ms"] = cities.last_mile_ms[frame.city.to_numpy()]
     return Workload(frame, config, _seed_of(rng), source)
@@ -218,9 +219,11 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
     return cols
 
 
-# Arrivals are drawn per bin of the diurnal clock (one real minute) and demand group: past this many bins the
-# generation alone takes minutes to hours (a year at a day per minute is ~10^9 bins).
-MAX_BINS = 10_000_000
+def _past_a_year(t: float) -> None:
+    raise UserError(f"[workload]: the arrivals run to {t:.3g} s, more than a year ({MAX_SPAN_S:.0f} s): check the "
+                    "bursts' multipliers and spans, or the rate")
+
+
 
 
 # Sessions start a warm-up before time 0 (conversations already under way), drawn at the full rate and then

@@ -54,7 +54,8 @@ def cache_dir() -> Path | None:
 
 
 def _code_digest(model) -> str:
-    """Hash of the source of the model's module, of ``topology.geo`` and of this module."""
+    """Hash of the source of the model's module, of ``topology.geo``, ``topology.borders`` and this module, and of
+    the city table points take their countries from."""
     return _module_digest(inspect.getmodule(type(model)))
 
 

@@ -25,6 +25,9 @@ class AdapterAware(Router):
         self.check_options(k=k, max_imbalance=max_imbalance)
         if not isinstance(base, Router):  # base_options: options of the base named like ours (its own k)
             base = ROUTERS.create(base, state, rng, options=merge_forwarded(options, base_options, "base"))
+        elif options or base_options:
+            raise ValueError("options for the base router cannot be given with a Router instance as base "
+                             f"(got {sorted({**options, **(base_options or {})})})")
         self.base = base
         self.k, self.max_imbalance = k, max_imbalance
         self.counts = {"adapter_picked": 0, "gated": 0, "base": 0}

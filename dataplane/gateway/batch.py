@@ -117,23 +117,52 @@ class BatchService:
         for t in left:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        for item in left.values():  # back to the queue now, not left 'running' for crash recovery
-            await self._db(self.store.requeue, item["job"], item["idx"], 0.0)
-        # Nothing runs now; a claim the drain interrupted may still have marked items running in the store.
-        self.requeued_at_stop = len(left) + await self._db(self.store.release_running)
-        self._pool.submit(self.store.close).result()
-        self._pool.shutdown()
+        try:
+            for item in left.values():  # back to the queue now, not left 'running' for crash recovery
+                await self._db(self.store.requeue, item["job"], item["idx"], 0.0)
+            # Nothing runs now; a claim the drain interrupted may still have marked items running in the store.
+            self.requeued_at_stop = len(left) + await self._db(self.store.release_running)
+        except Exception:  # a store that fails now: the next start's recovery re-queues what is left running
+            log.exception("batch store failed at shutdown; the next start re-queues the items left running")
+        finally:
+            self._pool.submit(self.store.close).result()
+            self._pool.shutdown()
 
     async def _loop(self) -> None:
+        failures = 0
         while True:
             try:
                 await self._claim_and_wait()
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception:  # a locked or full database: the queue waits, the runner goes on
-                log.exception("batch runner: the store failed; retrying in %g s", STORE_RETRY_S)
-                self.store_errors += 1
-                await asyncio.sleep(STORE_RETRY_S)
+                failures += 1
+                await self._store_failed("claiming items", failures)
+
+    async def _store_failed(self, what: str, failures: int) -> None:
+        """Log a store failure (in full the first time, then one line) and wait before the next try: 1 s, doubling
+        up to 30 s while it keeps failing."""
+        self.store_errors += 1
+        wait = min(STORE_RETRY_S * 2 ** (failures - 1), 30.0)
+        if failures == 1:
+            log.exception("batch store failed %s; retrying in %g s", what, wait)
+        else:
+            log.warning("batch store still failing %s (%d tries); retrying in %g s", what, failures, wait)
+        await asyncio.sleep(wait)
+
+    async def _write(self, fn, *args) -> None:
+        """A store write an item's outcome depends on, retried until the store takes it (a failed write is the
+        store's problem, never the item's outcome)."""
+        failures = 0
+        while True:
+            try:
+                return await self._db(fn, *args)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures += 1
+                await self._store_failed(f"recording a batch item ({fn.__name__})", failures)
 
     async def _claim_and_wait(self) -> None:
         """One round: claim what there is room for, start it, wait for a wake-up (unless more is waiting)."""
@@ -162,17 +191,18 @@ class BatchService:
         try:
             _, fin = await self.gw.infer(item["model"], inputs, place, account=item["account"], endpoint="batch",
                                          limited=False)
-            await self._db(self.store.complete, item["job"], item["idx"],
-                           {"result": fin.result, "usage": _usage(fin)}, True)
         except asyncio.CancelledError:
             raise  # shutting down: stop() puts the item back in the queue
         except Exception as exc:
             err = from_exception(exc)
             if err.code == 3040 or (err.code == 3007 and err.never_ran):  # capacity or queue timeout: try again
-                await self._db(self.store.requeue, item["job"], item["idx"], max(RETRY_S, err.retry_after_s or 0))
+                await self._write(self.store.requeue, item["job"], item["idx"], max(RETRY_S, err.retry_after_s or 0))
             else:  # an engine that ran past --request-timeout (3007) included: that item's outcome
-                await self._db(self.store.complete, item["job"], item["idx"],
-                               {"errors": [{"code": err.code, "message": err.message}]}, False)
+                await self._write(self.store.complete, item["job"], item["idx"],
+                                  {"errors": [{"code": err.code, "message": err.message}]}, False)
+        else:
+            await self._write(self.store.complete, item["job"], item["idx"],
+                              {"result": fin.result, "usage": _usage(fin)}, True)
 
 
 def _usage(fin) -> dict:

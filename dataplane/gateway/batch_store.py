@@ -9,8 +9,9 @@ A job is one ``POST ...?queueRequest=true`` with ``{"requests": [...]}``; each r
 * on start, items left ``running`` by a killed process were never completed: they go back to ``queued`` and run
   again. So after a SIGKILL and restart every item completes exactly once: none lost, none completed twice;
 * that recovery is only right when no other process serves the file: a store holds an exclusive lock on
-  ``<db>.lock`` (POSIX ``flock``, released when the store closes or its process dies), and a second store on the
-  same file is refused instead of re-queueing the first one's running items.
+  ``<db>.lock`` of the file's resolved path (POSIX ``flock``, released when the store closes or its process dies),
+  and a second store on the same file, by whatever name, is refused instead of re-queueing the first one's running
+  items.
 
 Every method is synchronous and must be called from one thread (the gateway uses a one-thread executor).
 """
@@ -182,7 +183,8 @@ _COLUMNS = {"jobs": ["id", "account", "model", "created", "lat", "lon", "n"],
 
 def _check_tables(db: sqlite3.Connection) -> None:
     """A one-line error for a file holding tables that are not this store's (another application's database)."""
-    names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+    names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+             if not r[0].startswith("sqlite_")]  # (SQLite's own: ANALYZE's statistics, ...)
     other = sorted(set(names) - set(_COLUMNS))
     if other:
         raise UserError(f"holds tables that are not edgepop's batch tables ({', '.join(other[:5])}); give --db a "

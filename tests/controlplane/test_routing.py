@@ -239,6 +239,10 @@ def test_a_wrapped_policys_option_named_like_the_wrappers_is_set_under_base_opti
         plane(catalog, router="session-affinity", fallback="p2c", k=2, fallback_options={"k": 3})
     with pytest.raises(UserError, match="routing policy 'p2c' has no option 'window_ms'"):
         plane(catalog, router="adapter-aware", base="p2c", base_options={"window_ms": 3.0})
+    from controlplane.routing.adapter import AdapterAware
+
+    with pytest.raises(ValueError, match="cannot be given with a Router instance"):
+        AdapterAware(cp.state, base=cp.router.base, base_options={"k": 2})
 
 
 def test_p2c_is_deterministic_for_a_seed(catalog):

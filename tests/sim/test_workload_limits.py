@@ -65,3 +65,28 @@ def test_json_lines_strings_may_hold_line_separators(tmp_path, topo):
 def test_block_tokens_belongs_to_generated_workloads_only():
     with pytest.raises(UserError, match="field 'block_tokens' does not apply to kind = 'mooncake'"):
         WorkloadConfig.from_dict({"kind": "mooncake", "trace": "x.jsonl", "block_tokens": 64})
+
+
+def test_a_short_generated_run_plans_for_its_own_rate_and_a_sped_up_trace_for_its_own_day(tmp_path):
+    setup = prepare(with_run_overrides(load_scenario("default"), requests=100))
+    span = float(setup.workload.requests.arrival_s.max())
+    assert span < 1.0 and setup.mean_rps == pytest.approx(100 / span)  # (no floor of a second for these)
+    rows = [(f"2023-11-16 18:{m:02d}:00.0", 300, 20) for m in range(10)]
+    sc = replace(load_scenario("small"), workload=WorkloadConfig.from_dict(
+        {"kind": "azure", "trace": str(_azure(tmp_path / "az.csv", rows)), "trace_speed": 60.0}))
+    assert prepare(sc).day_s == pytest.approx(86_400.0 / 60.0)  # the trace's day, sped up as its arrivals are
+
+
+def test_a_trace_workload_file_written_with_block_tokens_reads_back(tmp_path, topo):
+    import pyarrow.parquet as pq
+
+    from sim.workload import META_KEY, Workload
+
+    cfg = WorkloadConfig.from_dict({"kind": "mooncake", "trace": "sim/data/mooncake_style_synthetic.jsonl"})
+    path = tmp_path / "w.parquet"
+    generate(cfg, topo, rng=0).to_parquet(path)
+    table = pq.read_table(path)  # as an earlier edgepop wrote it: block_tokens among a trace's fields
+    meta = json.loads(table.schema.metadata[META_KEY])
+    meta["config"]["block_tokens"] = 512
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, META_KEY: json.dumps(meta)}), path)
+    assert len(Workload.from_parquet(path).requests) == len(table)

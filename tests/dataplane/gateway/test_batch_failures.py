@@ -58,23 +58,32 @@ def test_an_item_past_the_request_timeout_fails_once_instead_of_running_again_an
     assert job["items"][0]["attempts"] == 1  # run once: an engine timeout is the item's outcome, not a retry
 
 
-def test_the_batch_runner_outlives_a_store_that_fails_for_a_while(hasty_gateway, monkeypatch):
-    url, app = hasty_gateway
+def test_the_batch_runner_outlives_a_store_that_fails_for_a_while(gateway, monkeypatch):
+    """A claim and a completion that fail (a write lock another connection holds past SQLite's busy timeout) are
+    tried again: the items run and keep their real outcome."""
+    url, app = gateway
     service = app.state.gateway.batch
-    real_claim, failures = service.store.claim, []
+    real_claim, real_complete, failures = service.store.claim, service.store.complete, []
 
     def claim(limit, now=None):
-        if len(failures) < 2:  # as a write lock held by another connection past SQLite's busy timeout
-            failures.append(limit)
+        if len(failures) < 2:
+            failures.append("claim")
             raise sqlite3.OperationalError("database is locked")
         return real_claim(limit, now)
 
+    def complete(job, idx, result, success):
+        if failures.count("complete") < 1:
+            failures.append("complete")
+            raise sqlite3.OperationalError("database is locked")
+        return real_complete(job, idx, result, success)
+
     before = service.store_errors
     monkeypatch.setattr(service.store, "claim", claim)
+    monkeypatch.setattr(service.store, "complete", complete)
     rid = _submit(url, GEN, [{"prompt": "a", "max_tokens": 2}, {"prompt": "b", "max_tokens": 2}])
     result = _done(url, GEN, rid)
-    assert [r["success"] for r in result["responses"]] == [True, True]
-    assert len(failures) == 2 and service.store_errors - before == 2
+    assert [r["success"] for r in result["responses"]] == [True, True]  # not failed by the store's hiccup
+    assert failures == ["claim", "claim", "complete"] and service.store_errors - before == 3
 
 
 def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path):
@@ -97,6 +106,9 @@ def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path):
     with pytest.raises(UserError, match="holds tables that are not edgepop's batch tables"):
         BatchStore(tmp_path / "notes.sqlite")
     BatchStore(tmp_path / "mine.sqlite").close()  # its own file, new or
+    con = sqlite3.connect(tmp_path / "mine.sqlite")
+    con.execute("ANALYZE")  # SQLite's own statistics table beside edgepop's
+    con.close()
     BatchStore(tmp_path / "mine.sqlite").close()  # already its own, is fine
 
 
