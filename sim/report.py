@@ -183,6 +183,10 @@ def notes(summary: dict) -> list[str]:
         out.append(f"edge gain = (central - edge) / central, with its 95% interval: {g['ci95']['method']}. The "
                    "interval is within this run: its arrivals and its placement (built for this workload) are held "
                    + seeds)
+    trace = summary.get("trace")
+    if trace and trace.get("asked") and trace["requests"] < trace["asked"]:
+        out.append(f"The trace {trace['file']} holds {trace['requests']:,} requests, fewer than the "
+                   f"{trace['asked']:,} asked for: all of them were replayed.")
     misroute = (summary.get("network") or {}).get("anycast_misroute") or 0.0
     if misroute:
         out.append(f"Imperfect anycast: {misroute:.0%} of the user cities enter the edge at their second-nearest PoP "
@@ -211,8 +215,10 @@ def _fmt(v):
 
 def title_line(s: dict) -> str:
     base = f", central {s['baseline']}" if s.get("baseline") else ""
-    return (f"edgepop simulate: {s['scenario']} ({s['requests']:,} requests, seed {s['seed']}, GPU inventory "
-            f"x{s.get('gpu_inventory_scale', 1.0):g}{base})")
+    trace = s.get("trace")
+    replay = f", replaying {Path(trace['file']).name}" if trace else ""
+    return (f"edgepop simulate: {s['scenario']} ({s['requests']:,} requests{replay}, seed {s['seed']}, GPU "
+            f"inventory x{s.get('gpu_inventory_scale', 1.0):g}{base})")
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:

@@ -371,6 +371,10 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                            "jitter": f"on: {fit_jitter().source}" if sc.jitter else "off",
                            # the share of user cities anycast lands on their second-nearest PoP (0: ideal)
                            "anycast_misroute": sc.anycast_misroute}}
+    wl = sc.workload
+    if wl.is_trace:  # where the arrivals came from (a Poisson run's are the scenario's own workload table)
+        summary["trace"] = {"file": str(wl.trace), "format": wl.kind, "speed": wl.trace_speed,
+                            "requests": int(len(setup.frame)), "asked": wl.trace_limit or wl.requests}
     if "edge" in blocks and "central" in blocks:
         summary["gains"] = paired_gains(setup, runs)
     total_sim = sum(r.stats["sim_wall_s"] for r in runs)

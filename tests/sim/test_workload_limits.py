@@ -90,3 +90,20 @@ def test_a_trace_workload_file_written_with_block_tokens_reads_back(tmp_path, to
     meta["config"]["block_tokens"] = 512
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata, META_KEY: json.dumps(meta)}), path)
     assert len(Workload.from_parquet(path).requests) == len(table)
+
+
+def test_a_trace_run_names_its_trace_and_says_when_it_held_fewer_requests_than_asked(tmp_path, capsys):
+    from edgepop.cli import main
+
+    rows = [(f"2023-11-16 18:{m:02d}:{s:02d}.0", 300, 20) for m in range(2) for s in range(0, 60, 6)]  # 20 rows
+    trace = _azure(tmp_path / "short.csv", rows)
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--trace", str(trace), "--requests", "50", "--out",
+                 str(out)]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trace"] == {"file": str(trace), "format": "azure", "speed": 1.0, "requests": 20, "asked": 50}
+    report = (out / "report.md").read_text()
+    assert "replaying short.csv" in report.splitlines()[0]
+    note = "holds 20 requests, fewer than the 50 asked for"
+    assert note in report and note in " ".join(printed.split())
