@@ -166,8 +166,10 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
     else:
         cols, source = _poisson(config, catalog, cities, rng), "poisson"
     frame = _frame(cols, cities, catalog, config, rng)
-    if not config.is_trace and len(frame) and float(frame.arrival_s.max()) > MAX_SPAN_S:
-        _past_a_year(float(frame.arrival_s.max()))  # (bursts that silence the first year, say)
+    last = float(frame.arrival_s.max()) if len(frame) else 0.0
+    if not config.is_trace and last > MAX_SPAN_S:  # (bursts that silence the first year, say)
+        raise UserError(f"[workload]: the arrivals run to {last:.3g} s, more than a year ({MAX_SPAN_S:.0f} s): check "
+                        "the bursts' multipliers and spans, or the rate")
     if getattr(topo, "last_mile_mode", "fixed") != "fixed":  # users straight to a region pay their own last mile
         frame["last_mile_ms"] = cities.last_mile_ms[frame.city.to_numpy()]
     return Workload(frame, config, _seed_of(rng), source)
@@ -219,26 +221,19 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
     return cols
 
 
-def _past_a_year(t: float) -> None:
-    raise UserError(f"[workload]: the arrivals run to {t:.3g} s, more than a year ({MAX_SPAN_S:.0f} s): check the "
-                    "bursts' multipliers and spans, or the rate")
-
-
-
-
 # Sessions start a warm-up before time 0 (conversations already under way), drawn at the full rate and then
 # dropped: past this many arrivals the warm-up alone takes minutes and gigabytes.
 MAX_WARMUP_ARRIVALS = 20_000_000
 
 
 def _check_bins(cfg: WorkloadConfig) -> None:
-    if cfg.session_fraction > 0 and warmup_s(cfg) * cfg.rps > MAX_WARMUP_ARRIVALS:
+    lead = warmup_s(cfg) if cfg.session_fraction > 0 else 0.0
+    if lead * cfg.rps > MAX_WARMUP_ARRIVALS:
         raise UserError(f"workload session_turns / think_time_s: {cfg.session_turns} turns {cfg.think_time_s:g} s "
-                        f"apart need a warm-up of {warmup_s(cfg):.3g} s before time 0, "
-                        f"{warmup_s(cfg) * cfg.rps:.3g} arrivals at {cfg.rps:g} req/s (more than "
-                        f"{MAX_WARMUP_ARRIVALS:,}): ask for fewer turns or shorter think times")
-    span = cfg.duration_s if cfg.duration_s is not None else cfg.requests / cfg.rps
-    span += warmup_s(cfg) if cfg.session_fraction > 0 else 0.0
+                        f"apart need a warm-up of {lead:.3g} s before time 0, {lead * cfg.rps:.3g} arrivals at "
+                        f"{cfg.rps:g} req/s (more than {MAX_WARMUP_ARRIVALS:,}): ask for fewer turns or shorter "
+                        "think times")
+    span = (cfg.duration_s if cfg.duration_s is not None else cfg.requests / cfg.rps) + lead
     bins = span / bin_width_s(cfg)
     if bins > MAX_BINS:
         clock = f"at {cfg.day_compression:g} s a day" if cfg.day_compression else "in real time"

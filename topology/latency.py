@@ -150,11 +150,9 @@ def _connect(links: dict[tuple[int, int], tuple[float, str, str]], dist: np.ndar
                 continue
             inside, outside = np.flatnonzero(label == comp), np.flatnonzero(label != comp)
             sub = dist[np.ix_(inside, outside)].copy()
-            barred = np.zeros(sub.shape, dtype=bool)
-            for a, b in (tuple(pair) for pair in NO_LAND_LINK):
-                barred |= np.outer(cc[inside] == a, cc[outside] == b) | np.outer(cc[inside] == b, cc[outside] == a)
-            if not barred.all():
-                sub[barred] = np.inf
+            across = barred(codes(cc[inside])[:, None], codes(cc[outside])[None, :])
+            if not across.all():
+                sub[across] = np.inf
             a, b = np.unravel_index(int(np.argmin(sub)), sub.shape)
             i, j = int(inside[a]), int(outside[b])
             d = float(dist[i, j])

@@ -71,8 +71,8 @@ def _module_digest(module) -> str:
 
 
 def model_digest(model) -> str:
-    """Hash of a latency model: code, parameters, backbone matrix, node coordinates and countries (memoised on the model, for
-    the arrays it was taken of: a copy of the model given another backbone matrix is hashed again). While the
+    """Hash of a latency model: code, parameters, backbone matrix, node coordinates and countries (memoised on the
+    model, for the arrays it was taken of: a copy of the model given another backbone matrix is hashed again). While the
     backbone matrix is the one the model derives from its links, it is hashed by the key of those inputs
     (:func:`paths_key`), so that a run whose derived matrices are all cached never reads or hashes it (0.2 GB at
     3,000 PoPs)."""
@@ -85,8 +85,6 @@ def model_digest(model) -> str:
         for a in arrays:
             if isinstance(a, str):
                 h.update(b"paths:" + a.encode())
-            elif a is model.node_codes:
-                h.update(b"codes:" + np.ascontiguousarray(a, dtype=np.int64).tobytes())
             else:
                 h.update(np.ascontiguousarray(a, dtype=np.float64))
         got = model._digest = (arrays, repr(model.params), h.hexdigest())

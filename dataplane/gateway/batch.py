@@ -120,8 +120,9 @@ class BatchService:
         try:
             for item in left.values():  # back to the queue now, not left 'running' for crash recovery
                 await self._db(self.store.requeue, item["job"], item["idx"], 0.0)
-            # Nothing runs now; a claim the drain interrupted may still have marked items running in the store.
-            self.requeued_at_stop = len(left) + await self._db(self.store.release_running)
+            # Nothing runs now; a claim the drain interrupted may still have marked items running in the store:
+            # they go back as a killed process's would.
+            self.requeued_at_stop = len(left) + await self._db(self.store.recover)
         except Exception:  # a store that fails now: the next start's recovery re-queues what is left running
             log.exception("batch store failed at shutdown; the next start re-queues the items left running")
         finally:

@@ -170,11 +170,6 @@ class BatchStore:
         self.db.close()
         self._unlock()
 
-    def release_running(self) -> int:
-        """At shutdown, when no item runs any more: put items still marked ``running`` back in the queue (a claim
-        the shutdown interrupted took them, but nothing ran them); returns how many."""
-        return self.recover()
-
 
 _COLUMNS = {"jobs": ["id", "account", "model", "created", "lat", "lon", "n"],
             "items": ["job", "idx", "input", "external_reference", "status", "result", "success", "attempts",
