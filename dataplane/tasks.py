@@ -199,17 +199,17 @@ def _prepare_embeddings(model, stand_in: str, inputs) -> Prepared:
     return _encoded([model.encode(t) for t in texts])
 
 
-def over_window(prep: Prepared, inputs, window: int) -> tuple[str, int] | None:
+def over_window(prep: Prepared, inputs, window: int, name: str = "text") -> tuple[str, int] | None:
     """The first text of an embeddings request longer than ``window`` tokens (the served model's, counted by the
-    stand-in's tokenizer) as (``text`` or ``text[i]``, its tokens); None when none is, or when ``truncate_inputs``
-    asks for the cut. Workers AI refuses such a text unless asked to cut it: an embedding of a cut text is of
-    another text."""
+    stand-in's tokenizer) as (``text`` or ``text[i]``, with ``name`` for ``text``; its tokens); None when none is,
+    or when ``truncate_inputs`` asks for the cut. Workers AI refuses such a text unless asked to cut it: an
+    embedding of a cut text is of another text."""
     if inputs.get("truncate_inputs") is True:
         return None
     for i, e in enumerate(prep.items):
         n = e.full_length or len(e)
         if n > window:
-            return ("text" if isinstance(inputs.get("text"), str) else f"text[{i}]"), n
+            return (name if isinstance(inputs.get("text"), str) else f"{name}[{i}]"), n
     return None
 
 

@@ -319,12 +319,14 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         body = parse_json(await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s))
         model, inputs, fmt, dims = oai.embedding_inputs(body)
         reject = reject_if_busy(request, body.get("options"))
-        if gw.spec(model).task != "text-embeddings":
+        spec = gw.spec(model)
+        if spec.task != "text-embeddings":
             raise bad_input(f"model {model!r} is not a text-embeddings model")
+        oai.check_dimensions(model, spec.hidden, dims)  # before any work: a refused request runs nothing
         kw = common(request)
         call, fin = await unless_gone(request, gw.infer(model, inputs, place_of(request), account=account,
                                                         reject_if_busy=reject, endpoint="embeddings",
-                                                        **kw), model, "embeddings", kw["served"])
+                                                        text_field="input", **kw), model, "embeddings", kw["served"])
         return JSONResponse(oai.embedding_list(model, fin.result, fmt, int(fin.usage.get("prompt_tokens", 0)), dims),
                             headers=call.headers())
 

@@ -83,8 +83,13 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
         raise bad_input(f"field 'max_completion_tokens' has the wrong type ({type(max_tokens).__name__})")
     if max_tokens is None:
         max_tokens = body.get("max_tokens")
+    if body.get("max_completion_tokens") is not None and max_tokens < 1:  # (the engine's check says max_tokens)
+        raise bad_input(f"field 'max_completion_tokens' must be a positive integer, got {max_tokens}")
+    # top_k and repetition_penalty are not OpenAI's but its clients send them (extra_body) as Workers AI takes
+    # them: passed on to be honoured or refused there, never dropped
     for key, value in (("max_tokens", max_tokens), ("temperature", body.get("temperature")),
-                       ("top_p", body.get("top_p")), ("seed", body.get("seed")),
+                       ("top_p", body.get("top_p")), ("top_k", body.get("top_k")), ("seed", body.get("seed")),
+                       ("repetition_penalty", body.get("repetition_penalty")),
                        ("ignore_eos", body.get("ignore_eos"))):
         if value is not None:
             inputs[key] = value
@@ -161,20 +166,24 @@ def embedding_inputs(body) -> tuple[str, dict, str, int | None]:
     dims = body.get("dimensions")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise bad_input(f"field 'dimensions' must be a positive integer, got {_short(dims)}")
-    inputs = {"text": texts}
+    inputs = {"text": inp}  # (a single string stays one: errors then name 'input', not 'input[0]')
     if body.get("truncate_inputs") is not None:  # Workers AI's field, passed on (extra_body in the openai client)
         inputs["truncate_inputs"] = body["truncate_inputs"]
     return model, inputs, fmt, dims
+
+
+def check_dimensions(model: str, size: int, dims: int | None) -> None:
+    """OpenAI's ``dimensions`` must be the model's own size (400 otherwise): see :func:`embedding_list`."""
+    if dims is not None and dims != size:
+        raise bad_input(f"model {model!r} returns {size}-dimensional embeddings: field 'dimensions' must be {size} "
+                        f"or left out, got {dims}")
 
 
 def embedding_list(model: str, result: dict, fmt: str, prompt_tokens: int, dims: int | None = None) -> dict:
     """Workers AI ``{shape, data}`` -> the OpenAI ``list`` of ``embedding`` objects. ``dims`` (OpenAI's
     ``dimensions``) must be the model's own size: these models are not trained to be cut shorter, so a shortened
     vector would be a different, unvalidated embedding."""
-    size = int(result["shape"][1])
-    if dims is not None and dims != size:
-        raise bad_input(f"model {model!r} returns {size}-dimensional embeddings: field 'dimensions' must be {size} "
-                        f"or left out, got {dims}")
+    check_dimensions(model, int(result["shape"][1]), dims)
     data = []
     for i, vec in enumerate(result["data"]):
         if fmt == "base64":

@@ -115,6 +115,7 @@ class Call:
             fin = await asyncio.wait_for(self.run.result(), timeout=self.gw.config.request_timeout_s)
         except TimeoutError:
             self.run.cancel()
+            self.gw.charge(self, float(generated_tokens(self.run)))  # the work the engine did is charged
             raise from_code(3007, f"no result within {self.gw.config.request_timeout_s:g} s") from None
         except asyncio.CancelledError:  # the client went away (or the server stops): charge the work done so far
             self.run.cancel()
@@ -167,10 +168,25 @@ class Call:
         except (GeneratorExit, asyncio.CancelledError):  # the consumer stopped early: the client went away
             self.abandon()
             raise
+        except Exception as exc:  # ended mid-way (the time limit, an engine failure): charged and counted once
+            self.failed(from_exception(exc), s)
+            raise
         finally:
             self.stream_ended = True
             if not s.run.done.done():
                 s.run.cancel()
+
+    def failed(self, err: GatewayError, s: invoke.TokenStream) -> None:
+        """A stream that ended in an error after its status line went out (reported in-band): the work done is
+        charged and the request counted with the error's status."""
+        if not s.run.done.done():
+            s.run.cancel()
+        if self.abandoned:
+            return
+        self.abandoned = True
+        self.gw.charge(self, float(max(generated_tokens(s.run), len(s.sent_text))))
+        self.gw.metrics.rejected(self.model, self.endpoint, err, self.place,
+                                 pop=self.gw.backend.pop_of(self.lease.replica))
 
     def abandon(self) -> None:
         """The client went away before the answer ended: stop the generation (which frees the slot), charge what
@@ -186,6 +202,13 @@ class Call:
         if not self.gw.draining:
             self.gw.metrics.rejected(self.model, self.endpoint, client_gone(), self.place,
                                      pop=self.gw.backend.pop_of(self.lease.replica))
+
+
+def served_tokens(prep: invoke.Prepared, window: int) -> None:
+    """An encoder request sized and billed by the tokens the *served* model reads: each text's own, up to that
+    model's window, not the stand-in's (whose shorter window cut the encodings the engine runs)."""
+    lengths = [min(e.full_length or len(e), window) for e in prep.items]
+    prep.units, prep.input_units = max(lengths), float(sum(lengths))
 
 
 def generated_tokens(run) -> int:
@@ -220,14 +243,17 @@ class Gateway:
             raise unknown_model(model)
         return self.backend.catalog[model]
 
-    def check_limits(self, model: str, account: str, per_minute: bool = True) -> None:
+    def check_limits(self, model: str, account: str, per_minute: bool = True, count: bool = True) -> None:
         """The account's daily neuron budget (429/3036) and, with ``per_minute``, its per-minute limit for the
-        model (429/3021; the request counts when it passes)."""
+        model (429/3021; the request counts when it passes, unless ``count`` is false: a request checked before
+        its input is validated counts only once it is, so that bad input does not use up the limit)."""
         spec = self.spec(model)
         refusal = self.budget.check(account, time.time())
         if refusal is not None:
             raise budget_spent(refusal)
-        refusal = self.rate_limits.take(account, model, spec.task, time.monotonic()) if per_minute else None
+        limits = self.rate_limits
+        refusal = ((limits.take if count else limits.check)(account, model, spec.task, time.monotonic())
+                   if per_minute else None)
         if refusal is not None:
             raise rate_limited(refusal, {"x-ratelimit-limit-requests": f"{refusal.limit:g}",
                                          "x-ratelimit-remaining-requests": "0",
@@ -274,22 +300,29 @@ class Gateway:
 
     async def admit(self, model: str, inputs, place: ClientPlace, *, account: str, session=None,
                     reject_if_busy: bool = False, endpoint: str = "run", limited: bool = True,
-                    served: dict | None = None) -> Call:
+                    served: dict | None = None, text_field: str = "text") -> Call:
         """Check the account's limits, validate, travel to the ingress, get a control-plane decision (or be shed),
         travel to the serving PoP and wait for a slot. Raises :class:`GatewayError` (400, 413, 429, 408, ...).
-        ``limited``: count the request against the per-minute limits (async batch items are not)."""
+        ``limited``: count the request against the per-minute limits (async batch items are not); ``text_field``:
+        what the client called an embeddings request's ``text`` (OpenAI's ``input``), for its error messages."""
         timing = Timing()
         try:
             spec = self.spec(model)
-            self.check_limits(model, account, per_minute=limited)
+            # refused early when over a limit (no tokenizing for a client that cannot be served), counted only
+            # once its input is valid (checked again then: other requests may have counted meanwhile)
+            self.check_limits(model, account, per_minute=limited, count=False)
             prep = await invoke.prepare(self.backend.dp, spec.task, self.backend.stand_in[model], inputs)
             if spec.task == "text-generation":
                 self._check_max_tokens(model, inputs, prep)
-            elif spec.task == "text-embeddings" and (over := over_window(prep, inputs, spec.context_window)):
-                raise GatewayError(413, 3006, f"{over[0]} holds {over[1]} tokens, more than {model}'s window of "
-                                   f"{spec.context_window} (send 'truncate_inputs': true to have it cut to fit)")
+            elif spec.task == "text-embeddings":
+                if over := over_window(prep, inputs, spec.context_window, text_field):
+                    raise GatewayError(413, 3006, f"{over[0]} holds {over[1]} tokens, more than {model}'s window "
+                                       f"of {spec.context_window} (send 'truncate_inputs': true to have it cut to "
+                                       "fit)")
+                served_tokens(prep, spec.context_window)
             if isinstance(inputs, dict) and inputs.get("lora") is not None:  # Workers AI's per-request adapter
                 prep.extra["adapter"] = self.backend.adapter(model, inputs["lora"])
+            self.check_limits(model, account, per_minute=limited)
         except Exception as exc:
             # Preparation only reads the client's input, so whatever goes wrong there is bad input, never a 500.
             err = from_exception(exc)

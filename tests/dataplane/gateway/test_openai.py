@@ -125,7 +125,7 @@ def test_embedding_a_text_over_the_window_is_refused_unless_truncation_is_asked_
     url, _ = gateway
     c = client(url)
     long_text = "word " * 2000
-    with pytest.raises(openai.APIStatusError, match=r"text\[1\] holds 2002 tokens, more than .*'s window of 512") as e:
+    with pytest.raises(openai.APIStatusError, match=r"input\[1\] holds 2002 tokens, more than .*'s window of 512") as e:
         c.embeddings.create(model=EMB, input=["short", long_text])
     assert e.value.status_code == 413
     assert len(c.embeddings.create(model=EMB, input="word " * 400).data) == 1
