@@ -276,14 +276,14 @@ def _axes(raw, source: str, table: str = " [axes]") -> dict:
         if isinstance(values, dict):  # an unquoted dotted key (edge.placement = [...]) arrives as a nested table
             raise UserError(f"{source}{table}: axis {key!r} must be a list of values; quote dotted keys, "
                             f"e.g. \"{key}.{next(iter(values), 'field')}\" = [...]")
-        parts = key.split(".")
+        parts = key.split(".", 2)  # (the key inside a table field may hold dots: a model id in mix)
         if parts[0] in tables:
             known = tables[parts[0]]
             if len(parts) < 2 or parts[1] not in known:
                 field = parts[1] if len(parts) > 1 else ""
                 raise UserError(f"{source}{table}: unknown axis {key!r}: [{parts[0]}] has no field {field!r} "
                                 f"(fields: {', '.join(sorted(known))})")
-            if len(parts) > 3 or (len(parts) == 3 and parts[1] not in TABLE_FIELDS):
+            if len(parts) == 3 and parts[1] not in TABLE_FIELDS:
                 raise UserError(f"{source}{table}: unknown axis {key!r}: only table fields "
                                 f"({', '.join(sorted(TABLE_FIELDS))}) take a key after the field name")
         elif len(parts) != 1 or parts[0] not in top:
@@ -326,7 +326,7 @@ def _named(raw, source: str) -> dict[str, dict]:
 
 def _set(doc: dict, key: str, value) -> None:
     """Write ``value`` at dotted ``key`` of a scenario document, creating tables on the way."""
-    *path, last = key.split(".")
+    *path, last = key.split(".", 2)  # (as _axes reads it)
     node = doc
     for part in path:
         node = node.setdefault(part, {})

@@ -66,6 +66,7 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "slo_met": int(met.sum()),  # (the attainment's numerator: the edge-central difference is taken exactly)
         "goodput_rps": round(float(met.sum()) / max(duration_s, 1e-9), 3),
         "gpu_utilisation": round(gpu_busy_s / max(total_gpus * duration_s, 1e-9), 4),
+        "gpu_busy_hours": round(gpu_busy_s / 3600, 6),  # GPU time computing, whole run (the drain after arrivals too)
         "mean_slot_utilisation": round(float(util.slot_utilisation.mean()), 4) if len(util) else None,
         "gpus": int(total_gpus), "gpu_hours": round(cost["gpu_hours"], 2), "gpu_usd": round(cost["usd"], 2),
         "neurons": round(float(neurons.sum()), 1),

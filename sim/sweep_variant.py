@@ -86,7 +86,7 @@ def summary_rows(summary: dict) -> list[dict]:
         row["replicas"] = block["placement"]["replicas"]
         row["gpus_placed"] = block["placement"]["gpus_placed"]
         row["simulated_span_s"] = summary["simulated_span_s"]
-        row["gpu_busy_hours"] = block["gpu_utilisation"] * block["gpus"] * summary["simulated_span_s"] / 3600
+        row["gpu_busy_hours"] = block["gpu_busy_hours"]
         cap = summary.get("capacity", {}).get(name, {})
         row.update({column: cap.get(key) for key, column in CAPACITY.items()})
         for cont, c in block.get("per_continent", {}).items():  # the frontier's per-continent SLO figures

@@ -34,7 +34,7 @@ COLUMNS = (("TTFT p50", "ttft_p50_ms"), ("TTFT p95", "ttft_p95_ms"), ("TPOT p50"
 
 
 def ablation_table(summary: pd.DataFrame, baseline: str, deployment: str = "edge") -> pd.DataFrame:
-    """One row per named variant (first seed) from a sweep summary, with % changes against ``baseline``."""
+    """One row per named variant from a sweep summary of one seed, with % changes against ``baseline``."""
     rows = summary[summary.deployment == deployment]
     if "variant_name" not in rows:
         raise UserError("an ablation needs a grid with named variants ([[variants]])")
@@ -75,6 +75,9 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
     if g.axes:  # the table has one row per technique: every point but the first would be dropped from it
         raise UserError(f"{g.source}: an ablation compares its named variants on one workload, so it takes no "
                         f"[axes] ({', '.join(g.axes)}): run the grid with `edgepop sweep` for every point")
+    if len(g.seeds) > 1:  # the same: one row per technique, so every seed but the first would be dropped
+        raise UserError(f"{g.source}: an ablation compares its named variants on one workload, so it takes one "
+                        f"seed, got {list(g.seeds)}: run the grid with `edgepop sweep` for every seed")
     if requests is not None:
         if requests <= 0:
             raise UserError(f"requests must be positive, got {requests}")

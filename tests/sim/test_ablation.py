@@ -95,6 +95,10 @@ def test_ablation_grid_is_validated():
                        "axes": {"workload.rps": [10.0, 80.0]}}, "g.toml")
     with pytest.raises(UserError, match=r"takes no \[axes\] \(workload.rps\)"):
         run_ablation(axes)  # its table would keep the first point only
+    seeds = parse_grid({"base": "ablation", "baseline": "baseline", "variants": [{"name": "baseline"}],
+                        "seeds": [1, 2]}, "g.toml")
+    with pytest.raises(UserError, match=r"takes one seed, got \[1, 2\]"):
+        run_ablation(seeds)  # the same: its table would keep the first seed only
 
 
 def test_tiny_ablation_has_one_finite_row_per_technique(tmp_path):

@@ -51,6 +51,13 @@ def test_an_option_axis_is_judged_with_the_axis_that_makes_it_valid():
                                               "edge.router_options.k": [2]}}, "g.toml")
 
 
+def test_a_table_field_key_may_hold_dots():
+    """A mix weight axis names a model id, and ids hold dots (llama-3.1, bge-base-en-v1.5)."""
+    key = "workload.mix.@cf/meta/llama-3.1-8b-instruct"
+    g = parse_grid({"base": "small", "axes": {key: [0.5, 2.0]}}, "g.toml")
+    assert [v.scenario.workload.mix["@cf/meta/llama-3.1-8b-instruct"] for v in g.variants] == [0.5, 2.0]
+
+
 def test_defaults_table_keys_and_embedded_grid(tmp_path):
     g = parse_grid({"base": "small"}, "g.toml")
     assert len(g.variants) == 1 and g.seeds == (7,) and g.deployments == ("edge", "central")
@@ -152,6 +159,11 @@ def test_pool_sweep_writes_the_expected_rows(pooled):
                                       .reset_index(drop=True))
     assert (r.groupby(["variant", "deployment"]).outcome.apply(lambda o: o.isin(["ok", "rejected", "failed"]).all())
             .all())
+    # busy GPU-hours are over the whole run, drain included: utilisation x GPUs x (arrivals until the last end)
+    for (v, d), g in r.groupby(["variant", "deployment"]):
+        row = s[(s.variant == v) & (s.deployment == d)].iloc[0]
+        end = max(row.simulated_span_s, (g.arrival_s + g.e2e_ms / 1e3).max())
+        assert row.gpu_busy_hours == pytest.approx(row.gpu_utilisation * row.gpus * end / 3600, rel=0.01)
     on_disk = pd.read_parquet(pooled.path / "sweep_summary.parquet")
     pd.testing.assert_frame_equal(on_disk, s)
     manifest = json.loads((pooled.path / "sweep.json").read_text())
