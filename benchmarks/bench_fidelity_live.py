@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -96,6 +97,10 @@ def main() -> int:
         bad = [x for x in given.split(",") if x not in known]
         if bad:  # before any server starts
             ap.error(f"{flag}: unknown {', '.join(map(repr, bad))} (known: {', '.join(known)})")
+    if not (math.isfinite(args.arrival_jitter_ms) and args.arrival_jitter_ms >= 0):
+        ap.error(f"--arrival-jitter-ms must be a non-negative number, got {args.arrival_jitter_ms}")
+    if args.arrival_jitter_ms > 0 and not args.resimulate:
+        ap.error("--arrival-jitter-ms moves the arrivals of saved cells: it needs --resimulate DIR")
     if args.resimulate:
         return resimulate(Path(args.resimulate), args)
     out = Path(args.out)
@@ -234,12 +239,14 @@ def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: fl
 def resimulate(root: Path, args) -> int:
     """``--resimulate``: the simulation half of every saved cell under ``root`` again, with the current code."""
     cells = []
+    pops, traces, loads_asked = (set(args.pops.split(",")), set(args.traces.split(",")), set(args.loads.split(",")))
     for tmp in sorted(root.glob("pops*")):
+        if tmp.name.removeprefix("pops") not in pops:
+            continue  # (--pops, --traces and --loads pick saved cells as they pick cells to run)
         replayed = []
         for folder in sorted(p.parent for p in tmp.glob("*/live.parquet")):
-            profile_file = tmp / f"profile-{folder.name}.csv"
-            if not profile_file.exists():
-                profile_file = tmp / "profile-deployment.csv"
+            own = tmp / f"profile-{folder.name}.csv"
+            profile_file = own if own.exists() else tmp / "profile-deployment.csv"
             meta_file = folder / "cell.json"
             if meta_file.exists():
                 meta = json.loads(meta_file.read_text())
@@ -250,9 +257,11 @@ def resimulate(root: Path, args) -> int:
                           f"(LOAD one of {', '.join(LOADS)})", file=sys.stderr)
                     return 2
                 meta = dict(pops=tmp.name.removeprefix("pops"), trace=trace, load=load, rho=LOADS.get(load))
+            if meta.get("trace") not in traces or meta.get("load") not in loads_asked:
+                continue
             if not profile_file.exists():
-                print(f"bench_fidelity_live: error: {folder}: no profile ({profile_file.name} or "
-                      "profile-deployment.csv beside it)", file=sys.stderr)
+                print(f"bench_fidelity_live: error: {folder}: no profile ({own.name} or profile-deployment.csv "
+                      "beside it)", file=sys.stderr)
                 return 2
             replayed.append((folder, pd.read_csv(profile_file), meta))
         if replayed:
@@ -264,7 +273,8 @@ def resimulate(root: Path, args) -> int:
                                          loads.index(r[2]["load"]) if r[2].get("load") in loads else len(loads)))
             simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, args.arrival_jitter_ms)
     if not cells:
-        print(f"bench_fidelity_live: error: no saved cells under {root} (expected pops*/CELL/live.parquet)",
+        print(f"bench_fidelity_live: error: no saved cells under {root} matching --pops, --traces and --loads "
+              "(expected pops*/CELL/live.parquet)",
               file=sys.stderr)
         return 2
     result = {"benchmark": "fidelity_live", "resimulated": str(root), "host_rows": args.host_rows,

@@ -105,18 +105,23 @@ class MeasuredProfile:
     def models(self) -> list[str]:
         return sorted(set(self.table.model))
 
+    def rows(self, stand_in: str, phase: str, of: str = "") -> pd.DataFrame:
+        """The table's rows of ``stand_in`` (the model measured; ``of``: the catalog model it stands in for, for
+        the message) in ``phase``; a one-line error naming what is missing when there are none."""
+        rows = self.table[self.table.model == stand_in]
+        if rows.empty:
+            raise UserError(f"{self.source}: no rows for model {stand_in!r}{f' (the stand-in of {of})' if of else ''}"
+                            f"; profiled models: {', '.join(self.models) or 'none'}")
+        found = rows[rows.phase == phase]
+        if found.empty:
+            raise UserError(f"{self.source}: model {stand_in!r} has no {phase!r} rows "
+                            f"(it has: {', '.join(sorted(set(rows.phase)))})")
+        return found
+
     def _grid(self, spec: ModelSpec, phase: str, x: str, y: str) -> dict:
         key = (spec.stand_in, phase)
         if key not in self._grids:
-            rows = self.table[self.table.model == spec.stand_in]
-            if rows.empty:
-                raise UserError(f"{self.source}: no rows for model {spec.stand_in!r} (the stand-in of {spec.id}); "
-                                f"profiled models: {', '.join(self.models) or 'none'}")
-            rows = rows[rows.phase == phase]
-            if rows.empty:
-                raise UserError(f"{self.source}: model {spec.stand_in!r} has no {phase!r} rows "
-                                f"(it has: {', '.join(sorted(set(self.table[self.table.model == spec.stand_in].phase)))})")
-            self._grids[key] = _monotone_grid(rows, x, y)
+            self._grids[key] = _monotone_grid(self.rows(spec.stand_in, phase, of=spec.id), x, y)
         return self._grids[key]
 
     @staticmethod

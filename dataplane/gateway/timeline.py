@@ -50,7 +50,7 @@ class Timeline:
     last_sent: float = NAN
     pieces: int = 0
     late_s: float = 0.0  # sum over pieces of written - (produced + back_s): streaming cost beyond the WAN delay
-    response_end: float = NAN  # the response's last byte was written
+    response_end: float = NAN  # the response's last byte was handed to the server to write
     engine: object = None  # the engine's LMTiming (text generation) or None
 
     def piece(self, t_gen: float, t_sent: float) -> None:
@@ -106,9 +106,11 @@ class TimelineMiddleware:
         token = _current.set(tl)
 
         async def stamped(message):
-            await send(message)
+            # stamped as the last body is handed to the server, before the write: after it, the event loop may
+            # resume this coroutine later than the client reads the bytes (http_out came out negative)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 tl.response_end = time.monotonic()
+            await send(message)
 
         try:
             await self.app(scope, receive, stamped)

@@ -29,14 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--account", default="local", help="account id in the URL (default local)")
     r.add_argument("--concurrency", type=int, default=64, help="most requests in flight")
     r.add_argument("--profile", help="measured profile table for the simulator (default: measure one now)")
-    r.add_argument("--profile-source", default="host", choices=("host", "gateway", "engine"),
+    r.add_argument("--profile-source", default=None, choices=("host", "gateway", "engine"),
                    help="what to measure when no --profile is given: the live-host profile (the engine alone, "
                         "engines sharing the host, the gateway's own costs; default), service times through the "
                         "live gateway, or the bare LM engine")
-    r.add_argument("--profile-repeats", type=int, default=1,
+    r.add_argument("--profile-repeats", type=int, default=None,
                    help="measure the profile N times back to back and use each row's median (one measurement "
                         "scatters by 10-40%%; default 1)")
-    r.add_argument("--host-model", default="live", choices=("live", "off"),
+    r.add_argument("--host-model", default=None, choices=("live", "off"),
                    help="live (default): the simulator models the live host (engine iterations, shared cores, "
                         "the gateway's costs); off: every replica has a device of its own")
     r.add_argument("--no-sim", action="store_true", help="only the live side")
@@ -52,15 +52,34 @@ def run_replay(args: argparse.Namespace) -> int:
     from sim.live.replay import ReplayOptions
     from sim.live.run import replay_and_compare
 
+    check_replay_flags(args)
     output_folder(args.out)
 
     opts = ReplayOptions(url=args.live, trace=args.trace, out=args.out, requests=args.requests,
                          time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,
                          max_output=args.max_output, token=args.token or os.environ.get("EDGEPOP_TOKEN"),
                          account=args.account, concurrency=args.concurrency, profile=args.profile,
-                         profile_source=args.profile_source, profile_repeats=args.profile_repeats,
+                         profile_source=args.profile_source or "host",
+                         profile_repeats=1 if args.profile_repeats is None else args.profile_repeats,
                          simulate=not args.no_sim, seed=args.seed, repeat_live=args.repeat_live)
     report = replay_and_compare(opts, progress=lambda line: print(line, file=sys.stderr, flush=True),
-                                host_model=args.host_model == "live")
+                                host_model=args.host_model != "off")
     print(report)
     return 0
+
+
+def check_replay_flags(args: argparse.Namespace) -> None:
+    """Flags that would be ignored are refused: how to measure a profile when one is given, anything about the
+    simulation when ``--no-sim`` leaves it out."""
+    from edgepop.errors import UserError
+
+    measuring = [f for f, v in (("--profile-source", args.profile_source), ("--profile-repeats", args.profile_repeats))
+                 if v is not None]
+    if args.no_sim:
+        given = [*measuring, *(["--profile"] if args.profile else []),
+                 *(["--host-model"] if args.host_model is not None else [])]
+        if given:
+            raise UserError(f"replay: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for the simulation, "
+                            "which --no-sim leaves out")
+    elif args.profile and measuring:
+        raise UserError(f"replay: {', '.join(measuring)} say how to measure a profile; --profile gives one")

@@ -20,7 +20,7 @@ wan_out        injected WAN delay of the last piece back to the client
 stream         last piece produced -> written out, beyond ``wan_out``: engine-thread -> event-loop hop,
                event-loop lag, SSE framing
 tail           last piece written -> response's last byte (usage frame, ``[DONE]``)
-http_out       last byte written -> the client saw the end of the stream (loopback, client parsing)
+http_out       last byte handed to the server -> the client saw the end of the stream (write, loopback, parsing)
 =============  ===========================================================================================
 
 TTFT is the same chain up to ``prefill``, then ``first_delivery`` (first piece produced -> client got it).
@@ -146,11 +146,12 @@ def side_by_side(sim: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
             xs, xl = a[list(TTFT_PARTS)].sum(axis=1), b[list(TTFT_PARTS)].sum(axis=1)
         else:
             xs, xl = a[k], b[k]
-        ms, ml = float(np.nanmean(xs)) if len(xs) else np.nan, float(np.nanmean(xl)) if len(xl) else np.nan
+        # (pandas skips NaN, and gives NaN without a warning where every value is one: per-token components of
+        # one-token outputs)
+        ms, ml = float(xs.mean()), float(xl.mean())
         rows.append({"component": k, "sim_mean_ms": round(ms, 3), "live_mean_ms": round(ml, 3),
-                     "diff_ms": round(ms - ml, 3),
-                     "sim_p50_ms": round(float(np.nanmedian(xs)), 3) if len(xs) else np.nan,
-                     "live_p50_ms": round(float(np.nanmedian(xl)), 3) if len(xl) else np.nan})
+                     "diff_ms": round(ms - ml, 3), "sim_p50_ms": round(float(xs.median()), 3),
+                     "live_p50_ms": round(float(xl.median()), 3)})
     return pd.DataFrame(rows)
 
 

@@ -138,8 +138,13 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     probe_request(opts)
     if opts.profile and not opts.simulate:
         raise UserError("replay: --profile is for the simulation, which --no-sim leaves out")
-    if opts.profile and not isinstance(opts.profile, pd.DataFrame):
-        MeasuredProfile.load(opts.profile)  # a missing or malformed table fails now, not after the live run
+    if opts.profile:  # a missing or malformed table, or one without the served stand-in, fails now, not after
+        table = opts.profile  # the live run
+        given = (MeasuredProfile(table, source="the profile given") if isinstance(table, pd.DataFrame)
+                 else MeasuredProfile.load(table))
+        stand_in = desc.get("stand_ins", {}).get(opts.model, opts.model)
+        for phase in ("prefill", "decode"):
+            given.rows(stand_in, phase, of=opts.model)
     if opts.profile_source not in PROFILE_SOURCES:
         raise UserError(f"replay: profile source must be one of {', '.join(PROFILE_SOURCES)}, "
                         f"got {opts.profile_source!r}")
@@ -160,11 +165,16 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     live, timelines, host = live_replay(opts, desc, topo, rng, progress, trace_rows)
     ok = live[(live.status == 200) & (live.error == "")]
     if not len(ok):  # nothing to compare: say why instead of writing empty tables
-        why = live.assign(error=live.error.fillna("").astype(str).str.slice(0, 120)).groupby(
+        errors = live.error.fillna("").astype(str)
+        why = live.assign(error=errors.where(errors.str.len() <= 200, errors.str.slice(0, 197) + "...")).groupby(
             ["status", "error"], dropna=False).size()
         first = "; ".join(f"{n} x {_status(st)}{': ' + err if err else ''}" for (st, err), n in why.head(3).items())
-        raise UserError(f"replay: none of the {len(live)} requests succeeded ({first}); check --token, --account "
-                        "and the gateway's rate limits")
+        statuses = set(live.status)
+        hint = ("check --token and --account" if statuses & {401, 403} else
+                "check the gateway's rate limits and load" if 429 in statuses else
+                "check --max-prompt and --max-output against the served model" if 400 in statuses or 413 in statuses
+                else "see the errors")
+        raise UserError(f"replay: none of the {len(live)} requests succeeded ({first}); {hint}")
     live.to_parquet(out / "live.parquet", index=False)
     (out / "host.json").write_text(json.dumps(host, indent=1))
     progress(f"live: {len(ok)}/{len(live)} ok; wrote {out / 'live.parquet'}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -60,6 +61,7 @@ def test_live_decomposition_adds_up_for_every_request(served, topo):
     assert np.allclose(e2e_sum, measured.loc[parts.index, "e2e_ms"], atol=1.0, rtol=0)
     assert np.allclose(ttft_sum, measured.loc[parts.index, "ttft_ms"], atol=1.0, rtol=0)
     assert parts[list(E2E_PARTS)].notna().all().all()
+    assert (parts.http_out >= 0).all(), parts.http_out.tolist()  # stamped before the write, so no later than seen
     # The gateway served each request on the replica it reported, each replica with an engine of its own.
     replicas = {t["trace"]: t["replica"] for t in got["requests"]}
     desc = fetch_deployment(url)
@@ -97,6 +99,17 @@ def test_live_decomposition_adds_up_for_every_request(served, topo):
     table = side_by_side(sparts.reset_index(), parts.reset_index())
     e2e_row = table.set_index("component").loc["E2E"]
     assert np.isclose(e2e_row.live_mean_ms, e2e_sum.mean(), atol=1e-3)
+
+
+def test_side_by_side_of_one_token_outputs_has_no_per_token_figures_and_no_warnings():
+    from sim.live.decompose import PER_TOKEN
+
+    cols = {k: [1.0, 2.0] for k in (*E2E_PARTS, *TTFT_PARTS, "first_delivery")}
+    frame = pd.DataFrame({"request_id": [0, 1], **cols, **{k: [np.nan, np.nan] for k in PER_TOKEN}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" / "All-NaN slice" warnings were printed
+        table = side_by_side(frame, frame).set_index("component")
+    assert table.loc["E2E", "diff_ms"] == 0 and np.isnan(table.loc[PER_TOKEN[0], "live_mean_ms"])
 
 
 def json_first_piece(got: dict, trace: str) -> int:

@@ -245,11 +245,20 @@ def test_replay_mistakes_fail_in_one_line_before_the_live_run(gateway, tmp_path,
     trace, out = str(_trace(tmp_path / "t.jsonl", 2)), tmp_path / "out"
     bad = tmp_path / "bad.csv"
     bad.write_text("not,a,profile\n1,2,3\n")
+    other, prefill_only = tmp_path / "other.csv", tmp_path / "prefill.csv"  # valid tables, not of the stand-in
+    head = "model,phase,batch_size,tokens,context,ms,provider,host\n"
+    other.write_text(head + "distilgpt2,prefill,1,16,0,2.0,cpu,h\ndistilgpt2,decode,1,1,16,1.0,cpu,h\n")
+    prefill_only.write_text(head + "gpt2-tiny,prefill,1,16,0,2.0,cpu,h\n")
+    me = ["--token", ALICE, "--account", "alice"]
     for extra, words in [(["--token", ALICE], "got HTTP 403"),  # the default account is 'local', not alice's
-                         (["--token", ALICE, "--account", "alice", "--model", EMB], "is a text-embeddings model"),
-                         (["--token", ALICE, "--account", "alice", "--profile", str(bad)], "bad.csv"),
-                         (["--token", ALICE, "--account", "alice", "--profile", str(bad), "--no-sim"],
-                          "--no-sim leaves out")]:
+                         ([*me, "--model", EMB], "is a text-embeddings model"),
+                         ([*me, "--profile", str(bad)], "bad.csv"),
+                         ([*me, "--profile", str(other)], "no rows for model 'gpt2-tiny'"),
+                         ([*me, "--profile", str(prefill_only)], "has no 'decode' rows"),
+                         ([*me, "--profile", str(bad), "--no-sim"], "--profile is for the simulation"),
+                         ([*me, "--no-sim", "--host-model", "off"], "--host-model is for the simulation"),
+                         ([*me, "--profile", str(other), "--profile-repeats", "3"],
+                          "--profile-repeats say how to measure a profile; --profile gives one")]:
         assert main(["replay", "--live", url, "--trace", trace, "--out", str(out), *extra]) == 2, extra
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1, (extra, err)
