@@ -93,10 +93,12 @@ class DeploymentConfig:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):  # NaN fails too
                 raise UserError(f"{where}: {name} must be a positive number, got {value!r}")
+        from controlplane.fleet import BUDGETS, MAX_CENTRAL_SCALE, RACKS
+        if self.gpu_scale > MAX_CENTRAL_SCALE:  # a fleet of millions of GPUs would take hours and all memory
+            raise UserError(f"{where}: gpu_scale must be at most {MAX_CENTRAL_SCALE:g}, got {self.gpu_scale!r}")
         if self.pops is not None and (not isinstance(self.pops, list) or not self.pops
                                       or not all(isinstance(p, str) for p in self.pops)):
             raise UserError(f"{where}: pops must be a non-empty list of PoP ids, got {self.pops!r}")
-        from controlplane.fleet import BUDGETS, RACKS
         from topology.gpus import NODE_SPEC
 
         if self.budget not in BUDGETS:

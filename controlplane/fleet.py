@@ -72,6 +72,7 @@ def edge_fleet(topo: Topology, pops: list[str] | None = None) -> Fleet:
 
 BUDGETS = ("gpus", "usd")
 RACKS = ("server", "edge")  # equal-GPU central: 8-GPU cloud servers, or servers the size of the edge's nodes
+MAX_CENTRAL_SCALE = 100.0  # central's budget at most 100 x the edge's (beyond, fleets of millions of GPUs: hours)
 
 
 def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet | None = None,
@@ -99,8 +100,9 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
                             + (" (an empty id: a stray comma?)" if "" in unknown else ""))
         table = topo.regions[topo.regions.id.isin(regions)]
         name = "+".join(regions)
-    if scale <= 0:
-        raise UserError(f"central GPU scale must be positive, got {scale}")
+    if not 0 < scale <= MAX_CENTRAL_SCALE:  # (NaN fails too)
+        raise UserError(f"central GPU scale must be positive and at most {MAX_CENTRAL_SCALE:g} (the budget x "
+                        f"{MAX_CENTRAL_SCALE:g}), got {scale}")
     if budget not in BUDGETS:
         raise UserError(f"central budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
     if rack not in RACKS:

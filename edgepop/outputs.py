@@ -10,7 +10,9 @@ one-line error naming the path, and a check leaves nothing behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -98,3 +100,22 @@ def move_into_place(tmp: Path, out: Path, owned: frozenset[str] | set[str] = fro
         stale = out / name
         if stale.is_file() or stale.is_symlink():
             stale.unlink()
+
+
+@contextlib.contextmanager
+def native_output_to_stderr():
+    """Within the block, what native libraries print to the process's standard output (HiGHS's diagnostics)
+    goes to standard error: a command printing JSON on stdout keeps it parseable."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no standard output to protect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

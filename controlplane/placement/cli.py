@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from edgepop.errors import UserError
-from edgepop.outputs import folder_arg, output_folder
+from edgepop.outputs import folder_arg, native_output_to_stderr, output_folder
 from edgepop.rng import seed_arg
 
 
@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="region set for --policy central: us-east, big3, global-6 (default), global-12 or ids")
     p.add_argument("--candidates-k", type=int, default=16, help="nearest replica sites an ingress may use (16)")
     p.add_argument("--utilisation-cap", type=float, default=0.7, help="planned share of replica capacity (0.7)")
-    p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 60; its greedy warm start runs to its end even past it)")
+    p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 60; its warm start, model building, LP relaxation "
+                   "and final scoring run to their end even past it)")
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed handed to the policy (default 0; the "
                    "shipped policies are deterministic and draw nothing from it, a registered policy may)")
     p.add_argument("--out", type=folder_arg, help="folder for placement.parquet and summary.json")
@@ -77,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
                                      when_utc=_when(args.at), candidates_k=args.candidates_k,
                                      utilisation_cap=args.utilisation_cap)
     if args.json:
-        placement = policy.place(problem, np.random.default_rng(args.seed))
+        with native_output_to_stderr():  # (the solver's own prints would break the JSON on stdout)
+            placement = policy.place(problem, np.random.default_rng(args.seed))
     else:
         from rich.console import Console
 

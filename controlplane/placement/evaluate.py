@@ -40,12 +40,14 @@ class FlowProgram:
 
 def flow_program(net, y_pair: np.ndarray, y_site: np.ndarray, y_rtt: np.ndarray, unit_site: np.ndarray,
                  unit_model: np.ndarray, unit_time_row: np.ndarray, unit_time_coef: np.ndarray,
-                 time_rhs: np.ndarray) -> FlowProgram:
+                 time_rhs: np.ndarray, demand_scale: float = 1.0) -> FlowProgram:
     """Routing LP over flow entries ``y`` (pair -> site, at ``y_rtt`` ms), unserved slack ``u`` per pair and
     serving units ``z`` (a node or a group of nodes of ``unit_site`` serving ``unit_model``).
 
     Rows: demand (per pair, equality), balance (per site and model: flow in = flow served by units), time (per
     ``time_rhs`` entry: sum of ``unit_time_coef x z`` over its units at most the right-hand side).
+    ``demand_scale``: demand is ``pair_demand x demand_scale`` (the objective stays per request); the caller
+    scales ``time_rhs`` and the units' bounds alike and divides the flows by it.
     """
     n_pairs, n_y, n_z = len(net.pair_demand), len(y_pair), len(unit_site)
     # Demand rows: each pair's flows plus its slack equal its rate.
@@ -62,10 +64,10 @@ def flow_program(net, y_pair: np.ndarray, y_site: np.ndarray, y_rtt: np.ndarray,
     n_eq = n_pairs + len(keys)
     A_eq = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                          shape=(n_eq, n_y + n_pairs + n_z))
-    b_eq = np.concatenate([net.pair_demand, np.zeros(len(keys))])
+    b_eq = np.concatenate([net.pair_demand * demand_scale, np.zeros(len(keys))])
     A_ub = sp.csr_matrix((unit_time_coef, (unit_time_row, n_y + n_pairs + np.arange(n_z))),
                          shape=(len(time_rhs), n_y + n_pairs + n_z))
-    scale = 1.0 / net.total_demand
+    scale = 1.0 / (net.total_demand * demand_scale)
     cost = np.concatenate([y_rtt * scale, np.full(n_pairs, net.problem.unserved_penalty_ms * scale),
                            np.zeros(n_z)])
     return FlowProgram(cost, A_eq, b_eq, A_ub, np.asarray(time_rhs, dtype=float), n_y, n_pairs, n_z)
@@ -108,20 +110,25 @@ def evaluate(net, counts: np.ndarray) -> Evaluation:
     unit_node, unit_model = np.nonzero(counts > 0)
     busy_nodes, time_row = np.unique(unit_node, return_inverse=True)
     util = net.problem.utilisation_cap
+    # The LP's tolerances are absolute (~1e-7): a problem of little total demand (0.001 req/s) is solved scaled
+    # up to 1 req/s, or its pairs' demand would drop below them and it would score lower than the same plan at
+    # a larger rate. (At 1 req/s or more, unscaled: the same LP as ever.)
+    k = max(1.0, 1.0 / net.total_demand)
     prog = flow_program(net, y_pair, y_site, y_rtt, net.node_site[unit_node], unit_model, time_row,
-                        net.gpu_time_per_rps[unit_node, unit_model], util * net.node_gpus[busy_nodes])
+                        net.gpu_time_per_rps[unit_node, unit_model], k * util * net.node_gpus[busy_nodes],
+                        demand_scale=k)
     upper = np.concatenate([np.full(prog.n_y + prog.n_u, np.inf),
-                            counts[unit_node, unit_model] * net.cap[unit_node, unit_model] * util])
+                            k * counts[unit_node, unit_model] * net.cap[unit_node, unit_model] * util])
     res = linprog(prog.cost, A_ub=prog.A_ub if prog.A_ub.shape[0] else None,
                   b_ub=prog.b_ub if prog.A_ub.shape[0] else None, A_eq=prog.A_eq, b_eq=prog.b_eq,
                   bounds=np.column_stack([np.zeros(prog.n), upper]), method="highs")
     if res.status != 0:  # the LP always has a solution (all demand unserved), so this is a solver failure
         raise UserError(f"placement evaluation LP failed: {res.message}")
-    x = res.x
+    x = res.x / k
     flow = x[:prog.n_y]
     node_flow = np.zeros((net.n_nodes, net.n_models))
     node_flow[unit_node, unit_model] = x[prog.n_y + prog.n_u:]
-    keep = flow > 1e-9
+    keep = flow > 1e-9 / k  # (the LP's zero, in its own scale)
     unserved = np.maximum(x[prog.n_y:prog.n_y + prog.n_u], 0.0)
     return Evaluation(objective_ms=float(res.fun), served_rps=float(flow[keep].sum()),
                       unserved_rps=float(unserved.sum()), flow_pair=y_pair[keep], flow_site=y_site[keep],

@@ -300,6 +300,8 @@ class GreedyDemand(PlacementPolicy):
         except ValueError as exc:
             raise UserError(f"greedy-demand option {exc}") from None
         net = problem.network()
+        if net.total_demand < 1.0:  # its thresholds are absolute rps: plan a trickle of demand as 1 req/s
+            net = net.rescaled(1.0 / net.total_demand)
         state = _Routing(net)
         ledger = GpuLedger(net)
         gb = (net.replica_bytes / 1e9).tolist()

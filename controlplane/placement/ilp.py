@@ -20,8 +20,10 @@ nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packi
 
 Reproducibility: branch-and-bound stops at ``node_limit`` nodes, a deterministic amount of work, so the same
 problem gives the same plan on any machine, process pool or Ray worker. ``time_limit_s`` bounds the whole policy
-(warm start included) as a safety net, except that the warm start runs to its end (about a second at 339 PoPs,
-so a shorter limit is passed by that much); when it stopped a phase or left one out, ``solver["deterministic"]`` is False and
+(warm start included) as a safety net, except for the steps that run to their end whatever the clock says: the
+warm start, building the MILP, its LP relaxation and scoring the final plan (2-5 s together at 339 PoPs on a
+2-core VM, so a shorter limit is passed by up to that much; ``solve_s`` says by how much); when the clock stopped a
+phase or left one out, ``solver["deterministic"]`` is False and
 the result may depend on machine speed (raise the limit, or lower ``node_limit``). HiGHS reads its time limit only
 between phases, so each HiGHS call runs in a child process that is stopped half a second after the deadline
 (:mod:`controlplane.placement.deadline`, on Linux; elsewhere the limit is HiGHS's own): the policy then keeps the
@@ -42,6 +44,7 @@ from scipy.optimize import Bounds, milp
 from controlplane.placement.base import (
     PLACEMENTS,
     InfeasiblePlacementError,
+    PlacementError,
     PlacementPolicy,
     PlacementProblem,
     get_policy,
@@ -84,7 +87,11 @@ class IlpPlacement(PlacementPolicy):
         if (policy.memory_only or policy.explicit) and problem.one_llm_per_gpu:
             raise UserError(f"ilp option warm_start {self.warm_start!r} places by memory alone, which one language "
                             f"model per GPU (one_llm_per_gpu) forbids: {fix}")
-        plan = policy.place(problem, rng)
+        try:
+            plan = policy.place(problem, rng)
+        except PlacementError as exc:  # say whose plan it was (its message names the warm start's policy)
+            raise type(exc)(f"ilp's warm start ({self.warm_start}; warm_start = 'rounding' or 'none' skips "
+                            f"it): {exc}") from None
         if plan.fleet is not problem.fleet:
             raise UserError(f"ilp option warm_start {self.warm_start!r} places on a fleet of its own, not the "
                             f"problem's: {fix}")
@@ -92,8 +99,12 @@ class IlpPlacement(PlacementPolicy):
 
     @staticmethod
     def check_options(candidates_k: int = 8, time_limit_s: float = 60.0, node_limit: int = 400,
-                      mip_rel_gap: float = 0.01, **_rest) -> None:
+                      mip_rel_gap: float = 0.01, warm_start: str = "greedy-demand", **_rest) -> None:
         """The options' values (the registry calls it when a scenario is read; :meth:`place` again)."""
+        known = [n for n in PLACEMENTS.names() if n != "ilp"]
+        if warm_start not in ("rounding", "none", *known):
+            raise ValueError(f"warm_start must be 'rounding', 'none' or a placement policy other than ilp "
+                             f"({', '.join(known)}), got {warm_start!r}")
         for name, value, ok in (("time_limit_s", time_limit_s, 0 < time_limit_s <= MAX_TIME_LIMIT_S),
                                 ("mip_rel_gap", mip_rel_gap, mip_rel_gap >= 0),
                                 ("candidates_k", candidates_k, candidates_k >= 1),
@@ -105,13 +116,14 @@ class IlpPlacement(PlacementPolicy):
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         try:
-            self.check_options(self.candidates_k, self.time_limit_s, self.node_limit, self.mip_rel_gap)
+            self.check_options(self.candidates_k, self.time_limit_s, self.node_limit, self.mip_rel_gap,
+                               self.warm_start)
         except ValueError as exc:
             raise UserError(f"ilp option {exc}") from None
-        if self.warm_start == self.name:
-            raise UserError("ilp option warm_start cannot be 'ilp' itself")
         t0 = time.perf_counter()
         net = problem.network()
+        if net.total_demand < 1.0:  # the solver's tolerances are absolute: a trickle of demand is planned as 1 req/s
+            net = net.rescaled(1.0 / net.total_demand)
         plans: dict[str, Placement] = {}  # candidate answers, each scored by the evaluator
         if self.warm_start not in ("rounding", "none"):
             plans[self.warm_start] = self._warm_plan(problem, rng)

@@ -9,6 +9,8 @@ replica, a superset of the static candidates that host one.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from controlplane.fleet import Fleet
@@ -54,6 +56,15 @@ class Network:
         self.pair_demand = d[self.pair_ingress, self.pair_model]
         self.total_demand = float(self.pair_demand.sum())
         self.cand_site, self.cand_rtt = self.nearest_sites(self.site_capable, problem.candidates_k)
+
+    def rescaled(self, k: float) -> Network:
+        """A copy whose rates are ``k`` times these (demand, replica capacity; GPU time per rps divided by ``k``):
+        the same placement problem in other units. Policies whose thresholds are absolute rps plan a problem of
+        little total demand in a scale where its pairs' rates stand clear of them."""
+        out = copy.copy(self)
+        out.pair_demand, out.total_demand = self.pair_demand * k, self.total_demand * k
+        out.cap, out.gpu_time_per_rps = self.cap * k, self.gpu_time_per_rps / k
+        return out
 
     def _capacities(self) -> np.ndarray:
         p = self.problem

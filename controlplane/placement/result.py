@@ -149,9 +149,10 @@ class Placement:
         mem = self.memory_by_gpu()
         ev = self.evaluation
         return {
-            "policy": self.policy, "fleet": self.fleet.name, "total_rps": round(self.problem.total_rps, 3),
+            "policy": self.policy, "fleet": self.fleet.name, "total_rps": _significant(self.problem.total_rps),
             "objective_ms": round(self.objective_ms, 4), "served_share": round(ev.served_share, 6),
-            "unserved_rps": round(ev.unserved_rps, 4), "mean_served_rtt_ms": round(ev.mean_served_rtt_ms, 4),
+            "unserved_rps": _significant(ev.unserved_rps),
+            "mean_served_rtt_ms": None if np.isnan(ev.mean_served_rtt_ms) else round(ev.mean_served_rtt_ms, 4),
             "replicas": len(self.table), "dropped_replicas": len(self.dropped),
             "dropped": [{"site_id": str(s), "gpu": str(g), "model": str(m)} for s, g, m in self.dropped],
             "coverage": {f"within_{t:g}ms": round(float(cov[f"within_{t:g}ms"].dot(w)), 6) for t in thresholds},
@@ -169,6 +170,11 @@ class Placement:
     def __repr__(self) -> str:
         return (f"Placement({self.policy!r}, fleet={self.fleet.name!r}, replicas={len(self.table)}, "
                 f"objective_ms={self.objective_ms:.3f})")
+
+
+def _significant(v: float) -> float:
+    """``v`` to 6 significant digits (a rate of 0.00001 req/s is not 0.0)."""
+    return float(f"{float(v):.6g}")
 
 
 def _json_number(v):

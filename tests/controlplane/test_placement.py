@@ -203,7 +203,36 @@ def test_greedy_is_deterministic(topo):
     pd.testing.assert_frame_equal(a.table, b.table)
 
 
+@pytest.mark.parametrize("policy,options", [("greedy-demand", {}), ("ilp", EXACT)])
+def test_a_trickle_of_demand_is_planned_and_scored_as_the_same_problem_at_1_rps(topo, policy, options):
+    """Plans and scores depend on demand shares, not on the total: at 1e-8 req/s every pair's rate was below the
+    solvers' absolute tolerances (scored 0 ms, served nothing, or placed a worse plan)."""
+    rates = np.linspace(0.5, 6.0, 18)
+    at_one, tiny = (tiny_problem(topo, rates / rates.sum() * total) for total in (1.0, 1e-8))
+    a = get_policy(policy, **options).place(at_one, np.random.default_rng(0))
+    b = get_policy(policy, **options).place(tiny, np.random.default_rng(0))
+    assert b.evaluation.served_share == 1.0
+    assert b.objective_ms == pytest.approx(a.objective_ms, rel=1e-6)
+    assert evaluate(tiny.network(), a.counts).objective_ms == pytest.approx(a.objective_ms, rel=1e-6)
+    summary = json.dumps(b.summary(), allow_nan=False)  # strict JSON: no NaN
+    assert json.loads(summary)["total_rps"] == pytest.approx(1e-8)
+
+
 # ---------------------------------------------------------------------- errors
+def test_ilp_warm_start_and_central_scale_are_checked_when_read(topo):
+    from controlplane.deployment import DeploymentConfig
+    from controlplane.placement import PLACEMENTS
+
+    with pytest.raises(UserError, match="warm_start must be 'rounding', 'none' or a placement policy"):
+        PLACEMENTS.check("ilp", {"warm_start": "nonexistent"}, "s.toml [edge] placement_options")
+    with pytest.raises(UserError, match="warm_start must be"):
+        get_policy("ilp", warm_start="ilp")
+    with pytest.raises(UserError, match="gpu_scale must be at most 100"):
+        DeploymentConfig(gpu_scale=1e5).check("s.toml [central]")
+    with pytest.raises(UserError, match="central GPU scale must be positive and at most 100"):
+        get_policy("central", scale=1e3).place(PlacementProblem.build(topo, total_rps=10.0), np.random.default_rng(0))
+
+
 def test_unknown_policy_lists_the_known_ones():
     with pytest.raises(UnknownPolicyError, match="known: central, everywhere-fits, greedy-demand, ilp"):
         get_policy("best-effort")
