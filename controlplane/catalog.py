@@ -20,6 +20,7 @@ TASKS = ("text-generation", "text-embeddings", "text-classification", "text-rera
          "automatic-speech-recognition")
 PRECISION_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 UNITS = ("token", "image", "audio-minute")
+TASK_UNIT = {"image-classification": "image", "automatic-speech-recognition": "audio-minute"}  # others: token
 GIB = 1024 ** 3
 # CUDA context, activations and allocator slack per GPU a replica spans (vLLM-style deployments leave ~1 GiB).
 RUNTIME_OVERHEAD_BYTES = 1 * GIB
@@ -142,6 +143,12 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
             raise bad(name, f"{values[name]!r} is not one of {', '.join(PRECISION_BYTES)}")
     if values.get("unit", "token") not in UNITS:
         raise bad("unit", f"{values['unit']!r} is not one of {', '.join(UNITS)}")
+    unit = values.get("unit", "token")
+    want = TASK_UNIT.get(values["task"], "token")
+    if unit != want:  # the perf model reads a request's size in its task's unit (text: tokens)
+        raise bad("unit", f"{unit!r} does not fit task {values['task']!r}, which counts {want}s")
+    if unit != "token" and not values.get("gflops_per_unit"):  # (else every image or clip would take no compute)
+        raise bad("gflops_per_unit", f"required (and positive) for {unit} models")
     for name in ("parameters", "context_window", "layers", "hidden", "tensor_parallel", "max_batch"):
         if name in values and values[name] <= 0:
             raise bad(name, "must be positive")

@@ -44,7 +44,8 @@ def run_profile(args: argparse.Namespace) -> int:
         return 0
     if problem := threads_problem(args.threads):
         raise InvalidInputError(f"--threads: {problem}")
-    names = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else list(profiler.DEFAULT_MODELS)
+    names = ([m.strip() for m in args.models.split(",") if m.strip()] if args.models is not None
+             else list(profiler.DEFAULT_MODELS))
     if not names:
         raise InvalidInputError("--models is empty")
     for name in names:

@@ -1,4 +1,4 @@
-"""``edgepop lora-check`` and ``edgepop quantize``: the live LoRA and int8 techniques (Workers AI issue 7)."""
+"""``edgepop lora-check`` and ``edgepop quantize``: the live LoRA and int8 serving techniques."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Build a GPT-2 base from code and a seeded (or given) adapter; print max-abs logit "
         "differences of the in-graph LoRA path vs the float64 numpy reference and vs the base model.")
     p.add_argument("--preset", default="tiny", help="GPT-2 preset of the base (default tiny)")
-    p.add_argument("--rank", type=int, default=8, help="rank of the seeded adapter (1..32)")
-    p.add_argument("--alpha", type=float, default=16.0, help="alpha of the seeded adapter")
+    p.add_argument("--rank", type=int, default=None, help="rank of the seeded adapter (1..32; default 8)")
+    p.add_argument("--alpha", type=float, default=None, help="alpha of the seeded adapter (default 16)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of base weights, adapter and tokens")
     p.add_argument("--adapter", default=None, help="an adapter .npz to validate and run instead")
     p.set_defaults(func=run_lora_check)
@@ -44,6 +44,10 @@ def run_lora_check(args: argparse.Namespace) -> int:
 
     if args.preset not in gpt2.PRESETS:
         raise InvalidInputError(f"--preset '{args.preset}' is not one of {', '.join(gpt2.PRESETS)}")
+    if args.adapter is not None and (args.rank is not None or args.alpha is not None):  # the file's own rule
+        raise lora.AdapterError("--rank and --alpha shape the seeded adapter; --adapter brings its own")
+    args.rank = 8 if args.rank is None else args.rank
+    args.alpha = 16.0 if args.alpha is None else args.alpha
     if args.adapter is None and not 1 <= args.rank <= lora.MAX_RANK:
         raise lora.AdapterError(f"--rank {args.rank} must be in 1..{lora.MAX_RANK}")
     if args.adapter is None and not (math.isfinite(args.alpha) and 0 < args.alpha <= lora.MAX_ALPHA):

@@ -85,7 +85,9 @@ def estimate(args) -> dict:
     wo = {"tp": tp, "weight_only": weight_only}
     p_tok, o_tok, batch = args.prompt_tokens, args.output_tokens, args.batch
     gen = spec.generative
-    kv_tokens = batch * (p_tok + o_tok) if gen else 0
+    # a decode step at --context C holds C tokens per sequence: the KV the batch needs is the larger of the two
+    seq_tokens = max(p_tok + o_tok, args.context or 0)
+    kv_tokens = batch * seq_tokens if gen else 0
     mem = model.memory_per_gpu(spec, args.gpu, kv_tokens=kv_tokens, **wo)
     weights_only = mem["weights_bytes"] + mem["overhead_bytes"]
     if weights_only > g.memory_bytes:
@@ -93,7 +95,7 @@ def estimate(args) -> dict:
                         f"{weights_only / GB:.1f} GB per GPU, the GPU has {g.memory_bytes / GB:.0f} GB"
                         + _tp_hint(model, spec, args.gpu, weight_only, above=tp))
     free = g.memory_bytes - weights_only
-    per_seq = (p_tok + o_tok) * spec.kv_bytes_per_token * model._kv_replication(spec, tp) / tp if gen else 0
+    per_seq = seq_tokens * spec.kv_bytes_per_token * model._kv_replication(spec, tp) / tp if gen else 0
     pre = model.prefill_breakdown(spec, args.gpu, [p_tok], **wo)
     out = {"model": spec.id, "gpu": args.gpu, "tp": tp, "gpus": tp, "precision": spec.precision,
            "kv_precision": spec.kv_precision if gen else None,

@@ -55,8 +55,9 @@ def build_nodes(pops: pd.DataFrame, tiers: pd.DataFrame, gpus: pd.DataFrame,
     """
     types = set(gpus.gpu)
     per_tier = {}
+    line_of = tiers.attrs.get("line_of_tier", {})
     for i, row in enumerate(tiers.itertuples(), start=2):
-        per_tier[row.tier] = parse_node_list(row.nodes, types, (tiers_path, i))
+        per_tier[row.tier] = parse_node_list(row.nodes, types, (tiers_path, line_of.get(row.tier, i)))
     mem = dict(zip(gpus.gpu, gpus.memory_gb, strict=True))
     rows = []
     for pop in pops.itertuples():

@@ -17,7 +17,7 @@ CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America
 def _timezone(name: object) -> str | None:
     try:
         ZoneInfo(str(name))
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # (OSError: a name of a tzdata folder, 'America')
         return f"unknown IANA time zone {name!r}"
     return None
 
@@ -44,10 +44,13 @@ TIER_FIELDS = [
 def load_tiers(path: str | Path | None = None) -> pd.DataFrame:
     """Tier ladder: the smallest metro population for each tier and the GPU nodes a PoP of that tier holds."""
     path = Path(path) if path else DATA_DIR / "tiers.csv"
-    tiers = read_table(path, TIER_FIELDS, unique="tier").sort_values("min_metro_pop", ascending=False)
+    lines: list[int] = []
+    table = read_table(path, TIER_FIELDS, unique="tier", lines_out=lines)
+    tiers = table.sort_values("min_metro_pop", ascending=False).reset_index(drop=True)
     if tiers.min_metro_pop.iloc[-1] != 0:
         raise DataFileError(path, None, "min_metro_pop", "the lowest tier must start at 0 so every PoP has a tier")
-    return tiers.reset_index(drop=True)
+    tiers.attrs["line_of_tier"] = dict(zip(table.tier, lines, strict=True))  # (sorted: rows are not lines)
+    return tiers
 
 
 def assign_tiers(metro_pop: pd.Series, tiers: pd.DataFrame) -> pd.Series:

@@ -83,6 +83,12 @@ def coastlines() -> list[np.ndarray]:
     return out
 
 
+def map_latitudes(topo: Topology) -> tuple[float, float]:
+    """The map's latitude range: the inhabited band (60 S - 80 N), widened to show a PoP or region beyond it."""
+    lats = pd.concat([topo.pops.lat, topo.regions.lat])
+    return max(-90.0, min(-60.0, float(lats.min()) - 5)), min(90.0, max(80.0, float(lats.max()) + 5))
+
+
 def draw_map(topo: Topology, path: str | Path, title: str = "edgepop: PoPs and cloud regions") -> Path:
     """World map PNG of PoPs (size by tier) and cloud regions, drawn offline from shipped coastlines."""
     import matplotlib
@@ -108,7 +114,7 @@ def draw_map(topo: Topology, path: str | Path, title: str = "edgepop: PoPs and c
     ax.scatter(p.lon, p.lat, s=p.tier.map(sizes).fillna(8), c=p.tier, cmap="viridis_r", alpha=0.85,
                edgecolors="k", linewidths=0.3, label=f"PoPs ({len(p)}; size = tier)", zorder=3)
     ax.set_xlim(-180, 180)
-    ax.set_ylim(-60, 80)
+    ax.set_ylim(*map_latitudes(topo))
     ax.set_aspect("equal")
     ax.set_title(title)
     ax.legend(loc="lower left", fontsize=8)

@@ -52,18 +52,26 @@ def non_empty(v: object) -> str | None:
     return None if str(v).strip() else "is empty"
 
 
-def read_table(path: str | Path, fields: list[Field], unique: str | None = None) -> pd.DataFrame:
-    """Read a CSV file into a DataFrame with typed, checked columns (extra columns are kept as text)."""
+def read_table(path: str | Path, fields: list[Field], unique: str | None = None,
+               lines_out: list | None = None) -> pd.DataFrame:
+    """Read a CSV file into a DataFrame with typed, checked columns (extra columns are kept as text).
+    ``lines_out`` receives each row's line in the file (for errors found after reading)."""
     path = Path(path)
     if not path.is_file():
         raise DataFileError(path, None, None, "is a folder, not a file" if path.is_dir() else "no such file")
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
+    try:  # (utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark)
+        with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
-            rows = list(reader)
+            rows, lines = [], []
+            for row in reader:  # each row's line in the file (blank lines are skipped, not rows)
+                rows.append(row)
+                lines.append(reader.line_num)
     except (UnicodeDecodeError, csv.Error) as exc:
         raise DataFileError(path, None, None, f"not a readable CSV file ({exc})") from None
+    twice = sorted({h for h in header if header.count(h) > 1})
+    if twice:  # (a reader keeps the last column of a name: the other would be dropped without a word)
+        raise DataFileError(path, 1, twice[0], "column appears more than once in the header")
     for f in fields:
         if f.required and f.name not in header:
             raise DataFileError(path, 1, f.name, "missing column in the header")
@@ -71,7 +79,7 @@ def read_table(path: str | Path, fields: list[Field], unique: str | None = None)
         raise DataFileError(path, None, None, "no data rows")
     out: list[dict] = []
     seen: set = set()
-    for i, raw in enumerate(rows, start=2):  # row 1 is the header
+    for i, raw in zip(lines, rows, strict=True):  # (line 1 is the header)
         rec = dict(raw)
         if None in rec:
             raise DataFileError(path, i, None, f"{len(header) + len(rec[None])} values for {len(header)} columns")
@@ -96,4 +104,6 @@ def read_table(path: str | Path, fields: list[Field], unique: str | None = None)
                 raise DataFileError(path, i, unique, f"duplicate value {key!r}")
             seen.add(key)
         out.append(rec)
+    if lines_out is not None:
+        lines_out.extend(lines)
     return pd.DataFrame(out)

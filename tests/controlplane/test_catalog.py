@@ -79,6 +79,12 @@ stand_in = "minilm-l6-v2"
     (lambda s: s.replace('"@cf/x/y"', '"no-at-sign"'), "no-at-sign"),
     (lambda s: s + "\n[models", "not valid TOML"),
     (lambda s: s.replace('task = "text-embeddings"', 'task = "text-generation"'), "required"),
+    # an image model must count images and say what one costs (0 GFLOPs: every size took the same time)
+    (lambda s: s.replace('task = "text-embeddings"', 'task = "image-classification"'),
+     "'unit': 'token' does not fit task 'image-classification', which counts images"),
+    (lambda s: s.replace('task = "text-embeddings"', 'task = "image-classification"\nunit = "image"'),
+     "'gflops_per_unit': required"),
+    (lambda s: s + 'unit = "audio-minute"\n', "'unit': 'audio-minute' does not fit task 'text-embeddings'"),
 ])
 def test_bad_catalog_entries_fail_with_one_line_naming_the_field(tmp_path, edit, needle):
     path = tmp_path / "cat.toml"

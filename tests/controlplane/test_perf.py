@@ -283,6 +283,16 @@ def test_estimate_capacity_runs_the_batch_the_kv_pool_allows(capsys):
     assert big["capacity_batch"] < 256 and big["capacity_rps_per_replica"] == small["capacity_rps_per_replica"] > 0
 
 
+def test_estimate_memory_holds_the_context_the_decode_step_is_estimated_at(capsys):
+    """--context 7000 at batch 64 is 448k tokens of KV: the memory figure and 'fits' read them, as the decode
+    step does (it said 22.5 of 24 GB, fits, beside a step at that context)."""
+    args = ["--model", L8, "--gpu", "L4", "--batch", "64", "--json"]
+    at = json.loads(_estimate(capsys, *args, "--context", "7000")[1])
+    same = json.loads(_estimate(capsys, *args, "--prompt-tokens", "6900", "--output-tokens", "100")[1])
+    assert not at["memory_per_gpu"]["fits"]
+    assert at["memory_per_gpu"] == same["memory_per_gpu"]
+
+
 def test_estimate_json_fields(capsys):
     rc, out, _ = _estimate(capsys, "--model", L70, "--gpu", "A100-80GB", "--tp", "4", "--batch", "8",
                            "--prompt-tokens", "1024", "--json")

@@ -412,6 +412,8 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          (["lora-check", "--alpha", "nan"], "--alpha must be a finite number"),
                          (["lora-check", "--alpha", "0"], "--alpha must be a finite number in (0, 10000]"),
                          (["lora-check", "--alpha", "1e300"], "--alpha must be a finite number in (0, 10000]"),
+                         (["lora-check", "--adapter", "a.npz", "--rank", "16"], "--adapter brings its own"),
+                         (["profile", "--models", ""], "--models is empty"),  # (it profiled every default model)
                          (["simulate", "--scenario", "small", "--fail", "node:FRAX-0@0+10", "--out", out],
                           "fault node:FRAX-0: no node can have this id"),
                          (["speculate", "--max-tokens", "100000"], "leaving 495"),

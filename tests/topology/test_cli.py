@@ -31,6 +31,9 @@ def test_topology_json_and_map(tmp_path, capsys):
         ("AAA,A,X,XX,XX,10,0,Europe/Paris,1000\n", "field 'continent'"),
         ("AAA,A,X,XX,EU,ten,0,Europe/Paris,1000\n", "bad value 'ten'"),
         ("AAA,A,X,XX,EU,10,0,Mars/Olympus,1000\n", "unknown IANA time zone"),
+        ("AAA,A,X,XX,EU,10,0,America,1000\n", "row 2, field 'tz': unknown IANA time zone 'America'"),  # a folder
+        # a blank line is no row, but it is a line: the error names the line the bad row is on
+        ("AAA,A,X,XX,EU,10,0,Europe/Paris,1000\n\nBBB,B,X,XX,EU,95,0,Europe/Paris,1000\n", "row 4, field 'lat'"),
     ],
 )
 def test_bad_pop_file_names_row_and_field(tmp_path, body, needle):
@@ -39,6 +42,35 @@ def test_bad_pop_file_names_row_and_field(tmp_path, body, needle):
     with pytest.raises(DataFileError) as exc:
         load_pops(f)
     assert str(f) in str(exc.value) and needle in str(exc.value)
+
+
+def test_pop_file_header_with_a_byte_order_mark_or_a_column_twice(tmp_path):
+    f = tmp_path / "pops.csv"
+    row = "AAA,Paris,France,FR,EU,48.86,2.35,Europe/Paris,12000000\n"
+    f.write_text("\ufeff" + POP_HEADER + row, encoding="utf-8")  # a spreadsheet's "CSV UTF-8"
+    assert list(load_pops(f).id) == ["AAA"]
+    f.write_text("id," + POP_HEADER + "BBB," + row)  # the reader kept the last 'id' without a word
+    with pytest.raises(DataFileError, match="row 1, field 'id': column appears more than once"):
+        load_pops(f)
+
+
+def test_tier_errors_name_the_line_in_the_file_not_the_sorted_row(tmp_path, capsys):
+    f = tmp_path / "tiers.csv"
+    f.write_text("tier,min_metro_pop,nodes\n5,0,Bogus9x1\n4,500000,L4x1\n3,1000000,L4x2\n")
+    assert main(["topology", "--tiers", str(f), "--out", str(tmp_path / "o")]) == 2
+    assert "row 2, field 'nodes': unknown GPU type 'Bogus9'" in capsys.readouterr().err
+
+
+def test_the_map_shows_pops_beyond_the_inhabited_band(tmp_path):
+    from topology import Topology
+    from topology.report import draw_map, map_latitudes
+
+    f = tmp_path / "pops.csv"
+    f.write_text(POP_HEADER + "AAA,McMurdo,Antarctica,AQ,AN,-77.85,166.67,Antarctica/McMurdo,1000\n"
+                 "BBB,Paris,France,FR,EU,48.86,2.35,Europe/Paris,12000000\n")
+    topo = Topology.load(pops=f)
+    assert map_latitudes(topo)[0] <= -77.85 - 5 and map_latitudes(Topology.load()) == (-60.0, 80.0)
+    assert draw_map(topo, tmp_path / "map.png").exists()
 
 
 def test_bad_gpu_file_missing_column(tmp_path):
