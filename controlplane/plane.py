@@ -318,7 +318,8 @@ class ControlPlane:
                 self._pins.pop(req, None)  # the node's prefix index is dropped below
                 self._drop_adapter(req)
                 r._release(req, now)
-                req.replica = None
+                # not started any more: a retry that queues is held to the queue timeout like any other request
+                req.replica, req.started_at = None, -1.0
                 lost.append(req)
             # No one left to serve this site queue: no replica up and READY or loading (a cold one starts loading only
             # for a request routed to it, so queued requests would wait there until they expire).

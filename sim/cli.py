@@ -23,8 +23,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=seed_arg, help="random seed (overrides the scenario)")
     p.add_argument("--trace", help="replay an Azure LLM trace CSV or a Mooncake JSONL instead of Poisson arrivals")
     p.add_argument("--fail", action="append", default=[], metavar="SPEC",
-                   help="fault KIND:TARGET@START+DURATION, e.g. pop:FRA@600+300 (repeatable); a fault applies to "
-                        "the deployment that has its target (an edge node or PoP: the edge; a link: both)")
+                   help="fault KIND:TARGET@START+DURATION, e.g. pop:FRA@600+300 (repeatable; replaces the "
+                        "scenario's own faults); a fault applies to the deployment that has its target (an edge "
+                        "node or PoP: the edge; a link: both)")
     p.add_argument("--only", choices=["edge", "central"], help="simulate one deployment only")
     p.add_argument("--sensitivity", action="store_true",
                    help="also run the headline with the edge GPU inventory x0.5 and x2 and with every other "

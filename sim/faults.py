@@ -188,8 +188,8 @@ class FaultHandler:
 
     def reingress(self, sim, k: int) -> int:
         """Ingress key for request ``k`` now: its anycast PoP, or the next-nearest live one if that PoP is down
-        (its access RTT then that PoP's: the user's city's last mile as the workload's, scaled by the request's
-        RTT factor as its first one was)."""
+        (its access RTT then that PoP's, or the first one's if larger: the user's city's last mile as the
+        workload's, scaled by the request's RTT factor as its first one was)."""
         key = int(sim.key[k])
         if self.dep.ingress_col != "ingress" or key not in self.down_pops:
             return key
@@ -205,6 +205,9 @@ class FaultHandler:
         masked = rtt.copy()
         masked[list(self.down_pops)] = np.inf
         new = int(np.argmin(masked))
-        sim.access_s[k] = float(rtt[new]) * float(sim.rtt_factor[k]) / 1e3
+        # A live PoP nearer than the down one it was sent to (a request anycast had misrouted) is reached no
+        # sooner than that one would have been: the arrival feed has already spent that trip, so the request
+        # keeps its access RTT (its TTFT still adds up: the one-way trip it is decided after is its wan_in).
+        sim.access_s[k] = max(float(rtt[new]) * float(sim.rtt_factor[k]) / 1e3, float(sim.access_s[k]))
         sim.key[k] = new
         return new

@@ -315,7 +315,10 @@ def faults_for(faults, dep: Deployment) -> tuple[list, list[str]]:
 
 
 def fault_spec(f) -> str:
-    return f"{f.kind}:{f.target}@{f.start_s:g}+{f.duration_s:g}"
+    """``KIND:TARGET@START+DURATION`` as ``--fail`` reads it back (times short where that loses nothing)."""
+    def num(v: float) -> str:  # (positional: the spec's '+' separates, so no exponent like 1e+06)
+        return np.format_float_positional(float(v), trim="-")
+    return f"{f.kind}:{f.target}@{num(f.start_s)}+{num(f.duration_s)}"
 
 
 def paired_gains(setup: Setup, runs: list) -> dict:

@@ -307,6 +307,9 @@ class Simulation:
                 self.cold_ms[k] = 0.0
                 self.seqs[k] = None
                 req.replica = None
+                # where the lost attempt was: a retry refused outright was served nowhere (no node, no RTT)
+                self.site[k] = self.node[k] = -1
+                self.backbone_ms[k] = self.at_node[k] = NAN
                 self._submit(k, now)
             else:
                 self._end(k, OUT_FAILED, int(Code.INTERNAL))
@@ -334,7 +337,7 @@ class Simulation:
         env = self.env
         reps, queues = self.plane.state.replicas, self.plane.state.site_queues
         while True:
-            slots = sum(r.slots for r in reps if r.status == "ready")
+            slots = sum(r.slots for r in reps if r.status == "ready" and r.up)  # (a failed node's serve none)
             running = sum(r.active for r in reps)
             waiting = sum(len(q) for q in queues.values())  # one queue per (site, model), shared by its replicas
             busy = sum(1 for e in self.engines.values() if e.busy_since >= 0)

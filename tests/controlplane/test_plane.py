@@ -286,6 +286,23 @@ def test_node_failure_releases_everything_and_routes_around(catalog):
     assert cp.submit(Request(9, TINY, 0, 5), 2.0).replica is r0
 
 
+def test_a_request_lost_to_a_node_fault_and_queued_again_is_held_to_the_queue_timeout(catalog):
+    """A lost request had started: once re-queued it must count as waiting (it waited for ever past its timeout)."""
+    cp = ControlPlane(catalog, make_fleet([1, 1]), placement([(TINY, 0), (TINY, 1)]), line_rtt(1, 2),
+                      admission=AdmissionConfig(queue_limit=5, queue_timeout_s=4.0))
+    r0, r1 = cp.state.replicas
+    lost = Request(0, TINY, 0, 5)
+    assert cp.submit(lost, 0.0).replica is r0
+    for k in range(1, r0.slots + r1.slots):  # both nodes full: the retry queues
+        cp.submit(Request(k, TINY, 0, 5), 0.0)
+    assert r1.active == r1.slots
+    assert lost in cp.set_node_up(0, False, 1.0)[0]
+    assert lost.started_at < 0
+    assert cp.submit(lost, 1.0).action == QUEUE
+    assert cp.poll(4.9) == ([], [])
+    assert cp.poll(5.0)[1] == [lost]
+
+
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from([TINY, LLAMA, "@cf/meta/llama-3.3-70b-instruct-fp8-fast",
                                                "@cf/baai/bge-base-en-v1.5"]), st.integers(0, 2),

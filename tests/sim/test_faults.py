@@ -2,6 +2,8 @@
 their own last mile, and their latency parts add up; faults overlapping on one target keep it down until the last
 of them ends."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -81,3 +83,37 @@ def test_node_faults_with_disaggregation_are_refused_before_any_work(topo):
     sc = replace(sc, techniques=replace(sc.techniques, disaggregation=True))
     with pytest.raises(UserError, match="not modelled for disaggregated pools"):
         run_scenario(sc, topo=topo, requests=200, faults=["node:FRA-0@5+30"])
+
+
+def test_a_pop_down_serves_nothing_and_a_refused_retry_was_served_nowhere():
+    """One PoP down: the utilisation samples count no ready slot on its failed nodes; a request lost there and
+    refused on its retry has no node and no network RTT (it kept its lost attempt's)."""
+    sc = load_scenario("small")
+    sc = with_overrides(sc, sample_s=1.0, gpu_inventory_scale=1.0, central=None, workload={"rps": 50.0},
+                        edge=replace(sc.edge, pops=["FRA"], queue_limit=4))  # (all of FRA's GPUs: the 70B fits)
+    out = run_scenario(sc, requests=1500, deployments=("edge",), faults=["pop:FRA@5+5"])
+    u = out.utilisation
+    assert (u[(u.t_s >= 5) & (u.t_s < 10)].ready_slots == 0).all() and (u[u.t_s < 5].ready_slots > 0).all()
+    f = out.requests
+    refused = f[(f.outcome == "rejected") & (f.retries > 0)]
+    assert len(refused) and (refused.node.fillna("") == "").all() and refused.network_rtt_ms.isna().all()
+
+
+def test_misrouted_requests_around_a_pop_down_have_ttft_parts_that_add_up(topo):
+    """Anycast sent some Manchester users to London; with London down, Manchester (nearer) takes them: decided
+    when the trip to London would have ended, they keep that access RTT, so their parts still add up."""
+    sc = with_overrides(load_scenario("small"), anycast_misroute=0.3, jitter=True)
+    f = run_scenario(sc, requests=2000, deployments=("edge",), faults=["pop:LHR@0+100000"]).requests
+    ok = f[f.outcome == "ok"]
+    parts = ok.network_rtt_ms + ok.queue_ms + ok.cold_start_ms + ok.prefill_ms + ok.retry_lost_ms
+    np.testing.assert_allclose(ok.ttft_ms, parts, rtol=0, atol=1e-6)
+    assert (ok.user_country == "GB").sum() > 20
+
+
+def test_a_fault_is_echoed_as_the_spec_that_reads_it_back():
+    from sim.faults import parse_fault
+    from sim.run import fault_spec
+
+    for spec in ("pop:FRA@1234567+5", "node:LHR-0@2.5+12345678", "link:NewYork-Bude@0.1+100000000000000000000"):
+        assert parse_fault(fault_spec(parse_fault(spec))) == parse_fault(spec)
+    assert fault_spec(parse_fault("pop:FRA@1234567+5")) == "pop:FRA@1234567+5"  # (it read 1.23457e+06)
