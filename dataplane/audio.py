@@ -27,11 +27,13 @@ def decode_wav(data: bytes, max_s: float | None = None) -> np.ndarray:
             rate, channels, width, n = w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
             frames = w.readframes(n)
     except (wave.Error, EOFError, ValueError) as exc:
-        raise InvalidInputError(f"audio is not a readable PCM WAV file ({exc or type(exc).__name__})") from exc
+        raise InvalidInputError(f"audio is not a readable PCM WAV file ({str(exc) or type(exc).__name__})") from exc
     if width not in (1, 2, 4):
         raise InvalidInputError(f"unsupported WAV sample width {width} bytes; use 16-bit PCM")
     if rate <= 0 or channels <= 0:
         raise InvalidInputError(f"the WAV header gives {rate} samples/s and {channels} channels; both must be positive")
+    # the frames present, not the header's count: a streamed WAV (ffmpeg writing to a pipe) says 0xFFFFFFFF
+    n = min(n, len(frames) // (width * channels)) if width and channels else n
     if max_s is not None and n / rate > max_s:  # a low-rate file would first be stretched into a huge array
         raise InvalidInputError(f"audio is longer than {max_s:g} s")
     dtype = {1: np.uint8, 2: "<i2", 4: "<i4"}[width]

@@ -1,6 +1,7 @@
 """Loaded models: a session plus the pre/post-processing that turns task inputs into graph feeds.
 
-Each class exposes a batch-level call that the engines (:mod:`dataplane.engine`) drive; none of them
+Each class exposes a batch-level call that the engines (:mod:`dataplane.engine_lm`,
+:mod:`dataplane.engine_batch`) drive; none of them
 holds request state, so one instance can serve many engines and threads (onnxruntime's ``run`` is
 thread-safe).
 """
@@ -182,6 +183,9 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+MAX_RESIZED_PIXELS = 4_000_000  # beyond, an image is scaled as its centre crop only (memory)
+
+
 class ImageClassifier:
     """ResNet graph; images are decoded by Pillow, resized (short side 256), centre-cropped, normalised."""
 
@@ -210,11 +214,18 @@ class ImageClassifier:
             img = img.convert("RGB")
         except (UnidentifiedImageError, OSError, ValueError) as exc:
             raise InvalidInputError(f"image bytes could not be decoded ({exc})") from exc
+        # Short side to size x 256/224, then the centre size x size crop.
         scale = round(self.size * 256 / 224) / min(img.size)
-        img = img.resize((max(self.size, round(img.width * scale)), max(self.size, round(img.height * scale))),
-                         Image.Resampling.BILINEAR)
-        left, top = (img.width - self.size) // 2, (img.height - self.size) // 2
-        img = img.crop((left, top, left + self.size, top + self.size))
+        width, height = max(self.size, round(img.width * scale)), max(self.size, round(img.height * scale))
+        left, top = (width - self.size) // 2, (height - self.size) // 2
+        if width * height <= MAX_RESIZED_PIXELS:
+            img = img.resize((width, height), Image.Resampling.BILINEAR)
+            img = img.crop((left, top, left + self.size, top + self.size))
+        else:  # a long thin image (4000 x 1: 92 bytes) would be scaled to millions of pixels: resize only the
+            # crop's source box (the same scale and sample positions; pixels may differ by one level of 255)
+            fx, fy = img.width / width, img.height / height
+            img = img.resize((self.size, self.size), Image.Resampling.BILINEAR,
+                             box=(left * fx, top * fy, (left + self.size) * fx, (top + self.size) * fy))
         x = np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0
         return (x - self.MEAN) / self.STD
 

@@ -195,7 +195,12 @@ def _prepare_embeddings(model, stand_in: str, inputs) -> Prepared:
         raise InvalidInputError(f"field 'text' must be a string or hold 1 to {MAX_BATCH_TEXTS} strings")
     for i, t in enumerate(texts):
         _unicode(t, "field 'text'" if isinstance(text, str) else f"text[{i}]")
+        if not t:  # (Workers AI's schema: at least one character)
+            raise InvalidInputError(f"{'field text' if isinstance(text, str) else f'text[{i}]'} is empty")
     _field(inputs, "truncate_inputs", bool, False, False)  # (its type: read by over_window)
+    pooling = _field(inputs, "pooling", str, False, "mean")
+    if pooling != "mean":  # Workers AI's bge models also offer 'cls'; these encoders pool by the mean only
+        raise InvalidInputError(f"field 'pooling' = {pooling!r} is not supported (only 'mean'; leave it out)")
     return _encoded([model.encode(t) for t in texts])
 
 
@@ -248,7 +253,7 @@ def _shape_reranking(model, prep: Prepared, outs: list) -> dict:
 
 def _prepare_image(model, stand_in: str, inputs) -> Prepared:
     """Inputs: {image: bytes | [int]}. Decoded and resized here; a decompression bomb is refused unread."""
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
     data = _bytes_field(inputs, "image")
     try:
@@ -256,8 +261,10 @@ def _prepare_image(model, stand_in: str, inputs) -> Prepared:
             w, h = img.size
     except Image.DecompressionBombError:  # Pillow's own bound, far above ours: too large, not undecodable
         raise CapacityError(f"image has more than {MAX_IMAGE_PIXELS:,} pixels, the most accepted") from None
-    except Exception as exc:
-        raise InvalidInputError(f"image bytes could not be decoded ({type(exc).__name__})") from None
+    except Exception as exc:  # (Pillow's "cannot identify" names a buffer's address: said in words instead)
+        why = ("not an image format Pillow reads" if isinstance(exc, UnidentifiedImageError)
+               else str(exc)[:160] or type(exc).__name__)
+        raise InvalidInputError(f"image bytes could not be decoded ({why})") from None
     if w * h > MAX_IMAGE_PIXELS:
         raise CapacityError(f"image is {w}x{h} pixels; at most {MAX_IMAGE_PIXELS:,} are accepted")
     return Prepared(units=1, input_units=1.0, items=[model.preprocess(data)])

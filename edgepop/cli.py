@@ -34,7 +34,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _pipe_closed(console) -> None:
+    """rich's handler of a closed pipe, as a BrokenPipeError: its own exits with status 1, so a table printed
+    through rich ended ``edgepop ... | head`` with 1 where the plain prints end with 141."""
+    console.quiet = True
+    raise BrokenPipeError
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        from rich.console import Console
+    except ImportError:  # (rich is a dependency; without it there is no rich output to handle)
+        pass
+    else:
+        Console.on_broken_pipe = _pipe_closed
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -5,7 +5,7 @@
     placement = get_policy("greedy-demand").place(problem, np.random.default_rng(0))
     placement.table, placement.objective_ms, placement.coverage(), placement.memory_use()
 
-Policies: ``everywhere-fits``, ``greedy-demand``, ``ilp``, ``central`` (see their modules). All are scored by
+Policies: ``everywhere-fits``, ``greedy-demand``, ``ilp``, ``central``, ``per-pop`` (see their modules). All are scored by
 :func:`controlplane.placement.evaluate.evaluate`.
 """
 

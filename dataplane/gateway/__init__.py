@@ -17,7 +17,8 @@ Entry points::
 
     from dataplane.gateway import GatewayConfig
     from dataplane.gateway.app import create_app
-    app = create_app(GatewayConfig(pops=["FRA", "LHR"], delay=False))   # a FastAPI app
+    app = create_app(GatewayConfig(pops=["FRA", "LHR"], delay=False, no_auth=True,  # a FastAPI app
+                                   db="/tmp/batch.sqlite"))  # (auth: tokens={...}; db: default ./edgepop-batch.sqlite)
 
 and ``edgepop serve`` (:mod:`dataplane.gateway.cli`).
 """

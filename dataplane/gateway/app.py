@@ -216,7 +216,11 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         account = authenticate(request, account_id)
         body = await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s)
         queue = flag(request.query_params.get("queueRequest"))
-        spec_task = gw.backend.catalog[model].task if model in gw.backend.catalog else "text-generation"
+        try:  # an unknown model is named as such (5007) before its body is parsed (an image is no JSON)
+            spec_task = gw.spec(model).task
+        except GatewayError as err:
+            gw.metrics.rejected(model, "run", err, place_of(request))  # (counted, as admission would)
+            raise
         inputs = run_inputs(body, request.headers.get("content-type"), spec_task)
         if "request_id" in inputs and (queue or len(inputs) == 1):
             return ok(await batch.poll(account, inputs["request_id"]))

@@ -49,15 +49,15 @@ class Backend:
         full = default_catalog()
         for m in cfg.models:
             if m not in full:
-                raise UserError(f"gateway config: field 'models': {m!r} is not in the catalog "
+                raise UserError(f"{cfg.source}: field 'models': {m!r} is not in the catalog "
                                 "(`edgepop place --list-models` or controlplane/data/catalog.toml lists them)")
         for m in list(cfg.placement) + list(cfg.stand_ins) + list(cfg.lora_adapters):
             if m not in cfg.models:
-                raise UserError(f"gateway config: {m!r} is configured but not listed in 'models'")
+                raise UserError(f"{cfg.source}: {m!r} is configured but not listed in 'models'")
         known = set(self.topo.pops.id)
         unknown = [p for p in cfg.pops if p not in known]
         if unknown:  # (the fleet's own check would not name the config field)
-            raise UserError(f"gateway config: field 'pops': unknown PoP id(s) {', '.join(map(repr, unknown[:5]))} "
+            raise UserError(f"{cfg.source}: field 'pops': unknown PoP id(s) {', '.join(map(repr, unknown[:5]))} "
                             "(topology/data/pops.csv lists them)")
         catalog = full.subset(list(dict.fromkeys(cfg.models)))
         self.stand_in: dict[str, str] = {}
@@ -66,9 +66,9 @@ class Backend:
             try:
                 card = registry.get_card(name)
             except Exception as exc:
-                raise UserError(f"gateway config: stand-in of {spec.id!r}: {exc}") from None
+                raise UserError(f"{cfg.source}: stand-in of {spec.id!r}: {exc}") from None
             if card.task != spec.task:
-                raise UserError(f"gateway config: stand-in {name!r} serves {card.task}, but {spec.id!r} is "
+                raise UserError(f"{cfg.source}: stand-in {name!r} serves {card.task}, but {spec.id!r} is "
                                 f"{spec.task}")
             self.stand_in[spec.id] = name
         self.dp = DataPlane(DataPlaneConfig(
@@ -109,7 +109,7 @@ class Backend:
         out: dict[str, dict[str, Adapter]] = {}
         for model, table in cfg.lora_adapters.items():
             if catalog[model].task != "text-generation":
-                raise UserError(f"gateway config: field 'lora_adapters': {model!r} is "
+                raise UserError(f"{cfg.source}: field 'lora_adapters': {model!r} is "
                                 f"{catalog[model].task}; only text-generation models take adapters")
             lm = self.dp.enable_lora(self.stand_in[model])
             out[model] = {}
@@ -117,7 +117,7 @@ class Backend:
                 try:
                     out[model][name] = load_adapter(path, lm.spec)
                 except AdapterError as exc:
-                    raise UserError(f"gateway config: field 'lora_adapters': {model!r}.{name}: {exc}") from None
+                    raise UserError(f"{cfg.source}: field 'lora_adapters': {model!r}.{name}: {exc}") from None
         return out
 
     def adapter(self, model: str, name) -> Adapter:

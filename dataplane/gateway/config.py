@@ -134,9 +134,10 @@ class GatewayConfig:
     keep_alive_s: float = 75.0
     body_timeout_s: float = 15.0
     open_ops: bool = False
+    source: str = field(default="gateway config", compare=False)  # what errors name: the TOML file, when read
 
     def __post_init__(self):
-        self.validate("gateway config")
+        self.validate(self.source)
 
     def validate(self, where: str) -> None:
         """Check every value; raise one UserError naming ``where`` and the field."""
@@ -243,7 +244,8 @@ class GatewayConfig:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
 
 
-_FIELDS = {f.name for f in fields(GatewayConfig)}
+# ``scenario`` is the label ``--scenario`` sets once it has loaded one; a file naming it would load nothing
+_FIELDS = {f.name for f in fields(GatewayConfig)} - {"scenario", "source"}
 
 
 def load_config(path: str | Path | None) -> GatewayConfig:
@@ -257,6 +259,8 @@ def load_config(path: str | Path | None) -> GatewayConfig:
         raise UserError(f"gateway config {str(path)!r} not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
+    if "scenario" in doc:
+        raise UserError(f"{path}: field 'scenario' is not read from a config file: give it as --scenario NAME|FILE")
     unknown = sorted(set(doc) - _FIELDS)
     if unknown:
         raise UserError(f"{path}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
@@ -266,6 +270,7 @@ def load_config(path: str | Path | None) -> GatewayConfig:
     base = GatewayConfig()
     for f in fields(GatewayConfig):
         setattr(cfg, f.name, doc.get(f.name, getattr(base, f.name)))
+    cfg.source = str(path)
     cfg.validate(str(path))
     # Adapter paths are relative to the TOML file, so a config directory can be moved as a whole.
     cfg.lora_adapters = {m: {n: str(path.parent / p) for n, p in t.items()} for m, t in cfg.lora_adapters.items()}

@@ -116,3 +116,10 @@ def test_cli_exit_code_for_user_errors_is_2(capsys):
     # any sub-command's UserError reaches the dispatcher as one line
     assert main(["topology", "--pops", "/nonexistent.csv"]) == 2
     assert "edgepop: error:" in capsys.readouterr().err
+
+
+def test_the_real_minilms_window_is_its_checkpoints(catalog):
+    """The catalog said 512; the checkpoint reads 256 tokens (longer texts were cut without a word)."""
+    from dataplane.models import minilm
+
+    assert catalog["@edgepop/all-minilm-l6-v2"].context_window == minilm.max_seq_length(minilm.model_dir())

@@ -138,6 +138,20 @@ def test_an_image_beyond_pillows_bomb_bound_is_too_large_not_undecodable(dp1):
         dp1.run("resnet-tiny", {"image": _bomb(60_000)})
 
 
+def test_a_long_thin_image_is_scaled_as_its_crop_not_as_a_whole(dp1):
+    """A 20,000 x 1 PNG (a few hundred bytes) scaled to a 256-pixel short side would be 5 million pixels wide
+    (gigabytes): only its centre crop is scaled. Ordinary images take the plain resize-then-crop path."""
+    import resource
+
+    model = dp1.model("resnet-tiny")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    x = model.preprocess(_png(1, 20_000))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert x.shape == (3, model.size, model.size) and np.isfinite(x).all()
+    assert grown_mb < 500, grown_mb  # (the whole-image resize took ~5 GB)
+    assert model.preprocess(_png(30, 40)).shape == (3, model.size, model.size)
+
+
 def test_prepared_sizes_what_the_control_plane_admits(dp1):
     gen = tasks.TASKS["text-generation"].prepare(dp1, "gpt2-tiny", {"prompt": "Hi", "max_tokens": 900,
                                                                     "ignore_eos": True})

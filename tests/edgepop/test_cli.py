@@ -10,12 +10,14 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "edgepop", "profile", "--list-models"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc.stdout.close()  # before the interpreter has even started: every write finds the pipe closed
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 141
-    assert err == ""
+    # plain prints, and a table printed through rich (whose own handler exited with status 1)
+    for argv in (["profile", "--list-models"], ["estimate", "--model", "@cf/meta/llama-3.1-8b-instruct", "--gpu", "L4"]):
+        proc = subprocess.Popen([sys.executable, "-m", "edgepop", *argv], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.close()  # before the interpreter has even started: every write finds the pipe closed
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 141, argv
+        assert err == "", argv
 
 
 def test_sigterm_unwinds_a_command_and_its_staged_outputs_go(tmp_path):

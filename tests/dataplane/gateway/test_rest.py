@@ -170,6 +170,26 @@ def test_metrics_expose_requests_memory_and_control_plane(gateway):
         in text
 
 
+def test_a_streamed_wav_an_unknown_model_and_embedding_fields_workers_ai_checks(gateway):
+    """A WAV whose header gives 0xFFFFFFFF frames (ffmpeg writing to a pipe) is read for the frames it holds (it
+    was refused as longer than 30 s); an image sent to an unknown model is a 5007, not 'not valid JSON'; an
+    empty text and a 'cls' pooling are refused (these encoders pool by the mean: the vector was the same)."""
+    url, _ = gateway
+    wav = bytearray(_wav(2.0))
+    wav[4:8] = wav[40:44] = b"\xff\xff\xff\xff"
+    r = httpx.post(run_url(url, "@cf/openai/whisper"), content=bytes(wav),
+                   headers=headers(**{"content-type": "audio/wav"}), timeout=60)
+    assert r.status_code == 200 and "text" in r.json()["result"], r.text
+    r = httpx.post(run_url(url, "@cf/microsoft/resnet-5"), content=_png(),
+                   headers=headers(**{"content-type": "image/png"}), timeout=30)
+    assert (r.status_code, r.json()["errors"][0]["code"]) == (400, 5007), r.text
+    for body, needle in (({"text": ""}, "text is empty"), ({"text": "a", "pooling": "cls"}, "field 'pooling'")):
+        r = httpx.post(run_url(url, EMB), json=body, headers=headers(), timeout=30)
+        assert r.status_code == 400 and needle in r.json()["errors"][0]["message"], r.text
+    assert httpx.post(run_url(url, EMB), json={"text": "a", "pooling": "mean"}, headers=headers(),
+                      timeout=30).status_code == 200
+
+
 def test_malformed_binaries_are_400s(gateway):
     url, _ = gateway
     from PIL import Image

@@ -29,7 +29,8 @@ def test_config_file_and_errors(tmp_path):
                         ('[rate_limits]\n"summarisation" = 5', "rate_limits"),
                         ('[rate_limits]\n"text-generation" = -5', "rate_limits"),
                         ("auth_failures_per_minute = 1.5", "auth_failures_per_minute"),
-                        ("open_ops = 1", "open_ops"), ('[tokens]\n"x" = "a"', "tokens.*8\\+ characters")):
+                        ("open_ops = 1", "open_ops"), ('[tokens]\n"x" = "a"', "tokens.*8\\+ characters"),
+                        ('scenario = "small"', "field 'scenario' is not read from a config file: give it as --scenario")):
         bad = tmp_path / "b.toml"
         bad.write_text(text + "\n")
         with pytest.raises(UserError, match=field):
@@ -38,6 +39,15 @@ def test_config_file_and_errors(tmp_path):
     for text in ("48.85", "a,b", "91,0", "0,181", "nan,0"):
         with pytest.raises(UserError, match="lat,lon"):
             parse_location(text, "x")
+
+
+def test_errors_found_when_the_deployment_is_built_name_the_config_file(tmp_path, gateway_topo):
+    from dataplane.gateway.backend import Backend
+
+    bad = tmp_path / "g.toml"
+    bad.write_text('pops = ["fra"]\n')
+    with pytest.raises(UserError, match=r"g\.toml: field 'pops': unknown PoP id\(s\) 'fra'"):
+        Backend(load_config(bad), gateway_topo)
 
 
 def test_placement_errors(gateway_topo):
