@@ -59,6 +59,6 @@ def per_gpu_type(frame: pd.DataFrame, fleet, busy_s: dict[str, float], duration_
         out[gpu] = {"gpus": int(count),
                     "generation_share": _r(mine.mean()) if len(gen) else None,
                     "tpot_p50_ms": _r(gen.tpot_ms[mine].median()) if mine.any() else None,
-                    "busy_share": _r(busy_s.get(gpu, 0.0) / max(count * duration_s, 1e-9))}
+                    "busy_share": round(busy_s.get(gpu, 0.0) / max(count * duration_s, 1e-9), 4)}
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from edgepop.errors import UserError
@@ -122,29 +123,37 @@ def cmd_simulate(args) -> int:
 
         out = run_scenario(sc, requests=args.requests, duration_s=args.duration, seed=args.seed, trace=args.trace,
                            faults=args.fail, progress=progress, deployments=deployments)
-    if args.sensitivity:
-        from sim.sensitivity import run_sensitivity
+    # The extra runs' folders are staged apart and moved in with the main outputs, all at the end: an interrupted
+    # run leaves the folder as it was, never new sweeps beside an earlier run's summary.
+    extra = Path(tempfile.mkdtemp(prefix="edgepop-extra-"))
+    try:
+        if args.sensitivity:
+            from sim.sensitivity import run_sensitivity
 
-        out.summary["sensitivity"] = run_sensitivity(args.scenario, out.summary, requests=args.requests,
-                                                     duration_s=args.duration, seed=args.seed,
-                                                     out=Path(args.out) / "sensitivity", seeds=seeds)
-    if seeds is not None:
-        from sim.replicates import run_replicates
+            out.summary["sensitivity"] = run_sensitivity(args.scenario, out.summary, requests=args.requests,
+                                                         duration_s=args.duration, seed=args.seed,
+                                                         out=extra / "sensitivity", seeds=seeds)
+        if seeds is not None:
+            from sim.replicates import run_replicates
 
-        reuse = None
-        if args.sensitivity:  # its "as run" rows are the runs of these seeds already
-            import pandas as pd
+            reuse = None
+            if args.sensitivity:  # its "as run" rows are the runs of these seeds already
+                import pandas as pd
 
-            rows = pd.read_parquet(Path(args.out) / "sensitivity" / "sweep_summary.parquet")
-            reuse = rows[rows.variant_name == "as run"]
-        out.summary["replicates"] = run_replicates(args.scenario, out.summary, seeds, requests=args.requests,
-                                                   duration_s=args.duration, out=Path(args.out) / "replicates",
-                                                   frame=reuse)
-    path = write_outputs(out, args.out)
-    for on, folder in ((args.sensitivity, "sensitivity"), (seeds is not None, "replicates")):
-        stale = Path(args.out) / folder
-        if not on and (stale / "sweep.json").is_file():  # an earlier run's (the sweep writes sweep.json)
-            shutil.rmtree(stale)
+                rows = pd.read_parquet(extra / "sensitivity" / "sweep_summary.parquet")
+                reuse = rows[rows.variant_name == "as run"]
+            out.summary["replicates"] = run_replicates(args.scenario, out.summary, seeds, requests=args.requests,
+                                                       duration_s=args.duration, out=extra / "replicates",
+                                                       frame=reuse)
+        path = write_outputs(out, args.out)
+        for on, folder in ((args.sensitivity, "sensitivity"), (seeds is not None, "replicates")):
+            target = Path(args.out) / folder
+            if on or (target / "sweep.json").is_file():  # this run's replaces; an earlier run's (it wrote
+                shutil.rmtree(target, ignore_errors=True)  # sweep.json) goes; a file in the way was refused
+            if on:
+                shutil.move(str(extra / folder), str(target))
+    finally:
+        shutil.rmtree(extra, ignore_errors=True)
     if args.json:
         from sim.run import _json_default
 

@@ -189,12 +189,17 @@ def prompt_bin(tokens: np.ndarray) -> np.ndarray:
 
 
 def load_level(arrival_s: np.ndarray, window_s: float) -> np.ndarray:
-    """Per request, the tercile (low / mid / high) of the total arrival rate in its ``window_s`` window."""
+    """Per request, the tercile (low / mid / high) of the total arrival rate in its window: the arrivals' span cut
+    into equal windows of about ``window_s`` (equal, so that counts compare as rates: a short last window read
+    as a low load whatever its rate)."""
     arrival = np.asarray(arrival_s, dtype=float)
     if arrival.size == 0:
         return np.empty(0, dtype=object)
-    win = ((arrival - arrival.min()) / max(window_s, 1e-9)).astype(int)
-    rate = np.bincount(win)
+    offset = arrival - arrival.min()
+    span = float(offset.max())
+    n = max(1, round(span / max(window_s, 1e-9)))
+    win = np.minimum((offset / max(span / n, 1e-9)).astype(int), n - 1)  # (the last arrival ends the last window)
+    rate = np.bincount(win, minlength=n)
     per_request = rate[win].astype(float)
     lo, hi = np.quantile(rate[rate > 0], [1 / 3, 2 / 3])
     # LOAD_LEVELS by position: one shared str each, not a new str per request

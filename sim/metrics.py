@@ -30,9 +30,10 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
                        gpu_busy_s: float, billing_s: float | None = None) -> dict:
     """The per-deployment block of summary.json.
 
-    ``duration_s`` (arrivals until the last request ended) divides goodput and GPU busy time; ``billing_s`` is
-    the window the fleet is paid for, the same for every deployment of a run (default ``duration_s``): GPU cost is
-    GPU-hours x each GPU type's price per hour over it.
+    ``duration_s`` (arrivals until the last request ended) divides GPU busy time; ``billing_s`` is the window
+    the fleet is paid for, the same for every deployment of a run (default ``duration_s``): GPU cost is
+    GPU-hours x each GPU type's price per hour over it, and goodput is SLO-met requests over it (the same window
+    for every deployment: one long request's drain would otherwise decide a deployment's figure).
     """
     counts = frame.outcome.value_counts().to_dict()
     # Latency figures are the interactive requests'; async batch rows (queueRequest) have their own block.
@@ -64,7 +65,7 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "queue_ms": percentiles(frame.queue_ms[ok]),
         "slo_attainment": round(float(met.mean()), 4) if len(frame) else None,
         "slo_met": int(met.sum()),  # (the attainment's numerator: the edge-central difference is taken exactly)
-        "goodput_rps": round(float(met.sum()) / max(duration_s, 1e-9), 3),
+        "goodput_rps": round(float(met.sum()) / max(billing_s if billing_s is not None else duration_s, 1e-9), 3),
         "gpu_utilisation": round(gpu_busy_s / max(total_gpus * duration_s, 1e-9), 4),
         "gpu_busy_hours": round(gpu_busy_s / 3600, 6),  # GPU time computing, whole run (the drain after arrivals too)
         "mean_slot_utilisation": round(float(util.slot_utilisation.mean()), 4) if len(util) else None,

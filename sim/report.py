@@ -18,6 +18,11 @@ def pyplot():
     return plt
 
 
+def _interactive(requests) -> np.ndarray:
+    """Rows that are not async batch rows (queueRequest): the plots show what the tables report."""
+    return ~requests.batch.to_numpy(dtype=bool) if "batch" in requests else np.ones(len(requests), bool)
+
+
 def plot_gain_map(requests, path: Path) -> Path | None:
     """World map: one dot per user country at its users' mean location, coloured by median TTFT gain (%)."""
     from sim.metrics import country_gain
@@ -25,7 +30,8 @@ def plot_gain_map(requests, path: Path) -> Path | None:
 
     # The rows (ok text generation) and columns the map reads: filtering whole frames by deployment would copy
     # every column (GBs at a million requests). country_gain keeps the same rows, so the figures are the same.
-    keep = ((requests.outcome == "ok") & (requests.task == "text-generation")).to_numpy(dtype=bool)
+    keep = ((requests.outcome == "ok") & (requests.task == "text-generation")).to_numpy(dtype=bool) & _interactive(
+        requests)
     requests = requests[["deployment", "outcome", "task", "user_country", "ttft_ms", "user_lat", "user_lon"]][keep]
     edge, central = requests[requests.deployment == "edge"], requests[requests.deployment == "central"]
     if edge.empty or central.empty:
@@ -59,7 +65,7 @@ def plot_gain_map(requests, path: Path) -> Path | None:
 def plot_ttft_cdf(requests, path: Path) -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), dpi=100)
-    ok = (requests.outcome == "ok").to_numpy(dtype=bool)
+    ok = (requests.outcome == "ok").to_numpy(dtype=bool) & _interactive(requests)
     requests = requests[["deployment", "outcome", "task", "ttft_ms"]][ok]  # copy these only, not every column
     for dep, style in (("edge", "-"), ("central", "--")):
         f = requests[requests.deployment == dep]
@@ -214,11 +220,13 @@ def _fmt(v):
 
 
 def title_line(s: dict) -> str:
-    base = f", central {s['baseline']}" if s.get("baseline") else ""
+    deps = s.get("deployments") or {}
+    base = f", central {s['baseline']}" if s.get("baseline") and (not deps or "central" in deps) else ""
+    only = f", {next(iter(deps))} only" if len(deps) == 1 else ""
     trace = s.get("trace")
     replay = f", replaying {Path(trace['file']).name}" if trace else ""
     return (f"edgepop simulate: {s['scenario']} ({s['requests']:,} requests{replay}, seed {s['seed']}, GPU "
-            f"inventory x{s.get('gpu_inventory_scale', 1.0):g}{base})")
+            f"inventory x{s.get('gpu_inventory_scale', 1.0):g}{base}{only})")
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
@@ -266,7 +274,8 @@ def write_report(out, directory: Path) -> Path:
     lines = [f"# {title_line(s)}", "",
              f"{s['requests']:,} requests over {s['simulated_span_s']:,.0f} simulated seconds{_day_text(s)}, "
              f"seed {s['seed']}; "
-             "the same arrivals went through each deployment. Latency figures are of interactive requests "
+             + ("the same arrivals went through each deployment. " if len(s["deployments"]) > 1 else "")
+             + "Latency figures are of interactive requests "
              "(TTFT and TPOT: text generation; E2E split into generation and one-shot tasks).", "",
              "| metric | edge | central | edge gain (95% CI) |", "|---|---|---|---|"]
     lines += [f"| {m} | {_fmt(a)} | {_fmt(b)} | {g or ''} |" for m, a, b, g in headline_rows(s)]

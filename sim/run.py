@@ -256,7 +256,9 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
     t0 = time.perf_counter()
     dep_frame, orig_arrival = setup.tech.workload(name, frame, dep, setup.topo, setup.start_utc, setup.day_s)
     sim = Simulation(dep, dep_frame, setup.perf, faults=faults, fault_policy=sc.fault_policy,
-                     sample_s=sc.sample_s, progress=(lambda i, n: progress(name, i, n)) if progress else None,
+                     # at most sample_s apart, and some 400 samples over a short run (one a minute saw none)
+                     sample_s=min(sc.sample_s, sample_interval(setup.span_s)),
+                     progress=(lambda i, n: progress(name, i, n)) if progress else None,
                      fault_handler=handler, techniques=setup.tech.for_simulation(name))
     sampler = GpuBusySampler(sim, sample_interval(setup.span_s))
     res = sim.run()

@@ -113,6 +113,11 @@ def test_summary_has_capacity_faults_and_cold_starts(topo):
     assert s["deployments"]["central"]["faults"]["applied"] == []
     assert "no node 'FRA-0' in the central fleet" in s["deployments"]["central"]["faults"]["skipped"][0]
     assert s["deployments"]["edge"]["gpu_usd"] == s["deployments"]["central"]["gpu_usd"]  # same window and GPUs
+    # a run of ~60 s is sampled hundreds of times, not once a minute (its one sample at t=0 read 0% busy slots)
+    u = out.utilisation
+    for name in ("edge", "central"):
+        assert (u.deployment == name).sum() >= 100
+        assert s["deployments"][name]["mean_slot_utilisation"] > 0
 
 
 def test_ilp_keeps_one_language_model_per_gpu_and_places_every_model(topo):

@@ -116,3 +116,28 @@ def test_edge_loses_names_only_intervals_wholly_below_zero():
                                           "[-5.8, -3.2]; SLO attainment -0.0012 [-0.0015, -0.0010]; TTFT p95 for "
                                           "users in EU -25.1% [-29.5, -20.7]")
     assert edge_loses(rows[:1], conts[1:], 3) is None
+
+
+def test_an_interrupted_seeds_run_leaves_the_folder_as_it_was(tmp_path, capsys, monkeypatch):
+    """Interrupted while its seeds ran (after the sensitivity sweep had finished), a run into a folder holding an
+    earlier run leaves that run whole: no new sensitivity folder beside the old summary, no staging left."""
+    import tempfile
+
+    import sim.replicates
+
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--seed", "5", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.replicates, "run_replicates", interrupted)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--seeds", "1-2", "--sensitivity",
+                 "--out", str(out)]) == 130
+    capsys.readouterr()
+    assert {p.name for p in out.iterdir()} == set(before)  # no sensitivity/ (it was written into place)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not any((tmp_path / "tmp").iterdir())  # the staged extra runs are removed
