@@ -176,7 +176,12 @@ class PrefixIndex:
     def admit(self, replica, hash_ids: Sequence[int], prompt_tokens: int) -> int:
         """The request starts on ``replica`` (its KV already reserved there): its cached tokens (it skips their
         prefill); its blocks are now pinned until :meth:`release`."""
-        if not hash_ids or not replica.spec.generative:
+        if not replica.spec.generative:
+            return 0
+        if not hash_ids:  # nothing to look up, but its KV reservation leaves the cached blocks less room
+            c = self.caches.get(replica.id)
+            if c is not None:
+                c.fit(self.free_tokens(replica))
             return 0
         return self.of(replica).admit(hash_ids, prompt_tokens, self.free_tokens(replica))
 

@@ -150,7 +150,7 @@ def cmd_simulate(args) -> int:
             target = Path(args.out) / folder
             if on or (target / "sweep.json").is_file():  # this run's replaces; an earlier run's (it wrote
                 shutil.rmtree(target, ignore_errors=True)  # sweep.json) goes; a file in the way was refused
-            if on:
+            if on and (extra / folder).exists():  # (seeds beside --sensitivity reuse its runs: no folder)
                 shutil.move(str(extra / folder), str(target))
     finally:
         shutil.rmtree(extra, ignore_errors=True)

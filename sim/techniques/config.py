@@ -80,6 +80,9 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
         for task, rate in spec.items():
             if task not in TASKS:  # an unknown task would leave every real one at no speculation, silently
                 raise UserError(f"{where}: spec_acceptance.{task}: unknown task (known: {', '.join(TASKS)})")
+            if task != "text-generation":  # (nothing else decodes token by token: the rate would do nothing)
+                raise UserError(f"{where}: spec_acceptance.{task}: speculative decoding applies to "
+                                "text-generation only")
             if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
                 raise UserError(f"{where}: spec_acceptance.{task} must be in [0, 1), got {rate!r}")
         t.spec_acceptance = dict(spec)
@@ -99,6 +102,12 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
         raise UserError(f"{where}: prefix_cache and disaggregation cannot both be on (a disaggregated pool picks "
                         "its own prefill replica, while cache hits are looked up on the one routing chose: hits "
                         "would be credited where the blocks are not)")
+    if t.speculative and t.chunked_prefill:
+        raise UserError(f"{where}: speculative and chunked_prefill cannot both be on (a mixed chunked iteration "
+                        "is timed and credited as one token per sequence: speculation would be dropped there)")
+    if t.lora and t.disaggregation:
+        raise UserError(f"{where}: lora and disaggregation cannot both be on (a disaggregated pool serves on "
+                        "replicas of its own choosing, while adapters are loaded on the one routing chose)")
     if t.chunked_prefill and t.disaggregation:
         raise UserError(f"{where}: chunked_prefill and disaggregation cannot both be on (a disaggregated replica "
                         "only prefills or only decodes)")
@@ -119,6 +128,9 @@ def check_block_tokens(techniques: Techniques, workload_config, where: str = "[t
     if not techniques.prefix_cache:
         return
     kind = getattr(workload_config, "kind", "poisson")
+    if kind == "azure":  # (its rows carry no prefix blocks: every lookup would miss, without a word)
+        raise UserError(f"{where}: prefix_cache needs hash_ids, and an Azure trace has none (replay a Mooncake "
+                        "trace, or a generated workload's sessions)")
     want = 512 if kind == "mooncake" else getattr(workload_config, "block_tokens", 512) if kind == "poisson" else None
     if want is not None and techniques.prefix_block_tokens != want:
         fix = ("set [workload] block_tokens to match" if kind == "poisson" else

@@ -161,10 +161,21 @@ def test_scenario_switches_and_block_size_check(topo):
         run_scenario(sc, topo=topo, deployments=("edge",))
     with pytest.raises(UserError, match="lora_slots"):
         parse_techniques({"lora_slots": 1.5}, "t.toml [techniques]")
+    from sim.techniques.config import check_block_tokens
+    from sim.workload_config import WorkloadConfig
+
+    with pytest.raises(UserError, match="prefix_cache needs hash_ids, and an Azure trace has none"):
+        check_block_tokens(parse_techniques({"prefix_cache": True}, "t"), WorkloadConfig(kind="azure"))
 
 
-def test_cached_blocks_live_in_free_kv_and_never_overfill_the_pool():
+@pytest.mark.parametrize("without_hash_ids", [False, True])
+def test_cached_blocks_live_in_free_kv_and_never_overfill_the_pool(without_hash_ids):
+    """Running KV plus unpinned cached blocks fit the pool at every admission, also when some requests carry no
+    hash_ids (they reserve KV too: the cached blocks they leave no room for are evicted)."""
     w, t = trace_workload()
+    if without_hash_ids:  # every other request without prefix blocks (a trace's rows may lack them)
+        w["hash_ids"] = [() if i % 2 else h for i, h in enumerate(w.hash_ids)]
+        t = t.assign(hash_ids=list(w.hash_ids))
     caches = PrefixIndex(block_tokens=512)
     dep = big_node_deployment(llama_catalog(kv_pool_tokens=60_000), gpu_memory_gb=1000.0, plane={"prefix": caches})
     sim = Simulation(dep, w, TokenClock(step_ms=2.0))
@@ -184,11 +195,13 @@ def test_cached_blocks_live_in_free_kv_and_never_overfill_the_pool():
 
     caches.admit, caches.release = check("admit", caches.admit), check("release", caches.release)
     f = sim.run().requests
-    assert (f.outcome == "ok").all() and seen["admit"] == seen["release"] == len(f)
+    hashed = sum(1 for h in w.hash_ids if len(h))  # (a request without blocks has none to unpin)
+    assert (f.outcome == "ok").all() and seen["admit"] == len(f) and seen["release"] == hashed
     st = caches.stats()
     c = caches.caches[0]
     assert st["evicted_blocks"] > 0 and seen["full"] > 0 and not c.refs and not sim.plane._pins
-    expected = prefix_reuse_ratio(t.hash_ids, 512, t.prompt_tokens.to_numpy())
+    looked_up = t[[len(h) > 0 for h in t.hash_ids]]  # (the hit ratio is over the prompts that were looked up)
+    expected = prefix_reuse_ratio(looked_up.hash_ids, 512, looked_up.prompt_tokens.to_numpy())
     assert 0 < st["token_hit_ratio"] < expected
     # The old reserved share (a cap of half the pool) holds fewer blocks and hits less.
     _, _, capped = simulate(lambda **kw: big_node_deployment(llama_catalog(kv_pool_tokens=60_000),

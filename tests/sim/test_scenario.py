@@ -215,6 +215,10 @@ def test_trace_replay_keeps_the_trace(topo):
     ("central", 'pops = ["FRA"]', r"\[central\]: field 'pops' is the edge's"),
     ("techniques", 'speculative = true\nspec_acceptance = { chat = 0.9 }',
      r"spec_acceptance\.chat: unknown task \(known: text-generation, "),
+    ("techniques", 'speculative = true\nspec_acceptance = { "text-embeddings" = 0.9 }',
+     r"spec_acceptance\.text-embeddings: speculative decoding applies to text-generation only"),
+    ("techniques", 'speculative = true\nchunked_prefill = true', "speculative and chunked_prefill cannot both be on"),
+    ("techniques", 'lora = true\ndisaggregation = true', "lora and disaggregation cannot both be on"),
 ])
 def test_policy_typos_fail_at_parse_time_naming_file_table_field_and_valid_names(tmp_path, monkeypatch, table, text,
                                                                                   message):
