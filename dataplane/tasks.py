@@ -196,7 +196,7 @@ def _prepare_embeddings(model, stand_in: str, inputs) -> Prepared:
     for i, t in enumerate(texts):
         _unicode(t, "field 'text'" if isinstance(text, str) else f"text[{i}]")
         if not t:  # (Workers AI's schema: at least one character)
-            raise InvalidInputError(f"{'field text' if isinstance(text, str) else f'text[{i}]'} is empty")
+            raise InvalidInputError(f"field {'text' if isinstance(text, str) else f'text[{i}]'!r} is empty")
     _field(inputs, "truncate_inputs", bool, False, False)  # (its type: read by over_window)
     pooling = _field(inputs, "pooling", str, False, "mean")
     if pooling != "mean":  # Workers AI's bge models also offer 'cls'; these encoders pool by the mean only

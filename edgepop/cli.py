@@ -42,12 +42,6 @@ def _pipe_closed(console) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        from rich.console import Console
-    except ImportError:  # (rich is a dependency; without it there is no rich output to handle)
-        pass
-    else:
-        Console.on_broken_pipe = _pipe_closed
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -57,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     # folders are removed, pools shut down. ``serve`` installs its own handlers (graceful drain) while it serves.
     previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() \
         else None
+    from rich.console import Console
+
+    rich_handler, Console.on_broken_pipe = Console.on_broken_pipe, _pipe_closed  # (restored below)
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
@@ -78,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print("edgepop: interrupted", file=sys.stderr)
         return 130
     finally:
+        Console.on_broken_pipe = rich_handler  # (a library user's rich consoles keep rich's own handling)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 

@@ -65,7 +65,8 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "queue_ms": percentiles(frame.queue_ms[ok]),
         "slo_attainment": round(float(met.mean()), 4) if len(frame) else None,
         "slo_met": int(met.sum()),  # (the attainment's numerator: the edge-central difference is taken exactly)
-        "goodput_rps": round(float(met.sum()) / max(billing_s if billing_s is not None else duration_s, 1e-9), 3),
+        # (arrivals all at one instant have no span: then the run's own duration)
+        "goodput_rps": round(float(met.sum()) / max(billing_s if billing_s else duration_s, 1e-9), 3),
         "gpu_utilisation": round(gpu_busy_s / max(total_gpus * duration_s, 1e-9), 4),
         "gpu_busy_hours": round(gpu_busy_s / 3600, 6),  # GPU time computing, whole run (the drain after arrivals too)
         "mean_slot_utilisation": round(float(util.slot_utilisation.mean()), 4) if len(util) else None,

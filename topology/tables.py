@@ -69,7 +69,7 @@ def read_table(path: str | Path, fields: list[Field], unique: str | None = None,
                 lines.append(reader.line_num)
     except (UnicodeDecodeError, csv.Error) as exc:
         raise DataFileError(path, None, None, f"not a readable CSV file ({exc})") from None
-    twice = sorted({h for h in header if header.count(h) > 1})
+    twice = sorted({h for h in header if h and header.count(h) > 1})  # (empty trailing columns: a spreadsheet's)
     if twice:  # (a reader keeps the last column of a name: the other would be dropped without a word)
         raise DataFileError(path, 1, twice[0], "column appears more than once in the header")
     for f in fields:

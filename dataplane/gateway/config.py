@@ -241,7 +241,10 @@ class GatewayConfig:
 
     def with_overrides(self, **kw) -> GatewayConfig:
         """A copy with the given fields replaced (``None`` values are ignored: flags that were not given)."""
-        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+        given = {k: v for k, v in kw.items() if v is not None}
+        if given and "source" not in given and self.source != "gateway config":  # errors may be the flags'
+            given["source"] = f"{self.source} with its command-line overrides"
+        return replace(self, **given)
 
 
 # ``scenario`` is the label ``--scenario`` sets once it has loaded one; a file naming it would load nothing

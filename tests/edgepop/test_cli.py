@@ -38,3 +38,16 @@ def test_sigterm_unwinds_a_command_and_its_staged_outputs_go(tmp_path):
     err = proc.communicate(timeout=300)[1].decode()
     assert proc.returncode == 143 and err.strip().endswith("edgepop: terminated")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_cli_leaves_rich_as_it_found_it(capsys):
+    """``main`` turns rich's closed-pipe exit into 141 for its own run only: a library user's consoles keep
+    rich's handling afterwards."""
+    from rich.console import Console
+
+    from edgepop.cli import main
+
+    before = Console.on_broken_pipe
+    assert main(["place", "--list-policies"]) == 0
+    capsys.readouterr()
+    assert Console.on_broken_pipe is before

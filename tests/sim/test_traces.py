@@ -204,3 +204,12 @@ def test_azure_span_past_int64_nanoseconds_is_refused_and_basic_iso_times_read(t
         read_azure_trace(p)  # (the nanosecond difference overflowed: one row was dropped, the other negative)
     p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n20231116T181546,1,1\n\n20231116T181547,2,2\n")
     assert read_azure_trace(p).arrival_s.tolist() == [0.0, 1.0]
+
+
+def test_a_replay_of_arrivals_at_one_instant_has_a_finite_goodput(topo):
+    """One request: the arrivals' span is 0, so goodput is over the run's duration (it read 1e9 req/s)."""
+    from sim.run import run_scenario
+
+    out = run_scenario("small", topo=topo, trace=str(AZURE_CONV_TRACE), requests=1)
+    for block in out.summary["deployments"].values():
+        assert 0 <= block["goodput_rps"] < 1e3

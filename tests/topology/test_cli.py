@@ -49,6 +49,8 @@ def test_pop_file_header_with_a_byte_order_mark_or_a_column_twice(tmp_path):
     row = "AAA,Paris,France,FR,EU,48.86,2.35,Europe/Paris,12000000\n"
     f.write_text("\ufeff" + POP_HEADER + row, encoding="utf-8")  # a spreadsheet's "CSV UTF-8"
     assert list(load_pops(f).id) == ["AAA"]
+    f.write_text(POP_HEADER.strip() + ",,\n" + row.strip() + ",,\n")  # a spreadsheet's empty columns: fine
+    assert list(load_pops(f).id) == ["AAA"]
     f.write_text("id," + POP_HEADER + "BBB," + row)  # the reader kept the last 'id' without a word
     with pytest.raises(DataFileError, match="row 1, field 'id': column appears more than once"):
         load_pops(f)

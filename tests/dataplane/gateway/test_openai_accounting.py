@@ -113,3 +113,9 @@ def test_chat_top_k_is_honoured_and_errors_name_the_field_sent(strict_gateway):
         c.chat.completions.create(model=TINY_GEN, messages=msgs, extra_body={"max_completion_tokens": 0})
     with pytest.raises(openai.APIStatusError, match="^Error code: 413 - input holds 2002 tokens"):
         c.embeddings.create(model=EMB, input="word " * 2000)
+
+
+def test_an_empty_string_to_embed_is_refused_naming_input(strict_gateway):
+    url, _ = strict_gateway
+    with pytest.raises(openai.BadRequestError, match=r"field 'input' holds at \[1\] an empty string"):
+        client(url).embeddings.create(model=EMB, input=["ok", ""])

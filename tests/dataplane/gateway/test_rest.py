@@ -183,7 +183,7 @@ def test_a_streamed_wav_an_unknown_model_and_embedding_fields_workers_ai_checks(
     r = httpx.post(run_url(url, "@cf/microsoft/resnet-5"), content=_png(),
                    headers=headers(**{"content-type": "image/png"}), timeout=30)
     assert (r.status_code, r.json()["errors"][0]["code"]) == (400, 5007), r.text
-    for body, needle in (({"text": ""}, "text is empty"), ({"text": "a", "pooling": "cls"}, "field 'pooling'")):
+    for body, needle in (({"text": ""}, "field 'text' is empty"), ({"text": "a", "pooling": "cls"}, "field 'pooling'")):
         r = httpx.post(run_url(url, EMB), json=body, headers=headers(), timeout=30)
         assert r.status_code == 400 and needle in r.json()["errors"][0]["message"], r.text
     assert httpx.post(run_url(url, EMB), json={"text": "a", "pooling": "mean"}, headers=headers(),

@@ -48,6 +48,9 @@ def test_errors_found_when_the_deployment_is_built_name_the_config_file(tmp_path
     bad.write_text('pops = ["fra"]\n')
     with pytest.raises(UserError, match=r"g\.toml: field 'pops': unknown PoP id\(s\) 'fra'"):
         Backend(load_config(bad), gateway_topo)
+    bad.write_text('pops = ["FRA"]\n')  # a flag's value is not blamed on the file alone
+    with pytest.raises(UserError, match=r"g\.toml with its command-line overrides: field 'pops'"):
+        Backend(load_config(bad).with_overrides(pops=["XXX"]), gateway_topo)
 
 
 def test_placement_errors(gateway_topo):
