@@ -25,7 +25,23 @@ class PerPop(PlacementPolicy):
     pops: dict = field(default_factory=dict)
     explicit = True  # class attribute, not an option: a fixed deployment, kept as named
 
+    @staticmethod
+    def check_options(pops: dict | None = None) -> None:
+        """The option's shape (the registry calls it when a scenario is read; the PoPs are checked against the
+        fleet when it is placed)."""
+        if pops is None:
+            return
+        if not isinstance(pops, dict):
+            raise ValueError(f"pops must be a table of model id = [PoP ids], got {pops!r}")
+        for model, wanted in pops.items():
+            if not isinstance(wanted, list) or not all(isinstance(p, str) for p in wanted):
+                raise ValueError(f"pops.{model} must be a list of PoP ids, got {wanted!r}")
+
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
+        try:
+            self.check_options(self.pops)
+        except ValueError as exc:
+            raise PlacementError(f"per-pop placement: {exc}") from None
         net = problem.network()
         ledger = GpuLedger(net)
         fleet = problem.fleet
@@ -42,8 +58,9 @@ class PerPop(PlacementPolicy):
                 raise PlacementError(f"per-pop placement: pops.{model} must be a list of PoP ids, got {wanted!r}")
             missing = sorted(set(wanted) - set(sites))
             if missing:
+                shown = ", ".join(sites[:12]) + (f", ... ({len(sites)} in all)" if len(sites) > 12 else "")
                 raise PlacementError(f"per-pop placement: {model!r} names PoP(s) {', '.join(missing)} that are not "
-                                     f"among the served pops ({', '.join(sites)})")
+                                     f"among the served pops ({shown})")
             for pop in wanted:
                 for node in np.flatnonzero(node_site == pop).tolist():
                     gpus = ledger.add(node, m)

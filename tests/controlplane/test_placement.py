@@ -219,6 +219,17 @@ def test_a_trickle_of_demand_is_planned_and_scored_as_the_same_problem_at_1_rps(
 
 
 # ---------------------------------------------------------------------- errors
+def test_per_pop_lists_are_checked_when_read_and_errors_stay_short(topo):
+    from controlplane.placement import PLACEMENTS
+
+    with pytest.raises(UserError, match=r"s\.toml \[edge\] placement_options: .*pops\.m must be a list of PoP ids"):
+        PLACEMENTS.check("per-pop", {"pops": {"m": "FRA"}}, "s.toml [edge] placement_options")
+    problem = PlacementProblem.build(topo, total_rps=10.0, mix={TINY_MODELS[2]: 1.0})
+    with pytest.raises(UserError, match=r"names PoP\(s\) NOPE .*\(\d+ in all\)\)$") as exc:
+        get_policy("per-pop", pops={TINY_MODELS[2]: ["NOPE"]}).place(problem, np.random.default_rng(0))
+    assert len(str(exc.value)) < 300  # (it listed all 339 PoP ids)
+
+
 def test_ilp_warm_start_and_central_scale_are_checked_when_read(topo):
     from controlplane.deployment import DeploymentConfig
     from controlplane.placement import PLACEMENTS
