@@ -33,9 +33,8 @@ def decode_wav(data: bytes, max_s: float | None = None) -> np.ndarray:
     if rate <= 0 or channels <= 0:
         raise InvalidInputError(f"the WAV header gives {rate} samples/s and {channels} channels; both must be positive")
     # the frames present, not the header's count: a streamed WAV (ffmpeg writing to a pipe) says 0xFFFFFFFF
-    if width and channels:
-        n = min(n, len(frames) // (width * channels))
-        frames = frames[: n * width * channels]  # (a streamed file may end inside a frame)
+    n = min(n, len(frames) // (width * channels))
+    frames = frames[: n * width * channels]  # (a streamed file may end inside a frame)
     if max_s is not None and n / rate > max_s:  # a low-rate file would first be stretched into a huge array
         raise InvalidInputError(f"audio is longer than {max_s:g} s")
     dtype = {1: np.uint8, 2: "<i2", 4: "<i4"}[width]

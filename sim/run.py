@@ -255,12 +255,13 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     dep_frame, orig_arrival = setup.tech.workload(name, frame, dep, setup.topo, setup.start_utc, setup.day_s)
+    interval = sample_interval(setup.span_s)
     sim = Simulation(dep, dep_frame, setup.perf, faults=faults, fault_policy=sc.fault_policy,
                      # at most sample_s apart, and some 400 samples over a short run (one a minute saw none)
-                     sample_s=min(sc.sample_s, sample_interval(setup.span_s)),
+                     sample_s=min(sc.sample_s, interval),
                      progress=(lambda i, n: progress(name, i, n)) if progress else None,
                      fault_handler=handler, techniques=setup.tech.for_simulation(name))
-    sampler = GpuBusySampler(sim, sample_interval(setup.span_s))
+    sampler = GpuBusySampler(sim, interval)
     res = sim.run()
     # The candidate lists a run builds for the pairs its workload names are set-up: booked with the deployment's
     # build, not the simulation loop.

@@ -299,9 +299,7 @@ class GreedyDemand(PlacementPolicy):
             self.check_options(self.min_gain_ms_per_gb, self.swap_passes, self.swap_trials)
         except ValueError as exc:
             raise UserError(f"greedy-demand option {exc}") from None
-        net = problem.network()
-        if net.total_demand < 1.0:  # its thresholds are absolute rps: plan a trickle of demand as 1 req/s
-            net = net.rescaled(1.0 / net.total_demand)
+        net = problem.network().in_planning_units()
         state = _Routing(net)
         ledger = GpuLedger(net)
         gb = (net.replica_bytes / 1e9).tolist()

@@ -121,9 +121,7 @@ class IlpPlacement(PlacementPolicy):
         except ValueError as exc:
             raise UserError(f"ilp option {exc}") from None
         t0 = time.perf_counter()
-        net = problem.network()
-        if net.total_demand < 1.0:  # the solver's tolerances are absolute: a trickle of demand is planned as 1 req/s
-            net = net.rescaled(1.0 / net.total_demand)
+        net = problem.network().in_planning_units()
         plans: dict[str, Placement] = {}  # candidate answers, each scored by the evaluator
         if self.warm_start not in ("rounding", "none"):
             plans[self.warm_start] = self._warm_plan(problem, rng)

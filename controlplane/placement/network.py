@@ -57,10 +57,15 @@ class Network:
         self.total_demand = float(self.pair_demand.sum())
         self.cand_site, self.cand_rtt = self.nearest_sites(self.site_capable, problem.candidates_k)
 
+    def in_planning_units(self) -> Network:
+        """This network, or for a trickle of demand (under 1 req/s in total) the same problem with every rate
+        scaled up to 1 req/s: the policies' thresholds and the solvers' tolerances are absolute rps, and the pairs'
+        rates must stand clear of them."""
+        return self if self.total_demand >= 1.0 else self.rescaled(1.0 / self.total_demand)
+
     def rescaled(self, k: float) -> Network:
         """A copy whose rates are ``k`` times these (demand, replica capacity; GPU time per rps divided by ``k``):
-        the same placement problem in other units. Policies whose thresholds are absolute rps plan a problem of
-        little total demand in a scale where its pairs' rates stand clear of them."""
+        the same placement problem in other units."""
         out = copy.copy(self)
         out.pair_demand, out.total_demand = self.pair_demand * k, self.total_demand * k
         out.cap, out.gpu_time_per_rps = self.cap * k, self.gpu_time_per_rps / k

@@ -53,9 +53,7 @@ class PerPop(PlacementPolicy):
         placed = []
         for m, model in enumerate(problem.models):
             listed = model in self.pops
-            wanted = self.pops.get(model, sites)
-            if not isinstance(wanted, list) or not all(isinstance(p, str) for p in wanted):
-                raise PlacementError(f"per-pop placement: pops.{model} must be a list of PoP ids, got {wanted!r}")
+            wanted = self.pops.get(model, sites)  # (its shape checked above)
             missing = sorted(set(wanted) - set(sites))
             if missing:
                 shown = ", ".join(sites[:12]) + (f", ... ({len(sites)} in all)" if len(sites) > 12 else "")

@@ -127,22 +127,25 @@ class RateLimits:
 
     def check(self, account: str, model: str, task: str, now: float) -> Refusal | None:
         """The refusal :meth:`take` would give now, without counting anything."""
+        return self._ask(account, model, task, now, count=False)
+
+    def take(self, account: str, model: str, task: str, now: float) -> Refusal | None:
+        """Count one request now, or refuse it (not counted) with the wait until one fits."""
+        return self._ask(account, model, task, now, count=True)
+
+    def _ask(self, account: str, model: str, task: str, now: float, count: bool) -> Refusal | None:
         if not self.enabled:
             return None
         scope, rpm = self.limit_for(model, task)
         if rpm <= 0:
             return None
-        wait = self._counter.wait((account, scope), now, rpm)
-        return Refusal(f"{scope}: {rpm:g} requests per minute", rpm, wait) if wait > 0 else None
-
-    def take(self, account: str, model: str, task: str, now: float) -> Refusal | None:
-        """Count one request now, or refuse it (not counted) with the wait until one fits."""
-        refusal = self.check(account, model, task, now)
-        if refusal is None and self.enabled:
-            scope, rpm = self.limit_for(model, task)
-            if rpm > 0:
-                self._counter.add((account, scope), now)
-        return refusal
+        key = (account, scope)
+        wait = self._counter.wait(key, now, rpm)
+        if wait > 0:
+            return Refusal(f"{scope}: {rpm:g} requests per minute", rpm, wait)
+        if count:
+            self._counter.add(key, now)
+        return None
 
     def remaining(self, account: str, model: str, task: str, now: float) -> tuple[float, float] | None:
         """(limit, requests left in the sliding minute) for response headers; None when unlimited."""

@@ -158,10 +158,10 @@ def embedding_inputs(body) -> tuple[str, dict, str, int | None]:
     else:
         raise bad_input("field 'input' must be a string or a non-empty list of strings (token arrays are not "
                         "supported)")
-    for i, t in enumerate(texts):  # (the task's own check would name its Workers AI field, 'text')
+    for i, t in enumerate(texts):  # (the task's own checks would name its Workers AI field, 'text')
         if not t:
             raise bad_input(f"field 'input' {'is' if isinstance(inp, str) else f'holds at [{i}]'} an empty string")
-    if len(texts) > MAX_BATCH_TEXTS:  # (the task's own check would name its Workers AI field, 'text')
+    if len(texts) > MAX_BATCH_TEXTS:
         raise bad_input(f"field 'input' holds {len(texts)} strings; at most {MAX_BATCH_TEXTS} are allowed")
     fmt = body.get("encoding_format") or "float"
     if fmt not in ("float", "base64"):

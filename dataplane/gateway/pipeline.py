@@ -169,29 +169,17 @@ class Call:
             self.abandon()
             raise
         except Exception as exc:  # ended mid-way (the time limit, an engine failure): charged and counted once
-            self.failed(from_exception(exc), s)
+            self.failed(from_exception(exc))
             raise
         finally:
             self.stream_ended = True
             if not s.run.done.done():
                 s.run.cancel()
 
-    def failed(self, err: GatewayError, s: invoke.TokenStream) -> None:
-        """A stream that ended in an error after its status line went out (reported in-band): the work done is
-        charged and the request counted with the error's status."""
-        if not s.run.done.done():
-            s.run.cancel()
-        if self.abandoned:
-            return
-        self.abandoned = True
-        self.gw.charge(self, float(max(generated_tokens(s.run), len(s.sent_text))))
-        self.gw.metrics.rejected(self.model, self.endpoint, err, self.place,
-                                 pop=self.gw.backend.pop_of(self.lease.replica))
-
-    def abandon(self) -> None:
-        """The client went away before the answer ended: stop the generation (which frees the slot), charge what
-        the engine did for it (its prompt, the tokens it sampled) and count it once as 499 (not while a drain
-        cancels what is left: that is the server's doing)."""
+    def failed(self, err: GatewayError | None) -> None:
+        """A stream that ended before its answer did, after its status line went out: stop the generation (which
+        frees the slot), charge what the engine did for it (its prompt, the tokens it sampled) and count it once
+        with ``err``'s status (None: not counted)."""
         s = self.stream_
         if s is not None and not s.run.done.done():
             s.run.cancel()
@@ -199,9 +187,14 @@ class Call:
             return
         self.abandoned = True
         self.gw.charge(self, float(max(generated_tokens(s.run), len(s.sent_text))) if s is not None else 0.0)
-        if not self.gw.draining:
-            self.gw.metrics.rejected(self.model, self.endpoint, client_gone(), self.place,
+        if err is not None:
+            self.gw.metrics.rejected(self.model, self.endpoint, err, self.place,
                                      pop=self.gw.backend.pop_of(self.lease.replica))
+
+    def abandon(self) -> None:
+        """The client went away before the answer ended: :meth:`failed` as 499 (not counted while a drain cancels
+        what is left: that is the server's doing)."""
+        self.failed(None if self.gw.draining else client_gone())
 
 
 def served_tokens(prep: invoke.Prepared, window: int) -> None:
