@@ -39,7 +39,7 @@ import json
 import math
 from dataclasses import asdict, astuple, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import pandas as pd
 
@@ -244,6 +244,8 @@ class Roofline:
     gpus: dict[str, GPU]
     params: RooflineParams = field(default_factory=RooflineParams.load)
     engine: str = "default"
+    # prefill_batch_ms(..., prior=) counts new tokens' attention to a cached prefix (a measured profile cannot)
+    counts_prefix_attention: ClassVar[bool] = True
 
     def __post_init__(self):
         self.profile = self.params.engine(self.engine)
@@ -333,13 +335,17 @@ class Roofline:
         return min(simple, p.allreduce_ll_latency_us * 1e-6 + ring / LL_BANDWIDTH_SHARE)
 
     def prefill_breakdown(self, spec: ModelSpec, gpu: str, prompts: list[int], tp: int | None = None,
-                          weight_only: bool = False) -> StepTime:
-        """One prefill pass over the prompts of ``prompts`` (token counts) batched together."""
+                          weight_only: bool = False, prior: list[int] | None = None) -> StepTime:
+        """One prefill pass over the prompts of ``prompts`` (token counts) batched together. ``prior``: tokens
+        of each prompt already in the KV cache (a prefix-cache hit), which its new tokens attend to."""
         if not prompts or min(prompts) < 1:
             raise UserError(f"prompt token counts must be positive, got {prompts}")
+        if prior is not None and (len(prior) != len(prompts) or min(prior) < 0):
+            raise UserError(f"prior token counts must be >= 0, one per prompt, got {prior} for {prompts}")
         tp = self.check_tp(spec, tp)
         sch = self.scheme(spec, gpu, weight_only)
-        head, step = perf_arch.first_token_passes(spec, sch, [int(t) for t in prompts], self.profile.first_token_decode)
+        head, step = perf_arch.first_token_passes(spec, sch, [int(t) for t in prompts], self.profile.first_token_decode,
+                                                  [int(o) for o in prior] if prior else None)
         return self._first_token(spec, self.gpu(gpu), tp, sch, head, step, self.profile)
 
     def _first_token(self, spec: ModelSpec, g: GPU, tp: int, sch: perf_arch.Scheme, head, step,
@@ -392,9 +398,10 @@ class Roofline:
         return self.prefill_breakdown(spec, gpu, [max(int(tokens), 1)], tp, weight_only).total_ms
 
     def prefill_batch_ms(self, spec: ModelSpec, gpu: str, tokens_list: list[int], tp: int | None = None,
-                         weight_only: bool = False) -> float:
-        """One pass prefilling several requests together (weights are streamed once for all of them)."""
-        return self.prefill_breakdown(spec, gpu, list(tokens_list), tp, weight_only).total_ms
+                         weight_only: bool = False, prior: list[int] | None = None) -> float:
+        """One pass prefilling several requests together (weights are streamed once for all of them); ``prior``:
+        see :meth:`prefill_breakdown`."""
+        return self.prefill_breakdown(spec, gpu, list(tokens_list), tp, weight_only, prior).total_ms
 
     def decode_step_ms(self, spec: ModelSpec, gpu: str, batch: int, context: float, tp: int | None = None,
                        weight_only: bool = False) -> float:

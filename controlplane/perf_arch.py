@@ -207,16 +207,19 @@ def decode_pass(spec: ModelSpec, sch: Scheme, batch: int, context: float) -> Pas
                     b * spec.hidden * ACTIVATION_BYTES, 2 * spec.layers, b, *elementwise_bytes(spec, b), spec.layers)
 
 
-def first_token_passes(spec: ModelSpec, sch: Scheme, prompts: list[int], decode_first: bool):
+def first_token_passes(spec: ModelSpec, sch: Scheme, prompts: list[int], decode_first: bool,
+                       prior: list[int] | None = None):
     """(prefill pass or None, decode step or None) up to the first token of ``prompts`` batched together.
 
     Engines prefill every prompt token and emit the first token from that pass: (prefill, None). An engine that
     leaves each prompt's last token to a decode step (``EngineProfile.first_token_decode``, token models only)
     prefills ``t - 1`` tokens of each prompt (None when all have one token) and then decodes one token for each
-    prompt at the context it prefilled.
+    prompt at the context it prefilled. ``prior``: tokens of each prompt already in the KV cache (a prefix-cache
+    hit), which its new tokens attend to (:func:`prefill_pass`); default none.
     """
     if not decode_first or spec.unit != "token" or not spec.generative:
-        return prefill_pass(spec, sch, prompts), None
-    rest = [t - 1 for t in prompts if t > 1]
-    head = prefill_pass(spec, sch, rest) if rest else None
-    return head, decode_pass(spec, sch, len(prompts), sum(rest) / len(prompts))
+        return prefill_pass(spec, sch, prompts, prior), None
+    before = list(prior) if prior else [0] * len(prompts)
+    rest = [(t - 1, o) for t, o in zip(prompts, before, strict=True) if t > 1]
+    head = prefill_pass(spec, sch, [t for t, _ in rest], [o for _, o in rest] if prior else None) if rest else None
+    return head, decode_pass(spec, sch, len(prompts), (sum(t for t, _ in rest) + sum(before)) / len(prompts))

@@ -22,7 +22,7 @@ Scenario switch: ``[techniques] chunked_prefill = true``, ``prefill_chunk_tokens
 
 from __future__ import annotations
 
-from sim.engine import ReplicaEngine, Seq
+from sim.engine import ReplicaEngine, Seq, prefill_after_prefix
 from sim.techniques.base import TECHNIQUES, Technique
 
 
@@ -31,8 +31,8 @@ def iteration_ms(perf, spec, gpu: str):
     prompt)] prefilled beside ``batch`` decode rows of ``context`` tokens."""
     mixed = getattr(perf, "mixed_step_ms", None)
     if mixed is None or spec.unit != "token":
-        return lambda chunks, b, ctx: (perf.prefill_batch_ms(spec, gpu, [c for c, _ in chunks])
-                                       + (perf.decode_step_ms(spec, gpu, b, ctx) if b else 0.0))
+        prefill = prefill_after_prefix(perf, spec, gpu)
+        return lambda chunks, b, ctx: prefill(chunks) + (perf.decode_step_ms(spec, gpu, b, ctx) if b else 0.0)
     return lambda chunks, b, ctx: mixed(spec, gpu, [c for c, _ in chunks], b, ctx,
                                         prior=[o for _, o in chunks])
 
@@ -62,7 +62,8 @@ class ChunkedEngine(ReplicaEngine):
             whole = s.prompt - s.cached
             todo = self.left.get(id(s), whole)
             take = min(todo, room)
-            chunks.append((int(max(take, 1)), int(whole - todo)))  # (new tokens, tokens of the prompt before them)
+            # (new tokens, tokens of the prompt before them: its cached prefix and its earlier chunks)
+            chunks.append((int(max(take, 1)), int(s.cached + whole - todo)))
             batch.append((s, todo - take))
             room -= take
         bucket = int((self.ctx_sum + b * self.steps - self.join_sum) / b) >> 6 if b else 0  # as the base engine

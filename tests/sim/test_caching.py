@@ -12,6 +12,7 @@ from controlplane.deployment import Deployment
 from controlplane.fleet import Fleet
 from controlplane.plane import AdmissionConfig, ControlPlane
 from controlplane.prefix_index import PrefixIndex
+from edgepop.errors import UserError
 from sim.simulator import Simulation
 from sim.techniques import Techniques
 from sim.techniques.adapters import draw_adapters, zipf_weights
@@ -79,6 +80,44 @@ def test_cached_tokens_skip_prefill():
     assert f.prefill_ms.tolist() == pytest.approx([1.5, (1800 - 1024) / 1e3, 1 / 1e3])
     off = Simulation(big_node_deployment(cat), w, TokenClock()).run().requests
     assert off.cached_tokens.tolist() == [0, 0, 0] and off.prefill_ms.tolist() == pytest.approx([1.5, 1.8, 0.512])
+
+
+class QuadClock(TokenClock):
+    """Prefill of n tokens: 1 us per token plus 1 ns per token pair (an attention-like quadratic term)."""
+
+    def prefill_ms(self, spec, gpu, tokens):
+        return tokens / 1e3 + tokens * tokens / 1e6
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_hit_pays_its_new_tokens_attention_to_the_cached_prefix(chunked):
+    # The second request finds 1024 of its 1800 tokens cached: its 776 new tokens attend to those 1024 as well,
+    # so with a quadratic prefill it costs T(1800) - T(1024), not a fresh prompt of 776 tokens, T(776).
+    w = workload([0.0, 10.0], LLAMA, "text-generation", [1500, 1800], 1)
+    w["hash_ids"] = [(0, 1, 2), (0, 1, 3, 4)]
+    tech = Techniques(prefix_cache=True, chunked_prefill=chunked, prefill_chunk_tokens=4096)
+    _, f, _ = simulate(lambda **kw: big_node_deployment(llama_catalog(), plane=kw), w, QuadClock(), tech)
+    assert f.cached_tokens.tolist() == [0, 1024]
+    clock = QuadClock()
+    hit = clock.prefill_ms(None, None, 1800) - clock.prefill_ms(None, None, 1024)
+    assert f.prefill_ms.tolist() == pytest.approx([clock.prefill_ms(None, None, 1500), hit], rel=1e-9, abs=1e-5)  # within two tokens
+    assert hit > clock.prefill_ms(None, None, 776) * 1.5
+
+
+def test_the_roofline_charges_a_cached_prefix_attention_and_its_first_token_decode():
+    from controlplane.perf import Roofline
+    from topology import Topology
+
+    spec = default_catalog()[LLAMA]
+    for engine in ("default", "lmdeploy-turbomind-0.1"):  # the second leaves the first token to a decode step
+        r = Roofline.from_topology(Topology.load(), engine=engine)
+        assert r.profile.first_token_decode == (engine != "default")
+        fresh = r.prefill_batch_ms(spec, "H100", [1000])
+        after = [r.prefill_batch_ms(spec, "H100", [1000], prior=[o]) for o in (0, 4000, 30000)]
+        assert after[0] == fresh and fresh < after[1] < after[2]
+        assert after[2] < r.prefill_ms(spec, "H100", 31000)  # less than prefilling the whole prompt again
+    with pytest.raises(UserError, match="prior"):
+        r.prefill_batch_ms(spec, "H100", [1000, 10], prior=[5])
 
 
 def lora_workload(n, rate, seed, catalog):
