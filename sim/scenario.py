@@ -74,6 +74,9 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
             raise UserError(f"{source}: unknown table [{key}] (known: workload, edge, central, slo, techniques)")
     sc = typed(Scenario, {"name": Path(source).stem, **top}, source)
     sc.source = source
+    if "last_mile_ms" in top and sc.last_mile != "fixed":  # (the country/continent figures replace it)
+        raise UserError(f"{source}: field 'last_mile_ms' applies with last_mile = \"fixed\" only, not with "
+                        f"{sc.last_mile!r}")
     _resolve_paths(sc, source, base_dir)
     sc.workload = WorkloadConfig.from_dict(tables.get("workload", {}), where=f"{source} [workload]",
                                             base_dir=base_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import numpy as np
 import pandas as pd
 
 from edgepop.errors import DataFileError
@@ -47,6 +48,13 @@ def load_tiers(path: str | Path | None = None) -> pd.DataFrame:
     lines: list[int] = []
     table = read_table(path, TIER_FIELDS, unique="tier", lines_out=lines)
     tiers = table.sort_values("min_metro_pop", ascending=False).reset_index(drop=True)
+    twice = table.min_metro_pop.duplicated()
+    if twice.any():  # one of the two would never be assigned: its nodes would vanish from the fleet
+        i = int(np.flatnonzero(twice.to_numpy())[0])
+        first = table.tier[table.min_metro_pop == table.min_metro_pop.iloc[i]].iloc[0]
+        raise DataFileError(path, lines[i], "min_metro_pop",
+                            f"tier {table.tier.iloc[i]} starts at {table.min_metro_pop.iloc[i]} as tier {first} "
+                            f"does: one of them would never be used")
     if tiers.min_metro_pop.iloc[-1] != 0:
         raise DataFileError(path, None, "min_metro_pop", "the lowest tier must start at 0 so every PoP has a tier")
     tiers.attrs["line_of_tier"] = dict(zip(table.tier, lines, strict=True))  # (sorted: rows are not lines)

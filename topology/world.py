@@ -130,17 +130,26 @@ class Topology:
         """users x PoPs RTT matrix (ms, float32) including each user's last mile (scalar or per-user array)."""
         lat, lon = _user_coords(lat, lon, "user_pop_rtt")
         m = self.latency.site_rtt_matrix(lat, lon, self.pop_nodes)
-        return m + self._last_mile(last_mile_ms, m.shape[0])
+        return m + self._last_mile(last_mile_ms, lat, lon)
 
     def user_region_rtt(self, lat, lon, region_ids, last_mile_ms=None) -> np.ndarray:
         """users x regions RTT matrix (ms, float32) including the last mile."""
         lat, lon = _user_coords(lat, lon, "user_region_rtt")
         m = self.latency.site_rtt_matrix(lat, lon, self.region_nodes(region_ids))
-        return m + self._last_mile(last_mile_ms, m.shape[0])
+        return m + self._last_mile(last_mile_ms, lat, lon)
 
-    def _last_mile(self, value, n: int) -> np.ndarray:
+    def _last_mile(self, value, lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
+        """Each user's last mile as a column: ``value`` when given, else the topology's mode (a country's or
+        continent's figure by the country of the user's nearest city, as the demand cities get theirs)."""
+        if value is None and self.last_mile_mode != "fixed":
+            from topology.borders import point_countries
+            from topology.last_mile import country_continents
+
+            cc = point_countries(lat, lon)
+            of = country_continents()
+            value = self.last_mile.ms(cc, np.array([of.get(c, "") for c in cc], dtype=object))
         lm = self.last_mile_ms if value is None else value
-        return np.broadcast_to(np.asarray(lm, dtype=np.float32), (n,))[:, None]
+        return np.broadcast_to(np.asarray(lm, dtype=np.float32), (lat.shape[0],))[:, None]
 
     def ingress(self, lat, lon, last_mile_ms=None) -> tuple[np.ndarray, np.ndarray]:
         """Anycast ingress: index of the lowest-RTT PoP for each user, and that RTT in ms (with
@@ -150,7 +159,7 @@ class Topology:
         a second of work at thousands of PoPs); it is reused only for the same latency model, PoP count and
         query values. Large answers also come from the disk cache of :mod:`topology.rtt_cache`."""
         lat, lon = _user_coords(lat, lon, "ingress")
-        lm = np.ascontiguousarray(self._last_mile(last_mile_ms, lat.shape[0])[:, 0])
+        lm = np.ascontiguousarray(self._last_mile(last_mile_ms, lat, lon)[:, 0])
         key = (len(self.pops), lat.tobytes(), lon.tobytes(), lm.tobytes(), self.anycast_misroute, self.anycast_seed)
         hit = getattr(self, "_ingress_memo", None)
         if hit is None or hit[0] is not self.latency or hit[1] != key:

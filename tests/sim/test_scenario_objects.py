@@ -19,6 +19,15 @@ def _edited(sc, table: str | None, **kw):
     return dataclasses.replace(sc, **{table: dataclasses.replace(getattr(sc, table), **kw)})
 
 
+def test_a_fixed_last_mile_value_beside_another_mode_is_refused(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('last_mile = "country"\nlast_mile_ms = 25\n')
+    with pytest.raises(UserError, match="field 'last_mile_ms' applies with last_mile = \"fixed\" only"):
+        load_scenario(f)
+    f.write_text('last_mile = "country"\n')
+    assert load_scenario(f).last_mile == "country"
+
+
 @pytest.mark.parametrize("table, kw, words", [
     (None, {"sample_s": 0}, "scenario 'small': field 'sample_s' must be positive, got 0"),  # hung the sampler
     (None, {"seed": None}, "scenario 'small': field 'seed' must be a whole number, got None"),

@@ -134,3 +134,12 @@ def test_median_rtt_is_over_the_population():
     m = population_median(topo, edge)
     assert w[edge <= m].sum() >= 0.5 * w.sum() > w[edge < m].sum()
     assert s["edge"]["median_rtt_ms"] == round(m, 1)
+
+
+def test_two_tiers_starting_at_the_same_population_are_refused(tmp_path, capsys):
+    f = tmp_path / "tiers.csv"
+    f.write_text("tier,min_metro_pop,nodes\n1,10000000,H100x8\n2,10000000,L40Sx2\n3,0,L4x1\n")
+    assert main(["topology", "--tiers", str(f), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "row 3, field 'min_metro_pop': tier 2 starts at 10000000 as tier 1 does" in err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

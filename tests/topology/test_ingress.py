@@ -114,3 +114,17 @@ def test_coordinates_are_checked_not_broadcast(topo):
     idx, rtt = topo.ingress(51.5, -0.1)  # London, as one user
     assert idx.shape == rtt.shape == (1,) and topo.pops.id.iloc[int(idx[0])] == "LHR"
     assert topo.user_region_rtt(51.5, -0.1, "aws:us-east-1").shape == (1, 1)
+
+
+def test_the_api_uses_its_topologys_last_mile_mode_for_any_point():
+    beijing, paris = ([39.9], [116.4]), ([48.86], [2.35])
+    for mode in ("country", "continent"):
+        topo = Topology.load(last_mile=mode)
+        d = topo.demand
+        for (lat, lon), cc in ((beijing, "CN"), (paris, "FR")):
+            own = topo.demand_last_mile_ms()[np.flatnonzero(d.cc.to_numpy() == cc)[0]]
+            core = topo.user_pop_rtt(lat, lon, 0.0)
+            assert topo.user_pop_rtt(lat, lon) == pytest.approx(core + own, abs=1e-4)
+            assert topo.ingress(lat, lon)[1] == pytest.approx(core.min() + own, abs=1e-4)
+    fixed = Topology.load()
+    assert fixed.user_pop_rtt(*paris) == pytest.approx(fixed.user_pop_rtt(*paris, 0.0) + fixed.last_mile_ms)
