@@ -159,6 +159,23 @@ def bin_rates(groups: Groups, cfg: WorkloadConfig, rps: float, edges: np.ndarray
     return lam
 
 
+def _rates_up_to(groups: Groups, cfg: WorkloadConfig, rps: float, edges: np.ndarray, masks: list[np.ndarray],
+                 total: float, expected: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`bin_rates` of the first bins of ``edges`` up to the one where ``total`` plus their expected
+    arrivals reaches ``expected`` (all of them if none does), and that running total per bin.
+
+    A count-mode draw that asks for a few arrivals needs a few bins of a block, not all of it: the bins are rated
+    in doubling prefixes (each bin's rate and each running sum are the same as over the whole block)."""
+    n, take = len(edges) - 1, 64
+    while True:
+        take = min(take, n)
+        lam = bin_rates(groups, cfg, rps, edges[:take + 1], masks)
+        cum = total + np.cumsum(lam.sum(axis=1))
+        if take == n or cum[-1] >= expected:
+            return lam, cum
+        take *= 4
+
+
 def poisson_chunks(groups: Groups, cfg: WorkloadConfig, rps: float, rng: np.random.Generator,
                    start: float, end: float | None, expected: float | None) -> Iterator[tuple]:
     """Arrivals in ``[start, stop)`` as ``(t, city)`` blocks plus the final ``stop``.
@@ -175,10 +192,11 @@ def poisson_chunks(groups: Groups, cfg: WorkloadConfig, rps: float, rng: np.rand
         if end is not None:
             b = min(b, end)
         edges = _edges(a, b, dt, cfg.bursts)
-        lam = bin_rates(groups, cfg, rps, edges, masks)
         done = end is not None and b >= end
-        if expected is not None:
-            cum = total + np.cumsum(lam.sum(axis=1))
+        if expected is None:
+            lam = bin_rates(groups, cfg, rps, edges, masks)
+        else:
+            lam, cum = _rates_up_to(groups, cfg, rps, edges, masks, total, expected)
             k = int(np.searchsorted(cum, expected))
             if k < len(cum):
                 lam, edges, done = lam[:k + 1], edges[:k + 2], True

@@ -74,7 +74,7 @@ class Workload:
         nbins = max(1, int(np.ceil(dur / bin_s))) if dur > 0 else 1
         counts = np.bincount(np.minimum((r.arrival_s.to_numpy() / bin_s).astype(np.int64), nbins - 1),
                              minlength=nbins)
-        gen = r.output_tokens.to_numpy() > 0
+        gen = r.task.to_numpy() == "text-generation"  # (an LLM request may ask for, or a trace record, 0 tokens)
         return {
             "source": self.source, "seed": self.seed, "requests": len(r), "duration_s": dur,
             "mean_rps": len(r) / dur if dur > 0 else float("nan"),
@@ -199,10 +199,19 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
     # start); arrivals before 0 are dropped.
     horizon = -warmup_s(cfg) if s > 0 else 0.0
     parts, n_sessions = [], 0
+    # Arrivals counted so far (at or after 0, up to the horizon) and, sorted, those not yet under the horizon (later
+    # session turns): a small count after a long warm-up takes many rounds, and a recount of every part each round
+    # made that quadratic (10 requests after a 20-minute warm-up took 23 s).
+    have, ahead, pending, counted = 0, np.empty(0), [], 0
     while cfg.duration_s is None or horizon < cfg.duration_s:
         need = None
         if cfg.requests is not None:
-            have = sum(int(((part["t"] >= 0) & (part["t"] <= horizon)).sum()) for part in parts)
+            pending += [part["t"][part["t"] >= 0] for part in parts[counted:]]
+            counted = len(parts)
+            if horizon >= 0 and pending:  # (none is under a horizon before 0: merged once the warm-up is over)
+                ahead, pending = np.sort(np.concatenate([ahead, *pending])), []
+            k = int(np.searchsorted(ahead, horizon, side="right"))
+            have, ahead = have + k, ahead[k:]
             missing = cfg.requests - have
             if missing <= 0:
                 break
@@ -224,10 +233,20 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
 # Sessions start a warm-up before time 0 (conversations already under way), drawn at the full rate and then
 # dropped: past this many arrivals the warm-up alone takes minutes and gigabytes.
 MAX_WARMUP_ARRIVALS = 20_000_000
+MAX_WARMUP_ROUNDS = 10_000  # about 45 s of draws
 
 
 def _check_bins(cfg: WorkloadConfig) -> None:
     lead = warmup_s(cfg) if cfg.session_fraction > 0 else 0.0
+    if cfg.requests is not None and cfg.duration_s is None:
+        # A count-mode draw walks through the warm-up a little over `requests` arrivals at a time: a few requests
+        # after a warm-up of millions of arrivals would take minutes of rounds.
+        step = cfg.requests + 4 * np.sqrt(cfg.requests) + 10
+        if lead * cfg.rps / step > MAX_WARMUP_ROUNDS:
+            raise UserError(f"workload requests: {cfg.requests} requests after a session warm-up of "
+                            f"{lead * cfg.rps:.3g} arrivals ({cfg.session_turns:g} turns {cfg.think_time_s:g} s apart "
+                            f"at {cfg.rps:g} req/s) take more than {MAX_WARMUP_ROUNDS:,} draw rounds: ask for at "
+                            f"least {int(np.ceil(lead * cfg.rps / MAX_WARMUP_ROUNDS))} requests, or give duration_s")
     if lead * cfg.rps > MAX_WARMUP_ARRIVALS:
         raise UserError(f"workload session_turns / think_time_s: {cfg.session_turns} turns {cfg.think_time_s:g} s "
                         f"apart need a warm-up of {lead:.3g} s before time 0, {lead * cfg.rps:.3g} arrivals at "

@@ -74,7 +74,8 @@ def build_requests(trace: pd.DataFrame, topo, opts: ReplayOptions, rng: np.rando
     Columns follow the simulator's workload frame (``sim.workload.COLUMNS``) so the same frame drives both.
     """
     opts.check()
-    t = trace.iloc[: opts.requests]
+    # The earliest requests, as the simulator's trace replay takes them (a file need not be in time order)
+    t = trace.iloc[np.argsort(trace.arrival_s.to_numpy(), kind="stable")[: opts.requests]]
     n = len(t)
     d = topo.demand
     w = d.weight.to_numpy(np.float64)

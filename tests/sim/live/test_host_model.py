@@ -197,3 +197,19 @@ def test_host_rows_pooled_per_k_as_the_median_over_profiles_other_rows_untouched
     every = pooled_profile(profiles).set_index(["phase", "batch_size"]).ms  # replay --profile-repeats
     assert every[("decode", 1)] == pytest.approx(2.6) and every[("host_share", 3)] == pytest.approx(6.7)
     assert pooled_profile(profiles[:1]) is profiles[0]
+
+
+def test_replay_takes_the_earliest_requests_of_a_trace_out_of_time_order(tmp_path, topo):
+    from sim.workload import generate
+    from sim.workload_config import WorkloadConfig
+
+    # rows 0-9 at 100-109 s, rows 10-19 at 0-9 s: both sides take the five earliest (prompts 110..114)
+    path = tmp_path / "unsorted.jsonl"
+    rows = [(100 + i, 100 + i) for i in range(10)] + [(i, 110 + i) for i in range(10)]
+    path.write_text("".join(json.dumps({"timestamp": int(a * 1e3), "input_length": p, "output_length": 8,
+                                        "hash_ids": []}) + "\n" for a, p in rows))
+    opts = ReplayOptions(url="http://127.0.0.1:1", trace=str(path), model=GEN, requests=5)
+    live = build_requests(read_trace(str(path))[0], topo, opts, np.random.default_rng(0))
+    sim = generate(WorkloadConfig.from_dict({"kind": "mooncake", "trace": str(path), "trace_limit": 5}), topo)
+    assert live.prompt_tokens.tolist() == sim.requests.prompt_tokens.tolist() == [110, 111, 112, 113, 114]
+    assert live.arrival_s.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
