@@ -144,7 +144,7 @@ def run_serve(args: argparse.Namespace) -> int:
     app = create_app(cfg, warm=not args.no_warm)
     gw = app.state.gateway
     print(f"edgepop gateway on http://{args.host}:{args.port}  pops={','.join(cfg.pops)}  "
-          f"replicas={len(gw.backend.placement)}  delay={'off' if not cfg.delay else f'x{cfg.delay_scale:g}'}  "
+          f"replicas={len(gw.backend.placement())}  delay={'off' if not cfg.delay else f'x{cfg.delay_scale:g}'}  "
           f"auth={'off' if cfg.no_auth else f'{len(cfg.tokens)} tokens'}  "
           f"max wait={f'{cfg.max_wait_s:g} s' if cfg.max_wait_s else 'off'}  "
           f"rate limits={'on' if cfg.rate_limit else 'off'}  batch db={gw.batch.store.path}"

@@ -221,7 +221,7 @@ class Gateway:
         self.shedder = LoadShedder(config.max_wait_s, concurrency=b.engine_concurrency, parallel=b.parallel_engines())
         self.admission = Admission(b.plane, self.shedder, engine_key=b.engine_key,
                                    engine_keys=lambda m: list(dict.fromkeys(
-                                       b.engine_key(r) for r in b.plane.state.by_model.get(m, ()))))
+                                       b.engine_key(r) for r in b.plane.state.by_model.get(m, ()))), t0=b.t0)
         self.rate_limits = RateLimits(config.rate_limits, enabled=config.rate_limit)
         self.budget = NeuronBudget(config.neuron_budget_per_day)
         self.prefix_block = config.lm_prefix_block if config.lm_prefix_cache_mb else 0
