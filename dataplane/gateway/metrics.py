@@ -124,6 +124,10 @@ class Metrics:
             if usage.get(kind):
                 self.tokens.labels(call.model, kind.split("_")[0]).inc(usage[kind])
 
+    def answered(self, model: str, endpoint: str, place) -> None:
+        """Count a request answered 200 without an engine run (an async batch submission), at its ingress PoP."""
+        self.requests.labels(model, str(getattr(place, "ingress_pop", "") or ""), endpoint, "200").inc()
+
     def first_token(self, call, seconds: float) -> None:
         self.ttft.labels(call.model).observe(seconds)
 
@@ -135,6 +139,7 @@ class Metrics:
         if not pop and place is not None:
             pop = str(getattr(place, "ingress_pop", "") or "")
         self.requests.labels(name, pop, endpoint, str(err.status)).inc()
+        err.counted = True
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
