@@ -48,7 +48,10 @@ class Backend:
         from topology import Topology
 
         self.config = cfg
-        self.topo = topo if topo is not None else Topology.load(last_mile_ms=cfg.last_mile_ms)
+        # The topology as the simulator shapes a scenario's (sim.run.prepare): last mile, GPU inventory, anycast.
+        topo = topo if topo is not None else Topology.load(last_mile_ms=cfg.last_mile_ms, last_mile=cfg.last_mile)
+        self.topo = topo.with_last_mile(cfg.last_mile_ms, cfg.last_mile).with_gpu_scale(
+            cfg.gpu_inventory_scale).with_anycast(cfg.anycast_misroute, seed=cfg.seed)
         full = default_catalog()
         for m in cfg.models:
             if m not in full:
@@ -190,7 +193,9 @@ class Backend:
             "autoscaler": d.autoscaler, "autoscaler_options": dict(d.autoscaler_options),
             "placement_policy": d.placement, "queue_limit": d.queue_limit, "queue_timeout_s": d.queue_timeout_s,
             "delay": c.delay, "delay_scale": c.delay_scale,
-            "last_mile_ms": self.topo.last_mile_ms, "default_location": list(c.default_location),
+            "last_mile_ms": self.topo.last_mile_ms, "last_mile": c.last_mile,
+            "gpu_inventory_scale": c.gpu_inventory_scale, "anycast_misroute": c.anycast_misroute,
+            "default_location": list(c.default_location),
             "seed": c.seed, "scenario": c.scenario, "threads": c.threads, "provider": c.provider,
             "host_cores": os.cpu_count(),
             "engines": "per-replica", "lm_max_batch": c.lm_max_batch, "lm_kv_budget_tokens": c.lm_kv_budget_tokens,

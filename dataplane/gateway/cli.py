@@ -76,7 +76,9 @@ def gateway_config(args: argparse.Namespace):
 
         sc = load_scenario(args.scenario)
         e = sc.edge
-        over.update(scenario=sc.name, seed=sc.seed, last_mile_ms=sc.last_mile_ms, placement_policy=e.placement,
+        over.update(scenario=sc.name, seed=sc.seed, last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile,
+                    gpu_inventory_scale=sc.gpu_inventory_scale, anycast_misroute=sc.anycast_misroute,
+                    placement_policy=e.placement,
                     placement_options=dict(e.placement_options), router=e.router,
                     router_options=dict(e.router_options), autoscaler=e.autoscaler,
                     autoscaler_options=dict(e.autoscaler_options), queue_limit=e.queue_limit,

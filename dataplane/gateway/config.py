@@ -76,6 +76,8 @@ class GatewayConfig:
     (:class:`controlplane.deployment.DeploymentConfig`, the same defaults as a scenario's ``[edge]`` table except
     the placement: ``per-pop``, every served model at every PoP, or at the PoPs ``placement`` lists for it).
     ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
+    ``last_mile`` (mode), ``gpu_inventory_scale`` and ``anycast_misroute`` shape the topology as a scenario's
+    fields of those names do (``--scenario`` sets them).
 
     Overload and shutdown (see :mod:`dataplane.gateway.limits`, :mod:`dataplane.gateway.shedding`):
     ``rate_limit`` turns the per-minute limits on (Workers AI's figures; ``rate_limits`` overrides them per task
@@ -109,6 +111,9 @@ class GatewayConfig:
     delay: bool = True
     delay_scale: float = 1.0
     last_mile_ms: float = 10.0
+    last_mile: str = "fixed"
+    gpu_inventory_scale: float = 1.0
+    anycast_misroute: float = 0.0
     tokens: dict[str, str] = field(default_factory=dict)
     no_auth: bool = False
     db: str | None = None
@@ -224,6 +229,16 @@ class GatewayConfig:
                     "served model id")
             if isinstance(rpm, bool) or not isinstance(rpm, int | float) or not math.isfinite(rpm) or rpm < 0:
                 bad("rate_limits", f"{key!r} = {rpm!r} is not a non-negative number of requests per minute")
+        from topology.last_mile import MODES
+
+        if self.last_mile not in MODES:
+            bad("last_mile", f"{self.last_mile!r} is not one of {', '.join(MODES)}")
+        v = self.gpu_inventory_scale
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 100:  # (NaN fails too)
+            bad("gpu_inventory_scale", f"{v!r} is not a number in (0, 100]")
+        v = self.anycast_misroute
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+            bad("anycast_misroute", f"{v!r} is not a share in [0, 1]")
         for name in ("placement_options", "router_options", "autoscaler_options"):
             if not isinstance(getattr(self, name), dict):
                 bad(name, "must be a table of option = value")
