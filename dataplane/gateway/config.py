@@ -51,6 +51,7 @@ DEFAULT_MODELS = (
     "@cf/openai/whisper",
 )
 ADAPTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # no ':' (OpenAI "<model>:<adapter>" splits on it)
+OVERRIDDEN = " with its command-line overrides"
 DEFAULT_LOCATION = (50.11, 8.68)  # Frankfurt: clients that say nothing about where they are
 
 
@@ -242,7 +243,11 @@ class GatewayConfig:
         for name in ("placement_options", "router_options", "autoscaler_options"):
             if not isinstance(getattr(self, name), dict):
                 bad(name, "must be a table of option = value")
-        self.deployment_config().check(where)
+        try:
+            self.deployment_config().check(where)
+        except UserError as exc:  # (DeploymentConfig calls it 'placement'; this file spells it 'placement_policy')
+            raise UserError(str(exc).replace(f"{where}: field 'placement':", f"{where}: field 'placement_policy':",
+                                             1)) from None
 
     def deployment_config(self) -> DeploymentConfig:
         """The deployment part of this config, as the simulator's ``[edge]`` table would give it."""
@@ -257,8 +262,11 @@ class GatewayConfig:
     def with_overrides(self, **kw) -> GatewayConfig:
         """A copy with the given fields replaced (``None`` values are ignored: flags that were not given)."""
         given = {k: v for k, v in kw.items() if v is not None}
-        if given and "source" not in given and self.source != "gateway config":  # errors may be the flags'
-            given["source"] = f"{self.source} with its command-line overrides"
+        # Errors may then be the flags': said once, and only when a value really changed.
+        changed = any(getattr(self, k) != v for k, v in given.items() if k != "source")
+        if (changed and "source" not in given and self.source != "gateway config"
+                and not self.source.endswith(OVERRIDDEN)):
+            given["source"] = f"{self.source}{OVERRIDDEN}"
         return replace(self, **given)
 
 
