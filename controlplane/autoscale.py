@@ -173,7 +173,7 @@ class Scheduled(Autoscaler):
     def local_hours(self, plane, now: float) -> np.ndarray:
         if self._offsets is None:
             self._offsets = utc_offset_hours(plane.state.fleet.sites.tz, self.start)
-        utc_h = self.start.hour + self.start.minute / 60 + 24.0 * now / self.day_s
+        utc_h = self.start.hour + self.start.minute / 60 + self.start.second / 3600 + 24.0 * now / self.day_s
         return (utc_h + self._offsets) % 24.0
 
     def warm(self, hour: float) -> bool:

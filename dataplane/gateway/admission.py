@@ -1,7 +1,10 @@
 """The asyncio bridge to the control plane: submit, wait for a slot, release, and the timer that expires queues.
 
 The control plane is a pure library that is not thread-safe, so every call to it happens on the event loop's
-thread, with ``time.monotonic()`` as ``now``. A request the control plane queues waits on an asyncio future that
+thread. Its ``now`` is the plane's own clock, as in the simulator: seconds since the plane started (``t0``, a
+``time.monotonic()`` reading), so idle times and the ``scheduled`` autoscaler's hours mean what they mean
+simulated (machine uptime would read as hours of idleness). Leases, the shedder and the caller keep
+``time.monotonic()``. A request the control plane queues waits on an asyncio future that
 is resolved when another request's :meth:`Admission.release` (``plane.finish``) starts it, or failed with 3007
 when :meth:`ControlPlane.poll` expires it.
 
@@ -68,8 +71,10 @@ class Admission:
     engines that can serve a model (by default one per replica: ``("replica", id)``).
     """
 
-    def __init__(self, plane: ControlPlane, shedder: LoadShedder | None = None, engine_key=None, engine_keys=None):
+    def __init__(self, plane: ControlPlane, shedder: LoadShedder | None = None, engine_key=None, engine_keys=None,
+                 t0: float | None = None):
         self.plane = plane
+        self.t0 = time.monotonic() if t0 is None else t0  # the plane's t=0 on the monotonic clock
         self.shedder = shedder
         self.engine_key = engine_key or (lambda r: ("replica", r.id))
         self.engine_keys = engine_keys or (lambda model: [self.engine_key(r)
@@ -82,9 +87,13 @@ class Admission:
     def new_request(self, model: str, ingress: int, prompt_tokens: int, output_tokens: int, *, session=None,
                     reject_if_busy: bool = False, account: str = "default", hash_ids: tuple = (),
                     adapter: str = "") -> Request:
-        return Request(next(self._ids), model, ingress, prompt_tokens, output_tokens, arrival=time.monotonic(),
+        return Request(next(self._ids), model, ingress, prompt_tokens, output_tokens, arrival=self.plane_now(),
                        session=session, reject_if_busy=reject_if_busy, account=account, hash_ids=hash_ids,
                        adapter=adapter)
+
+    def plane_now(self, now: float | None = None) -> float:
+        """The control plane's time of monotonic time ``now`` (default: now)."""
+        return (time.monotonic() if now is None else now) - self.t0
 
     def _retry_after(self, model: str, now: float, work: float) -> float | None:
         if self.shedder is None:
@@ -111,7 +120,7 @@ class Admission:
             avoid = [r for r in replicas if wait(self.engine_key(r), now, work) > bound]
             if avoid and len(avoid) == len(replicas):
                 raise self._shed(req.model, now, work)
-        d = self.plane.submit(req, now, avoid=avoid)
+        d = self.plane.submit(req, self.plane_now(now), avoid=avoid)
         if d.action == REJECT:
             code = d.code or int(Code.OUT_OF_CAPACITY)
             if avoid and code == Code.OUT_OF_CAPACITY:  # nothing within the bound could take it: shed
@@ -143,7 +152,7 @@ class Admission:
 
     async def wait_adapter(self, lease: Lease) -> None:
         """Take the request's adapter slot on its replica (at once unless every slot there is in use)."""
-        if self.plane.acquire_adapter(lease.req, time.monotonic()) is not None:
+        if self.plane.acquire_adapter(lease.req, self.plane_now()) is not None:
             return
         lease.adapter = asyncio.get_running_loop().create_future()
         await lease.adapter
@@ -159,16 +168,16 @@ class Admission:
         ran = lease.started.done() and not lease.started.cancelled() and lease.started.exception() is None
         if lease.ticket is not None:
             self.shedder.finished(lease.ticket, now, served=ran)
-        for req, _ready, _loaded in self.plane.release_adapter(lease.req, now):
+        for req, _ready, _loaded in self.plane.release_adapter(lease.req, self.plane_now(now)):
             waiter = req.payload.adapter if req.payload is not None else None
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         if ran:
-            self._start_all(self.plane.finish(lease.req, now), now)
+            self._start_all(self.plane.finish(lease.req, self.plane_now(now)), now)
         else:
             if not lease.started.done():
                 lease.started.cancel()
-            self._start_all(self.plane.cancel(lease.req, now), now)
+            self._start_all(self.plane.cancel(lease.req, self.plane_now(now)), now)
 
     def _start_all(self, started: list[Request], now: float) -> None:
         for req in started:
@@ -193,7 +202,7 @@ class Admission:
     def poll(self) -> None:
         """Run the control plane's due work: queued requests past their timeout fail with 3007."""
         now = time.monotonic()
-        started, expired = self.plane.poll(now)
+        started, expired = self.plane.poll(self.plane_now(now))
         self._start_all(started, now)
         for req in expired:
             lease = req.payload
@@ -204,7 +213,7 @@ class Admission:
     async def _timer(self) -> None:
         while True:
             self.poll()
-            wait = self.plane.next_wakeup() - time.monotonic()
+            wait = self.plane.next_wakeup() - self.plane_now()
             self._wake.clear()
             if math.isfinite(wait):
                 with contextlib.suppress(TimeoutError):

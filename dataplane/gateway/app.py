@@ -32,11 +32,12 @@ import time
 import uuid
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dataplane.gateway import openai_compat as oai
 from dataplane.gateway import standins
+from dataplane.gateway.asgi import SSEStream, StatusCounter, disconnected
 from dataplane.gateway.auth import Authenticator
 from dataplane.gateway.batch import BatchService
 from dataplane.gateway.config import GatewayConfig
@@ -46,6 +47,7 @@ from dataplane.gateway.errors import (
     bad_input,
     client_gone,
     from_exception,
+    shutting_down,
     unknown_model,
 )
 from dataplane.gateway.http_util import envelope, flag, ok, parse_json, read_body, run_inputs, search_models
@@ -59,37 +61,6 @@ from dataplane.gateway.timeline import TimelineMiddleware
 log = logging.getLogger("edgepop.gateway")
 PREFIX = "/client/v4/accounts/{account_id}/ai"
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-class _StatusCounter:
-    """Pure ASGI middleware counting responses per route template and status (cheaper than BaseHTTPMiddleware,
-    and safe with streaming). It also answers any exception a route lets out, through ``on_error``: Starlette's
-    own catch-all answers outside every middleware, so its responses went uncounted and the error was logged
-    twice (by the handler and by the server, which gets the exception re-raised)."""
-
-    def __init__(self, app, metrics, on_error):
-        self.app, self.metrics, self.on_error = app, metrics, on_error
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = False
-
-        async def counted(message):
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                route = scope.get("route")
-                self.metrics.http.labels(getattr(route, "path", "unrouted"), str(message["status"])).inc()
-            await send(message)
-
-        try:
-            return await self.app(scope, receive, counted)
-        except Exception as exc:
-            if started:
-                raise  # mid-response: there is no status line left to answer with
-            response = self.on_error(Request(scope), exc)
-        await response(scope, receive, counted)
 
 
 def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True) -> FastAPI:
@@ -106,6 +77,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         if not gw.draining:
             gw.draining = True
             gw.drain_deadline = time.monotonic() + cfg.drain_timeout_s
+            asyncio.get_running_loop().call_later(cfg.drain_timeout_s, gw.end_drain)
             batch.drain()
 
     @contextlib.asynccontextmanager
@@ -126,7 +98,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     app = FastAPI(title="edgepop gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gw
     app.state.begin_drain = begin_drain
-    app.add_middleware(_StatusCounter, metrics=gw.metrics, on_error=lambda request, exc: unexpected(request, exc))
+    app.add_middleware(StatusCounter, metrics=gw.metrics, on_error=lambda request, exc: unexpected(request, exc))
     app.add_middleware(TimelineMiddleware, store=gw.timelines)  # stage stamps of traced requests (sim vs live)
 
     def is_openai(request: Request) -> bool:
@@ -160,8 +132,25 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
             raise bad_input("field 'options' must be an object")
         return flag((options or {}).get("rejectIfBusy")) or flag(request.query_params.get("rejectIfBusy"))
 
+    def count(request: Request, err: GatewayError) -> None:
+        """A request to a model route ending with an error nothing counted yet (bad JSON, a bad location header, a
+        bad batch body, a body too large...): counted now, once, with its status. Routes set ``endpoint`` once
+        the caller is authenticated: refused authentication is not counted (edgepop_http_responses has it)."""
+        endpoint = getattr(request.state, "endpoint", None)
+        if endpoint is None or err.counted:
+            return
+        try:
+            place = place_of(request)
+        except GatewayError:  # (the location header was what was wrong)
+            place = None
+        gw.metrics.rejected(getattr(request.state, "model", ""), endpoint, err, place)
+
+    def counting(request: Request, endpoint: str, model: str = "") -> None:
+        request.state.endpoint, request.state.model = endpoint, model
+
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, err: GatewayError):
+        count(request, err)
         return error_response(request, err)
 
     @app.exception_handler(StarletteHTTPException)
@@ -174,6 +163,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         err = from_exception(exc)
         if err.status >= 500:
             log.exception("unexpected error on %s", request.url.path)
+        count(request, err)
         return error_response(request, err)
 
     def place_of(request: Request):
@@ -184,15 +174,15 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         the work is cancelled, which releases its queue place or slot and stops its engine run, and the request
         counts as 499. (Starlette cancels a streaming response on disconnect, never a plain handler.)"""
         task = asyncio.ensure_future(work)
-        gone = asyncio.ensure_future(_disconnected(request))
+        gone = asyncio.ensure_future(disconnected(request))
         try:
-            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((task, gone, gw.stopped), return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # this handler itself cancelled (the server is stopping)
             task.cancel()
             gone.cancel()
             raise
+        gone.cancel()
         if task.done():
-            gone.cancel()
             return task.result()
         task.cancel()
         try:
@@ -202,7 +192,8 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
                 raise
         except Exception:  # noqa: BLE001, S110 (its own error, if it failed as it was cancelled, is moot)
             pass
-        err = client_gone()  # (counted at the PoP where it waited or ran, when it got that far)
+        # (counted at the PoP where it waited or ran, when it got that far)
+        err = shutting_down() if gw.stopped.done() else client_gone()
         gw.metrics.rejected(model, endpoint, err, place_of(request), pop=(served or {}).get("pop", ""))
         raise err
 
@@ -214,28 +205,33 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.post(PREFIX + "/run/{model:path}")
     async def run_model(request: Request, account_id: str, model: str):
         account = authenticate(request, account_id)
-        body = await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s)
         queue = flag(request.query_params.get("queueRequest"))
-        try:  # an unknown model is named as such (5007) before its body is parsed (an image is no JSON)
-            spec_task = gw.spec(model).task
-        except GatewayError as err:
-            gw.metrics.rejected(model, "run", err, place_of(request))  # (counted, as admission would)
-            raise
-        inputs = run_inputs(body, request.headers.get("content-type"), spec_task)
+        counting(request, "batch-submit" if queue else "run", model)
+        body = await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s)
+        # an unknown model is named as such (5007) before its body is parsed (an image is no JSON)
+        inputs = run_inputs(body, request.headers.get("content-type"), gw.spec(model).task)
         if "request_id" in inputs and (queue or len(inputs) == 1):
+            counting(request, None)  # (a poll is no request of the model's: not counted)
             return ok(await batch.poll(account, inputs["request_id"]))
-        if queue:
-            gw.check_limits(model, account)  # the submission counts; its items run paced by the batch worker
-            return ok(await batch.submit(account, model, inputs, place_of(request)))
-        reject = reject_if_busy(request, inputs.pop("options", None))
         place = place_of(request)
+        if queue:
+            # As on the other routes: refused early when over the limit, counted once the body is valid (bad input
+            # does not use up the limit); its items run paced by the batch worker.
+            gw.check_limits(model, account, count=False)
+            batch.check(model, inputs)
+            gw.check_limits(model, account)
+            result = await batch.submit(account, model, inputs, place)
+            gw.metrics.answered(model, "batch-submit", place)
+            return ok(result)
+        reject = reject_if_busy(request, inputs.pop("options", None))
         spec = gw.spec(model)
         if spec.task == "text-generation" and inputs.get("stream") is True:
+            counting(request, "run-stream", model)
             kw = common(request)
             call = await unless_gone(request, gw.admit(model, inputs, place, account=account, reject_if_busy=reject,
                                                        endpoint="run-stream", **kw), model, "run-stream", kw["served"])
             _start(call)
-            return _Stream(_workers_stream(call), call, headers={**SSE_HEADERS, **call.headers(final=False)})
+            return SSEStream(_workers_stream(call), call, headers={**SSE_HEADERS, **call.headers(final=False)})
         kw = common(request)
         call, fin = await unless_gone(request, gw.infer(model, inputs, place, account=account, reject_if_busy=reject,
                                                         endpoint="run", **kw), model, "run", kw["served"])
@@ -281,8 +277,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.post(PREFIX + "/v1/chat/completions")
     async def chat_completions(request: Request, account_id: str):
         account = authenticate(request, account_id)
+        counting(request, "chat")
         body = parse_json(await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s))
         model, inputs, stream, include_usage = oai.chat_inputs(body)
+        counting(request, "chat-stream" if stream else "chat", model)
         reject = reject_if_busy(request, body.get("options"))
         shown = body["model"]  # echoed as sent, "<id>:<adapter>" included
         if gw.spec(model).task != "text-generation":
@@ -295,8 +293,8 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
                                                        reject_if_busy=reject, endpoint="chat-stream",
                                                        **kw), model, "chat-stream", kw["served"])
             _start(call)
-            return _Stream(_chat_stream(call, cid, shown, include_usage), call,
-                           headers={**SSE_HEADERS, **call.headers(final=False)})
+            return SSEStream(_chat_stream(call, cid, shown, include_usage), call,
+                           headers={**SSE_HEADERS, **call.headers(final=False)}, openai=True)
         kw = common(request)
         call, fin = await unless_gone(request, gw.infer(model, inputs, place, account=account, reject_if_busy=reject,
                                                         endpoint="chat", **kw), model, "chat", kw["served"])
@@ -320,8 +318,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.post(PREFIX + "/v1/embeddings")
     async def embeddings(request: Request, account_id: str):
         account = authenticate(request, account_id)
+        counting(request, "embeddings")
         body = parse_json(await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s))
         model, inputs, fmt, dims = oai.embedding_inputs(body)
+        counting(request, "embeddings", model)
         reject = reject_if_busy(request, body.get("options"))
         spec = gw.spec(model)
         if spec.task != "text-embeddings":
@@ -375,27 +375,3 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         return JSONResponse({"ok": not gw.draining, "draining": gw.draining}, status_code=503 if gw.draining else 200)
 
     return app
-
-
-async def _disconnected(request: Request) -> None:
-    """Return when the client has disconnected (the body is read already: the next ASGI message is the
-    disconnect, which the server sends only when the connection closes)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-class _Stream(StreamingResponse):
-    """An SSE answer whose generation is stopped, and counted as 499, when its client leaves before the end, even
-    before the first byte: Starlette then cancels the response without ever starting its body iterator, so the
-    generation :meth:`Call.stream` would have stopped would run on, holding its slot."""
-
-    def __init__(self, content, call, headers: dict):
-        super().__init__(content, media_type="text/event-stream", headers=headers)
-        self.call = call
-
-    async def __call__(self, scope, receive, send):
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            if not self.call.stream_ended:
-                self.call.abandon()

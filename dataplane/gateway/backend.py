@@ -16,6 +16,9 @@ the shared cores when asked to model a live host (``sim.live``, docs/fidelity.md
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pandas as pd
 
@@ -45,7 +48,10 @@ class Backend:
         from topology import Topology
 
         self.config = cfg
-        self.topo = topo if topo is not None else Topology.load(last_mile_ms=cfg.last_mile_ms)
+        # The topology as the simulator shapes a scenario's (sim.run.prepare): last mile, GPU inventory, anycast.
+        topo = topo if topo is not None else Topology.load(last_mile_ms=cfg.last_mile_ms, last_mile=cfg.last_mile)
+        self.topo = topo.with_last_mile(cfg.last_mile_ms, cfg.last_mile).with_gpu_scale(
+            cfg.gpu_inventory_scale).with_anycast(cfg.anycast_misroute, seed=cfg.seed)
         full = default_catalog()
         for m in cfg.models:
             if m not in full:
@@ -85,8 +91,17 @@ class Backend:
                   for n, a in table.items())
             for m, table in self.adapters.items()})
         rng = streams(cfg.seed)  # the simulator's streams for the same seed: the same router draws
+        # The plane's clock is the simulator's: seconds since a start whose UTC time is known. Live that is now,
+        # on the real clock (a scheduled autoscaler's start_utc and day_s are the real ones, whatever its options
+        # say: a compressed day would put its working hours at the wrong time).
+        self.started_utc = datetime.now(UTC)
+        self.t0 = time.monotonic()
+        self.deployment_cfg = d = cfg.deployment_config()
+        if d.autoscaler == "scheduled":
+            d = self.deployment_cfg = replace(d, autoscaler_options={
+                **d.autoscaler_options, "start_utc": self.started_utc.isoformat(), "day_s": 86_400.0})
         self.deployment: Deployment = build_deployment(
-            "edge", cfg.deployment_config(), self.topo, self.catalog, rng_place=rng["place_edge"],
+            "edge", d, self.topo, self.catalog, rng_place=rng["place_edge"],
             rng_route=rng["route_edge"], slots=cfg.slots, perf=build_perf("roofline", self.topo),
             prefix=PrefixIndex(cfg.lm_prefix_block) if cfg.lm_prefix_cache_mb else None,
             adapters=AdapterIndex(cfg.lora_slots) if self.adapters else None)
@@ -97,12 +112,6 @@ class Backend:
         self.site_ids = fleet.sites.site_id.to_numpy()
         self.node_ids = fleet.nodes.node_id.to_numpy()
         self.pop_ids = self.topo.pops.id.to_numpy()
-        reps = self.plane.state.replicas
-        self.placement = pd.DataFrame(
-            {"model": [r.model for r in reps], "node": [r.node for r in reps],
-             "node_id": [self.node_ids[r.node] for r in reps], "pop": [self.site_ids[r.site] for r in reps],
-             "gpu": [r.gpu for r in reps], "slots": [r.slots for r in reps], "replica": [r.id for r in reps]},
-            columns=["model", "node", "node_id", "pop", "gpu", "slots", "replica"])
 
     def _load_adapters(self, cfg: GatewayConfig, catalog) -> dict[str, dict[str, Adapter]]:
         """Validate every declared LoRA adapter against its model's stand-in (one-line UserError if bad)."""
@@ -164,23 +173,36 @@ class Backend:
         cores = os.cpu_count() or 1
         return cores / min(self.config.threads, cores) if self.config.threads else 1.0
 
+    def placement(self) -> pd.DataFrame:
+        """Every replica the control plane knows now, with its ``status`` (``ready``, ``loading``, or ``cold``:
+        scaled to zero by the autoscaler, its GPU memory freed); an autoscaler adds rows and changes statuses."""
+        reps = self.plane.state.replicas
+        return pd.DataFrame(
+            {"model": [r.model for r in reps], "node": [r.node for r in reps],
+             "node_id": [self.node_ids[r.node] for r in reps], "pop": [self.site_ids[r.site] for r in reps],
+             "gpu": [r.gpu for r in reps], "slots": [r.slots for r in reps], "replica": [r.id for r in reps],
+             "status": [r.status for r in reps]},
+            columns=["model", "node", "node_id", "pop", "gpu", "slots", "replica", "status"])
+
     def describe(self) -> dict:
         """What this deployment is (``GET /edgepop/deployment``; the replay tool mirrors it in the simulator)."""
         c = self.config
-        d = c.deployment_config()
+        d = self.deployment_cfg
         return {
             "pops": list(c.pops), "router": d.router, "router_options": dict(d.router_options),
             "autoscaler": d.autoscaler, "autoscaler_options": dict(d.autoscaler_options),
             "placement_policy": d.placement, "queue_limit": d.queue_limit, "queue_timeout_s": d.queue_timeout_s,
             "delay": c.delay, "delay_scale": c.delay_scale,
-            "last_mile_ms": self.topo.last_mile_ms, "default_location": list(c.default_location),
+            "last_mile_ms": self.topo.last_mile_ms, "last_mile": c.last_mile,
+            "gpu_inventory_scale": c.gpu_inventory_scale, "anycast_misroute": c.anycast_misroute,
+            "default_location": list(c.default_location),
             "seed": c.seed, "scenario": c.scenario, "threads": c.threads, "provider": c.provider,
             "host_cores": os.cpu_count(),
             "engines": "per-replica", "lm_max_batch": c.lm_max_batch, "lm_kv_budget_tokens": c.lm_kv_budget_tokens,
             "stand_ins": dict(self.stand_in),
             "prefix_block": c.lm_prefix_block if c.lm_prefix_cache_mb else None,
             "lora_adapters": {m: sorted(t) for m, t in self.adapters.items()},
-            "placement": self.placement.to_dict(orient="records"),
+            "placement": self.placement().to_dict(orient="records"),
         }
 
     def close(self) -> None:

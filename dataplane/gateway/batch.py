@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dataplane.gateway.batch_store import BatchStore
-from dataplane.gateway.errors import NOT_FOUND, GatewayError, bad_input, from_exception
+from dataplane.gateway.errors import NOT_FOUND, GatewayError, bad_input, from_exception, retried
 
 MAX_REQUESTS = 10_000
 RETRY_S = 0.25
@@ -50,7 +50,15 @@ class BatchService:
 
     async def submit(self, account: str, model: str, body: dict, place) -> dict:
         """Queue ``body["requests"]``; returns the Workers AI ``result`` ({status, request_id, model})."""
-        self.gw.spec(model)  # 5007 before anything is stored
+        reqs = self.check(model, body)
+        job = await self._db(self.store.create, account, model, reqs, place.lat, place.lon)
+        if self._wake is not None:
+            self._wake.set()
+        return {"status": "queued", "request_id": job, "model": model}
+
+    def check(self, model: str, body: dict) -> list:
+        """The submission's items, once its model is served (5007) and its body well formed (400)."""
+        self.gw.spec(model)
         reqs = body.get("requests")
         if not isinstance(reqs, list) or not reqs or len(reqs) > MAX_REQUESTS:
             raise bad_input(f"field 'requests' must be a list of 1 to {MAX_REQUESTS} input objects")
@@ -61,10 +69,7 @@ class BatchService:
             # stored as text, echoed back (a lone surrogate, which UTF-8 cannot store, never gets past parse_json)
             if ref is not None and not isinstance(ref, str):
                 raise bad_input(f"requests[{i}].external_reference must be a string, got {type(ref).__name__}")
-        job = await self._db(self.store.create, account, model, reqs, place.lat, place.lon)
-        if self._wake is not None:
-            self._wake.set()
-        return {"status": "queued", "request_id": job, "model": model}
+        return reqs
 
     async def poll(self, account: str, request_id) -> dict:
         """The job's status, or all its responses once every item is done (404 for another account's job)."""
@@ -191,12 +196,12 @@ class BatchService:
         place = self.gw.locator.at(item["lat"], item["lon"], "batch")
         try:
             _, fin = await self.gw.infer(item["model"], inputs, place, account=item["account"], endpoint="batch",
-                                         limited=False)
+                                         limited=False, retried=True)
         except asyncio.CancelledError:
             raise  # shutting down: stop() puts the item back in the queue
         except Exception as exc:
             err = from_exception(exc)
-            if err.code == 3040 or (err.code == 3007 and err.never_ran):  # capacity or queue timeout: try again
+            if retried(err):  # capacity or queue timeout: try again (counted when it ends)
                 await self._write(self.store.requeue, item["job"], item["idx"], max(RETRY_S, err.retry_after_s or 0))
             else:  # an engine that ran past --request-timeout (3007) included: that item's outcome
                 await self._write(self.store.complete, item["job"], item["idx"],

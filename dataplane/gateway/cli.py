@@ -76,7 +76,9 @@ def gateway_config(args: argparse.Namespace):
 
         sc = load_scenario(args.scenario)
         e = sc.edge
-        over.update(scenario=sc.name, seed=sc.seed, last_mile_ms=sc.last_mile_ms, placement_policy=e.placement,
+        over.update(scenario=sc.name, seed=sc.seed, last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile,
+                    gpu_inventory_scale=sc.gpu_inventory_scale, anycast_misroute=sc.anycast_misroute,
+                    placement_policy=e.placement,
                     placement_options=dict(e.placement_options), router=e.router,
                     router_options=dict(e.router_options), autoscaler=e.autoscaler,
                     autoscaler_options=dict(e.autoscaler_options), queue_limit=e.queue_limit,
@@ -144,7 +146,7 @@ def run_serve(args: argparse.Namespace) -> int:
     app = create_app(cfg, warm=not args.no_warm)
     gw = app.state.gateway
     print(f"edgepop gateway on http://{args.host}:{args.port}  pops={','.join(cfg.pops)}  "
-          f"replicas={len(gw.backend.placement)}  delay={'off' if not cfg.delay else f'x{cfg.delay_scale:g}'}  "
+          f"replicas={len(gw.backend.placement())}  delay={'off' if not cfg.delay else f'x{cfg.delay_scale:g}'}  "
           f"auth={'off' if cfg.no_auth else f'{len(cfg.tokens)} tokens'}  "
           f"max wait={f'{cfg.max_wait_s:g} s' if cfg.max_wait_s else 'off'}  "
           f"rate limits={'on' if cfg.rate_limit else 'off'}  batch db={gw.batch.store.path}"

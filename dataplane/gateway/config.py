@@ -51,6 +51,7 @@ DEFAULT_MODELS = (
     "@cf/openai/whisper",
 )
 ADAPTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # no ':' (OpenAI "<model>:<adapter>" splits on it)
+OVERRIDDEN = " with its command-line overrides"
 DEFAULT_LOCATION = (50.11, 8.68)  # Frankfurt: clients that say nothing about where they are
 
 
@@ -76,6 +77,8 @@ class GatewayConfig:
     (:class:`controlplane.deployment.DeploymentConfig`, the same defaults as a scenario's ``[edge]`` table except
     the placement: ``per-pop``, every served model at every PoP, or at the PoPs ``placement`` lists for it).
     ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
+    ``last_mile`` (mode), ``gpu_inventory_scale`` and ``anycast_misroute`` shape the topology as a scenario's
+    fields of those names do (``--scenario`` sets them).
 
     Overload and shutdown (see :mod:`dataplane.gateway.limits`, :mod:`dataplane.gateway.shedding`):
     ``rate_limit`` turns the per-minute limits on (Workers AI's figures; ``rate_limits`` overrides them per task
@@ -109,6 +112,9 @@ class GatewayConfig:
     delay: bool = True
     delay_scale: float = 1.0
     last_mile_ms: float = 10.0
+    last_mile: str = "fixed"
+    gpu_inventory_scale: float = 1.0
+    anycast_misroute: float = 0.0
     tokens: dict[str, str] = field(default_factory=dict)
     no_auth: bool = False
     db: str | None = None
@@ -224,10 +230,24 @@ class GatewayConfig:
                     "served model id")
             if isinstance(rpm, bool) or not isinstance(rpm, int | float) or not math.isfinite(rpm) or rpm < 0:
                 bad("rate_limits", f"{key!r} = {rpm!r} is not a non-negative number of requests per minute")
+        from topology.last_mile import MODES
+
+        if self.last_mile not in MODES:
+            bad("last_mile", f"{self.last_mile!r} is not one of {', '.join(MODES)}")
+        v = self.gpu_inventory_scale
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 100:  # (NaN fails too)
+            bad("gpu_inventory_scale", f"{v!r} is not a number in (0, 100]")
+        v = self.anycast_misroute
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+            bad("anycast_misroute", f"{v!r} is not a share in [0, 1]")
         for name in ("placement_options", "router_options", "autoscaler_options"):
             if not isinstance(getattr(self, name), dict):
                 bad(name, "must be a table of option = value")
-        self.deployment_config().check(where)
+        try:
+            self.deployment_config().check(where)
+        except UserError as exc:  # (DeploymentConfig calls it 'placement'; this file spells it 'placement_policy')
+            raise UserError(str(exc).replace(f"{where}: field 'placement':", f"{where}: field 'placement_policy':",
+                                             1)) from None
 
     def deployment_config(self) -> DeploymentConfig:
         """The deployment part of this config, as the simulator's ``[edge]`` table would give it."""
@@ -242,8 +262,11 @@ class GatewayConfig:
     def with_overrides(self, **kw) -> GatewayConfig:
         """A copy with the given fields replaced (``None`` values are ignored: flags that were not given)."""
         given = {k: v for k, v in kw.items() if v is not None}
-        if given and "source" not in given and self.source != "gateway config":  # errors may be the flags'
-            given["source"] = f"{self.source} with its command-line overrides"
+        # Errors may then be the flags': said once, and only when a value really changed.
+        changed = any(getattr(self, k) != v for k, v in given.items() if k != "source")
+        if (changed and "source" not in given and self.source != "gateway config"
+                and not self.source.endswith(OVERRIDDEN)):
+            given["source"] = f"{self.source}{OVERRIDDEN}"
         return replace(self, **given)
 
 

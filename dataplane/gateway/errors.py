@@ -13,6 +13,7 @@ rate limit (per minute)  429   3021
 daily neuron budget      429   3036
 out of capacity / shed   429   3040
 internal error           500   3043
+shutting down            503   3043 (in flight at the drain deadline)
 no / bad token           401   10000
 another account          403   10000
 no such batch request    404   7003
@@ -57,6 +58,7 @@ class GatewayError(Exception):
         self.retry_after_s = retry_after_s
         self.extra_headers = dict(headers or {})
         self.never_ran = False  # refused or expired before any engine took it (so it may be sent again as it is)
+        self.counted = False  # in edgepop_requests_total already (Metrics.rejected): each request is counted once
 
     def headers(self) -> dict[str, str]:
         """Response headers: ``Retry-After`` and ``retry-after-ms`` when a retry can succeed later."""
@@ -139,6 +141,18 @@ def auth_throttled(refusal) -> GatewayError:
 def client_gone() -> GatewayError:
     """499: the client closed the connection before its answer (the status counted for a cancelled request)."""
     return GatewayError(499, 7499, "the client closed the connection before the answer")
+
+
+def shutting_down() -> GatewayError:
+    """503/3043: the request was still in flight when the server's drain deadline came."""
+    return GatewayError(503, int(Code.INTERNAL), "the gateway is shutting down: the request did not finish within "
+                        "its drain timeout")
+
+
+def retried(err: GatewayError) -> bool:
+    """Whether an async batch item refused with ``err`` goes back to the queue (capacity, or a queue timeout
+    before any engine ran it) rather than ending with it."""
+    return err.code == int(Code.OUT_OF_CAPACITY) or (err.code == int(Code.TIMEOUT) and err.never_ran)
 
 
 def unknown_model(model: str) -> GatewayError:

@@ -129,7 +129,7 @@ def search_models(gw, search: str | None, task: str | None, page: int, per_page:
     for embeddings, the ``dimensions`` returned."""
     out = []
     b = gw.backend
-    placement = b.placement
+    placement = b.placement()
     for spec in b.catalog:
         if search and search.lower() not in spec.id.lower() and search.lower() not in spec.description.lower():
             continue

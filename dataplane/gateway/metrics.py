@@ -12,6 +12,8 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from controlplane.state import COLD
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -33,9 +35,18 @@ class _StateCollector:
         for k in ("submitted", "started", "queued", "rejected", "expired"):
             c.add_metric([k], snap[k])
         yield c
-        r = GaugeMetricFamily("edgepop_replicas", "Replicas per serving PoP and model", labels=["pop", "model"])
-        for row in self.gw.backend.placement.itertuples():
-            r.add_metric([row.pop, row.model], 1)
+        # The control plane's replicas now (an autoscaler adds them and scales them to zero): the ones holding
+        # GPU memory, by status; cold ones are not counted.
+        r = GaugeMetricFamily("edgepop_replicas", "Replicas holding GPU memory per serving PoP, model and status "
+                              "(ready or loading)", labels=["pop", "model", "status"])
+        counts: dict[tuple, int] = {}
+        backend = self.gw.backend
+        for rep in backend.plane.state.replicas:
+            if rep.status != COLD:
+                key = (backend.pop_of(rep), rep.model, rep.status)
+                counts[key] = counts.get(key, 0) + 1
+        for key, n in counts.items():
+            r.add_metric(list(key), n)
         yield r
         items = CounterMetricFamily("edgepop_engine_items", "Items run by the engines of each data-plane model "
                                     "(all its replicas)", labels=["stand_in"])
@@ -113,6 +124,10 @@ class Metrics:
             if usage.get(kind):
                 self.tokens.labels(call.model, kind.split("_")[0]).inc(usage[kind])
 
+    def answered(self, model: str, endpoint: str, place) -> None:
+        """Count a request answered 200 without an engine run (an async batch submission), at its ingress PoP."""
+        self.requests.labels(model, str(getattr(place, "ingress_pop", "") or ""), endpoint, "200").inc()
+
     def first_token(self, call, seconds: float) -> None:
         self.ttft.labels(call.model).observe(seconds)
 
@@ -124,6 +139,7 @@ class Metrics:
         if not pop and place is not None:
             pop = str(getattr(place, "ingress_pop", "") or "")
         self.requests.labels(name, pop, endpoint, str(err.status)).inc()
+        err.counted = True
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from controlplane.billing import neurons
-from dataplane.gateway import invoke, standins
+from dataplane.gateway import errors, invoke, standins
 from dataplane.gateway.admission import Admission, Lease
 from dataplane.gateway.backend import Backend
 from dataplane.gateway.config import GatewayConfig
@@ -221,12 +221,13 @@ class Gateway:
         self.shedder = LoadShedder(config.max_wait_s, concurrency=b.engine_concurrency, parallel=b.parallel_engines())
         self.admission = Admission(b.plane, self.shedder, engine_key=b.engine_key,
                                    engine_keys=lambda m: list(dict.fromkeys(
-                                       b.engine_key(r) for r in b.plane.state.by_model.get(m, ()))))
+                                       b.engine_key(r) for r in b.plane.state.by_model.get(m, ()))), t0=b.t0)
         self.rate_limits = RateLimits(config.rate_limits, enabled=config.rate_limit)
         self.budget = NeuronBudget(config.neuron_budget_per_day)
         self.prefix_block = config.lm_prefix_block if config.lm_prefix_cache_mb else 0
         self.draining = False  # set on SIGTERM/SIGINT
         self.drain_deadline = 0.0
+        self.stopped: asyncio.Future | None = None  # done at the drain deadline: what is in flight ends (503)
         self.metrics = Metrics(self)
         self.timelines = TimelineStore()
 
@@ -293,11 +294,13 @@ class Gateway:
 
     async def admit(self, model: str, inputs, place: ClientPlace, *, account: str, session=None,
                     reject_if_busy: bool = False, endpoint: str = "run", limited: bool = True,
-                    served: dict | None = None, text_field: str = "text") -> Call:
+                    served: dict | None = None, text_field: str = "text", retried: bool = False) -> Call:
         """Check the account's limits, validate, travel to the ingress, get a control-plane decision (or be shed),
         travel to the serving PoP and wait for a slot. Raises :class:`GatewayError` (400, 413, 429, 408, ...).
         ``limited``: count the request against the per-minute limits (async batch items are not); ``text_field``:
-        what the client called an embeddings request's ``text`` (OpenAI's ``input``), for its error messages."""
+        what the client called an embeddings request's ``text`` (OpenAI's ``input``), for its error messages;
+        ``retried``: the caller sends it again after a capacity refusal or a queue timeout (an async batch item), so
+        those are not its outcome and are not counted."""
         timing = Timing()
         try:
             spec = self.spec(model)
@@ -342,7 +345,8 @@ class Gateway:
             timing.tl.decided = time.monotonic()
         except GatewayError as err:
             await self.delays.sleep_ms(place.access_rtt_ms / 2)  # the refusal travels back from the ingress
-            self.metrics.rejected(model, endpoint, err, place)  # (after the trip: a client gone during it is 499)
+            if not (retried and errors.retried(err)):  # (after the trip: a client gone during it is 499)
+                self.metrics.rejected(model, endpoint, err, place)
             raise
         if served is not None:  # where it waits or runs (a caller counting it as gone labels it with this PoP)
             served["pop"] = self.backend.pop_of(lease.decision.replica)
@@ -353,7 +357,7 @@ class Gateway:
             await self.admission.wait_adapter(lease)
         except BaseException as exc:
             self.admission.release(lease)
-            if isinstance(exc, GatewayError):  # (a queue timeout: counted at the PoP it waited at)
+            if isinstance(exc, GatewayError) and not (retried and errors.retried(exc)):  # (counted where it waited)
                 self.metrics.rejected(model, endpoint, exc, place,
                                       pop=self.backend.pop_of(lease.replica or lease.decision.replica))
             raise
@@ -379,7 +383,13 @@ class Gateway:
         return call, fin
 
     async def start(self) -> None:
+        self.stopped = asyncio.get_running_loop().create_future()
         self.admission.start()
+
+    def end_drain(self) -> None:
+        """The drain deadline: requests and streams still in flight are answered 503/3043 now."""
+        if self.stopped is not None and not self.stopped.done():
+            self.stopped.set_result(None)
 
     async def stop(self) -> None:
         await self.admission.stop()

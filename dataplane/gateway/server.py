@@ -26,6 +26,9 @@ from edgepop.errors import UserError
 from edgepop.memory import freeze_startup
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# uvicorn's own deadline comes this long after the gateway's: by then the gateway has answered what was still in
+# flight (503 / an in-band error frame) instead of uvicorn cancelling it into a plain-text 500.
+DRAIN_GRACE_S = 1.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -58,7 +61,7 @@ def uvicorn_config(app, host: str, port: int, log_level: str = "warning"):
 
     cfg = app.state.gateway.config
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
-                          timeout_keep_alive=cfg.keep_alive_s, timeout_graceful_shutdown=cfg.drain_timeout_s)
+                          timeout_keep_alive=cfg.keep_alive_s, timeout_graceful_shutdown=cfg.drain_timeout_s + DRAIN_GRACE_S)
 
 
 def _server_class():
@@ -91,7 +94,7 @@ def _server_class():
             self._captured_signals.clear()  # drained: return normally instead of dying of the signal
             if first:
                 print(f"edgepop gateway: {signal.Signals(sig).name}: draining (up to "
-                      f"{self.config.timeout_graceful_shutdown:g} s)", file=sys.stderr, flush=True)
+                      f"{self.config.timeout_graceful_shutdown - DRAIN_GRACE_S:g} s)", file=sys.stderr, flush=True)
                 if self.on_drain is not None and self._loop is not None:
                     self._loop.call_soon_threadsafe(self.on_drain)
 

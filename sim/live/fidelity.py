@@ -98,6 +98,11 @@ def mirror_deployment(desc: dict, topo) -> tuple[Deployment, float]:
     dep = deployment_from_table("edge", cfg, topo, mirror_catalog(desc), list(desc["pops"]),
                                 table[["model", "node", "slots"]], rng_route=streams(desc["seed"])["route_edge"],
                                 rtt_scale=scale, prefix=prefix)
+    # Replicas the live autoscaler had scaled to zero start cold here too (same ids: a row per replica it knows).
+    for r, status in zip(dep.plane.state.replicas, table.get("status", pd.Series(["ready"] * len(table))),
+                         strict=True):
+        if status == "cold":
+            dep.plane.state.unload(r)
     return dep, scale
 
 

@@ -122,3 +122,36 @@ def test_live_prefix_aware_routing_follows_the_prefix_index(prefix_gateway):
     # A London user with a prompt nobody sent before stays at the nearest PoP.
     fresh = _chat(prefix_gateway, "a different conversation entirely. " * 8, london)
     assert fresh[1] == "LHR" and fresh[2] == 0
+
+
+def test_serve_scenario_serves_its_fleet_last_mile_and_anycast(tmp_path, gateway_topo, monkeypatch):
+    """`edgepop serve --scenario` shapes the topology as the simulator does: the scenario's GPU inventory scale,
+    last-mile mode and anycast misroute (the fleet, the access RTTs and the ingress PoPs are the simulated ones)."""
+    from dataplane.gateway.backend import Backend
+    from dataplane.gateway.cli import gateway_config
+    from edgepop.cli import build_parser
+    from sim.run import prepare, scenario_deployment
+    from sim.scenario import load_scenario
+
+    path = tmp_path / "s.toml"
+    path.write_text(SCENARIO.replace("MODEL", GEN).replace("ROUTER", "nearest-with-capacity")
+                    .replace("router_options = { OPTIONS }\n", "")
+                    .replace("seed = 5\n", 'seed = 5\ngpu_inventory_scale = 0.1\nlast_mile = "country"\n'
+                             "anycast_misroute = 0.3\n"))
+    monkeypatch.setenv("EDGEPOP_TOKENS", "tok-000000001:acme")
+    cfg = gateway_config(build_parser().parse_args(["serve", "--scenario", str(path), "--models", GEN]))
+    live = Backend(cfg, gateway_topo)
+    try:
+        setup = prepare(load_scenario(path), topo=gateway_topo)
+        sim = scenario_deployment(setup, "edge")
+        assert list(live.deployment.fleet.nodes.node_id) == list(sim.fleet.nodes.node_id)
+        assert len(live.deployment.fleet.nodes) < len(Backend(
+            cfg.with_overrides(gpu_inventory_scale=1.0), gateway_topo).deployment.fleet.nodes)
+        assert live.topo.last_mile_mode == "country" and live.topo.anycast_misroute == 0.3
+        assert np.array_equal(live.topo.demand_last_mile_ms(), setup.topo.demand_last_mile_ms())
+        assert np.array_equal(live.topo.ingress(live.topo.demand.lat.to_numpy(), live.topo.demand.lon.to_numpy()),
+                              setup.topo.ingress(setup.topo.demand.lat.to_numpy(), setup.topo.demand.lon.to_numpy()))
+        desc = live.describe()
+        assert (desc["gpu_inventory_scale"], desc["last_mile"], desc["anycast_misroute"]) == (0.1, "country", 0.3)
+    finally:
+        live.close()

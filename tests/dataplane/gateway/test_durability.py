@@ -84,3 +84,24 @@ def test_serve_bad_options_are_one_line_errors(tmp_path, capsys, monkeypatch):
         assert main(["serve", *args, "--port", port]) == 2, args
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("edgepop: error:") and needle in lines[0], lines
+
+
+def test_serve_config_errors_name_the_file_field_and_overrides_as_given(tmp_path, capsys, monkeypatch):
+    from dataplane.gateway.server import free_port
+    from edgepop.cli import main
+
+    monkeypatch.setenv("EDGEPOP_TOKENS", "")
+    port = str(free_port())
+    bad = tmp_path / "bad.toml"
+    bad.write_text('pops = ["FRA", "XXX"]\nmodels = ["@edgepop/gpt2-tiny"]\nno_auth = true\n')
+    policy = tmp_path / "policy.toml"
+    policy.write_text('placement_policy = "bogus"\nno_auth = true\n')
+    for args, needle in (([], f"{bad}: field 'pops': unknown PoP id(s) 'XXX'"),  # no flag: the file alone
+                         (["--threads", "1"], f"{bad} with its command-line overrides: field 'pops'"),
+                         (["--pops", "FRA,YYY"], f"{bad} with its command-line overrides: field 'pops'"),
+                         (["--config", str(policy)], f"{policy}: field 'placement_policy': unknown")):
+        config = [] if "--config" in args else ["--config", str(bad)]
+        assert main(["serve", *config, *args, "--port", port]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], (args, lines)
+        assert lines[0].count("command-line overrides") <= 1

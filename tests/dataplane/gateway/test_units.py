@@ -62,7 +62,8 @@ def test_placement_errors(gateway_topo):
         Backend(GatewayConfig(pops=["FRA"], models=[GEN], stand_ins={GEN: "minilm-l6-v2"}), gateway_topo)
     dep = Backend(GatewayConfig(pops=["FRA", "LHR"], models=[GEN], placement={GEN: ["LHR"]}, slots=3),
                      gateway_topo)
-    assert list(dep.placement["pop"]) == ["LHR"] and list(dep.placement.slots) == [3]
+    table = dep.placement()
+    assert list(table["pop"]) == ["LHR"] and list(table.slots) == [3] and list(table.status) == ["ready"]
     assert dep.describe()["placement"][0]["node_id"].startswith("LHR")
 
 

@@ -69,6 +69,21 @@ def test_replay_live_side_and_simulator_mirror(delayed_gateway, gateway_topo, tm
     assert summarize(live).set_index("metric").loc["ttft_ms", "n"] == 6
 
 
+def test_mirror_starts_cold_what_the_live_autoscaler_scaled_to_zero(gateway_topo):
+    from dataplane.gateway import GatewayConfig
+    from dataplane.gateway.backend import Backend
+
+    live = Backend(GatewayConfig(pops=["FRA", "LHR", "SIN"], models=[GEN], delay=False), gateway_topo)
+    try:
+        live.plane.state.unload(live.plane.state.replicas[1])  # as an autoscaler does
+        desc = live.describe()
+    finally:
+        live.close()
+    assert [p["status"] for p in desc["placement"]] == ["ready", "cold", "ready"]
+    dep, _ = mirror_deployment(desc, gateway_topo)
+    assert [r.status for r in dep.plane.state.replicas] == ["ready", "cold", "ready"]
+
+
 def test_engine_profile_feeds_the_measured_profile_model():
     from controlplane.catalog import default_catalog
     from controlplane.perf_profile import MeasuredProfile

@@ -1,0 +1,95 @@
+"""edgepop_requests_total counts every request once, with its final status; bad input does not use up the
+per-minute rate limit on any route (async batch submissions included)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from kit.gateway import GEN, run_url
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def _serve(tmp_path, topo, **kw):
+    from dataplane.gateway import GatewayConfig
+    from dataplane.gateway.app import create_app
+    from dataplane.gateway.server import ServerThread
+
+    cfg = GatewayConfig(pops=["FRA"], models=[GEN], no_auth=True, delay=False, db=str(tmp_path / "b.sqlite"), **kw)
+    app = create_app(cfg, topo=topo)
+    server = ServerThread(app)
+    server.start()
+    return server, app.state.gateway
+
+
+def _requests(url: str) -> dict[tuple, float]:
+    """edgepop_requests_total by (model, endpoint, status), summed over PoPs."""
+    out: dict[tuple, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        for s in fam.samples:
+            if s.name == "edgepop_requests_total":
+                key = (s.labels["model"], s.labels["endpoint"], s.labels["status"])
+                out[key] = out.get(key, 0) + s.value
+    return out
+
+
+@pytest.fixture
+def limited(tmp_path, gateway_topo):
+    server, gw = _serve(tmp_path, gateway_topo, rate_limits={GEN: 3})
+    yield server.url
+    server.stop()
+
+
+def test_refused_batch_submissions_do_not_use_up_the_rate_limit(limited):
+    url = run_url(limited, GEN, "local")
+    for _ in range(3):
+        r = httpx.post(url, params={"queueRequest": "true"}, json={"requests": 5})
+        assert r.status_code == 400 and r.json()["errors"][0]["code"] == 5006
+    r = httpx.post(url, json={"prompt": "Hello", "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_requests_refused_before_admission_are_counted_once(limited):
+    url = run_url(limited, GEN, "local")
+    cases = [  # (endpoint, kwargs): bad JSON, a bad location header, an unknown city, a bad batch body
+        ("run", {"content": b"{not json", "headers": {"content-type": "application/json"}}),
+        ("run", {"json": {"prompt": "hi"}, "headers": {"x-edgepop-client-location": "91,0"}}),
+        ("run", {"json": {"prompt": "hi"}, "headers": {"x-edgepop-client-city": "Nowhere At All"}}),
+        ("batch-submit", {"json": {"requests": []}, "params": {"queueRequest": "true"}}),
+    ]
+    for endpoint, kw in cases:
+        before = _requests(limited)
+        r = httpx.post(url, **kw)
+        assert r.status_code == 400, r.text
+        after = _requests(limited)
+        changed = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+        assert changed == {(GEN, endpoint, "400"): 1}, (endpoint, kw, changed)
+    # A valid submission is counted too (200), and so is a bad chat body on the OpenAI route (no model known).
+    before = _requests(limited)
+    assert httpx.post(url, params={"queueRequest": "true"}, json={"requests": [{"prompt": "a"}]}).status_code == 200
+    assert httpx.post(f"{limited}/client/v4/accounts/local/ai/v1/chat/completions", content=b"[").status_code == 400
+    after = _requests(limited)
+    assert {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)} == {
+        (GEN, "batch-submit", "200"): 1, ("_unknown", "chat", "400"): 1}
+
+
+def test_batch_items_are_counted_once_with_their_outcome(tmp_path, gateway_topo):
+    # One slot and a queue of one under four concurrent items: items are refused for capacity and retried.
+    server, gw = _serve(tmp_path, gateway_topo, slots=1, queue_limit=1, batch_concurrency=4)
+    try:
+        url = run_url(server.url, GEN, "local")
+        n = 12
+        r = httpx.post(url, params={"queueRequest": "true"},
+                       json={"requests": [{"prompt": f"item {i}", "max_tokens": 16, "ignore_eos": True}
+                                          for i in range(n)]})
+        job = r.json()["result"]["request_id"]
+        deadline = time.monotonic() + 120
+        while httpx.post(url, json={"request_id": job}).json()["result"]["status"] != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert gw.backend.plane.counts["rejected"] + gw.shedder.shed_count > 0  # some were refused and retried
+        counted = {k: v for k, v in _requests(server.url).items() if k[1] == "batch"}
+        assert counted == {(GEN, "batch", "200"): n}
+    finally:
+        server.stop()
