@@ -238,6 +238,11 @@ MAX_WARMUP_ROUNDS = 10_000  # about 45 s of draws
 
 def _check_bins(cfg: WorkloadConfig) -> None:
     lead = warmup_s(cfg) if cfg.session_fraction > 0 else 0.0
+    if lead * cfg.rps > MAX_WARMUP_ARRIVALS:
+        raise UserError(f"workload session_turns / think_time_s: {cfg.session_turns} turns {cfg.think_time_s:g} s "
+                        f"apart need a warm-up of {lead:.3g} s before time 0, {lead * cfg.rps:.3g} arrivals at "
+                        f"{cfg.rps:g} req/s (more than {MAX_WARMUP_ARRIVALS:,}): ask for fewer turns or shorter "
+                        "think times")
     if cfg.requests is not None and cfg.duration_s is None:
         # A count-mode draw walks through the warm-up a little over `requests` arrivals at a time: a few requests
         # after a warm-up of millions of arrivals would take minutes of rounds.
@@ -247,11 +252,6 @@ def _check_bins(cfg: WorkloadConfig) -> None:
                             f"{lead * cfg.rps:.3g} arrivals ({cfg.session_turns:g} turns {cfg.think_time_s:g} s apart "
                             f"at {cfg.rps:g} req/s) take more than {MAX_WARMUP_ROUNDS:,} draw rounds: ask for at "
                             f"least {int(np.ceil(lead * cfg.rps / MAX_WARMUP_ROUNDS))} requests, or give duration_s")
-    if lead * cfg.rps > MAX_WARMUP_ARRIVALS:
-        raise UserError(f"workload session_turns / think_time_s: {cfg.session_turns} turns {cfg.think_time_s:g} s "
-                        f"apart need a warm-up of {lead:.3g} s before time 0, {lead * cfg.rps:.3g} arrivals at "
-                        f"{cfg.rps:g} req/s (more than {MAX_WARMUP_ARRIVALS:,}): ask for fewer turns or shorter "
-                        "think times")
     span = (cfg.duration_s if cfg.duration_s is not None else cfg.requests / cfg.rps) + lead
     bins = span / bin_width_s(cfg)
     if bins > MAX_BINS:
