@@ -24,6 +24,7 @@ from controlplane.catalog import default_catalog
 from controlplane.fleet import Fleet
 from controlplane.plane import AdmissionConfig, ControlPlane
 from controlplane.state import Request
+from edgepop.argtypes import json_line
 from topology import Topology, fibre_rtt_ms, haversine_km
 
 CHAT, EMBED = "@cf/meta/llama-3.1-8b-instruct", "@cf/baai/bge-base-en-v1.5"
@@ -110,7 +111,7 @@ def main() -> None:
         print("placement figures unavailable (benchmarks/placement_figures.py missing)", file=sys.stderr)
     else:
         results.update(placement_run(args.quick))
-    print(json.dumps(results))
+    print(json_line(results))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ Usage: ``python benchmarks/bench_dataplane.py [--quick] [--encoder minilm-l6-v2]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import threading
 import time
@@ -24,6 +23,7 @@ from dataplane.engine_batch import BatchConfig, BatchingEngine
 from dataplane.engine_lm import LMEngine, LMEngineConfig
 from dataplane.sampling import SamplingParams
 from dataplane.tokenization import pad_batch
+from edgepop.argtypes import json_line, name_list
 
 WORDS = ("edge inference runs at the point of presence close to users while the control plane places models "
          "and routes requests across regions with calibrated latency").split()
@@ -139,21 +139,27 @@ def bench_overhead(enc_name: str, lm_name: str, n: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests (for CI smoke runs)")
-    ap.add_argument("--encoder", default="minilm-l6-v2,bert-tiny-embed", help="comma-separated encoder models")
-    ap.add_argument("--lm", default="gpt2-tiny")
-    ap.add_argument("--kv-lm", default="gpt2-small", help="model for the device-resident KV cache comparison")
+    # model names are checked here: an unknown one failed with a traceback after the first benchmarks had run
+    encoders = [c.name for c in registry.list_models() if c.task in ("text-embeddings", "text-classification")]
+    lms = [c.name for c in registry.list_models("text-generation")]
+    ap.add_argument("--encoder", type=name_list(encoders, "encoder"), default="minilm-l6-v2,bert-tiny-embed",
+                    help="comma-separated encoder models")
+    ap.add_argument("--lm", choices=lms, default="gpt2-tiny")
+    ap.add_argument("--kv-lm", choices=lms, default="gpt2-small",
+                    help="model for the device-resident KV cache comparison")
     args = ap.parse_args()
+    lm, kv_lm = args.lm, args.kv_lm
     rng = np.random.default_rng(0)
     n_req, max_tokens, n_calls = (320, 32, 100) if args.quick else (1280, 64, 400)
     results = {
-        "encoder_dynamic_batching": [bench_encoder(name, n_req, 32, rng) for name in args.encoder.split(",")],
-        "lm_continuous_batching": bench_lm(args.lm, 16, max_tokens, rng),
-        "lm_device_kv": bench_lm(args.kv_lm, 8, max_tokens, rng, device_kv=True),
-        "engine_overhead": bench_overhead(args.encoder.split(",")[0], args.lm, n_calls),
+        "encoder_dynamic_batching": [bench_encoder(name, n_req, 32, rng) for name in args.encoder],
+        "lm_continuous_batching": bench_lm(lm, 16, max_tokens, rng),
+        "lm_device_kv": bench_lm(kv_lm, 8, max_tokens, rng, device_kv=True),
+        "engine_overhead": bench_overhead(args.encoder[0], lm, n_calls),
     }
     for key, value in results.items():
         print(f"{key}: {value}")
-    print(json.dumps(results))
+    print(json_line(results))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Last stdout line: one JSON object (median step ms of each arrangement over the r
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import threading
@@ -28,6 +27,7 @@ from dataplane import registry
 from dataplane.engine_lm import LMEngine, LMEngineConfig
 from dataplane.sampling import SamplingParams
 from dataplane.session import SessionConfig
+from edgepop.argtypes import json_line
 
 
 def _load(name: str):
@@ -69,7 +69,7 @@ def _child(name: str, batch: int, tokens: int, start, results) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="gpt2-tiny")
+    ap.add_argument("--model", choices=[c.name for c in registry.list_models("text-generation")], default="gpt2-tiny")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--engines", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=96)
@@ -103,7 +103,7 @@ def main() -> None:
         runs["processes"].append(float(np.mean(vals)))
         print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in runs.items()), flush=True)
     med = {k: round(float(np.median(v)), 3) for k, v in runs.items()}
-    print(json.dumps({"benchmark": "engine_lock", "model": args.model, "batch": args.batch,
+    print(json_line({"benchmark": "engine_lock", "model": args.model, "batch": args.batch,
                       "engines": args.engines, "cores": os.cpu_count(), "repeats": args.repeats,
                       "step_ms": med, "runs_ms": {k: [round(x, 3) for x in v] for k, v in runs.items()},
                       "threads_vs_processes": round(med["threads"] / med["processes"], 3),

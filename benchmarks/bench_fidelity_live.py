@@ -49,6 +49,10 @@ import pandas as pd
 from dataplane import registry
 from dataplane.gateway.server import spawn_serve
 from dataplane.session import SessionConfig
+from edgepop.argtypes import json_line, positive_float, positive_int
+from edgepop.errors import UserError
+from edgepop.outputs import folder_arg, output_folder
+from edgepop.rng import seed_arg
 from sim.live import decompose
 from sim.live.client import fetch_deployment
 from sim.live.fidelity import compare, live_repeatability, simulate_like
@@ -66,13 +70,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--requests", type=positive_int, default=60, help="requests per cell (default 60)")
     ap.add_argument("--pops", default="1,4")
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--loads", default=",".join(LOADS))
-    ap.add_argument("--out", default="out/bench_fidelity_live")
-    ap.add_argument("--budget-s", type=float, default=2700.0, help="start no new cell after this many seconds")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=folder_arg, default="out/bench_fidelity_live")
+    ap.add_argument("--budget-s", type=positive_float, default=2700.0,
+                    help="start no new cell after this many seconds")
+    ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--profile-every", choices=("cell", "deployment"), default="cell",
                     help="re-measure the live-host profile before every cell (default: the machine's other load "
                          "drifts within minutes) or once per deployment")
@@ -103,7 +108,10 @@ def main() -> int:
         ap.error("--arrival-jitter-ms moves the arrivals of saved cells: it needs --resimulate DIR")
     if args.resimulate:
         return resimulate(Path(args.resimulate), args)
-    out = Path(args.out)
+    try:  # before any server starts
+        out = output_folder(args.out)
+    except UserError as exc:
+        ap.error(str(exc))
     out.mkdir(parents=True, exist_ok=True)
     traces = {"azure": str(ROOT / "sim/data/azure_llm_conv_2023.csv"),
               "mooncake": str(ROOT / "sim/data/mooncake_style_synthetic.jsonl"),
@@ -121,7 +129,7 @@ def main() -> int:
         result["repeats_met"] = sum(c["live_repeat"]["met"] for c in cells if "live_repeat" in c)
     for c in cells:
         print(summary_line(c))
-    print(json.dumps(result))
+    print(json_line(result))
     return 0
 
 
@@ -282,7 +290,7 @@ def resimulate(root: Path, args) -> int:
               "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells)}
     for c in cells:
         print(summary_line(c))
-    print(json.dumps(result))
+    print(json_line(result))
     return 0
 
 

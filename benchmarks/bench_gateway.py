@@ -30,6 +30,7 @@ import httpx
 import numpy as np
 
 from dataplane.gateway.server import spawn_serve
+from edgepop.argtypes import json_line
 
 EMB = "@edgepop/all-minilm-l6-v2"
 GEN = "@edgepop/gpt2-tiny"
@@ -185,4 +186,4 @@ if __name__ == "__main__":
     import argparse
 
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    print(json.dumps(main()))
+    print(json_line(main()))

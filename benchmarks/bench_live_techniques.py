@@ -12,7 +12,6 @@ Usage: ``python benchmarks/bench_live_techniques.py [--quick] [--lm gpt2-tiny] [
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -24,6 +23,8 @@ from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.sampling import SamplingParams
 from dataplane.session import SessionConfig
 from dataplane.speculative import _call, generate_greedy, generate_speculative, load_pair
+from edgepop.argtypes import json_line, non_negative_float, positive_int
+from edgepop.rng import seed_arg
 
 
 def _ttft(engine: LMEngine, prompt: list[int]) -> tuple[float, int]:
@@ -108,10 +109,12 @@ def bench_speculative(ks: list[int], n_prompts: int, max_tokens: int, noise: flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--lm", default="gpt2-tiny", help="LM for the prefix-cache TTFT benchmark")
-    ap.add_argument("--noise", type=float, default=0.2, help="Net2Net target noise (lower: higher acceptance)")
-    ap.add_argument("--depth", type=int, default=2, help="Net2Net target blocks per draft block")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lm", choices=[c.name for c in registry.list_models("text-generation")], default="gpt2-tiny",
+                    help="LM for the prefix-cache TTFT benchmark")
+    ap.add_argument("--noise", type=non_negative_float, default=0.2,
+                    help="Net2Net target noise (lower: higher acceptance)")
+    ap.add_argument("--depth", type=positive_int, default=2, help="Net2Net target blocks per draft block")
+    ap.add_argument("--seed", type=seed_arg, default=0)
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     prefix = bench_prefix(args.lm, 4 if args.quick else 10, rng)
@@ -122,7 +125,7 @@ def main() -> None:
     for k, r in spec["per_k"].items():
         print(f"speculative k={k}: x{r['speedup']} acceptance {r['acceptance']} agreement {r['agreement']} "
               f"identical={r['identical_to_greedy']}", flush=True)
-    print(json.dumps({"prefix_cache": prefix, "speculative": spec}))
+    print(json_line({"prefix_cache": prefix, "speculative": spec}))
 
 
 if __name__ == "__main__":

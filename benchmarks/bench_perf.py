@@ -6,16 +6,18 @@ Run: python benchmarks/bench_perf.py [--calls N]. The last line printed is one J
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
 
+from edgepop.argtypes import json_line, positive_int
+from edgepop.rng import seed_arg
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=20_000, help="roofline evaluations to time")
-    ap.add_argument("--seed", type=int, default=0)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=positive_int, default=20_000, help="roofline evaluations to time")
+    ap.add_argument("--seed", type=seed_arg, default=0)
     args = ap.parse_args()
 
     from controlplane import perf_calibration
@@ -48,7 +50,7 @@ def main() -> None:
     out = {"reference_rows": report["rows"], "calibration_s": round(fit_s, 2),
            **{f"mape_in_sample_{k}": v for k, v in report["in_sample_mape"].items()},
            "roofline_calls_per_s": round(args.calls / eval_s)}
-    print(json.dumps(out))
+    print(json_line(out))
 
 
 if __name__ == "__main__":

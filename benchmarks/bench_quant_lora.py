@@ -6,13 +6,13 @@
 2. LoRA (``edgepop lora-check``): logit max-abs error of the in-graph path vs the numpy reference, effect
    vs the base, and the decode-step cost of serving 8 different adapters in one batch vs the plain base.
 
-Usage: ``python benchmarks/bench_quant_lora.py [--quick] [--models minilm-l6-v2,gpt2-tiny,...]``
+Usage: ``python benchmarks/bench_quant_lora.py [--quick] [--models minilm-l6-v2,gpt2-tiny,...] [--repeats N]``
+(``--quick``: tiny models and 5 repeats, unless ``--models`` or ``--repeats`` say otherwise)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -22,13 +22,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from dataplane import lora, quantize
+from dataplane import lora, quantize, registry
 from dataplane.lora_check import run_check
 from dataplane.models import gpt2
 from dataplane.runtime import LanguageModel
 from dataplane.session import SessionConfig
+from edgepop.argtypes import json_line, name_list, positive_int
 
 DEFAULT_MODELS = "minilm-l6-v2,gpt2-tiny,gpt2-small,resnet-tiny,resnet-small"
+QUICK_MODELS = "minilm-l6-v2,gpt2-tiny,resnet-tiny"
 
 
 def lora_serving_cost(batch: int = 8, rank: int = 16, repeats: int = 30, context: int = 64) -> dict:
@@ -70,17 +72,28 @@ def _int8_lora_drift(fp32, int8) -> dict:
             "top1_agreement": float((q.argmax(-1) == f.argmax(-1)).mean())}
 
 
-def main() -> None:
+def options(argv: list[str] | None = None) -> tuple[list[str], int]:
+    """(Models to quantize, repeats) from the command line."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="tiny models and few repeats")
-    ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated models to quantize")
-    ap.add_argument("--repeats", type=int, default=30)
-    args = ap.parse_args()
-    models = "minilm-l6-v2,gpt2-tiny,resnet-tiny" if args.quick else args.models
-    repeats = 5 if args.quick else args.repeats
+    ap.add_argument("--quick", action="store_true",
+                    help=f"tiny models ({QUICK_MODELS}) and 5 repeats, unless --models / --repeats are given")
+    # the families quantize_and_measure supports, checked before any model is built
+    known = [c.name for c in registry.list_models() if c.family in ("gpt2", "bert", "resnet")]
+    ap.add_argument("--models", type=name_list(known, "model"), default=None,
+                    help=f"comma-separated models to quantize (default {DEFAULT_MODELS})")
+    ap.add_argument("--repeats", type=positive_int, default=None, help="timed repeats (default 30)")
+    args = ap.parse_args(argv)
+    # --quick only changes the defaults: an explicit --models or --repeats was silently replaced by them
+    models = args.models or (QUICK_MODELS if args.quick else DEFAULT_MODELS).split(",")
+    repeats = args.repeats or (5 if args.quick else 30)
+    return models, repeats
+
+
+def main() -> None:
+    models, repeats = options()
     results: dict = {"quant": {}, "lora": {}}
     with tempfile.TemporaryDirectory() as out:
-        for name in [m for m in models.split(",") if m]:
+        for name in models:
             fig = quantize.quantize_and_measure(name, out, repeats=repeats)
             fig.pop("int8_path")
             results["quant"][name] = fig
@@ -96,7 +109,7 @@ def main() -> None:
                                                              "mixed_batch_max_abs", "merged_vs_numpy_max_abs",
                                                              "top1_changed_frac", "adapter_bytes")}
     results["lora"]["serving"] = lora_serving_cost(repeats=repeats)
-    print(json.dumps(results))
+    print(json_line(results))
 
 
 if __name__ == "__main__":

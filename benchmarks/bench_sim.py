@@ -48,6 +48,8 @@ from pathlib import Path
 import numpy as np
 import simpy
 
+from edgepop.argtypes import json_line
+
 REPEATS = 2  # runs of each simulation loop and of the bare M/M/c; the best of each is kept
 
 
@@ -271,7 +273,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, "-m", "edgepop", "simulate", "--out", out], capture_output=True, check=True)
     results["quick_start_simulate_s"] = round(time.perf_counter() - t0, 2)
-    print(json.dumps(results))
+    print(json_line(results))
 
 
 if __name__ == "__main__":

@@ -11,17 +11,17 @@ the baseline (%), plus the wall time.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import tempfile
 
+from edgepop.argtypes import json_line, positive_int
 from sim.techniques.ablation import print_table, run_ablation
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=None, help="override the grid's request count")
-    ap.add_argument("--workers", type=int, default=None, help="parallel variants (default: CPU count)")
+    ap.add_argument("--requests", type=positive_int, default=None, help="override the grid's request count")
+    ap.add_argument("--workers", type=positive_int, default=None, help="parallel variants (default: CPU count)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as out:
         df, result = run_ablation("ablation", requests=args.requests, workers=args.workers, out=out)
@@ -31,7 +31,7 @@ def main() -> None:
         name = r.pop("technique")
         rows[name] = {k: v for k, v in r.items()
                       if v not in ("", None) and not (isinstance(v, float) and not math.isfinite(v))}
-    print(json.dumps({"benchmark": "techniques", "grid": result.grid.source, "base": result.grid.base,
+    print(json_line({"benchmark": "techniques", "grid": result.grid.source, "base": result.grid.base,
                       "requests": int(df.requests.iloc[0]), "wall_s": round(result.wall_s, 2), "rows": rows},
                      default=float))
 

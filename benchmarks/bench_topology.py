@@ -6,18 +6,21 @@ Run: python benchmarks/bench_topology.py [--users N]. The last line printed is o
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import time
 import tracemalloc
 
 import numpy as np
 
+from edgepop.argtypes import json_line, positive_int
+from edgepop.rng import seed_arg
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--users", type=int, default=100_000)
-    ap.add_argument("--seed", type=int, default=0)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # no users: no matrix to time and no nearest PoP to report
+    ap.add_argument("--users", type=positive_int, default=100_000, help="simulated users (default 100,000)")
+    ap.add_argument("--seed", type=seed_arg, default=0)
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -68,7 +71,7 @@ def main() -> None:
         "cities_x_pops_from_disk_cache_s": round(cities_cached_s, 3),
         "median_user_to_nearest_pop_ms": round(float(np.median(m.min(axis=1))), 2),
     }
-    print(json.dumps(out))
+    print(json_line(out))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ Times are the best of ``--repeat`` runs after a first run that also fills the pe
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import tempfile
 import time
 from pathlib import Path
+
+from edgepop.argtypes import json_line, positive_int
+from edgepop.rng import seed_arg
 
 
 def best_of(repeat: int, fn):
@@ -25,10 +27,10 @@ def best_of(repeat: int, fn):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=positive_int, default=1_000_000)
+    ap.add_argument("--repeat", type=positive_int, default=3, help="timed runs, the best kept (default 3)")
+    ap.add_argument("--seed", type=seed_arg, default=0)
     args = ap.parse_args()
 
     from sim.workload import Workload, generate
@@ -69,7 +71,7 @@ def main() -> None:
         "parquet_mb": round(size_mb, 1),
         "process_max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
-    print(json.dumps(out))
+    print(json_line(out))
 
 
 if __name__ == "__main__":

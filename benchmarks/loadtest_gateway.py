@@ -52,7 +52,9 @@ import numpy as np
 from http_light import LightClient, LightHTTPError
 
 from dataplane.gateway.server import require_loopback, spawn_serve
+from edgepop.argtypes import json_line, non_negative_float, positive_int
 from edgepop.errors import UserError
+from edgepop.rng import seed_arg
 from edgepop.stats import percentiles
 
 GEN, EMB, CLS = "@edgepop/gpt2-tiny", "@edgepop/all-minilm-l6-v2", "@edgepop/bert-small-classify"
@@ -330,14 +332,15 @@ def main() -> dict:
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="sweep concurrency levels (max 256)")
     ap.add_argument("--step-seconds", type=float, default=15.0, help="seconds per sweep level (default 15)")
     ap.add_argument("--step-requests", type=int, default=5000, help="at most this many answers per level")
-    ap.add_argument("--max-wait", type=float, default=2.0, help="the server's wait bound (own server only)")
-    ap.add_argument("--threads", type=int, default=1, help="the server's onnxruntime threads (own server only; "
+    ap.add_argument("--max-wait", type=non_negative_float, default=2.0,
+                    help="the server's wait bound (own server only; 0: off)")
+    ap.add_argument("--threads", type=positive_int, default=1, help="the server's onnxruntime threads (own server only; "
                     "default 1, leaving the other core to the event loop and the clients)")
     ap.add_argument("--requests", type=int, default=2000, help="mixed: at most this many requests (default 2000)")
     ap.add_argument("--duration", type=float, default=60.0, help="mixed: and at most this many seconds")
     ap.add_argument("--concurrency", type=int, default=32, help="mixed: concurrent clients")
-    ap.add_argument("--malformed-fraction", type=float, default=0.3)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--malformed-fraction", type=non_negative_float, default=0.3, help="mixed: in [0, 1]")
+    ap.add_argument("--seed", type=seed_arg, default=0)
     args = ap.parse_args()
     try:
         levels = [int(x) for x in args.levels.split(",")]
@@ -345,9 +348,9 @@ def main() -> dict:
         ap.error("--levels must be comma-separated integers")
     if (not 1 <= args.requests <= 100_000 or not 0 < args.duration <= 600 or not 1 <= args.concurrency <= 256
             or not all(1 <= n <= 256 for n in levels) or not 0 < args.step_seconds <= 120
-            or not 1 <= args.step_requests <= 100_000):
+            or not 1 <= args.step_requests <= 100_000 or not args.malformed_fraction <= 1):
         ap.error("requests in [1, 100000], duration in (0, 600] s, concurrency and levels in [1, 256], "
-                 "step-seconds in (0, 120], step-requests in [1, 100000]")
+                 "step-seconds in (0, 120], step-requests in [1, 100000], malformed-fraction in [0, 1]")
     if args.keepalive_probe:
         return run_keepalive(args.token, args.account)
     proc = None
@@ -392,4 +395,4 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    print(json_line(main()))

@@ -10,14 +10,18 @@ Run: python benchmarks/placement_default.py. The last line printed is one JSON o
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
 import time
 
 import numpy as np
 
+from edgepop.argtypes import json_line
+
 
 def main() -> None:
+    # no options, but --help must answer rather than run the whole benchmark
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     os.environ["EDGEPOP_NO_CACHE"] = "1"
     import controlplane.placement.cache as placement_cache
     from controlplane.placement import get_policy
@@ -50,7 +54,7 @@ def main() -> None:
             out.update(ilp_status=plan.solver.get("status"), ilp_milp_gap=plan.solver.get("milp_gap"),
                        ilp_deterministic=plan.solver.get("deterministic"))
     out["greedy_over_ilp_pct"] = round(100 * (out["greedy_objective_ms"] / out["ilp_objective_ms"] - 1), 2)
-    print(json.dumps(out))
+    print(json_line(out))
 
 
 if __name__ == "__main__":

@@ -11,10 +11,11 @@ Run: python benchmarks/placement_figures.py [--quick]. The last line printed is 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
+
+from edgepop.argtypes import json_line
 
 # 18 Workers-AI-style models plus two of the executable stand-ins: every task, every size class.
 BENCH_EXTRA = ["@cf/meta/llama-3.1-8b-instruct-fp8", "@cf/google/gemma-3-12b-it",
@@ -87,7 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="8 models at 5,000 req/s, no 60 s ILP run")
     args = ap.parse_args()
-    print(json.dumps(run(args.quick)))
+    print(json_line(run(args.quick)))
 
 
 if __name__ == "__main__":

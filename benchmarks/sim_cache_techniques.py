@@ -11,9 +11,9 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
+from edgepop.argtypes import json_line, positive_float, positive_int
 from sim.run import run_scenario
 from sim.scenario import load_scenario, with_overrides
 from sim.techniques import Techniques
@@ -38,8 +38,8 @@ def run(requests: int, rps: float, router: str, techniques: Techniques, adapter_
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=3000)
-    ap.add_argument("--rps", type=float, default=40.0)
+    ap.add_argument("--requests", type=positive_int, default=3000)
+    ap.add_argument("--rps", type=positive_float, default=40.0, help="offered requests/s (default 40)")
     args = ap.parse_args()
     n, rps = args.requests, args.rps
     fig = {}
@@ -59,7 +59,7 @@ def main() -> None:
                      "adapter_loads": r["lora"]["adapter_loads"], "adapter_requests": r["lora"]["adapter_requests"],
                      "adapter_load_ms_mean": r["lora"]["adapter_load_ms"]}
         print(name, fig[name], flush=True)
-    print(json.dumps({"requests": n, "rps": rps, **fig}))
+    print(json_line({"requests": n, "rps": rps, **fig}))
 
 
 if __name__ == "__main__":

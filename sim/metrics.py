@@ -70,7 +70,9 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "gpu_utilisation": round(gpu_busy_s / max(total_gpus * duration_s, 1e-9), 4),
         "gpu_busy_hours": round(gpu_busy_s / 3600, 6),  # GPU time computing, whole run (the drain after arrivals too)
         "mean_slot_utilisation": round(float(util.slot_utilisation.mean()), 4) if len(util) else None,
-        "gpus": int(total_gpus), "gpu_hours": round(cost["gpu_hours"], 2), "gpu_usd": round(cost["usd"], 2),
+        # 6 decimals as gpu_busy_hours: a run of seconds bills a fraction of a cent and a GPU-hour, and costs per
+        # request are divided from these (at 2 decimals they read 0.00 or moved by several %)
+        "gpus": int(total_gpus), "gpu_hours": round(cost["gpu_hours"], 6), "gpu_usd": round(cost["usd"], 6),
         "neurons": round(float(neurons.sum()), 1),
         "neuron_usd": round(float(neurons.sum()) * USD_PER_1000_NEURONS / 1000, 4),
         "per_continent": per_group(frame, "user_continent", slo),
@@ -159,9 +161,15 @@ def gains(edge: dict, central: dict) -> dict:
     return out
 
 
+def interactive(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows that are not async batch rows (queueRequest): those the latency figures are of."""
+    return frame[~frame.batch.to_numpy(dtype=bool)] if "batch" in frame else frame
+
+
 def country_gain(edge: pd.DataFrame, central: pd.DataFrame) -> pd.DataFrame:
-    """Per user country: median TTFT of text generation at the edge and central, and the gain in %."""
+    """Per user country: median TTFT of interactive text generation at the edge and central, and the gain in %."""
     def med(f):
+        f = interactive(f)  # as the summary's per-continent figures
         ok = (f.outcome == "ok") & (f.task == "text-generation")
         g = f[ok].groupby("user_country")
         return pd.DataFrame({"ttft": g.ttft_ms.median(), "lat": g.user_lat.mean(), "lon": g.user_lon.mean(),

@@ -78,6 +78,7 @@ def summary_rows(summary: dict) -> list[dict]:
             for p in pcts:
                 row[f"{metric[:-3]}_{p}_ms"] = block[metric][p]
         row.update({k: block[k] for k in DEPLOYMENT_FIGURES})
+        row["slo_met"] = block.get("slo_met")  # a count: costs per SLO-met request divide by it exactly
         for p, v in block.get("ttft_ms_counting_failures", {}).items():  # a request not answered misses the SLO
             row[f"ttft_{p}_ms_all"] = v
         ok = block["outcomes"]["ok"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -50,3 +51,23 @@ def test_notebook_runs_headless_and_draws_its_figures(name, monkeypatch, tmp_pat
     assert len(images) >= FIGURES[name], f"{name}: {len(images)} figures"
     tables = [o for o in outputs if o.output_type == "execute_result" and "text/html" in o.get("data", {})]
     assert tables, f"{name}: no table shown"
+
+
+@pytest.mark.parametrize("name", ["edge_vs_central", "placement_policies"])
+def test_notebook_needing_central_says_so_up_front(name, monkeypatch, tmp_path):
+    """A scenario without a central deployment stops at the setup cell with one message (it failed cells later
+    with KeyErrors, or with an error about CLI flags)."""
+    for key, value in {**SMALL, "EDGEPOP_NB_SCENARIO": "ablation"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, kernel_name="python3", timeout=240,
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]
+    assert len(errors) == 1
+    i, err = errors[0]
+    assert i == 2 and err.ename == "UserError"  # the first cell after the parameters
+    assert "scenario 'ablation' has no central deployment" in err.evalue and "EDGEPOP_NB_SCENARIO" in err.evalue

@@ -135,3 +135,22 @@ def test_ilp_keeps_one_language_model_per_gpu_and_places_every_model(topo):
     gen = table.model.isin(generative)
     seats = [(n, g) for n, gpus in zip(table.node[gen], table.gpu_index[gen], strict=True) for g in gpus]
     assert len(seats) == len(set(seats))
+
+
+def test_short_span_cost_is_not_rounded_away(topo):
+    """300 requests at 6,400 req/s arrive within ~0.05 s: the fleet's GPU-hours and dollars over that span are
+    fractions of a cent, and the sweep row's cost per request is divided from them."""
+    from sim.sweep_variant import summary_rows
+
+    sc = with_overrides(load_scenario("small"), workload={"rps": 6400.0})
+    out = run_scenario(sc, requests=300, seed=3, topo=topo)
+    span_s = float(out.requests.arrival_s.max())  # the billing window: the arrivals' span
+    assert 0 < span_s < 0.5
+    rows = {r["deployment"]: r for r in summary_rows(out.summary)}
+    for name, block in out.summary["deployments"].items():
+        usd_per_hour = out.summary["capacity"][name]["usd_per_hour"]
+        assert block["gpu_hours"] == pytest.approx(block["gpus"] * span_s / 3600, rel=1e-3)
+        assert block["gpu_usd"] == pytest.approx(usd_per_hour * span_s / 3600, rel=1e-3)
+        row = rows[name]
+        assert row["slo_met"] == block["slo_met"] > 0
+        assert row["gpu_usd_per_1k_ok"] == pytest.approx(1e3 * usd_per_hour * span_s / 3600 / row["ok"], rel=1e-3)

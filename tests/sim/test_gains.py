@@ -206,3 +206,21 @@ def test_report_title_and_plots_speak_of_what_ran():
     assert title_line(s).endswith("central big3)")
     frame = pd.DataFrame({"batch": [True, False, False]})
     assert list(_interactive(frame)) == [False, True, True]  # the plots leave async batch rows out, as the tables do
+
+
+def test_country_gain_leaves_async_batch_rows_out():
+    """The per-country map reads interactive requests, as the summary's tables do: a batch row's TTFT (it waits
+    for spare capacity by design) moves no median."""
+    from sim.metrics import country_gain, interactive
+
+    def frame(ttft, batch):
+        n = len(ttft)
+        return pd.DataFrame({"outcome": ["ok"] * n, "task": ["text-generation"] * n, "user_country": ["DE"] * n,
+                             "user_lat": [50.0] * n, "user_lon": [8.0] * n, "ttft_ms": ttft, "batch": batch})
+
+    edge = frame([50.0, 60.0, 70.0, 9000.0, 9000.0, 9000.0], [False, False, False, True, True, True])
+    central = frame([100.0, 100.0, 100.0, 5.0, 5.0, 5.0], [False, False, False, True, True, True])
+    g = country_gain(edge, central).set_index("user_country")
+    assert g.loc["DE", "n"] == 3 and g.loc["DE", "ttft_edge"] == 60.0 and g.loc["DE", "ttft_central"] == 100.0
+    assert g.loc["DE", "gain_pct"] == pytest.approx(40.0)
+    assert len(interactive(edge)) == 3 and len(interactive(edge.drop(columns="batch"))) == 6

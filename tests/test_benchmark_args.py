@@ -1,0 +1,92 @@
+"""The scripts in benchmarks/ refuse bad arguments with argparse's one-line error before any work starts (no
+traceback, no server started), answer --help, and end on strict JSON (null, never NaN)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgepop.argtypes import json_line
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+
+BAD = [
+    ("bench_fidelity_live.py", ["--requests", "0"], "--requests"),
+    ("bench_fidelity_live.py", ["--budget-s", "nan"], "--budget-s"),
+    ("bench_frontier.py", ["--seeds", "a"], "--seeds"),
+    ("bench_frontier.py", ["--workers", "0"], "--workers"),
+    ("bench_workload.py", ["--repeat", "0"], "--repeat"),
+    ("bench_workload.py", ["--requests", "0"], "--requests"),
+    ("sim_cache_techniques.py", ["--requests", "0"], "--requests"),
+    ("sim_cache_techniques.py", ["--rps", "0"], "--rps"),
+    ("bench_techniques.py", ["--requests", "0"], "--requests"),
+    ("bench_dataplane.py", ["--encoder", "nosuch"], "--encoder"),
+    ("bench_dataplane.py", ["--lm", "nosuch"], "--lm"),
+    ("bench_quant_lora.py", ["--models", "nosuch"], "--models"),
+    ("bench_quant_lora.py", ["--repeats", "0"], "--repeats"),
+    ("bench_topology.py", ["--users", "0"], "--users"),
+    ("bench_perf.py", ["--calls", "0"], "--calls"),
+    ("bench_live_techniques.py", ["--depth", "0"], "--depth"),
+    ("bench_engine_lock.py", ["--model", "nosuch"], "--model"),
+    ("loadtest_gateway.py", ["--threads", "0"], "--threads"),
+    ("loadtest_gateway.py", ["--malformed-fraction", "2"], "malformed-fraction"),
+]
+
+
+def _run(script: str, args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize(("script", "args", "named"), BAD, ids=[f"{s}{' '.join(a)}" for s, a, _ in BAD])
+def test_bad_argument_is_a_one_line_error(script, args, named):
+    r = _run(script, args)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{script}: error: ") and named in last, last
+    assert r.stdout == ""  # nothing ran
+
+
+def test_placement_default_answers_help_without_running():
+    r = _run("placement_default.py", ["--help"])
+    assert r.returncode == 0 and r.stdout.startswith("usage: placement_default.py"), r.stderr[-2000:]
+    assert "greedy" in r.stdout and "{" not in r.stdout.splitlines()[-1]
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_frontier_idle_estimate_uses_the_processes_that_compute():
+    est = _module("bench_frontier").idle_2core_estimate
+    assert est(100.0, 1, 16) == (100.0, 1)  # one worker: one core computes, CPU time is the wall time
+    assert est(100.0, None, 16) == (50.0, 2)  # a pool of every CPU: 2 idle cores share the work
+    assert est(100.0, 8, 16) == (50.0, 2)
+    assert est(100.0, None, 1) == (100.0, 1)
+
+
+def test_quant_lora_quick_keeps_explicit_models_and_repeats():
+    options = _module("bench_quant_lora").options
+    assert options(["--quick"]) == (["minilm-l6-v2", "gpt2-tiny", "resnet-tiny"], 5)
+    assert options(["--quick", "--models", "gpt2-tiny", "--repeats", "2"]) == (["gpt2-tiny"], 2)
+    assert options(["--models", "resnet-tiny"]) == (["resnet-tiny"], 30)
+
+
+def test_final_json_line_has_null_not_nan():
+    line = json_line({"median_ms": float("nan"), "rows": [np.float64("inf"), np.float32("-inf"), 1.5, 2],
+                      "nested": {"x": np.nan, "n": np.int64(3)}}, default=int)
+    assert json.loads(line) == {"median_ms": None, "rows": [None, None, 1.5, 2], "nested": {"x": None, "n": 3}}
+    assert "NaN" not in line and "Infinity" not in line
