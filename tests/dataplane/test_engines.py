@@ -189,6 +189,20 @@ def test_sampling_filters_and_distribution():
     np.testing.assert_allclose(draws, p / p.sum(), atol=0.03)
 
 
+def test_tiny_temperatures_are_greedy_and_never_sample_nan(engine, dp):
+    greedy = engine.generate("Hello", SamplingParams(max_tokens=6, temperature=0, stop_on_eos=False)).token_ids
+    for t in (1e-310, 5e-324, 1e-45, 9e-6):  # 1e-310 overflowed logits/temperature to inf, then NaN
+        got = engine.generate("Hello", SamplingParams(max_tokens=6, temperature=t, seed=1, stop_on_eos=False))
+        assert got.token_ids == greedy
+    assert dp.run("gpt2-tiny", {"prompt": "Hello", "temperature": 1e-310, "max_tokens": 2})["usage"]
+    rng = np.random.default_rng(0)
+    huge = np.array([3e38, -3e38, 1e38], np.float32)  # at the threshold, the shifted logits stay finite
+    assert {sample_token(huge, SamplingParams(temperature=1e-5), rng) for _ in range(20)} == {0}
+    for broken in ([np.nan, 1.0], [np.inf, 1.0], [-np.inf, -np.inf]):
+        with pytest.raises(ValueError, match="cannot sample from non-finite logits"):
+            sample_token(np.array(broken, np.float32), SamplingParams(temperature=1.0), rng)
+
+
 def test_dynamic_batching_batches_and_isolates_failures():
     calls = []
 
