@@ -27,8 +27,9 @@ def _embedder(tmp_path, seq, vocab: int, quantized: bool = False, **manifest) ->
         inits.append(numpy_helper.from_array(table, "table"))
     nodes += [helper.make_node("Gather", ["table", "input_ids"], ["h"]),
               helper.make_node("ReduceMean", ["h"], ["emb"], axes=[1], keepdims=0)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", seq])],
-                              [helper.make_tensor_value_info("emb", TensorProto.FLOAT, ["batch", 4])], inits)
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", seq])
+    emb = helper.make_tensor_value_info("emb", TensorProto.FLOAT, ["batch", 4])
+    graph = helper.make_graph(nodes, "g", [ids], [emb], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.checker.check_model(model)
