@@ -125,6 +125,22 @@ def test_an_empty_provider_variable_means_auto(monkeypatch):
     assert resolve_provider("auto") in ("CPUExecutionProvider", "CUDAExecutionProvider")
 
 
+def test_a_bad_provider_variable_is_named_as_the_source(monkeypatch, capsys):
+    monkeypatch.setenv("EDGEPOP_PROVIDER", "GPU")
+    with pytest.raises(InvalidInputError, match=re.escape("unknown provider 'gpu' (from $EDGEPOP_PROVIDER='GPU'); "
+                                                          "expected one of auto, cpu, cuda")):
+        resolve_provider("auto")
+    assert resolve_provider("cpu") == "CPUExecutionProvider"  # an explicit choice wins over the variable
+    assert main(["profile", "--models", "bert-tiny-embed", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err == "edgepop: error: unknown provider 'gpu' (from $EDGEPOP_PROVIDER='GPU'); expected one of auto, " \
+                  "cpu, cuda\n"
+    monkeypatch.delenv("EDGEPOP_PROVIDER")
+    with pytest.raises(InvalidInputError) as exc:
+        resolve_provider("tpu")
+    assert "EDGEPOP_PROVIDER" not in str(exc.value)
+
+
 def _byom_dir(tmp_path, manifest: dict) -> str:
     src = registry.load("resnet-tiny").session.path
     shutil.copy(src, tmp_path / "net.onnx")
