@@ -47,7 +47,8 @@ class ByomSpec:
     image_size: int = 224
 
 
-def _graph_io(path: Path) -> tuple[dict, dict]:
+def _graph_io(path: Path) -> tuple[dict, dict, int | None]:
+    """The graph's inputs and outputs ({name: {dtype, shape}}) and its vocabulary size (None if unreadable)."""
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises several types for unreadable files
@@ -64,7 +65,42 @@ def _graph_io(path: Path) -> tuple[dict, dict]:
             out[v.name] = {"dtype": _DTYPES.get(t.elem_type, str(t.elem_type)), "shape": dims}
         return out
 
-    return io(model.graph.input), io(model.graph.output)
+    return io(model.graph.input), io(model.graph.output), _vocab_size(model.graph)
+
+
+_PASS_THROUGH = ("Cast", "Identity", "DequantizeLinear")
+
+
+def _vocab_size(graph) -> int | None:
+    """Rows of the embedding table that ``input_ids`` indexes: a Gather whose indices come from input_ids and
+    whose table is an initializer (through casts or int8 dequantization). None where the graph says otherwise
+    (a table computed at run time, a custom op): then only the run can tell."""
+    init = {i.name: list(i.dims) for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    ids = {"input_ids"}
+    for node in graph.node:  # nodes are topologically sorted in a valid ONNX file
+        if node.op_type in ("Cast", "Identity") and node.input and node.input[0] in ids:
+            ids.update(node.output)
+    sizes = []
+    for node in graph.node:
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in ids:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        table = node.input[0]
+        while table not in init and table in producer and producer[table].op_type in _PASS_THROUGH:
+            table = producer[table].input[0]
+        dims = init.get(table)
+        if dims and -len(dims) <= axis < len(dims):
+            sizes.append(dims[axis])
+    return min(sizes) if sizes else None
+
+
+def _need_bool(path: Path, m: dict, key: str) -> bool:
+    """An optional JSON boolean (a string such as "false" is truthy in Python, so it is refused)."""
+    value = m.get(key, False)
+    if not isinstance(value, bool):
+        raise ManifestError(f"{path}: field '{key}' must be true or false (a JSON boolean), got {value!r}")
+    return value
 
 
 def load_manifest(path: str | Path) -> registry.ModelCard:
@@ -87,7 +123,8 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
         raise ManifestError(f"{path}: task '{task}' is not supported; use one of {', '.join(BYOM_TASKS)}")
     if not onnx_path.exists():
         raise ManifestError(f"{path}: model file {onnx_path} does not exist")
-    g_in, g_out = _graph_io(onnx_path)
+    synthetic = _need_bool(path, m, "synthetic")
+    g_in, g_out, graph_vocab = _graph_io(onnx_path)
     if set(inputs) != set(g_in):
         raise ManifestError(f"{path}: inputs {sorted(inputs)} do not match the graph's {sorted(g_in)}")
     for key in outputs:
@@ -130,7 +167,7 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
 
         def loader(config):
             return runtime.ImageClassifier(name, spec, onnx_path, config, input_name=in_name, labels=labels,
-                                           synthetic=bool(m.get("synthetic", False)))
+                                           synthetic=synthetic)
     else:
         if not set(inputs) <= TEXT_INPUTS or "input_ids" not in inputs:
             raise ManifestError(f"{path}: text inputs must be input_ids and optionally attention_mask, "
@@ -138,16 +175,26 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
         wrong = {k: g_in[k]["dtype"] for k in inputs if g_in[k]["dtype"] != "int64"}
         if wrong:  # the tokenizers' ids are fed as int64
             raise ManifestError(f"{path}: text inputs must be int64 in the graph, got {wrong}")
+        for key, decl in inputs.items():  # texts are padded to their batch's longest: any length must fit
+            for where, shape in (("in the graph", g_in[key]["shape"]), ("in the manifest", (decl or {}).get("shape"))):
+                if shape and (len(shape) != 2 or isinstance(shape[1], int)):
+                    raise ManifestError(f"{path}: text input '{key}' has shape {shape} {where}; it must be "
+                                        "[batch, sequence] with a free sequence axis (axis 1), e.g. "
+                                        "[\"batch\", \"sequence\"]")
         tok_decl = m.get("tokenizer", "bytes")
         if not isinstance(tok_decl, str) or (tok_decl != "bytes" and (not tok_decl.strip()
                                                                        or not (path.parent / tok_decl).is_file())):
             raise ManifestError(f"{path}: tokenizer {tok_decl!r} is neither 'bytes' nor an existing file")
         if tok_decl != "bytes":
             try:
-                WordPieceTokenizer(path.parent / tok_decl)
+                tokenizer = WordPieceTokenizer(path.parent / tok_decl)
             except Exception as exc:  # the tokenizers library raises its own Exception type
                 raise ManifestError(f"{path}: tokenizer '{tok_decl}' is not a Hugging Face tokenizer.json "
                                     f"({' '.join(str(exc).split())})") from None
+        tok_vocab = ByteEncoderTokenizer.vocab_size if tok_decl == "bytes" else tokenizer.vocab_size
+        if graph_vocab is not None and graph_vocab < tok_vocab:
+            raise ManifestError(f"{path}: tokenizer {tok_decl!r} has {tok_vocab} token ids but the graph's "
+                                f"embedding table for 'input_ids' has {graph_vocab} rows")
         head = {"text-embeddings": "embed", "text-classification": "classify", "text-reranking": "rerank"}[task]
         if task == "text-classification":
             if not labels:
@@ -164,9 +211,9 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
             tok = ByteEncoderTokenizer() if tok_decl == "bytes" else WordPieceTokenizer(path.parent / tok_decl)
             spec = ByomSpec(head=head, vocab_size=tok.vocab_size)
             return runtime.TextEncoder(name, spec, onnx_path, tok, config, labels=labels,
-                                       synthetic=bool(m.get("synthetic", False)), output=output)
+                                       synthetic=synthetic, output=output)
 
-    return registry.ModelCard(name, task, "onnx", bool(m.get("synthetic", False)),
+    return registry.ModelCard(name, task, "onnx", synthetic,
                               str(m.get("description", f"brought-in ONNX model {onnx_path.name}")), loader)
 
 

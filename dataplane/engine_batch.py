@@ -18,6 +18,8 @@ from typing import Any
 
 from dataplane.errors import EngineClosedError
 
+MAX_WAIT_MS = 86_400_000.0  # a day, as the gateway's encoder_max_wait_ms allows
+
 
 @dataclass(frozen=True)
 class BatchConfig:
@@ -25,6 +27,15 @@ class BatchConfig:
 
     max_batch: int = 32
     max_wait_ms: float = 2.0
+
+    def __post_init__(self):
+        # max_batch=0 made the engine thread spin on empty batches; a huge wait overflowed Condition.wait.
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise ValueError(f"BatchConfig.max_batch must be a positive integer, got {self.max_batch!r}")
+        w = self.max_wait_ms
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= MAX_WAIT_MS:
+            raise ValueError(f"BatchConfig.max_wait_ms must be a number of milliseconds in [0, {MAX_WAIT_MS:g}], "
+                             f"got {w!r}")
 
 
 @dataclass

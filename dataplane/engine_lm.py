@@ -57,6 +57,18 @@ class LMEngineConfig:
     prefix_cache: PrefixCacheConfig | None = None
     device_kv: bool | None = None
 
+    def __post_init__(self):
+        # Checked here, not in the engine thread: max_batch=0 admitted nothing, so results never arrived.
+        for name in ("max_batch", "kv_budget_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"LMEngineConfig.{name} must be a positive integer, got {v!r}")
+        if self.prefix_cache is not None and not isinstance(self.prefix_cache, PrefixCacheConfig):
+            raise ValueError(f"LMEngineConfig.prefix_cache must be a PrefixCacheConfig or None, "
+                             f"got {self.prefix_cache!r}")
+        if self.device_kv is not None and not isinstance(self.device_kv, bool):
+            raise ValueError(f"LMEngineConfig.device_kv must be True, False or None, got {self.device_kv!r}")
+
 
 class _Seq:
     """Engine-side state of a running request."""

@@ -94,31 +94,50 @@ class PrefixCache:
 
     def insert(self, tokens: list[int], kv: list[np.ndarray], salt: bytes = b"") -> int:
         """Store the full blocks of ``tokens`` whose KV ``kv`` (per layer ``[H, >=len(tokens), D]``, position
-        ``j`` of the tensors is token ``j``) is not cached yet; returns how many blocks were added."""
+        ``j`` of the tensors is token ``j``) is not cached yet; returns how many blocks were added.
+
+        Only the longest leading run of blocks that fits in ``max_bytes`` is kept (a block is useless without
+        its parents), and room is made before anything is copied, so the cache never holds more than
+        ``max_bytes``, not even while inserting."""
         if self.config.max_bytes == 0:
             return 0
-        bs, added = self.config.block_size, 0
+        bs = self.config.block_size
         hashes = block_hashes(tokens, bs, salt)
-        for i in reversed(range(len(hashes))):  # parents inserted last, so they are the most recent
-            h = hashes[i]
+        keep, total, new_bytes = 0, 0, 0
+        for i, h in enumerate(hashes):  # slicing makes views: nothing is copied to size a block
+            cached = h in self._blocks
+            size = self._blocks_nbytes(self._blocks[h]) if cached else sum(a[:, i * bs:(i + 1) * bs].nbytes
+                                                                               for a in kv)
+            if total + size > self.config.max_bytes:
+                break
+            keep, total, new_bytes = keep + 1, total + size, new_bytes + (0 if cached else size)
+        chain = hashes[:keep]
+        for h in reversed(chain):  # most recent now, so the eviction below takes other blocks first
+            if h in self._blocks:
+                self._blocks.move_to_end(h)
+        self._evict(self.config.max_bytes - new_bytes)  # the chain fits in max_bytes: it is never evicted
+        added = 0
+        for i in reversed(range(keep)):  # parents inserted last, so they are the most recent
+            h = chain[i]
             if h in self._blocks:
                 self._blocks.move_to_end(h)
                 continue
             block = [np.ascontiguousarray(a[:, i * bs:(i + 1) * bs]) for a in kv]
-            size = sum(b.nbytes for b in block)
-            if size > self.config.max_bytes:
-                return added
             self._blocks[h] = block
-            self.nbytes += size
+            self.nbytes += self._blocks_nbytes(block)
             added += 1
         self.stats.inserted_blocks += added
-        self._evict()
         return added
 
-    def _evict(self) -> None:
-        while self.nbytes > self.config.max_bytes and self._blocks:
+    @staticmethod
+    def _blocks_nbytes(block: list[np.ndarray]) -> int:
+        return sum(b.nbytes for b in block)
+
+    def _evict(self, limit: int) -> None:
+        """Drop least recently used blocks until at most ``limit`` bytes are held."""
+        while self.nbytes > limit and self._blocks:
             _, block = self._blocks.popitem(last=False)
-            self.nbytes -= sum(b.nbytes for b in block)
+            self.nbytes -= self._blocks_nbytes(block)
             self.stats.evicted_blocks += 1
 
     def clear(self) -> None:

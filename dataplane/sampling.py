@@ -8,10 +8,15 @@ import numpy as np
 
 from dataplane.errors import InvalidInputError
 
+# Below this a temperature is greedy decoding (vLLM's threshold too): the softmax is one-hot in float64 long
+# before, and dividing logits by a subnormal temperature such as 1e-310 overflows them to inf.
+GREEDY_BELOW = 1e-5
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request generation settings. ``temperature == 0`` is greedy decoding."""
+    """Per-request generation settings. ``temperature`` below :data:`GREEDY_BELOW` (0 included) is greedy
+    decoding."""
 
     max_tokens: int = 256
     temperature: float = 0.6
@@ -42,14 +47,20 @@ class SamplingParams:
 
 def sample_token(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
     """Draw the next token id from one row of logits."""
-    if params.temperature == 0:
+    if params.temperature < GREEDY_BELOW:
         return int(np.argmax(logits))
-    z = logits.astype(np.float64) / params.temperature
+    z = logits.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # NaN/inf logits are reported below, with a message of our own
+        z = (z - z.max()) / params.temperature  # shifted first: every z <= 0, so no temperature overflows it
     if params.top_k is not None and params.top_k < z.size:
         kth = np.partition(z, -params.top_k)[-params.top_k]
         z = np.where(z >= kth, z, -np.inf)
     p = np.exp(z - z.max())
-    p /= p.sum()
+    total = p.sum()
+    if not np.isfinite(total) or total <= 0:  # NaN or +inf logits: the model is broken, not the request
+        raise ValueError(f"cannot sample from non-finite logits (max {logits.max()!r}, any NaN: "
+                         f"{bool(np.isnan(logits).any())})")
+    p /= total
     if params.top_p is not None and params.top_p < 1:
         order = np.argsort(-p, kind="stable")
         cum = np.cumsum(p[order])

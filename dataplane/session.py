@@ -61,14 +61,17 @@ def cuda_available() -> bool:
 def resolve_provider(choice: str = "auto") -> str:
     """Map ``auto|cpu|cuda`` (or ``$EDGEPOP_PROVIDER`` when ``auto``) to an onnxruntime provider name."""
     choice = (choice or "auto").lower()
+    source = ""  # where the choice came from, so an error points at what the user must change
     if choice == "auto":
-        choice = os.environ.get("EDGEPOP_PROVIDER", "").strip().lower() or "auto"  # set but empty: auto
+        env = os.environ.get("EDGEPOP_PROVIDER", "").strip()
+        if env:  # set but empty: auto
+            choice, source = env.lower(), f" (from $EDGEPOP_PROVIDER={env!r})"
     if choice == "auto":
         return PROVIDERS["cuda"] if cuda_available() else PROVIDERS["cpu"]
     if choice not in PROVIDERS:
-        raise InvalidInputError(f"unknown provider '{choice}'; expected one of auto, cpu, cuda")
+        raise InvalidInputError(f"unknown provider '{choice}'{source}; expected one of auto, cpu, cuda")
     if choice == "cuda" and not cuda_available():
-        raise InvalidInputError("provider 'cuda' was requested but CUDA cannot be loaded on this machine")
+        raise InvalidInputError(f"provider 'cuda' was requested{source} but CUDA cannot be loaded on this machine")
     return PROVIDERS[choice]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -13,6 +14,7 @@ from dataplane.cache import cached_model
 from dataplane.engine_batch import BatchConfig, BatchingEngine
 from dataplane.engine_lm import LMEngine, LMEngineConfig
 from dataplane.errors import CapacityError, InvalidInputError
+from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.sampling import SamplingParams, sample_token
 
 # Seeded sampling rather than greedy: a synthetic LM's greedy output repeats one token, which would make
@@ -187,6 +189,51 @@ def test_sampling_filters_and_distribution():
                         minlength=5) / 4000
     p = np.exp(logits - logits.max())
     np.testing.assert_allclose(draws, p / p.sum(), atol=0.03)
+
+
+def test_tiny_temperatures_are_greedy_and_never_sample_nan(engine, dp):
+    greedy = engine.generate("Hello", SamplingParams(max_tokens=6, temperature=0, stop_on_eos=False)).token_ids
+    for t in (1e-310, 5e-324, 1e-45, 9e-6):  # 1e-310 overflowed logits/temperature to inf, then NaN
+        got = engine.generate("Hello", SamplingParams(max_tokens=6, temperature=t, seed=1, stop_on_eos=False))
+        assert got.token_ids == greedy
+    assert dp.run("gpt2-tiny", {"prompt": "Hello", "temperature": 1e-310, "max_tokens": 2})["usage"]
+    rng = np.random.default_rng(0)
+    huge = np.array([3e38, -3e38, 1e38], np.float32)  # at the threshold, the shifted logits stay finite
+    assert {sample_token(huge, SamplingParams(temperature=1e-5), rng) for _ in range(20)} == {0}
+    for broken in ([np.nan, 1.0], [np.inf, 1.0], [-np.inf, -np.inf]):
+        with pytest.raises(ValueError, match="cannot sample from non-finite logits"):
+            sample_token(np.array(broken, np.float32), SamplingParams(temperature=1.0), rng)
+
+
+@pytest.mark.parametrize("make, field, value", [
+    (LMEngineConfig, "max_batch", 0),  # admitted nothing: a submitted request's result never arrived
+    (LMEngineConfig, "max_batch", 2.0),
+    (LMEngineConfig, "kv_budget_tokens", -1),
+    (LMEngineConfig, "kv_budget_tokens", True),
+    (LMEngineConfig, "prefix_cache", 64),
+    (LMEngineConfig, "device_kv", "yes"),
+    (BatchConfig, "max_batch", 0),  # the engine thread spun on empty batches
+    (BatchConfig, "max_batch", None),
+    (BatchConfig, "max_wait_ms", -1),
+    (BatchConfig, "max_wait_ms", float("nan")),
+    (BatchConfig, "max_wait_ms", 1e300),  # overflowed Condition.wait and killed the engine thread
+    (BatchConfig, "max_wait_ms", "2"),
+])
+def test_engine_configs_refuse_bad_fields_when_built(make, field, value):
+    want = re.escape(f"{make.__name__}.{field} must be ") + f".*got {re.escape(repr(value))}$"
+    with pytest.raises(ValueError, match=want):
+        make(**{field: value})
+
+
+def test_engine_configs_accept_their_edges(lm):
+    assert BatchConfig(max_batch=1, max_wait_ms=0).max_wait_ms == 0
+    assert BatchConfig(max_wait_ms=86_400_000).max_batch == 32
+    cfg = LMEngineConfig(max_batch=1, kv_budget_tokens=64, prefix_cache=PrefixCacheConfig(), device_kv=False)
+    eng = LMEngine(lm, cfg)
+    try:
+        assert len(eng.generate("hi", SamplingParams(max_tokens=3, temperature=0, stop_on_eos=False)).token_ids) == 3
+    finally:
+        eng.close()
 
 
 def test_dynamic_batching_batches_and_isolates_failures():

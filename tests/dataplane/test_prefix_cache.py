@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -55,8 +57,9 @@ def test_lru_respects_byte_budget_and_leaves_one_token():
     kv = [np.ones((2, 8, 4), np.float32)]  # one layer: 2 heads x 8 tokens x 4 dims
     block_bytes = 2 * 2 * 4 * 4
     cache = PrefixCache(PrefixCacheConfig(block_size=2, max_bytes=3 * block_bytes))
-    assert cache.insert([1, 2, 3, 4, 5, 6, 7, 8], kv) == 4
-    assert len(cache) == 3 and cache.nbytes == 3 * block_bytes  # the deepest block went first
+    assert cache.insert([1, 2, 3, 4, 5, 6, 7, 8], kv) == 3  # the deepest block does not fit: never stored
+    assert len(cache) == 3 and cache.nbytes == 3 * block_bytes
+    assert (cache.stats.inserted_blocks, cache.stats.evicted_blocks) == (3, 0)
     n, got = cache.lookup([1, 2, 3, 4, 5, 6, 7, 8])
     assert n == 6 and got[0].shape == (1, 2, 6, 4)
     assert cache.lookup([1, 2, 3])[0] == 2  # at least one token is left to prefill
@@ -64,3 +67,37 @@ def test_lru_respects_byte_budget_and_leaves_one_token():
     assert cache.lookup([7, 2, 3, 4])[0] == 0
     cache.insert([9, 9, 9, 9], kv)  # two new blocks evict the two least recently used
     assert len(cache) == 3 and cache.lookup([1, 2, 3, 4, 5])[0] == 2
+    assert cache.stats.evicted_blocks == 2
+
+
+def test_insert_never_holds_more_than_the_budget():
+    # 4 layers x [4 heads, 1000 tokens, 64 dims] float32: 100 blocks of 40 KiB against a 5-block budget
+    kv = [np.ones((4, 1000, 64), np.float32) for _ in range(4)]
+    block_bytes = 4 * 4 * 10 * 64 * 4
+    cache = PrefixCache(PrefixCacheConfig(block_size=10, max_bytes=5 * block_bytes))
+    cache.insert(list(range(1000, 1050)), kv)  # 5 blocks of another prompt, to be evicted for the new one
+    tracemalloc.start()
+    try:
+        assert cache.insert(list(range(1000)), kv) == 5
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 5 * block_bytes  # the kept blocks plus bookkeeping; copying all 100 blocks took 4 MB
+    assert len(cache) == 5 and cache.nbytes == 5 * block_bytes
+    assert (cache.stats.inserted_blocks, cache.stats.evicted_blocks) == (10, 5)
+    assert cache.lookup(list(range(1000)))[0] == 50
+    assert PrefixCache(PrefixCacheConfig(block_size=10, max_bytes=block_bytes - 1)).insert(list(range(10)), kv) == 0
+
+
+def test_a_long_prompt_keeps_only_its_leading_blocks_within_the_budget(lm):
+    eng = LMEngine(lm, LMEngineConfig(prefix_cache=PrefixCacheConfig(block_size=16, max_bytes=1 << 20)))
+    try:
+        prompt = np.random.default_rng(5).integers(0, 256, 500).tolist()
+        want = eng.generate(prompt, GREEDY, timeout=60)
+        pc = eng.prefix_cache
+        assert 0 < len(pc) < 500 // 16 and pc.nbytes <= 1 << 20
+        assert (pc.stats.inserted_blocks, pc.stats.evicted_blocks) == (len(pc), 0)
+        again = eng.generate(prompt, GREEDY, timeout=60)
+        assert again.cached_tokens == 16 * len(pc) and again.token_ids == want.token_ids
+    finally:
+        eng.close()

@@ -6,6 +6,9 @@ import io
 import json
 import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -123,6 +126,22 @@ def test_provider_resolution_is_quiet_cpu_here(capfd):
 def test_an_empty_provider_variable_means_auto(monkeypatch):
     monkeypatch.setenv("EDGEPOP_PROVIDER", "")
     assert resolve_provider("auto") in ("CPUExecutionProvider", "CUDAExecutionProvider")
+
+
+def test_a_bad_provider_variable_is_named_as_the_source(monkeypatch):
+    monkeypatch.setenv("EDGEPOP_PROVIDER", "GPU")
+    want = "unknown provider 'gpu' (from $EDGEPOP_PROVIDER='GPU'); expected one of auto, cpu, cuda"
+    with pytest.raises(InvalidInputError, match=re.escape(want)):
+        resolve_provider("auto")
+    assert resolve_provider("cpu") == "CPUExecutionProvider"  # an explicit choice wins over the variable
+    # a fresh process: this one may hold sessions already opened, which the variable no longer affects
+    proc = subprocess.run([sys.executable, "-m", "edgepop", "profile", "--models", "bert-tiny-embed", "--quick"],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (2, f"edgepop: error: {want}\n")
+    monkeypatch.delenv("EDGEPOP_PROVIDER")
+    with pytest.raises(InvalidInputError) as exc:
+        resolve_provider("tpu")
+    assert "EDGEPOP_PROVIDER" not in str(exc.value)
 
 
 def _byom_dir(tmp_path, manifest: dict) -> str:

@@ -1,0 +1,76 @@
+"""Bring-your-own text models: manifests whose graph cannot serve every tokenized text are refused up front."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from dataplane import byom
+from dataplane.errors import ManifestError
+from dataplane.service import DataPlane
+
+
+def _embedder(tmp_path, seq, vocab: int, quantized: bool = False, **manifest) -> str:
+    """A tiny embedding graph (Gather from a [vocab, 4] table, mean over tokens) and its manifest."""
+    table = np.random.default_rng(0).standard_normal((vocab, 4)).astype(np.float32)
+    nodes, inits = [], []
+    if quantized:  # the table as int8 quantization leaves it: DequantizeLinear in front of the Gather
+        inits += [numpy_helper.from_array(np.clip(table * 40, -127, 127).astype(np.int8), "table_q"),
+                  numpy_helper.from_array(np.array(1 / 40, np.float32), "scale")]
+        nodes.append(helper.make_node("DequantizeLinear", ["table_q", "scale"], ["table"]))
+    else:
+        inits.append(numpy_helper.from_array(table, "table"))
+    nodes += [helper.make_node("Gather", ["table", "input_ids"], ["h"]),
+              helper.make_node("ReduceMean", ["h"], ["emb"], axes=[1], keepdims=0)]
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", seq])
+    emb = helper.make_tensor_value_info("emb", TensorProto.FLOAT, ["batch", 4])
+    graph = helper.make_graph(nodes, "g", [ids], [emb], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, tmp_path / "emb.onnx")
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"name": "my-embedder", "task": "text-embeddings", "model": "emb.onnx",
+                                "inputs": {"input_ids": {}}, "outputs": {"emb": {}}, **manifest}))
+    return str(path)
+
+
+def test_a_fixed_sequence_length_is_refused_at_registration(tmp_path):
+    path = _embedder(tmp_path, 8, 300)
+    with pytest.raises(ManifestError, match=re.escape(f"{path}: text input 'input_ids' has shape ['batch', 8] "
+                                                      "in the graph; it must be [batch, sequence] with a free "
+                                                      "sequence axis (axis 1)")):
+        byom.register_manifest(path, replace=True)
+    path = _embedder(tmp_path, "seq", 300, inputs={"input_ids": {"shape": ["batch", 8]}})
+    with pytest.raises(ManifestError, match=re.escape("has shape ['batch', 8] in the manifest")):
+        byom.load_manifest(path)
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_a_vocabulary_smaller_than_the_tokenizers_is_refused(tmp_path, quantized):
+    path = _embedder(tmp_path, "seq", 100, quantized)
+    with pytest.raises(ManifestError, match=re.escape(f"{path}: tokenizer 'bytes' has 259 token ids but the "
+                                                      "graph's embedding table for 'input_ids' has 100 rows")):
+        byom.register_manifest(path, replace=True)
+
+
+def test_a_free_sequence_axis_and_a_large_enough_vocabulary_serve_any_text(tmp_path):
+    byom.register_manifest(_embedder(tmp_path, "seq", 259, quantized=True), replace=True)
+    with DataPlane() as dp:
+        out = dp.run("my-embedder", {"text": ["hello world", "a much longer text than that one, with ÿ in it"]})
+    assert out["shape"] == [2, 4] and np.isfinite(out["data"]).all()
+
+
+@pytest.mark.parametrize("value", ["false", 0, None, [False]])
+def test_synthetic_must_be_a_json_boolean(tmp_path, value):
+    path = _embedder(tmp_path, "seq", 300, synthetic=value)
+    with pytest.raises(ManifestError, match=re.escape(f"{path}: field 'synthetic' must be true or false "
+                                                      f"(a JSON boolean), got {value!r}")):
+        byom.load_manifest(path)
+    assert byom.load_manifest(_embedder(tmp_path, "seq", 300, synthetic=False)).synthetic is False
+    assert byom.load_manifest(_embedder(tmp_path, "seq", 300, synthetic=True)).synthetic is True
