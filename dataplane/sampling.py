@@ -49,14 +49,15 @@ def sample_token(logits: np.ndarray, params: SamplingParams, rng: np.random.Gene
     """Draw the next token id from one row of logits."""
     if params.temperature < GREEDY_BELOW:
         return int(np.argmax(logits))
-    z = logits.astype(np.float64)
-    with np.errstate(invalid="ignore"):  # NaN/inf logits are reported below, with a message of our own
-        z = (z - z.max()) / params.temperature  # shifted first: every z <= 0, so no temperature overflows it
-    if params.top_k is not None and params.top_k < z.size:
-        kth = np.partition(z, -params.top_k)[-params.top_k]
-        z = np.where(z >= kth, z, -np.inf)
-    p = np.exp(z - z.max())
-    total = p.sum()
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf logits are reported below, with a message of our own
+        # (from GREEDY_BELOW up, float32 logits divided by the temperature stay finite; unshifted, as it always was,
+        # so a seeded request draws the tokens it drew before)
+        z = logits.astype(np.float64) / params.temperature
+        if params.top_k is not None and params.top_k < z.size:
+            kth = np.partition(z, -params.top_k)[-params.top_k]
+            z = np.where(z >= kth, z, -np.inf)
+        p = np.exp(z - z.max())
+        total = p.sum()
     if not np.isfinite(total) or total <= 0:  # NaN or +inf logits: the model is broken, not the request
         raise ValueError(f"cannot sample from non-finite logits (max {logits.max()!r}, any NaN: "
                          f"{bool(np.isnan(logits).any())})")
