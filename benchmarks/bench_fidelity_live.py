@@ -55,12 +55,11 @@ from edgepop.outputs import folder_arg, output_folder
 from edgepop.rng import seed_arg
 from sim.live import decompose
 from sim.live.client import fetch_deployment
-from sim.live.fidelity import compare, live_repeatability, simulate_like
+from sim.live.fidelity import compare, live_repeatability, mirror_topology, simulate_like
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.matrix import LOADS, bursty_trace, capacity_rps, replay_cell, simulate_cell, trace_rate
 from sim.live.pooling import pooled_engine_rows, pooled_host_rows, with_engine_rows, with_host_rows
 from sim.live.replay import ReplayOptions
-from topology import Topology
 
 MODEL = "@cf/meta/llama-3.2-1b-instruct"
 DEPLOYMENTS = {"1": ["FRA"], "4": ["FRA", "LHR", "IAD", "SIN"]}
@@ -148,7 +147,7 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
                             log=tmp / "serve.log")
     try:
         desc = fetch_deployment(url)
-        topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
+        topo = mirror_topology(desc)
         stand_in = desc["stand_ins"][MODEL]
         session = SessionConfig(intra_op_threads=1)
         n_ctx = registry.load(stand_in, session).spec.n_ctx
@@ -274,7 +273,7 @@ def resimulate(root: Path, args) -> int:
             replayed.append((folder, pd.read_csv(profile_file), meta))
         if replayed:
             desc = json.loads((replayed[0][0] / "deployment.json").read_text())
-            topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
+            topo = mirror_topology(desc)
             order = {t: i for i, t in enumerate(args.traces.split(","))}
             loads = list(LOADS)
             replayed.sort(key=lambda r: (order.get(r[2].get("trace"), 99),

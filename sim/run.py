@@ -134,9 +134,8 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
     release_large_blocks()  # large runs free many arrays of a few MB: give them back, do not keep holes
     # a topology given (custom PoPs, one shared by many runs) takes the scenario's last mile, as a loaded one does
-    topo = (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).with_last_mile(
-        sc.last_mile_ms, sc.last_mile).with_gpu_scale(sc.gpu_inventory_scale).with_anycast(sc.anycast_misroute,
-                                                                                            seed=sc.seed)
+    topo = (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).shaped(
+        sc.last_mile_ms, sc.last_mile, sc.gpu_inventory_scale, sc.anycast_misroute, seed=sc.seed)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = scenario_catalog(sc, tech)
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))

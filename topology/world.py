@@ -77,6 +77,13 @@ class Topology:
         """Last-mile RTT (ms) of every demand city, by the topology's last-mile mode."""
         return self.last_mile.ms(self.demand.cc.to_numpy(), self.demand.continent.to_numpy())
 
+    def shaped(self, last_mile_ms: float = DEFAULT_LAST_MILE_MS, last_mile: str = "fixed", gpu_scale: float = 1.0,
+               misroute: float = 0.0, seed: int = 0) -> Topology:
+        """The world as a scenario (or a gateway serving one) shapes it: its last mile, its GPU inventory scale
+        and its anycast misroute (seeded). The simulator, the gateway and the replay mirror all shape it here, so
+        the three cannot drift apart."""
+        return self.with_last_mile(last_mile_ms, last_mile).with_gpu_scale(gpu_scale).with_anycast(misroute, seed=seed)
+
     def with_gpu_scale(self, scale: float) -> Topology:
         """The same world with ``scale`` x the GPU nodes in its PoPs (see :func:`topology.gpus.scale_inventory`);
         everything else (tables, latency model) is shared, so this is cheap."""

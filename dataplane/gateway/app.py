@@ -176,7 +176,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         task = asyncio.ensure_future(work)
         gone = asyncio.ensure_future(disconnected(request))
         try:
-            await asyncio.wait((task, gone, gw.stopped), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(gw.or_stopped(task, gone), return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # this handler itself cancelled (the server is stopping)
             task.cancel()
             gone.cancel()
@@ -193,7 +193,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         except Exception:  # noqa: BLE001, S110 (its own error, if it failed as it was cancelled, is moot)
             pass
         # (counted at the PoP where it waited or ran, when it got that far)
-        err = shutting_down() if gw.stopped.done() else client_gone()
+        err = shutting_down() if gw.stopped is not None and gw.stopped.done() else client_gone()
         gw.metrics.rejected(model, endpoint, err, place_of(request), pop=(served or {}).get("pop", ""))
         raise err
 

@@ -73,7 +73,7 @@ class SSEStream(StreamingResponse):
 
         body = asyncio.ensure_future(super().__call__(scope, receive, sending))
         try:
-            await asyncio.wait((body, self.call.gw.stopped), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(self.call.gw.or_stopped(body), return_when=asyncio.FIRST_COMPLETED)
             if body.done():
                 return body.result()
             body.cancel()  # (a cancelled stream during a drain is not counted as gone: it is counted below)

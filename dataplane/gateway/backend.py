@@ -50,8 +50,8 @@ class Backend:
         self.config = cfg
         # The topology as the simulator shapes a scenario's (sim.run.prepare): last mile, GPU inventory, anycast.
         topo = topo if topo is not None else Topology.load(last_mile_ms=cfg.last_mile_ms, last_mile=cfg.last_mile)
-        self.topo = topo.with_last_mile(cfg.last_mile_ms, cfg.last_mile).with_gpu_scale(
-            cfg.gpu_inventory_scale).with_anycast(cfg.anycast_misroute, seed=cfg.seed)
+        self.topo = topo.shaped(cfg.last_mile_ms, cfg.last_mile, cfg.gpu_inventory_scale, cfg.anycast_misroute,
+                                seed=cfg.seed)
         full = default_catalog()
         for m in cfg.models:
             if m not in full:

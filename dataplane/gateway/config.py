@@ -234,6 +234,9 @@ class GatewayConfig:
 
         if self.last_mile not in MODES:
             bad("last_mile", f"{self.last_mile!r} is not one of {', '.join(MODES)}")
+        if self.last_mile != "fixed" and self.last_mile_ms != GatewayConfig.last_mile_ms:  # (as a scenario's)
+            bad("last_mile_ms", f"{self.last_mile_ms!r} applies with last_mile = \"fixed\" only, not with "
+                f"{self.last_mile!r} (whose figures replace it)")
         v = self.gpu_inventory_scale
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 100:  # (NaN fails too)
             bad("gpu_inventory_scale", f"{v!r} is not a number in (0, 100]")

@@ -382,6 +382,11 @@ class Gateway:
             raise err from None
         return call, fin
 
+    def or_stopped(self, *waits) -> tuple:
+        """``waits`` and, once the gateway runs under its lifespan, the drain deadline's future (an app driven
+        without its lifespan, e.g. through httpx's ASGI transport, has no drain to wait for)."""
+        return waits if self.stopped is None else (*waits, self.stopped)
+
     async def start(self) -> None:
         self.stopped = asyncio.get_running_loop().create_future()
         self.admission.start()

@@ -78,6 +78,28 @@ def mirror_catalog(desc: dict) -> Catalog:
                    source="gateway mirror")
 
 
+def mirror_topology(desc: dict, topo=None):
+    """The topology the live gateway described by ``desc`` serves: its last mile, GPU inventory scale and
+    anycast misroute applied to ``topo`` (default: the shipped one)."""
+    from topology import Topology
+
+    mode = desc.get("last_mile", "fixed")
+    topo = topo if topo is not None else Topology.load(last_mile_ms=desc["last_mile_ms"], last_mile=mode)
+    return topo.shaped(desc["last_mile_ms"], mode, desc.get("gpu_inventory_scale", 1.0),
+                       desc.get("anycast_misroute", 0.0), seed=desc["seed"])
+
+
+def on_replay_clock(desc: dict, live: pd.DataFrame) -> dict:
+    """``desc`` with its autoscaler's clock starting when the replay started sending (``live.attrs
+    ["started_utc"]``), the simulation's time 0: the gateway publishes its own start, and a scheduled autoscaler
+    would read the hours off by the gateway's uptime."""
+    started = live.attrs.get("started_utc")
+    options = desc.get("autoscaler_options") or {}
+    if not started or "start_utc" not in options:
+        return desc
+    return {**desc, "autoscaler_options": {**options, "start_utc": started}}
+
+
 def mirror_deployment(desc: dict, topo) -> tuple[Deployment, float]:
     """A simulator Deployment equal to the live gateway described by ``desc`` (``/edgepop/deployment``), built
     by the same builder, and the WAN delay scale it injects."""
@@ -130,7 +152,7 @@ def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None,
     ``gw_*`` rows of ``profile`` (a table or a path); the frame then has every component as ``c_<name>``.
     ``host_cores``: the cores of the machine that served the requests (default: the deployment's
     ``host_cores``, else this machine's, for a gateway on loopback); saved runs simulated elsewhere need it."""
-    dep, scale = mirror_deployment(desc, topo)
+    dep, scale = mirror_deployment(on_replay_clock(desc, live), topo)
     if perf is None:
         stand_ins = [desc["stand_ins"][m] for m in set(live.model)]
         perf = load_perf(profile, stand_ins, progress)

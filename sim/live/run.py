@@ -14,6 +14,7 @@ import asyncio
 import json
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +35,20 @@ from sim.live.decompose import (
     side_by_side,
     sim_components,
 )
-from sim.live.fidelity import compare, live_repeat_table, measure_profile, simulate_like, summarize
+from sim.live.fidelity import (
+    compare,
+    live_repeat_table,
+    measure_profile,
+    mirror_topology,
+    simulate_like,
+    summarize,
+)
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
 from sim.live.pooling import pooled_profile
 from sim.live.replay import ReplayOptions, build_requests, send_all
 from sim.live.replay_plots import plot_replay
 from sim.traces import read_trace
-from topology import Topology
 
 PROFILE_SOURCES = ("host", "gateway", "engine")
 
@@ -73,7 +80,9 @@ def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator,
     progress(f"replaying {len(frame)} requests over {frame.arrival_s.max():.1f} s against {opts.url}")
     before = fetch_timings(opts.url, trace, opts.token)["host"]
     t0, c0 = time.monotonic(), time.process_time()
+    started = datetime.now(UTC).isoformat()  # the simulation's time 0 (a scheduled autoscaler's clock)
     live = asyncio.run(send_all(frame, opts, rng, trace))
+    live.attrs["started_utc"] = started
     wall, client_cpu = time.monotonic() - t0, time.process_time() - c0
     got = fetch_timings(opts.url, trace, opts.token)
     timelines = got["requests"]
@@ -148,7 +157,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     if opts.profile_source not in PROFILE_SOURCES:
         raise UserError(f"replay: profile source must be one of {', '.join(PROFILE_SOURCES)}, "
                         f"got {opts.profile_source!r}")
-    topo = Topology.load(last_mile_ms=desc["last_mile_ms"])
+    topo = mirror_topology(desc)
     rng = np.random.default_rng(opts.seed)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from kit.gateway import SLOW
@@ -116,3 +116,29 @@ def test_replicas_the_autoscaler_adds_are_listed_and_counted(tmp_path, gateway_t
         assert sum(v for (pop, m, _s), v in gauges.items() if m == model) == first + 1
     finally:
         server.stop()
+
+
+def test_the_replay_mirror_reads_the_scheduled_hours_from_the_replay_start(tmp_path, gateway_topo):
+    # The gateway publishes its own start; the simulation's time 0 is when the replay starts sending, an hour of
+    # uptime later here: the mirror's autoscaler must read the hour then, not the gateway's start hour.
+    import pandas as pd
+
+    from sim.live.fidelity import mirror_deployment, mirror_topology, on_replay_clock
+    from topology.demand import local_hour
+
+    server, gw = _serve(tmp_path, gateway_topo, pops=["FRA", "SIN"], models=[TINY_LM], autoscaler="scheduled",
+                        autoscaler_options={"interval_s": 60})
+    try:
+        desc = httpx.get(f"{server.url}/edgepop/deployment").json()
+    finally:
+        server.stop()
+    replay_start = datetime.fromisoformat(desc["autoscaler_options"]["start_utc"]) + timedelta(hours=1)
+    live = pd.DataFrame({"status": [200]})
+    live.attrs["started_utc"] = replay_start.isoformat()
+    dep, _ = mirror_deployment(on_replay_clock(desc, live), mirror_topology(desc, gateway_topo))
+    plane = dep.plane
+    got = plane.autoscaler.local_hours(plane, 0.0)
+    want = local_hour(plane.state.fleet.sites.tz, replay_start)
+    gap = (got - want + 12.0) % 24.0 - 12.0
+    assert abs(gap).max() < 1e-6, (got, want)
+    assert on_replay_clock(desc, pd.DataFrame()) is desc  # a saved run without the stamp keeps what it had

@@ -153,5 +153,23 @@ def test_serve_scenario_serves_its_fleet_last_mile_and_anycast(tmp_path, gateway
                               setup.topo.ingress(setup.topo.demand.lat.to_numpy(), setup.topo.demand.lon.to_numpy()))
         desc = live.describe()
         assert (desc["gpu_inventory_scale"], desc["last_mile"], desc["anycast_misroute"]) == (0.1, "country", 0.3)
+        # ... and the replay mirror shapes it the same way: the same nodes, the same client RTTs and ingress
+        from sim.live.fidelity import mirror_deployment, mirror_topology
+
+        mirrored = mirror_topology(desc, gateway_topo)
+        dep, _ = mirror_deployment(desc, mirrored)
+        assert list(dep.fleet.nodes.node_id) == list(live.deployment.fleet.nodes.node_id)
+        lagos = (np.array([6.5]), np.array([3.4]))
+        assert mirrored.ingress(*lagos)[1] == pytest.approx(live.topo.ingress(*lagos)[1])
+        assert mirrored.ingress(*lagos)[0] == live.topo.ingress(*lagos)[0]
     finally:
         live.close()
+
+
+def test_a_fixed_last_mile_beside_another_mode_is_refused():
+    from dataplane.gateway import GatewayConfig
+    from edgepop.errors import UserError
+
+    with pytest.raises(UserError, match="field 'last_mile_ms': 25 applies with last_mile = \"fixed\" only"):
+        GatewayConfig(last_mile="country", last_mile_ms=25)
+    assert GatewayConfig(last_mile="country").last_mile_ms == 10.0

@@ -85,3 +85,25 @@ def test_requests_in_flight_at_the_drain_deadline_get_the_shutdown_error(tmp_pat
             if s.name == "edgepop_requests_total" and s.value:
                 counted[(s.labels["endpoint"], s.labels["status"])] = s.value
     assert counted == {("run", "503"): 1, ("run-stream", "503"): 1}
+
+
+def test_an_app_driven_without_its_lifespan_still_answers(tmp_path, gateway_topo):
+    # httpx's ASGI transport (the Python entry point gateway.md shows) runs no lifespan: no drain deadline to wait on
+    import asyncio
+
+    from dataplane.gateway import GatewayConfig
+    from dataplane.gateway.app import create_app
+
+    app = create_app(GatewayConfig(pops=["FRA"], models=["@edgepop/gpt2-tiny"], delay=False, no_auth=True,
+                                   db=str(tmp_path / "b.sqlite")), topo=gateway_topo, warm=False)
+
+    async def main():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            plain = await c.post(run_url("http://t", "@edgepop/gpt2-tiny"), json={"prompt": "hi", "max_tokens": 2})
+            stream = await c.post(run_url("http://t", "@edgepop/gpt2-tiny"), json={"prompt": "hi", "max_tokens": 2,
+                                                                       "stream": True})
+            return plain, stream
+
+    plain, stream = asyncio.run(main())
+    assert plain.status_code == 200 and plain.json()["success"] is True
+    assert stream.status_code == 200 and "[DONE]" in stream.text
