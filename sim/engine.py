@@ -50,7 +50,7 @@ class Seq:
     """A request on a replica (times in simulated seconds); ``rec`` is the simulator's handle for it."""
 
     __slots__ = ("rec", "prompt", "output", "joined_at", "first_token_at", "finish_step", "join_step",
-                 "stall_mark", "stall_count_mark", "done", "cached")
+                 "stall_mark", "stall_count_mark", "done", "cached", "stalls_at_end")
 
     def __init__(self, rec, prompt: int, output: int):
         self.rec, self.prompt, self.output = rec, prompt, output
@@ -59,6 +59,7 @@ class Seq:
         self.finish_step = self.join_step = 0.0
         self.stall_mark = 0.0
         self.stall_count_mark = 0
+        self.stalls_at_end = None  # (s, count) frozen when it finishes: a prefill starting at that instant is not its
         self.done = False
 
 
@@ -228,6 +229,7 @@ class ReplicaEngine:
         s.first_token_at = t
         self.on_first_token(s, t)
         if not self.generative or s.output <= 1:
+            s.stalls_at_end = (0.0, 0)  # it never decoded: no stalls
             s.done = True
             self.on_finish(s, t)
         else:
@@ -266,11 +268,14 @@ class ReplicaEngine:
             _, _, s = heapq.heappop(heap)
             self.ctx_sum -= s.prompt
             self.join_sum -= s.join_step
+            s.stalls_at_end = (self.stall_s - s.stall_mark, self.stall_count - s.stall_count_mark)
             s.done = True
             self.on_finish(s, t)
 
     def seq_stalls(self, s: Seq) -> tuple[float, int]:
         """Stall time (s) and number of stalled gaps a sequence saw while decoding."""
+        if s.stalls_at_end is not None:
+            return s.stalls_at_end
         return self.stall_s - s.stall_mark, self.stall_count - s.stall_count_mark
 
     def kill(self, t: float) -> list[Seq]:

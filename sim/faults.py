@@ -157,9 +157,13 @@ class FaultHandler:
             pop = int(np.flatnonzero(self.topo.pops.id.to_numpy() == fault.target)[0])
             if self._hold(("pop", pop), down):
                 (self.down_pops.add if down else self.down_pops.discard)(pop)
-            nodes = np.flatnonzero(self.dep.fleet.nodes.site_id.to_numpy() == fault.target)
-            for node in nodes:
-                self._node(sim, int(node), down, now)
+            nodes = np.flatnonzero(self.dep.fleet.nodes.site_id.to_numpy() == fault.target).tolist()
+            changed = [node for node in nodes if self._hold(("node", node), down)]
+            if down:  # all at once: a request lost on one node must not be retried on a sibling about to fail
+                sim.kill_nodes(changed, now)
+            else:
+                for node in changed:
+                    sim.revive_node(node, now)
         else:
             link = check_link_target(fault.target, self._base_latency.backbone, self._backbone_names)
             if self._hold(("link", link), down):

@@ -355,11 +355,20 @@ class Simulation:
 
     def kill_node(self, node: int, now: float) -> None:
         """Take a GPU node down: its engines drop everything, its requests are retried or failed."""
-        lost, evicted = self.plane.set_node_up(node, False, now)
-        for r in self.plane.state.replicas:
-            if r.node == node and r.id in self.engines:
-                self.engines[r.id].kill(now)
-                self.engines[r.id].dead = True
+        self.kill_nodes([node], now)
+
+    def kill_nodes(self, nodes: list[int], now: float) -> None:
+        """Take GPU nodes down together (a PoP's): every one is down before their requests are retried, so no
+        retry lands on a node failing in the same instant (and is lost, and counted, twice)."""
+        lost, evicted = [], []
+        for node in nodes:
+            on_node, queued = self.plane.set_node_up(node, False, now)
+            lost += on_node
+            evicted += queued
+            for r in self.plane.state.replicas:
+                if r.node == node and r.id in self.engines:
+                    self.engines[r.id].kill(now)
+                    self.engines[r.id].dead = True
         self._lost(lost, now, started=True)
         self._lost(evicted, now, started=False)
         self._flush()

@@ -47,7 +47,7 @@ def plain_removal_losses(self, nodes):
                     continue
                 amount = amount * min(1.0, over / st.flow[node][m])
             alt = st.penalty
-            for s, r in zip(self.cand_site[p], self.cand_rtt[p], strict=True):
+            for s, r in zip(self.net.cand_site[p].tolist(), self.net.cand_rtt[p].tolist(), strict=True):
                 if s < 0:
                     break
                 if any(o != node and counts[o][m] and st.available(o, m) > _EPS for o in self.nodes_at[s]):

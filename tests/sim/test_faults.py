@@ -117,3 +117,47 @@ def test_a_fault_is_echoed_as_the_spec_that_reads_it_back():
     for spec in ("pop:FRA@1234567+5", "node:LHR-0@2.5+12345678", "link:NewYork-Bude@0.1+100000000000000000000"):
         assert parse_fault(fault_spec(parse_fault(spec))) == parse_fault(spec)
     assert fault_spec(parse_fault("pop:FRA@1234567+5")) == "pop:FRA@1234567+5"  # (it read 1.23457e+06)
+
+
+POP_FAULT = """seed = 11
+faults = ["pop:IAD@5+10"]
+
+[workload]
+kind = "poisson"
+requests = 1000
+rps = 150.0
+start_utc = "2024-03-20T20:00:00+00:00"
+mix = { "@cf/meta/llama-3.1-8b-instruct" = 1.0 }
+
+[edge]
+placement = "greedy-demand"
+router = "nearest-with-capacity"
+pops = ["FRA", "LHR", "IAD", "SJC", "SIN", "NRT"]
+queue_limit = 1
+
+[central]
+enabled = false
+"""
+
+
+def test_a_pop_fault_takes_its_nodes_down_together_so_a_request_is_retried_once(tmp_path):
+    # One node after another, a request lost on IAD-0 was retried on IAD-1, lost again a moment later: 2 retries.
+    f = tmp_path / "pop_fault.toml"
+    f.write_text(POP_FAULT)
+    out = run_scenario(str(f))
+    r = out.requests
+    assert out.summary["deployments"]["edge"]["faults"]["retried"] > 0
+    assert r.retries.max() == 1
+
+
+def test_a_request_that_never_decodes_has_no_decode_stalls(tmp_path):
+    # One-token answers finish at their prefill: the stalls the replica's decoding sequences saw before are not
+    # theirs (they read all of them, since the run began: e2e == ttft beside stall_ms of hundreds of ms).
+    f = tmp_path / "one_token.toml"
+    f.write_text(POP_FAULT.replace('faults = ["pop:IAD@5+10"]\n', "").replace("requests = 1000", "requests = 600")
+                 .replace("rps = 150.0", "rps = 40.0").replace("queue_limit = 1\n", "")
+                 .replace("[edge]", "[workload.tokens.text-generation]\noutput = { median = 4, sigma = 2.0 }\n\n[edge]"))
+    r = run_scenario(str(f)).requests
+    one = r[(r.outcome == "ok") & (r.output_tokens == 1)]
+    assert len(one) > 50 and (r[r.outcome == "ok"].stall_ms > 0).any()
+    assert (one.stall_ms == 0).all() and (one.stalls == 0).all()
