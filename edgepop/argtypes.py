@@ -12,37 +12,30 @@ import math
 import numbers
 
 
+def _number(text: str, cast, ok, want: str):
+    """``cast(text)`` when it parses and ``ok`` holds for it, else argparse's error saying what was wanted."""
+    try:
+        value = cast(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {want}, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """A whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
+    return _number(text, int, lambda v: v >= 1, "a whole number >= 1")
 
 
 def positive_float(text: str) -> float:
     """A finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
 def non_negative_float(text: str) -> float:
     """A finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
 
 def int_list(text: str) -> list[int]:
