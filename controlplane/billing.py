@@ -58,10 +58,19 @@ class Ledger:
 
 
 def invoice_requests(frame: pd.DataFrame, day_s: float = 86_400.0, free_per_day: float = FREE_NEURONS_PER_DAY,
-                     account_col: str = "account") -> pd.DataFrame:
-    """Invoice a table of requests (columns ``neurons``, ``arrival_s`` and optionally ``account``)."""
+                     account_col: str = "account", start_utc=None) -> pd.DataFrame:
+    """Invoice a table of requests (columns ``neurons``, ``arrival_s`` and optionally ``account``) per account
+    and UTC day. ``start_utc`` (a datetime or ISO string) is the wall-clock time of ``arrival_s`` 0: ``day`` is
+    then the UTC day since 1970-01-01; without it, time 0 is taken as a UTC midnight and ``day`` counts whole days
+    from it. ``day_s``: the simulated seconds of a day (a compressed day)."""
     accounts = frame[account_col] if account_col in frame else pd.Series("default", index=frame.index)
-    day = (frame.arrival_s.to_numpy() // day_s).astype(int)
+    offset = 0.0
+    if start_utc is not None:
+        start = pd.Timestamp(start_utc)
+        start = start.tz_localize("UTC") if start.tzinfo is None else start.tz_convert("UTC")
+        # seconds since the epoch, in simulated seconds (a compressed day stretches the clock by day_s / 86400)
+        offset = start.timestamp() * day_s / 86_400.0
+    day = ((frame.arrival_s.to_numpy() + offset) // day_s).astype(int)
     g = pd.DataFrame({"account": accounts.to_numpy(), "day": day, "neurons": frame.neurons.to_numpy()})
     g = g.groupby(["account", "day"], as_index=False).neurons.sum()
     g["free_neurons"] = np.minimum(g.neurons, free_per_day)

@@ -162,6 +162,9 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
                 raise bad(name, "required (and positive) for text-generation")
         if values["heads"] % values["kv_heads"]:
             raise bad("kv_heads", f"{values['heads']} heads are not a multiple of {values['kv_heads']} KV heads")
+    tp = values.get("tensor_parallel", 1)
+    if values.get("heads") and tp > 1 and values["heads"] % tp:  # (each GPU holds whole attention heads)
+        raise bad("tensor_parallel", f"{tp} does not divide the model's {values['heads']} attention heads")
     if not values.get("weight_bytes"):
         values["weight_bytes"] = values["parameters"] * PRECISION_BYTES[values["precision"]]
     if "adapters" in raw:  # LoRA adapters fine-tuned on this model

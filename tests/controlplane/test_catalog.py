@@ -85,6 +85,8 @@ stand_in = "minilm-l6-v2"
     (lambda s: s.replace('task = "text-embeddings"', 'task = "image-classification"\nunit = "image"'),
      "'gflops_per_unit': required"),
     (lambda s: s + 'unit = "audio-minute"\n', "'unit': 'audio-minute' does not fit task 'text-embeddings'"),
+    # each GPU of a tensor-parallel replica holds whole heads (it failed later, in estimate or placement, unnamed)
+    (lambda s: s + "tensor_parallel = 5\n", "'tensor_parallel': 5 does not divide the model's 12 attention heads"),
 ])
 def test_bad_catalog_entries_fail_with_one_line_naming_the_field(tmp_path, edit, needle):
     path = tmp_path / "cat.toml"

@@ -347,6 +347,15 @@ def test_neurons_and_invoice(catalog):
     frame = pd.DataFrame({"neurons": [6000.0, 6000.0, 6000.0], "arrival_s": [0.0, 10.0, 90_000.0]})
     by_day = invoice_requests(frame).set_index("day")
     assert by_day.loc[0].billable_neurons == 12000 - FREE_NEURONS_PER_DAY and by_day.loc[1].usd == 0
+    # Started at noon UTC, the first two fall on one UTC day and 50,000 s later is the next: each within the
+    # free allowance (counted from time 0, the three made one billable day)
+    noon = pd.DataFrame({"neurons": [10_000.0, 10_000.0], "arrival_s": [0.0, 50_000.0]})
+    days = invoice_requests(noon, start_utc="2024-03-20T12:00:00Z")
+    assert days.day.tolist() == [19802, 19803] and days.usd.sum() == 0
+    assert invoice_requests(noon).usd.sum() > 0
+    # a compressed day (600 s) started at 23:00 UTC: its midnight comes 25 simulated seconds in
+    late = pd.DataFrame({"neurons": [1.0, 1.0], "arrival_s": [20.0, 30.0]})
+    assert invoice_requests(late, day_s=600.0, start_utc="2024-03-20T23:00:00+00:00").day.tolist() == [19802, 19803]
 
 
 def test_fleet_cost(catalog):
