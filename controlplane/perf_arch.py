@@ -18,7 +18,8 @@ from controlplane.catalog import PRECISION_BYTES, ModelSpec
 from edgepop.errors import UserError
 
 # Families whose MLP is a plain up/down projection (2 matrices); all others use a gated MLP (SwiGLU, 3 matrices).
-PLAIN_MLP_FAMILIES = frozenset({"gpt2", "gptj", "falcon", "bloom", "opt", "bert"})
+# (XLM-RoBERTa, as BERT: bge-m3 and bge-reranker-base were modelled a third bigger with a gate they do not have.)
+PLAIN_MLP_FAMILIES = frozenset({"gpt2", "gptj", "falcon", "bloom", "opt", "bert", "roberta", "xlm-roberta"})
 WEIGHT_ONLY_SUFFIX = "-wo"
 ACTIVATION_BYTES = 2.0  # activations stay 16-bit whatever the weight format
 

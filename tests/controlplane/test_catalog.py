@@ -125,3 +125,12 @@ def test_the_real_minilms_window_is_its_checkpoints(catalog):
     from dataplane.models import minilm
 
     assert catalog["@edgepop/all-minilm-l6-v2"].context_window == minilm.max_seq_length(minilm.model_dir())
+
+
+def test_xlm_roberta_encoders_have_a_plain_mlp(catalog):
+    # bge-m3 and bge-reranker-base are XLM-RoBERTa: BERT's 2-matrix MLP (a gate made their body a third bigger)
+    from controlplane.perf_arch import body_params, gated_mlp
+
+    m3, large = catalog["@cf/baai/bge-m3"], catalog["@cf/baai/bge-large-en-v1.5"]
+    assert m3.family == "xlm-roberta" and not gated_mlp(m3) and not gated_mlp(catalog["@cf/baai/bge-reranker-base"])
+    assert body_params(m3) == pytest.approx(body_params(large))  # same body shape (24 x 1024, 4096 MLP)
