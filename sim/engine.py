@@ -71,7 +71,7 @@ class ReplicaEngine:
     __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
-                 "dead", "_prefill_fn", "_batch_fn", "_order", "meter", "gpu_ids")
+                 "dead", "_prefill_fn", "_batch_fn", "_after_fn", "_order", "meter", "gpu_ids")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -102,6 +102,7 @@ class ReplicaEngine:
         batch_fn = getattr(perf, "prefill_batch_ms", None)
         self._batch_fn = ((lambda tokens: batch_fn(spec, gpu, list(tokens))) if batch_fn is not None
                           else (lambda tokens: perf.prefill_ms(spec, gpu, sum(tokens))))
+        self._after_fn = None  # prefill_after_prefix's function, made at the first prefix-cache hit
         self.dead = False
         # Sequences due at the same step finish in the order they entered decode (an object's id() would make the
         # order, and what it starts next, differ from run to run).
@@ -190,7 +191,9 @@ class ReplicaEngine:
             if type(tokens) is not tuple:
                 dur = self._prefill_fn(tokens) / 1e3
             elif tokens[0] == "after":
-                dur = prefill_after_prefix(self.perf, self.spec, self.gpu)(tokens[1]) / 1e3
+                if self._after_fn is None:
+                    self._after_fn = prefill_after_prefix(self.perf, self.spec, self.gpu)
+                dur = self._after_fn(tokens[1]) / 1e3
             else:
                 dur = self._batch_fn(tokens) / 1e3
             if len(self._prefill_cache) < 65536:

@@ -27,7 +27,7 @@ def _serve(tmp_path, topo, **kw):
 
 
 def _until(cond, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s  # a hang guard, not a timing goal
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.05)
@@ -68,6 +68,7 @@ def test_scheduled_autoscaler_reads_the_real_local_hour(tmp_path, gateway_topo):
         desc = httpx.get(f"{server.url}/edgepop/deployment").json()
         opts = desc["autoscaler_options"]
         assert opts["day_s"] == 86_400.0  # live, a day is a day
+        # the real clock (not the epoch, not uptime): a loose sanity bound, no timing goal
         assert abs((datetime.now(UTC) - datetime.fromisoformat(opts["start_utc"])).total_seconds()) < 3600
         plane = gw.backend.plane
         now = datetime.now(UTC)
