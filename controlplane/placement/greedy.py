@@ -85,7 +85,7 @@ class _Routing:
         self.journal: list | None = None
         # Per (site, model), the takers still able to offer while demand only moves closer; None once it may
         # move away again (the swap search, which takes replicas off, sets it).
-        self.live: dict[tuple[int, int], list[tuple[int, float]]] | None = {}
+        self.live: dict[tuple[int, int], dict[int, float]] | None = {}
         # Offers cached per (site, model). A move of pair p marks p stale in the offers of p's candidate sites
         # only, the only ones that read p's state (``keys_of[p]``); the next read re-derives p's entries.
         self._offers: dict[tuple[int, int], list] = {}
@@ -133,12 +133,17 @@ class _Routing:
             if stale:
                 every = self.takers[key]
                 rows = every if self.live is None else self.live.get(key, every)
-                if 3 * len(stale) > len(rows):
-                    hit = self._fresh_offers(key)
+                # A moved pair the key's rows left out never offers here again (its demand only moves closer
+                # while they are kept): its entries, none, cannot have changed.
+                moved = stale if rows is every else [p for p in stale if p in rows]
+                if not moved:
+                    pass
+                elif 3 * len(moved) > len(rows):
+                    hit = self._offers[key] = self._fresh_offers(key)
                 else:  # keep the others' entries (sorted), re-derive the moved pairs' and merge
-                    hit = self._compute_offers(((p, every[p]) for p in stale),
-                                               [e for e in hit if e[1] not in stale], [])
-                self._offers[key] = hit
+                    gone = stale if rows is every else set(moved)
+                    hit = self._offers[key] = self._compute_offers(((p, every[p]) for p in moved),
+                                                                   [e for e in hit if e[1] not in gone], {})
                 stale.clear()
         return hit
 
@@ -148,14 +153,14 @@ class _Routing:
         it is dropped from the key's rows for good."""
         every = self.takers.get(key, {})
         if self.live is None:
-            return self._compute_offers(every.items(), [], [])
+            return self._compute_offers(every.items(), [], {})
         rows = self.live.get(key)
-        live: list[tuple[int, float]] = []
-        out = self._compute_offers(every.items() if rows is None else rows, [], live)
+        live: dict[int, float] = {}
+        out = self._compute_offers((every if rows is None else rows).items(), [], live)
         self.live[key] = live
         return out
 
-    def _compute_offers(self, takers, out: list, live: list) -> list[tuple[float, int, int, float]]:
+    def _compute_offers(self, takers, out: list, live: dict) -> list[tuple[float, int, int, float]]:
         # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source:
         # the same list however it was assembled. ``live`` collects the takers that may offer.
         penalty, unserved, served, worst = self.penalty, self.unserved, self.served, self.worst
@@ -163,7 +168,7 @@ class _Routing:
             p, r = row
             if worst[p] - r <= _EPS:
                 continue  # all of p's demand is already at least this close
-            live.append(row)
+            live[p] = r
             if unserved[p] > _EPS:
                 out.append((r - penalty, p, -1, unserved[p]))
             for other, (amount, rtt) in served[p].items():

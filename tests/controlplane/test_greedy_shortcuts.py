@@ -16,7 +16,7 @@ _EPS = 1e-9
 
 
 def plain_fresh_offers(self, key):
-    return self._compute_offers(self.takers.get(key, {}).items(), [], [])
+    return self._compute_offers(self.takers.get(key, {}).items(), [], {})
 
 
 def plain_gain(self, node, m, capacity):
