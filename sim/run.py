@@ -19,6 +19,7 @@ import pandas as pd
 from controlplane.catalog import Catalog, default_catalog
 from controlplane.deployment import Deployment, build_deployment
 from controlplane.perf_models import build_perf
+from controlplane.placement import PlacementError
 from edgepop.errors import UserError
 from edgepop.memory import release_large_blocks
 from edgepop.outputs import move_into_place, output_folder
@@ -218,10 +219,14 @@ def scenario_deployment(setup: Setup, name: str) -> Deployment:
     """Deployment ``name`` (``edge`` or ``central``) of the scenario, placed for its workload's demand."""
     sc = setup.scenario
     cfg = sc.edge if name == "edge" else central_config(sc)
-    return build_deployment(name, cfg, setup.topo, setup.catalog, perf=setup.perf, demand_rps=setup.mean_rps,
-                            mix=setup.mix, rng_place=setup.rng[f"place_{name}"], rng_route=setup.rng[f"route_{name}"],
-                            typical_tokens=setup.typical, scenario_start=setup.start_utc, day_s=setup.day_s,
-                            shape=setup.shape, **setup.tech.plane_options(name))
+    try:
+        return build_deployment(name, cfg, setup.topo, setup.catalog, perf=setup.perf, demand_rps=setup.mean_rps,
+                                mix=setup.mix, rng_place=setup.rng[f"place_{name}"],
+                                rng_route=setup.rng[f"route_{name}"], typical_tokens=setup.typical,
+                                scenario_start=setup.start_utc, day_s=setup.day_s, shape=setup.shape,
+                                **setup.tech.plane_options(name))
+    except PlacementError as exc:  # (the policy knows its options, not the file or table they came from)
+        raise type(exc)(f"{sc.source} [{name}]: {exc}") from None
 
 
 def central_config(sc: Scenario):

@@ -122,6 +122,17 @@ def test_central_placement_other_than_central_is_named(tmp_path, capsys):
     assert err.count("\n") == 1 and not (tmp_path / "a").exists()
 
 
+def test_a_placement_error_names_the_file_and_deployment(tmp_path, capsys):
+    bad = tmp_path / "pp.toml"
+    bad.write_text('gpu_inventory_scale = 0.1\n[workload]\nrequests = 100\n[edge]\nplacement = "per-pop"\n'
+                   'pops = ["FRA", "LHR"]\n[edge.placement_options]\n'
+                   'pops = {"@cf/meta/llama-3.2-1b-instruct" = ["FRA", "XXX"]}\n')
+    assert main(["simulate", "--scenario", str(bad), "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("edgepop: error: pp.toml [edge]: per-pop placement: ") and "XXX" in err
+    assert err.count("\n") == 1 and not (tmp_path / "a").exists()
+
+
 def test_a_scenario_file_may_leave_its_size_to_the_command_line(tmp_path, capsys):
     f = tmp_path / "mine.toml"
     f.write_text('[edge]\nplacement = "greedy-demand"\n')  # no [workload] size

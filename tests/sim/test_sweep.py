@@ -217,8 +217,8 @@ def test_a_failing_variant_is_named_and_nothing_is_written(tmp_path):
                     "axes": {"edge.pops": [["FRA"], ["LHR"]]}}, "grid.toml")
     with pytest.raises(UserError) as info:
         run_sweep(g, engine="local", workers=2, out=tmp_path / "out", progress=False)
-    assert re.fullmatch(r"grid\.toml: variant [01] \(edge\.pops=\['(FRA|LHR)'\], seed=7\) failed: model "
-                        r"@cf/meta/llama-3\.3-70b-instruct-fp8-fast needs .*", str(info.value))
+    assert re.fullmatch(r"grid\.toml: variant [01] \(edge\.pops=\['(FRA|LHR)'\], seed=7\) failed: small\.toml \[edge\]: "
+                        r"model @cf/meta/llama-3\.3-70b-instruct-fp8-fast needs .*", str(info.value))
     assert list(tmp_path.iterdir()) == []
 
 
