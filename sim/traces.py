@@ -82,7 +82,12 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
                               skip_blank_lines=False)
     except pd.errors.ParserWarning:
         raise TraceFileError(path, _first_long_row(path), None, "more fields than the header has") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+    except pd.errors.ParserError as exc:
+        line = _first_long_row(path)  # (pandas counts rows, not lines, in its own message)
+        if line is not None:
+            raise TraceFileError(path, line, None, "more fields than the header has") from None
+        raise TraceFileError(path, None, None, f"not a readable CSV file ({' '.join(str(exc).split())})") from None
+    except (UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise TraceFileError(path, None, None, f"not a readable CSV file ({' '.join(str(exc).split())})") from None
     for col in AZURE_COLUMNS:
         if col not in raw.columns:
@@ -114,20 +119,39 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
 
 
 def _first_long_row(path: Path) -> int | None:
-    """The line number of the first row with more fields than the header."""
+    """The line number (where it starts) of the first row with more fields than the header."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = csv.reader(fh)
+            width = len(next(rows, []))
+            start = rows.line_num + 1
+            for row in rows:
+                if len(row) > width:
+                    return start
+                start = rows.line_num + 1
+    except (csv.Error, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _row_line(path: Path, index: int) -> int:
+    """The line where data row ``index`` (0-based, blank lines counted as rows, as pandas reads them) starts: a
+    quoted field may hold line breaks, so rows and lines part ways after one."""
     with open(path, newline="", encoding="utf-8-sig") as fh:
         rows = csv.reader(fh)
-        width = len(next(rows, []))
-        for row in rows:
-            if len(row) > width:
-                return rows.line_num
-    return None
+        next(rows, None)
+        start = rows.line_num + 1
+        for i, _ in enumerate(rows):
+            if i == index:
+                return start
+            start = rows.line_num + 1
+    return index + 2
 
 
 def _first_bad(path: Path, values: pd.Series, bad: np.ndarray, field: str, problem: str) -> None:
     if bad.any():
         i = int(np.argmax(bad))
-        line = int(values.index[i]) + 2  # line 1 is the header; blank lines are rows dropped with their index
+        line = _row_line(path, int(values.index[i]))  # (blank lines are rows dropped with their index)
         raise TraceFileError(path, line, field, f"{values.iloc[i]!r} {problem}")
 
 

@@ -140,6 +140,9 @@ def test_prefix_reuse_ratio_by_hand():
     ("TIMESTAMP,ContextTokens,GeneratedTokens\ntoday,10,5\n", 2, "TIMESTAMP"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,374,44\n\n\n2023-11-16 18:15:47,10,x\n",
      5, "GeneratedTokens"),
+    # a quoted field holding line breaks: the next row starts three lines further down
+    ('TIMESTAMP,ContextTokens,GeneratedTokens,Note\n2023-11-16 18:15:46,374,44,"a\nb\nc"\n'
+     '2023-11-16 18:15:47,x,5,ok\n', 5, "ContextTokens"),
 ])
 def test_bad_azure_rows_name_file_line_and_field(tmp_path, body, line, field):
     p = tmp_path / "bad.csv"
@@ -156,6 +159,14 @@ def test_an_azure_row_longer_than_the_header_is_named(tmp_path):
     p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,100,5,7,8\n"
                  "2023-11-16 18:15:48,374,44\n")  # (a later long row: pandas' own error names its line)
     with pytest.raises(TraceFileError, match=r"long\.csv, line 2: more fields than the header has"):
+        read_azure_trace(p)
+
+
+def test_a_long_row_after_a_multi_line_field_is_named_by_its_line(tmp_path):
+    p = tmp_path / "long.csv"
+    p.write_text('TIMESTAMP,ContextTokens,GeneratedTokens,Note\n2023-11-16 18:15:46,374,44,"a\nb\nc"\n'
+                 "2023-11-16 18:15:47,100,5,ok,extra\n")
+    with pytest.raises(TraceFileError, match=r"long\.csv, line 5: more fields than the header has$"):
         read_azure_trace(p)
 
 
