@@ -24,6 +24,12 @@ TASK_UNIT = {"image-classification": "image", "automatic-speech-recognition": "a
 GIB = 1024 ** 3
 # CUDA context, activations and allocator slack per GPU a replica spans (vLLM-style deployments leave ~1 GiB).
 RUNTIME_OVERHEAD_BYTES = 1 * GIB
+MLP_KINDS = ("gated", "plain")  # gated: gate, up and down matrices (SwiGLU/GeGLU); plain: up and down (GELU)
+# The MLP each known family has; an entry of another family whose architecture the roofline counts must say
+# which (field `mlp`): guessing one makes its body a third bigger or smaller without a word.
+FAMILY_MLP = {**dict.fromkeys(("llama", "mistral", "gemma", "qwen2"), "gated"),
+              **dict.fromkeys(("gpt2", "gptj", "falcon", "bloom", "opt", "bert", "roberta", "xlm-roberta",
+                               "whisper"), "plain")}
 
 
 class CatalogError(UserError):
@@ -64,6 +70,7 @@ class ModelSpec:
     kv_pool_tokens: int = 0
     weight_bytes: float = 0.0
     description: str = ""
+    mlp: str = ""  # "gated" or "plain"; the loader fills it from the family (empty: unknown and not needed)
     adapters: tuple = field(default=(), compare=False)
 
     @property
@@ -104,7 +111,7 @@ _REQUIRED = ("task", "family", "parameters", "precision", "context_window", "lay
 _INTS = {"context_window", "layers", "hidden", "tensor_parallel", "heads", "kv_heads", "head_dim", "intermediate",
          "vocab", "max_batch", "kv_pool_tokens"}
 _FLOATS = {"parameters", "gflops_per_unit", "neurons_per_m_input", "neurons_per_m_output", "weight_bytes"}
-_STRS = {"task", "family", "precision", "kv_precision", "unit", "stand_in", "description"}
+_STRS = {"task", "family", "precision", "kv_precision", "unit", "stand_in", "description", "mlp"}
 _KNOWN = {f.name for f in fields(ModelSpec)} - {"id", "adapters"}
 
 
@@ -162,6 +169,16 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
                 raise bad(name, "required (and positive) for text-generation")
         if values["heads"] % values["kv_heads"]:
             raise bad("kv_heads", f"{values['heads']} heads are not a multiple of {values['kv_heads']} KV heads")
+        if values["kv_pool_tokens"] < values["context_window"]:  # (vLLM refuses to start such a model too)
+            raise bad("kv_pool_tokens", f"{values['kv_pool_tokens']} is below the context window "
+                      f"{values['context_window']}: a replica must hold one full-length request")
+    if "mlp" in values and values["mlp"] not in MLP_KINDS:
+        raise bad("mlp", f"{values['mlp']!r} is not one of {', '.join(MLP_KINDS)}")
+    values["mlp"] = values.get("mlp") or FAMILY_MLP.get(values["family"], "")
+    # The roofline counts a token model's layers from heads and intermediate; it must know the MLP's matrices.
+    if not values["mlp"] and unit == "token" and values.get("heads") and values.get("intermediate"):
+        raise bad("family", f"{values['family']!r} is not a known family ({', '.join(sorted(FAMILY_MLP))}); "
+                  "give mlp = \"gated\" (gate, up, down) or \"plain\" (up, down)")
     tp = values.get("tensor_parallel", 1)
     if values.get("heads") and tp > 1 and values["heads"] % tp:  # (each GPU holds whole attention heads)
         raise bad("tensor_parallel", f"{tp} does not divide the model's {values['heads']} attention heads")

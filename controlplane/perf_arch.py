@@ -14,12 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from controlplane.catalog import PRECISION_BYTES, ModelSpec
+from controlplane.catalog import MLP_KINDS, PRECISION_BYTES, ModelSpec
 from edgepop.errors import UserError
 
-# Families whose MLP is a plain up/down projection (2 matrices); all others use a gated MLP (SwiGLU, 3 matrices).
-# (XLM-RoBERTa, as BERT: bge-m3 and bge-reranker-base were modelled a third bigger with a gate they do not have.)
-PLAIN_MLP_FAMILIES = frozenset({"gpt2", "gptj", "falcon", "bloom", "opt", "bert", "roberta", "xlm-roberta"})
 WEIGHT_ONLY_SUFFIX = "-wo"
 ACTIVATION_BYTES = 2.0  # activations stay 16-bit whatever the weight format
 
@@ -74,7 +71,12 @@ def scheme(precision: str, has_fp8: bool, weight_only: bool = False) -> Scheme:
 
 
 def gated_mlp(spec: ModelSpec) -> bool:
-    return spec.family not in PLAIN_MLP_FAMILIES
+    """Whether the MLP has a gate (3 matrices) or not (2): the catalog's ``mlp``, which the loader fills from
+    :data:`controlplane.catalog.FAMILY_MLP` (and refuses to leave empty where the roofline needs it)."""
+    if spec.mlp not in MLP_KINDS:
+        raise UserError(f"{spec.id}: family {spec.family!r} has no known MLP kind: give the catalog entry "
+                        f"mlp = \"gated\" or \"plain\"")
+    return spec.mlp == "gated"
 
 
 def body_params(spec: ModelSpec) -> float:

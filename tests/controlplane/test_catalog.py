@@ -134,3 +134,113 @@ def test_xlm_roberta_encoders_have_a_plain_mlp(catalog):
     m3, large = catalog["@cf/baai/bge-m3"], catalog["@cf/baai/bge-large-en-v1.5"]
     assert m3.family == "xlm-roberta" and not gated_mlp(m3) and not gated_mlp(catalog["@cf/baai/bge-reranker-base"])
     assert body_params(m3) == pytest.approx(body_params(large))  # same body shape (24 x 1024, 4096 MLP)
+
+
+GOOD_LLM = """
+[models."@cf/x/chat"]
+task = "text-generation"
+family = "llama"
+parameters = 1e9
+precision = "bf16"
+context_window = 8192
+layers = 16
+hidden = 2048
+heads = 32
+kv_heads = 8
+intermediate = 8192
+vocab = 32000
+neurons_per_m_input = 1
+neurons_per_m_output = 1
+kv_pool_tokens = 8192
+stand_in = "gpt2-tiny"
+"""
+
+
+def _load_error(tmp_path, text: str) -> str:
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    with pytest.raises(CatalogError) as err:
+        Catalog.load(path)
+    msg = str(err.value)
+    assert "\n" not in msg and "mine.toml" in msg and "'@cf/x/chat'" in msg
+    return msg
+
+
+def test_a_kv_pool_below_the_context_window_is_refused(tmp_path, catalog):
+    # A prompt the window allows but the pool cannot hold was refused (3006) by every replica of the model.
+    msg = _load_error(tmp_path, GOOD_LLM.replace("kv_pool_tokens = 8192", "kv_pool_tokens = 4096"))
+    assert "'kv_pool_tokens': 4096 is below the context window 8192" in msg
+    for spec in catalog.by_task("text-generation"):
+        assert spec.kv_pool_tokens >= spec.context_window, spec.id
+
+
+def test_an_unknown_family_must_say_which_mlp_it_has(tmp_path):
+    from controlplane.perf_arch import body_params, gated_mlp
+
+    msg = _load_error(tmp_path, GOOD_LLM.replace('family = "llama"', 'family = "lama"'))
+    assert "'family': 'lama' is not a known family (bert, " in msg and "llama" in msg and "mlp = " in msg
+    msg = _load_error(tmp_path, GOOD_LLM.replace('family = "llama"', 'family = "phi"\nmlp = "swiglu"'))
+    assert "'mlp': 'swiglu' is not one of gated, plain" in msg
+    path = tmp_path / "ok.toml"
+    specs = {}
+    for kind in ("gated", "plain"):
+        path.write_text(GOOD_LLM.replace('family = "llama"', f'family = "phi"\nmlp = "{kind}"'))
+        specs[kind] = Catalog.load(path)["@cf/x/chat"]
+    assert gated_mlp(specs["gated"]) and not gated_mlp(specs["plain"])
+    assert body_params(specs["gated"]) - body_params(specs["plain"]) == 16 * 2048 * 8192  # the gate matrices
+    # Without heads and intermediate nothing counts the MLP: an unknown family needs no mlp.
+    path.write_text(GOOD.replace('family = "bert"', 'family = "vit"').replace("heads = 12\n", ""))
+    assert Catalog.load(path)["@cf/x/y"].mlp == ""
+
+
+# The rule before the catalog said each entry's MLP kind: these families plain, every other one gated.
+FORMER_PLAIN = {"gpt2", "gptj", "falcon", "bloom", "opt", "bert", "roberta", "xlm-roberta"}
+
+
+def test_shipped_and_reference_entries_keep_the_mlp_they_were_counted_with(catalog):
+    from controlplane.perf_arch import gated_mlp
+    from controlplane.perf_rows import REFERENCE_MODELS
+
+    counted = [s for cat in (catalog, Catalog.load(REFERENCE_MODELS)) for s in cat
+               if s.unit == "token" and s.heads and s.intermediate]
+    assert len(counted) > 20
+    for spec in counted:
+        assert gated_mlp(spec) == (spec.family not in FORMER_PLAIN), spec.id
+
+
+# (encoder layers, decoder layers, n_mels) from each model's config.json; the rest is in the catalog entry.
+WHISPER = {"@cf/openai/whisper": (12, 12, 80), "@cf/openai/whisper-large-v3-turbo": (32, 4, 128)}
+
+
+def whisper_gflops_per_minute(spec, encoder_layers: int, decoder_layers: int, n_mels: int,
+                              tokens_per_minute: float = 200.0) -> float:
+    """The formula written above the speech entries of catalog.toml."""
+    d, f, v, frames, windows = spec.hidden, spec.intermediate, spec.vocab, 1500, 2
+    le, ld = encoder_layers, decoder_layers
+    encoder = (2 * le * (4 * d * d + 2 * d * f) * frames + 4 * frames ** 2 * d * le
+               + 2 * 2 * frames * 3 * n_mels * d + 2 * frames * 3 * d * d)
+    cross_kv = 2 * ld * 2 * d * d * frames
+    before = tokens_per_minute / windows / 2
+    token = (2 * ld * (4 * d * d + 2 * d * d + 2 * d * f) + 2 * v * d + 4 * frames * d * ld
+             + 4 * before * d * ld)
+    return (windows * (encoder + cross_kv) + tokens_per_minute * token) / 1e9
+
+
+def test_whisper_compute_per_minute_follows_from_the_architecture(catalog):
+    from controlplane import perf_arch
+
+    for mid, (le, ld, mels) in WHISPER.items():
+        spec = catalog[mid]
+        assert spec.layers == le + ld, mid
+        assert spec.gflops_per_unit == pytest.approx(whisper_gflops_per_minute(spec, le, ld, mels), abs=0.05), mid
+        # The roofline charges the catalog figure alone: no layer, attention or element-wise term counted again.
+        cost = perf_arch.prefill_pass(spec, perf_arch.scheme("fp16", True), [3])
+        assert cost.gemm_flops == pytest.approx(3 * spec.gflops_per_unit * 1e9)
+        assert (cost.attn_flops, cost.head_flops, cost.layers, cost.replicated_bytes, cost.sharded_bytes) == (0,) * 5
+
+
+def test_gemma_3_12b_has_its_checkpoints_embedding_rows(catalog):
+    # google/gemma-3-12b-it config.json, text_config: the LM head (tied embedding) is vocab_size x hidden_size.
+    spec = catalog["@cf/google/gemma-3-12b-it"]
+    assert (spec.vocab, spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.head_dim, spec.intermediate) == (
+        262208, 3840, 48, 16, 8, 256, 15360)

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -259,7 +260,7 @@ def test_unknown_model_in_demand(topo):
 
 def _catalog_with(tmp_path, name: str, params: float, tp: int) -> Catalog:
     text = (default_catalog_path().read_text() +
-            f'\n[models."@cf/test/{name}"]\ntask = "text-generation"\nfamily = "test"\nparameters = {params}\n'
+            f'\n[models."@cf/test/{name}"]\ntask = "text-generation"\nfamily = "llama"\nparameters = {params}\n'
             f'precision = "bf16"\ncontext_window = 4096\ntensor_parallel = {tp}\nlayers = 80\nhidden = 8192\n'
             'heads = 64\nkv_heads = 8\nintermediate = 28672\nvocab = 128256\nneurons_per_m_input = 1\n'
             'neurons_per_m_output = 1\nkv_pool_tokens = 8192\nstand_in = "gpt2-small"\n')
@@ -292,12 +293,14 @@ def test_impossible_placements(topo):
                            index=["BOD"])
     with pytest.raises(InfeasiblePlacementError, match="needs 41.3 GB; fleet 'edge' has 24.0 GB"):
         PlacementProblem(topo, catalog, edge_fleet(topo, ["BOD"]), two_big)
-    # Fits in total (83.5 + 11.3 <= 96 GB) but not per GPU: the 70B spans both 48 GB GPUs of the node.
+    # Fits in total (83.5 + 11.3 <= 96 GB) but not per GPU: the 70B spans both 48 GB GPUs of the node. (The 3B
+    # served with a 32,768-token window: its 80,000-token KV pool would not fit in total either.)
     site = edge_fleet(topo, ["BEG"])
     l40s = Fleet("one-l40s", site.nodes[site.nodes.gpu == "L40S"].reset_index(drop=True), site.sites)
-    demand = pd.DataFrame({"@cf/meta/llama-3.3-70b-instruct-fp8-fast": [2.0], "@cf/meta/llama-3.2-3b-instruct":
-                           [1.0]}, index=["BEG"])
-    problem = PlacementProblem(topo, catalog, l40s, demand)
+    b3 = "@cf/meta/llama-3.2-3b-instruct"
+    short = replace(catalog[b3], context_window=32768, kv_pool_tokens=32768)
+    demand = pd.DataFrame({"@cf/meta/llama-3.3-70b-instruct-fp8-fast": [2.0], b3: [1.0]}, index=["BEG"])
+    problem = PlacementProblem(topo, Catalog([short if s.id == b3 else s for s in catalog]), l40s, demand)
     with pytest.raises(InfeasiblePlacementError, match="could place no replica of @cf/meta/llama-3.2-3b"):
         get_policy("everywhere-fits").place(problem, np.random.default_rng(0))
     with pytest.raises(UserError, match="total demand must be a positive"):

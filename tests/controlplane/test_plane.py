@@ -36,6 +36,16 @@ def test_admission_codes(catalog):
     assert cp.submit(Request(3, TINY, 0, ctx - 10, 10), 0.0).action == START
 
 
+def test_every_language_model_admits_a_request_of_its_whole_window(catalog):
+    # A replica reserves a request's prompt + output in its KV pool; a pool smaller than the window refused
+    # (3006) requests the catalog's context window promised, on every replica.
+    for spec in catalog.by_task("text-generation"):
+        cp = ControlPlane(catalog, make_fleet([spec.tensor_parallel], gpu_memory_gb=141.0),
+                          placement([(spec.id, 0)]), np.zeros((1, 1)))
+        assert cp.submit(Request(0, spec.id, 0, spec.context_window - 100, 100), 0.0).action == START, spec.id
+        assert cp.submit(Request(1, spec.id, 0, spec.context_window, 1), 0.0).code == 3006, spec.id
+
+
 def test_finish_starts_queued_requests_in_fifo_order(catalog):
     cp = one_node(catalog, queue_limit=10)
     slots = cp.state.replicas[0].slots
@@ -64,7 +74,7 @@ def test_queue_timeout_is_3007_and_each_request_leaves_once(catalog):
     assert cp.poll(100.0) == ([], [])  # never expired twice
 
 
-B3 = "@cf/meta/llama-3.2-3b-instruct"  # a KV pool of 32,768 tokens: two 20,000-token requests cannot share it
+B3 = "@cf/meta/llama-3.2-3b-instruct"  # a KV pool of 80,000 tokens: a 50,000 and a 40,000-token request cannot share it
 
 
 def test_the_next_head_of_a_site_queue_starts_when_the_head_leaves(catalog):
@@ -74,7 +84,7 @@ def test_the_next_head_of_a_site_queue_starts_when_the_head_leaves(catalog):
         cp = ControlPlane(catalog, make_fleet([1]), placement([(B3, 0)]), np.zeros((1, 1)),
                           admission=AdmissionConfig(queue_timeout_s=30.0))
         cp.set_slots(2)
-        long, short, big, small = (Request(1, B3, 0, 20_000), Request(2, B3, 0, 100), Request(3, B3, 0, 30_000),
+        long, short, big, small = (Request(1, B3, 0, 50_000), Request(2, B3, 0, 100), Request(3, B3, 0, 40_000),
                                    Request(4, B3, 0, 100))
         assert [cp.submit(q, t).action for q, t in ((long, 0.0), (short, 0.0), (big, 1.0), (small, 2.0))] == [
             START, START, QUEUE, QUEUE]
@@ -89,10 +99,10 @@ def test_the_next_head_of_a_site_queue_starts_when_the_head_leaves(catalog):
     cp = ControlPlane(catalog, make_fleet([1, 1], sites=[0, 0]), placement([(B3, 0), (B3, 1)]), np.zeros((1, 1)))
     cp.set_slots(2)
     a, b = cp.state.replicas
-    reqs = [Request(i, B3, 0, kv) for i, kv in enumerate((20_000, 100, 20_000, 100, 30_000, 100))]
+    reqs = [Request(i, B3, 0, kv) for i, kv in enumerate((50_000, 100, 50_000, 100, 40_000, 100))]
     assert [cp.submit(q, 0.0).replica for q in reqs[:4]] == [a, a, b, b]
     assert [cp.submit(q, 1.0).action for q in reqs[4:]] == [QUEUE, QUEUE]
-    assert cp.finish(reqs[3], 2.0) == []  # the 30,000-token head does not fit b
+    assert cp.finish(reqs[3], 2.0) == []  # the 40,000-token head does not fit b
     assert cp.finish(reqs[0], 3.0) == [reqs[4], reqs[5]]  # it starts on a; the next fits b and starts there
     assert reqs[4].replica is a and reqs[5].replica is b
 
@@ -100,7 +110,8 @@ def test_the_next_head_of_a_site_queue_starts_when_the_head_leaves(catalog):
 def test_a_node_fault_evicts_a_site_queue_whose_other_replicas_are_all_cold(catalog):
     """The only other replica of the site is scaled to zero (its GPU since holds another model): nothing would start
     the queue's requests, so they are evicted for the caller to send elsewhere instead of expiring with 3007."""
-    cp = ControlPlane(catalog, make_fleet([1, 1, 1], gpu_memory_gb=12.0, sites=[0, 0, 1]),
+    # 18 GB GPUs: the 3B (16.7 GB) fits one, but not beside the tiny model (1.7 GB)
+    cp = ControlPlane(catalog, make_fleet([1, 1, 1], gpu_memory_gb=18.0, sites=[0, 0, 1]),
                       placement([(TINY, 0), (TINY, 1), (TINY, 2)]), np.array([[0.0, 10.0]]),
                       admission=AdmissionConfig(queue_timeout_s=30.0))
     cp.set_slots(1)
