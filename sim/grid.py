@@ -26,6 +26,10 @@ configurations), each a table with a ``name`` and dotted ``"table.field" = value
     "techniques.prefix_cache" = true
     "edge.router" = "prefix-aware"
 
+A quoted key whose value is a table (``"edge.router_options" = { window_ms = 5.0 }``) sets that field as a whole,
+as an axis value does. A grid that simulates one deployment refuses keys of the other (``central.*`` beside
+``deployments = ["edge"]``): they would change nothing; ``edge.pops`` stays, central's budget follows it.
+
 With both, every named variant is crossed with the axes (named variants outermost). The outputs then carry a
 ``variant_name`` column; ``baseline = "<name>"`` marks the variant the others are compared to.
 
@@ -41,7 +45,7 @@ import itertools
 import json
 import math
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from numbers import Integral
 from pathlib import Path
 
@@ -59,6 +63,8 @@ GRID_KEYS = ("base", "description", "requests", "duration_s", "seeds", "deployme
              "baseline")
 DEPLOYMENTS = ("edge", "central")
 SIZE_KEYS = ("workload.requests", "workload.duration_s", "workload.trace_limit")  # a run's size
+# Keys of one deployment that the other one reads: central's budget follows the edge's PoPs (sim.run.central_config).
+INHERITED = frozenset({"edge.pops"})
 # Scenario fields an axis may not set: identity, the seed (use `seeds`), and the tables as a whole.
 NOT_AXES = frozenset({"name", "description", "source", "seed", "workload", "edge", "central", "slo", "techniques"})
 # Fields holding a table whose keys an axis may address one level deeper.
@@ -108,6 +114,7 @@ class Grid:
     description: str = ""
     names: tuple[str, ...] = ()  # the named variants, in file order (empty without [[variants]])
     baseline: str | None = None
+    overrides: dict = field(default_factory=dict)  # named variant -> {dotted key: value}
 
     def axis_column(self, key: str) -> list:
         """The axis values as stored in the output tables: numbers and strings as they are, lists and tables as
@@ -161,15 +168,6 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{source}: base {base_path.name}: not valid TOML: {exc}") from None
     requests, duration = doc.get("requests"), doc.get("duration_s")
-    if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or requests <= 0):
-        raise UserError(f"{source}: requests must be a positive integer, got {requests!r}")
-    if requests is not None and requests > MAX_REQUESTS:  # (before any worker starts)
-        raise UserError(f"{source}: requests must be at most {MAX_REQUESTS:,} a variant, got {requests:,}")
-    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)
-                                 or not 0 < duration < float("inf")):
-        raise UserError(f"{source}: duration_s must be a positive number, got {duration!r}")
-    if requests is not None and duration is not None:
-        raise UserError(f"{source}: give requests or duration_s, not both")
     deployments = _deployments(doc.get("deployments", list(DEPLOYMENTS)), source)
     axes = _axes(doc.get("axes", {}), source)
     named = _named(doc.get("variants"), source)
@@ -178,14 +176,11 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
         if both:
             raise UserError(f"{source}: variant {name!r} sets {', '.join(map(repr, both))}, which [axes] also "
                             "varies (the axis would overwrite it): drop one of them")
-    if requests is not None or duration is not None:  # the grid's size is applied to every variant last
-        sized = "requests" if requests is not None else "duration_s"
-        for key in [*axes, *(k for over in named.values() for k in over)]:
-            if key in SIZE_KEYS:
-                raise UserError(f"{source}: {key!r} varies the size, which the grid's {sized} = "
-                                f"{requests if requests is not None else duration} sets for every variant: "
-                                "drop one of them")
+    _check_size(source, requests, duration, [*axes, *(k for over in named.values() for k in over)])
+    _check_deployments(source, deployments, axes, named)
     baseline = doc.get("baseline")
+    if baseline is not None and not isinstance(baseline, str):  # (a list or table is not even hashable)
+        raise UserError(f"{source}: baseline must be a variant name, got {baseline!r}")
     if baseline is not None and baseline not in named:
         raise UserError(f"{source}: baseline {baseline!r} is not one of the named variants "
                         f"({', '.join(named) or 'none: add [[variants]]'})")
@@ -233,7 +228,51 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     return Grid(source=source, base=str(doc["base"]), axes=axes, seeds=seeds, requests=requests,
                 duration_s=None if duration is None else float(duration), deployments=deployments,
                 variants=tuple(variants), description=str(doc.get("description", "")), names=tuple(named),
-                baseline=baseline)
+                baseline=baseline, overrides=named)
+
+
+def with_size(grid: Grid, requests: int | None = None, duration_s: float | None = None) -> Grid:
+    """``grid`` with the command line's size (``--requests`` / ``--duration``) for every variant instead of its
+    own, refused as the grid's own size is: out of range, or beside an axis or named variant that sets a size."""
+    _check_size(grid.source, requests, duration_s,
+                [*grid.axes, *(k for over in grid.overrides.values() for k in over)], flags=True)
+    if requests is None and duration_s is None:
+        return grid
+    return replace(grid, requests=requests, duration_s=None if duration_s is None else float(duration_s))
+
+
+def _check_size(source: str, requests, duration, keys: list[str], flags: bool = False) -> None:
+    """The size every variant runs (checked before any worker starts); ``keys``: what the variants set."""
+    names = ("--requests", "--duration") if flags else ("requests", "duration_s")
+    if requests is not None and (isinstance(requests, bool) or not isinstance(requests, Integral) or requests <= 0):
+        raise UserError(f"{source}: {names[0]} must be a positive integer, got {requests!r}")
+    if requests is not None and requests > MAX_REQUESTS:
+        raise UserError(f"{source}: {names[0]} must be at most {MAX_REQUESTS:,} a variant, got {requests:,}")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)
+                                 or not 0 < duration < float("inf")):
+        raise UserError(f"{source}: {names[1]} must be a positive number, got {duration!r}")
+    if requests is not None and duration is not None:
+        raise UserError(f"{source}: give {names[0]} or {names[1]}, not both")
+    if requests is None and duration is None:
+        return
+    # the size is applied to every variant last: a variant's own would be overwritten silently
+    sized = f"{names[0]} = {requests}" if requests is not None else f"{names[1]} = {duration}"
+    by = sized.replace(" = ", " ") if flags else f"the grid's {sized}"
+    for key in keys:
+        if key in SIZE_KEYS:
+            raise UserError(f"{source}: {key!r} varies the size, which {by} sets for every variant: "
+                            "drop one of them")
+
+
+def _check_deployments(source: str, deployments: tuple[str, ...], axes: dict, named: dict) -> None:
+    """A key of a deployment the grid does not simulate would label variants that run identically."""
+    for what, keys in [("axis", list(axes)), *((f"variant {n!r}: key", list(o)) for n, o in named.items())]:
+        for key in keys:
+            table = key.split(".", 1)[0]
+            if table in DEPLOYMENTS and table not in deployments and key not in INHERITED:
+                raise UserError(f"{source}: {what} {key!r} sets the {table} deployment, which deployments = "
+                                f"{list(deployments)} does not simulate: drop the key or add {table!r} "
+                                "to deployments")
 
 
 def _base_path(base, source: str, base_dir: Path) -> Path:
@@ -273,9 +312,10 @@ def _axes(raw, source: str, table: str = " [axes]") -> dict:
     top = {f.name for f in fields(Scenario)} - NOT_AXES
     out = {}
     for key, values in raw.items():
-        if isinstance(values, dict):  # an unquoted dotted key (edge.placement = [...]) arrives as a nested table
+        if isinstance(values, dict) and "." not in key:  # an unquoted dotted key (edge.placement = [...]) arrives
+            # as a nested table; a quoted one holds its dots (its table value is then refused as not a list)
             raise UserError(f"{source}{table}: axis {key!r} must be a list of values; quote dotted keys, "
-                            f"e.g. \"{key}.{next(iter(values), 'field')}\" = [...]")
+                            f"e.g. \"{_leaf(key, values)}\" = [...]")
         parts = key.split(".", 2)  # (the key inside a table field may hold dots: a model id in mix)
         if parts[0] in tables:
             known = tables[parts[0]]
@@ -316,12 +356,21 @@ def _named(raw, source: str) -> dict[str, dict]:
             raise UserError(f"{source} [[variants]]: variant name {name!r} repeats")
         over = {k: x for k, x in v.items() if k != "name"}
         for k, x in over.items():
-            if isinstance(x, dict):  # an unquoted dotted key (edge.placement = "...") arrives as a nested table
+            # An unquoted dotted key (edge.placement = "...") arrives as a nested table under a key with no dot; a
+            # quoted one keeps its dots, and its table value sets that field as a whole, as an axis value does.
+            if isinstance(x, dict) and "." not in k:
                 raise UserError(f"{source} [[variants]] {name!r}: key {k!r} must be a value; quote dotted keys, "
-                                f"e.g. \"{k}.{next(iter(x), 'field')}\" = ...")
+                                f"e.g. \"{_leaf(k, x)}\" = ...")
         _axes({k: [x] for k, x in over.items()}, f"{source} [[variants]] {name!r}", table="")
         out[name] = over
     return out
+
+
+def _leaf(key: str, table: dict) -> str:
+    """The dotted path down a nested table's first keys (``edge.router_options.window_ms``): what to quote."""
+    while isinstance(table, dict) and table:
+        key, table = f"{key}.{next(iter(table))}", next(iter(table.values()))
+    return key
 
 
 def _set(doc: dict, key: str, value) -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
-from sim.grid import Grid, load_grid
+from sim.grid import Grid, load_grid, with_size
 from sim.report import pyplot
 from sim.sweep import run_sweep
 
@@ -78,10 +77,7 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
     if len(g.seeds) > 1:  # the same: one row per technique, so every seed but the first would be dropped
         raise UserError(f"{g.source}: an ablation compares its named variants on one workload, so it takes one "
                         f"seed, got {list(g.seeds)}: run the grid with `edgepop sweep` for every seed")
-    if requests is not None:
-        if requests <= 0:
-            raise UserError(f"requests must be positive, got {requests}")
-        g = replace(g, requests=requests, duration_s=None)
+    g = with_size(g, requests=requests)  # checked as the grid's own size is, before any variant runs
     result = run_sweep(g, engine=engine, workers=workers, out=out, progress=progress)
     table = ablation_table(result.summary, g.baseline, g.deployments[0])
     write_ablation(table, result.path, {"grid": g.source, "base": g.base, "baseline": g.baseline,

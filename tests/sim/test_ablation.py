@@ -101,6 +101,30 @@ def test_ablation_grid_is_validated():
         run_ablation(seeds)  # the same: its table would keep the first seed only
 
 
+def test_ablation_requests_are_checked_as_a_grids_size_before_any_variant_runs(tmp_path, monkeypatch, capsys):
+    from edgepop.cli import main
+
+    def no_run(*a, **k):
+        raise AssertionError("a variant ran")
+
+    monkeypatch.setattr("sim.techniques.ablation.run_sweep", no_run)
+    path = tmp_path / "abl1.toml"
+    path.write_text('base = "ablation"\ndeployments = ["edge"]\nbaseline = "base"\n[[variants]]\nname = "base"\n'
+                    '[[variants]]\nname = "small"\n"workload.requests" = 500\n')
+    # --requests would overwrite the variant's own size silently (every row the same run, every delta 0%)
+    with pytest.raises(UserError, match=r"^abl1\.toml: 'workload\.requests' varies the size, which --requests 1000 "
+                                        r"sets for every variant: drop one of them$"):
+        run_ablation(load_grid(path), requests=1000)
+    out = tmp_path / "o"
+    assert main(["ablation", "--grid", str(path), "--requests", "1000", "--workers", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edgepop: error: abl1.toml: 'workload.requests' varies the size") and "\n" not in err
+    with pytest.raises(UserError, match=r"^ablation\.toml: --requests must be at most 100,000,000 a variant"):
+        run_ablation("ablation", requests=999_999_999)
+    with pytest.raises(UserError, match=r"^ablation\.toml: --requests must be a positive integer, got 0$"):
+        run_ablation("ablation", requests=0)
+
+
 def test_tiny_ablation_has_one_finite_row_per_technique(tmp_path):
     df, result = run_ablation("ablation", requests=300, workers=1, out=tmp_path / "abl")
     assert list(df.technique) == ROWS

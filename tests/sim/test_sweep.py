@@ -112,6 +112,24 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
     ({"base": "small", "seeds": [1, 1]}, r"seeds must be a non-empty list of distinct"),
     ({"base": "small", "seeds": [2**64]}, r"seeds must be .* integers in \[0, 2\*\*63 - 1\]"),
     ({"base": "small", "deployments": ["edge", "cloud"]}, r"deployments must be"),
+    # a baseline that is no name at all (a list or table is not hashable: it crashed the lookup)
+    ({"base": "small", "baseline": [1], "variants": [{"name": "a"}]},
+     r"^grid\.toml: baseline must be a variant name, got \[1\]$"),
+    ({"base": "small", "baseline": {"name": "a"}, "variants": [{"name": "a"}]},
+     r"^grid\.toml: baseline must be a variant name, got \{'name': 'a'\}$"),
+    # an unquoted dotted key arrives as nested tables: the hint quotes its whole path
+    ({"base": "small", "variants": [{"name": "a", "edge": {"router_options": {"window_ms": 5.0}}}]},
+     r"key 'edge' must be a value; quote dotted keys, e.g. \"edge\.router_options\.window_ms\" = \.\.\.$"),
+    # a quoted key whose value is a table is quoted already: an axis still needs a list of values
+    ({"base": "small", "axes": {"edge.router_options": {"window_ms": 5.0}}},
+     r"axis 'edge.router_options' must be a non-empty list of values, got \{'window_ms': 5.0\}$"),
+    # a key of a deployment the grid does not simulate would label variants that run identically
+    ({"base": "small", "deployments": ["edge"], "axes": {"central.baseline": ["big3", "global-12"]}},
+     r"axis 'central.baseline' sets the central deployment, which deployments = \['edge'\] does not simulate"),
+    ({"base": "small", "deployments": ["edge"], "variants": [{"name": "a", "central.enabled": False}]},
+     r"variant 'a': key 'central.enabled' sets the central deployment"),
+    ({"base": "small", "deployments": ["central"], "axes": {"edge.router": ["p2c", "nearest-balanced"]}},
+     r"axis 'edge.router' sets the edge deployment, which deployments = \['central'\] does not simulate"),
 ])
 def test_bad_grids_are_one_line_errors_naming_key_and_value(doc, message):
     with pytest.raises(UserError, match=message) as info:
@@ -263,6 +281,37 @@ def test_a_file_in_the_way_of_out_is_refused_before_the_sweep_runs(tmp_path):
     with pytest.raises(UserError, match="exists and is not a folder"):
         run_sweep(g, engine="local", workers=1, out=tmp_path / "afile", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_named_variant_sets_a_table_field_as_a_whole_as_an_axis_does(tmp_path):
+    # TOML text, not a dict: a quoted "a.b" key stays one key holding a dot, an unquoted a.b becomes nested tables
+    path = tmp_path / "g.toml"
+    path.write_text('base = "small"\n[axes]\n"edge.router_options" = [{ window_ms = 5.0 }]\n')
+    by_axis = load_grid(path).variants[0].scenario
+    path.write_text('base = "small"\n[[variants]]\nname = "w5"\n"edge.router_options" = { window_ms = 5.0 }\n'
+                    '[[variants]]\nname = "one-model"\n"workload.mix" = { "@cf/meta/llama-3.1-8b-instruct" = 1.0 }\n')
+    g = load_grid(path)
+    assert g.variants[0].scenario.edge.router_options == by_axis.edge.router_options == {"window_ms": 5.0}
+    assert g.variants[1].scenario.workload.mix == {"@cf/meta/llama-3.1-8b-instruct": 1.0}
+    path.write_text('base = "small"\n[[variants]]\nname = "w5"\n"edge.router_options" = { k = 5 }\n')
+    with pytest.raises(UserError, match=r"variant 'w5': .*routing policy 'nearest-balanced' has no option 'k'"):
+        load_grid(path)  # the table's keys are checked as an axis value's are
+    path.write_text('base = "small"\n[[variants]]\nname = "w5"\nedge.router_options.window_ms = 5.0\n')
+    with pytest.raises(UserError, match=r"key 'edge' must be a value; quote dotted keys, "
+                                        r"e.g. \"edge.router_options.window_ms\""):
+        load_grid(path)
+
+
+def test_a_central_only_grid_may_vary_the_edge_pops_central_budget_follows(tmp_path):
+    from topology.pops import load_pops
+
+    ids = load_pops().id.tolist()
+    g = parse_grid({"base": "small", "requests": 150, "deployments": ["central"],
+                    "axes": {"gpu_inventory_scale": [1.0], "edge.pops": [ids[:60], ids[:120]]}}, "g.toml")
+    summary = run_sweep(g, workers=1, out=tmp_path / "c", progress=False).summary
+    assert summary.deployment.tolist() == ["central", "central"]
+    small, large = summary.gpus.tolist()
+    assert small < large  # not a no-op: the refusal of edge.* keys in a central-only grid leaves it out
 
 
 def test_grid_refuses_a_variant_value_an_axis_would_overwrite():
