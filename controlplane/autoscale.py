@@ -60,9 +60,10 @@ class Reactive(Autoscaler):
     """Scale out where queues build up, scale to zero where replicas sit idle.
 
     Every ``interval_s``: a READY replica idle for ``idle_s`` is unloaded, unless that would leave its model with
-    fewer than ``min_ready`` ready replicas fleet-wide. For each (site, model) whose ready replicas hold on average
-    ``queue_high`` or more queued requests (and the queue is not empty), one more replica is loaded at that site (a
-    COLD one reloaded first, else a new one on the node with the most free memory), up to ``max_per_site``.
+    fewer than ``min_ready`` ready replicas on nodes that are up, fleet-wide (replicas on down nodes neither count
+    nor are kept). For each (site, model) whose live replicas on up nodes hold on average ``queue_high`` or more
+    queued requests (and the queue is not empty), one more replica is loaded at that site (a COLD one reloaded
+    first, else a new one on an up node with the most free memory), up to ``max_per_site``.
     """
 
     def __init__(self, interval_s: float = 10.0, idle_s: float = 300.0, queue_high: float = 4.0,
@@ -85,11 +86,14 @@ class Reactive(Autoscaler):
 
     def act(self, plane, now: float) -> None:
         state = plane.state
+        # Only replicas that can serve count towards min_ready: one on a down node is READY in name only.
         ready: dict[str, int] = {}
         for r in state.replicas:
-            ready[r.model] = ready.get(r.model, 0) + (r.status == READY)
+            ready[r.model] = ready.get(r.model, 0) + (r.status == READY and r.up)
 
         def keep(r):
+            if not r.up:
+                return False  # not counted, so unloading it leaves the serving ones as they were
             if ready[r.model] <= self.min_ready:
                 return True
             ready[r.model] -= 1

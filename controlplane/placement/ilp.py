@@ -13,8 +13,9 @@ and one integer count per (node group, model). Within ``time_limit_s`` the polic
    widened to hold the starts: RENS, a standard MIP heuristic), then the full MILP from the best plan so far;
    small problems go straight to the full MILP and are solved to proven optimality (``mip_rel_gap``).
 
-Every candidate plan (starts and the MILP's) is scored by the shared evaluator and the best is returned, with
-the phases, the lower bound and the MILP gap in ``Placement.solver``. Counts are packed per GPU (first-fit
+Every candidate plan (starts and the MILP's) is scored by the shared evaluator, its memory priced by the MILP's
+tie-breaker, and the best is returned (at equal objective, the one with less memory), with the phases, the lower
+bound (never above a known plan's MILP cost) and the MILP gap in ``Placement.solver``. Counts are packed per GPU (first-fit
 decreasing, exact re-seating on small nodes, other nodes of the site as fallback); a replica that still fits
 nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packing cuts make this rare).
 
@@ -75,7 +76,10 @@ class IlpPlacement(PlacementPolicy):
     time_limit_s: float = 60.0
     node_limit: int = 400
     mip_rel_gap: float = 0.01
-    memory_tiebreak_ms_per_gb: float = 1e-8
+    # HiGHS treats cost coefficients below its 1e-7 dual feasibility tolerance as zero (1e-8 ms/GB let it add
+    # replicas for free); at 1e-6 the smallest replica (1.1 GB) costs 1.1e-6 ms, and the default scenario's ~6,000 GB
+    # plan 0.006 ms, under 0.1% of its objective.
+    memory_tiebreak_ms_per_gb: float = 1e-6
     warm_start: str = "greedy-demand"
     exact_max_integers: int = 2000
     verbose: bool = False
@@ -99,7 +103,8 @@ class IlpPlacement(PlacementPolicy):
 
     @staticmethod
     def check_options(candidates_k: int = 8, time_limit_s: float = 60.0, node_limit: int = 400,
-                      mip_rel_gap: float = 0.01, warm_start: str = "greedy-demand", **_rest) -> None:
+                      mip_rel_gap: float = 0.01, warm_start: str = "greedy-demand",
+                      memory_tiebreak_ms_per_gb: float = 1e-6, **_rest) -> None:
         """The options' values (the registry calls it when a scenario is read; :meth:`place` again)."""
         known = [n for n in PLACEMENTS.names() if n != "ilp"]
         if warm_start not in ("rounding", "none", *known):
@@ -108,16 +113,18 @@ class IlpPlacement(PlacementPolicy):
         for name, value, ok in (("time_limit_s", time_limit_s, 0 < time_limit_s <= MAX_TIME_LIMIT_S),
                                 ("mip_rel_gap", mip_rel_gap, mip_rel_gap >= 0),
                                 ("candidates_k", candidates_k, candidates_k >= 1),
-                                ("node_limit", node_limit, node_limit >= 1)):
+                                ("node_limit", node_limit, node_limit >= 1),
+                                ("memory_tiebreak_ms_per_gb", memory_tiebreak_ms_per_gb,
+                                 0 <= memory_tiebreak_ms_per_gb < np.inf)):
             if not ok:  # (NaN fails too)
                 rule = {"time_limit_s": f"positive and at most {MAX_TIME_LIMIT_S:,.0f} s (a day)",
-                        "mip_rel_gap": ">= 0"}.get(name, ">= 1")
+                        "mip_rel_gap": ">= 0", "memory_tiebreak_ms_per_gb": "finite and >= 0"}.get(name, ">= 1")
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         try:
             self.check_options(self.candidates_k, self.time_limit_s, self.node_limit, self.mip_rel_gap,
-                               self.warm_start)
+                               self.warm_start, self.memory_tiebreak_ms_per_gb)
         except ValueError as exc:
             raise UserError(f"ilp option {exc}") from None
         t0 = time.perf_counter()
@@ -157,11 +164,18 @@ class IlpPlacement(PlacementPolicy):
             self._add_plan(plans, "milp", problem, model, res.x)
         if not plans:
             raise UserError(f"ilp placement found no plan within {self.time_limit_s:g} s; raise the time limit")
-        bound = max(float(relaxed.fun), bound)
+        # A lower bound on the MILP's objective (tie-breaker included) can never exceed a feasible plan's cost, but
+        # HiGHS's bounds are exact only to its tolerances and can: the bound is capped at the cheapest plan known
+        # (every solution here is feasible), which then says "gap 0 within tolerance", no more.
+        costs = [float(model.cost @ x) for x in solutions.values()]
+        bound = min(max(float(relaxed.fun), bound), *costs) if costs else max(float(relaxed.fun), bound)
         # The MILP plans with static candidate sites; the evaluator routes to the k nearest replicas. A plan
         # the MILP ranks higher can score lower there (more so when branch-and-bound stopped early): every
-        # candidate plan is scored by the evaluator and the best one is returned.
-        name = min(plans, key=lambda n: (plans[n].objective_ms, n != "milp"))
+        # candidate plan is scored by the evaluator, memory priced as in the MILP, so at equal objective the plan
+        # with less memory wins.
+        gb = {n: float(p.table.memory_gb.sum()) for n, p in plans.items()}
+        name = min(plans, key=lambda n: (plans[n].objective_ms + self.memory_tiebreak_ms_per_gb * gb[n], gb[n],
+                                         n != "milp"))
         best = plans[name]
         found = float(model.cost @ solutions[name]) if name in solutions else None
         best.policy = self.name
@@ -176,6 +190,7 @@ class IlpPlacement(PlacementPolicy):
             "milp_gap": None if not found else round(max(0.0, 1 - bound / found), 6),
             "start_objectives_ms": {n: round(float(model.cost @ x), 6) for n, x in solutions.items() if n != "milp"},
             "evaluated_ms": {n: round(p.objective_ms, 6) for n, p in plans.items()},
+            "evaluated_gb": {n: round(v, 3) for n, v in gb.items()},
             "prepare_s": round(prep_s, 3), "solve_s": round(time.perf_counter() - t0, 3), "variables": int(model.n),
             "integers": len(model.unit_group), "constraints": int(model.A.shape[0]), "candidates_k": k,
             "dropped_replicas": len(best.dropped)}

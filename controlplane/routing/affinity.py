@@ -13,11 +13,14 @@ from edgepop.registry import merge_forwarded
 class SessionAffinity(Router):
     """Sticky by session id (the ``x-session-affinity`` header); requests without one use ``fallback``.
 
+    A pin is per (session, model): a session that calls several models (a chat model and an embedding model, say)
+    keeps one replica for each, and a request never follows a pin to a replica of another model.
+
     Load gate: a session stays on its replica only while that replica can start it now, or its load (running +
     queued per slot) is below ``gate`` and its queue has room; otherwise the session is re-pinned via the fallback
     policy, so one popular session never swamps a node. A pin farther from the request's ingress than the
-    fallback's ``max_rtt_ms`` (when it has one) is not followed either. At most ``max_sessions`` pins are remembered
-    (LRU).
+    fallback's ``max_rtt_ms`` (when it has one) is not followed either. At most ``max_sessions`` pins ((session, model)
+    pairs) are remembered (LRU).
     """
 
     def __init__(self, state, rng=None, gate: float = 1.25, fallback: str = "nearest-with-capacity",
@@ -43,11 +46,12 @@ class SessionAffinity(Router):
     def route(self, req: Request, now: float) -> Decision:
         if req.session is None:
             return self.fallback.route(req, now)
-        r = self.pins.get(req.session)
+        key = (req.session, req.model)  # one session may call several models; each has its own replica
+        r = self.pins.get(key)
         bound = getattr(self.fallback, "max_rtt_ms", None)  # the fallback's distance bound holds for pins too
         rtt = float(self.state.rtt[req.ingress, r.site]) if r is not None else 0.0
         if r is not None and r.up and r.status == READY and (bound is None or rtt <= bound):
-            self.pins.move_to_end(req.session)
+            self.pins.move_to_end(key)
             if r.can_start(req.kv_tokens):
                 self.sticky_hits += 1
                 return Decision(START, r, rtt)
@@ -57,8 +61,8 @@ class SessionAffinity(Router):
             self.gated += 1
         decision = self.fallback.route(req, now)
         if decision.replica is not None:
-            self.pins[req.session] = decision.replica
-            self.pins.move_to_end(req.session)
+            self.pins[key] = decision.replica
+            self.pins.move_to_end(key)
             if len(self.pins) > self.max_sessions:
                 self.pins.popitem(last=False)
         return decision

@@ -189,6 +189,20 @@ def test_runtime_loads_keep_one_language_model_per_gpu(catalog):
     assert len([r for r in llms if r.model == LLAMA]) == 1
 
 
+def test_reactive_min_ready_counts_only_replicas_on_up_nodes(catalog):
+    """A replica on a down node serves nothing: idle unloading keeps ``min_ready`` replicas ready on up nodes."""
+    scaler = Reactive(interval_s=1.0, idle_s=0.0, min_ready=1)
+    cp = ControlPlane(catalog, make_fleet([1, 1], sites=[0, 1]), placement([(LLAMA, 0), (LLAMA, 1)]),
+                      np.zeros((1, 2)), autoscaler=scaler)
+    up, down = cp.state.replicas
+    cp.set_node_up(down.node, False, 0.5)
+    cp.poll(2.0)
+    assert up.status == READY and up.up  # the last replica that can serve stays
+    assert down.status == COLD and scaler.unloads == 1  # the idle one on the down node counted for nothing
+    cp.poll(4.0)
+    assert up.status == READY
+
+
 def test_reactive_scale_out_needs_a_queue_even_at_queue_high_zero(catalog):
     """``queue_high = 0`` scales out on any wait, never on an empty queue (it loaded every free slot of memory)."""
     cp, scaler, r0 = reactive_plane(catalog, idle_s=1e9, queue_high=0.0)

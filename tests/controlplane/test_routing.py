@@ -282,7 +282,19 @@ def test_session_affinity_is_sticky_and_gated(catalog):
     fill(first)  # the pinned replica is full: the gate re-pins instead of queueing behind it
     moved = cp.submit(Request(3, TINY, 0, 10, session="s"), 0.0)
     assert moved.action == START and moved.replica is not first and cp.router.gated == 1
-    assert cp.router.pins["s"] is moved.replica
+    assert cp.router.pins["s", TINY] is moved.replica
+
+
+def test_session_affinity_pins_each_model_of_a_session_apart(catalog):
+    """A session that calls two models: each request goes to a replica of its own model, and each model's turns
+    stay on that model's replica."""
+    cp = plane(catalog, n_sites=3, n_ingress=3, router="session-affinity", models=(TINY, LLAMA))
+    tiny = cp.submit(Request(0, TINY, 0, 10, session="s"), 0.0).replica
+    llama = cp.submit(Request(1, LLAMA, 2, 10, session="s"), 0.0).replica
+    assert tiny.model == TINY and llama.model == LLAMA and llama.site == 2  # not the session's TINY replica
+    assert cp.submit(Request(2, TINY, 2, 10, session="s"), 0.0).replica is tiny
+    assert cp.submit(Request(3, LLAMA, 0, 10, session="s"), 0.0).replica is llama
+    assert cp.router.sticky_hits == 2
 
 
 def test_session_affinity_queues_below_the_gate(catalog):

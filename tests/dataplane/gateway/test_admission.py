@@ -1,5 +1,5 @@
 """Control-plane behaviour through HTTP: capacity (429/3040), rejectIfBusy, queue timeout (408/3007), slot release,
-session affinity, injected WAN delay, auth and batch isolation between accounts."""
+session affinity (per model of a session), injected WAN delay, auth and batch isolation between accounts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import asyncio
 import time
 
 import httpx
-from kit.gateway import BOB, GEN, SLOW, headers, run_url
+import pytest
+from kit.gateway import BOB, EMB, GEN, SLOW, headers, run_url
 
 LONG = {"prompt": "busy", "max_tokens": 500, "ignore_eos": True, "temperature": 0}
 
@@ -127,6 +128,41 @@ def test_injected_rtt_and_session_affinity(delayed_gateway):
     first = httpx.post(u, json=body, headers={**s, "x-edgepop-client-city": "Singapore"}, timeout=30)
     again = httpx.post(u, json=body, headers={**s, "x-edgepop-client-location": "51.5,-0.12"}, timeout=30)
     assert first.headers["x-edgepop-pop"] == again.headers["x-edgepop-pop"] == "SIN"
+
+
+@pytest.fixture(scope="module")
+def affinity_gateway(tmp_path_factory, gateway_topo):
+    """Session affinity over two PoPs, each serving a text-generation and an embedding model."""
+    from dataplane.gateway import GatewayConfig
+    from dataplane.gateway.app import create_app
+    from dataplane.gateway.server import ServerThread
+
+    cfg = GatewayConfig(pops=["FRA", "LHR"], models=[GEN, EMB], no_auth=True, delay=False, router="session-affinity",
+                        db=str(tmp_path_factory.mktemp("gw-affinity") / "b.sqlite"))
+    app = create_app(cfg, topo=gateway_topo)
+    server = ServerThread(app)
+    server.start()
+    yield server.url, app
+    server.stop()
+
+
+def test_one_session_calling_two_models_gets_a_replica_of_each(affinity_gateway):
+    """The x-session-affinity header pins a session per model: its embedding call does not follow the pin of its
+    chat call onto the chat model's replica, and each model's later calls keep their own replica."""
+    url, app = affinity_gateway
+    replicas = {str(r.id): r for r in app.state.gateway.backend.plane.state.replicas}
+    s = {"x-session-affinity": "sess-two-models", "x-edgepop-client-location": "51.5,-0.12"}  # London
+
+    def call(model, body):
+        r = httpx.post(f"{url}/client/v4/accounts/local/ai/run/{model}", json=body, headers=s, timeout=60)
+        assert r.status_code == 200, r.text
+        return replicas[r.headers["x-edgepop-replica"]], r.json()["result"]
+
+    chat, _ = call(GEN, {"prompt": "hi", "max_tokens": 1})
+    emb, result = call(EMB, {"text": ["a cat"]})
+    assert chat.model == GEN and emb.model == EMB and result["shape"] == [1, 768]
+    assert call(GEN, {"prompt": "again", "max_tokens": 1})[0] is chat
+    assert call(EMB, {"text": ["a dog"]})[0] is emb
 
 
 def test_auth_401_403(gateway):
