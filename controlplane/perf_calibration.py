@@ -8,7 +8,7 @@ Three kinds of reference data (``controlplane/data/``, every row with its source
   element-wise kernels, no attention, no all-reduce, no engine overhead) on A100, H100 and A40, TP 1-8;
 * ``perf_collectives.csv``: Vidur's NVLink all-reduce timings on DGX A100 and DGX H100 by GPUs and bytes.
 
-The hardware constants of :class:`controlplane.perf.RooflineParams` are shared by every row; each serving engine
+The hardware constants of :class:`controlplane.perf_params.RooflineParams` are shared by every row; each serving engine
 adds its own prefill and step overheads (kernel and collective rows have none). The fit minimises squared log
 errors with every source (engine, kernels, collectives) weighted equally. A constant that no training row can
 identify (an architecture, memory or link kind absent from the rows) is not fitted: it takes the median of its
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from controlplane.perf import PARAMS_FILE, EngineProfile, RooflineParams
+from controlplane.perf_params import PARAMS_FILE, EngineProfile, RooflineParams
 from controlplane.perf_rows import (  # noqa: F401 (the tables and the rows are part of this module's interface)
     COLLECTIVES_FILE,
     FIRST_TOKEN_DECODE,

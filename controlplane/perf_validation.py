@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from controlplane.perf import RooflineParams
 from controlplane.perf_calibration import Rows, fit, load_rows, mape
+from controlplane.perf_params import RooflineParams
 from controlplane.perf_rows import HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE
 
 GROUPINGS = ("model", "gpu", "tp")

@@ -31,7 +31,7 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
     """``path`` as a Path, once a folder there is known to be writable.
 
     ``staged``: the output is assembled in a temporary folder beside ``path`` (in its parent) and moved into
-    place at the end, all or nothing (``sim.run.write_outputs``, sweeps): then the parent must take a folder too.
+    place at the end, all or nothing (``sim.outputs.write_outputs``, sweeps): then the parent must take a folder too.
     """
     if not str(path).strip():  # Path("") is the current folder: outputs would land among whatever is there
         raise UserError(f"{flag}: empty; name a folder (e.g. {flag} out)")

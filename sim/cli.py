@@ -96,7 +96,8 @@ def cmd_simulate(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sim.run import run_scenario, write_outputs
+    from sim.outputs import write_outputs
+    from sim.run import run_scenario
 
     sc = load_scenario(args.scenario)
     main_seed = args.seed if args.seed is not None else sc.seed
@@ -155,9 +156,9 @@ def cmd_simulate(args) -> int:
     finally:
         shutil.rmtree(extra, ignore_errors=True)
     if args.json:
-        from sim.run import _json_default
+        from sim.outputs import json_default
 
-        print(json.dumps(out.summary, indent=2, default=_json_default))
+        print(json.dumps(out.summary, indent=2, default=json_default))
     else:
         print_headline(out.summary, path)
     return 0

@@ -215,3 +215,26 @@ class FaultHandler:
         sim.access_s[k] = max(float(rtt[new]) * float(sim.rtt_factor[k]) / 1e3, float(sim.access_s[k]))
         sim.key[k] = new
         return new
+
+
+def faults_for(faults, dep) -> tuple[list, list[str]]:
+    """The faults that apply to ``dep`` and the skipped ones with why: a node fault applies to the deployment whose
+    fleet has that node (edge node ids are ``<PoP>-<n>``, central ones ``<region>-<n>``), a PoP fault to the edge
+    (central users reach regions directly), a link fault to both."""
+    nodes = set(dep.fleet.nodes.node_id)
+    keep, skipped = [], []
+    for f in faults:
+        if f.kind == "node" and f.target not in nodes:
+            skipped.append(f"{fault_spec(f)}: no node {f.target!r} in the {dep.name} fleet")
+        elif f.kind == "pop" and dep.entry != "anycast":
+            skipped.append(f"{fault_spec(f)}: {dep.name} users do not enter through PoPs")
+        else:
+            keep.append(f)
+    return keep, skipped
+
+
+def fault_spec(f) -> str:
+    """``KIND:TARGET@START+DURATION`` as ``--fail`` reads it back (times short where that loses nothing)."""
+    def num(v: float) -> str:  # (positional: the spec's '+' separates, so no exponent like 1e+06)
+        return np.format_float_positional(float(v), trim="-")
+    return f"{f.kind}:{f.target}@{num(f.start_s)}+{num(f.duration_s)}"

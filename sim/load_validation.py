@@ -36,7 +36,8 @@ import numpy as np
 import pandas as pd
 
 from controlplane import perf_arch
-from controlplane.perf import Roofline, RooflineParams, with_precision
+from controlplane.perf import Roofline, with_precision
+from controlplane.perf_params import RooflineParams
 from controlplane.perf_rows import DATA, read_measurements, reference_gpus, reference_specs
 from edgepop.errors import DataFileError
 from sim.engine import ReplicaEngine, Seq

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# Outcome names by the simulator's outcome code (0, not ended, is missing)
+# The simulator's outcome codes, and their names (0, not ended, is missing)
+OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
 OUTCOME_BY_CODE = np.array([None, "ok", "rejected", "failed"], dtype=object)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,12 +21,11 @@ from controlplane.perf_models import build_perf
 from controlplane.placement import PlacementError
 from edgepop.errors import UserError
 from edgepop.memory import release_large_blocks
-from edgepop.outputs import move_into_place, output_folder
 from edgepop.rng import MAX_INT, streams
 from edgepop.stats import percentiles
 from sim.breakdown import per_gpu_type, per_model
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
-from sim.faults import FaultHandler, check_fault_targets, parse_fault
+from sim.faults import FaultHandler, check_fault_targets, fault_spec, faults_for, parse_fault
 from sim.metrics import deployment_summary, gains, slo_met
 from sim.perfcache import CachedPerf
 from sim.request_frame import concat_frames
@@ -305,29 +303,6 @@ def placed_gpus(table: pd.DataFrame) -> int:
     return len({(n, g) for n, gpus in zip(table.node.tolist(), table.gpu_index.tolist(), strict=True) for g in gpus})
 
 
-def faults_for(faults, dep: Deployment) -> tuple[list, list[str]]:
-    """The faults that apply to ``dep`` and the skipped ones with why: a node fault applies to the deployment whose
-    fleet has that node (edge node ids are ``<PoP>-<n>``, central ones ``<region>-<n>``), a PoP fault to the edge
-    (central users reach regions directly), a link fault to both."""
-    nodes = set(dep.fleet.nodes.node_id)
-    keep, skipped = [], []
-    for f in faults:
-        if f.kind == "node" and f.target not in nodes:
-            skipped.append(f"{fault_spec(f)}: no node {f.target!r} in the {dep.name} fleet")
-        elif f.kind == "pop" and dep.entry != "anycast":
-            skipped.append(f"{fault_spec(f)}: {dep.name} users do not enter through PoPs")
-        else:
-            keep.append(f)
-    return keep, skipped
-
-
-def fault_spec(f) -> str:
-    """``KIND:TARGET@START+DURATION`` as ``--fail`` reads it back (times short where that loses nothing)."""
-    def num(v: float) -> str:  # (positional: the spec's '+' separates, so no exponent like 1e+06)
-        return np.format_float_positional(float(v), trim="-")
-    return f"{f.kind}:{f.target}@{num(f.start_s)}+{num(f.duration_s)}"
-
-
 def paired_gains(setup: Setup, runs: list) -> dict:
     """Point reductions (``gains``), their intervals (``ci95``), the crossovers and where the edge loses."""
     from sim.gains import Paired, crossovers, headline_gains, loss_sentence
@@ -401,41 +376,3 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     return RunOutput(sc, concat_frames([r.requests for r in runs]),
                      pd.concat([r.utilisation for r in runs], ignore_index=True), summary,
                      {r.name: r.deployment.placement for r in runs}, setup.workload)
-
-
-OUTPUT_NAMES = frozenset({"requests.parquet", "utilisation.parquet", "summary.json", "report.md", "ttft_gain_map.png",
-                          "ttft_cdf.png", "utilisation.png"})  # what write_outputs may write
-
-
-def write_outputs(out: RunOutput, directory: str | Path) -> Path:
-    """Write requests.parquet, summary.json, report.md and plots into ``directory`` (all or nothing)."""
-    import json
-    import shutil
-    import tempfile
-
-    from sim.report import write_report
-
-    directory = output_folder(directory, "output folder", staged=True)  # (a file in the way: one line, first)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".edgepop-", dir=directory.parent))
-    try:
-        t0 = time.perf_counter()
-        out.requests.to_parquet(tmp / "requests.parquet", index=False)
-        out.utilisation.to_parquet(tmp / "utilisation.parquet", index=False)
-        t1 = time.perf_counter()
-        write_report(out, tmp)
-        perf = out.summary.setdefault("performance", {})
-        perf["outputs_s"] = round(time.perf_counter() - t0, 2)  # parquet files, report.md and its plots
-        perf["plots_s"] = round(time.perf_counter() - t1, 2)
-        (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2, default=_json_default))
-        move_into_place(tmp, directory, OUTPUT_NAMES)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return directory
-
-
-def _json_default(o):
-    if isinstance(o, np.integer | np.floating):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o)}")

@@ -33,12 +33,12 @@ from controlplane.routing import REJECT, START
 from controlplane.state import Request
 from sim.arrival_feed import ArrivalFeed
 from sim.engine import ReplicaEngine, Seq
-from sim.faults import FAULT_POLICIES, Fault
+from sim.faults import FAULT_POLICIES
 from sim.gpu_busy import GpuBusyMeter
-from sim.request_frame import request_frame
+from sim.node_faults import NodeFaults
+from sim.request_frame import OUT_FAILED, OUT_NONE, OUT_OK, OUT_REJECTED, request_frame
 from sim.timers import Timer, call_later, run_until
 
-OUT_NONE, OUT_OK, OUT_REJECTED, OUT_FAILED = 0, 1, 2, 3
 NAN = float("nan")
 
 
@@ -55,7 +55,7 @@ class SimResult:
     sim_end_s: float = 0.0
 
 
-class Simulation:
+class Simulation(NodeFaults):
     """Run ``workload`` (the frame from ``sim.workload``) through ``deployment``.
 
     ``techniques`` is the one seam for serving techniques that change how a replica runs (see
@@ -294,27 +294,6 @@ class Simulation:
         if self._finished_buffer:
             self._flush()
 
-    def _lost(self, reqs, now: float, started: bool) -> None:
-        """Requests whose node failed: retry those that have not streamed a token yet (queued ones, ``started``
-        False, whatever the fault policy: they lost only their place in a queue), fail the rest."""
-        for req in reqs:
-            k = req.payload
-            seq = self.seqs[k]
-            if seq is not None:
-                seq.done = True
-            streamed = self.first_token[k] == self.first_token[k]  # not NaN
-            if (self.retry_unstreamed or not started) and not streamed:
-                self.retries[k] += 1
-                self.cold_ms[k] = 0.0
-                self.seqs[k] = None
-                req.replica = None
-                # where the lost attempt was: a retry refused outright was served nowhere (no node, no RTT)
-                self.site[k] = self.node[k] = -1
-                self.backbone_ms[k] = self.at_node[k] = NAN
-                self._submit(k, now)
-            else:
-                self._end(k, OUT_FAILED, int(Code.INTERNAL))
-
     # ---------------------------------------------------------------- processes
     def arrivals_finished(self) -> None:
         """The arrival feed (``sim.arrival_feed``) submitted its last request."""
@@ -346,38 +325,6 @@ class Simulation:
             busy = len(self.engines) - list(map(since, self.engines.values())).count(-1.0)
             self.samples.append((env.now, running, waiting, slots, busy, len(reps)))
             yield env.timeout(self.sample_s)
-
-    def _faults(self, fault: Fault):
-        yield self.env.timeout(max(0.0, fault.start_s - self.env.now))
-        self.fault_handler.apply(self, fault, down=True)
-        yield self.env.timeout(fault.duration_s)
-        self.fault_handler.apply(self, fault, down=False)
-
-    def kill_node(self, node: int, now: float) -> None:
-        """Take a GPU node down: its engines drop everything, its requests are retried or failed."""
-        self.kill_nodes([node], now)
-
-    def kill_nodes(self, nodes: list[int], now: float) -> None:
-        """Take GPU nodes down together (a PoP's): every one is down before their requests are retried, so no
-        retry lands on a node failing in the same instant (and is lost, and counted, twice)."""
-        lost, evicted = [], []
-        for node in nodes:
-            on_node, queued = self.plane.set_node_up(node, False, now)
-            lost += on_node
-            evicted += queued
-            for r in self.plane.state.replicas:
-                if r.node == node and r.id in self.engines:
-                    self.engines[r.id].kill(now)
-                    self.engines[r.id].dead = True
-        self._lost(lost, now, started=True)
-        self._lost(evicted, now, started=False)
-        self._flush()
-
-    def revive_node(self, node: int, now: float) -> None:
-        self.plane.set_node_up(node, True, now)
-        for r in self.plane.state.replicas:
-            if r.node == node and r.id in self.engines:
-                self.engines[r.id].dead = False
 
     # ---------------------------------------------------------------- run
     def run(self) -> SimResult:

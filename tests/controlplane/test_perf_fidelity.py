@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from controlplane.catalog import default_catalog
-from controlplane.perf import Roofline, RooflineParams, with_precision
+from controlplane.perf import Roofline, with_precision
 from controlplane.perf_calibration import FIRST_TOKEN_DECODE, LEGACY_ENGINES
+from controlplane.perf_params import RooflineParams
 from controlplane.perf_validation import GOAL_MAPE
 from controlplane.validation import fidelity_report, render_markdown
 

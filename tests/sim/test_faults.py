@@ -111,8 +111,7 @@ def test_misrouted_requests_around_a_pop_down_have_ttft_parts_that_add_up(topo):
 
 
 def test_a_fault_is_echoed_as_the_spec_that_reads_it_back():
-    from sim.faults import parse_fault
-    from sim.run import fault_spec
+    from sim.faults import fault_spec, parse_fault
 
     for spec in ("pop:FRA@1234567+5", "node:LHR-0@2.5+12345678", "link:NewYork-Bude@0.1+100000000000000000000"):
         assert parse_fault(fault_spec(parse_fault(spec))) == parse_fault(spec)

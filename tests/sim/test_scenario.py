@@ -461,7 +461,7 @@ def test_a_second_run_into_the_same_folder_leaves_none_of_the_firsts_outputs(tmp
 
 def test_write_outputs_names_a_file_in_the_way(small, tmp_path):
     from edgepop.errors import UserError
-    from sim.run import write_outputs
+    from sim.outputs import write_outputs
 
     (tmp_path / "afile").write_text("x")
     with pytest.raises(UserError, match="output folder .*afile: exists and is not a folder"):

@@ -151,7 +151,7 @@ def test_a_central_fleet_copying_an_empty_fleet_is_a_user_error(topo):
 def test_imperfect_anycast_is_recorded_and_reaches_the_edge_only(tmp_path):
     import numpy as np
 
-    from sim.run import write_outputs
+    from sim.outputs import write_outputs
 
     base = load_scenario("small")
     ideal = run_scenario(base, requests=400)

@@ -1,0 +1,52 @@
+"""A simulation's files: requests.parquet, utilisation.parquet, summary.json, report.md and its plots, written
+into a folder all or nothing (staged in a temporary sibling, then moved into place)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from edgepop.outputs import move_into_place, output_folder
+
+if TYPE_CHECKING:
+    from sim.run import RunOutput
+
+OUTPUT_NAMES = frozenset({"requests.parquet", "utilisation.parquet", "summary.json", "report.md", "ttft_gain_map.png",
+                          "ttft_cdf.png", "utilisation.png"})  # what write_outputs may write
+
+
+def write_outputs(out: RunOutput, directory: str | Path) -> Path:
+    """Write requests.parquet, summary.json, report.md and plots into ``directory`` (all or nothing)."""
+    from sim.report import write_report  # (matplotlib: imported when files are written)
+
+    directory = output_folder(directory, "output folder", staged=True)  # (a file in the way: one line, first)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".edgepop-", dir=directory.parent))
+    try:
+        t0 = time.perf_counter()
+        out.requests.to_parquet(tmp / "requests.parquet", index=False)
+        out.utilisation.to_parquet(tmp / "utilisation.parquet", index=False)
+        t1 = time.perf_counter()
+        write_report(out, tmp)
+        perf = out.summary.setdefault("performance", {})
+        perf["outputs_s"] = round(time.perf_counter() - t0, 2)  # parquet files, report.md and its plots
+        perf["plots_s"] = round(time.perf_counter() - t1, 2)
+        (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2, default=json_default))
+        move_into_place(tmp, directory, OUTPUT_NAMES)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def json_default(o):
+    """``json.dumps``'s ``default`` for summaries holding numpy scalars."""
+    if isinstance(o, np.integer | np.floating):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o)}")
