@@ -182,13 +182,16 @@ def alone_step_ms(timelines: list[dict]) -> float | None:
     return round(float(np.median(alone)), 3) if alone else None
 
 
-def alone_vs_profile(timelines: list[dict], profile: pd.DataFrame) -> float | None:
+def alone_vs_profile(timelines: list[dict], profile: pd.DataFrame, stand_in: str | None = None) -> float | None:
     """How much slower (+) or faster (-) the machine ran during a live run than when ``profile`` was measured, in %:
     the median, over the requests that decoded alone (as :func:`alone_step_ms`), of their decode step over the
     profile's batch-1 ``decode`` step at the length they attended over (``kv_len_sum`` / steps; prompt plus half
     the steps for traces without it). None without such requests or batch-1 decode rows. A cell whose live runs
     agree with each other can still disagree with its profile: this says whether the machine changed since. For
-    one engine only: where several engines share the host, one decoding alone is slowed by the others too."""
+    one engine only: where several engines share the host, one decoding alone is slowed by the others too.
+    ``stand_in``: the model the live engine runs; a table of several models is read at its rows only."""
+    if stand_in is not None and "model" in profile:
+        profile = profile[profile.model == stand_in]
     d = profile[(profile.phase == "decode") & (profile.batch_size == 1)].groupby("context").ms.median()
     if d.empty:
         return None

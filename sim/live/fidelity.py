@@ -250,7 +250,8 @@ def live_repeat_table(out: str | Path) -> pd.DataFrame | None:
     """The live system against itself: a replay's second live run (``out/repeat``: the same requests sent again
     right after the first, by ``edgepop replay --repeat-live`` or the matrix benchmark) compared with its first
     exactly as the simulation is (``compare``: the second's difference from the first, with its 90% interval;
-    written to ``out/repeat/comparison.csv``). None without a second run."""
+    columns ``again_ms`` and ``first_ms`` for compare's ``sim_ms`` and ``live_ms``; written to
+    ``out/repeat/comparison.csv``). None without a second run."""
     out = Path(out)
     again = out / "repeat" / "live.parquet"
     if not again.exists():
@@ -258,7 +259,8 @@ def live_repeat_table(out: str | Path) -> pd.DataFrame | None:
     first, second = pd.read_parquet(out / "live.parquet"), pd.read_parquet(again)
     _same_requests(first, second, again)
     second = second[(second.status == 200) & (second.error.fillna("") == "")]
-    table = compare(second, first)
+    # (compare's columns name its sides sim and live; here both are live: the second run and the first)
+    table = compare(second, first).rename(columns={"sim_ms": "again_ms", "live_ms": "first_ms"})
     table.to_csv(out / "repeat" / "comparison.csv", index=False)
     return table
 

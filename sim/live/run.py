@@ -130,14 +130,38 @@ def probe_request(opts: ReplayOptions) -> None:
                         "check --token, --account and the gateway's rate limits")
 
 
+# What the replay reads of GET /edgepop/deployment (dataplane.gateway.backend describes it), by type
+_DESCRIPTION = {"pops": list, "router": str, "placement": list, "last_mile_ms": (int, float), "stand_ins": dict,
+                "seed": int, "delay": bool, "delay_scale": (int, float), "queue_limit": int,
+                "queue_timeout_s": (int, float)}
+_REPLICA = {"model": str, "node": int, "pop": str, "slots": int, "replica": int}
+
+
+def description_gaps(desc) -> str:
+    """What a gateway description lacks that the replay reads ('' when nothing): the first missing or mistyped
+    field, named."""
+    if not isinstance(desc, dict):
+        return "not a JSON object"
+    for key, kind in _DESCRIPTION.items():
+        if not isinstance(desc.get(key), kind):
+            return f"field {key!r} missing or not a {getattr(kind, '__name__', 'number')}"
+    for i, rep in enumerate(desc["placement"]):
+        bad = [k for k, kind in _REPLICA.items() if not isinstance(rep, dict) or not isinstance(rep.get(k), kind)]
+        if bad:
+            return f"placement[{i}] lacks {bad[0]!r}"
+    return ""
+
+
 def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = True) -> str:
     """Run the live replay, then (unless ``simulate`` is off) the simulator, write outputs, return the report."""
     require_loopback(opts.url)
     opts.check()
     trace_rows = read_trace(opts.trace)[0]  # a missing or malformed trace fails now, not after the profile's minutes
     desc = fetch_deployment(opts.url, opts.token)
-    if not isinstance(desc.get("placement"), list) or "last_mile_ms" not in desc:
-        raise UserError(f"replay: {opts.url}/edgepop/deployment is not an edgepop gateway's description")
+    missing = description_gaps(desc)
+    if missing:
+        raise UserError(f"replay: {opts.url}/edgepop/deployment is not an edgepop gateway's description "
+                        f"({missing})")
     if opts.model not in {p["model"] for p in desc["placement"]}:
         raise UserError(f"replay: model {opts.model!r} is not served by {opts.url}")
     catalog = default_catalog()
@@ -212,7 +236,8 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
                   one.drop(columns="request_id").to_string(index=False)]
     one_engine = len({p["replica"] for p in desc["placement"] if p["model"] == opts.model}) == 1
     drift = alone_vs_profile(timelines, profile if isinstance(profile, pd.DataFrame)  # (a profile given as a file)
-                             else MeasuredProfile.load(profile).table) if one_engine else None
+                             else MeasuredProfile.load(profile).table,
+                             stand_in=desc.get("stand_ins", {}).get(opts.model, opts.model)) if one_engine else None
     if drift is not None:
         lines += ["", f"the machine during the live run against the profile the simulation used: requests decoding "
                       f"alone took {drift:+.1f}% per step (beyond a few %, the machine changed since its profile)"]
@@ -233,7 +258,7 @@ def repeat_report(opts: ReplayOptions, desc: dict, topo, trace_rows: pd.DataFram
                                                trace_rows)
     again.to_parquet(out / "live.parquet", index=False)
     (out / "host.json").write_text(json.dumps(host, indent=1))
-    table = live_repeat_table(opts.out).rename(columns={"sim_ms": "again_ms", "live_ms": "first_ms"})
+    table = live_repeat_table(opts.out)
     lines = ["", "live again vs live (the same requests sent twice; the floor under the simulation's errors):",
              table.to_string(index=False)]
     first, second = alone_step_ms(timelines), alone_step_ms(timelines_again)

@@ -146,3 +146,7 @@ def test_alone_vs_profile_reads_the_profile_at_the_length_each_request_attended_
     assert alone_vs_profile([old], profile) == -25.0  # no kv_len_sum: prompt + steps / 2 = 300 tokens, 2 ms
     assert alone_vs_profile([tl(9.0, 10, 30, 100)], profile) is None  # nobody decoded alone
     assert alone_vs_profile([tl(1.0, 4, 4, 100)], profile[profile.phase == "prefill"]) is None  # no decode rows
+    # a table of two models: read at the stand-in's rows only (the other's faster steps are no baseline)
+    both = pd.concat([profile.assign(model="tiny"), profile.assign(model="small", ms=profile.ms * 4)])
+    assert alone_vs_profile([tl(1.8, 10, 10, 200)], both, stand_in="tiny") == 20.0
+    assert alone_vs_profile([tl(6.0, 10, 10, 200)], both, stand_in="small") == 0.0

@@ -232,7 +232,8 @@ def test_live_repeatability_compares_the_second_live_run_with_the_first(tmp_path
     rep = live_repeatability(cell)
     assert abs(rep["tpot_p50"]["err_pct"] - 20.0) < 0.5 and not rep["tpot_p50"]["met"] and not rep["met"]
     assert rep["ttft_p50"]["err_pct"] == 0.0 and rep["ttft_p95"]["met"]
-    assert (cell / "repeat" / "comparison.csv").exists()
+    written = pd.read_csv(cell / "repeat" / "comparison.csv")  # both sides live: named as such, not sim/live
+    assert {"again_ms", "first_ms"} <= set(written.columns) and "sim_ms" not in written.columns
     other = second.assign(prompt_tokens=7)  # a second run of other requests is no repeat of the first
     first.assign(prompt_tokens=5).to_parquet(cell / "live.parquet", index=False)
     other.to_parquet(cell / "repeat" / "live.parquet", index=False)
@@ -312,3 +313,16 @@ def test_requests_the_gateway_refused_are_not_simulated(delayed_gateway, tmp_pat
     assert (live.status != 200).sum() == 1 and len(sim) == 2
     said = capsys.readouterr()
     assert "left out of the simulation: 1 request(s) the gateway refused (HTTP 4" in said.out + said.err
+
+
+def test_a_description_missing_what_the_replay_reads_is_named():
+    from sim.live.run import description_gaps
+
+    good = {"pops": ["FRA"], "router": "nearest-balanced", "last_mile_ms": 1.0, "stand_ins": {}, "seed": 7,
+            "delay": True, "delay_scale": 1.0, "queue_limit": 8, "queue_timeout_s": 30.0,
+            "placement": [{"model": "m", "node": 0, "pop": "FRA", "slots": 4, "replica": 0}]}
+    assert description_gaps(good) == ""
+    assert description_gaps([]) == "not a JSON object"
+    assert description_gaps({**good, "stand_ins": None}) == "field 'stand_ins' missing or not a dict"
+    assert description_gaps({**good, "placement": [{"x": 1}]}) == "placement[0] lacks 'model'"
+    assert description_gaps({**good, "placement": [5]}) == "placement[0] lacks 'model'"
