@@ -239,6 +239,17 @@ def test_whisper_compute_per_minute_follows_from_the_architecture(catalog):
         assert (cost.attn_flops, cost.head_flops, cost.layers, cost.replicated_bytes, cost.sharded_bytes) == (0,) * 5
 
 
+def test_the_ctc_stand_in_compute_per_minute_follows_from_its_graph_shape(catalog):
+    from dataplane.models.speech import PRESETS
+
+    spec, shape = catalog["@edgepop/ctc-small"], PRESETS["small"]
+    assert (spec.layers, spec.hidden, spec.heads) == (shape.n_layer, shape.width, shape.n_head)
+    frames, windows = shape.max_frames // 2, 2  # the conv stem halves the 30 s window's 10 ms frames
+    encoder = whisper_gflops_per_minute(spec, spec.layers, 0, shape.n_mels, tokens_per_minute=0.0)
+    head = windows * 2 * frames * spec.hidden * spec.vocab / 1e9
+    assert spec.gflops_per_unit == pytest.approx(encoder + head, abs=0.05)
+
+
 def test_gemma_3_12b_has_its_checkpoints_embedding_rows(catalog):
     # google/gemma-3-12b-it config.json, text_config: the LM head (tied embedding) is vocab_size x hidden_size.
     spec = catalog["@cf/google/gemma-3-12b-it"]
