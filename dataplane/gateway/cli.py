@@ -103,16 +103,21 @@ def gateway_config(args: argparse.Namespace):
         over["open_ops"] = True
     try:
         cfg = cfg.with_overrides(**over)
-    except UserError as exc:  # name the flag typed, beside the config field it sets
-        text = str(exc)
-        for field_, flag in _FLAG_OF.items():
-            if flags.get(field_) is not None and f"field {field_!r}" in text:
-                text = text.replace(f"field {field_!r}", f"{flag} (field {field_!r})", 1)
-        raise UserError(text) from None
+    except UserError as exc:
+        raise UserError(name_flags(str(exc), flags)) from None
     tokens = {**cfg.tokens, **load_tokens(args.tokens)}
     cfg = cfg.with_overrides(tokens=tokens)
     cfg.validate("edgepop serve")
     return cfg
+
+
+def name_flags(text: str, flags: dict) -> str:
+    """An error about a config field, naming the flag typed beside the field it sets (``flags``: field -> the
+    flag's value, None when not given)."""
+    for field_, flag in _FLAG_OF.items():
+        if flags.get(field_) is not None and f"field {field_!r}" in text:
+            text = text.replace(f"field {field_!r}", f"{flag} (field {field_!r})", 1)
+    return text
 
 
 def check_bindable(host: str, port: int) -> None:
@@ -143,7 +148,10 @@ def run_serve(args: argparse.Namespace) -> int:
     cfg = gateway_config(args)
     check_bindable(args.host, args.port)  # before the batch store opens: a second server must not touch it
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    app = create_app(cfg, warm=not args.no_warm)
+    try:
+        app = create_app(cfg, warm=not args.no_warm)
+    except UserError as exc:  # fields checked against the topology and catalog when the deployment is built
+        raise UserError(name_flags(str(exc), {"pops": args.pops, "models": args.models})) from None
     gw = app.state.gateway
     print(f"edgepop gateway on http://{args.host}:{args.port}  pops={','.join(cfg.pops)}  "
           f"replicas={len(gw.backend.placement())}  delay={'off' if not cfg.delay else f'x{cfg.delay_scale:g}'}  "

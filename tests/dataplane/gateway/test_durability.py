@@ -76,8 +76,8 @@ def test_serve_bad_options_are_one_line_errors(tmp_path, capsys, monkeypatch):
     from dataplane.gateway.server import free_port
 
     port = str(free_port())  # (a port this user may bind: the port is checked before the deployment is built)
-    for args, needle in ((["--pops", "XXX", "--no-auth"], "field 'pops': unknown PoP id(s) 'XXX'"),
-                         (["--models", "@cf/none/x", "--no-auth"], "not in the catalog"),
+    for args, needle in ((["--pops", "XXX", "--no-auth"], "--pops (field 'pops'): unknown PoP id(s) 'XXX'"),
+                         (["--models", "@cf/none/x", "--no-auth"], "--models (field 'models'): '@cf/none/x' is not in the catalog"),
                          (["--default-location", "100,0", "--no-auth"], "--default-location"),
                          ([], "no API tokens"),
                          (["--config", str(tmp_path / "missing.toml")], "not found")):
@@ -98,7 +98,7 @@ def test_serve_config_errors_name_the_file_field_and_overrides_as_given(tmp_path
     policy.write_text('placement_policy = "bogus"\nno_auth = true\n')
     for args, needle in (([], f"{bad}: field 'pops': unknown PoP id(s) 'XXX'"),  # no flag: the file alone
                          (["--threads", "1"], f"{bad} with its command-line overrides: field 'pops'"),
-                         (["--pops", "FRA,YYY"], f"{bad} with its command-line overrides: field 'pops'"),
+                         (["--pops", "FRA,YYY"], f"{bad} with its command-line overrides: --pops (field 'pops')"),
                          (["--config", str(policy)], f"{policy}: field 'placement_policy': unknown")):
         config = [] if "--config" in args else ["--config", str(bad)]
         assert main(["serve", *config, *args, "--port", port]) == 2, args
