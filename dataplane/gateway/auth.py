@@ -36,6 +36,9 @@ def _check_table(table, where: str) -> dict[str, str]:
     for tok, acct in table.items():
         if not isinstance(tok, str) or len(tok) < 8 or not isinstance(acct, str) or not acct:
             raise UserError(f"{where}: token {str(tok)[:4]!r}...: tokens need 8+ characters and a non-empty account")
+        if any(c.isspace() for c in tok) or acct != acct.strip():  # (no bearer header could ever match them)
+            raise UserError(f"{where}: token {tok.strip()[:4]!r}...: a token holds no spaces and an account starts "
+                            "and ends with no space")
     return dict(table)
 
 
@@ -62,8 +65,12 @@ def parse_tokens_env(value: str) -> dict[str, str]:
     out = {}
     for i, part in enumerate(p.strip() for p in value.split(",") if p.strip()):
         tok, sep, acct = part.rpartition(":")
+        tok, acct = tok.strip(), acct.strip()  # (a request's bearer token is read stripped: so is this one)
         if not sep:
             raise UserError(f"${ENV_VAR}: entry {i + 1} is not TOKEN:ACCOUNT")
+        if tok in out and out[tok] != acct:
+            raise UserError(f"${ENV_VAR}: entry {i + 1} gives a token already given to account {out[tok]!r} to "
+                            f"{acct!r}")
         out[tok] = acct
     return _check_table(out, f"${ENV_VAR}")
 

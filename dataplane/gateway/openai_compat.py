@@ -99,8 +99,12 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise bad_input(f"field 'stream_options' must be an object, got {_short(opts)}")
-    include_usage = bool((opts or {}).get("include_usage"))
-    return model, inputs, stream, include_usage
+    if opts is not None and not stream:
+        raise bad_input("field 'stream_options' is only allowed when 'stream' is true")
+    include_usage = (opts or {}).get("include_usage")
+    if include_usage is not None and not isinstance(include_usage, bool):
+        raise bad_input(f"field 'stream_options.include_usage' must be true or false, got {_short(include_usage)}")
+    return model, inputs, stream, bool(include_usage)
 
 
 # OpenAI chat fields that change what the answer is (tool calls, a JSON format, log-probabilities, a reshaped
@@ -163,7 +167,7 @@ def embedding_inputs(body) -> tuple[str, dict, str, int | None]:
             raise bad_input(f"field 'input' {'is' if isinstance(inp, str) else f'holds at [{i}]'} an empty string")
     if len(texts) > MAX_BATCH_TEXTS:
         raise bad_input(f"field 'input' holds {len(texts)} strings; at most {MAX_BATCH_TEXTS} are allowed")
-    fmt = body.get("encoding_format") or "float"
+    fmt = "float" if body.get("encoding_format") is None else body["encoding_format"]  # (only null: the default)
     if fmt not in ("float", "base64"):
         raise bad_input(f"field 'encoding_format' must be 'float' or 'base64', got {_short(fmt)}")
     dims = body.get("dimensions")

@@ -105,6 +105,23 @@ def test_fields_that_would_change_the_answer_are_refused_not_ignored(gateway):
     assert ok.object == "chat.completion"
 
 
+def test_stream_options_and_encoding_format_are_checked_not_read_loosely(gateway):
+    """``include_usage: "false"`` is no boolean (it was read as true and the usage chunk sent); ``stream_options``
+    without streaming is refused, as OpenAI does; an empty or mistyped ``encoding_format`` is no 'float'."""
+    url, _ = gateway
+    c = client(url)
+    msgs = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(openai.BadRequestError, match="field 'stream_options.include_usage' must be true or false"):
+        c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, stream=True,
+                                  stream_options={"include_usage": "false"})
+    with pytest.raises(openai.BadRequestError, match="'stream_options' is only allowed when 'stream' is true"):
+        c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, stream_options={"include_usage": True})
+    for fmt in ("", 0, False, []):
+        with pytest.raises(openai.BadRequestError, match="field 'encoding_format' must be 'float' or 'base64'"):
+            c.embeddings.create(model=EMB, input="short", extra_body={"encoding_format": fmt})
+    assert len(c.embeddings.create(model=EMB, input="short", extra_body={"encoding_format": None}).data) == 1
+
+
 def test_a_null_field_is_a_field_left_out(gateway):
     """``max_completion_tokens: null`` beside ``max_tokens`` leaves ``max_tokens`` in force (a null read as a value
     handed back the model's whole default output)."""

@@ -67,6 +67,11 @@ def test_placement_errors(gateway_topo):
     assert dep.describe()["placement"][0]["node_id"].startswith("LHR")
 
 
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
 def test_tokens_and_authenticator(tmp_path):
     f = tmp_path / "t.json"
     f.write_text('{"tokens": {"aaaaaaaa1": "a"}}')
@@ -75,6 +80,13 @@ def test_tokens_and_authenticator(tmp_path):
         parse_tokens_env("nocolon")
     with pytest.raises(UserError, match="8\\+ characters"):
         parse_tokens_env("short:a")
+    # spaces around the colon are no part of the token or account (the bearer header is read stripped)
+    assert parse_tokens_env("tok-alice-0001 : alice , tok-bob-00001:bob") == {"tok-alice-0001": "alice",
+                                                                             "tok-bob-00001": "bob"}
+    with pytest.raises(UserError, match="gives a token already given to account 'alice' to 'bob'"):
+        parse_tokens_env("tok-alice-0001:alice,tok-alice-0001:bob")
+    with pytest.raises(UserError, match="a token holds no spaces"):
+        load_tokens(_write(tmp_path / "s.json", '{"tokens": {"tok alice 1": "a"}}'), environ={})
     with pytest.raises(UserError, match="no API tokens"):
         Authenticator({})
     auth = Authenticator({"aaaaaaaa1": "a"})
