@@ -267,3 +267,21 @@ def test_cached_blocks_live_in_free_kv_and_never_overfill_the_pool(without_hash_
                                                              gpu_memory_gb=1000.0, plane=kw),
                             w, TokenClock(step_ms=2.0), Techniques(prefix_cache=True, prefix_cache_fraction=0.5))
     assert capped["prefix_cache"]["token_hit_ratio"] < st["token_hit_ratio"]
+
+
+def test_a_trace_override_that_breaks_the_prefix_blocks_names_the_scenario_and_the_trace(topo, tmp_path):
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario
+
+    path = tmp_path / "pc.toml"
+    path.write_text('[workload]\nrequests = 10\nrps = 1.0\n[techniques]\nprefix_cache = true\n')
+    azure = "sim/data/azure_llm_conv_2023.csv"
+    with pytest.raises(UserError, match=rf"^pc\.toml \[techniques\] with the azure trace {azure}: prefix_cache needs "
+                                        "hash_ids") as info:
+        run_scenario(load_scenario(path), topo=topo, trace=azure)
+    assert "\n" not in str(info.value)
+    path.write_text('[workload]\nrequests = 10\nrps = 1.0\nblock_tokens = 256\n[techniques]\nprefix_cache = true\n'
+                    'prefix_block_tokens = 256\n')
+    with pytest.raises(UserError, match=rf"^pc\.toml \[techniques\] with the mooncake trace {MOONCAKE_EXAMPLE}: "
+                                        "prefix_block_tokens = 256 but the workload's hash_ids use 512-token"):
+        run_scenario(load_scenario(path), topo=topo, trace=str(MOONCAKE_EXAMPLE))
