@@ -11,8 +11,10 @@ The simulator and the live gateway both drive it the same way::
 Techniques with state the router reads live here too, changed only through the plane:
 
 * prefix caching (``prefix``, a :class:`~controlplane.prefix_index.PrefixIndex`): a request's prefix blocks
-  are pinned on its replica when it starts (``req.cached_tokens`` is set then) and unpinned when it finishes, is
-  cancelled or is lost to a node failure; they stay cached in the replica's free KV space afterwards;
+  are pinned on its replica when it starts (``req.cached_tokens`` is set then, from computed blocks only; a driver
+  that reports prefills, like the simulator, looks it up again with ``prefix_hit`` and marks the blocks computed
+  with ``prefix_computed``) and unpinned when it finishes, is cancelled or is lost to a node failure; they stay
+  cached in the replica's free KV space afterwards;
 * LoRA adapters (``adapters``, an :class:`~controlplane.adapter_index.AdapterIndex`): the driver calls
   :meth:`ControlPlane.acquire_adapter` when a started request reaches its replica and
   :meth:`ControlPlane.release_adapter` when it ends (which returns requests that were waiting for a slot).
@@ -237,6 +239,20 @@ class ControlPlane:
         if req.hash_ids:
             self._pins[req] = r
         return req.cached_tokens
+
+    def prefix_hit(self, req: Request) -> int:
+        """``req``'s prefill starts: its cached tokens looked up again (blocks computed since it started count
+        now; also set as ``req.cached_tokens``)."""
+        r = self._pins.get(req)
+        if r is not None:
+            req.cached_tokens = self.state.prefix.hit(r, req.hash_ids, req.prompt_tokens, req.cached_tokens)
+        return req.cached_tokens
+
+    def prefix_computed(self, req: Request) -> None:
+        """``req``'s prefill ended: its prefix blocks hold KV now, later requests may hit them."""
+        r = self._pins.get(req)
+        if r is not None:
+            self.state.prefix.computed(r, req.hash_ids)
 
     def unpin_prefix(self, req: Request) -> None:
         """``req`` stops running: its blocks stay cached, unpinned, in its replica's free KV space."""

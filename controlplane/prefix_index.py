@@ -19,6 +19,14 @@ the control plane still reserves ``prompt + output`` per running request, so a p
 requests is budgeted twice (conservative). ``fraction`` optionally caps all held blocks (pinned + unpinned) at
 a share of the pool (the old reserved-share model's budget).
 
+Computed blocks: a block pinned by a request whose prefill has not ended holds no KV yet. When the index's driver
+reports prefill completions (``track_computing``; the simulator does, through :meth:`PrefixIndex.computed`), such a
+block is *computing* until the first prefill that covers it ends, and hits count only computed blocks, as vLLM's
+automatic prefix caching does: a request that looks its prefix up while another request is still computing it
+recomputes it. The simulator makes that lookup when the request's prefill starts (:meth:`PrefixIndex.hit`). A
+computing block whose last user leaves is dropped (nothing was cached). Routers still see computing blocks
+(:meth:`PrefixIndex.match`), so requests sharing a prefix keep landing on the replica that will hold it.
+
 Eviction is LRU over unpinned blocks. A request touches its blocks last-to-first (and unpins them last-to-first),
 so a prefix's first block is always more recent than its descendants and leaves are evicted before the blocks
 they depend on (vLLM frees blocks in reverse order for the same reason).
@@ -45,9 +53,9 @@ class ReplicaPrefixIndex:
     """
 
     __slots__ = ("block_tokens", "block_bytes", "capacity_blocks", "blocks", "refs", "evictions", "hit_tokens",
-                 "lookup_tokens")
+                 "lookup_tokens", "computing", "track")
 
-    def __init__(self, block_tokens: int, block_bytes: float, capacity_bytes: float | None):
+    def __init__(self, block_tokens: int, block_bytes: float, capacity_bytes: float | None, track: bool = False):
         if block_tokens < 1:
             raise UserError(f"prefix cache: block_tokens must be at least 1, got {block_tokens!r}")
         if capacity_bytes is not None and capacity_bytes < 0:
@@ -57,6 +65,8 @@ class ReplicaPrefixIndex:
                                 else int(capacity_bytes // block_bytes) if block_bytes > 0 else 0)
         self.blocks: OrderedDict = OrderedDict()  # unpinned block id -> None, least recently used first
         self.refs: dict = {}  # pinned block id -> running requests using it
+        self.computing: set = set()  # pinned block ids no finished prefill has computed yet (``track`` only)
+        self.track = track
         self.evictions = 0
         self.hit_tokens = self.lookup_tokens = 0
 
@@ -75,18 +85,20 @@ class ReplicaPrefixIndex:
         """KV tokens the cache holds beyond the running requests' own (what lives in the pool's free space)."""
         return len(self.blocks) * self.block_tokens
 
-    def match_blocks(self, hash_ids: Sequence[int]) -> int:
-        """Length of the leading run of ``hash_ids`` held here (no side effects: routers peek with it)."""
+    def match_blocks(self, hash_ids: Sequence[int], computed_only: bool = True) -> int:
+        """Length of the leading run of ``hash_ids`` held here (no side effects: routers peek with it); with
+        ``computed_only``, a block still being computed ends the run (it is no hit yet)."""
         blocks, refs, k = self.blocks, self.refs, 0
+        computing = self.computing if computed_only else ()
         for h in hash_ids:
-            if h not in refs and h not in blocks:
+            if (h not in refs and h not in blocks) or h in computing:
                 break
             k += 1
         return k
 
-    def match(self, hash_ids: Sequence[int], prompt_tokens: int) -> int:
+    def match(self, hash_ids: Sequence[int], prompt_tokens: int, computed_only: bool = True) -> int:
         """Tokens of a prompt this cache would serve (no side effects)."""
-        return cached_tokens(self.match_blocks(hash_ids), prompt_tokens, self.block_tokens)
+        return cached_tokens(self.match_blocks(hash_ids, computed_only), prompt_tokens, self.block_tokens)
 
     def admit(self, hash_ids: Sequence[int], prompt_tokens: int, free_tokens: float | None = None) -> int:
         """A request starts here: return its cached tokens, then pin all its blocks and evict unpinned LRU blocks
@@ -96,12 +108,19 @@ class ReplicaPrefixIndex:
         self.lookup_tokens += prompt_tokens
         if self.capacity_blocks == 0:
             return hit
-        blocks, refs = self.blocks, self.refs
+        blocks, refs, track = self.blocks, self.refs, self.track
         for h in reversed(hash_ids):
+            if track and h not in refs and h not in blocks:
+                self.computing.add(h)  # its KV exists once this request's prefill (or another's) ends
             blocks.pop(h, None)
             refs[h] = refs.get(h, 0) + 1
         self.fit(free_tokens)
         return hit
+
+    def computed(self, hash_ids: Sequence[int]) -> None:
+        """A prefill covering ``hash_ids`` ended here: their KV exists, later lookups may hit them."""
+        if self.computing:
+            self.computing.difference_update(hash_ids)
 
     def release(self, hash_ids: Sequence[int], free_tokens: float | None = None) -> None:
         """A request admitted with ``hash_ids`` ended: blocks no running request uses become unpinned (most recent
@@ -117,7 +136,10 @@ class ReplicaPrefixIndex:
                 refs[h] = n - 1
             else:
                 del refs[h]
-                blocks[h] = None
+                if h in self.computing:  # never computed: there is no KV to keep
+                    self.computing.discard(h)
+                else:
+                    blocks[h] = None
         self.fit(free_tokens)
 
     def fit(self, free_tokens: float | None) -> None:
@@ -137,6 +159,7 @@ class ReplicaPrefixIndex:
         """The replica lost its GPU memory (node failure, unload)."""
         self.blocks.clear()
         self.refs.clear()
+        self.computing.clear()
 
 
 class PrefixIndex:
@@ -144,7 +167,8 @@ class PrefixIndex:
 
     ``fraction``: optional cap on the share of each replica's KV pool cached blocks may hold (1.0: all of the
     pool's free space); ``None`` makes every cache unbounded (ignoring the pool). Routers read them through
-    ``ClusterState.prefix`` (None when prefix caching is off).
+    ``ClusterState.prefix`` (None when prefix caching is off). ``track_computing``: the driver reports prefill
+    completions (:meth:`computed`), so blocks are hits only once computed (set before the first request starts).
     """
 
     def __init__(self, block_tokens: int = 512, fraction: float | None = 1.0):
@@ -152,6 +176,7 @@ class PrefixIndex:
             raise UserError(f"prefix cache: fraction of the KV pool must be in (0, 1], got {fraction!r}")
         self.block_tokens, self.fraction = block_tokens, fraction
         self.caches: dict[int, ReplicaPrefixIndex] = {}
+        self.track_computing = False
 
     def of(self, replica) -> ReplicaPrefixIndex:
         c = self.caches.get(replica.id)
@@ -159,7 +184,8 @@ class PrefixIndex:
             spec = replica.spec
             block_bytes = spec.kv_bytes_per_token * self.block_tokens
             budget = None if self.fraction is None or self.fraction >= 1 else self.fraction * spec.kv_pool_bytes
-            c = self.caches[replica.id] = ReplicaPrefixIndex(self.block_tokens, block_bytes, budget)
+            c = self.caches[replica.id] = ReplicaPrefixIndex(self.block_tokens, block_bytes, budget,
+                                                             self.track_computing)
         return c
 
     def free_tokens(self, replica, leaving: int = 0) -> float | None:
@@ -169,9 +195,26 @@ class PrefixIndex:
         return replica.kv_capacity - replica.kv_used + leaving
 
     def match(self, replica, hash_ids: Sequence[int], prompt_tokens: int) -> int:
-        """Cached tokens ``replica`` holds for this prompt (0 for replicas not seen yet)."""
+        """Cached tokens ``replica`` holds or is computing for this prompt (0 for replicas not seen yet): what
+        routers peek at, so that requests sharing a prefix meet where it is (being) computed."""
         c = self.caches.get(replica.id)
-        return 0 if c is None or not hash_ids else c.match(hash_ids, prompt_tokens)
+        return 0 if c is None or not hash_ids else c.match(hash_ids, prompt_tokens, computed_only=False)
+
+    def hit(self, replica, hash_ids: Sequence[int], prompt_tokens: int, before: int) -> int:
+        """The cached tokens of a started request looked up again as its prefill starts (its blocks are pinned, so
+        only blocks computed meanwhile can add to the ``before`` tokens counted at :meth:`admit`)."""
+        c = self.caches.get(replica.id)
+        if c is None or not hash_ids or not replica.spec.generative:
+            return before
+        hit = c.match(hash_ids, prompt_tokens)
+        c.hit_tokens += hit - before
+        return hit
+
+    def computed(self, replica, hash_ids: Sequence[int]) -> None:
+        """A started request's prefill ended on ``replica``: its blocks hold KV now."""
+        c = self.caches.get(replica.id)
+        if c is not None and hash_ids:
+            c.computed(hash_ids)
 
     def admit(self, replica, hash_ids: Sequence[int], prompt_tokens: int) -> int:
         """The request starts on ``replica`` (its KV already reserved there): its cached tokens (it skips their

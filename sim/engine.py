@@ -71,7 +71,7 @@ class ReplicaEngine:
     __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
-                 "dead", "_prefill_fn", "_batch_fn", "_after_fn", "_order", "meter", "gpu_ids")
+                 "dead", "_prefill_fn", "_batch_fn", "_after_fn", "_order", "meter", "gpu_ids", "lookup")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -104,6 +104,9 @@ class ReplicaEngine:
                           else (lambda tokens: perf.prefill_ms(spec, gpu, sum(tokens))))
         self._after_fn = None  # prefill_after_prefix's function, made at the first prefix-cache hit
         self.dead = False
+        # Prefix caching: ``lookup(seq)`` gives the prompt tokens cached when its prefill starts (blocks become
+        # hits once the prefill computing them has ended, so the lookup cannot be made earlier); None: off.
+        self.lookup = None
         # Sequences due at the same step finish in the order they entered decode (an object's id() would make the
         # order, and what it starts next, differ from run to run).
         self._order = itertools.count()
@@ -173,6 +176,9 @@ class ReplicaEngine:
 
     def _start_prefill(self, t: float) -> None:
         batch, self.pending = self.pending, []
+        if self.lookup is not None:
+            for s in batch:
+                s.cached = self.lookup(s)
         if len(batch) == 1:
             first = batch[0]
             tokens = first.prompt - first.cached

@@ -138,7 +138,10 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = scenario_catalog(sc, tech)
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
-    check_block_tokens(sc.techniques, sc.workload)  # again: a --trace override may change the workload's blocks
+    # again: a --trace override may change the workload's blocks (the error names the file and the trace)
+    wl = sc.workload
+    trace = f" with the {wl.kind} trace {wl.trace or '(shipped)'}" if wl.is_trace else ""
+    check_block_tokens(sc.techniques, wl, f"{sc.source} [techniques]{trace}")
     check_fault_targets(sc.faults, topo)  # a typo would be skipped by both fleets: refused before any work
     check_fleet_names(sc, topo)
     rng = streams(sc.seed)

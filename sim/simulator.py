@@ -137,6 +137,10 @@ class Simulation(NodeFaults):
         self.adapters = (workload.adapter.fillna("").astype(str).tolist()
                          if state.adapters is not None and "adapter" in workload else None)
         self.cached = array("q", [0]) * n
+        if self.hash_ids is not None:
+            # Engines report prefill ends, so blocks are hits only once computed (vLLM's automatic prefix caching).
+            state.prefix.track_computing = True
+            self._first_token = self._first_token_prefix
         self.adapter_wait_s, self.adapter_loaded = array("d", [0.0]) * n, array("b", [0]) * n
         self.arrived = array("d", [0.0]) * n  # when a request naming an adapter reached its replica
 
@@ -167,6 +171,8 @@ class Simulation(NodeFaults):
             eng = ReplicaEngine(replica.spec, replica.gpu, self.perf, self._arm, self._first_token, self._finish,
                                 caches)
             self.engines[replica.id] = eng
+        if self.hash_ids is not None and hasattr(eng, "lookup"):
+            eng.lookup = self._prefix_lookup
         if isinstance(eng, ReplicaEngine) and eng.meter is None:
             self.gpu_meter.bind(eng, replica)
         return eng
@@ -185,6 +191,23 @@ class Simulation(NodeFaults):
 
     def _first_token(self, seq: Seq, t: float) -> None:
         self.first_token[seq.rec] = t
+
+    def _first_token_prefix(self, seq: Seq, t: float) -> None:
+        self.first_token[seq.rec] = t
+        self.prefill_done(seq)
+
+    def prefill_done(self, seq: Seq) -> None:
+        """``seq``'s prefill ended: its prefix blocks become hits for requests whose prefill starts later."""
+        if self.hash_ids is not None:
+            req = self.reqs[seq.rec]
+            if req is not None:
+                self.plane.prefix_computed(req)
+
+    def _prefix_lookup(self, seq: Seq) -> int:
+        """``seq``'s prefill starts: its prefix-cache hit, counting blocks computed since it was routed."""
+        k = seq.rec
+        self.cached[k] = cached = self.plane.prefix_hit(self.reqs[k])
+        return min(cached, max(0, seq.prompt - 1)) if cached else 0  # at least one token computed (its logits)
 
     def _finish(self, seq: Seq, t: float) -> None:
         self._finished_buffer.append(seq)

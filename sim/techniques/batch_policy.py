@@ -136,12 +136,17 @@ def night_share(requests: pd.DataFrame, batch, fleet, start_utc, day_s: float, a
     return float(np.mean(hours_until_night(solar_hour(site_lon, utc_h)) == 0))
 
 
+def batch_policy_applies(deployment: str) -> bool:
+    """Batch policies move the edge deployment's batch rows only; another deployment serves them where it would."""
+    return deployment == "edge"
+
+
 @TECHNIQUES.register("batch_policy", on=lambda t: t.batch_policy != "none")
 class BatchPolicy(Technique):
     """Async batch on idle GPUs: the edge deployment's batch rows move by ``batch_policy``."""
 
     def workload(self, name, frame, dep, topo, start_utc, day_s):
-        if name != "edge":
+        if not batch_policy_applies(name):
             return frame, None
         from controlplane.fleet import ingress_site_rtt
 

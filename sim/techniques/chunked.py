@@ -59,6 +59,8 @@ class ChunkedEngine(ReplicaEngine):
         for s in self.pending:
             if room <= 0:
                 break
+            if self.lookup is not None and id(s) not in self.left:  # its first chunk: prefix looked up now
+                s.cached = self.lookup(s)
             whole = s.prompt - s.cached
             todo = self.left.get(id(s), whole)
             take = min(todo, room)

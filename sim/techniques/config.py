@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from controlplane.catalog import TASKS
 from edgepop.errors import UserError
-from sim.techniques.batch_policy import BATCH_POLICIES
+from sim.techniques.batch_policy import BATCH_POLICIES, batch_policy_applies
 from sim.validate import typed
 
 PRECISIONS = ("", "fp16", "bf16", "fp8", "int8", "int4")
@@ -58,13 +58,13 @@ class Techniques:
     chunked_prefill: bool = False
     prefill_chunk_tokens: int = 2048  # tokens one iteration carries: decode rows plus prompt chunks
 
-    def enabled(self) -> list[str]:
-        """Names of the techniques switched on, for reports."""
+    def enabled(self, deployment: str | None = None) -> list[str]:
+        """Names of the techniques switched on, for reports; with ``deployment``, those that act on it."""
         on = [n for n in ("prefix_cache", "speculative", "disaggregation", "lora", "chunked_prefill")
               if getattr(self, n)]
         if self.precision:
             on.append(f"precision={self.precision}")
-        if self.batch_policy != "none":
+        if self.batch_policy != "none" and (deployment is None or batch_policy_applies(deployment)):
             on.append(f"batch_policy={self.batch_policy}")
         return on
 
@@ -77,6 +77,8 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
     if spec is not None:
         if not isinstance(spec, dict):
             raise UserError(f"{where}: field 'spec_acceptance' must be a table of task = rate, got {spec!r}")
+        if not spec:  # an empty table would leave every task at no speculation while listing it as on
+            raise UserError(f"{where}: spec_acceptance is empty: give text-generation = rate in [0, 1)")
         for task, rate in spec.items():
             if task not in TASKS:  # an unknown task would leave every real one at no speculation, silently
                 raise UserError(f"{where}: spec_acceptance.{task}: unknown task (known: {', '.join(TASKS)})")

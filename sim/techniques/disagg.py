@@ -3,7 +3,9 @@
 The replicas of one model at one site are split into a prefill pool (``prefill_fraction`` of them, at least one)
 and a decode pool (the rest, at least one). A request prefills on a prefill replica, its KV cache (prompt tokens x
 the catalog's KV bytes per token) then crosses the site's link at ``kv_link_gbps``, and it decodes on a decode
-replica that never runs a prefill, so decoding sequences are no longer stalled by other requests' prefills.
+replica that never runs a prefill, so decoding sequences are no longer stalled by other requests' prefills. The
+link is one per site, shared by every model's pool there: transfers take it one at a time in the order their
+prefills end (FIFO), each for ``bytes / bandwidth``.
 
 The split takes every GPU type in proportion (:func:`split_pools`), so neither pool gets all of a site's slow
 boards. Admission is token-aware per pool: a prefill replica takes a request while its queued prompt tokens stay
@@ -13,8 +15,10 @@ request prefills where its prompt would be done soonest and decodes where a step
 fast board with a batch beats an idle slow one until its batch makes it slower). The rest wait in FIFO order per
 pool.
 
-The client sees its first token when the KV has landed on the decode replica (TTFT = prefill + queueing +
-transfer); a site with a single replica of the model stays colocated (there is nothing to split).
+The client sees its first token when the KV has landed on the decode replica (TTFT = prefill + queueing + link
+wait + transfer); a site with a single replica of the model stays colocated (there is nothing to split). A
+sequence that then waits for room in the decode pool has that wait as one stall of its first gap (``stall_ms``,
+``stalls``), as the client sees it.
 """
 
 from __future__ import annotations
@@ -30,12 +34,33 @@ def kv_transfer_s(spec, prompt_tokens: float, gbps: float) -> float:
     return prompt_tokens * spec.kv_bytes_per_token * 8.0 / (gbps * 1e9)
 
 
+class KvLink:
+    """A site's KV-transfer link: one transfer at a time, FIFO, at ``gbps``."""
+
+    def __init__(self, gbps: float):
+        self.gbps, self.free_at = gbps, 0.0
+        self.transfers, self.queued, self.wait_s, self.max_wait_s, self.busy_s = 0, 0, 0.0, 0.0, 0.0
+
+    def send(self, spec, prompt_tokens: float, now: float) -> tuple[float, float]:
+        """Book a transfer ready at ``now``: (seconds it waits for the link, seconds it takes on it)."""
+        dt = kv_transfer_s(spec, prompt_tokens, self.gbps)
+        wait = max(0.0, self.free_at - now)
+        self.free_at = now + wait + dt
+        self.transfers += 1
+        self.queued += wait > 0
+        self.wait_s += wait
+        self.max_wait_s = max(self.max_wait_s, wait)
+        self.busy_s += dt
+        return wait, dt
+
+
 class DisaggPool:
     """One (site, model): the simulator's engine for every replica of it (same interface as ReplicaEngine)."""
 
     def __init__(self, sim, replicas: list, prefill_fraction: float, kv_link_gbps: float,
-                 max_prefill_tokens: int = 8192):
+                 max_prefill_tokens: int = 8192, link: KvLink | None = None):
         self.sim, self.spec, self.gbps = sim, replicas[0].spec, kv_link_gbps
+        self.link = link if link is not None else KvLink(kv_link_gbps)
         self.max_prefill_tokens = max_prefill_tokens
         self.n_replicas = len(replicas)
         perf, arm = sim.perf, sim._arm
@@ -51,7 +76,7 @@ class DisaggPool:
         self.n_dec = [0] * len(self.decode)  # sequences placed per decode replica
         self.wait_p: deque = deque()
         self.wait_d: deque = deque()
-        self.where: dict = {}  # id(seq) -> (decode replica index, KV tokens reserved)
+        self.where: dict = {}  # id(seq) -> (decode replica index, KV tokens reserved, s waited for admission)
         self.kv_transfers, self.kv_transfer_s = 0, 0.0
         self.dead = False
 
@@ -68,8 +93,12 @@ class DisaggPool:
         self._admit_prefill(t)
 
     def seq_stalls(self, seq: Seq) -> tuple[float, int]:
-        i, _ = self.where.pop(id(seq), (None, 0))
-        return (0.0, 0) if i is None else self.decode[i].seq_stalls(seq)
+        i, _, wait = self.where.pop(id(seq), (None, 0, 0.0))
+        if i is None:
+            return 0.0, 0
+        stall_s, stalls = self.decode[i].seq_stalls(seq)
+        # its wait for decode room fell between its first and second token: one long gap, not a slower TPOT
+        return (stall_s + wait, stalls + 1) if wait > 0 else (stall_s, stalls)
 
     def kill(self, t: float) -> list:
         # the simulator learns which requests were lost from the control plane; here only the state is dropped
@@ -117,10 +146,10 @@ class DisaggPool:
     def _prefilled(self, proxy: Seq, t: float) -> None:
         seq, i = proxy.rec
         self.p_tokens[i] -= seq.prompt - getattr(seq, "cached", 0)
-        dt = kv_transfer_s(self.spec, seq.prompt, self.gbps)
+        wait, dt = self.link.send(self.spec, seq.prompt, self.sim.env.now)
         self.kv_transfers += 1
         self.kv_transfer_s += dt
-        self._later(dt, self._kv_arrived, seq)
+        self._later(wait + dt, self._kv_arrived, seq)
         if self.wait_p:
             self._later(0.0, lambda: self._admit_prefill(self.sim.env.now))
 
@@ -151,11 +180,11 @@ class DisaggPool:
             self.wait_d.popleft()
             self.kv[i] += need
             self.n_dec[i] += 1
-            self.where[id(seq)] = (i, need)
+            self.where[id(seq)] = (i, need, t - seq.first_token_at)
             self.decode[i].join_decode(seq, t)
 
     def _decoded(self, seq: Seq, t: float) -> None:
-        i, need = self.where.get(id(seq), (None, 0))
+        i, need, _ = self.where.get(id(seq), (None, 0, 0.0))
         if i is not None:
             self.kv[i] -= need
             self.n_dec[i] -= 1
@@ -192,6 +221,7 @@ class DisaggFactory:
         self.prefill_fraction, self.kv_link_gbps = prefill_fraction, kv_link_gbps
         self.max_prefill_tokens = max_prefill_tokens
         self.pools: dict = {}
+        self.links: dict = {}  # site -> its KvLink, shared by the site's pools
         self.colocated_sites = 0
 
     def __call__(self, sim, replica):
@@ -204,15 +234,21 @@ class DisaggFactory:
             if len(group) < 2:
                 self.colocated_sites += 1
                 return None
+            link = self.links.setdefault(replica.site, KvLink(self.kv_link_gbps))
             pool = self.pools[key] = DisaggPool(sim, group, self.prefill_fraction, self.kv_link_gbps,
-                                                self.max_prefill_tokens)
+                                                self.max_prefill_tokens, link)
         return pool
 
     def stats(self) -> dict:
         pools = list(self.pools.values())
         n = sum(p.kv_transfers for p in pools)
+        links = list(self.links.values())
         return {"pools": len(pools), "colocated_site_models": self.colocated_sites, "kv_transfers": n,
-                "kv_transfer_ms_mean": round(1e3 * sum(p.kv_transfer_s for p in pools) / max(n, 1), 3)}
+                "kv_transfer_ms_mean": round(1e3 * sum(p.kv_transfer_s for p in pools) / max(n, 1), 3),
+                # waits for a site's link while it carries earlier transfers (FIFO)
+                "kv_link_queued": sum(k.queued for k in links),
+                "kv_link_wait_ms_mean": round(1e3 * sum(k.wait_s for k in links) / max(n, 1), 3),
+                "kv_link_wait_ms_max": round(1e3 * max((k.max_wait_s for k in links), default=0.0), 3)}
 
 
 @TECHNIQUES.register("disaggregation", on=lambda t: t.disaggregation)

@@ -85,7 +85,7 @@ class TechniqueRuntime:
         orig = arrival if orig_arrival is None else np.asarray(orig_arrival, dtype=float)
         # completion of a request (s) counted from when the user sent it (holds included)
         completion = requests.e2e_ms.to_numpy(dtype=float) / 1e3 + (arrival - orig)
-        tblock = {"enabled": self.t.enabled()}
+        tblock = {"enabled": self.t.enabled(name)}
         for p in self.parts:
             tblock.update(p.info.get(name, {}))
         tblock["figures"] = technique_figures(requests, ~batch, completion)

@@ -24,6 +24,18 @@ def test_chained_match_stops_at_the_first_missing_block():
     assert c.match((7, 1, 2), 12) == 0
 
 
+def test_blocks_being_computed_are_pinned_but_no_hit_until_their_prefill_ends():
+    c = ReplicaPrefixIndex(block_tokens=4, block_bytes=1.0, capacity_bytes=None, track=True)
+    assert c.admit((1, 2), 8) == 0  # A: routed, its prefill not run yet
+    assert c.admit((1, 2, 3), 12) == 0 and c.match((1, 2), 8, computed_only=False) == 8  # routers still see them
+    c.fit(0)  # no free KV: in-use blocks stay
+    assert c.refs == {1: 2, 2: 2, 3: 1} and c.computing == {1, 2, 3}
+    c.computed((1, 2))  # A's prefill ended
+    assert c.match((1, 2, 3), 12) == 8 and c.admit((1, 9), 8) == 4
+    c.release((1, 2, 3))  # the second request left before its prefill: block 3 was never computed
+    assert 3 not in c and c.match((1, 2, 3), 12) == 8 and c.computing == {9}
+
+
 def test_lru_eviction_respects_the_byte_budget_and_evicts_leaves_first():
     c = ReplicaPrefixIndex(block_tokens=16, block_bytes=100.0, capacity_bytes=450.0)  # cap: 4 blocks
     assert c.capacity_blocks == 4

@@ -153,3 +153,15 @@ def test_cli_runs_the_ablation_grid(tmp_path, capsys):
     assert (out / "ablation.csv").exists()
     assert main(["ablation", "--grid", "policies", "--out", str(out)]) == 2
     assert "named variants" in capsys.readouterr().err
+
+
+def test_the_night_policy_is_listed_only_for_the_deployment_it_moves(topo):
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario
+
+    sc = load_scenario("small")
+    sc = replace(sc, techniques=Techniques(batch_policy="night"))
+    out = run_scenario(sc, topo=topo, requests=300)
+    blocks = out.summary["deployments"]
+    assert "batch_policy=night" in blocks["edge"]["techniques"]["enabled"]
+    assert blocks["central"]["techniques"]["enabled"] == []  # its batch rows are served where they would be

@@ -82,6 +82,26 @@ def test_cached_tokens_skip_prefill():
     assert off.cached_tokens.tolist() == [0, 0, 0] and off.prefill_ms.tolist() == pytest.approx([1.5, 1.8, 0.512])
 
 
+@pytest.mark.parametrize("technique", ["plain", "chunked_prefill"])
+def test_a_hit_needs_blocks_whose_prefill_has_ended(technique):
+    # A is routed first but has the longer way to the node: B, routed 2 ms later over a short backbone, reaches it
+    # first. B cannot hit A's blocks (nothing has computed them yet): it recomputes them, and A, whose prefill
+    # starts after B's has ended, hits them. C reaches the node while B's prefix is still being prefilled: it
+    # waits for that prefill and hits (vLLM's automatic prefix caching: only computed blocks are hits).
+    ids = tuple(range(12))
+    w = workload([0.0, 0.002, 0.005], LLAMA, "text-generation", 6000, 5, ingress=[0, 1, 1])
+    w["hash_ids"] = [ids, ids, ids]
+    tech = Techniques(prefix_cache=True, prefill_chunk_tokens=8192,  # (a prompt's blocks count once all computed)
+                      **({} if technique == "plain" else {technique: True}))
+    sim, f, _ = simulate(lambda **kw: deployment(llama_catalog(), LLAMA, 1, [[100.0], [0.0]], **kw), w,
+                         TokenClock(step_ms=0.5), tech)
+    assert (f.outcome == "ok").all()
+    first_token = f.arrival_s * 1e3 + f.ttft_ms
+    assert f.cached_tokens.tolist() == [6000, 0, 6000]
+    assert first_token[0] > first_token[1] and first_token[2] > first_token[1]
+    assert sim.dep.plane.state.prefix.stats()["hit_tokens"] == 12000
+
+
 class QuadClock(TokenClock):
     """Prefill of n tokens: 1 us per token plus 1 ns per token pair (an attention-like quadratic term)."""
 
@@ -247,3 +267,21 @@ def test_cached_blocks_live_in_free_kv_and_never_overfill_the_pool(without_hash_
                                                              gpu_memory_gb=1000.0, plane=kw),
                             w, TokenClock(step_ms=2.0), Techniques(prefix_cache=True, prefix_cache_fraction=0.5))
     assert capped["prefix_cache"]["token_hit_ratio"] < st["token_hit_ratio"]
+
+
+def test_a_trace_override_that_breaks_the_prefix_blocks_names_the_scenario_and_the_trace(topo, tmp_path):
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario
+
+    path = tmp_path / "pc.toml"
+    path.write_text('[workload]\nrequests = 10\nrps = 1.0\n[techniques]\nprefix_cache = true\n')
+    azure = "sim/data/azure_llm_conv_2023.csv"
+    with pytest.raises(UserError, match=rf"^pc\.toml \[techniques\] with the azure trace {azure}: prefix_cache needs "
+                                        "hash_ids") as info:
+        run_scenario(load_scenario(path), topo=topo, trace=azure)
+    assert "\n" not in str(info.value)
+    path.write_text('[workload]\nrequests = 10\nrps = 1.0\nblock_tokens = 256\n[techniques]\nprefix_cache = true\n'
+                    'prefix_block_tokens = 256\n')
+    with pytest.raises(UserError, match=rf"^pc\.toml \[techniques\] with the mooncake trace {MOONCAKE_EXAMPLE}: "
+                                        "prefix_block_tokens = 256 but the workload's hash_ids use 512-token"):
+        run_scenario(load_scenario(path), topo=topo, trace=str(MOONCAKE_EXAMPLE))

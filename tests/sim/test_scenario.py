@@ -226,6 +226,8 @@ def test_trace_replay_keeps_the_trace(topo):
     ("central", 'pops = ["FRA"]', r"\[central\]: field 'pops' is the edge's"),
     ("techniques", 'speculative = true\nspec_acceptance = { chat = 0.9 }',
      r"spec_acceptance\.chat: unknown task \(known: text-generation, "),
+    ("techniques", 'speculative = true\nspec_acceptance = {}',
+     r"s\.toml \[techniques\]: spec_acceptance is empty: give text-generation = rate in \[0, 1\)"),
     ("techniques", 'speculative = true\nspec_acceptance = { "text-embeddings" = 0.9 }',
      r"spec_acceptance\.text-embeddings: speculative decoding applies to text-generation only"),
     ("techniques", 'speculative = true\nchunked_prefill = true', "speculative and chunked_prefill cannot both be on"),

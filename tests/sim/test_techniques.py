@@ -78,6 +78,40 @@ def test_disaggregated_ttft_is_colocated_ttft_plus_kv_transfer(roof):
     assert fac.stats()["pools"] == 1 and fac.stats()["kv_transfers"] == 1
 
 
+def test_kv_transfers_share_their_site_link_one_at_a_time(roof):
+    # Two prompts prefill side by side on the two prefill replicas and end together: the second KV transfer waits
+    # for the first on the site's link, so its first token comes one transfer later.
+    cat, spec = llama()
+    w = workload([0.0, 0.0], spec.id, "text-generation", 2000, output=20)
+    seam, part = disagg(prefill_fraction=0.5, kv_link_gbps=1.0)
+    dis = Simulation(deployment(cat, spec.id, 4, [[0.0]], sites=[0] * 4), w, roof, techniques=seam).run().requests
+    transfer_ms = kv_transfer_s(spec, 2000, 1.0) * 1e3
+    assert sorted(dis.ttft_ms)[1] - sorted(dis.ttft_ms)[0] == pytest.approx(transfer_ms, rel=1e-6)
+    st = part.factories["edge"].stats()
+    assert st["kv_transfers"] == 2 and st["kv_link_queued"] == 1
+    assert st["kv_link_wait_ms_mean"] == pytest.approx(transfer_ms / 2, abs=1e-3)
+    assert st["kv_link_wait_ms_max"] == pytest.approx(transfer_ms, abs=1e-3)
+
+
+def test_a_wait_for_decode_room_is_one_stalled_gap(roof):
+    # One decode replica whose KV pool holds one sequence: the second waits there after its first token until the
+    # first one ends. That wait is one long gap (a stall), not a slower decode over all its gaps.
+    spec = replace(default_catalog()[LLAMA], kv_pool_tokens=3000)
+    w = workload([0.0, 0.0], spec.id, "text-generation", 2000, output=20)
+    dis = Simulation(deployment(Catalog([spec]), spec.id, 2, [[0.0]], sites=[0, 0]), w, roof,
+                     techniques=disagg(0.5, 100.0)[0]).run().requests
+    assert (dis.outcome == "ok").all()
+    first, second = (0, 1) if dis.ttft_ms[0] < dis.ttft_ms[1] else (1, 0)
+    wait = dis.e2e_ms[first] - dis.ttft_ms[second]
+    assert wait > 10 * dis.tpot_ms[first]
+    assert dis.stalls[first] == 0 and dis.stall_ms[first] == 0
+    assert dis.stalls[second] == 1 and dis.stall_ms[second] == pytest.approx(wait, rel=1e-6)
+    # its 19 decode steps take as long as the first sequence's did; the wait sits in the gap of its second token
+    base = (dis.tpot_ms[second] * 19 - dis.stall_ms[second]) / 19
+    assert base == pytest.approx(dis.tpot_ms[first], rel=0.05)
+    assert itl_percentiles(dis.iloc[[second]], pcts=(100,))["p100"] == pytest.approx(base + wait, abs=1e-3)
+
+
 def test_disaggregation_lowers_itl_p99_on_a_mixed_load(roof):
     cat, spec = llama()
     rng = np.random.default_rng(5)
