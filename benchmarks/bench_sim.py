@@ -186,7 +186,8 @@ def child_setup(n_pops: int, n: int, cache: str) -> None:
 
 def child_million(out_dir: str) -> None:
     """Subprocess: ``edgepop simulate --requests 1000000`` with all outputs; peak RSS and output times."""
-    from sim.run import run_scenario, write_outputs
+    from sim.outputs import write_outputs
+    from sim.run import run_scenario
 
     t0 = time.perf_counter()
     out = run_scenario("default", requests=1_000_000)

@@ -46,7 +46,9 @@ class PrefixAware(Router):
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)
         caches = self.state.prefix
-        pin = self.pins.get(req.session) if self.session_affinity and req.session is not None else None
+        # (pinned per session and model: a session's call to another model must not move its chat's replica)
+        key = (req.session, req.model)
+        pin = self.pins.get(key) if self.session_affinity and req.session is not None else None
         hashes, prompt = req.hash_ids, req.prompt_tokens
 
         def score(r) -> float:
@@ -58,8 +60,8 @@ class PrefixAware(Router):
         if d is None:
             d = self.nearest_with_capacity(req, cands, rtts)
         if req.session is not None and self.session_affinity and d.replica is not None:
-            self.pins[req.session] = d.replica
-            self.pins.move_to_end(req.session)
+            self.pins[key] = d.replica
+            self.pins.move_to_end(key)
             if len(self.pins) > self.max_sessions:
                 self.pins.popitem(last=False)
         return d

@@ -203,6 +203,9 @@ class GatewayConfig:
                 isinstance(k, str) and len(k) >= 8 and isinstance(v, str) and v for k, v in self.tokens.items()):
             bad("tokens", "must map token strings of 8+ characters to non-empty account ids (as --tokens files and "
                 "$EDGEPOP_TOKENS do)")
+        if any(any(c.isspace() for c in k) or v != v.strip() for k, v in self.tokens.items()):
+            bad("tokens", "a token holds no spaces and an account starts and ends with no space (no bearer header "
+                "could match them)")
         from dataplane.session import threads_problem  # (onnxruntime: loaded when a gateway is built anyway)
 
         if problem := threads_problem(self.threads):

@@ -297,6 +297,14 @@ def test_session_affinity_pins_each_model_of_a_session_apart(catalog):
     assert cp.router.sticky_hits == 2
 
 
+def test_prefix_aware_keeps_a_session_pin_per_model(catalog):
+    """prefix-aware's session bonus: a session's call to another model does not move its chat's replica."""
+    cp = plane(catalog, n_sites=3, n_ingress=3, router="prefix-aware", models=(TINY, LLAMA))
+    first = cp.submit(Request(0, TINY, 0, 10, session="s"), 0.0).replica
+    assert cp.submit(Request(1, LLAMA, 2, 10, session="s"), 0.0).replica.model == LLAMA
+    assert cp.submit(Request(2, TINY, 2, 10, session="s"), 0.0).replica is first
+
+
 def test_session_affinity_queues_below_the_gate(catalog):
     cp = plane(catalog, n_sites=2, n_ingress=1, router="session-affinity", gate=1.5, queue_limit=10)
     pinned = cp.submit(Request(0, TINY, 0, 10, session=7), 0.0).replica

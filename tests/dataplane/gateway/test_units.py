@@ -87,6 +87,11 @@ def test_tokens_and_authenticator(tmp_path):
         parse_tokens_env("tok-alice-0001:alice,tok-alice-0001:bob")
     with pytest.raises(UserError, match="a token holds no spaces"):
         load_tokens(_write(tmp_path / "s.json", '{"tokens": {"tok alice 1": "a"}}'), environ={})
+    # a config file's [tokens] table is held to the same rule
+    from dataplane.gateway.config import GatewayConfig
+
+    with pytest.raises(UserError, match="field 'tokens': a token holds no spaces"):
+        GatewayConfig(tokens={"tok-bob-0001": " bob"}).validate("edgepop serve")
     with pytest.raises(UserError, match="no API tokens"):
         Authenticator({})
     auth = Authenticator({"aaaaaaaa1": "a"})
