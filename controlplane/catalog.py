@@ -42,6 +42,15 @@ class UnknownModelError(CatalogError):
     """The model id is not in the catalog (Workers AI error 5007)."""
 
 
+def kv_footprint(tokens: float, layers: int, sliding_window: int = 0, global_layers: int = 0) -> float:
+    """KV cache of a ``tokens``-long sequence in full-layer token equivalents (the unit ``kv_pool_tokens`` counts
+    and ``kv_bytes_per_token`` prices): ``(global x L + local x min(L, W)) / layers``, a local layer keeping the
+    last ``W = sliding_window`` tokens only; ``tokens`` itself for a model without a sliding window."""
+    if not sliding_window or tokens <= sliding_window:  # (returned as given: other models' figures stay identical)
+        return tokens
+    return (global_layers * tokens + (layers - global_layers) * sliding_window) / layers
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """One catalog entry. Sizes in bytes; ``kv_bytes_per_token`` is over all layers, K and V."""
@@ -71,6 +80,10 @@ class ModelSpec:
     weight_bytes: float = 0.0
     description: str = ""
     mlp: str = ""  # "gated" or "plain"; the loader fills it from the family (empty: unknown and not needed)
+    # Sliding-window attention (Gemma 3): all but ``global_layers`` layers attend to the last ``sliding_window``
+    # tokens only, and an engine with a hybrid KV allocator (vLLM >= 0.10) keeps their KV for the window alone.
+    sliding_window: int = 0  # tokens (0: every layer is global)
+    global_layers: int = 0
     adapters: tuple = field(default=(), compare=False)
 
     @property
@@ -87,6 +100,15 @@ class ModelSpec:
         if not self.generative:
             return 0.0
         return 2.0 * self.layers * self.kv_heads * self.head_dim * PRECISION_BYTES[self.kv_precision]
+
+    def kv_footprint(self, tokens: float) -> float:
+        """KV of a ``tokens``-long sequence in full-layer token equivalents (:func:`kv_footprint`)."""
+        return kv_footprint(tokens, self.layers, self.sliding_window, self.global_layers)
+
+    def kv_charge(self, tokens: int) -> int:
+        """KV pool tokens a sequence of ``tokens`` reserves: :meth:`kv_footprint` rounded up to a whole token
+        (pools count whole tokens, so reservations add and release exactly)."""
+        return math.ceil(self.kv_footprint(tokens))
 
     @property
     def kv_pool_bytes(self) -> float:
@@ -109,7 +131,7 @@ class ModelSpec:
 _REQUIRED = ("task", "family", "parameters", "precision", "context_window", "layers", "hidden",
              "neurons_per_m_input", "stand_in")
 _INTS = {"context_window", "layers", "hidden", "tensor_parallel", "heads", "kv_heads", "head_dim", "intermediate",
-         "vocab", "max_batch", "kv_pool_tokens"}
+         "vocab", "max_batch", "kv_pool_tokens", "sliding_window", "global_layers"}
 _FLOATS = {"parameters", "gflops_per_unit", "neurons_per_m_input", "neurons_per_m_output", "weight_bytes"}
 _STRS = {"task", "family", "precision", "kv_precision", "unit", "stand_in", "description", "mlp"}
 _KNOWN = {f.name for f in fields(ModelSpec)} - {"id", "adapters"}
@@ -169,9 +191,15 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
                 raise bad(name, "required (and positive) for text-generation")
         if values["heads"] % values["kv_heads"]:
             raise bad("kv_heads", f"{values['heads']} heads are not a multiple of {values['kv_heads']} KV heads")
-        if values["kv_pool_tokens"] < values["context_window"]:  # (vLLM refuses to start such a model too)
-            raise bad("kv_pool_tokens", f"{values['kv_pool_tokens']} is below the context window "
-                      f"{values['context_window']}: a replica must hold one full-length request")
+    _check_sliding_window(values, bad)
+    if values["task"] == "text-generation":
+        full = math.ceil(kv_footprint(values["context_window"], values["layers"], values.get("sliding_window", 0),
+                                      values.get("global_layers", 0)))
+        if values["kv_pool_tokens"] < full:  # (vLLM refuses to start such a model too)
+            what = (f"the context window {values['context_window']}" if full == values["context_window"] else
+                    f"{full}, the full-layer KV equivalent of the context window {values['context_window']}")
+            raise bad("kv_pool_tokens", f"{values['kv_pool_tokens']} is below {what}: a replica must hold one "
+                      "full-length request")
     if "mlp" in values and values["mlp"] not in MLP_KINDS:
         raise bad("mlp", f"{values['mlp']!r} is not one of {', '.join(MLP_KINDS)}")
     values["mlp"] = values.get("mlp") or FAMILY_MLP.get(values["family"], "")
@@ -188,6 +216,24 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
 
         values["adapters"] = parse_adapters(path.name, model_id, raw["adapters"], values)
     return ModelSpec(id=model_id, **values)
+
+
+def _check_sliding_window(values: dict, bad) -> None:
+    """``sliding_window`` and ``global_layers`` come together, on a text-generation model with local layers."""
+    given = [n for n in ("sliding_window", "global_layers") if n in values]
+    if not given:
+        return
+    if len(given) == 1:
+        other = "global_layers" if given[0] == "sliding_window" else "sliding_window"
+        raise bad(other, f"missing: {given[0]} needs it (sliding_window: tokens a local layer attends to; "
+                  "global_layers: layers that attend to the whole context)")
+    if values["task"] != "text-generation":
+        raise bad("sliding_window", "only text-generation models have a KV cache to window")
+    if values["sliding_window"] <= 0:
+        raise bad("sliding_window", f"{values['sliding_window']} must be positive")
+    if not 0 < values["global_layers"] < values["layers"]:
+        raise bad("global_layers", f"{values['global_layers']} must be between 1 and {values['layers'] - 1} "
+                  f"(the model's {values['layers']} layers, at least one of them local)")
 
 
 class Catalog:

@@ -339,7 +339,8 @@ def capacity_rps(perf: PerfModel, spec: ModelSpec, gpu: str, prompt_tokens: floa
                     else batch * prefill)
         return 1e3 * batch / max(batch_ms, prefill)
     if spec.kv_pool_tokens:
-        batch = max(1, min(batch, math.floor(spec.kv_pool_tokens / max(prompt_tokens + output_tokens, 1))))
+        per_seq = spec.kv_footprint(max(prompt_tokens + output_tokens, 1))  # (full-layer equivalents, as the pool)
+        batch = max(1, min(batch, math.floor(spec.kv_pool_tokens / per_seq)))
     step = perf.decode_step_ms(spec, gpu, batch, prompt_tokens + output_tokens / 2, **opts)
     per_request_ms = prefill + output_tokens * step / batch
     return 1e3 / per_request_ms

@@ -162,15 +162,39 @@ def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int], prior: list[i
                         0.0, 0.0, 0, math.inf)
     gemm = 2.0 * body_params(spec) * n
     head = 2.0 * head_params(spec) * seqs
-    # Causal self-attention: QK^T and PV each 2*t^2*d per head, halved by the causal mask.
-    attn = sum(2.0 * spec.layers * spec.heads * spec.head_dim * float(t) ** 2 for t in prompts)
     kv_write = n * kv_bytes_per_token(spec)
-    if prior:  # t new tokens after o cached ones: QK^T and PV over the o, 4 t o d per head more; the o read once
-        attn += sum(4.0 * spec.layers * spec.heads * spec.head_dim * float(t) * o for t, o in zip(prompts, prior,
-                                                                                                  strict=True))
-        kv_write += float(sum(prior)) * kv_bytes_per_token(spec)
+    if spec.sliding_window:  # its local layers attend over at most the window
+        attn, kv_read = windowed_prefill_attention(spec, prompts, prior)
+        kv_write += kv_read
+    else:
+        # Causal self-attention: QK^T and PV each 2*t^2*d per head, halved by the causal mask.
+        attn = sum(2.0 * spec.layers * spec.heads * spec.head_dim * float(t) ** 2 for t in prompts)
+        if prior:  # t new tokens after o cached ones: QK^T and PV over the o, 4 t o d per head more; the o read once
+            attn += sum(4.0 * spec.layers * spec.heads * spec.head_dim * float(t) * o
+                        for t, o in zip(prompts, prior, strict=True))
+            kv_write += float(sum(prior)) * kv_bytes_per_token(spec)
     return PassCost(n, seqs, gemm, head, attn, streamed_weight_bytes(spec, sch), kv_write,
                     n * spec.hidden * ACTIVATION_BYTES, 2 * spec.layers, n, *elementwise_bytes(spec, n), spec.layers)
+
+
+def _window_pairs(end: float, window: float) -> float:
+    """(query, key) pairs of causal attention over the first ``end`` tokens when each query sees at most
+    ``window`` keys (itself included), in the continuous form the all-global count uses (``end^2 / 2``)."""
+    return end * end / 2.0 if end <= window else window * end - window * window / 2.0
+
+
+def windowed_prefill_attention(spec: ModelSpec, prompts: list[int], prior: list[int] | None) -> tuple[float, float]:
+    """(attention FLOPs, cached KV bytes read) of a prefill on a sliding-window model: its global layers attend
+    over the whole prompt and cached prefix as :func:`prefill_pass` counts, its local layers over at most
+    ``sliding_window`` previous tokens; a cached prefix of ``o`` tokens is read as ``kv_footprint(o)``."""
+    w, g = float(spec.sliding_window), spec.global_layers
+    local = spec.layers - g
+    before = list(prior) if prior else [0] * len(prompts)
+    pairs = sum(g * (_window_pairs(o + t, math.inf) - _window_pairs(o, math.inf))
+                + local * (_window_pairs(o + t, w) - _window_pairs(o, w))
+                for t, o in zip(prompts, before, strict=True))
+    read = sum(spec.kv_footprint(float(o)) for o in before) * kv_bytes_per_token(spec)
+    return 4.0 * spec.heads * spec.head_dim * pairs, read
 
 
 def mixed_pass(spec: ModelSpec, sch: Scheme, prompts: list[int], batch: int, context: float,
@@ -204,8 +228,10 @@ def decode_pass(spec: ModelSpec, sch: Scheme, batch: int, context: float) -> Pas
     b = float(batch)
     gemm = 2.0 * body_params(spec) * b
     head = 2.0 * head_params(spec) * b
-    attn = 4.0 * spec.layers * spec.heads * spec.head_dim * context * b
-    kv_read = b * context * kv_bytes_per_token(spec)
+    # A sliding window's local layers read (and attend over) min(context, window) tokens: kv_footprint.
+    seen = spec.kv_footprint(context)
+    attn = 4.0 * spec.layers * spec.heads * spec.head_dim * seen * b
+    kv_read = b * seen * kv_bytes_per_token(spec)
     return PassCost(b, b, gemm, head, attn, streamed_weight_bytes(spec, sch), kv_read + b * kv_bytes_per_token(spec),
                     b * spec.hidden * ACTIVATION_BYTES, 2 * spec.layers, b, *elementwise_bytes(spec, b), spec.layers)
 

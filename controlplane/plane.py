@@ -120,7 +120,8 @@ class ControlPlane:
 
     # ---------------------------------------------------------------- requests
     def _limits_of(self, model: str) -> tuple | None:
-        """(context window or None, KV pool or None) of ``model``; None for a model not in the catalog."""
+        """(context window or None, KV pool or None, ``ModelSpec.kv_charge`` of a sliding-window model or None) of
+        ``model``; None for a model not in the catalog."""
         try:
             spec = self.catalog[model]
         except CatalogError:
@@ -128,20 +129,26 @@ class ControlPlane:
         else:
             # A reranking request is a query scored against several passages, each pair within the window.
             one_sequence = spec.unit == "token" and spec.task != "text-reranking"
-            lim = (spec.context_window if one_sequence else None, spec.kv_pool_tokens if spec.generative else None)
+            lim = (spec.context_window if one_sequence else None, spec.kv_pool_tokens if spec.generative else None,
+                   spec.kv_charge if spec.sliding_window else None)
         self._limits[model] = lim
         return lim
 
     def check(self, req: Request) -> int | None:
-        """Admission checks before routing: 5007 unknown model, 3006 too large for the context window."""
+        """Admission checks before routing: 5007 unknown model, 3006 too large for the context window or the KV pool.
+        Sets ``req.kv_charge`` for a sliding-window model (what routers and replicas then reserve)."""
         lim = self._limits.get(req.model, False)
         if lim is False:
             lim = self._limits_of(req.model)
         if lim is None:
             return int(Code.NO_SUCH_MODEL)
-        window, pool = lim
+        window, pool, charge = lim
         kv = req.prompt_tokens + req.output_tokens
-        if (window is not None and kv > window) or (pool is not None and kv > pool):
+        if window is not None and kv > window:
+            return int(Code.TOO_LARGE)
+        if charge is not None:  # (a sliding window: the pool holds full-layer equivalents, fewer than its tokens)
+            kv = req.kv_charge = charge(kv)
+        if pool is not None and kv > pool:
             return int(Code.TOO_LARGE)
         return None
 

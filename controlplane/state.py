@@ -4,7 +4,8 @@ State changes only through explicit method calls with the time passed in (no clo
 simulator and the live gateway drive the very same objects.
 
 Invariants (tested):
-- a replica never runs more than ``slots`` sequences nor reserves more than ``kv_capacity`` KV tokens;
+- a replica never runs more than ``slots`` sequences nor reserves more than ``kv_capacity`` KV tokens (full-layer
+  token equivalents: ``ModelSpec.kv_charge``);
 - per GPU, the resident replicas' ``bytes_per_gpu`` never exceed the GPU's memory;
 - a request is in at most one place: one site queue or one replica's running set.
 """
@@ -46,10 +47,13 @@ class Request:
     rtt_ms: float = 0.0
     enqueued_at: float = -1.0
     started_at: float = -1.0
+    # KV pool tokens it reserves, set by ControlPlane.check from its model's spec (ModelSpec.kv_charge: less than
+    # prompt + output where local layers keep a sliding window only); -1: not set, prompt + output.
+    kv_charge: int = -1
 
     @property
     def kv_tokens(self) -> int:
-        return self.prompt_tokens + self.output_tokens
+        return self.kv_charge if self.kv_charge >= 0 else self.prompt_tokens + self.output_tokens
 
 
 class SiteQueue(deque):

@@ -87,7 +87,8 @@ def estimate(args) -> dict:
     gen = spec.generative
     # a decode step at --context C holds C tokens per sequence: the KV the batch needs is the larger of the two
     seq_tokens = max(p_tok + o_tok, args.context or 0)
-    kv_tokens = batch * seq_tokens if gen else 0
+    seq_kv = spec.kv_footprint(seq_tokens)  # full-layer equivalents: a sliding window's local layers hold less
+    kv_tokens = batch * seq_kv if gen else 0
     mem = model.memory_per_gpu(spec, args.gpu, kv_tokens=kv_tokens, **wo)
     weights_only = mem["weights_bytes"] + mem["overhead_bytes"]
     if weights_only > g.memory_bytes:
@@ -95,7 +96,7 @@ def estimate(args) -> dict:
                         f"{weights_only / GB:.1f} GB per GPU, the GPU has {g.memory_bytes / GB:.0f} GB"
                         + _tp_hint(model, spec, args.gpu, weight_only, above=tp))
     free = g.memory_bytes - weights_only
-    per_seq = seq_tokens * spec.kv_bytes_per_token * model._kv_replication(spec, tp) / tp if gen else 0
+    per_seq = seq_kv * spec.kv_bytes_per_token * model._kv_replication(spec, tp) / tp if gen else 0
     pre = model.prefill_breakdown(spec, args.gpu, [p_tok], **wo)
     out = {"model": spec.id, "gpu": args.gpu, "tp": tp, "gpus": tp, "precision": spec.precision,
            "kv_precision": spec.kv_precision if gen else None,
@@ -128,11 +129,11 @@ def estimate(args) -> dict:
     # replica holds (what the simulator gives a replica), whatever else the GPU's memory could hold
     cap_batch = batch
     if gen and spec.kv_pool_tokens:
-        cap_batch = max(1, min(batch, int(spec.kv_pool_tokens // max(p_tok + o_tok, 1))))
+        cap_batch = max(1, min(batch, int(spec.kv_pool_tokens // spec.kv_charge(max(p_tok + o_tok, 1)))))
     out["kv_pool_tokens"] = int(spec.kv_pool_tokens) if gen and spec.kv_pool_tokens else None
     out["capacity_batch"] = cap_batch
     # (the memory above is for --batch sequences; capacity runs cap_batch of them, which must fit in turn)
-    cap_fits = model.memory_per_gpu(spec, args.gpu, kv_tokens=cap_batch * (p_tok + o_tok) if gen else 0, **wo)["fits"]
+    cap_fits = model.memory_per_gpu(spec, args.gpu, kv_tokens=cap_batch * spec.kv_footprint(p_tok + o_tok) if gen else 0, **wo)["fits"]
     out["capacity_rps_per_replica"] = (round(capacity_rps(model, spec, args.gpu, p_tok, o_tok, batch=batch, **wo), 3)
                                        if cap_fits else None)
     return out

@@ -85,7 +85,7 @@ def closed_loop(spec, gpu: str, perf, concurrency: int, prompt: int, output: int
     args = (spec, gpu, perf, lambda _e, t, v: heapq.heappush(queue, (t, next(ids), v)), lambda s, t: None,
             lambda s, t: finished.append((s, t)))
     eng = ReplicaEngine(*args) if chunk_tokens is None else ChunkedEngine(*args, budget=chunk_tokens)
-    need = float(prompt + output)  # a request's whole context, reserved when it is admitted
+    need = float(spec.kv_footprint(prompt + output))  # its whole context (full-layer equivalents), reserved at admission
     waiting: deque[Seq] = deque()
     sent: dict[int, float] = {}
     state = {"reserved": 0.0, "running": 0}

@@ -170,7 +170,7 @@ class DisaggPool:
         cap = self.spec.kv_pool_tokens or float("inf")
         while self.wait_d:
             seq = self.wait_d[0]
-            need = seq.prompt + seq.output
+            need = self.spec.kv_charge(seq.prompt + seq.output)  # (a sliding window's local layers hold less)
             open_ = [j for j, kv in enumerate(self.kv) if kv == 0 or kv + need <= cap]
             if not open_:
                 return
