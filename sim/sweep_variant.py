@@ -86,6 +86,8 @@ def summary_rows(summary: dict) -> list[dict]:
         row["placement"] = block["placement"]["policy"]
         row["replicas"] = block["placement"]["replicas"]
         row["gpus_placed"] = block["placement"]["gpus_placed"]
+        # (false where a time-budgeted solver's clock, not its work limit, decided the plan: machine-dependent)
+        row["placement_deterministic"] = bool(block["placement"].get("deterministic", True))
         row["simulated_span_s"] = summary["simulated_span_s"]
         row["gpu_busy_hours"] = block["gpu_busy_hours"]
         cap = summary.get("capacity", {}).get(name, {})

@@ -266,6 +266,7 @@ def test_cli_sweep_table_json_and_errors(tmp_path, capsys):
                                                                                  (1, "edge", 2000.0)]
     assert rows[0]["slo_attainment"] <= rows[1]["slo_attainment"]  # same runs, looser objective
     assert rows[0]["gain_ttft_ms_p50_reduction_pct"] is None  # no central deployment, no gain
+    assert rows[0]["placement_deterministic"] is True  # (false only where a solver's clock decided the plan)
     assert (tmp_path / "o" / "sweep.parquet").exists()
     assert main(["sweep", "--grid", str(tmp_path / "missing.toml")]) == 2
     assert capsys.readouterr().err.strip().startswith("edgepop: error: grid ")
