@@ -36,7 +36,8 @@ from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES
 from sim.gpu_busy import GpuBusyMeter
 from sim.node_faults import NodeFaults
-from sim.request_frame import OUT_FAILED, OUT_NONE, OUT_OK, OUT_REJECTED, request_frame
+from sim.readouts import Readouts
+from sim.request_frame import OUT_FAILED, OUT_NONE, OUT_OK, OUT_REJECTED
 from sim.timers import Timer, call_later, run_until
 
 NAN = float("nan")
@@ -55,7 +56,7 @@ class SimResult:
     sim_end_s: float = 0.0
 
 
-class Simulation(NodeFaults):
+class Simulation(NodeFaults, Readouts):
     """Run ``workload`` (the frame from ``sim.workload``) through ``deployment``.
 
     ``techniques`` is the one seam for serving techniques that change how a replica runs (see
@@ -387,37 +388,3 @@ class Simulation(NodeFaults):
         never = self.outcome.count(OUT_NONE)
         if never or self.remaining != 0:
             raise ConservationError(f"{never} requests never ended")
-
-    def frame(self) -> pd.DataFrame:
-        """One row per request with the latency decomposition at the client (ms)."""
-        frame = request_frame(self)
-        return frame if self.techniques is None else self.techniques.amend(self, frame)
-
-    def utilisation_frame(self) -> pd.DataFrame:
-        cols = ["t_s", "running", "waiting", "ready_slots", "busy_replicas", "replicas"]
-        df = pd.DataFrame(self.samples, columns=cols)
-        df["slot_utilisation"] = df.running / df.ready_slots.clip(lower=1)
-        df["deployment"] = self.dep.name
-        return df
-
-    def gpu_busy_seconds_by_type(self) -> dict[str, float]:
-        """GPU-seconds during which a GPU had work, per GPU type: per GPU, the union of the busy periods of the
-        replicas computing on it (:mod:`sim.gpu_busy`). An engine that does not report its periods (the live-host
-        model) counts its own busy time on each of its replica's GPUs."""
-        now = self.env.now
-        meter = self.gpu_meter
-        seconds = meter.seconds(now)
-        out: dict[str, float] = {}
-        for gpu, s in zip(meter.gpu_type.tolist(), seconds.tolist(), strict=True):
-            if s > 0:
-                out[gpu] = out.get(gpu, 0.0) + s
-        reps = {r.id: r for r in self.plane.state.replicas}
-        for i, e in self.engines.items():
-            if getattr(e, "meter", None) is None:
-                r = reps[i]
-                out[r.gpu] = out.get(r.gpu, 0.0) + e.busy_until(now) * r.spec.tensor_parallel
-        return out
-
-    def gpu_busy_seconds(self) -> float:
-        """GPU-seconds during which a GPU had work (see :meth:`gpu_busy_seconds_by_type`)."""
-        return float(sum(self.gpu_busy_seconds_by_type().values()))
