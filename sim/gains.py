@@ -123,7 +123,11 @@ class Paired:
         if not np.array_equal(edge.request_id.to_numpy(), central.request_id.to_numpy()):
             central = central.set_index("request_id").loc[edge.request_id.to_numpy()].reset_index()
         self.e, self.c = edge.reset_index(drop=True), central.reset_index(drop=True)
-        self.boot = Bootstrap(self.e.arrival_s.to_numpy(), seed)
+        # When each user sent the request: the same on both sides, except a batch row a policy held to a later
+        # time on one side (the night policy, edge only), whose arrival_s is then its release. Blocks and load
+        # windows are of the users' clock (held rows at their release put every other request in block 0).
+        self.arrival = np.minimum(self.e.arrival_s.to_numpy(dtype=float), self.c.arrival_s.to_numpy(dtype=float))
+        self.boot = Bootstrap(self.arrival, seed)
         batch = self.e.batch.to_numpy(dtype=bool) if "batch" in self.e else np.zeros(len(self.e), bool)
         # compared as columns: string columns read to_numpy() would make a Python str per row
         gen = (self.e.task == "text-generation").to_numpy(dtype=bool)
@@ -213,7 +217,7 @@ def crossovers(p: Paired, window_s: float) -> dict:
     conts = np.append(np.asarray(names, dtype=object), None)[codes]
     return {"by_prompt_tokens": _groups(p, prompt_bin(tokens), [b[0] for b in PROMPT_BINS]),
             "by_continent": _groups(p, conts, sorted(set(conts[p.gen]))),
-            "by_load": _groups(p, load_level(p.e.arrival_s.to_numpy(), window_s), LOAD_LEVELS)}
+            "by_load": _groups(p, load_level(p.arrival, window_s), LOAD_LEVELS)}
 
 
 LABELS = {"by_prompt_tokens": "prompts of {} tokens", "by_continent": "users in {}", "by_load": "{} load"}

@@ -39,6 +39,26 @@ def test_intervals_cover_the_true_gain():
         assert 0.89 <= h / runs <= 0.99, (q, h / runs)
 
 
+def test_batch_rows_held_on_one_side_keep_blocks_and_load_windows_on_the_users_clock():
+    """A night policy holds some edge batch rows for hours (their arrival_s is their release): the bootstrap's
+    blocks and the load windows still cut the users' 100 s, not the edge's hours (every interactive request in block
+    0 gave zero-width intervals, some excluding their own point)."""
+    rng = np.random.default_rng(5)
+    n = 2000
+    arrival = np.sort(rng.uniform(0, 100, n))
+    e, c = _frame(rng.exponential(50, n), arrival), _frame(rng.exponential(80, n), arrival)
+    held = rng.random(n) < 0.1
+    e["batch"] = c["batch"] = held
+    e.loc[held, "arrival_s"] = e.loc[held, "arrival_s"] + 30_000.0
+    p = Paired(e, c, seed=1)
+    assert len(np.unique(p.boot.block[~held])) == 50
+    lo, hi = p.quantile_gain("ttft_ms", ~held)["p50"]["ci95"]
+    assert hi - lo > 1.0
+    levels = crossovers(p, window_s=10.0)["by_load"]
+    assert sum(v["requests"] for v in levels.values()) == int((~held).sum())
+    assert min(v["requests"] for v in levels.values()) > 300  # terciles of the users' rate, not one bin
+
+
 def test_same_seed_same_intervals_and_order_free_pairing():
     rng = np.random.default_rng(3)
     arrival = np.sort(rng.uniform(0, 100, 500))
@@ -206,6 +226,20 @@ def test_report_title_and_plots_speak_of_what_ran():
     assert title_line(s).endswith("central big3)")
     frame = pd.DataFrame({"batch": [True, False, False]})
     assert list(_interactive(frame)) == [False, True, True]  # the plots leave async batch rows out, as the tables do
+
+
+def test_the_report_says_failed_only_where_requests_went_unanswered():
+    from sim.report import _cell
+
+    keys = ("ttft_ms_counting_failures", "p95")
+    none = {"p50": None, "p90": None, "p95": None, "p99": None}
+    # no text generation at all (an embeddings-only run): nothing fell on failures
+    assert _cell(keys, {"ttft_ms_counting_failures": none, "outcomes": {"ok": 800, "rejected": 0, "failed": 0}}) is None
+    assert _cell(keys, {"ttft_ms_counting_failures": none,
+                        "outcomes": {"ok": 10, "rejected": 90, "failed": 0}}) == "failed"
+    from sim.report import _fmt
+
+    assert (_fmt(2999 / 3000), _fmt(1.0), _fmt(0.9982)) == ("0.9997", "1.000", "0.998")  # no false 1.000
 
 
 def test_country_gain_leaves_async_batch_rows_out():
