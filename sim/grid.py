@@ -65,6 +65,9 @@ DEPLOYMENTS = ("edge", "central")
 SIZE_KEYS = ("workload.requests", "workload.duration_s", "workload.trace_limit")  # a run's size
 # Keys of one deployment that the other one reads: central's budget follows the edge's PoPs (sim.run.central_config).
 INHERITED = frozenset({"edge.pops"})
+# Keys outside a deployment's table that act on one deployment only: the batch policy moves the edge's batch rows
+# (sim.techniques.batch_policy), so a central-only grid varying it runs identical variants.
+ONE_SIDED = {"techniques.batch_policy": "edge"}
 # Scenario fields an axis may not set: identity, the seed (use `seeds`), and the tables as a whole.
 NOT_AXES = frozenset({"name", "description", "source", "seed", "workload", "edge", "central", "slo", "techniques"})
 # Fields holding a table whose keys an axis may address one level deeper.
@@ -268,9 +271,10 @@ def _check_deployments(source: str, deployments: tuple[str, ...], axes: dict, na
     """A key of a deployment the grid does not simulate would label variants that run identically."""
     for what, keys in [("axis", list(axes)), *((f"variant {n!r}: key", list(o)) for n, o in named.items())]:
         for key in keys:
-            table = key.split(".", 1)[0]
+            table = ONE_SIDED.get(key, key.split(".", 1)[0])
             if table in DEPLOYMENTS and table not in deployments and key not in INHERITED:
-                raise UserError(f"{source}: {what} {key!r} sets the {table} deployment, which deployments = "
+                acts = "sets" if key.startswith(f"{table}.") else "acts on"
+                raise UserError(f"{source}: {what} {key!r} {acts} the {table} deployment, which deployments = "
                                 f"{list(deployments)} does not simulate: drop the key or add {table!r} "
                                 "to deployments")
 

@@ -130,6 +130,8 @@ def test_defaults_table_keys_and_embedded_grid(tmp_path):
      r"variant 'a': key 'central.enabled' sets the central deployment"),
     ({"base": "small", "deployments": ["central"], "axes": {"edge.router": ["p2c", "nearest-balanced"]}},
      r"axis 'edge.router' sets the edge deployment, which deployments = \['central'\] does not simulate"),
+    ({"base": "small", "deployments": ["central"], "axes": {"techniques.batch_policy": ["none", "night"]}},
+     r"axis 'techniques.batch_policy' acts on the edge deployment, which deployments = \['central'\]"),
 ])
 def test_bad_grids_are_one_line_errors_naming_key_and_value(doc, message):
     with pytest.raises(UserError, match=message) as info:
