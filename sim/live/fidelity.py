@@ -120,11 +120,15 @@ def mirror_deployment(desc: dict, topo) -> tuple[Deployment, float]:
     dep = deployment_from_table("edge", cfg, topo, mirror_catalog(desc), list(desc["pops"]),
                                 table[["model", "node", "slots"]], rng_route=streams(desc["seed"])["route_edge"],
                                 rtt_scale=scale, prefix=prefix)
-    # Replicas the live autoscaler had scaled to zero start cold here too (same ids: a row per replica it knows).
+    # Replicas the live autoscaler had scaled to zero start cold here too (same ids: a row per replica it knows);
+    # one still loading its weights live starts its load here at the replay's start (the description does not say
+    # how far it got: the whole cold start, at worst).
     for r, status in zip(dep.plane.state.replicas, table.get("status", pd.Series(["ready"] * len(table))),
                          strict=True):
-        if status == "cold":
+        if status in ("cold", "loading"):
             dep.plane.state.unload(r)
+        if status == "loading":
+            dep.plane.state.begin_load(r, 0.0, dep.plane.admission.cold_start_s(r.spec))
     return dep, scale
 
 

@@ -82,6 +82,9 @@ def test_mirror_starts_cold_what_the_live_autoscaler_scaled_to_zero(gateway_topo
     assert [p["status"] for p in desc["placement"]] == ["ready", "cold", "ready"]
     dep, _ = mirror_deployment(desc, gateway_topo)
     assert [r.status for r in dep.plane.state.replicas] == ["ready", "cold", "ready"]
+    desc["placement"][2]["status"] = "loading"  # loading live: loading here from the start, not ready
+    dep, _ = mirror_deployment(desc, gateway_topo)
+    assert [r.status for r in dep.plane.state.replicas] == ["ready", "cold", "loading"]
 
 
 def test_engine_profile_feeds_the_measured_profile_model():
