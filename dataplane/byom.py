@@ -47,8 +47,9 @@ class ByomSpec:
     image_size: int = 224
 
 
-def _graph_io(path: Path) -> tuple[dict, dict, int | None]:
-    """The graph's inputs and outputs ({name: {dtype, shape}}) and its vocabulary size (None if unreadable)."""
+def _graph_io(path: Path) -> tuple[dict, dict, int | None, int | None]:
+    """The graph's inputs and outputs ({name: {dtype, shape}}), its vocabulary size and its position table's rows
+    (each None where the graph does not show it)."""
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises several types for unreadable files
@@ -65,7 +66,7 @@ def _graph_io(path: Path) -> tuple[dict, dict, int | None]:
             out[v.name] = {"dtype": _DTYPES.get(t.elem_type, str(t.elem_type)), "shape": dims}
         return out
 
-    return io(model.graph.input), io(model.graph.output), _vocab_size(model.graph)
+    return io(model.graph.input), io(model.graph.output), _vocab_size(model.graph), _position_rows(model.graph)
 
 
 _PASS_THROUGH = ("Cast", "Identity", "DequantizeLinear")
@@ -93,6 +94,44 @@ def _vocab_size(graph) -> int | None:
         if dims and -len(dims) <= axis < len(dims):
             sizes.append(dims[axis])
     return min(sizes) if sizes else None
+
+
+TOKENIZER_MAX_LENGTH = 256  # the tokenizers' own default cut (dataplane.tokenization)
+_POSITION_PATH = ("Cast", "Identity", "Unsqueeze", "Squeeze", "Expand", "Slice", "Reshape")
+
+
+def _position_rows(graph) -> int | None:
+    """Rows of the learned position table: a Gather from a 2-D initializer whose indices come from a Range (or a
+    slice of a stored position_ids buffer), as BERT-style exports build them. A text longer than that fails at run
+    time, so the tokenizer is cut there. None where no such table shows."""
+    init = {i.name: list(i.dims) for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def from_positions(name: str) -> bool:
+        for _ in range(32):  # (a short chain of reshapes at most)
+            if name in init:
+                return True
+            node = producer.get(name)
+            if node is None:
+                return False  # a graph input: token ids or types, not positions
+            if node.op_type == "Range":
+                return True
+            if node.op_type not in _POSITION_PATH or not node.input:
+                return False
+            name = node.input[0]
+        return False
+
+    rows = []
+    for node in graph.node:
+        if node.op_type != "Gather" or len(node.input) < 2:
+            continue
+        table = node.input[0]
+        while table not in init and table in producer and producer[table].op_type in _PASS_THROUGH:
+            table = producer[table].input[0]
+        dims = init.get(table)
+        if dims and len(dims) == 2 and node.input[1] not in init and from_positions(node.input[1]):
+            rows.append(dims[0])
+    return min(rows) if rows else None
 
 
 def _need_bool(path: Path, m: dict, key: str) -> bool:
@@ -124,7 +163,7 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
     if not onnx_path.exists():
         raise ManifestError(f"{path}: model file {onnx_path} does not exist")
     synthetic = _need_bool(path, m, "synthetic")
-    g_in, g_out, graph_vocab = _graph_io(onnx_path)
+    g_in, g_out, graph_vocab, positions = _graph_io(onnx_path)
     if set(inputs) != set(g_in):
         raise ManifestError(f"{path}: inputs {sorted(inputs)} do not match the graph's {sorted(g_in)}")
     for key in outputs:
@@ -207,8 +246,14 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
         if task == "text-embeddings" and len(out_shape) not in (2, 3):
             raise ManifestError(f"{path}: an embedding output must be [N,C] or [N,T,C], got {out_shape}")
 
+        # texts are cut at the tokenizer's length, and at the position table's rows where the graph has one
+        max_length = min(TOKENIZER_MAX_LENGTH, positions) if positions else TOKENIZER_MAX_LENGTH
+        if max_length < 8:  # (room for a pair's three special tokens and a few of each text)
+            raise ManifestError(f"{path}: the graph's position table has {max_length} rows; texts need at least 8")
+
         def loader(config):
-            tok = ByteEncoderTokenizer() if tok_decl == "bytes" else WordPieceTokenizer(path.parent / tok_decl)
+            tok = (ByteEncoderTokenizer(max_length=max_length) if tok_decl == "bytes"
+                   else WordPieceTokenizer(path.parent / tok_decl, max_length=max_length))
             spec = ByomSpec(head=head, vocab_size=tok.vocab_size)
             return runtime.TextEncoder(name, spec, onnx_path, tok, config, labels=labels,
                                        synthetic=synthetic, output=output)

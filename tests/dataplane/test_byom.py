@@ -74,3 +74,29 @@ def test_synthetic_must_be_a_json_boolean(tmp_path, value):
         byom.load_manifest(path)
     assert byom.load_manifest(_embedder(tmp_path, "seq", 300, synthetic=False)).synthetic is False
     assert byom.load_manifest(_embedder(tmp_path, "seq", 300, synthetic=True)).synthetic is True
+
+
+def test_a_position_table_shorter_than_the_tokenizer_cuts_texts_at_its_rows(tmp_path):
+    """A BERT-style graph adds a 16-row learned position table (Gather over Range(0, seq)): a 47-byte text failed
+    in onnxruntime's Add; the tokenizer now cuts texts at the table's rows."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((300, 4)).astype(np.float32), "table"),
+             numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "pos"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one")]
+    nodes = [helper.make_node("Shape", ["input_ids"], ["shape"]), helper.make_node("Gather", ["shape", "one"], ["n"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["ids"]), helper.make_node("Gather", ["pos", "ids"], ["p"]),
+             helper.make_node("Gather", ["table", "input_ids"], ["h"]), helper.make_node("Add", ["h", "p"], ["hp"]),
+             helper.make_node("ReduceMean", ["hp"], ["emb"], axes=[1], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input_ids", TensorProto.INT64,
+                                                                         ["batch", "seq"])],
+                              [helper.make_tensor_value_info("emb", TensorProto.FLOAT, ["batch", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "pos.onnx")
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"name": "my-positions", "task": "text-embeddings", "model": "pos.onnx",
+                                "inputs": {"input_ids": {}}, "outputs": {"emb": {}}}))
+    byom.register_manifest(path, replace=True)
+    with DataPlane() as dp:
+        out = dp.run("my-positions", {"text": ["a much longer text than sixteen bytes, surely", "hi"]})
+    assert out["shape"] == [2, 4] and np.isfinite(out["data"]).all()
