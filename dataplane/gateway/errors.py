@@ -32,6 +32,7 @@ rate reached"); on the OpenAI routes those two 429s take OpenAI's own shapes (``
 from __future__ import annotations
 
 import math
+import re
 
 from controlplane.outcomes import HTTP_STATUS, MESSAGES, Code
 from dataplane import errors as dp_errors
@@ -88,7 +89,10 @@ class GatewayError(Exception):
         # OpenAI's ``code`` is a string: its own name where there is one, else the Workers AI code as text.
         code = ("model_not_found" if self.code == NO_SUCH_MODEL else "invalid_api_key" if self.status == 401
                 else str(self.code))
-        return {"error": {"message": self.message, "type": kind, "code": code, "param": None}}
+        # ``param``: the request field the message names, as OpenAI gives it (its first one, without an index)
+        named = re.search(r"field '([A-Za-z_][\w.]*)", self.message) if status < 500 else None
+        return {"error": {"message": self.message, "type": kind, "code": code,
+                          "param": named.group(1) if named else None}}
 
     def openai_status(self) -> int:
         """The HTTP status on the OpenAI routes: an unknown model is 404 there (OpenAI's ``model_not_found``),

@@ -117,8 +117,9 @@ def test_stream_options_and_encoding_format_are_checked_not_read_loosely(gateway
     with pytest.raises(openai.BadRequestError, match="'stream_options' is only allowed when 'stream' is true"):
         c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, stream_options={"include_usage": True})
     for fmt in ("", 0, False, []):
-        with pytest.raises(openai.BadRequestError, match="field 'encoding_format' must be 'float' or 'base64'"):
+        with pytest.raises(openai.BadRequestError, match="field 'encoding_format' must be 'float' or 'base64'") as e:
             c.embeddings.create(model=EMB, input="short", extra_body={"encoding_format": fmt})
+        assert e.value.param == "encoding_format"  # OpenAI's error body names the field it refused
     assert len(c.embeddings.create(model=EMB, input="short", extra_body={"encoding_format": None}).data) == 1
 
 
