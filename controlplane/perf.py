@@ -339,7 +339,9 @@ def capacity_rps(perf: PerfModel, spec: ModelSpec, gpu: str, prompt_tokens: floa
                     else batch * prefill)
         return 1e3 * batch / max(batch_ms, prefill)
     if spec.kv_pool_tokens:
-        per_seq = spec.kv_footprint(max(prompt_tokens + output_tokens, 1))  # (full-layer equivalents, as the pool)
+        per_seq = max(prompt_tokens + output_tokens, 1)
+        if spec.sliding_window:  # what a replica reserves: the footprint, in whole pool tokens
+            per_seq = spec.kv_charge(math.ceil(per_seq))
         batch = max(1, min(batch, math.floor(spec.kv_pool_tokens / per_seq)))
     step = perf.decode_step_ms(spec, gpu, batch, prompt_tokens + output_tokens / 2, **opts)
     per_request_ms = prefill + output_tokens * step / batch

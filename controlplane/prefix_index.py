@@ -15,8 +15,9 @@ running request that uses them, never evicted); they are part of its KV reservat
 free space: unpinned blocks x ``block_tokens`` never exceed ``kv_capacity - kv_used``, so starting a request
 evicts cached blocks when it needs their room, and cached blocks never make the replica's KV exceed its pool.
 A hit on unpinned blocks turns them into the request's own KV, so the hit needs no new KV space. Simplification:
-the control plane still reserves ``prompt + output`` per running request, so a prefix shared by two *concurrent*
-requests is budgeted twice (conservative). ``fraction`` optionally caps all held blocks (pinned + unpinned) at
+the control plane still reserves each running request's whole KV (``Request.kv_tokens``: prompt + output, or its
+sliding-window footprint), so a prefix shared by two *concurrent* requests is budgeted twice (conservative), and a
+sliding-window model's cached blocks are counted at full-layer size (conservative too). ``fraction`` optionally caps all held blocks (pinned + unpinned) at
 a share of the pool (the old reserved-share model's budget).
 
 Computed blocks: a block pinned by a request whose prefill has not ended holds no KV yet. When the index's driver

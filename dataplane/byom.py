@@ -102,15 +102,16 @@ _POSITION_PATH = ("Cast", "Identity", "Unsqueeze", "Squeeze", "Expand", "Slice",
 
 def _position_rows(graph) -> int | None:
     """Rows of the learned position table: a Gather from a 2-D initializer whose indices come from a Range (or a
-    slice of a stored position_ids buffer), as BERT-style exports build them. A text longer than that fails at run
+    slice of a stored buffer named for positions, e.g. ``embeddings.position_ids``), as BERT-style exports build
+    them. A text longer than that fails at run
     time, so the tokenizer is cut there. None where no such table shows."""
     init = {i.name: list(i.dims) for i in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
 
     def from_positions(name: str) -> bool:
         for _ in range(32):  # (a short chain of reshapes at most)
-            if name in init:
-                return True
+            if name in init:  # a stored buffer: positions only by name (a token_type_ids buffer indexes types)
+                return "position" in name.lower()
             node = producer.get(name)
             if node is None:
                 return False  # a graph input: token ids or types, not positions

@@ -146,9 +146,7 @@ def _cell(keys, block):
         return f"{v['lost']:,} / {v['retried']:,} / {v['failed']:,}"
     if keys == ("cold_starts",) and v:
         return f"{v['requests']:,}, {_fmt(v['ms']['p95'])}"
-    outcomes = _get(block, ("outcomes",)) or {}
-    unanswered = outcomes.get("rejected", 0) + outcomes.get("failed", 0)
-    if keys[0] == "ttft_ms_counting_failures" and v is None and _get(block, keys[:1]) and unanswered:
+    if keys[0] == "ttft_ms_counting_failures" and v is None and (block or {}).get("generation_requests", 1):
         return "failed"  # the percentile falls on requests that were never answered (none: no text generation)
     return v
 

@@ -30,8 +30,9 @@ from sim.techniques.base import TECHNIQUES, Technique
 
 
 def kv_transfer_s(spec, prompt_tokens: float, gbps: float) -> float:
-    """Seconds to move the KV cache of ``prompt_tokens`` tokens over a ``gbps`` Gbit/s link."""
-    return prompt_tokens * spec.kv_bytes_per_token * 8.0 / (gbps * 1e9)
+    """Seconds to move the KV cache of ``prompt_tokens`` tokens over a ``gbps`` Gbit/s link (a sliding window's
+    local layers send the window only: the prompt's full-layer footprint)."""
+    return spec.kv_footprint(prompt_tokens) * spec.kv_bytes_per_token * 8.0 / (gbps * 1e9)
 
 
 class KvLink:

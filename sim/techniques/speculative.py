@@ -51,7 +51,7 @@ class SpeculativePerf:
         one = perf_arch.decode_pass(spec, sch, int(batch), float(context))
         n = self.k + 1  # every per-token count of one decode pass, times the k+1 positions; weights once
         cost = replace(one, new_tokens=q, seqs=q, gemm_flops=one.gemm_flops * n, head_flops=one.head_flops * n,
-                       attn_flops=one.attn_flops * n, kv_bytes=b * context * kvb + q * kvb,
+                       attn_flops=one.attn_flops * n, kv_bytes=b * spec.kv_footprint(context) * kvb + q * kvb,
                        allreduce_bytes=one.allreduce_bytes * n, gemm_rows=q,
                        replicated_bytes=one.replicated_bytes * n, sharded_bytes=one.sharded_bytes * n)
         return roof._time(spec, roof.gpu(gpu), tp, sch, cost, prefill=False).total_ms

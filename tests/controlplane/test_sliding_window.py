@@ -168,3 +168,20 @@ def test_bad_window_fields_fail_in_one_line_naming_the_field(tmp_path, edit, nee
         Catalog.load(path)
     msg = str(err.value)
     assert needle in msg and "\n" not in msg and "mine.toml" in msg and "'@cf/x/chat'" in msg
+
+
+def test_techniques_and_capacity_charge_the_window_as_replicas_do(catalog, roof):
+    """Speculative verification reads the local layers' window only, a disaggregated KV transfer moves the
+    prompt's footprint, and capacity_rps batches by the whole-token charge replicas reserve."""
+    from sim.techniques.disagg import kv_transfer_s
+    from sim.techniques.speculative import SpeculativePerf
+
+    spec = catalog[GEMMA]
+    spec_perf = SpeculativePerf(roof, 3, {"text-generation": 0.7}, 0.0)
+    assert spec_perf.verify_ms(spec, "H100", 8, 70_000) < 0.5 * spec_perf.verify_ms(all_global(spec), "H100", 8, 70_000)
+    assert kv_transfer_s(spec, 20_000, 100.0) == pytest.approx(
+        spec.kv_footprint(20_000) * spec.kv_bytes_per_token * 8 / 100e9)
+    prompt = 37_340  # two of them: 2 x 7,094 charged tokens, one over the 14,187-token pool
+    assert 2 * spec.kv_charge(prompt + 100) > spec.kv_pool_tokens >= 2 * spec.kv_footprint(prompt + 100)
+    assert capacity_rps(roof, spec, "H100", prompt, 100, batch=2) == capacity_rps(roof, spec, "H100", prompt, 100,
+                                                                                    batch=1)

@@ -100,3 +100,30 @@ def test_a_position_table_shorter_than_the_tokenizer_cuts_texts_at_its_rows(tmp_
     with DataPlane() as dp:
         out = dp.run("my-positions", {"text": ["a much longer text than sixteen bytes, surely", "hi"]})
     assert out["shape"] == [2, 4] and np.isfinite(out["data"]).all()
+
+
+def test_a_token_type_buffer_is_no_position_table():
+    """Hugging Face BERT exports without a token_type_ids input slice a stored zero buffer for it: its 2-row table
+    is no position table (it was read as one, and the manifest refused as too short); the stored position_ids
+    buffer's 128-row table is."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((300, 4)).astype(np.float32), "word"),
+             numpy_helper.from_array(rng.standard_normal((128, 4)).astype(np.float32), "pos"),
+             numpy_helper.from_array(rng.standard_normal((2, 4)).astype(np.float32), "tok_type"),
+             numpy_helper.from_array(np.arange(128, dtype=np.int64)[None, :], "embeddings.position_ids"),
+             numpy_helper.from_array(np.zeros((1, 128), np.int64), "embeddings.token_type_ids"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+             numpy_helper.from_array(np.array([1], np.int64), "one1"), numpy_helper.from_array(np.array(1, np.int64), "one")]
+    nodes = [helper.make_node("Shape", ["input_ids"], ["shape"]), helper.make_node("Gather", ["shape", "one"], ["n"]),
+             helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+             helper.make_node("Slice", ["embeddings.position_ids", "zero1", "n1", "one1"], ["pids"]),
+             helper.make_node("Slice", ["embeddings.token_type_ids", "zero1", "n1", "one1"], ["tt"]),
+             helper.make_node("Expand", ["tt", "shape"], ["tte"]),
+             helper.make_node("Gather", ["word", "input_ids"], ["w"]), helper.make_node("Gather", ["pos", "pids"], ["p"]),
+             helper.make_node("Gather", ["tok_type", "tte"], ["t"]),
+             helper.make_node("Add", ["w", "p"], ["wp"]), helper.make_node("Add", ["wp", "t"], ["h"]),
+             helper.make_node("ReduceMean", ["h"], ["emb"], axes=[1], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input_ids", TensorProto.INT64,
+                                                                         ["batch", "seq"])],
+                              [helper.make_tensor_value_info("emb", TensorProto.FLOAT, ["batch", 4])], inits)
+    assert byom._position_rows(graph) == 128

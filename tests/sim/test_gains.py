@@ -233,10 +233,14 @@ def test_the_report_says_failed_only_where_requests_went_unanswered():
 
     keys = ("ttft_ms_counting_failures", "p95")
     none = {"p50": None, "p90": None, "p95": None, "p99": None}
-    # no text generation at all (an embeddings-only run): nothing fell on failures
-    assert _cell(keys, {"ttft_ms_counting_failures": none, "outcomes": {"ok": 800, "rejected": 0, "failed": 0}}) is None
-    assert _cell(keys, {"ttft_ms_counting_failures": none,
+    # no text generation at all (an embeddings-only run, some embeddings rejected): nothing fell on failures
+    assert _cell(keys, {"ttft_ms_counting_failures": none, "generation_requests": 0,
+                        "outcomes": {"ok": 790, "rejected": 10, "failed": 0}}) is None
+    assert _cell(keys, {"ttft_ms_counting_failures": none, "generation_requests": 100,
                         "outcomes": {"ok": 10, "rejected": 90, "failed": 0}}) == "failed"
+    from sim.metrics import attainment
+
+    assert (attainment(19_999, 20_000), attainment(20_000, 20_000), attainment(0, 0)) == (0.9999, 1.0, None)
     from sim.report import _fmt
 
     assert (_fmt(2999 / 3000), _fmt(1.0), _fmt(0.9982)) == ("0.9997", "1.000", "0.998")  # no false 1.000
