@@ -72,6 +72,14 @@ def _graph_io(path: Path) -> tuple[dict, dict, int | None, int | None]:
 _PASS_THROUGH = ("Cast", "Identity", "DequantizeLinear")
 
 
+def _stored_table(name: str, init: dict, producer: dict) -> str:
+    """The initializer a Gather's table input comes from, through casts or int8 dequantization (``name`` itself
+    where there is none)."""
+    while name not in init and name in producer and producer[name].op_type in _PASS_THROUGH:
+        name = producer[name].input[0]
+    return name
+
+
 def _vocab_size(graph) -> int | None:
     """Rows of the embedding table that ``input_ids`` indexes: a Gather whose indices come from input_ids and
     whose table is an initializer (through casts or int8 dequantization). None where the graph says otherwise
@@ -87,10 +95,7 @@ def _vocab_size(graph) -> int | None:
         if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in ids:
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        table = node.input[0]
-        while table not in init and table in producer and producer[table].op_type in _PASS_THROUGH:
-            table = producer[table].input[0]
-        dims = init.get(table)
+        dims = init.get(_stored_table(node.input[0], init, producer))
         if dims and -len(dims) <= axis < len(dims):
             sizes.append(dims[axis])
     return min(sizes) if sizes else None
@@ -126,10 +131,7 @@ def _position_rows(graph) -> int | None:
     for node in graph.node:
         if node.op_type != "Gather" or len(node.input) < 2:
             continue
-        table = node.input[0]
-        while table not in init and table in producer and producer[table].op_type in _PASS_THROUGH:
-            table = producer[table].input[0]
-        dims = init.get(table)
+        dims = init.get(_stored_table(node.input[0], init, producer))
         if dims and len(dims) == 2 and node.input[1] not in init and from_positions(node.input[1]):
             rows.append(dims[0])
     return min(rows) if rows else None

@@ -267,11 +267,6 @@ class ReplicaEngine:
             self._finish_due(t)
             self._schedule(t)
 
-    def kv_tokens(self) -> float:
-        """KV-cache tokens (full-layer equivalents) the decoding sequences will hold at their end (what decode
-        admission budgets)."""
-        return sum(self.spec.kv_charge(e[2].prompt + e[2].output) for e in self.heap)
-
     def _finish_due(self, t: float) -> None:
         heap = self.heap
         while heap and heap[0][0] <= self.steps + 1e-6:

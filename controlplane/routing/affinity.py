@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from controlplane.routing.base import QUEUE, ROUTERS, START, Decision, Router
+from controlplane.routing.base import QUEUE, ROUTERS, START, Decision, Router, SessionPins
 from controlplane.state import READY, Request
 from edgepop.registry import merge_forwarded
 
@@ -30,7 +28,7 @@ class SessionAffinity(Router):
         self.gate, self.max_sessions = gate, max_sessions
         self.fallback = ROUTERS.create(fallback, state, rng,
                                        options=merge_forwarded(options, fallback_options, "fallback"))
-        self.pins: OrderedDict = OrderedDict()
+        self.pins = SessionPins(max_sessions)
         self.sticky_hits = 0
         self.gated = 0
 
@@ -61,8 +59,5 @@ class SessionAffinity(Router):
             self.gated += 1
         decision = self.fallback.route(req, now)
         if decision.replica is not None:
-            self.pins[key] = decision.replica
-            self.pins.move_to_end(key)
-            if len(self.pins) > self.max_sessions:
-                self.pins.popitem(last=False)
+            self.pins.pin(key, decision.replica)
         return decision

@@ -10,6 +10,7 @@ picked by name (import :mod:`controlplane.routing`, which registers the built-in
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,20 @@ class Decision:
 
 def reject(code: int = Code.OUT_OF_CAPACITY) -> Decision:
     return Decision(REJECT, code=int(code))
+
+
+class SessionPins(OrderedDict):
+    """Replicas pinned per (session, model), least recently used first; past ``max_sessions`` the oldest goes."""
+
+    def __init__(self, max_sessions: int):
+        super().__init__()
+        self.max_sessions = max_sessions
+
+    def pin(self, key, replica) -> None:
+        self[key] = replica
+        self.move_to_end(key)
+        if len(self) > self.max_sessions:
+            self.popitem(last=False)
 
 
 class Router:

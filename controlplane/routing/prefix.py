@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from controlplane.routing.base import ROUTERS, Decision, Router
+from controlplane.routing.base import ROUTERS, Decision, Router, SessionPins
 from controlplane.routing.prefer import GATED, PICKED, pick_preferred
 from controlplane.state import Request
 
@@ -30,7 +28,7 @@ class PrefixAware(Router):
         self.check_options(k, max_imbalance, max_sessions=max_sessions)
         self.k, self.max_imbalance = k, max_imbalance
         self.session_affinity, self.max_sessions = session_affinity, max_sessions
-        self.pins: OrderedDict = OrderedDict()
+        self.pins = SessionPins(max_sessions)
         self.counts = {"prefix_picked": 0, "gated": 0, "base": 0}
 
     @staticmethod
@@ -60,8 +58,5 @@ class PrefixAware(Router):
         if d is None:
             d = self.nearest_with_capacity(req, cands, rtts)
         if req.session is not None and self.session_affinity and d.replica is not None:
-            self.pins[key] = d.replica
-            self.pins.move_to_end(key)
-            if len(self.pins) > self.max_sessions:
-                self.pins.popitem(last=False)
+            self.pins.pin(key, d.replica)
         return d

@@ -30,13 +30,27 @@ ENV_VAR = "EDGEPOP_TOKENS"
 ANONYMOUS_ACCOUNT = "local"
 
 
+SHORT, SPACED = "short", "spaced"  # what token_problem finds wrong with an entry
+
+
+def token_problem(tok, acct) -> str | None:
+    """What makes ``tok = acct`` no usable entry: SHORT (under 8 characters, or no account), SPACED (a space in the
+    token, or around the account: no bearer header could ever match it), None when it is fine."""
+    if not isinstance(tok, str) or len(tok) < 8 or not isinstance(acct, str) or not acct:
+        return SHORT
+    if any(c.isspace() for c in tok) or acct != acct.strip():
+        return SPACED
+    return None
+
+
 def _check_table(table, where: str) -> dict[str, str]:
     if not isinstance(table, dict) or not table:
         raise UserError(f"{where}: expected a non-empty [tokens] table of token = account")
     for tok, acct in table.items():
-        if not isinstance(tok, str) or len(tok) < 8 or not isinstance(acct, str) or not acct:
+        problem = token_problem(tok, acct)
+        if problem == SHORT:
             raise UserError(f"{where}: token {str(tok)[:4]!r}...: tokens need 8+ characters and a non-empty account")
-        if any(c.isspace() for c in tok) or acct != acct.strip():  # (no bearer header could ever match them)
+        if problem == SPACED:
             raise UserError(f"{where}: token {tok.strip()[:4]!r}...: a token holds no spaces and an account starts "
                             "and ends with no space")
     return dict(table)

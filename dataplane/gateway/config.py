@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from controlplane.deployment import DeploymentConfig
+from dataplane.gateway.auth import SHORT, token_problem
 from dataplane.gateway.limits import WORKERS_AI_TASK_RPM
 from edgepop.errors import UserError
 
@@ -199,11 +200,12 @@ class GatewayConfig:
         for name in ("queue_timeout_s", "request_timeout_s", "body_timeout_s"):
             if getattr(self, name) <= 0:
                 bad(name, "must be positive")
-        if not isinstance(self.tokens, dict) or not all(
-                isinstance(k, str) and len(k) >= 8 and isinstance(v, str) and v for k, v in self.tokens.items()):
+        # (the rule --tokens files and $EDGEPOP_TOKENS obey)
+        problems = {token_problem(k, v) for k, v in self.tokens.items()} if isinstance(self.tokens, dict) else {SHORT}
+        if SHORT in problems:
             bad("tokens", "must map token strings of 8+ characters to non-empty account ids (as --tokens files and "
                 "$EDGEPOP_TOKENS do)")
-        if any(any(c.isspace() for c in k) or v != v.strip() for k, v in self.tokens.items()):
+        if problems - {None}:
             bad("tokens", "a token holds no spaces and an account starts and ends with no space (no bearer header "
                 "could match them)")
         from dataplane.session import threads_problem  # (onnxruntime: loaded when a gateway is built anyway)
