@@ -84,11 +84,26 @@ class ModelSpec:
     # tokens only, and an engine with a hybrid KV allocator (vLLM >= 0.10) keeps their KV for the window alone.
     sliding_window: int = 0  # tokens (0: every layer is global)
     global_layers: int = 0
+    # Speech models whose encoder reads fixed windows (Whisper: 30 s of log-mel frames, a shorter clip padded to
+    # it, a longer one cut into windows): ``gflops_per_unit`` is then the compute of one minute of audio, and
+    # ``decoder_gflops_per_unit`` the part of it that follows the transcript's length (its decoder), the rest
+    # is paid per started window. 0: compute proportional to the audio's length.
+    audio_window_s: float = 0.0
+    decoder_gflops_per_unit: float = 0.0
     adapters: tuple = field(default=(), compare=False)
 
     @property
     def generative(self) -> bool:
         return self.task == "text-generation"
+
+    def audio_gflops(self, minutes: float) -> float:
+        """Compute (GFLOPs) of one clip of ``minutes`` of audio: per started window for the encoder (and the
+        decoder's cross-attention keys and values over it), per minute for the decoder."""
+        if not self.audio_window_s:
+            return self.gflops_per_unit * minutes
+        windows = max(1, math.ceil(minutes * 60.0 / self.audio_window_s - 1e-9))  # (1e-9: 60 s is 2 windows)
+        per_window = (self.gflops_per_unit - self.decoder_gflops_per_unit) * self.audio_window_s / 60.0
+        return windows * per_window + self.decoder_gflops_per_unit * minutes
 
     @property
     def bytes_per_param(self) -> float:
@@ -132,7 +147,8 @@ _REQUIRED = ("task", "family", "parameters", "precision", "context_window", "lay
              "neurons_per_m_input", "stand_in")
 _INTS = {"context_window", "layers", "hidden", "tensor_parallel", "heads", "kv_heads", "head_dim", "intermediate",
          "vocab", "max_batch", "kv_pool_tokens", "sliding_window", "global_layers"}
-_FLOATS = {"parameters", "gflops_per_unit", "neurons_per_m_input", "neurons_per_m_output", "weight_bytes"}
+_FLOATS = {"parameters", "gflops_per_unit", "neurons_per_m_input", "neurons_per_m_output", "weight_bytes",
+           "audio_window_s", "decoder_gflops_per_unit"}
 _STRS = {"task", "family", "precision", "kv_precision", "unit", "stand_in", "description", "mlp"}
 _KNOWN = {f.name for f in fields(ModelSpec)} - {"id", "adapters"}
 
@@ -178,6 +194,12 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
         raise bad("unit", f"{unit!r} does not fit task {values['task']!r}, which counts {want}s")
     if unit != "token" and not values.get("gflops_per_unit"):  # (else every image or clip would take no compute)
         raise bad("gflops_per_unit", f"required (and positive) for {unit} models")
+    for name in ("audio_window_s", "decoder_gflops_per_unit"):
+        if values.get(name) and unit != "audio-minute":
+            raise bad(name, f"applies to audio-minute models only, not {unit} models")
+    if values.get("decoder_gflops_per_unit", 0.0) > values.get("gflops_per_unit", 0.0):
+        raise bad("decoder_gflops_per_unit", f"{values['decoder_gflops_per_unit']} is more than gflops_per_unit "
+                  f"{values.get('gflops_per_unit', 0.0)}, of which it is a part")
     for name in ("parameters", "context_window", "layers", "hidden", "tensor_parallel", "max_batch"):
         if name in values and values[name] <= 0:
             raise bad(name, "must be positive")

@@ -236,13 +236,14 @@ class Roofline:
                           weight_only: bool = False, prior: list[int] | None = None) -> StepTime:
         """One prefill pass over the prompts of ``prompts`` (token counts) batched together. ``prior``: tokens
         of each prompt already in the KV cache (a prefix-cache hit), which its new tokens attend to."""
-        if not prompts or min(prompts) < 1:
+        if not prompts or min(prompts) < (1 if spec.unit != "audio-minute" else 1e-9):
             raise UserError(f"prompt token counts must be positive, got {prompts}")
         if prior is not None and (len(prior) != len(prompts) or min(prior) < 0):
             raise UserError(f"prior token counts must be >= 0, one per prompt, got {prior} for {prompts}")
         tp = self.check_tp(spec, tp)
         sch = self.scheme(spec, gpu, weight_only)
-        head, step = perf_arch.first_token_passes(spec, sch, [int(t) for t in prompts], self.profile.first_token_decode,
+        units = prompts if spec.unit == "audio-minute" else [int(t) for t in prompts]  # (minutes: fractions)
+        head, step = perf_arch.first_token_passes(spec, sch, units, self.profile.first_token_decode,
                                                   [int(o) for o in prior] if prior else None)
         return self._first_token(spec, self.gpu(gpu), tp, sch, head, step, self.profile)
 
@@ -293,7 +294,7 @@ class Roofline:
     def prefill_ms(self, spec: ModelSpec, gpu: str, tokens: int, tp: int | None = None,
                    weight_only: bool = False) -> float:
         """Time to first token of one request with ``tokens`` prompt tokens (units for image/audio models)."""
-        return self.prefill_breakdown(spec, gpu, [max(int(tokens), 1)], tp, weight_only).total_ms
+        return self.prefill_breakdown(spec, gpu, [prompt_units(spec, tokens)], tp, weight_only).total_ms
 
     def prefill_batch_ms(self, spec: ModelSpec, gpu: str, tokens_list: list[int], tp: int | None = None,
                          weight_only: bool = False, prior: list[int] | None = None) -> float:
@@ -321,6 +322,14 @@ def with_precision(spec: ModelSpec, precision: str | None = None, kv_precision: 
     return out
 
 
+def prompt_units(spec: ModelSpec, size: float) -> float:
+    """A request's size as the service-time models read it: whole tokens or images (at least one), or minutes of
+    audio as they are (a 20 s clip is 1/3 of a minute, not one)."""
+    if spec.unit == "audio-minute":
+        return max(float(size), 1.0 / 60.0)
+    return max(int(size), 1)
+
+
 def capacity_rps(perf: PerfModel, spec: ModelSpec, gpu: str, prompt_tokens: float = 512,
                  output_tokens: float = 128, batch: int | None = None, **opts) -> float:
     """Sustained requests/s of one replica at full batch: prefill serialised, decode shared by the batch.
@@ -330,12 +339,12 @@ def capacity_rps(perf: PerfModel, spec: ModelSpec, gpu: str, prompt_tokens: floa
     models that take them (:class:`Roofline`).
     """
     batch = int(batch or spec.max_batch)
-    prefill = perf.prefill_ms(spec, gpu, int(prompt_tokens), **opts)
+    prefill = perf.prefill_ms(spec, gpu, prompt_units(spec, prompt_tokens), **opts)
     if not spec.generative:
         # Encoders batch whole requests: one pass over the batch, each prompt attending to its own tokens only (as
         # the replica engine runs it), not one sequence of the batch's summed length.
         together = getattr(perf, "prefill_batch_ms", None)
-        batch_ms = (together(spec, gpu, [max(int(prompt_tokens), 1)] * batch, **opts) if together is not None
+        batch_ms = (together(spec, gpu, [prompt_units(spec, prompt_tokens)] * batch, **opts) if together is not None
                     else batch * prefill)
         return 1e3 * batch / max(batch_ms, prefill)
     if spec.kv_pool_tokens:

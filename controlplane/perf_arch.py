@@ -156,10 +156,12 @@ def prefill_pass(spec: ModelSpec, sch: Scheme, prompts: list[int], prior: list[i
     n = float(sum(prompts))
     seqs = float(len(prompts))
     if spec.unit != "token":
-        # Images / audio minutes: the catalog gives FLOPs per unit; no attention term or KV cache.
-        # Convolution / encoder GEMMs over one image or minute of audio have thousands of rows already.
-        return PassCost(n, seqs, spec.gflops_per_unit * 1e9 * n, 0.0, 0.0, spec.parameters * sch.weight_bytes,
-                        0.0, 0.0, 0, math.inf)
+        # Images / audio minutes: the catalog gives FLOPs per unit (a speech encoder's per started window); no
+        # attention term or KV cache. Convolution / encoder GEMMs over one image or window of audio have
+        # thousands of rows already.
+        flops = (sum(spec.audio_gflops(m) for m in prompts) if spec.unit == "audio-minute"
+                 else spec.gflops_per_unit * n)
+        return PassCost(n, seqs, flops * 1e9, 0.0, 0.0, spec.parameters * sch.weight_bytes, 0.0, 0.0, 0, math.inf)
     gemm = 2.0 * body_params(spec) * n
     head = 2.0 * head_params(spec) * seqs
     kv_write = n * kv_bytes_per_token(spec)

@@ -29,7 +29,6 @@ class CachedPerf:
         key = (spec.id, gpu)
         t = self._prefill.get(key)
         if t is None:
-            # tokens below 1 (fractions of an audio minute) use the 1-unit time: the fixed costs dominate there
             first = self.perf.prefill_ms(spec, gpu, 1)
             t = [first, *(self.perf.prefill_ms(spec, gpu, g) for g in self.grid[1:])]
             self._prefill[key] = t
@@ -40,6 +39,18 @@ class CachedPerf:
 
     def prefill_fn(self, spec, gpu):
         """``tokens -> prefill ms`` for one (model, GPU): what a replica engine calls on every prefill."""
+        if spec.unit == "audio-minute":
+            # A speech encoder pays per started window: a step function of the clip's length, which a linear
+            # table would smooth. Clips come in whole seconds, so the exact times are few: memoised as they are.
+            memo, perf = self._prefill.setdefault((spec.id, gpu, "exact"), {}), self.perf
+
+            def exact(minutes) -> float:
+                ms = memo.get(minutes)
+                if ms is None:
+                    ms = memo[minutes] = perf.prefill_ms(spec, gpu, minutes)
+                return ms
+
+            return exact
         table, grid, perf = self._table(spec, gpu), self.grid, self.perf
         last = len(grid) - 1
 

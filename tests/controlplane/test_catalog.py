@@ -213,8 +213,9 @@ WHISPER = {"@cf/openai/whisper": (12, 12, 80), "@cf/openai/whisper-large-v3-turb
 
 
 def whisper_gflops_per_minute(spec, encoder_layers: int, decoder_layers: int, n_mels: int,
-                              tokens_per_minute: float = 200.0) -> float:
-    """The formula written above the speech entries of catalog.toml."""
+                              tokens_per_minute: float = 200.0, part: str = "all") -> float:
+    """The formula written above the speech entries of catalog.toml (``part``: "all", or "decoder", the term
+    that follows the transcript's length)."""
     d, f, v, frames, windows = spec.hidden, spec.intermediate, spec.vocab, 1500, 2
     le, ld = encoder_layers, decoder_layers
     encoder = (2 * le * (4 * d * d + 2 * d * f) * frames + 4 * frames ** 2 * d * le
@@ -223,6 +224,8 @@ def whisper_gflops_per_minute(spec, encoder_layers: int, decoder_layers: int, n_
     before = tokens_per_minute / windows / 2
     token = (2 * ld * (4 * d * d + 2 * d * d + 2 * d * f) + 2 * v * d + 4 * frames * d * ld
              + 4 * before * d * ld)
+    if part == "decoder":
+        return tokens_per_minute * token / 1e9
     return (windows * (encoder + cross_kv) + tokens_per_minute * token) / 1e9
 
 
@@ -233,6 +236,9 @@ def test_whisper_compute_per_minute_follows_from_the_architecture(catalog):
         spec = catalog[mid]
         assert spec.layers == le + ld, mid
         assert spec.gflops_per_unit == pytest.approx(whisper_gflops_per_minute(spec, le, ld, mels), abs=0.05), mid
+        assert spec.decoder_gflops_per_unit == pytest.approx(
+            whisper_gflops_per_minute(spec, le, ld, mels, part="decoder"), abs=0.05), mid
+        assert spec.audio_window_s == 30.0, mid
         # The roofline charges the catalog figure alone: no layer, attention or element-wise term counted again.
         cost = perf_arch.prefill_pass(spec, perf_arch.scheme("fp16", True), [3])
         assert cost.gemm_flops == pytest.approx(3 * spec.gflops_per_unit * 1e9)
@@ -255,3 +261,44 @@ def test_gemma_3_12b_has_its_checkpoints_embedding_rows(catalog):
     spec = catalog["@cf/google/gemma-3-12b-it"]
     assert (spec.vocab, spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.head_dim, spec.intermediate) == (
         262208, 3840, 48, 16, 8, 256, 15360)
+
+
+def test_a_whisper_clip_pays_its_encoder_per_started_30_s_window(catalog):
+    """Whisper's encoder reads 30 s of audio at a time: a 5 s clip is padded to one window, a 31 s clip is two."""
+    from controlplane import perf_arch
+
+    spec = catalog["@cf/openai/whisper-large-v3-turbo"]
+    encoder = spec.gflops_per_unit - spec.decoder_gflops_per_unit  # per minute: two windows
+    sch = perf_arch.scheme("fp16", True)
+
+    def gflops(seconds):
+        return perf_arch.prefill_pass(spec, sch, [seconds / 60.0]).gemm_flops / 1e9
+
+    assert gflops(5) == pytest.approx(encoder / 2 + spec.decoder_gflops_per_unit * 5 / 60)
+    assert gflops(30) == pytest.approx(encoder / 2 + spec.decoder_gflops_per_unit * 30 / 60)
+    assert gflops(31) == pytest.approx(encoder + spec.decoder_gflops_per_unit * 31 / 60)
+    assert gflops(60) == pytest.approx(spec.gflops_per_unit)
+    assert gflops(150) == pytest.approx(5 * encoder / 2 + spec.decoder_gflops_per_unit * 150 / 60)
+    # Clips batched together each pay their own windows.
+    both = perf_arch.prefill_pass(spec, sch, [5 / 60.0, 31 / 60.0]).gemm_flops / 1e9
+    assert both == pytest.approx(gflops(5) + gflops(31))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"audio_window_s": 30}, "audio_window_s': applies to audio-minute models only"),
+    ({"unit": "audio-minute", "task": "automatic-speech-recognition", "gflops_per_unit": 100.0,
+      "decoder_gflops_per_unit": 150.0}, "decoder_gflops_per_unit': 150.0 is more than gflops_per_unit 100.0"),
+    ({"unit": "audio-minute", "task": "automatic-speech-recognition", "gflops_per_unit": 100.0,
+      "audio_window_s": -30}, "audio_window_s': -30 is not a non-negative number"),
+])
+def test_audio_window_fields_are_checked(tmp_path, fields, message):
+    from controlplane.catalog import Catalog, CatalogError
+
+    entry = {"task": "text-embeddings", "family": "bert", "parameters": 1e8, "precision": "fp16",
+             "context_window": 512, "layers": 4, "hidden": 256, "neurons_per_m_input": 1000, "stand_in": "x",
+             **fields}
+    body = "\n".join(f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in entry.items())
+    path = tmp_path / "cat.toml"
+    path.write_text(f'[models."@cf/x/y"]\n{body}\n')
+    with pytest.raises(CatalogError, match=message.replace("(", r"\(")):
+        Catalog.load(path)

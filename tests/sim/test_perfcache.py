@@ -55,3 +55,17 @@ def test_copies_and_pickles_delegate_like_the_original():
         assert other.params == perf.params  # delegated to the wrapped model
     with pytest.raises(AttributeError):
         getattr(CachedPerf.__new__(CachedPerf), "anything")  # noqa: B009 (the lookup is the test)
+
+
+def test_speech_clips_are_timed_exactly_window_by_window():
+    """A speech encoder pays per started 30 s window: a 10 s and a 30 s clip cost one window, a 31 s clip two.
+    The grid's linear interpolation would smooth that step (and time every clip under a minute as one minute)."""
+    perf, spec = _roofline(), default_catalog()["@cf/openai/whisper-large-v3-turbo"]
+    cached = CachedPerf(perf)
+    times = {s: cached.prefill_ms(spec, "L4", s / 60.0) for s in (10, 30, 31, 45, 60, 61)}
+    for s, ms in times.items():
+        assert ms == perf.prefill_ms(spec, "L4", s / 60.0)
+    assert times[10] < times[30] < 1.1 * times[10]  # the decoder's share only
+    assert times[31] > 1.5 * times[30]
+    assert times[31] < times[45] < times[60] < 1.1 * times[31]
+    assert times[61] > 1.3 * times[60]
