@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from edgepop.argtypes import int_list, json_line, positive_int
+from edgepop.errors import UserError
 
 
 def cpu_seconds() -> float:
@@ -46,8 +47,11 @@ def main() -> None:
     out = args.out or tempfile.mkdtemp(prefix="edgepop-bench-frontier-")
     seeds = args.seeds
     t0, c0 = time.perf_counter(), cpu_seconds()
-    f = run_frontier("default", slo="ttft_p95_ms=500", budgets=DEFAULT_BUDGETS, seeds=seeds,
-                     workers=args.workers, requests=args.requests, out=out, progress=False)
+    try:
+        f = run_frontier("default", slo="ttft_p95_ms=500", budgets=DEFAULT_BUDGETS, seeds=seeds,
+                         workers=args.workers, requests=args.requests, out=out, progress=False)
+    except UserError as exc:  # a bad --seeds or --out: one line, as edgepop frontier says it
+        ap.error(str(exc))
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     estimate, parallel = idle_2core_estimate(cpu, args.workers, os.cpu_count())
     r = f.result

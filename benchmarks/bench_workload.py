@@ -26,9 +26,17 @@ def best_of(repeat: int, fn):
     return min(times), out
 
 
+def at_least_50(text: str) -> int:
+    n = positive_int(text)
+    if n < 50:
+        raise argparse.ArgumentTypeError(f"must be at least 50 (the session workload's warm-up), got {n}")
+    return n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=positive_int, default=1_000_000)
+    ap.add_argument("--requests", type=at_least_50, default=1_000_000,
+                    help="requests per workload, >= 50 (the session workload warms up 50 requests; default 1M)")
     ap.add_argument("--repeat", type=positive_int, default=3, help="timed runs, the best kept (default 3)")
     ap.add_argument("--seed", type=seed_arg, default=0)
     args = ap.parse_args()

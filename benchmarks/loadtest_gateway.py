@@ -354,15 +354,20 @@ def main() -> dict:
     if args.keepalive_probe:
         return run_keepalive(args.token, args.account)
     proc = None
-    url = args.url
-    if url is not None:  # someone else's server: loopback only, and answering, before any load is sent
+    url = args.url.rstrip("/") if args.url is not None else None  # (paths are appended to it)
+    if url is not None:  # someone else's server: loopback only, healthy, taking the token, before any load is sent
         try:
             require_loopback(url)
-            httpx.get(f"{url}/healthz", timeout=10)
+            health = httpx.get(f"{url}/healthz", timeout=10)
+            metrics = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {args.token}"}, timeout=10)
         except UserError as exc:
             ap.error(str(exc))
         except httpx.HTTPError as exc:
             ap.error(f"--url {url}: no gateway answers there ({type(exc).__name__}: {exc})")
+        if health.status_code != 200:
+            ap.error(f"--url {url}: GET /healthz answered {health.status_code}, not 200: is it an edgepop gateway?")
+        if metrics.status_code in (401, 403):
+            ap.error(f"--token: the gateway at {url} refuses it (GET /metrics answered {metrics.status_code})")
     if url is None:
         tmp = Path(tempfile.mkdtemp(prefix="loadtest-gw-"))
         cfg = tmp / "gw.toml"
