@@ -87,7 +87,8 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
         raise UserError(f"{sc.source} [workload]: no size: give requests (a count) or duration_s (seconds) in "
                         "the file, or --requests / --duration")
     if size["kind"] == "poisson" and wl:  # the command line's size, checked as the file's is
-        check_size("--requests / --duration", size["requests"], size["duration_s"], sc.workload.rps)
+        check_size("--requests / --duration", size["requests"], size["duration_s"], sc.workload.rps,
+                   sc.workload.bursts)
     over = {"workload": wl} if wl else {}
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)
                              or not 0 <= seed <= MAX_INT):

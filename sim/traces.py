@@ -73,6 +73,9 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise TraceFileError(path, None, None, "is a folder, not a file" if path.is_dir() else "no such file")
+    if _first_char(path) == "{":  # (its commas would be read as fields, and the error would be about them)
+        raise TraceFileError(path, 1, None, 'is JSON lines (a Mooncake trace?), not an Azure CSV: read it as kind = '
+                             '"mooncake" (with --trace, a .jsonl name)')
     try:
         with warnings.catch_warnings():
             # a row longer than the header: pandas would shift it onto an index (index_col=False: warn instead)
@@ -166,6 +169,13 @@ def _int_field(path, line, rec, name, required=True):
     return v
 
 
+def _first_char(path: Path) -> str:
+    """The file's first character that is not white space or a byte-order mark ("" if none in its first KB)."""
+    with open(path, "rb") as fh:
+        head = fh.read(1024).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    return head[:1]
+
+
 def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
     """Read a Mooncake-style JSONL trace: one object per line with ``timestamp`` (ms, number), ``input_length``,
     ``output_length`` and ``hash_ids`` (list of block ids; optional). Other keys are ignored, as are blank lines.
@@ -179,7 +189,7 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
     times, prompts, outputs, hashes = [], [], [], []
     try:
         # JSON Lines end at "\n" only: str.splitlines would also cut inside strings at U+2028, U+0085, ...
-        lines = path.read_text(encoding="utf-8").split("\n")
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
     except UnicodeDecodeError:
         raise TraceFileError(path, None, None, "not a UTF-8 text file") from None
     for line, text in enumerate(lines, start=1):
@@ -188,6 +198,9 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
         try:
             rec = json.loads(text)
         except json.JSONDecodeError as exc:
+            if not times and "," in text and not text.lstrip().startswith(("{", "[")):
+                raise TraceFileError(path, line, None, 'is not JSON lines but looks like a CSV (an Azure trace?): '
+                                     'read it as kind = "azure" (with --trace, a .csv name)') from None
             raise TraceFileError(path, line, None, f"not valid JSON ({exc.msg})") from None
         if not isinstance(rec, dict):
             raise TraceFileError(path, line, None, "expected a JSON object")

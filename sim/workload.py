@@ -118,6 +118,7 @@ class Workload:
         meta = {"config": self.config.to_dict(), "seed": self.seed, "source": self.source, "meta": self.meta}
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                META_KEY: json.dumps(meta, default=str).encode()})
+        path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, path)
         return path
 

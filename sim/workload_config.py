@@ -118,6 +118,7 @@ class WorkloadConfig:
         c.mix = _mix(where, d["mix"]) if "mix" in d else None
         c.tokens = tokens_from_dict(d.get("tokens"), where)
         c.bursts = _bursts(where, d.get("bursts", []))
+        check_size(where, c.requests, c.duration_s, c.rps, c.bursts)
         c.session_fraction = fraction(where, "session_fraction", d.get("session_fraction", 0.0))
         c.session_turns = number(where, "session_turns", d.get("session_turns", c.session_turns), 1.0, hi=1000.0)
         c.think_time_s = number(where, "think_time_s", d.get("think_time_s", c.think_time_s), 0.0, lo_open=True,
@@ -161,9 +162,24 @@ class WorkloadConfig:
         return {k: v for k, v in d.items() if v is not None and k not in skip}
 
 
-def check_size(where: str, requests: int | None, duration_s: float | None, rps: float) -> None:
+def burst_requests(rps: float, duration_s: float, bursts) -> float:
+    """Requests ``bursts`` add over ``[0, duration_s)`` at most: as if each burst covered every city (a filtered
+    one multiplies part of the demand only), overlapping ones multiplied."""
+    edges = sorted({0.0, duration_s, *(min(max(t, 0.0), duration_s) for b in bursts for t in (b.start_s, b.end_s))})
+    extra = 0.0
+    for a, z in zip(edges, edges[1:], strict=False):
+        factor = 1.0
+        for b in bursts:
+            if b.start_s <= a < b.end_s:
+                factor *= b.multiplier
+        extra += max(factor - 1.0, 0.0) * rps * (z - a)
+    return extra
+
+
+def check_size(where: str, requests: int | None, duration_s: float | None, rps: float, bursts=()) -> None:
     """A Poisson workload's size: at most :data:`MAX_REQUESTS` requests (asked for, or expected from rps x
-    duration) over at most a year of simulated time (the clock ticks at least once a simulated second)."""
+    duration with its ``bursts``) over at most a year of simulated time (the clock ticks at least once a
+    simulated second)."""
     if requests is not None and requests > MAX_REQUESTS:
         raise UserError(f"{where}: requests must be at most {MAX_REQUESTS:,}, got {requests:,}")
     if duration_s is not None and duration_s > MAX_SPAN_S:
@@ -171,6 +187,11 @@ def check_size(where: str, requests: int | None, duration_s: float | None, rps: 
     if duration_s is not None and rps * duration_s > MAX_REQUESTS:
         raise UserError(f"{where}: rps x duration_s expects {rps * duration_s:.3g} requests, more than "
                         f"{MAX_REQUESTS:,}")
+    if duration_s is not None and bursts:
+        total = rps * duration_s + burst_requests(rps, duration_s, bursts)
+        if total > MAX_REQUESTS:
+            raise UserError(f"{where}: rps x duration_s with its bursts' multipliers expects up to {total:.3g} "
+                            f"requests, more than {MAX_REQUESTS:,}")
     if requests is not None and requests / rps > MAX_SPAN_S:
         raise UserError(f"{where}: {requests:,} requests at {rps:g} rps span {requests / rps:.3g} s, more than a "
                         f"year ({MAX_SPAN_S:.0f} s)")

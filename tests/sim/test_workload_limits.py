@@ -11,6 +11,7 @@ import pytest
 from edgepop.errors import UserError
 from sim.run import prepare, with_run_overrides
 from sim.scenario import load_scenario
+from sim.traces import read_trace
 from sim.workload import generate
 from sim.workload_config import WorkloadConfig
 
@@ -107,3 +108,45 @@ def test_a_trace_run_names_its_trace_and_says_when_it_held_fewer_requests_than_a
     assert "replaying short.csv" in report.splitlines()[0]
     note = "holds 20 requests, fewer than the 50 asked for"
     assert note in report and note in " ".join(printed.split())
+
+
+def test_bursts_that_multiply_a_duration_past_the_request_limit_are_refused(tmp_path):
+    """rps x duration_s was checked without the bursts' multipliers (up to 10^4 each): 1,000 req/s for 100 s
+    under a x10,000 burst drew a billion arrivals (9 GiB) before failing with a traceback."""
+    burst = {"start_s": 0, "duration_s": 100, "multiplier": 10_000}
+    with pytest.raises(UserError, match=r"\[workload\]: rps x duration_s with its bursts' multipliers expects up "
+                                        r"to 1e\+09 requests, more than 100,000,000"):
+        WorkloadConfig.from_dict({"duration_s": 100, "rps": 1000, "bursts": [burst]}, where="x.toml [workload]")
+    # Overlapping bursts multiply; a burst beyond the run's end adds nothing.
+    two = [{"start_s": 0, "duration_s": 10, "multiplier": 1000}, {"start_s": 5, "duration_s": 10, "multiplier": 100}]
+    with pytest.raises(UserError, match="expects up to 5.06e\\+08"):
+        WorkloadConfig.from_dict({"duration_s": 100, "rps": 1000, "bursts": two})
+    late = [{"start_s": 200, "duration_s": 10, "multiplier": 10_000}]
+    assert WorkloadConfig.from_dict({"duration_s": 100, "rps": 1000, "bursts": late}).bursts
+    # The command line's duration over a file's bursts is checked the same way.
+    sc = replace(load_scenario("small"), workload=WorkloadConfig.from_dict(
+        {"requests": 100, "rps": 1000, "bursts": [burst]}))
+    with pytest.raises(UserError, match="--requests / --duration: rps x duration_s with its bursts"):
+        with_run_overrides(sc, duration_s=100)
+
+
+def test_a_trace_in_the_other_format_is_named_as_such(tmp_path):
+    jsonl = tmp_path / "mooncake.csv"
+    jsonl.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n')
+    with pytest.raises(UserError, match='mooncake.csv, line 1: is JSON lines .* read it as kind = "mooncake"'):
+        read_trace(jsonl, "azure")
+    csv = _azure(tmp_path / "azure.jsonl", [("2023-11-16 18:15:46.0", 300, 20)])
+    with pytest.raises(UserError, match='azure.jsonl, line 1: is not JSON lines but looks like a CSV .* kind = "azure"'):
+        read_trace(csv, "mooncake")
+
+
+def test_a_mooncake_trace_may_start_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_text('\ufeff{"timestamp": 0, "input_length": 10, "output_length": 2}\n', encoding="utf-8")
+    frame, _ = read_trace(path)
+    assert frame.prompt_tokens.tolist() == [10]
+
+
+def test_a_workload_is_written_into_a_folder_it_makes(tmp_path, topo):
+    wl = generate(WorkloadConfig.from_dict({"requests": 60, "rps": 10}), topo, rng=0)
+    assert wl.to_parquet(tmp_path / "out" / "w.parquet").is_file()
