@@ -120,7 +120,7 @@ def serving_capacity(table, catalog, perf, shape: dict, mix: dict, slo) -> tuple
             prompt = float(shape.get("prompt", {}).get(model, 512.0))
             output = float(shape.get("output", {}).get(model, 128.0))
             batch = slo_batch(perf, spec, gpu, prompt + output / 2, slo.tpot_ms) if spec.generative else None
-            cache[key] = capacity_rps(perf, spec, gpu, max(prompt, 1.0), output, batch=batch)
+            cache[key] = capacity_rps(perf, spec, gpu, prompt, output, batch=batch)  # (sizes floored there)
         per_model[model] = per_model.get(model, 0.0) + cache[key]
     shares = {m: s for m, s in mix.items() if s > 0}
     if not shares:
