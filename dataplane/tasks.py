@@ -219,7 +219,8 @@ def over_window(prep: Prepared, inputs, window: int, name: str = "text") -> tupl
 
 
 def _shape_embeddings(model, prep: Prepared, outs: list) -> dict:
-    """Result: {shape: [n, d], data: [[...]]} (unit-length vectors)."""
+    """Result: {shape: [n, d], data: [[...]]} (unit-length vectors: :meth:`TextEncoder.run` normalises every
+    embedding output)."""
     return {"shape": [len(outs), int(outs[0].shape[0])], "data": [r.astype(float).tolist() for r in outs]}
 
 
