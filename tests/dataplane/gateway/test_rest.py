@@ -202,11 +202,13 @@ def test_malformed_binaries_are_400s(gateway):
     cases = [("@cf/microsoft/resnet-50", rng.bytes(5000), 400), ("@cf/microsoft/resnet-50", _png()[:60], 400),
              ("@cf/microsoft/resnet-50", bomb, 413), ("@cf/openai/whisper", rng.bytes(5000), 400),
              ("@cf/openai/whisper", wav[:44], 400), ("@cf/openai/whisper", wav[:22] + b"\x00\x00" + wav[24:], 400),
-             ("@cf/openai/whisper", _wav(40.0, rate=2000), 400)]  # longer than the model's 30 s
+             ("@cf/openai/whisper", _wav(40.0, rate=2000), 400),  # longer than the model's 30 s
+             ("@cf/openai/whisper", wav[:16] + (10**6).to_bytes(4, "little") + wav[20:], 400)]  # fmt runs past the end
     for model, data, status in cases:
         r = httpx.post(run_url(url, model), content=data, headers=headers(**{"content-type": "application/octet-stream"}),
                        timeout=30)
         assert r.status_code == status, (model, len(data), r.text)
+        assert "Error" not in r.json()["errors"][0]["message"], r.text  # said in words, not an exception's name
 
 
 def test_client_mistakes_found_by_an_audit_are_400s(gateway):
