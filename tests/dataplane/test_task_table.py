@@ -62,6 +62,8 @@ BAD = [
     ("gpt2-tiny", {"messages": [{"role": "robot", "content": "x"}]}),
     ("gpt2-tiny", {"prompt": "x", "max_tokens": -1}),
     ("gpt2-tiny", {"prompt": "x", "ignore_eos": "yes"}),
+    ("gpt2-tiny", {"prompt": "x", "max_token": 4}),  # misspelt: it was dropped (256 tokens ran)
+    ("gpt2-tiny", {"prompt": "x", "stop": ["a"]}),  # ignored, it returned text past the stop sequence
     ("gpt2-tiny", {"prompt": "x" * 600}),  # over the 512-token context: CapacityError
     ("bert-tiny-embed", {"text": ["ok", 3]}),
     ("bert-tiny-embed", {"text": ["x"] * 101}),

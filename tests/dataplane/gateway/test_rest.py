@@ -118,12 +118,29 @@ BAD_BODIES = [
 ]
 
 
-def test_neutral_penalties_and_raw_are_accepted(gateway):
+def test_neutral_penalties_raw_and_every_workers_ai_field_are_accepted(gateway):
     url, _ = gateway
     body = {"prompt": "x", "max_tokens": 2, "frequency_penalty": 0, "presence_penalty": 0.0,
             "repetition_penalty": 1, "raw": True}
     r = httpx.post(run_url(url, GEN), json=body, headers=headers())
     assert r.status_code == 200, r.text
+    body = {**body, "temperature": 0.5, "top_k": 5, "top_p": 0.9, "seed": 1, "stream": False, "ignore_eos": True,
+            "lora": None, "tools": [], "functions": [], "response_format": {"type": "text"}, "stop": None,
+            "options": {"rejectIfBusy": False}}
+    r = httpx.post(run_url(url, GEN), json=body, headers=headers())
+    assert r.status_code == 200 and r.json()["result"]["usage"]["completion_tokens"] == 2, r.text
+
+
+@pytest.mark.parametrize("extra,needle", [({"max_token": 4}, "unknown field 'max_token' (text generation takes "
+                                                            "prompt, messages, max_tokens,"),
+                                          ({"stop": ["a"]}, "field 'stop': stop sequences are not supported"),
+                                          ({"tools": [{"type": "function"}]}, "field 'tools' = [{'type': "),
+                                          ({"response_format": {"type": "json_object"}}, "field 'response_format'")])
+def test_an_unknown_or_unimplemented_generation_field_is_refused_not_dropped(gateway, extra, needle):
+    """A misspelt max_tokens ran with the default 256 tokens; stop, tools and a JSON format were ignored."""
+    url, _ = gateway
+    r = httpx.post(run_url(url, GEN), json={"prompt": "hi", **extra}, headers=headers())
+    assert r.status_code == 400 and needle in r.json()["errors"][0]["message"], r.text
 
 
 @pytest.mark.parametrize("body,code", BAD_BODIES)
