@@ -26,8 +26,12 @@ def decode_wav(data: bytes, max_s: float | None = None) -> np.ndarray:
         with wave.open(io.BytesIO(data)) as w:
             rate, channels, width, n = w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
             frames = w.readframes(n)
-    except (wave.Error, EOFError, ValueError) as exc:
-        raise InvalidInputError(f"audio is not a readable PCM WAV file ({str(exc) or type(exc).__name__})") from exc
+    except (wave.Error, EOFError, ValueError, RuntimeError) as exc:
+        # wave raises a bare RuntimeError (no message) when a chunk's size runs past the end, and a bare EOFError
+        # when the header is cut short: said in words
+        why = str(exc) or {RuntimeError: "a chunk's size runs past the end of the file",
+                           EOFError: "the file ends inside its header"}.get(type(exc), type(exc).__name__)
+        raise InvalidInputError(f"audio is not a readable PCM WAV file ({why})") from None
     if width not in (1, 2, 4):
         raise InvalidInputError(f"unsupported WAV sample width {width} bytes; use 16-bit PCM")
     if rate <= 0 or channels <= 0:

@@ -133,7 +133,11 @@ class LMEngine:
             raise InvalidInputError(f"model {self.model.name!r} is not served with LoRA adapters")
         tok, n_ctx = self.model.tokenizer, self.model.spec.n_ctx
         if isinstance(prompt, str):
-            ids = tok.encode(prompt)
+            try:  # a lone surrogate (Python strings can hold one) has no UTF-8 bytes to tokenize
+                ids = tok.encode(prompt)
+            except UnicodeEncodeError as exc:
+                raise InvalidInputError(f"prompt is not valid Unicode text ({exc.reason} at character "
+                                        f"{exc.start})") from None
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             if any(t < 0 or t >= tok.vocab_size for t in prompt):
                 raise InvalidInputError(f"token ids must be in [0, {tok.vocab_size})")

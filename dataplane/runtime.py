@@ -153,12 +153,16 @@ class TextEncoder:
 
         Sequences are sorted by length and cut into buckets whose longest member is at most ~1.3x the
         shortest (+8 tokens), so padding wastes little compute; results do not depend on the bucketing
-        because padded positions are masked out.
+        because padded positions are masked out. A graph without an ``attention_mask`` input cannot mask
+        them (it would pool or attend over ``[PAD]``), so there a bucket holds one length only and no text
+        is ever padded: its result never depends on its batch-mates.
         """
+        masked = "attention_mask" in self.session.input_names
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
         buckets: list[list[int]] = []
         for i in order:
-            if buckets and len(encodings[i]) <= 1.3 * len(encodings[buckets[-1][0]]) + 8:
+            n, first = len(encodings[i]), len(encodings[buckets[-1][0]]) if buckets else 0
+            if buckets and (n <= 1.3 * first + 8 if masked else n == first):
                 buckets[-1].append(i)
             else:
                 buckets.append([i])
@@ -171,9 +175,11 @@ class TextEncoder:
     def _run_padded(self, encodings: list[Encoding]) -> list[np.ndarray]:
         feeds = pad_batch(encodings, getattr(self.tokenizer, "pad_id", 0))
         out = self.session.run({k: v for k, v in feeds.items() if k in self.session.input_names}, [self.output])[0]
-        if out.ndim == 3:  # a hidden-state output (e.g. a brought-in encoder): masked mean pooling, L2 norm
+        if out.ndim == 3:  # a hidden-state output (e.g. a brought-in encoder): masked mean pooling
             m = feeds["attention_mask"][:, :, None].astype(np.float32)
             out = (out * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+        if self.head == "embed":  # embeddings are unit vectors whatever the graph ends with (built-ins already
+            # are; a brought-in [N,C] output may not be); logits of the other heads are left as they are
             out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return list(out)
 

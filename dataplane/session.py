@@ -104,7 +104,24 @@ class SessionConfig:
     allow_spinning: bool = True
     cuda_tf32: bool = False
 
+    def __post_init__(self):
+        # checked when built: a bad optimization was a bare KeyError when the first session opened, and bad
+        # thread counts reached onnxruntime (the CLI's and the gateway's own checks do not cover API users)
+        for name in ("intra_op_threads", "inter_op_threads"):
+            if problem := threads_problem(getattr(self, name)):
+                raise ValueError(f"SessionConfig.{name}: {problem}")
+        if self.optimization not in OPTIMIZATIONS:
+            raise ValueError(f"SessionConfig.optimization must be one of {', '.join(OPTIMIZATIONS)}, "
+                             f"got {self.optimization!r}")
+        p = self.provider
+        if p is not None and (not isinstance(p, str) or (p or "auto").lower() not in ("auto", *PROVIDERS)):
+            raise ValueError(f"SessionConfig.provider must be one of auto, cpu, cuda, got {p!r}")
+        for name in ("allow_spinning", "cuda_tf32"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"SessionConfig.{name} must be true or false, got {getattr(self, name)!r}")
 
+
+OPTIMIZATIONS = ("basic", "extended", "all")
 _OPT = {
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,

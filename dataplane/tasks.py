@@ -107,6 +107,20 @@ def chat_prompt(messages) -> str:
 
 def generation_request(inputs) -> tuple[str, SamplingParams, bool]:
     """Parse text-generation inputs into a prompt, sampling parameters and the stream flag."""
+    _require_object(inputs)
+    # a misspelt field silently dropped (max_token) or one the engine ignores (stop) would run another request
+    # than the one sent; null is a field left out
+    if inputs.get("stop") not in (None, [], ""):
+        raise InvalidInputError("field 'stop': stop sequences are not supported (leave it out, or cut the text "
+                                "client-side)")
+    unknown = [k for k, v in inputs.items() if k not in GENERATION_FIELDS and k != "stop" and v is not None]
+    if unknown:
+        raise InvalidInputError(f"unknown field {repr(unknown[0])[:60]} (text generation takes "
+                                f"{', '.join(GENERATION_FIELDS)})")
+    for name, plain in PLAIN_ONLY:
+        if inputs.get(name) not in plain:
+            raise InvalidInputError(f"field {name!r} = {repr(inputs[name])[:60]} is not supported (these models "
+                                    "answer plain text; leave the field out)")
     has_prompt = isinstance(inputs, dict) and inputs.get("prompt") is not None
     has_messages = isinstance(inputs, dict) and inputs.get("messages") is not None
     if has_prompt == has_messages:
@@ -131,6 +145,10 @@ def generation_request(inputs) -> tuple[str, SamplingParams, bool]:
 
 
 NEUTRAL_ONLY = (("frequency_penalty", 0), ("presence_penalty", 0), ("repetition_penalty", 1))
+# Workers AI fields that ask for more than plain text (a JSON format, tool calls): their plain values only
+PLAIN_ONLY = (("response_format", (None, {"type": "text"})), ("tools", (None, [])), ("functions", (None, [])))
+GENERATION_FIELDS = ("prompt", "messages", "max_tokens", "temperature", "top_k", "top_p", "seed", "stream", "raw",
+                     "ignore_eos", "lora", *(n for n, _ in NEUTRAL_ONLY), *(n for n, _ in PLAIN_ONLY))
 
 
 def reranking_inputs(inputs) -> tuple[str, list, int | None]:
@@ -219,7 +237,8 @@ def over_window(prep: Prepared, inputs, window: int, name: str = "text") -> tupl
 
 
 def _shape_embeddings(model, prep: Prepared, outs: list) -> dict:
-    """Result: {shape: [n, d], data: [[...]]} (unit-length vectors)."""
+    """Result: {shape: [n, d], data: [[...]]} (unit-length vectors: :meth:`TextEncoder.run` normalises every
+    embedding output)."""
     return {"shape": [len(outs), int(outs[0].shape[0])], "data": [r.astype(float).tolist() for r in outs]}
 
 

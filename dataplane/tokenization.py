@@ -44,16 +44,18 @@ def pad_batch(encodings: list[Encoding], pad_id: int = 0) -> dict[str, np.ndarra
 
 
 def _truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
-    # Trim the longer side first, one token at a time, the first side on a tie, as Hugging Face's "longest_first"
-    # strategy does; computed in one step (a loop of one token per pass is quadratic in a long input).
-    excess = len(a) + len(b) - budget
-    if excess <= 0:
+    # Hugging Face tokenizers' "longest_first" for a pair (truncate_encodings in its Rust source): only the longer
+    # side is cut while the shorter fits in half the budget; otherwise the shorter keeps budget // 2 and the longer
+    # the rest, so on an odd budget the side that was longer (the second one, when equal) keeps the extra token.
+    if len(a) + len(b) <= budget:
         return a, b
-    gap = abs(len(a) - len(b))
-    if excess <= gap:  # the longer side alone
-        return (a[:len(a) - excess], b) if len(a) > len(b) else (a, b[:len(b) - excess])
-    both, rest = min(len(a), len(b)), excess - gap  # equal lengths, then one each, the first side first
-    return a[:both - (rest + 1) // 2], b[:both - rest // 2]
+    n1, n2 = sorted((len(a), len(b)))
+    n2 = n1 if n1 > budget else max(n1, budget - n1)
+    if n1 + n2 > budget:
+        n1, n2 = budget // 2, budget - budget // 2
+    if len(a) > len(b):
+        n1, n2 = n2, n1
+    return a[:n1], b[:n2]
 
 
 class ByteEncoderTokenizer:
@@ -91,15 +93,20 @@ class WordPieceTokenizer:
         self.tok = Tokenizer.from_file(str(path))
         self.tok.no_padding()
         self.tok.enable_truncation(max_length=max_length)
+        # the same tokenizer uncut, to count a cut input's full length (a pair's overflowing pieces are every
+        # combination of both sides' pieces: summing them counted 803 tokens for a pair of 403)
+        self._uncut = Tokenizer.from_file(str(path))
+        self._uncut.no_padding()
+        self._uncut.no_truncation()
         self.max_length = max_length
         self.pad_id = self.tok.token_to_id("[PAD]") or 0
         self.vocab_size = self.tok.get_vocab_size()
 
     def encode(self, text: str, pair: str | None = None) -> Encoding:
         enc = self.tok.encode(text) if pair is None else self.tok.encode(text, pair)
-        # each overflowing piece repeats the special tokens: what it adds is the rest
-        specials = len(enc.ids) - sum(1 for s in enc.special_tokens_mask if not s)
-        full = len(enc.ids) + sum(len(o.ids) - specials for o in enc.overflowing) if enc.overflowing else None
+        full = None
+        if enc.overflowing:  # cut to the window: count the whole input, specials included
+            full = len((self._uncut.encode(text) if pair is None else self._uncut.encode(text, pair)).ids)
         return Encoding(tuple(enc.ids), tuple(enc.type_ids), full)
 
 

@@ -193,6 +193,7 @@ class BatchService:
     async def _run_item(self, item: dict) -> None:
         inputs = dict(item["input"])
         inputs.pop("stream", None)  # a batch item is answered whole
+        inputs.pop("options", None)  # (rejectIfBusy: a batch item waits its turn; the /run route drops it too)
         place = self.gw.locator.at(item["lat"], item["lon"], "batch")
         try:
             _, fin = await self.gw.infer(item["model"], inputs, place, account=item["account"], endpoint="batch",

@@ -66,6 +66,20 @@ def test_a_free_sequence_axis_and_a_large_enough_vocabulary_serve_any_text(tmp_p
     assert out["shape"] == [2, 4] and np.isfinite(out["data"]).all()
 
 
+def test_a_text_without_attention_mask_gets_the_same_vector_alone_and_batched(tmp_path):
+    """The graph has no attention_mask: padding a text to a longer batch-mate made it average over [PAD] too, so
+    its vector depended on what it was batched with. An [N,C] embedding is a unit vector, as the docs say."""
+    byom.register_manifest(_embedder(tmp_path, "seq", 259), replace=True)
+    with DataPlane() as dp:
+        alone = dp.run("my-embedder", {"text": "hello world"})["data"][0]
+        batched = dp.run("my-embedder", {"text": ["hello world", "hello world, friend", "hello world"]})["data"]
+    # (equal up to float rounding: onnxruntime may sum a batch of rows in another order than one row)
+    np.testing.assert_allclose(batched[0], alone, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(batched[2], alone, rtol=0, atol=1e-6)
+    assert np.linalg.norm(alone) == pytest.approx(1.0, abs=1e-6)
+    assert np.linalg.norm(batched[1]) == pytest.approx(1.0, abs=1e-6)
+
+
 @pytest.mark.parametrize("value", ["false", 0, None, [False]])
 def test_synthetic_must_be_a_json_boolean(tmp_path, value):
     path = _embedder(tmp_path, "seq", 300, synthetic=value)

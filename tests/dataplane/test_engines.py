@@ -177,6 +177,10 @@ def test_bad_prompts_raise_typed_errors(engine):
     for prompt in (None, 3, [1, "a"], [-1], [10**6]):
         with pytest.raises(InvalidInputError):
             engine.submit(prompt)
+    # a lone surrogate: a raw UnicodeEncodeError escaped (the task path said it in words)
+    with pytest.raises(InvalidInputError, match=re.escape("prompt is not valid Unicode text (surrogates not "
+                                                          "allowed at character 2)")):
+        engine.submit("ab\ud800")
 
 
 def test_sampling_filters_and_distribution():

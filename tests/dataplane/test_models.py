@@ -165,20 +165,43 @@ def test_gpt2_small_kv_cache_matches_recompute():
         np.testing.assert_allclose(logits[0], model.last_logits(tokens), atol=TOL, rtol=0)
 
 
-def test_pair_truncation_is_longest_first_one_token_at_a_time():
-    """The one-step truncation gives what trimming the longer side one token at a time (the first on a tie) does."""
+def _wordlevel_tokenizer():
+    """A Hugging Face tokenizer (the ``tokenizers`` library) with BERT's specials: word ``w{i}`` is one token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{f"w{i}": i + 4 for i in range(10)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    return tok
+
+
+def test_pair_truncation_is_hugging_faces_longest_first():
+    """The pair cut is the tokenizers library's: on an odd budget the side that was longer (the second when equal)
+    keeps the extra token; the first side kept it (126 and 127 tokens where the library gives 127 and 126)."""
     from dataplane.tokenization import _truncate_pair
 
-    def one_at_a_time(a, b, budget):
-        while len(a) + len(b) > budget:
-            if len(a) >= len(b):
-                a = a[:-1]
-            else:
-                b = b[:-1]
-        return a, b
+    tok = _wordlevel_tokenizer()
+    for la in range(0, 22):
+        for lb in range(0, 22):
+            for budget in range(0, 40):
+                tok.enable_truncation(max_length=budget + 3)  # [CLS] a [SEP] b [SEP]
+                types = tok.encode(" ".join(["w1"] * la), " ".join(["w2"] * lb)).type_ids
+                a, b = _truncate_pair(list(range(la)), list(range(100, 100 + lb)), budget)
+                assert (len(a), len(b)) == (types.count(0) - 2, types.count(1) - 1), (la, lb, budget)
+                assert a == list(range(len(a))) and b == list(range(100, 100 + len(b)))  # (the ends are cut)
+    assert tuple(map(len, _truncate_pair([0] * 200, [0] * 150, 253))) == (127, 126)
 
-    for la in range(0, 20):
-        for lb in range(0, 20):
-            for budget in range(0, 42):
-                a, b = list(range(la)), list(range(100, 100 + lb))
-                assert _truncate_pair(a, b, budget) == one_at_a_time(a, b, budget)
+
+def test_a_cut_pairs_full_length_counts_each_token_once(tmp_path):
+    """A pair of 403 tokens (specials included) cut to 256 reported 803: its overflowing pieces were summed."""
+    from dataplane.tokenization import ByteEncoderTokenizer, WordPieceTokenizer
+
+    _wordlevel_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    tok = WordPieceTokenizer(tmp_path / "tokenizer.json", max_length=256)
+    q, p = " ".join(["w1"] * 200), " ".join(["w2"] * 200)
+    enc = tok.encode(q, p)
+    assert (len(enc), enc.full_length) == (256, 403)
+    assert tok.encode(q + " " + p).full_length == 402 and tok.encode(q).full_length is None
+    assert tok.encode("w1 w2", "w3").full_length is None
+    assert ByteEncoderTokenizer(256).encode("a" * 200, "b" * 200).full_length == 403

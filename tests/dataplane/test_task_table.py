@@ -62,6 +62,8 @@ BAD = [
     ("gpt2-tiny", {"messages": [{"role": "robot", "content": "x"}]}),
     ("gpt2-tiny", {"prompt": "x", "max_tokens": -1}),
     ("gpt2-tiny", {"prompt": "x", "ignore_eos": "yes"}),
+    ("gpt2-tiny", {"prompt": "x", "max_token": 4}),  # misspelt: it was dropped (256 tokens ran)
+    ("gpt2-tiny", {"prompt": "x", "stop": ["a"]}),  # ignored, it returned text past the stop sequence
     ("gpt2-tiny", {"prompt": "x" * 600}),  # over the 512-token context: CapacityError
     ("bert-tiny-embed", {"text": ["ok", 3]}),
     ("bert-tiny-embed", {"text": ["x"] * 101}),
@@ -212,3 +214,12 @@ def test_a_streamed_wav_that_ends_inside_a_frame_is_read_to_its_last_whole_frame
     wav = bytearray(encode_wav(np.zeros(16_000, dtype=np.float32)) + b"\x00")
     wav[4:8] = wav[40:44] = b"\xff\xff\xff\xff"
     assert len(decode_wav(bytes(wav), 30.0)) == 16_000  # (numpy refused the odd byte count: a raw ValueError)
+
+
+def test_a_wav_whose_chunk_size_runs_past_the_end_is_invalid_input(dp1):
+    """Python's wave raises a bare RuntimeError (no message) for a chunk longer than the file: it escaped as one."""
+    wav = bytearray(_wav())
+    wav[16:20] = (10**6).to_bytes(4, "little")  # the fmt chunk's size
+    with pytest.raises(InvalidInputError, match=r"^audio is not a readable PCM WAV file \(a chunk's size runs past "
+                                                r"the end of the file\)$"):
+        dp1.run("ctc-tiny", {"audio": bytes(wav)})

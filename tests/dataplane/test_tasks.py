@@ -19,7 +19,7 @@ from dataplane import byom, registry, tasks
 from dataplane.audio import encode_wav
 from dataplane.errors import InvalidInputError, ManifestError, ModelNotFoundError
 from dataplane.profiler import COLUMNS
-from dataplane.session import resolve_provider
+from dataplane.session import MAX_THREADS, SessionConfig, resolve_provider
 from edgepop.cli import main
 
 
@@ -142,6 +142,25 @@ def test_a_bad_provider_variable_is_named_as_the_source(monkeypatch):
     with pytest.raises(InvalidInputError) as exc:
         resolve_provider("tpu")
     assert "EDGEPOP_PROVIDER" not in str(exc.value)
+
+
+@pytest.mark.parametrize("field,value,want", [
+    ("optimization", "max", "SessionConfig.optimization must be one of basic, extended, all, got 'max'"),  # KeyError
+    ("intra_op_threads", -2, f"SessionConfig.intra_op_threads: -2 is not an integer from 0 (one per core) to "
+                             f"{MAX_THREADS}"),
+    ("inter_op_threads", 10**6, "SessionConfig.inter_op_threads: 1000000 is not an integer"),
+    ("intra_op_threads", True, "SessionConfig.intra_op_threads: True is not an integer"),
+    ("provider", "gpu", "SessionConfig.provider must be one of auto, cpu, cuda, got 'gpu'"),
+    ("allow_spinning", "no", "SessionConfig.allow_spinning must be true or false, got 'no'"),
+])
+def test_session_config_refuses_bad_fields_when_built(field, value, want):
+    with pytest.raises(ValueError, match="^" + re.escape(want)):
+        SessionConfig(**{field: value})
+
+
+def test_session_config_accepts_its_edges():
+    cfg = SessionConfig(provider="CPU", intra_op_threads=MAX_THREADS, inter_op_threads=0, optimization="basic")
+    assert cfg.intra_op_threads == MAX_THREADS and SessionConfig(provider=None).provider is None
 
 
 def _byom_dir(tmp_path, manifest: dict) -> str:

@@ -190,6 +190,7 @@ def _poll(url, model, rid, token, account, timeout_s=120):
 def test_async_batch_and_account_isolation(gateway):
     url, _ = gateway
     reqs = [{"prompt": f"item {i}", "max_tokens": 3, "external_reference": f"ref-{i}"} for i in range(5)]
+    reqs[0]["options"] = {"rejectIfBusy": True}  # the /run route's option: a batch item waits its turn anyway
     reqs.append({"prompt": 17})  # a bad item fails alone
     r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs}, headers=headers())
     assert r.status_code == 200

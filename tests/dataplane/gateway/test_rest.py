@@ -118,12 +118,29 @@ BAD_BODIES = [
 ]
 
 
-def test_neutral_penalties_and_raw_are_accepted(gateway):
+def test_neutral_penalties_raw_and_every_workers_ai_field_are_accepted(gateway):
     url, _ = gateway
     body = {"prompt": "x", "max_tokens": 2, "frequency_penalty": 0, "presence_penalty": 0.0,
             "repetition_penalty": 1, "raw": True}
     r = httpx.post(run_url(url, GEN), json=body, headers=headers())
     assert r.status_code == 200, r.text
+    body = {**body, "temperature": 0.5, "top_k": 5, "top_p": 0.9, "seed": 1, "stream": False, "ignore_eos": True,
+            "lora": None, "tools": [], "functions": [], "response_format": {"type": "text"}, "stop": None,
+            "options": {"rejectIfBusy": False}}
+    r = httpx.post(run_url(url, GEN), json=body, headers=headers())
+    assert r.status_code == 200 and r.json()["result"]["usage"]["completion_tokens"] == 2, r.text
+
+
+@pytest.mark.parametrize("extra,needle", [({"max_token": 4}, "unknown field 'max_token' (text generation takes "
+                                                            "prompt, messages, max_tokens,"),
+                                          ({"stop": ["a"]}, "field 'stop': stop sequences are not supported"),
+                                          ({"tools": [{"type": "function"}]}, "field 'tools' = [{'type': "),
+                                          ({"response_format": {"type": "json_object"}}, "field 'response_format'")])
+def test_an_unknown_or_unimplemented_generation_field_is_refused_not_dropped(gateway, extra, needle):
+    """A misspelt max_tokens ran with the default 256 tokens; stop, tools and a JSON format were ignored."""
+    url, _ = gateway
+    r = httpx.post(run_url(url, GEN), json={"prompt": "hi", **extra}, headers=headers())
+    assert r.status_code == 400 and needle in r.json()["errors"][0]["message"], r.text
 
 
 @pytest.mark.parametrize("body,code", BAD_BODIES)
@@ -202,11 +219,13 @@ def test_malformed_binaries_are_400s(gateway):
     cases = [("@cf/microsoft/resnet-50", rng.bytes(5000), 400), ("@cf/microsoft/resnet-50", _png()[:60], 400),
              ("@cf/microsoft/resnet-50", bomb, 413), ("@cf/openai/whisper", rng.bytes(5000), 400),
              ("@cf/openai/whisper", wav[:44], 400), ("@cf/openai/whisper", wav[:22] + b"\x00\x00" + wav[24:], 400),
-             ("@cf/openai/whisper", _wav(40.0, rate=2000), 400)]  # longer than the model's 30 s
+             ("@cf/openai/whisper", _wav(40.0, rate=2000), 400),  # longer than the model's 30 s
+             ("@cf/openai/whisper", wav[:16] + (10**6).to_bytes(4, "little") + wav[20:], 400)]  # fmt runs past the end
     for model, data, status in cases:
         r = httpx.post(run_url(url, model), content=data, headers=headers(**{"content-type": "application/octet-stream"}),
                        timeout=30)
         assert r.status_code == status, (model, len(data), r.text)
+        assert "Error" not in r.json()["errors"][0]["message"], r.text  # said in words, not an exception's name
 
 
 def test_client_mistakes_found_by_an_audit_are_400s(gateway):
