@@ -50,6 +50,10 @@ from edgepop.errors import UserError
 ARCHS = {"H100": "hopper", "H200": "hopper", "A100-80GB": "ampere", "A100": "ampere", "A40": "ampere",
          "L40S": "ada", "L4": "ada", "T4": "turing"}
 FP8_ARCHS = frozenset({"hopper", "ada"})
+# fp32 GEMMs: TF32 tensor cores from Ampere on, at half the 16-bit peak; Turing has none, and its CUDA cores do
+# fp32 at an eighth of its FP16 tensor peak (T4: 8.1 of 65 TFLOPS, NVIDIA's T4 datasheet).
+TF32_ARCHS = frozenset({"hopper", "ada", "ampere"})
+FP32_SHARE = {True: 1 / 2, False: 1 / 8}  # of the 16-bit peak, by whether the architecture has TF32
 # Graphics-memory (GDDR) boards top out near 1 TB/s; every HBM board in the table is above 1.5 TB/s.
 HBM_MIN_BW_GBPS = 1500.0
 # A GPU-to-GPU link this fast (GB/s, both directions) is NVLink; PCIe Gen4/5 x16 is 64/128.
@@ -84,7 +88,9 @@ class GPU:
     link_kind: str = "nvlink"  # "nvlink" or "pcie"
 
     def peak(self, which: str) -> float:
-        return {"flops8": self.flops8, "flops16": self.flops16, "flops32": self.flops16 / 2}[which]
+        if which == "flops32":
+            return self.flops16 * FP32_SHARE[self.arch in TF32_ARCHS]
+        return {"flops8": self.flops8, "flops16": self.flops16}[which]
 
 
 def _arch(name: str, notes: str) -> str:
@@ -170,6 +176,9 @@ class Roofline:
         tp = spec.tensor_parallel if tp is None else int(tp)
         if tp < 1:
             raise UserError(f"tensor parallelism must be >= 1, got {tp}")
+        if tp > 1 and spec.unit != "token":  # (their pass has no all-reduce term: it would scale for free)
+            raise UserError(f"{spec.id}: tensor parallelism is not modelled for {spec.unit} models (tp {tp}); "
+                            "they run on one GPU")
         if tp > 1 and spec.heads and spec.heads % tp:
             raise UserError(f"{spec.id}: tp {tp} does not divide its {spec.heads} attention heads")
         return tp

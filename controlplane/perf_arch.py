@@ -44,6 +44,9 @@ def split_precision(text: str) -> tuple[str, bool]:
     if base not in PRECISION_BYTES:
         raise UserError(f"unknown precision {text!r} (known: {', '.join(PRECISION_BYTES)}, each optionally with "
                         f"{WEIGHT_ONLY_SUFFIX!r} for weight-only execution)")
+    if forced and PRECISION_BYTES[base] >= 2:  # (16- and 32-bit weights already run at their own width)
+        raise UserError(f"precision {text!r}: weight-only execution applies to 8- and 4-bit weights (fp8, int8, "
+                        f"int4), not {base}")
     return base, forced
 
 
@@ -55,13 +58,14 @@ def scheme(precision: str, has_fp8: bool, weight_only: bool = False) -> Scheme:
       (vLLM's FP8-Marlin weight-only path), so decode streams half the bytes but prefill runs at the 16-bit peak.
     * int8: W8A8 on INT8 tensor cores (SmoothQuant-style; every GPU in the table has them) unless forced weight-only.
     * int4: weight-only (AWQ/GPTQ, Marlin kernels): 0.5 byte per weight, 16-bit math.
-    * fp32: TF32 tensor cores, taken as half the 16-bit peak.
+    * fp32: TF32 tensor cores, taken as half the 16-bit peak (a GPU without them, Turing, on CUDA cores:
+      :data:`controlplane.perf.FP32_SHARE`).
     """
     nbytes = PRECISION_BYTES[precision]
     if precision in ("bf16", "fp16"):
         return Scheme(precision, nbytes, "flops16", False, "16-bit tensor cores")
     if precision == "fp32":
-        return Scheme(precision, nbytes, "flops32", False, "fp32 weights on TF32 tensor cores (half the 16-bit peak)")
+        return Scheme(precision, nbytes, "flops32", False, "fp32 math (TF32 tensor cores where the GPU has them)")
     if precision == "int4" or weight_only:
         return Scheme(precision, nbytes, "flops16", True, f"{precision} weight-only: narrow weights, 16-bit math")
     if precision == "fp8" and not has_fp8:

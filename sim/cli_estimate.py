@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", required=True, help="GPU type from the topology's GPU table, e.g. H100, A100-80GB, L4")
     p.add_argument("--tp", type=int, default=None, help="GPUs per replica (tensor parallel; default: the catalog's)")
     p.add_argument("--batch", type=int, default=1, help="sequences decoding together (default 1)")
-    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt tokens per request (default 512); "
-                   "images or audio minutes for those models")
+    p.add_argument("--prompt-tokens", type=float, default=None, help="prompt tokens per request (default 512); "
+                   "for image models images (default 1), for speech models audio minutes, fractions allowed "
+                   "(default 1; 0.5 is a 30 s clip)")
     p.add_argument("--output-tokens", type=int, default=128, help="generated tokens per request (default 128)")
     p.add_argument("--context", type=float, default=None,
                    help="KV tokens per sequence at the decode step (default: prompt + output/2)")
@@ -50,6 +51,24 @@ def _spec(args):
     return catalog[args.model]
 
 
+def _prompt_size(spec, given: float | None) -> float | int:
+    """``--prompt-tokens`` in the model's unit: whole tokens or images (default 512 / 1), or minutes of audio, a
+    fraction allowed (default 1)."""
+    from edgepop.errors import UserError
+
+    if spec.unit == "audio-minute":
+        value = 1.0 if given is None else given
+        if not 1 / 60 <= value <= 100_000:  # (NaN fails too)
+            raise UserError(f"--prompt-tokens is audio minutes for {spec.id}: from 1/60 (one second) to 100,000, "
+                            f"got {value:g}")
+        return value
+    value = (1 if spec.unit == "image" else 512) if given is None else given
+    if not (1 <= value <= 100_000_000 and float(value).is_integer()):
+        what = "images" if spec.unit == "image" else "tokens"
+        raise UserError(f"--prompt-tokens must be a whole number of {what} from 1 to 100,000,000, got {value:g}")
+    return int(value)
+
+
 def estimate(args) -> dict:
     """The estimate as a plain dict (what ``--json`` prints)."""
     from controlplane import perf_arch
@@ -57,7 +76,7 @@ def estimate(args) -> dict:
     from edgepop.errors import UserError
     from topology.world import Topology
 
-    for name, most in (("batch", 100_000), ("prompt_tokens", 100_000_000), ("output_tokens", 100_000_000)):
+    for name, most in (("batch", 100_000), ("output_tokens", 100_000_000)):
         if not 1 <= getattr(args, name) <= most:  # (no engine batches more; a larger count would only exhaust memory)
             raise UserError(f"--{name.replace('_', '-')} must be an integer from 1 to {most:,}, got "
                             f"{getattr(args, name)}")
@@ -65,6 +84,7 @@ def estimate(args) -> dict:
         raise UserError(f"--context must be a number of tokens >= 0, got {args.context}")
     weight_only = False
     spec = _spec(args)
+    args.prompt_tokens = _prompt_size(spec, args.prompt_tokens)
     if args.precision:
         base, weight_only = perf_arch.split_precision(args.precision)
         spec = with_precision(spec, base)

@@ -47,7 +47,7 @@ class InfeasiblePlacementError(PlacementError):
 
 # Mean request shape per task when the caller gives none: prompt units (tokens, images, audio minutes) and
 # generated tokens. Chat turns of ~512 prompt / 128 output tokens; short passages for encoders; one image; one
-# 1-minute clip (the roofline's smallest audio unit).
+# 1-minute clip.
 TASK_REQUEST_SHAPE: dict[str, tuple[float, float]] = {
     "text-generation": (512.0, 128.0),
     "text-embeddings": (256.0, 0.0),

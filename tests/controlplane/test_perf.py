@@ -320,8 +320,14 @@ def test_estimate_json_fields(capsys):
     (["--model", L8, "--gpu", "H100", "--batch", "0"], "--batch must be an integer from 1 to 100,000, got 0"),
     (["--model", L8, "--gpu", "H100", "--batch", "100000000000"], "--batch must be an integer from 1"),  # was a
     # MemoryError: a batch of 10^11 prompts was built before anything looked at its size
-    (["--model", "@cf/openai/whisper", "--gpu", "T4", "--prompt-tokens", "1" + "0" * 40], "from 1 to 100,000,000"),
-    (["--model", L8, "--gpu", "H100", "--prompt-tokens", "-1"], "--prompt-tokens must be an integer from 1"),
+    (["--model", "@cf/openai/whisper", "--gpu", "T4", "--prompt-tokens", "1" + "0" * 40],
+     "--prompt-tokens is audio minutes for @cf/openai/whisper: from 1/60 (one second) to 100,000"),
+    (["--model", L8, "--gpu", "H100", "--prompt-tokens", "-1"], "--prompt-tokens must be a whole number of tokens"),
+    (["--model", L8, "--gpu", "H100", "--prompt-tokens", "12.5"], "whole number of tokens from 1 to 100,000,000, "
+                                                                   "got 12.5"),
+    (["--model", "@cf/microsoft/resnet-50", "--gpu", "L4", "--tp", "2"],
+     "tensor parallelism is not modelled for image models (tp 2)"),  # was accepted: a free 2x (any tp)
+    (["--model", L8, "--gpu", "L4", "--precision", "fp16-wo"], "weight-only execution applies to 8- and 4-bit"),
     (["--model", L8, "--gpu", "H100", "--prompt-tokens", "500000"], "tokens exceed the context window of " + L8),
     (["--model", L8, "--gpu", "H100", "--context", "1e9"], "--context 1e+09 tokens exceed the context window"),
     (["--model", "@cf/baai/bge-m3", "--gpu", "L4", "--prompt-tokens", "100000"], "exceed the context window"),
@@ -330,3 +336,24 @@ def test_estimate_errors_are_one_line(capsys, args, message):
     rc, out, err = _estimate(capsys, *args)
     assert rc == 2 and out == ""
     assert message in err and err.count("\n") == 1 and err.startswith("edgepop: error:")
+
+
+def test_estimate_takes_a_speech_clip_in_minutes_and_pays_whole_windows(capsys):
+    """--prompt-tokens was an integer: no clip under a minute could be estimated, and a speech model's default was
+    512 minutes (8.5 hours) per request. A 10 s and a 30 s clip share one encoder window; a 31 s clip takes two."""
+    def prefill(*extra):
+        rc, out, _ = _estimate(capsys, "--model", "@cf/openai/whisper", "--gpu", "L4", "--json", *extra)
+        assert rc == 0
+        return json.loads(out)
+
+    ten, thirty, more = (prefill("--prompt-tokens", str(s / 60))["prefill_ms"] for s in (10, 30, 31))
+    assert ten < thirty < 1.05 * ten and more > 1.5 * thirty
+    default = prefill()
+    assert default["prompt_tokens"] == 1.0 and default["prefill_ms"] == prefill("--prompt-tokens", "1")["prefill_ms"]
+
+
+def test_fp32_runs_on_cuda_cores_where_a_gpu_has_no_tf32(model):
+    """Turing (T4) has no TF32 tensor cores: fp32 at its CUDA cores' 8.1 TFLOPS, not half its 65 FP16 TFLOPS."""
+    t4, l4 = model.gpu("T4"), model.gpu("L4")
+    assert t4.peak("flops32") == pytest.approx(8.125e12)
+    assert l4.peak("flops32") == pytest.approx(l4.flops16 / 2)
