@@ -92,6 +92,13 @@ class GpuBusySampler:
                 "shared": float(shared.sum() / total_busy) if total_busy else 0.0}
 
 
+def peak_hour_is_whole_run(span_s: float, hour_s: float) -> bool:
+    """Whether :meth:`GpuBusySampler.figures` had no hour-long window inside the run (its samples over
+    [0, span_s] at :func:`sample_interval` fit in one hour), so its peak hour is the whole run's mean."""
+    dt = sample_interval(span_s)
+    return int(span_s / dt + 1e-9) + 1 <= max(1, int(round(hour_s / dt)))
+
+
 def sample_interval(span_s: float) -> float:
     """About 400 samples over the run, at most one per half second of simulated time."""
     return max(span_s / 400.0, 0.5)

@@ -6,11 +6,13 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from edgepop.errors import UserError
 from edgepop.outputs import output_folder
 from edgepop.rng import seed_arg
+from sim.sensitivity import HELP as SENSITIVITY_HELP
 
 
 def register(sub) -> None:
@@ -29,8 +31,8 @@ def register(sub) -> None:
                         "node or PoP: the edge; a link: both)")
     p.add_argument("--only", choices=["edge", "central"], help="simulate one deployment only")
     p.add_argument("--sensitivity", action="store_true",
-                   help="also run the headline with the edge GPU inventory x0.5 and x2 and with every other "
-                        "baseline region set (a sweep on a local pool; report.md gets a section)")
+                   help=f"also run the headline with each of: {SENSITIVITY_HELP.replace('%', '%%')} (a sweep on a "
+                        "local pool; report.md gets a section)")
     p.add_argument("--seeds", metavar="LIST",
                    help="also run the scenario with these seeds, e.g. 1-5 or 1,7,9 (new arrivals and placement "
                         "each), and report every headline gain's mean and 95%% interval over seeds")
@@ -77,6 +79,7 @@ def cmd_simulate(args) -> int:
             sc = load_scenario(name)
             print(f"{name:12s} {sc.description}")
         return 0
+    t_start = time.perf_counter()
     _validate_sizes(args)
     seeds = None
     if args.seeds is not None:
@@ -128,12 +131,15 @@ def cmd_simulate(args) -> int:
     # run leaves the folder as it was, never new sweeps beside an earlier run's summary.
     extra = Path(tempfile.mkdtemp(prefix="edgepop-extra-"))
     try:
+        perf = out.summary["performance"]
         if args.sensitivity:
             from sim.sensitivity import run_sensitivity
 
+            t0 = time.perf_counter()
             out.summary["sensitivity"] = run_sensitivity(args.scenario, out.summary, requests=args.requests,
                                                          duration_s=args.duration, seed=args.seed,
                                                          out=extra / "sensitivity", seeds=seeds)
+            perf["sensitivity_s"] = round(time.perf_counter() - t0, 2)
         if seeds is not None:
             from sim.replicates import run_replicates
 
@@ -143,9 +149,11 @@ def cmd_simulate(args) -> int:
 
                 rows = pd.read_parquet(extra / "sensitivity" / "sweep_summary.parquet")
                 reuse = rows[rows.variant_name == "as run"]
+            t0 = time.perf_counter()
             out.summary["replicates"] = run_replicates(args.scenario, out.summary, seeds, requests=args.requests,
                                                        duration_s=args.duration, out=extra / "replicates",
                                                        frame=reuse)
+            perf["replicates_s"] = round(time.perf_counter() - t0, 2)
         path = write_outputs(out, args.out)
         for on, folder in ((args.sensitivity, "sensitivity"), (seeds is not None, "replicates")):
             target = Path(args.out) / folder
@@ -160,15 +168,15 @@ def cmd_simulate(args) -> int:
 
         print(json.dumps(out.summary, indent=2, default=json_default))
     else:
-        print_headline(out.summary, path)
+        print_headline(out.summary, path, time.perf_counter() - t_start)
     return 0
 
 
-def print_headline(summary: dict, path) -> None:
+def print_headline(summary: dict, path, total_s: float | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sim.report import _fmt, headline_rows, notes, title_line
+    from sim.report import _fmt, headline_rows, notes, title_line, wall_text
 
     t = Table(title=title_line(summary))
     for col in ("metric", "edge", "central", "edge gain (95% CI)"):
@@ -194,7 +202,7 @@ def print_headline(summary: dict, path) -> None:
             console.print(rep["edge_loses"] + ".", highlight=False)
     perf = summary.get("performance", {})
     console.print(f"{perf.get('simulated_requests_per_wall_s', 0):,.0f} simulated requests per wall second; "
-                  f"wall time {perf.get('wall_s')} s. Wrote {path}/requests.parquet, summary.json, report.md")
+                  f"{wall_text(perf, total_s)}. Wrote {path}/requests.parquet, summary.json, report.md")
 
 
 def cmd_sweep(args) -> int:

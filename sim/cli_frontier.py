@@ -68,7 +68,7 @@ def print_frontier(f) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sim.frontier_report import NO_RATIO, has_ratio
+    from sim.frontier_report import BOUND_NOTE, NO_RATIO, has_ratio, too_few
 
     r = f.result
     t = Table(title=f"edgepop frontier: {r['scenario']}, SLO {r['slo']['text']}, seeds {r['seeds']}")
@@ -84,5 +84,9 @@ def print_frontier(f) -> None:
     kind = f" ({r['iso_slo_ratio_kind']})" if ratio is not None else ""
     said = (f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'}{kind}"
             if has_ratio(r) else f"no iso-SLO cost ratio ({NO_RATIO})")
+    if too_few(r):
+        console.print(too_few(r), highlight=False)
     console.print(f"{said}; wall time {r['wall_s']} s. Wrote {f.path}/frontier.json, frontier.parquet, frontier.png, "
                   "report.md", highlight=False)
+    if ratio is not None and r["iso_slo_ratio_kind"] in BOUND_NOTE:  # what a bounded or unbounded ratio means
+        console.print(BOUND_NOTE[r["iso_slo_ratio_kind"]].strip(), highlight=False)

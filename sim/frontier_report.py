@@ -53,7 +53,9 @@ def _ratio(a, b):
 
 
 BOUND_NOTE = {"lower_bound": " A lower bound: the baseline met the SLO at the smallest budget tried and may need less.",
-              "upper_bound": " An upper bound: the edge met the SLO at the smallest budget tried and may need less."}
+              "upper_bound": " An upper bound: the edge met the SLO at the smallest budget tried and may need less.",
+              "unknown": " Unknown: both lines met the SLO at the smallest budget tried, so each may need less and the "
+                         "ratio is bounded neither way (try smaller --budgets)."}
 
 
 def ratio_kind(edge: dict, central: dict) -> str | None:
@@ -78,6 +80,10 @@ def _continent_least(points, slo, cont) -> dict:
 
     # Per continent there is no bisection: the least evaluated budget from which every larger one meets it.
     done = sorted((p for p in points if p.rows), key=lambda p: p.scale)
+    most = max((np.nan_to_num(p.mean(f"continent_{cont}_requests")) for p in done), default=0.0)
+    if most < MIN_CONTINENT_REQUESTS:  # not judged at all: a p95 of a few dozen requests decides nothing
+        return {"min_gpus_for_slo": None, "min_usd_per_hour_for_slo": None, "status": "too_few_requests",
+                "requests_per_run": _num(most, 1)}
     good = [i for i, p in enumerate(done) if all(ok(q) for q in done[i:])]
     if not good:
         return {"min_gpus_for_slo": None, "min_usd_per_hour_for_slo": None, "status": "not_met"}
@@ -262,14 +268,34 @@ def report_lines(frontier) -> list[str]:
                   "| continent | " + " | ".join(f"{k} least GPUs" for k in keys) + " | iso-SLO cost ratio |",
                   "|---|" + "---|" * (len(keys) + 1)]
         for cont, d in r["per_continent"].items():
-            cells = [_f(d["deployments"][k]["min_gpus_for_slo"]) for k in keys]
+            cells = [_continent_cell(d["deployments"][k]) for k in keys]
             lines.append(f"| {cont} | " + " | ".join(cells) + f" | {_f(d['iso_slo_cost_ratio'], 3)} |")
+        few = too_few(r)
+        if few:
+            lines += ["", few]
     infeasible = [p for p in r["points"] if not p["feasible"]]
     if infeasible:
         lines += ["", "Budgets not simulated (infeasible): " + "; ".join(
             f"{p['line']} at x{p['inventory_scale']:g} ({p['gpus']} GPUs): {p['infeasible']}" for p in infeasible)]
     lines += ["", "![frontier](frontier.png)", ""]
     return lines
+
+
+def _continent_cell(d: dict) -> str:
+    if d["status"] == "too_few_requests":
+        return f"too few requests ({_f(d['requests_per_run'], 0)})"
+    return _f(d["min_gpus_for_slo"])
+
+
+def too_few(r: dict) -> str | None:
+    """The sentence naming the continents not judged for want of requests (report.md and the terminal)."""
+    few = {cont: max(b.get("requests_per_run") or 0 for b in d["deployments"].values())
+           for cont, d in r["per_continent"].items()
+           if any(b["status"] == "too_few_requests" for b in d["deployments"].values())}
+    if not few:
+        return None
+    return (f"Not judged per continent (status too_few_requests: fewer than {MIN_CONTINENT_REQUESTS} of its "
+            "requests a run): " + ", ".join(f"{c} ({n:,.0f} requests a run)" for c, n in few.items()) + ".")
 
 
 def rows_frame(points) -> pd.DataFrame:

@@ -126,7 +126,8 @@ HEADLINE = (
     ("cold starts (requests, p95 ms)", ("cold_starts",), None, None),
 )
 CAPACITY = (("GPUs", "gpus"), ("replicas", "replicas"), ("capacity at SLO (req/s)", "capacity_rps"),
-            ("capacity at SLO (tokens/s)", "capacity_tokens_per_s"), ("GPU busy, mean", "utilisation_mean"),
+            ("capacity at SLO (tokens/s)", "capacity_tokens_per_s"),
+            ("GPU busy, mean over arrivals", "utilisation_mean"),
             ("GPU busy, peak hour", "utilisation_peak_hour"), ("GPU wait p95, peak hour (ms)", "wait_p95_ms_peak_hour"),
             ("$ per hour", "usd_per_hour"))
 
@@ -146,7 +147,7 @@ def _cell(keys, block):
         return f"{v['lost']:,} / {v['retried']:,} / {v['failed']:,}"
     if keys == ("cold_starts",) and v:
         return f"{v['requests']:,}, {_fmt(v['ms']['p95'])}"
-    if keys[0] == "ttft_ms_counting_failures" and v is None and (block or {}).get("generation_requests", 1):
+    if keys[0] == "ttft_ms_counting_failures" and v is None and block and block.get("generation_requests", 1):
         return "failed"  # the percentile falls on requests that were never answered (none: no text generation)
     return v
 
@@ -172,11 +173,22 @@ def headline_rows(summary: dict) -> list[tuple]:
         gain = gain_text(g.get(gain_key), ci.get(ci_key), delta=label == "SLO attainment") if gain_key else ""
         rows.append((label, _cell(keys, e), _cell(keys, c), gain))
     cap = summary.get("capacity") or {}
+    whole = _peak_hour_is_whole_run(summary)
     for label, key in CAPACITY:
+        if whole and "peak hour" in label:  # (no hour-long window in the run: the figure is the whole run's)
+            label = label.replace("peak hour", "peak hour = all arrivals")
         rows.append((label, _get(cap.get("edge"), (key,)), _get(cap.get("central"), (key,)), ""))
     rows += [("GPU-hours", _get(e, ("gpu_hours",)), _get(c, ("gpu_hours",)), ""),
              ("GPU cost ($)", _get(e, ("gpu_usd",)), _get(c, ("gpu_usd",)), "")]
     return rows
+
+
+def _peak_hour_is_whole_run(summary: dict) -> bool:
+    from sim.capacity import peak_hour_is_whole_run
+
+    day_s = (summary.get("day") or {}).get("day_s")
+    return bool(day_s and summary.get("capacity")) and peak_hour_is_whole_run(summary["simulated_span_s"],
+                                                                                 day_s / 24.0)
 
 
 def notes(summary: dict) -> list[str]:
@@ -186,7 +198,8 @@ def notes(summary: dict) -> list[str]:
     if g.get("ci95"):
         seeds = ("fixed; the intervals over seeds are below." if summary.get("replicates") else
                  "fixed, so another seed can move a figure by more (between-seed intervals: edgepop simulate --seeds).")
-        out.append(f"edge gain = (central - edge) / central, with its 95% interval: {g['ci95']['method']}. The "
+        out.append(f"edge gain = (central - edge) / central (SLO attainment: edge - central, an absolute "
+                   f"difference), with its 95% interval: {g['ci95']['method']}. The "
                    "interval is within this run: its arrivals and its placement (built for this workload) are held "
                    + seeds)
     trace = summary.get("trace")
@@ -203,6 +216,10 @@ def notes(summary: dict) -> list[str]:
         out.append(f"Latency percentiles are of the requests that ended ok on each side (TTFT: {n_e:,} text "
                    f"generation requests at the edge, {n_c:,} centrally); TTFT p95 incl. failures counts rejected "
                    "and failed requests as never answered, as a latency SLO does.")
+    if _peak_hour_is_whole_run(summary):
+        out.append(f"The arrivals span {summary['simulated_span_s']:,.1f} simulated seconds, less than an hour of "
+                   f"the workload's clock ({summary['day']['day_s'] / 24:,.4g} s): the peak-hour rows are over the "
+                   "whole span (GPU busy, peak hour = its mean).")
     if g.get("edge_loses"):
         out.append(g["edge_loses"] + ".")
     for name, block in summary["deployments"].items():
@@ -293,12 +310,27 @@ def write_report(out, directory: Path) -> Path:
         lines += ["", *sensitivity_lines(s["sensitivity"])]
     perf = s.get("performance", {})
     lines += ["", f"Simulator: {perf.get('simulated_requests_per_wall_s', 0):,.0f} simulated requests per wall "
-                  f"second; total wall time {perf.get('wall_s', 0)} s.", ""]
+                  f"second; {wall_text(perf)}.", ""]
     for title, fname in figs:
         lines += [f"## {title}", "", f"![{title}]({fname})", ""]
     path = directory / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def wall_text(perf: dict, total_s: float | None = None) -> str:
+    """``wall time 45.7 s (main run 5.3 s, --sensitivity 40.4 s)``: ``total_s`` (the whole command, when it is
+    known) or the main run and the extra runs of --sensitivity and --seeds, each named (the files' writing is
+    not in these: its time is ``outputs_s``)."""
+    parts = [(f"main run {perf.get('wall_s', 0)} s")]
+    parts += [f"{flag} {perf[key]} s" for key, flag in (("sensitivity_s", "--sensitivity"), ("replicates_s", "--seeds"))
+              if key in perf]
+    if total_s is not None:
+        return f"wall time {total_s:.2f} s in all ({', '.join(parts)})"
+    if len(parts) == 1:
+        return f"wall time of the run {perf.get('wall_s', 0)} s"
+    total = perf.get("wall_s", 0) + perf.get("sensitivity_s", 0) + perf.get("replicates_s", 0)
+    return f"wall time {total:.2f} s before writing these files ({', '.join(parts)})"
 
 
 def _day_text(s: dict) -> str:
@@ -353,7 +385,8 @@ def breakdown_lines(s: dict) -> list[str]:
     rows = [[g, *(_pair([deps[n].get("per_gpu_type", {}).get(g) or {} for n in names], k)
                   for k in ("gpus", "generation_share", "tpot_p50_ms", "busy_share"))] for g in gpus]
     lines += ["", "### Per GPU type", ""]
-    return lines + _table(["GPU", "GPUs", "share of generation served", "TPOT p50 (ms)", "busy share"], rows)
+    return lines + _table(["GPU", "GPUs", "share of generation served", "TPOT p50 (ms)",
+                           "busy share, whole run incl. drain"], rows)
 
 
 def replicates_rows(rep: dict) -> list[list[str]]:

@@ -26,6 +26,15 @@ WINDOW_MS = 10.0  # nearest-balanced's window tried when the scenario runs witho
 ANYCAST_MISROUTE = 0.2  # share of user locations anycast lands on their second-nearest PoP (Calder et al. 2015)
 
 
+# What :func:`variants` runs, in its order, for ``edgepop simulate --help`` (a scenario decides some of it: which
+# window, which anycast, whether central is racked in servers, which baselines are the others).
+HELP = (f"the edge GPU inventory {' and '.join(f'x{f:g}' for f in INVENTORY_FACTORS)} (central follows), the edge's "
+        f"utilisation_cap x{CAP_FACTOR:g}, nearest-balanced's window off on both sides (or at {WINDOW_MS:g} ms where "
+        "the scenario has none), central racked like the edge (where it is racked in servers), anycast with "
+        f"{ANYCAST_MISROUTE:.0%} of user cities one PoP off (or ideal where the scenario has it imperfect), and every "
+        "other baseline region set")
+
+
 def variants(sc) -> list[tuple[str, dict]]:
     """(name, overrides) of every sensitivity run of ``sc``."""
     from topology import BASELINE_SETS
@@ -145,11 +154,11 @@ def run_sensitivity(scenario: str | Path, summary: dict, *, requests: int | None
         rows = [over_seeds("as run", runs("as run"))]
         note = (f"Each row is the mean over seeds {', '.join(map(str, every))} (each seed's arrivals the same for "
                 "every row); gains carry a Student-t 95% interval over the seeds. GPU busy: share of GPUs busy, "
-                "mean over the run.")
+                "mean over the arrivals' span.")
     else:
         rows = [row("as run", summary_rows(summary))]
         note = ("Each row is one run on the same arrivals and seed as the headline; gains carry the 95% "
-                "interval of the paired block bootstrap. GPU busy: share of GPUs busy, mean over the run.")
+                "interval of the paired block bootstrap. GPU busy: share of GPUs busy, mean over the arrivals' span.")
     for name, _ in variants(sc):
         if name in skipped:
             rows.append({"variant": name, "infeasible": skipped[name]})

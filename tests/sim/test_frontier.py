@@ -202,3 +202,33 @@ def test_bad_budgets_and_outputs_are_refused_before_any_work(tmp_path):
     with pytest.raises(UserError, match="exists and is not a folder"):
         run_frontier("small", budgets=[0.1, 0.2], absolute=True, out=tmp_path / "afile", **kw)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_frontier_continents_with_too_few_requests_and_an_unbounded_ratio_are_said(tmp_path, capsys):
+    from sim.frontier_report import MIN_CONTINENT_REQUESTS
+
+    out = tmp_path / "f"
+    assert main(["frontier", "--scenario", "small", "--requests", "1000", "--budgets", "0.25,0.5,1",
+                 "--max-steps", "1", "--workers", "1", "--out", str(out)]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    r = json.loads((out / "frontier.json").read_text())
+    report = (out / "report.md").read_text()
+    requests = {cont: max(row[f"continent_{cont}_requests"] for row in _rows(out)) for cont in r["per_continent"]}
+    few = [c for c, n in requests.items() if n < MIN_CONTINENT_REQUESTS]
+    assert "NA" in few and "EU" not in few  # (small at 1,000 requests: 53 from North America)
+    for cont, d in r["per_continent"].items():
+        for b in d["deployments"].values():
+            assert (b["status"] == "too_few_requests") == (cont in few), (cont, b)
+            if cont in few:
+                assert b["requests_per_run"] == requests[cont] and b["min_gpus_for_slo"] is None
+    assert f"| NA | too few requests ({requests['NA']:,.0f}) |" in report
+    assert f"NA ({requests['NA']:,.0f} requests a run)" in report and "NA (" in terminal
+    # both lines met the SLO at the smallest budget: the ratio is unknown, and the reader is told why
+    assert r["iso_slo_ratio_kind"] == "unknown"
+    assert "Unknown: both lines met the SLO at the smallest budget tried" in report
+    assert "Unknown: both lines met the SLO at the smallest budget tried" in terminal
+
+
+def _rows(out) -> list[dict]:
+    frame = pd.read_parquet(out / "frontier.parquet")
+    return frame[frame.seed >= 0].to_dict("records")

@@ -14,6 +14,8 @@ def test_replicates_are_the_runs_of_those_seeds(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["simulate", "--scenario", "small", "--requests", "1500", "--seeds", "7-9", "--out", str(out)]) == 0
     assert "edge gain over 3 seeds" in capsys.readouterr().out
+    perf = json.loads((out / "summary.json").read_text())["performance"]
+    assert "replicates_s" in perf and f"--seeds {perf['replicates_s']} s)" in (out / "report.md").read_text()
     rep = json.loads((out / "summary.json").read_text())["replicates"]
     assert rep["seeds"] == [7, 8, 9]  # small's own seed (7) is the main run, reused
     rows = {r["key"]: r for r in rep["rows"]}

@@ -8,8 +8,15 @@ from edgepop.cli import main
 def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["simulate", "--scenario", "small", "--requests", "1500", "--sensitivity", "--out", str(out)]) == 0
-    capsys.readouterr()
+    terminal = " ".join(capsys.readouterr().out.split())
     summary = json.loads((out / "summary.json").read_text())
+    # the wall time printed covers the sensitivity runs too, each phase named (summary.json: its own phase)
+    perf = summary["performance"]
+    assert "sensitivity_s" in perf and "replicates_s" not in perf
+    said = (f"wall time {perf['wall_s'] + perf['sensitivity_s']:.2f} s before writing these files (main run "
+            f"{perf['wall_s']} s, --sensitivity {perf['sensitivity_s']} s)")
+    assert said in (out / "report.md").read_text()
+    assert f"--sensitivity {perf['sensitivity_s']} s)" in terminal and "s in all (main run" in terminal
     rows = {r["variant"]: r for r in summary["sensitivity"]["rows"]}
     assert list(rows) == ["as run", "edge GPU inventory x0.5", "edge GPU inventory x2", "edge utilisation_cap 0.35",
                           "router window_ms 10 (both)",  # small's routers have no window

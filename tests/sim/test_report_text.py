@@ -1,0 +1,81 @@
+"""What ``edgepop simulate``'s report says about its figures: cells of a deployment not run, the spans of the GPU
+busy rows, the gain caption, the wall time and ``--sensitivity``'s help."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgepop.cli import main
+
+
+def _row(text: str, label: str) -> str:
+    """The line of a table (terminal or report.md) whose metric cell starts with ``label``."""
+    return next(line for line in text.splitlines() if line.strip("|│ ").startswith(label))
+
+
+@pytest.mark.parametrize(("only", "missing"), [("edge", "central"), ("central", "edge")])
+def test_a_deployment_not_run_reads_dash_in_every_row(tmp_path, capsys, only, missing):
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--only", only, "--out", str(out)]) == 0
+    terminal = capsys.readouterr().out
+    report = (out / "report.md").read_text()
+    row = _row(report, "TTFT p95 incl. failures (ms)").split("|")
+    ran, other = (row[2], row[3]) if only == "edge" else (row[3], row[2])
+    assert other.strip() == "-" and ran.strip() not in ("-", "failed")
+    cells = _row(terminal, "TTFT p95 incl.").split("│")  # (the terminal may wrap the label: values on its first line)
+    assert cells[3 if only == "edge" else 2].strip() == "-"
+    summary = json.loads((out / "summary.json").read_text())
+    assert missing not in summary["deployments"]
+
+
+def test_gpu_busy_rows_name_their_span_and_a_short_runs_peak_hour(tmp_path, capsys):
+    from sim.capacity import peak_hour_is_whole_run
+
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", str(out)]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    s = json.loads((out / "summary.json").read_text())
+    hour_s = s["day"]["day_s"] / 24
+    assert s["simulated_span_s"] < hour_s and peak_hour_is_whole_run(s["simulated_span_s"], hour_s)
+    for cap in s["capacity"].values():  # no hour-long window: the peak hour's figure is the mean's
+        assert cap["utilisation_peak_hour"] == cap["utilisation_mean"]
+    report = (out / "report.md").read_text()
+    assert "| GPU busy, mean over arrivals |" in report
+    assert "| GPU busy, peak hour = all arrivals |" in report
+    assert "| GPU wait p95, peak hour = all arrivals (ms) |" in report
+    assert "busy share, whole run incl. drain |" in report
+    assert "less than an hour of the workload's clock" in report and "less than an hour of" in terminal
+    # the caption says what the SLO attainment row's gain is: a difference, not a relative reduction
+    caption = next(line for line in report.splitlines() if line.startswith("- edge gain ="))
+    assert "SLO attainment: edge - central" in caption and "SLO attainment: edge - central" in terminal
+    # no extra runs: the wall time is the run's, said so
+    assert f"wall time of the run {s['performance']['wall_s']} s" in report
+    assert "in all (main run" in terminal and "--sensitivity" not in terminal
+
+
+def test_a_long_runs_peak_hour_is_a_window():
+    from sim.capacity import peak_hour_is_whole_run
+
+    assert not peak_hour_is_whole_run(600.0, 25.0)  # the default: a compressed day, an hour of 25 s
+    assert peak_hour_is_whole_run(16.0, 25.0)
+
+
+def test_sensitivity_help_names_every_variant_it_runs(capsys):
+    from sim.scenario import load_scenario
+    from sim.sensitivity import variants
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--sensitivity also")
+    help_text = text[start:text.index("--seeds LIST", start)]
+    kinds = {"edge GPU inventory x": lambda n: n.split()[-1], "edge utilisation_cap": lambda n: "utilisation_cap",
+             "router window_ms": lambda n: "window", "central racked like the edge": lambda n: n,
+             "anycast": lambda n: "anycast", "ideal anycast": lambda n: "ideal", "baseline ": lambda n: "baseline"}
+    for scenario in ("default", "small"):
+        for name, _ in variants(load_scenario(scenario)):
+            kind = next((k for k in kinds if name.startswith(k)), None)
+            assert kind is not None, f"a new kind of sensitivity variant: {name!r} (say it in the help)"
+            assert kinds[kind](name) in help_text, name
