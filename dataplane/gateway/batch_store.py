@@ -8,10 +8,9 @@ A job is one ``POST ...?queueRequest=true`` with ``{"requests": [...]}``; each r
   transaction, guarded by ``status = 'running'``, so an item completes at most once (``completions`` <= 1);
 * on start, items left ``running`` by a killed process were never completed: they go back to ``queued`` and run
   again. So after a SIGKILL and restart every item completes exactly once: none lost, none completed twice;
-* that recovery is only right when no other process serves the file: a store holds an exclusive lock on
-  ``<db>.lock`` of the file's resolved path (POSIX ``flock``, released when the store closes or its process dies),
-  and a second store on the same file, by whatever name, is refused instead of re-queueing the first one's running
-  items.
+* that recovery is only right when no other process serves the file: a store holds an exclusive ``flock`` on the
+  database file itself (released when the store closes or its process dies), so a second store on the same file,
+  by whatever name (a symlink, a hard link), is refused instead of re-queueing the first one's running items.
 
 Every method is synchronous and must be called from one thread (the gateway uses a one-thread executor).
 """
@@ -47,6 +46,7 @@ class BatchStore:
     def __init__(self, path: str | Path):
         self.path = str(path)
         self._lock: int | None = None
+        created = False
         if self.path != ":memory:":
             if Path(self.path).is_dir():
                 raise UserError(f"batch db {self.path}: is a folder, not a database file")
@@ -57,10 +57,10 @@ class BatchStore:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise UserError(f"batch db {self.path}: cannot create its folder ({exc.strerror})") from None
-            # One lock per file, however it is named (a symlink to a served file is the served file).
-            lock_path = os.path.realpath(self.path) + ".lock"
-            lock_was_there = Path(lock_path).exists()
-            self._lock = _exclusive_lock(lock_path)
+            # The lock is on the file itself, not on a name: a symlink or a hard link to a served file is the served
+            # file (a hard link keeps a WAL of its own name, and two writers through two WALs corrupt the store).
+            created = not Path(self.path).exists()
+            self._lock = _exclusive_lock(self.path)
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             _check_tables(self.db)  # before anything is written: another application's file is left as it was
@@ -68,9 +68,11 @@ class BatchStore:
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(SCHEMA)
         except (sqlite3.DatabaseError, UserError) as exc:
+            with contextlib.suppress(AttributeError, sqlite3.Error):
+                self.db.close()  # before the lock's descriptor: closing it would drop SQLite's POSIX locks too
             self._unlock()
-            if self.path != ":memory:" and not lock_was_there:  # (a refused file gets no lock file beside it)
-                Path(lock_path).unlink(missing_ok=True)
+            if self.path != ":memory:" and created:  # (a refused start leaves no file it made)
+                Path(self.path).unlink(missing_ok=True)
             if isinstance(exc, UserError):
                 raise UserError(f"batch db {self.path}: {exc}") from None
             raise UserError(f"batch db {self.path}: not a usable SQLite database ({exc})") from None
@@ -192,20 +194,22 @@ def _check_tables(db: sqlite3.Connection) -> None:
 
 
 def _exclusive_lock(path: str) -> int | None:
-    """An exclusive, non-blocking lock on ``path`` (its descriptor), or a one-line error when another process
-    holds it. None where ``fcntl`` does not exist (Windows): no lock there."""
+    """An exclusive, non-blocking ``flock`` on the database file ``path`` (made empty if missing, which SQLite takes
+    as a new database), as its descriptor, or a one-line error when another process holds it. None where ``fcntl``
+    does not exist (Windows): no lock there. On Linux ``flock`` and SQLite's own ``fcntl`` byte-range locks do not
+    interact, so holding this beside SQLite's connection is safe as long as it is closed after the connection."""
     try:
         import fcntl
     except ImportError:
         return None
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # (read-only is enough to flock, and works on any file)
     except OSError as exc:
-        raise UserError(f"batch db lock {path}: {exc.strerror}") from None
+        raise UserError(f"batch db {path}: cannot open it ({exc.strerror})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise UserError(f"batch db {path[:-5]} is in use by another edgepop serve (or store); give this one its "
+        raise UserError(f"batch db {path} is in use by another edgepop serve (or store); give this one its "
                         "own --db") from None
     return fd

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 
@@ -119,6 +120,32 @@ def test_a_symlink_to_a_served_database_is_the_same_database(tmp_path):
     with pytest.raises(UserError, match="in use by another edgepop serve"):
         BatchStore(tmp_path / "link.sqlite")
     first.close()
+
+
+def test_a_hard_link_to_a_database_another_process_serves_is_refused(tmp_path):
+    """A hard link is the served file under another name (and with a WAL of its own name): a second process opening
+    it would re-queue the first one's running items and write through a second WAL, so it is refused."""
+    import subprocess
+    import sys
+
+    db, link = tmp_path / "b.sqlite", tmp_path / "hard.sqlite"
+    first = BatchStore(db)
+    first.create("alice", GEN, [{"prompt": "a"}], 1.0, 2.0)
+    assert len(first.claim(10)) == 1
+    os.link(db, link)
+    code = ("import sys\nfrom dataplane.gateway.batch_store import BatchStore\nfrom edgepop.errors import UserError\n"
+            "try:\n    BatchStore(sys.argv[1]).close()\nexcept UserError as exc:\n    sys.exit(str(exc))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for name in (link, db):
+        second = subprocess.run([sys.executable, "-c", code, str(name)], capture_output=True, text=True, env=env,
+                                timeout=120)
+        assert second.returncode == 1 and "in use by another edgepop serve" in second.stderr, second.stderr
+    first.close()
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT status FROM items").fetchall() == [("running",)]  # not re-queued by the second
+    second = subprocess.run([sys.executable, "-c", code, str(link)], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert second.returncode == 0, second.stderr  # once the first has closed, the file is free by any name
 
 
 def test_items_a_shutdown_claimed_but_never_ran_go_back_to_the_queue(tmp_path):
