@@ -221,6 +221,8 @@ class GatewayConfig:
             bad("seed", f"{self.seed!r} is not a non-negative integer")
         if self.db is not None and (not isinstance(self.db, str) or not self.db.strip()):
             bad("db", f"{self.db!r} is not a file path")
+        if self.db is not None and "\0" in self.db:  # (the OS refuses the path later, with a traceback)
+            bad("db", f"{self.db!r} holds a NUL byte, which no file path can")
         for name in ("delay", "no_auth", "rate_limit", "open_ops"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")

@@ -105,3 +105,19 @@ def test_serve_config_errors_name_the_file_field_and_overrides_as_given(tmp_path
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], (args, lines)
         assert lines[0].count("command-line overrides") <= 1
+
+
+def test_a_db_path_with_a_nul_byte_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    from dataplane.gateway.server import free_port
+    from edgepop.cli import main
+
+    monkeypatch.setenv("EDGEPOP_TOKENS", "")
+    monkeypatch.chdir(tmp_path)  # (a run that got past the check would write its store here)
+    port = str(free_port())
+    cfg = tmp_path / "nul.toml"
+    cfg.write_text('db = "x\\u0000y.sqlite"\nno_auth = true\n')
+    for args, needle in ((["--config", str(cfg)], f"{cfg}: field 'db': 'x\\x00y.sqlite' holds a NUL byte"),
+                         (["--no-auth", "--db", "a\0b.sqlite"], "--db (field 'db'): 'a\\x00b.sqlite' holds a NUL byte")):
+        assert main(["serve", *args, "--port", port]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], (args, lines)
