@@ -9,8 +9,9 @@ Batch items are not counted against the per-minute rate limits (the submission i
 account's neuron budget like any request.
 
 Shutdown: :meth:`BatchService.drain` (on SIGTERM/SIGINT) stops claiming items; :meth:`BatchService.stop` lets
-the items already running finish until the drain deadline, then cancels the rest and puts them back in the
-queue, so the next start runs them; queued items simply stay queued.
+the items already running finish until the drain deadline, or until :meth:`BatchService.force` (a second SIGINT),
+then cancels the rest and puts them back in the queue, so the next start runs them; queued items simply stay
+queued.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class BatchService:
         self._task: asyncio.Task | None = None
         self._inflight: dict[asyncio.Task, dict] = {}  # running item tasks -> their item
         self.requeued_at_stop = 0
+        self._forced = asyncio.Event()  # a forced exit: stop waits no longer for running items
         self.store_errors = 0  # rounds of the runner that the store failed (logged; the runner retried)
 
     async def _db(self, fn, *args):
@@ -106,16 +108,27 @@ class BatchService:
         if self._task is not None:
             self._task.cancel()
 
+    def force(self) -> None:
+        """A forced exit (a second SIGINT): :meth:`stop` cancels the running items now instead of waiting."""
+        self._forced.set()
+
     async def stop(self, timeout_s: float = 0.0) -> None:
-        """Stop claiming, give running items ``timeout_s`` to finish, cancel and requeue the rest, close the
-        store."""
+        """Stop claiming, give running items ``timeout_s`` to finish (less if :meth:`force` comes first), cancel
+        and requeue the rest, close the store."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         running = dict(self._inflight)
-        if running and timeout_s > 0:
-            await asyncio.wait(list(running), timeout=timeout_s)
+        if running and timeout_s > 0 and not self._forced.is_set():
+            log.warning("drain: waiting up to %g s for %d running batch items (SIGINT again to stop now: they go "
+                        "back to the queue)", timeout_s, len(running))
+            waits = [asyncio.ensure_future(asyncio.wait(list(running))), asyncio.ensure_future(self._forced.wait())]
+            try:
+                await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:  # (cancelling the wait leaves the items running; they are cancelled below)
+                    w.cancel()
         left = {t: item for t, item in running.items() if not t.done()}
         for t in left:
             t.cancel()

@@ -4,7 +4,8 @@
 :class:`GatewayServer` is the uvicorn server of ``edgepop serve``: on SIGTERM or SIGINT it stops accepting
 connections, tells the gateway to drain (no more batch items claimed), waits up to ``drain_timeout_s`` for
 in-flight requests and streams, and returns normally so the process exits 0 (plain uvicorn re-raises the signal
-after its graceful shutdown, which ends the process with status -15). A second SIGINT forces the exit. Once
+after its graceful shutdown, which ends the process with status -15). A second SIGINT forces the exit: uvicorn
+stops waiting for connections and the gateway for running batch items (they go back to the queue). Once
 started it freezes its start-up objects out of the garbage collector's passes (:func:`edgepop.memory.freeze_startup`:
 each full collection otherwise walked them again, pausing every engine thread for tens of ms).
 Idle client connections are kept ``keep_alive_s`` (75 s by default), longer than clients keep theirs (httpx and
@@ -70,9 +71,9 @@ def _server_class():
     class GatewayServer(uvicorn.Server):
         """uvicorn, draining the gateway on SIGTERM/SIGINT and exiting normally afterwards."""
 
-        def __init__(self, config, on_drain=None):
+        def __init__(self, config, on_drain=None, on_force=None):
             super().__init__(config)
-            self.on_drain = on_drain
+            self.on_drain, self.on_force = on_drain, on_force
             self._loop = None
 
         async def serve(self, sockets=None) -> None:
@@ -97,13 +98,19 @@ def _server_class():
                       f"{self.config.timeout_graceful_shutdown - DRAIN_GRACE_S:g} s)", file=sys.stderr, flush=True)
                 if self.on_drain is not None and self._loop is not None:
                     self._loop.call_soon_threadsafe(self.on_drain)
+            elif self.force_exit and self.on_force is not None and self._loop is not None:
+                # uvicorn's force_exit only cuts its own wait for connections; the app's shutdown would still wait
+                # for running batch items until the drain deadline.
+                print(f"edgepop gateway: {signal.Signals(sig).name} again: stopping now", file=sys.stderr, flush=True)
+                self._loop.call_soon_threadsafe(self.on_force)
 
     return GatewayServer
 
 
 def gateway_server(app, host: str, port: int, log_level: str = "warning"):
     """A :class:`GatewayServer` for ``app`` (call ``.run()``)."""
-    return _server_class()(uvicorn_config(app, host, port, log_level), on_drain=app.state.begin_drain)
+    return _server_class()(uvicorn_config(app, host, port, log_level), on_drain=app.state.begin_drain,
+                           on_force=app.state.force_exit)
 
 
 class ServerThread:

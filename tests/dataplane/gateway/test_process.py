@@ -90,6 +90,49 @@ def test_sigterm_drains_in_flight_work_keeps_the_queue_and_exits_0(tmp_path):
         assert [c for (c,) in con.execute("SELECT completions FROM items ORDER BY idx")] == [1] * n
 
 
+def test_a_second_sigint_stops_running_batch_items_at_once_and_the_restart_runs_them(tmp_path):
+    """The drain would wait drain_timeout_s (here 600 s) for the running items; a second SIGINT puts them back
+    in the queue now, and the next start runs them."""
+    slow, fast = tmp_path / "slow.toml", tmp_path / "fast.toml"
+    db, log = tmp_path / "batch.sqlite", tmp_path / "log"
+    common = f'pops = ["FRA"]\nmodels = ["{GEN}"]\nbatch_concurrency = 2\ndrain_timeout_s = 600\n'
+    slow.write_text(common + "delay = true\ndelay_scale = 1000\n")  # Sydney -> Frankfurt 1000 times over: minutes
+    fast.write_text(common + "delay = false\n")
+    env = {"EDGEPOP_TOKENS": f"{ALICE}:alice"}
+    n = 3
+    proc, url = spawn_serve(["--config", str(slow), "--db", str(db), "--no-warm"], env=env, log=log)
+    try:
+        reqs = [{"prompt": f"job {i}", "max_tokens": 5, "seed": i} for i in range(n)]
+        rid = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs},
+                         headers=headers(**{"x-edgepop-client-city": "Sydney"})).json()["result"]["request_id"]
+        deadline = time.monotonic() + 120  # hang guards below, not timing goals
+        while _items(db).get("running", 0) < 2:
+            assert time.monotonic() < deadline, _items(db)
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        while "waiting up to" not in log.read_text():  # the drain now waits on the running items
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _items(db) == {"queued": n}  # the running ones went back, none was completed or failed
+    assert "2 running batch items put back in the queue" in log.read_text()
+
+    proc, url = spawn_serve(["--config", str(fast), "--db", str(db), "--no-warm"], env=env, log=log)
+    try:
+        deadline = time.monotonic() + 120
+        while (res := _status(url, rid))["status"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0
+    assert res["status"] == "done" and all(x["success"] for x in res["responses"])
+
+
 @pytest.fixture
 def limited_server(tmp_path_factory):
     """A server of its own per test (the auth brake locks this machine's address out of it)."""
