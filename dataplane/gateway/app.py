@@ -209,6 +209,10 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         queue = flag(request.query_params.get("queueRequest"))
         counting(request, "batch-submit" if queue else "run", model)
         body = await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s)
+        # A poll of a job queued for a model a restart dropped answers its status (its items wait in the queue).
+        if queue and model not in gw.backend.catalog and (held := await batch.poll_unserved(account, model, body)):
+            counting(request, None)
+            return ok(held)
         # an unknown model is named as such (5007) before its body is parsed (an image is no JSON)
         inputs = run_inputs(body, request.headers.get("content-type"), gw.spec(model).task)
         if "request_id" in inputs and (queue or len(inputs) == 1):

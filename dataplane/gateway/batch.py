@@ -5,6 +5,9 @@ Items refused for capacity (3040) or that time out in a queue (3007) go back to 
 short pause (or the refusal's ``Retry-After``); any other error is that item's outcome (``success: false``). All
 SQLite work happens on one worker thread so the event loop never waits on a disk sync.
 
+Items of a model this server does not serve (a restart with other ``--models``) are neither run nor failed: they
+stay queued for a server that serves it (logged once at start), and their job still answers polls.
+
 Batch items are not counted against the per-minute rate limits (the submission is), but they spend the
 account's neuron budget like any request.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,6 +44,12 @@ class BatchService:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="edgepop-sqlite")
         self.store: BatchStore = self._pool.submit(BatchStore, path).result()
         self.cached_counts = self.store.counts()
+        if gw is not None:
+            waiting = self._pool.submit(self.store.waiting, self._served()).result()
+            if waiting:
+                log.warning("batch: jobs queued for models this server does not serve wait for a server that does: "
+                            "%s", "; ".join(f"{m}: {len(jobs)} job(s) {', '.join(jobs[:3])}"
+                                            f"{', ...' if len(jobs) > 3 else ''}" for m, jobs in waiting.items()))
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._inflight: dict[asyncio.Task, dict] = {}  # running item tasks -> their item
@@ -97,6 +107,21 @@ class BatchService:
             responses.append(entry)
         return {"status": "done", "request_id": request_id, "model": job["model"], "responses": responses,
                 "usage": usage}
+
+    async def poll_unserved(self, account: str, model: str, body: bytes) -> dict | None:
+        """A poll through the URL of a model not served here, of a job queued for that model (before a restart
+        dropped it): the job's status; None for anything else (the route answers 5007, as for any request)."""
+        try:
+            inputs = json.loads(body)
+        except ValueError:
+            return None
+        rid = inputs.get("request_id") if isinstance(inputs, dict) else None
+        if not isinstance(rid, str) or not rid or await self._db(self.store.model_of, account, rid) != model:
+            return None
+        return await self.poll(account, rid)
+
+    def _served(self) -> list[str]:
+        return self.gw.backend.catalog.ids
 
     # ------------------------------------------------------------------ background runner
     def start(self) -> None:
@@ -186,7 +211,7 @@ class BatchService:
     async def _claim_and_wait(self) -> None:
         """One round: claim what there is room for, start it, wait for a wake-up (unless more is waiting)."""
         room = self.concurrency - len(self._inflight)
-        claimed = await self._db(self.store.claim, room) if room > 0 else []
+        claimed = await self._db(self.store.claim, room, None, self._served()) if room > 0 else []
         for item in claimed:
             t = asyncio.get_running_loop().create_task(self._run_item(item))
             self._inflight[t] = item

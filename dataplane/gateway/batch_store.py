@@ -113,15 +113,17 @@ class BatchStore:
             raise
         return job
 
-    def claim(self, limit: int, now: float | None = None) -> list[dict]:
-        """Mark up to ``limit`` queued items (oldest job first) ``running`` and return them with their job."""
+    def claim(self, limit: int, now: float | None = None, models: list[str] | None = None) -> list[dict]:
+        """Mark up to ``limit`` queued items (oldest job first) ``running`` and return them with their job; with
+        ``models``, only items of those models (the others wait for a server that serves theirs)."""
         now = time.time() if now is None else now
+        only, args = ("", ()) if models is None else (f" AND j.model IN ({', '.join('?' * len(models))})", models)
         self.db.execute("BEGIN IMMEDIATE")
         try:
             rows = self.db.execute(
                 "SELECT i.job, i.idx, i.input, j.account, j.model, j.lat, j.lon FROM items i JOIN jobs j "
-                "ON i.job = j.id WHERE i.status = 'queued' AND i.not_before <= ? ORDER BY j.created, i.job, i.idx "
-                "LIMIT ?", (now, limit)).fetchall()
+                f"ON i.job = j.id WHERE i.status = 'queued' AND i.not_before <= ?{only} "
+                "ORDER BY j.created, i.job, i.idx LIMIT ?", (now, *args, limit)).fetchall()
             self.db.executemany("UPDATE items SET status = 'running', attempts = attempts + 1 "
                                 "WHERE job = ? AND idx = ?", [(r[0], r[1]) for r in rows])
             self.db.execute("COMMIT")
@@ -157,6 +159,21 @@ class BatchStore:
                 "items": [{"id": i[0], "status": i[1], "result": json.loads(i[2]) if i[2] is not None else None,
                            "success": bool(i[3]) if i[3] is not None else None, "external_reference": i[4],
                            "attempts": i[5], "completions": i[6]} for i in items]}
+
+    def model_of(self, account: str, job: str) -> str | None:
+        """The model of ``account``'s job ``job`` (None if there is no such job for that account)."""
+        row = self.db.execute("SELECT model FROM jobs WHERE id = ? AND account = ?", (job, account)).fetchone()
+        return row[0] if row else None
+
+    def waiting(self, models: list[str]) -> dict[str, list[str]]:
+        """Jobs (oldest first) with queued items of a model not in ``models``, by model."""
+        rows = self.db.execute(
+            f"SELECT DISTINCT j.model, j.id, j.created FROM items i JOIN jobs j ON i.job = j.id WHERE i.status = "
+            f"'queued' AND j.model NOT IN ({', '.join('?' * len(models))}) ORDER BY j.created", models).fetchall()
+        out: dict[str, list[str]] = {}
+        for model, job, _ in rows:
+            out.setdefault(model, []).append(job)
+        return out
 
     def counts(self) -> dict[str, int]:
         """Items per status."""

@@ -66,11 +66,11 @@ def test_the_batch_runner_outlives_a_store_that_fails_for_a_while(gateway, monke
     service = app.state.gateway.batch
     real_claim, real_complete, failures = service.store.claim, service.store.complete, []
 
-    def claim(limit, now=None):
+    def claim(limit, now=None, models=None):
         if len(failures) < 2:
             failures.append("claim")
             raise sqlite3.OperationalError("database is locked")
-        return real_claim(limit, now)
+        return real_claim(limit, now, models)
 
     def complete(job, idx, result, success):
         if failures.count("complete") < 1:

@@ -12,7 +12,7 @@ import time
 import httpx
 import openai
 import pytest
-from kit.gateway import ALICE, BOB, GEN, headers, run_url
+from kit.gateway import ALICE, BOB, EMB, GEN, headers, run_url
 
 from dataplane.gateway.server import spawn_serve
 from dataplane.gateway.sse import DONE, parse_events
@@ -131,6 +131,74 @@ def test_a_second_sigint_stops_running_batch_items_at_once_and_the_restart_runs_
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0
     assert res["status"] == "done" and all(x["success"] for x in res["responses"])
+
+
+def test_queued_items_of_a_model_a_restart_no_longer_serves_wait_for_one_that_does(tmp_path):
+    """Restarted with other --models, the items queued for a dropped model are not run (they would all fail as an
+    unknown model): they stay queued, the start says so, their job answers polls, and a server with the model
+    again runs them."""
+    db, log = tmp_path / "batch.sqlite", tmp_path / "log"
+    env = {"EDGEPOP_TOKENS": f"{ALICE}:alice"}
+
+    def config(name: str, models: list[str], extra: str = "delay = false\n"):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f"pops = [\"FRA\"]\nmodels = {models!r}\nbatch_concurrency = 1\n".replace("'", '"') + extra)
+        return ["--config", str(path), "--db", str(db), "--no-warm"]
+
+    def poll(url: str, model: str, rid: str) -> httpx.Response:
+        return httpx.post(run_url(url, model) + "?queueRequest=true", json={"request_id": rid}, headers=headers(),
+                          timeout=10)
+
+    # Both served, the one slot held by a far client's item delayed for minutes: the EMB job stays queued.
+    proc, url = spawn_serve(config("both", [GEN, EMB], "delay = true\ndelay_scale = 1000\ndrain_timeout_s = 0.5\n"),
+                            env=env, log=log)
+    try:
+        gen = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": [{"prompt": "a", "max_tokens": 3}]},
+                         headers=headers(**{"x-edgepop-client-city": "Sydney"})).json()["result"]["request_id"]
+        emb = httpx.post(run_url(url, EMB) + "?queueRequest=true", json={"requests": [{"text": "x"}, {"text": "y"}]},
+                         headers=headers()).json()["result"]["request_id"]
+        deadline = time.monotonic() + 120  # hang guards, not timing goals
+        while _items(db).get("running", 0) < 1:
+            assert time.monotonic() < deadline, _items(db)
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _items(db) == {"queued": 3}
+
+    proc, url = spawn_serve(config("gen", [GEN]), env=env, log=log)
+    try:
+        deadline = time.monotonic() + 120
+        while (res := _status(url, gen))["status"] != "done":  # the runner works through what it serves
+            assert time.monotonic() < deadline, res
+            time.sleep(0.1)
+        held = poll(url, EMB, emb)
+        other = poll(url, EMB, gen)  # (another model's job, through this URL: still an unknown model)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0
+    assert res["responses"][0]["success"]
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT status, attempts FROM items WHERE job = ?", (emb,)).fetchall() == [("queued", 0)] * 2
+    assert held.status_code == 200 and held.json()["result"] == {
+        "status": "queued", "request_id": emb, "model": EMB, "completed": 0, "total": 2}, held.text
+    assert other.status_code == 400 and other.json()["errors"][0]["code"] == 5007, other.text
+    warnings = [line for line in log.read_text().splitlines() if "this server does not serve" in line]
+    assert len(warnings) == 1 and f"{EMB}: 1 job(s) {emb}" in warnings[0], warnings
+
+    proc, url = spawn_serve(config("again", [GEN, EMB]), env=env, log=log)
+    try:
+        deadline = time.monotonic() + 120
+        while (res := poll(url, EMB, emb).json()["result"])["status"] != "done":
+            assert time.monotonic() < deadline, res
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0
+    assert [x["success"] for x in res["responses"]] == [True, True]
 
 
 @pytest.fixture
