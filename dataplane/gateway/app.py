@@ -39,7 +39,7 @@ from dataplane.gateway import openai_compat as oai
 from dataplane.gateway import standins
 from dataplane.gateway.asgi import SSEStream, StatusCounter, disconnected
 from dataplane.gateway.auth import Authenticator
-from dataplane.gateway.batch import BatchService
+from dataplane.gateway.batch import BatchService, poll_response
 from dataplane.gateway.config import GatewayConfig
 from dataplane.gateway.errors import (
     GatewayError,
@@ -212,12 +212,12 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         # A poll of a job queued for a model a restart dropped answers its status (its items wait in the queue).
         if queue and model not in gw.backend.catalog and (held := await batch.poll_unserved(account, model, body)):
             counting(request, None)
-            return ok(held)
+            return await poll_response(ok(held))
         # an unknown model is named as such (5007) before its body is parsed (an image is no JSON)
         inputs = run_inputs(body, request.headers.get("content-type"), gw.spec(model).task)
         if "request_id" in inputs and (queue or len(inputs) == 1):
             counting(request, None)  # (a poll is no request of the model's: not counted)
-            return ok(await batch.poll(account, inputs["request_id"]))
+            return await poll_response(ok(await batch.poll(account, inputs["request_id"])))
         place = place_of(request)
         if queue:
             # As on the other routes: refused early when over the limit, counted once the body is valid (bad input

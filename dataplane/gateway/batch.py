@@ -87,26 +87,16 @@ class BatchService:
         """The job's status, or all its responses once every item is done (404 for another account's job)."""
         if not isinstance(request_id, str) or not request_id:
             raise bad_input("field 'request_id' must be a non-empty string")
-        job = await self._db(self.store.job, account, request_id)
-        if job is None:
+        head = await self._db(self.store.progress, account, request_id)
+        if head is None:
             raise GatewayError(404, NOT_FOUND, f"no batch request {request_id!r} for this account")
-        items = job["items"]
-        done = sum(i["status"] == "done" for i in items)
-        if done < len(items):
-            status = "running" if any(i["status"] != "queued" for i in items) else "queued"
-            return {"status": status, "request_id": request_id, "model": job["model"],
-                    "completed": done, "total": len(items)}
-        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-        responses = []
-        for i in items:
-            res = i["result"] or {}
-            for k in usage:
-                usage[k] += int(res.get("usage", {}).get(k, 0)) if i["success"] else 0
-            entry = {"id": i["id"], "success": i["success"], "external_reference": i["external_reference"]}
-            entry.update({"result": res.get("result")} if i["success"] else {"errors": res.get("errors", [])})
-            responses.append(entry)
-        return {"status": "done", "request_id": request_id, "model": job["model"], "responses": responses,
-                "usage": usage}
+        model, total, done, started = head
+        if done < total:
+            return {"status": "running" if started else "queued", "request_id": request_id, "model": model,
+                    "completed": done, "total": total}
+        rows = await self._db(self.store.results, request_id)
+        # 10,000 results can be tens of MB of JSON: decoded and added up on a worker thread, not the event loop
+        return await asyncio.to_thread(_done, request_id, model, rows)
 
     async def poll_unserved(self, account: str, model: str, body: bytes) -> dict | None:
         """A poll through the URL of a model not served here, of a job queued for that model (before a restart
@@ -248,6 +238,45 @@ class BatchService:
         else:
             await self._write(self.store.complete, item["job"], item["idx"],
                               {"result": fin.result, "usage": _usage(fin)}, True)
+
+
+def _done(request_id: str, model: str, rows: list[tuple]) -> dict:
+    """A finished job's poll result from its stored rows (:meth:`BatchStore.results`)."""
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    responses = []
+    for idx, text, success, ref in rows:
+        res = json.loads(text) if text is not None else {}
+        success = bool(success) if success is not None else None
+        for k in usage:
+            usage[k] += int(res.get("usage", {}).get(k, 0)) if success else 0
+        entry = {"id": idx, "success": success, "external_reference": ref}
+        entry.update({"result": res.get("result")} if success else {"errors": res.get("errors", [])})
+        responses.append(entry)
+    return {"status": "done", "request_id": request_id, "model": model, "responses": responses, "usage": usage}
+
+
+async def poll_response(content: dict):
+    """``content`` (a poll's envelope) as a JSON response encoded on a worker thread, as Starlette's
+    ``JSONResponse`` would encode it; FastAPI would otherwise walk and encode a big job's responses on the loop."""
+    from starlette.responses import Response
+
+    return Response(await asyncio.to_thread(_encode, content), media_type="application/json")
+
+
+def _encode(content: dict) -> bytes:
+    # One response at a time: one json.dumps holds the GIL throughout, so a single call over tens of MB would stall
+    # the event loop's thread even from a worker thread.
+    result = content.get("result")
+    responses = result.get("responses") if isinstance(result, dict) else None
+    if not responses:
+        return _dumps(content)
+    head = _dumps({**content, "result": {**result, "responses": []}})
+    at = head.index(b'"responses":[]') + len(b'"responses":[')  # (a key inside a string would be escaped)
+    return b"".join((head[:at], b",".join(_dumps(r) for r in responses), head[at:]))
+
+
+def _dumps(value) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 def _usage(fin) -> dict:
