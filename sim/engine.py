@@ -186,7 +186,8 @@ class ReplicaEngine:
                 tokens = ("after", ((tokens, first.cached),))
         elif self.generative and self.spec.unit == "token" and any(s.cached for s in batch):
             tokens = ("after", tuple(sorted((s.prompt - s.cached, s.cached) for s in batch)))
-        elif self.generative and self.spec.unit == "token":  # keyed by the sorted prompt lengths
+        elif (self.generative and self.spec.unit == "token") or self.spec.audio_window_s:
+            # keyed by the sorted prompt lengths (a speech encoder pays each clip's started windows: not their sum)
             tokens = tuple(sorted(s.prompt - s.cached for s in batch))
         elif self.generative or self.spec.unit != "token":  # images, audio minutes: the units add up
             tokens = sum(s.prompt - s.cached for s in batch)

@@ -23,11 +23,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dataplane.gateway.batch_store import BatchStore
 from dataplane.gateway.errors import NOT_FOUND, GatewayError, bad_input, from_exception, retried
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # (a lone one: JSON escapes can make one)
 
 MAX_REQUESTS = 10_000
 RETRY_S = 0.25
@@ -103,10 +106,12 @@ class BatchService:
         dropped it): the job's status; None for anything else (the route answers 5007, as for any request)."""
         try:
             inputs = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # (malformed, or nested past the parser's depth)
             return None
         rid = inputs.get("request_id") if isinstance(inputs, dict) else None
-        if not isinstance(rid, str) or not rid or await self._db(self.store.model_of, account, rid) != model:
+        if not isinstance(rid, str) or not rid or not rid.isprintable() or _SURROGATE.search(rid):
+            return None  # (a lone surrogate has no UTF-8 for SQLite; no id the store made is unprintable)
+        if await self._db(self.store.model_of, account, rid) != model:
             return None
         return await self.poll(account, rid)
 

@@ -14,14 +14,15 @@ from sim.engine import ReplicaEngine, Seq
 LLAMA = "@cf/meta/llama-3.1-8b-instruct"
 
 
-def _first_tokens(perf, prompts: list[int]) -> dict[int, float]:
-    """Every prompt joins an idle replica at t = 0 and decodes 4 tokens; returns each one's first-token time."""
-    spec = default_catalog()[LLAMA]
+def _first_tokens(perf, prompts: list[int], model: str = LLAMA, output: int = 4) -> dict[int, float]:
+    """Every prompt joins an idle replica at t = 0 and decodes ``output`` tokens; returns each one's first-token
+    time."""
+    spec = default_catalog()[model]
     queue, ids, first = [], itertools.count(), {}
     eng = ReplicaEngine(spec, "H100", perf, lambda _e, t, v: heapq.heappush(queue, (t, next(ids), v)),
                         lambda s, t: first.setdefault(s.rec, t), lambda s, t: None)
     for k, p in enumerate(prompts):
-        eng.join(Seq(k, p, 4), 0.0)
+        eng.join(Seq(k, p, output), 0.0)
     while queue:
         t, _, v = heapq.heappop(queue)
         eng.wake(t, v)
@@ -57,3 +58,18 @@ def test_a_model_without_batched_prefill_is_charged_the_summed_tokens():
     first = _first_tokens(perf, [500, 300, 200])
     assert set(perf.calls) == {500}  # the lone first prompt; the two that waited, as one 500-token pass
     assert first[1] == first[2] == pytest.approx(0.005 + 0.005)
+
+
+def test_speech_clips_prefilled_together_each_pay_their_own_windows():
+    """Four 15 s clips prefilled together are four 30 s encoder windows, not one minute of audio (two windows):
+    the engine added their minutes and timed the sum as one clip."""
+    from sim.perfcache import CachedPerf
+
+    perf, whisper = CachedPerf(Roofline(reference_gpus())), "@cf/openai/whisper"
+    spec = default_catalog()[whisper]
+    first = _first_tokens(perf, [0.25] * 5, whisper, output=0)
+    alone = perf.prefill_ms(spec, "H100", 0.25) / 1e3
+    together = perf.perf.prefill_batch_ms(spec, "H100", [0.25] * 4) / 1e3
+    assert first[0] == pytest.approx(alone)
+    assert first[1] == pytest.approx(alone + together)
+    assert together > 1.5 * perf.prefill_ms(spec, "H100", 1.0) / 1e3

@@ -156,6 +156,13 @@ def test_error_codes_for_model_size_and_schema(gateway):
     url, _ = gateway
     r = httpx.post(run_url(url, "@cf/no/such-model"), json={"prompt": "x"}, headers=headers())
     assert (r.status_code, r.json()["errors"][0]["code"]) == (400, 5007)
+    # A batch poll through an unknown model's URL (a restart's unserved model answers its queued job's status) with
+    # a body nested past the parser's depth or an id holding a lone surrogate was a 500 (RecursionError,
+    # UnicodeEncodeError in SQLite): it is the unknown model's 5007, as without ?queueRequest.
+    for body in (b"[" * 100_000, b'{"request_id": "\\ud800"}'):
+        r = httpx.post(run_url(url, "@cf/no/such-model") + "?queueRequest=true", content=body,
+                       headers=headers(**{"content-type": "application/json"}))
+        assert (r.status_code, r.json()["errors"][0]["code"]) == (400, 5007), r.text
     r = httpx.post(run_url(url, GEN), json={"prompt": "x" * 600}, headers=headers())  # stand-in context is 512
     assert (r.status_code, r.json()["errors"][0]["code"]) == (413, 3006)
     r = httpx.post(run_url(url, EMB), json={"text": [1, 2]}, headers=headers())
