@@ -41,7 +41,9 @@ def test_a_running_jobs_poll_counts_its_items_without_decoding_their_results(tmp
 def test_a_finished_jobs_poll_is_encoded_off_the_event_loop(gateway, monkeypatch):
     url, app = gateway
     n = 40
-    reqs = [{"prompt": f"p{i}", "max_tokens": 2, "external_reference": f"ref-{i}"} for i in range(n)]
+    # (ignore_eos: an unseeded sample may end at its first token, and the usage below counts two a request)
+    reqs = [{"prompt": f"p{i}", "max_tokens": 2, "ignore_eos": True, "external_reference": f"ref-{i}"}
+            for i in range(n)]
     r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs}, headers=headers())
     rid = r.json()["result"]["request_id"]
     poll = {"request_id": rid}
