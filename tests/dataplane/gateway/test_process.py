@@ -24,6 +24,14 @@ def _status(url: str, rid: str) -> dict:
     return r.json()["result"]
 
 
+def _done(url: str, rid: str) -> dict:
+    """The job's status once it is done, or as it stands after 120 s (a hang guard, not a timing goal)."""
+    deadline = time.monotonic() + 120
+    while (res := _status(url, rid))["status"] != "done" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return res
+
+
 def _items(db) -> dict:
     with sqlite3.connect(db) as con:
         return dict(con.execute("SELECT status, COUNT(*) FROM items GROUP BY status").fetchall())
@@ -76,9 +84,7 @@ def test_sigterm_drains_in_flight_work_keeps_the_queue_and_exits_0(tmp_path):
 
     proc, url = spawn_serve(args, env=env, log=log)  # the restart resumes the batch
     try:
-        deadline = time.monotonic() + 120
-        while (res := _status(url, rid))["status"] != "done" and time.monotonic() < deadline:
-            time.sleep(0.1)
+        res = _done(url, rid)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(120) == 0
     finally:
@@ -124,9 +130,7 @@ def test_a_second_sigint_stops_running_batch_items_at_once_and_the_restart_runs_
 
     proc, url = spawn_serve(["--config", str(fast), "--db", str(db), "--no-warm"], env=env, log=log)
     try:
-        deadline = time.monotonic() + 120
-        while (res := _status(url, rid))["status"] != "done" and time.monotonic() < deadline:
-            time.sleep(0.1)
+        res = _done(url, rid)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0
