@@ -8,7 +8,7 @@ Reading guide:
   :func:`controlplane.deployment.build_deployment` and simulates it on the same arrivals;
 * :mod:`sim.simulator` (the request path as SimPy processes) and :mod:`sim.engine` (continuous batching on one
   replica, advanced analytically between batch changes);
-* :mod:`sim.metrics` and :mod:`sim.report` (summary.json, report.md, plots);
+* :mod:`sim.metrics`, :mod:`sim.report` and :mod:`sim.plots` (summary.json, report.md, plots);
 * :mod:`sim.grid`, :mod:`sim.sweep` (+ :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`): parameter sweeps;
 * :mod:`sim.techniques`: serving techniques behind one seam; :mod:`sim.faults`: PoP, node and link failures;
 * :mod:`sim.live`: the simulator checked against the live gateway; :mod:`sim.load_validation`: one simulated

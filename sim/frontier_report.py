@@ -169,7 +169,7 @@ def write_outputs(frontier) -> Path:
 
 
 def plot_frontier(frontier, path: Path) -> Path:
-    from sim.report import pyplot
+    from sim.plots import pyplot
 
     plt = pyplot()
     slo = frontier.slo

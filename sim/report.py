@@ -1,112 +1,12 @@
-"""report.md and its PNG plots: per-country TTFT gain map, TTFT CDFs edge vs central, utilisation over time."""
+"""report.md: the headline table and its notes, the breakdowns, sensitivity and seed sections, with the plots of
+:mod:`sim.plots`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
+from sim.plots import plot_gain_map, plot_ttft_cdf, plot_utilisation
 
-
-def pyplot():
-    """matplotlib's pyplot on the file-only Agg backend (no display needed), imported on first use: every figure
-    the simulator layer draws goes through here."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _interactive(requests) -> np.ndarray:
-    """Rows that are not async batch rows (queueRequest): the plots show what the tables report."""
-    return ~requests.batch.to_numpy(dtype=bool) if "batch" in requests else np.ones(len(requests), bool)
-
-
-def plot_gain_map(requests, path: Path) -> Path | None:
-    """World map: one dot per user country at its users' mean location, coloured by median TTFT gain (%)."""
-    from sim.metrics import country_gain
-    from topology.report import coastlines
-
-    # The rows (ok text generation) and columns the map reads: filtering whole frames by deployment would copy
-    # every column (GBs at a million requests). country_gain keeps the same rows, so the figures are the same.
-    keep = ((requests.outcome == "ok") & (requests.task == "text-generation")).to_numpy(dtype=bool) & _interactive(
-        requests)
-    requests = requests[["deployment", "outcome", "task", "user_country", "ttft_ms", "user_lat", "user_lon"]][keep]
-    edge, central = requests[requests.deployment == "edge"], requests[requests.deployment == "central"]
-    if edge.empty or central.empty:
-        return None
-    g = country_gain(edge, central)
-    if g.empty:
-        return None
-    plt = pyplot()
-    from matplotlib.collections import LineCollection
-
-    fig, ax = plt.subplots(figsize=(14, 7), dpi=100)
-    segments = []
-    for xy in coastlines():
-        jumps = np.where(np.abs(np.diff(xy[:, 0])) > 180)[0] + 1
-        segments += np.split(xy, jumps)
-    # one artist for the thousands of coastline pieces (one line each would cost seconds to draw)
-    ax.add_collection(LineCollection(segments, colors="0.6", linewidths=0.4))
-    lim = max(10.0, float(np.nanpercentile(np.abs(g.gain_pct), 95)))
-    sc = ax.scatter(g.lon, g.lat, c=g.gain_pct, s=12 + 4 * np.sqrt(g.n), cmap="RdYlGn", vmin=-lim, vmax=lim,
-                    edgecolors="k", linewidths=0.3, zorder=3)
-    fig.colorbar(sc, ax=ax, shrink=0.7, label="median TTFT reduction at the edge vs central (%)")
-    ax.set_xlim(-180, 180)
-    ax.set_ylim(-60, 80)
-    ax.set_aspect("equal")
-    ax.set_title("Text generation: TTFT gain of the edge over central regions, per user country (dot size ~ requests)")
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def plot_ttft_cdf(requests, path: Path) -> Path:
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), dpi=100)
-    ok = (requests.outcome == "ok").to_numpy(dtype=bool) & _interactive(requests)
-    requests = requests[["deployment", "outcome", "task", "ttft_ms"]][ok]  # copy these only, not every column
-    for dep, style in (("edge", "-"), ("central", "--")):
-        f = requests[requests.deployment == dep]
-        for ax, gen in zip(axes, (True, False), strict=True):
-            sel = f[(f.task == "text-generation") == gen]
-            x = sel.ttft_ms.to_numpy()
-            if x.size:
-                q = np.linspace(0.0, 1.0, min(x.size, 2001))  # 2,001 quantiles draw the same curve as every point
-                ax.plot(np.quantile(x, q), q, style, label=f"{dep} (p50 {np.median(x):.0f} ms)")
-    for ax, title in zip(axes, ("text generation: TTFT", "one-shot tasks: time to result"), strict=True):
-        ax.set_xscale("log")
-        ax.set_xlabel("ms at the client")
-        ax.set_ylabel("CDF")
-        ax.set_title(title)
-        ax.grid(alpha=0.3, which="both")
-        if ax.lines:
-            ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def plot_utilisation(util, path: Path) -> Path:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
-    for dep, g in util.groupby("deployment"):
-        ax.plot(g.t_s / 60, 100 * g.slot_utilisation, label=f"{dep}: busy slots")
-        ax.plot(g.t_s / 60, 100 * g.busy_replicas / g.replicas.clip(lower=1), ":", label=f"{dep}: busy replicas")
-    ax.set_xlabel("simulated minutes")
-    ax.set_ylabel("%")
-    ax.set_title("Utilisation over time")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-# (label, path in a deployment's block, path in summary.json gains or None, key in gains.ci95 or None)
 HEADLINE = (
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ttft_ms_p50_reduction_pct", "ttft_ms_p50_reduction_pct"),
     ("TTFT p95 (ms)", ("ttft_ms", "p95"), "ttft_ms_p95_reduction_pct", "ttft_ms_p95_reduction_pct"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.report import pyplot
+from sim.plots import pyplot
 
 GROUPING_MARKERS = {"model": "o", "gpu": "s", "tp": "^"}
 PHASE_COLOURS = {"prefill": "tab:blue", "decode": "tab:orange"}

@@ -15,7 +15,7 @@ import pandas as pd
 
 from sim.live.decompose import E2E_PARTS
 from sim.live.fidelity import METRICS
-from sim.report import pyplot
+from sim.plots import pyplot
 
 LABELS = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "e2e_ms": "E2E (ms)"}
 SIDES = {"sim": "tab:blue", "live": "tab:orange"}

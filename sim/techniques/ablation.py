@@ -19,7 +19,7 @@ import pandas as pd
 
 from edgepop.errors import UserError
 from sim.grid import Grid, load_grid, with_size
-from sim.report import pyplot
+from sim.plots import pyplot
 from sim.sweep import run_sweep
 
 FIGURES = ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",

@@ -218,7 +218,8 @@ def test_resampled_quantiles_are_the_weighted_inverted_cdf():
 def test_report_title_and_plots_speak_of_what_ran():
     import pandas as pd
 
-    from sim.report import _interactive, title_line
+    from sim.plots import _interactive
+    from sim.report import title_line
 
     s = {"scenario": "small", "requests": 10, "seed": 1, "baseline": "big3", "deployments": {"edge": {}}}
     assert title_line(s).endswith("GPU inventory x1, edge only)")  # no central was simulated
