@@ -4,7 +4,8 @@
   :mod:`dataplane.byom` registers your own ONNX file from a manifest.
 * :mod:`dataplane.engine_lm` (continuous batching, KV cache) and :mod:`dataplane.engine_batch`
   (dynamic batching): background-thread engines with thread-safe ``submit``.
-* :mod:`dataplane.tasks` - the Workers AI task table (prepare -> run -> shape), used by
+* :mod:`dataplane.tasks` - the Workers AI task table (prepare -> run -> shape; its field parsers in
+  :mod:`dataplane.task_inputs`), used by
   :class:`dataplane.service.DataPlane` (models, engines and tasks together) and by the gateway.
 * :mod:`dataplane.profiler` and :mod:`dataplane.engine_profile` - service-time tables for the simulator.
 * :mod:`dataplane.gateway` - the live HTTP gateway over these engines, routed by the control plane.
