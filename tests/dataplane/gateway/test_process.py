@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import openai
@@ -16,6 +17,18 @@ from kit.gateway import ALICE, BOB, EMB, GEN, headers, run_url
 
 from dataplane.gateway.server import spawn_serve
 from dataplane.gateway.sse import DONE, parse_events
+
+
+@contextmanager
+def _serving(args: list[str], env: dict, log):
+    """``edgepop serve`` started with ``args`` (its process and URL), killed on the way out if still running."""
+    proc, url = spawn_serve(args, env=env, log=log)
+    try:
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _status(url: str, rid: str) -> dict:
@@ -43,8 +56,7 @@ def test_sigterm_drains_in_flight_work_keeps_the_queue_and_exits_0(tmp_path):
     args = ["--config", str(cfg), "--db", str(db)]
     env = {"EDGEPOP_TOKENS": f"{ALICE}:alice"}
     n = 10
-    proc, url = spawn_serve(args, env=env, log=log)
-    try:
+    with _serving(args, env, log) as (proc, url):
         reqs = [{"prompt": f"job {i}", "max_tokens": 200, "ignore_eos": True, "seed": i} for i in range(n)]
         rid = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs},
                          headers=headers()).json()["result"]["request_id"]
@@ -72,25 +84,16 @@ def test_sigterm_drains_in_flight_work_keeps_the_queue_and_exits_0(tmp_path):
             time.sleep(0.05)
         t.join(120)
         assert proc.wait(120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     events = parse_events("".join(body))
     assert events[-1] == DONE and '"completion_tokens":200' in events[-2]  # the stream ran to its end
     left = _items(db)
     assert left.get("running", 0) == 0 and left.get("queued", 0) >= 1  # nothing half-run; the queue is kept
     assert "SIGTERM: draining" in log.read_text()
 
-    proc, url = spawn_serve(args, env=env, log=log)  # the restart resumes the batch
-    try:
+    with _serving(args, env, log) as (proc, url):  # the restart resumes the batch
         res = _done(url, rid)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert res["status"] == "done" and all(x["success"] for x in res["responses"])
     with sqlite3.connect(db) as con:
         assert [c for (c,) in con.execute("SELECT completions FROM items ORDER BY idx")] == [1] * n
@@ -106,8 +109,7 @@ def test_a_second_sigint_stops_running_batch_items_at_once_and_the_restart_runs_
     fast.write_text(common + "delay = false\n")
     env = {"EDGEPOP_TOKENS": f"{ALICE}:alice"}
     n = 3
-    proc, url = spawn_serve(["--config", str(slow), "--db", str(db), "--no-warm"], env=env, log=log)
-    try:
+    with _serving(["--config", str(slow), "--db", str(db), "--no-warm"], env, log) as (proc, url):
         reqs = [{"prompt": f"job {i}", "max_tokens": 5, "seed": i} for i in range(n)]
         rid = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs},
                          headers=headers(**{"x-edgepop-client-city": "Sydney"})).json()["result"]["request_id"]
@@ -121,10 +123,6 @@ def test_a_second_sigint_stops_running_batch_items_at_once_and_the_restart_runs_
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert _items(db) == {"queued": n}  # the running ones went back, none was completed or failed
     assert "2 running batch items put back in the queue" in log.read_text()
 
@@ -154,9 +152,8 @@ def test_queued_items_of_a_model_a_restart_no_longer_serves_wait_for_one_that_do
                           timeout=10)
 
     # Both served, the one slot held by a far client's item delayed for minutes: the EMB job stays queued.
-    proc, url = spawn_serve(config("both", [GEN, EMB], "delay = true\ndelay_scale = 1000\ndrain_timeout_s = 0.5\n"),
-                            env=env, log=log)
-    try:
+    with _serving(config("both", [GEN, EMB], "delay = true\ndelay_scale = 1000\ndrain_timeout_s = 0.5\n"),
+                  env, log) as (proc, url):
         gen = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": [{"prompt": "a", "max_tokens": 3}]},
                          headers=headers(**{"x-edgepop-client-city": "Sydney"})).json()["result"]["request_id"]
         emb = httpx.post(run_url(url, EMB) + "?queueRequest=true", json={"requests": [{"text": "x"}, {"text": "y"}]},
@@ -167,10 +164,6 @@ def test_queued_items_of_a_model_a_restart_no_longer_serves_wait_for_one_that_do
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert _items(db) == {"queued": 3}
 
     proc, url = spawn_serve(config("gen", [GEN]), env=env, log=log)
