@@ -219,6 +219,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     problem = PlacementProblem.build(topo, catalog=catalog, fleet=fleet, total_rps=demand_rps, mix=mix, perf=perf,
                                      prompt_tokens=dict(shape.get("prompt", {})),
                                      output_tokens=dict(shape.get("output", {})),
+                                     prompt_mix=dict(shape.get("prompt_mix", {})),
                                      utilisation_cap=cfg.utilisation_cap,
                                      one_llm_per_gpu=one_llm)
     placement = cached_place(policy, problem, rng_place)

@@ -39,6 +39,7 @@ import math
 from dataclasses import astuple, dataclass, field, fields, replace
 from typing import ClassVar, Protocol
 
+import numpy as np
 import pandas as pd
 
 from controlplane import perf_arch
@@ -362,5 +363,34 @@ def capacity_rps(perf: PerfModel, spec: ModelSpec, gpu: str, prompt_tokens: floa
             per_seq = spec.kv_charge(math.ceil(per_seq))
         batch = max(1, min(batch, math.floor(spec.kv_pool_tokens / per_seq)))
     step = perf.decode_step_ms(spec, gpu, batch, prompt_tokens + output_tokens / 2, **opts)
-    per_request_ms = prefill + output_tokens * step / batch
+    # The prefill makes the first token; the other output_tokens - 1 come from decode steps shared by the batch.
+    per_request_ms = prefill + max(output_tokens - 1.0, 0.0) * step / batch
     return 1e3 / per_request_ms
+
+
+def capacity_rps_mix(perf: PerfModel, spec: ModelSpec, gpu: str, sizes, output_tokens: float = 128,
+                     batch: int | None = None, **opts) -> float:
+    """:func:`capacity_rps` of a mix of request sizes: ``sizes`` holds ``(prompt units, share)`` pairs, and a
+    request costs the shares' weighted mean of each size's time (``1 / capacity_rps``). What a speech model's
+    capacity needs: its clips pay per started window, so the mean clip's cost is not the clips' mean cost."""
+    sizes = [(float(u), float(w)) for u, w in sizes if w > 0]
+    total = sum(w for _, w in sizes)
+    if not sizes or total <= 0:
+        raise UserError(f"{spec.id}: capacity of a size mix needs at least one size with a positive share")
+    ms = sum(w / total / capacity_rps(perf, spec, gpu, u, output_tokens, batch=batch, **opts) for u, w in sizes)
+    return 1.0 / ms
+
+
+def clip_mix(spec: ModelSpec, minutes) -> tuple[tuple[float, float], ...]:
+    """Speech clips (minutes each) as ``(mean minutes, share)`` per count of started windows, for
+    :func:`capacity_rps_mix`: within one count a clip's cost is linear in its length, so each group's mean clip
+    costs its clips' mean. A model without windows is linear throughout: one group."""
+    m = np.maximum(np.asarray(minutes, dtype=float), 1.0 / 60.0)
+    if not len(m):
+        return ()
+    if not spec.audio_window_s:
+        return ((float(m.mean()), 1.0),)
+    windows = np.maximum(1, np.ceil(m * 60.0 / spec.audio_window_s - 1e-9)).astype(np.int64)
+    keys, inverse, counts = np.unique(windows, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=m)
+    return tuple((float(sums[i] / counts[i]), float(counts[i] / len(m))) for i in range(len(keys)))

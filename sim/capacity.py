@@ -116,7 +116,7 @@ def slo_batch(perf, spec, gpu: str, context: float, tpot_ms: float) -> int:
 
 def serving_capacity(table, catalog, perf, shape: dict, mix: dict, slo) -> tuple[float, dict]:
     """(rps of the mix, per-model rps) the replicas of ``table`` sustain at full batch within the TPOT SLO."""
-    from controlplane.perf import capacity_rps
+    from controlplane.perf import capacity_rps, capacity_rps_mix
 
     per_model: dict[str, float] = {}
     cache: dict = {}
@@ -127,7 +127,9 @@ def serving_capacity(table, catalog, perf, shape: dict, mix: dict, slo) -> tuple
             prompt = float(shape.get("prompt", {}).get(model, 512.0))
             output = float(shape.get("output", {}).get(model, 128.0))
             batch = slo_batch(perf, spec, gpu, prompt + output / 2, slo.tpot_ms) if spec.generative else None
-            cache[key] = capacity_rps(perf, spec, gpu, prompt, output, batch=batch)  # (sizes floored there)
+            sizes = shape.get("prompt_mix", {}).get(model)
+            cache[key] = (capacity_rps_mix(perf, spec, gpu, sizes, output, batch=batch) if sizes
+                          else capacity_rps(perf, spec, gpu, prompt, output, batch=batch))  # (sizes floored there)
         per_model[model] = per_model.get(model, 0.0) + cache[key]
     shares = {m: s for m, s in mix.items() if s > 0}
     if not shares:

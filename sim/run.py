@@ -17,6 +17,7 @@ import pandas as pd
 
 from controlplane.catalog import Catalog, default_catalog
 from controlplane.deployment import Deployment, build_deployment
+from controlplane.perf import clip_mix
 from controlplane.perf_models import build_perf
 from controlplane.placement import PlacementError
 from edgepop.errors import UserError
@@ -167,7 +168,9 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     audio = frame.model.isin([s.id for s in catalog if s.unit == "audio-minute"])
     units = frame.prompt_tokens.where(~audio, frame.prompt_tokens / 60.0)
     shape = {"prompt": units.groupby(frame.model).mean().to_dict(),
-             "output": frame.output_tokens.groupby(frame.model).mean().to_dict()}
+             "output": frame.output_tokens.groupby(frame.model).mean().to_dict(),
+             # speech capacity is costed clip by clip (per started window), not at the mean clip
+             "prompt_mix": {m: clip_mix(catalog[m], u) for m, u in units[audio].groupby(frame.model[audio])}}
     return Setup(sc, topo, catalog, perf, tech, rng, workload, mean_rps,
                  frame.model.value_counts(normalize=True).to_dict(), typical, shape,
                  getattr(sc.workload, "start_utc", None),

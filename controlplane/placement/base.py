@@ -65,7 +65,9 @@ class PlacementProblem:
     ``demand``: requests/s, rows = ingress PoP ids (a subset of ``topo.pops.id``), columns = model ids.
     ``rtt``: ms from every PoP of ``topo`` (rows, table order) to every site of ``fleet`` (columns); computed
     when omitted. ``prompt_tokens`` / ``output_tokens``: mean request shape per model (task defaults from
-    :data:`TASK_REQUEST_SHAPE` fill the gaps), used for replica capacity via ``capacity_rps``.
+    :data:`TASK_REQUEST_SHAPE` fill the gaps), used for replica capacity via ``capacity_rps``. ``prompt_mix``:
+    per model, ``(prompt units, share)`` pairs to cost instead of the mean prompt (``capacity_rps_mix``; a speech
+    model's clips, whose cost per started window makes the mean clip cheaper than the clips' mean cost).
     ``candidates_k``: an ingress may be served by its ``k`` nearest sites that host the model.
     ``utilisation_cap``: plan each replica (and each GPU's time) to run at most this share of its capacity.
     ``overcommit``: allow ``overcommit_ratio`` x GPU memory to be committed per GPU (KV pools reserved but rarely
@@ -81,6 +83,7 @@ class PlacementProblem:
     perf: PerfModel | None = None
     prompt_tokens: dict[str, float] = field(default_factory=dict)
     output_tokens: dict[str, float] = field(default_factory=dict)
+    prompt_mix: dict[str, tuple] = field(default_factory=dict)
     unserved_penalty_ms: float = 1000.0
     candidates_k: int = 16
     utilisation_cap: float = 0.7
@@ -92,6 +95,7 @@ class PlacementProblem:
         self._check_options()
         self.demand = self._checked_demand(self.demand)
         self.prompt_tokens, self.output_tokens = dict(self.prompt_tokens), dict(self.output_tokens)
+        self.prompt_mix = {m: tuple((float(u), float(w)) for u, w in v) for m, v in dict(self.prompt_mix).items()}
         if self.rtt is None:
             self.rtt = ingress_site_rtt(self.topo, self.fleet)
         self.rtt = np.asarray(self.rtt, dtype=float)

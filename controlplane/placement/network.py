@@ -15,7 +15,7 @@ import numpy as np
 
 from controlplane.fleet import Fleet
 from controlplane.ordering import first_k_stable
-from controlplane.perf import capacity_rps
+from controlplane.perf import capacity_rps, capacity_rps_mix
 
 
 class Network:
@@ -77,7 +77,9 @@ class Network:
         for gpu in np.unique(self.node_gpu):
             rows = self.node_gpu == gpu
             for m, spec in enumerate(self.specs):
-                rate = capacity_rps(p.perf, spec, gpu, p.prompt_tokens[spec.id], p.output_tokens[spec.id])
+                mix = p.prompt_mix.get(spec.id)
+                rate = (capacity_rps_mix(p.perf, spec, gpu, mix, p.output_tokens[spec.id]) if mix
+                        else capacity_rps(p.perf, spec, gpu, p.prompt_tokens[spec.id], p.output_tokens[spec.id]))
                 out[rows, m] = np.where(self.fits[rows, m], rate, 0.0)
         return out
 

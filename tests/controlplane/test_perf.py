@@ -14,7 +14,7 @@ import pytest
 
 from controlplane import perf_arch, perf_calibration
 from controlplane.catalog import default_catalog
-from controlplane.perf import Roofline, capacity_rps, with_precision
+from controlplane.perf import Roofline, capacity_rps, capacity_rps_mix, clip_mix, with_precision
 from controlplane.perf_params import PARAMS_FILE, RooflineParams
 from controlplane.perf_profile import MeasuredProfile
 from edgepop.cli import main as edgepop_main
@@ -148,6 +148,31 @@ def test_capacity_falls_with_longer_outputs_and_respects_the_kv_pool(model, cat)
     pool_limited = capacity_rps(model, spec, "H100", 512, 128, batch=10_000)
     assert pool_limited == pytest.approx(capacity_rps(model, spec, "H100", 512, 128,
                                                       batch=spec.kv_pool_tokens // 640))
+
+
+def test_capacity_counts_the_first_token_as_the_prefills(model, cat):
+    """A request of n output tokens decodes n - 1 of them (the prefill makes the first), as the replica engine
+    runs it: one output token alone is the prefill; each token more adds one shared decode step."""
+    spec = cat[L8]
+    assert capacity_rps(model, spec, "L4", 16, 1, batch=1) == pytest.approx(1e3 / model.prefill_ms(spec, "L4", 16))
+    step = model.decode_step_ms(spec, "L4", 1, 16 + 9 / 2)
+    assert 1e3 / capacity_rps(model, spec, "L4", 16, 9, batch=1) == pytest.approx(
+        model.prefill_ms(spec, "L4", 16) + 8 * step)
+
+
+def test_speech_capacity_is_the_clips_mean_cost_not_the_mean_clips(model, cat):
+    """Clips pay per started 30 s window: a mix of 10 s and 50 s clips (1 and 2 windows) costs each clip's own
+    time, more than their mean 24 s clip (1 window) would; grouping clips by window count loses nothing."""
+    spec = cat["@cf/openai/whisper"]
+    clips = np.array([10.0, 10.0, 10.0, 10.0, 50.0, 55.0]) / 60.0
+    each = [1.0 / capacity_rps(model, spec, "L4", c, 0) for c in clips]
+    mixed = capacity_rps_mix(model, spec, "L4", clip_mix(spec, clips), 0)
+    assert mixed == pytest.approx(1.0 / np.mean(each), rel=1e-3)
+    assert mixed < 0.8 * capacity_rps(model, spec, "L4", clips.mean(), 0)
+    assert [round(w, 3) for _, w in clip_mix(spec, clips)] == [0.667, 0.333]
+    assert capacity_rps_mix(model, spec, "L4", [(0.5, 2.0)], 0) == pytest.approx(capacity_rps(model, spec, "L4", 0.5, 0))
+    with pytest.raises(UserError, match="positive share"):
+        capacity_rps_mix(model, spec, "L4", [(0.5, 0.0)], 0)
 
 
 # ---------------------------------------------------------------- calibration

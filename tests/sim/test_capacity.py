@@ -154,3 +154,27 @@ def test_short_span_cost_is_not_rounded_away(topo):
         row = rows[name]
         assert row["slo_met"] == block["slo_met"] > 0
         assert row["gpu_usd_per_1k_ok"] == pytest.approx(1e3 * usd_per_hour * span_s / 3600 / row["ok"], rel=1e-3)
+
+
+def test_speech_replicas_are_planned_at_their_clips_cost(built):
+    """The placement's and the summary's capacity for a speech model cost its clips one by one (each pays its
+    started windows), as the replica engine runs them: not the mean clip, which is ~1.5x cheaper here."""
+    from controlplane.perf import capacity_rps, capacity_rps_mix
+    from sim.capacity import serving_capacity
+
+    _, setup, deps = built
+    whisper = "@cf/openai/whisper"
+    mix = setup.shape["prompt_mix"][whisper]
+    assert len(mix) > 1 and sum(w for _, w in mix) == pytest.approx(1.0)
+    net = deps["edge"].placement.net
+    m = net.models.index(whisper) if isinstance(net.models, list) else list(net.models).index(whisper)
+    spec = setup.catalog[whisper]
+    for node in np.flatnonzero(net.cap[:, m] > 0)[:3]:
+        gpu = net.node_gpu[node]
+        assert net.cap[node, m] == pytest.approx(capacity_rps_mix(setup.perf, spec, gpu, mix, 0.0))
+        assert net.cap[node, m] < 0.9 * capacity_rps(setup.perf, spec, gpu, setup.shape["prompt"][whisper], 0.0)
+    table = deps["edge"].table
+    _, per_model = serving_capacity(table[table.model == whisper], setup.catalog, setup.perf, setup.shape,
+                                    setup.mix, setup.scenario.slo)
+    expected = sum(capacity_rps_mix(setup.perf, spec, g, mix, 0.0) for g in table[table.model == whisper].gpu)
+    assert per_model[whisper] == pytest.approx(expected)
