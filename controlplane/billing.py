@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from controlplane.catalog import Catalog, ModelSpec
+from edgepop.errors import UserError
 
 USD_PER_1000_NEURONS = 0.011
 FREE_NEURONS_PER_DAY = 10_000
@@ -63,10 +64,28 @@ def invoice_requests(frame: pd.DataFrame, day_s: float = 86_400.0, free_per_day:
     and UTC day. ``start_utc`` (a datetime or ISO string) is the wall-clock time of ``arrival_s`` 0: ``day`` is
     then the UTC day since 1970-01-01; without it, time 0 is taken as a UTC midnight and ``day`` counts whole days
     from it. ``day_s``: the simulated seconds of a day (a compressed day)."""
+    for col in ("neurons", "arrival_s"):
+        if col not in frame:
+            raise UserError(f"invoice: the requests table has no {col!r} column (columns: {', '.join(map(str, frame))})")
+    # (a NaN or negative amount would bill nothing or a credit; a day of 0 s divides by zero)
+    if not (isinstance(day_s, int | float) and not isinstance(day_s, bool) and 0 < day_s < np.inf):
+        raise UserError(f"invoice: day_s must be a positive number of seconds, got {day_s!r}")
+    for col, low in (("neurons", 0.0), ("arrival_s", -np.inf)):
+        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+        bad = ~(np.isfinite(values) & (values >= low))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            need = "a finite non-negative number" if col == "neurons" else "a finite number of seconds"
+            cell = frame[col].iloc[i]
+            got = repr(cell) if isinstance(cell, str) else str(cell)
+            raise UserError(f"invoice: row {i}: {col} must be {need}, got {got}")
     accounts = frame[account_col] if account_col in frame else pd.Series("default", index=frame.index)
     offset = 0.0
     if start_utc is not None:
-        start = pd.Timestamp(start_utc)
+        try:
+            start = pd.Timestamp(start_utc)
+        except (TypeError, ValueError):
+            raise UserError(f"invoice: start_utc must be a datetime or an ISO 8601 time, got {start_utc!r}") from None
         start = start.tz_localize("UTC") if start.tzinfo is None else start.tz_convert("UTC")
         # seconds since the epoch, in simulated seconds (a compressed day stretches the clock by day_s / 86400)
         offset = start.timestamp() * day_s / 86_400.0
@@ -81,6 +100,8 @@ def invoice_requests(frame: pd.DataFrame, day_s: float = 86_400.0, free_per_day:
 
 def fleet_cost(fleet, seconds: float) -> dict:
     """GPU-hours and dollars of keeping every GPU of ``fleet`` for ``seconds`` (GPUs bill whether busy or not)."""
+    if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 <= seconds < np.inf):
+        raise UserError(f"fleet cost: seconds must be a finite non-negative number, got {seconds!r}")
     hours = seconds / 3600.0
     gpu_hours = float(fleet.nodes.gpus.sum()) * hours
     by_type = (fleet.nodes.groupby("gpu").gpus.sum() * hours).round(3).to_dict()

@@ -91,12 +91,15 @@ class DeploymentConfig:
                             f"replica, by demand), got {self.utilisation_cap!r}")
         for name in ("gpu_scale", "load_gbs", "queue_timeout_s"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):  # NaN fails too
+            if not (_number(value) and math.isfinite(value) and value > 0):  # NaN fails too
                 raise UserError(f"{where}: {name} must be a positive number, got {value!r}")
+        # (a negative init_s would make a cold start shorter than loading the weights, or negative)
+        if not (_number(self.init_s) and math.isfinite(self.init_s) and self.init_s >= 0):
+            raise UserError(f"{where}: init_s must be a finite non-negative number of seconds, got {self.init_s!r}")
         from controlplane.fleet import BUDGETS, MAX_CENTRAL_SCALE, RACKS
         if self.gpu_scale > MAX_CENTRAL_SCALE:  # a fleet of millions of GPUs would take hours and all memory
             raise UserError(f"{where}: gpu_scale must be at most {MAX_CENTRAL_SCALE:g}, got {self.gpu_scale!r}")
-        if self.pops is not None and (not isinstance(self.pops, list) or not self.pops
+        if self.pops is not None and (not isinstance(self.pops, list | tuple) or not self.pops
                                       or not all(isinstance(p, str) for p in self.pops)):
             raise UserError(f"{where}: pops must be a non-empty list of PoP ids, got {self.pops!r}")
         from topology.gpus import NODE_SPEC
@@ -110,8 +113,12 @@ class DeploymentConfig:
                             f"{self.node} boxes)")
         if not NODE_SPEC.match(self.node):
             raise UserError(f"{where}: node must be GPUxCOUNT (e.g. H100x8), got {self.node!r}")
-        if not isinstance(self.queue_limit, int) or self.queue_limit < 1:
+        if isinstance(self.queue_limit, bool) or not isinstance(self.queue_limit, int) or self.queue_limit < 1:
             raise UserError(f"{where}: queue_limit must be an integer >= 1, got {self.queue_limit!r}")
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass
@@ -195,11 +202,15 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     ``shape`` = {"prompt": {model: mean units}, "output": {model: mean tokens}} sizes replica capacity.
     ``rtt_scale`` multiplies the routing RTT matrix (a gateway injecting scaled or no WAN delay).
     ``plane_options`` go to :func:`build_control_plane` (prefix, adapters, adapter_routing, slots).
+    ``mix`` None spreads the demand equally over every model of ``catalog`` (a deployment serves its catalog),
+    unlike :meth:`PlacementProblem.build`, whose default is the built-in mix; an empty mix is an error.
+    ``cfg`` is checked first (:meth:`DeploymentConfig.check`).
     """
     from controlplane.placement import PlacementProblem, get_policy
     from controlplane.placement.cache import cached_place
     from controlplane.placement.fill import with_idle_gpus_filled
 
+    cfg.check(f"deployment {name!r}")
     central = name == "central"
     options = dict(cfg.placement_options)
     if central:
@@ -213,7 +224,7 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     policy = get_policy(cfg.placement, **options)
     fleet = edge_fleet(topo, pops=list(cfg.pops)) if cfg.pops else None
     shape = shape or {}
-    mix = mix or {s.id: 1.0 for s in catalog}
+    mix = {s.id: 1.0 for s in catalog} if mix is None else mix
     rng_place = rng_place if rng_place is not None else np.random.default_rng(0)
     one_llm = cfg.one_llm_per_gpu and not (policy.explicit or policy.memory_only)  # the rule this plan keeps
     problem = PlacementProblem.build(topo, catalog=catalog, fleet=fleet, total_rps=demand_rps, mix=mix, perf=perf,
@@ -245,6 +256,7 @@ def deployment_from_table(name: str, cfg: DeploymentConfig, topo, catalog: Catal
     Used to mirror a running gateway in the simulator: node rows refer to ``edge_fleet(topo, pops)``.
     A ``slots`` column sets each replica's concurrent sequences.
     """
+    cfg.check(f"deployment {name!r}")
     fleet = edge_fleet(topo, list(pops))
     entry = _entry(name, False, topo, fleet)
     rtt = entry["rtt_builder"](topo.latency) * rtt_scale

@@ -9,6 +9,7 @@ Both kinds share one table shape so that placement, routing and the simulator ne
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -57,6 +58,8 @@ def _node_table(rows: pd.DataFrame, site_index: dict[str, int], gpus: pd.DataFra
 def edge_fleet(topo: Topology, pops: list[str] | None = None) -> Fleet:
     """Every GPU node of the topology's PoPs (or of the listed PoP ids only)."""
     p = topo.pops
+    if isinstance(pops, str):  # (a set of its letters would be looked up otherwise)
+        raise UserError(f"pops must be a list of PoP ids, got the string {pops!r} (write [{pops!r}])")
     if pops is not None:
         unknown = sorted(set(pops) - set(p.id))
         if unknown:
@@ -94,15 +97,17 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
         table = baseline(regions, topo.regions)
         name = regions
     else:
+        if not regions:
+            raise UserError("central fleet: no regions given (a baseline name such as 'big3', or region ids)")
         unknown = sorted(set(regions) - set(topo.regions.id))
         if unknown:
             raise UserError(f"unknown region id(s): {', '.join(map(repr, unknown[:5]))}"
                             + (" (an empty id: a stray comma?)" if "" in unknown else ""))
         table = topo.regions[topo.regions.id.isin(regions)]
         name = "+".join(regions)
-    if not 0 < scale <= MAX_CENTRAL_SCALE:  # (NaN fails too)
+    if isinstance(scale, bool) or not isinstance(scale, Real) or not 0 < scale <= MAX_CENTRAL_SCALE:  # (NaN fails)
         raise UserError(f"central GPU scale must be positive and at most {MAX_CENTRAL_SCALE:g} (the budget x "
-                        f"{MAX_CENTRAL_SCALE:g}), got {scale}")
+                        f"{MAX_CENTRAL_SCALE:g}), got {scale!r}")
     if budget not in BUDGETS:
         raise UserError(f"central budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
     if rack not in RACKS:

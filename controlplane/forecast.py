@@ -6,7 +6,9 @@ time), each city entering at its anycast ingress PoP, and split across models by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -34,11 +36,13 @@ DEFAULT_MIX = {
 
 def normalise_mix(mix: dict[str, float], catalog: Catalog) -> dict[str, float]:
     """Validate a model mix against the catalog and scale it to sum to 1."""
+    if not isinstance(mix, Mapping):
+        raise UserError(f"the model mix must map model ids to shares, got {mix!r}")
     if not mix:
         raise UserError("the model mix is empty")
     for model, share in mix.items():
         catalog[model]  # raises UnknownModelError naming the id
-        if not np.isfinite(share) or share < 0:
+        if not isinstance(share, Real) or isinstance(share, bool) or not np.isfinite(share) or share < 0:
             raise UserError(f"model mix: share of {model!r} must be a non-negative number, got {share!r}")
     total = float(sum(mix.values()))
     if total <= 0:
@@ -62,7 +66,7 @@ def ingress_demand(topo: Topology, catalog: Catalog, total_rps: float, mix: dict
     """Requests/s per ingress PoP (rows, PoP ids in table order) and model (columns)."""
     if not np.isfinite(total_rps) or not 0 < total_rps <= 1e9:  # (beyond, the solvers' numbers lose meaning)
         raise UserError(f"total demand must be a positive number of requests/s up to 1e9, got {total_rps!r}")
-    shares = normalise_mix(mix or DEFAULT_MIX, catalog)
+    shares = normalise_mix(DEFAULT_MIX if mix is None else mix, catalog)  # ({} is an error, not the default)
     w = ingress_weights(topo, when_utc)
     data = total_rps * np.outer(w, np.array(list(shares.values())))
     return pd.DataFrame(data, index=pd.Index(topo.pops.id.to_numpy(), name="ingress"), columns=list(shares))

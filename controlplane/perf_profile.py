@@ -62,6 +62,41 @@ def _interp2(grid: dict[float, tuple[np.ndarray, np.ndarray]], x: float, y: floa
     return _interp1(xs, at_y, x)
 
 
+# Numeric columns: (the least value allowed, whether it must be exceeded, must it be whole, what the rule says).
+# A batch holds at least one request; an image row's tokens and a prefill's context are 0.
+NUMBERS = {"batch_size": (1, False, True, "a whole number of at least 1"),
+           "tokens": (0, False, False, "a non-negative number"),
+           "context": (0, False, False, "a non-negative number"),
+           "ms": (0, True, False, "a positive number")}
+
+
+def _checked_numbers(table: pd.DataFrame, source: str) -> pd.DataFrame:
+    """``table`` with its numeric columns as numbers; a DataFileError naming the first bad cell (its file row: the
+    header is row 1), so a bad cell fails at load, not at its first use."""
+    out = {}
+    for name, (low, strict, whole, rule) in NUMBERS.items():
+        raw = table[name]
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+        ok = np.isfinite(values) & ((values > low) if strict else (values >= low))
+        if whole:
+            ok &= np.floor(values) == values
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            cell = raw.iloc[i]
+            got = "nothing" if pd.isna(cell) else repr(cell) if isinstance(cell, str) else str(cell)
+            raise DataFileError(source, i + 2, name, f"must be {rule}, got {got}")
+        out[name] = pd.to_numeric(raw)
+    return table.assign(**out)
+
+
+def _positive_sizes(sizes) -> bool:
+    """Every size finite and positive (NaN fails the comparison; a string is no size)."""
+    try:
+        return bool(sizes) and all(0 < x < np.inf for x in sizes)
+    except TypeError:
+        return False
+
+
 class MeasuredProfile:
     """Service times interpolated from a measured profile table; satisfies :class:`controlplane.perf.PerfModel`.
 
@@ -73,9 +108,7 @@ class MeasuredProfile:
         if list(table.columns) != COLUMNS:
             raise DataFileError(source, None, None, f"not a profile table: columns {list(table.columns)}, "
                                                     f"expected {COLUMNS}")
-        if (table.ms <= 0).any() or table.ms.isna().any():
-            row = int(np.flatnonzero((table.ms <= 0) | table.ms.isna())[0]) + 2
-            raise DataFileError(source, row, "ms", "must be a positive number")
+        table = _checked_numbers(table, source)
         for name, value in (("host", host), ("provider", provider)):
             if value is not None:
                 if value not in set(table[name]):
@@ -138,8 +171,8 @@ class MeasuredProfile:
                          **_ignored) -> float:
         """Several requests in one pass; the data plane pads them to the longest, so that length counts."""
         self._single_device(tp)
-        if not tokens_list or min(tokens_list) <= 0:
-            raise UserError(f"token counts must be positive, got {list(tokens_list)}")
+        if not _positive_sizes(tokens_list):
+            raise UserError(f"{self.source}: token counts must be finite positive numbers, got {list(tokens_list)}")
         batch, longest = float(len(tokens_list)), float(max(tokens_list))
         if spec.generative:
             return _interp2(self._grid(spec, "prefill", "batch_size", "tokens"), batch, longest)
@@ -159,6 +192,11 @@ class MeasuredProfile:
         self._single_device(tp)
         if not spec.generative:
             raise UserError(f"{spec.id} is not a text-generation model: it has no decode step")
-        if batch < 1 or context < 0:
-            raise UserError(f"decode needs batch >= 1 and context >= 0, got batch {batch}, context {context}")
+        try:
+            ok = 1 <= batch < np.inf and 0 <= context < np.inf  # (NaN fails)
+        except TypeError:
+            ok = False
+        if not ok:
+            raise UserError(f"{self.source}: decode needs a finite batch >= 1 and context >= 0, got batch {batch!r}, "
+                            f"context {context!r}")
         return _interp2(self._grid(spec, "decode", "batch_size", "context"), float(batch), float(context))

@@ -33,7 +33,8 @@ from controlplane.outcomes import Code
 from controlplane.prefix_index import PrefixIndex
 from controlplane.routing import QUEUE, REJECT, START, Decision, make_router
 from controlplane.routing.base import Router, reject
-from controlplane.state import COLD, LOADING, READY, ClusterState, Replica, Request
+from controlplane.state import COLD, INF, LOADING, READY, ClusterState, Replica, Request, bad_request
+from edgepop.errors import UserError
 
 
 @dataclass
@@ -83,6 +84,7 @@ class ControlPlane:
         self._pins: dict = {}  # request -> replica whose prefix blocks it pins (prefix caching on)
         self._limits: dict = {}  # model -> admission limits (check() runs once per request)
         self._deadlines: deque = deque()  # (deadline, request): FIFO because the timeout is one constant
+        self._ingresses = len(self.state.rtt)  # valid ingress keys: the RTT matrix's rows
         self.counts = {"submitted": 0, "started": 0, "queued": 0, "rejected": 0, "expired": 0, "cold_loads": 0}
 
     # ---------------------------------------------------------------- estimates for latency-aware routing
@@ -136,7 +138,16 @@ class ControlPlane:
 
     def check(self, req: Request) -> int | None:
         """Admission checks before routing: 5007 unknown model, 3006 too large for the context window or the KV pool.
-        Sets ``req.kv_charge`` for a sliding-window model (what routers and replicas then reserve)."""
+        Sets ``req.kv_charge`` for a sliding-window model (what routers and replicas then reserve). A request whose
+        fields are not a request (an ingress outside the RTT matrix's rows, a negative, NaN or infinite size) is the
+        caller's mistake, not an outcome: a ``UserError`` naming the field."""
+        # A few comparisons per request (NaN fails them; a string raises TypeError); the message only on failure.
+        try:
+            ok = 0 <= req.ingress < self._ingresses and 0 <= req.prompt_tokens < INF and req.output_tokens >= 0
+        except TypeError:
+            ok = False
+        if not ok:
+            raise bad_request(req, self._ingresses)
         lim = self._limits.get(req.model, False)
         if lim is False:
             lim = self._limits_of(req.model)
@@ -157,15 +168,27 @@ class ControlPlane:
 
         ``avoid``: replicas this decision must not use (as if down), e.g. ones whose engine the caller knows to be
         over its wait bound; with none left the request is rejected (3040)."""
+        r = req.replica
+        if r is not None and (req in r.running or req in r.queue):  # (a retry has left both: replica None)
+            raise UserError(f"request {req.id} was submitted again while it is "
+                            f"{'running' if req in r.running else 'queued'}: submit a request once, again only "
+                            "after it finished, expired or was lost")
+        code = self.check(req)  # (first: a request it raises on was never submitted)
         self.counts["submitted"] += 1
-        code = self.check(req)
-        if code is not None:
-            d = reject(code)
-        elif avoid:
-            with self.state.withheld(avoid):
+        try:
+            if code is not None:
+                d = reject(code)
+            elif avoid:
+                with self.state.withheld(avoid):
+                    d = self.router.route(req, now)
+            else:
                 d = self.router.route(req, now)
-        else:
-            d = self.router.route(req, now)
+        except IndexError:  # (an ingress in range but not an integer, 3.5, indexes no RTT row)
+            if isinstance(req.ingress, int | np.integer):
+                raise
+            self.counts["submitted"] -= 1
+            raise UserError(f"request {req.id}: ingress must be an integer row of the RTT matrix, got "
+                            f"{req.ingress!r}") from None
         if d.action == REJECT:
             self.counts["rejected"] += 1
             return d
@@ -191,6 +214,9 @@ class ControlPlane:
     def finish(self, req: Request, now: float) -> list[Request]:
         """A running request completed (or was cancelled); returns queued requests that start now."""
         r = req.replica
+        if r is None or req not in r.running:  # (releasing its slot twice would free one it does not hold)
+            raise UserError(f"request {req.id} is not running (never started, or already finished or cancelled): "
+                            "finish() takes a request the plane started, once")
         if self._pins:
             self.unpin_prefix(req)
         r._release(req, now)

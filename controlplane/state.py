@@ -56,6 +56,26 @@ class Request:
         return self.kv_charge if self.kv_charge >= 0 else self.prompt_tokens + self.output_tokens
 
 
+INF = float("inf")
+
+
+def bad_request(req: Request, ingresses: int) -> UserError:
+    """The error of a request ``ControlPlane.check`` refuses, naming its first bad field."""
+    def number(x, low, high=INF):
+        try:
+            return low <= x < high
+        except TypeError:
+            return False
+
+    if not number(req.ingress, 0, ingresses):
+        problem = f"ingress must be a row of the RTT matrix (0 to {ingresses - 1}), got {req.ingress!r}"
+    elif not number(req.prompt_tokens, 0):
+        problem = f"prompt_tokens must be a finite non-negative number, got {req.prompt_tokens!r}"
+    else:
+        problem = f"output_tokens must be a non-negative number, got {req.output_tokens!r}"
+    return UserError(f"request {req.id}: {problem}")
+
+
 class SiteQueue(deque):
     """The FIFO queue shared by all replicas of one model at one site (a PoP-local load balancer's queue).
 

@@ -94,14 +94,21 @@ class PlacementProblem:
     def __post_init__(self) -> None:
         self._check_options()
         self.demand = self._checked_demand(self.demand)
-        self.prompt_tokens, self.output_tokens = dict(self.prompt_tokens), dict(self.output_tokens)
-        self.prompt_mix = {m: tuple((float(u), float(w)) for u, w in v) for m, v in dict(self.prompt_mix).items()}
-        if self.rtt is None:
+        self.prompt_tokens = self._checked_shape("prompt_tokens", self.prompt_tokens, low=0.0, strict=True)
+        self.output_tokens = self._checked_shape("output_tokens", self.output_tokens, low=0.0, strict=False)
+        self.prompt_mix = self._checked_prompt_mix(self.prompt_mix)
+        given = self.rtt is not None
+        if not given:
             self.rtt = ingress_site_rtt(self.topo, self.fleet)
-        self.rtt = np.asarray(self.rtt, dtype=float)
+        try:
+            self.rtt = np.asarray(self.rtt, dtype=float)
+        except (TypeError, ValueError):
+            raise UserError("rtt matrix must hold numbers (ms)") from None
         if self.rtt.shape != (len(self.topo.pops), len(self.fleet.sites)):
             raise UserError(f"rtt matrix has shape {self.rtt.shape}; expected (PoPs, fleet sites) = "
                             f"({len(self.topo.pops)}, {len(self.fleet.sites)})")
+        if given:  # (the computed one is finite by construction: only a caller's matrix is checked)
+            self._check_rtt()
         if self.perf is None:
             self.perf = Roofline.from_topology(self.topo)
         for model in self.models:
@@ -119,9 +126,13 @@ class PlacementProblem:
     def build(cls, topo: Topology, catalog: Catalog | None = None, fleet: Fleet | None = None,
               total_rps: float = 20_000.0, mix: dict[str, float] | None = None,
               when_utc: datetime | None = None, **options) -> PlacementProblem:
-        """The common case: the edge fleet of ``topo``, demand from :func:`ingress_demand` (default mix)."""
+        """The common case: the edge fleet of ``topo``, demand from :func:`ingress_demand`. ``mix`` None: the
+        built-in mix (:data:`controlplane.forecast.DEFAULT_MIX`); an empty one is an error."""
         if isinstance(total_rps, bool) or not isinstance(total_rps, Real):  # (its range: ingress_demand's check)
             raise UserError(f"PlacementProblem.build: total_rps must be a number of requests/s, got {total_rps!r}")
+        if catalog is not None and not isinstance(catalog, Catalog):
+            raise UserError(f"PlacementProblem.build: catalog must be a Catalog (Catalog.load(path) reads a file), "
+                            f"got {catalog!r}")
         catalog = catalog or default_catalog()
         fleet = fleet or edge_fleet(topo)
         demand = ingress_demand(topo, catalog, total_rps, mix, when_utc)
@@ -129,8 +140,8 @@ class PlacementProblem:
 
     def _check_options(self) -> None:
         def positive(name, value):
-            if isinstance(value, bool) or not np.isfinite(value) or value <= 0:
-                raise UserError(f"placement option {name!r} must be positive, got {value!r}")
+            if not _number(value) or not np.isfinite(value) or value <= 0:
+                raise UserError(f"placement option {name!r} must be a positive number, got {value!r}")
 
         positive("unserved_penalty_ms", self.unserved_penalty_ms)
         positive("candidates_k", self.candidates_k)
@@ -139,18 +150,77 @@ class PlacementProblem:
             raise UserError(f"placement option 'utilisation_cap' must be at most 1, got {self.utilisation_cap}")
         if int(self.candidates_k) != self.candidates_k:
             raise UserError(f"placement option 'candidates_k' must be an integer, got {self.candidates_k!r}")
-        if self.overcommit and self.overcommit_ratio < 1:
-            raise UserError(f"placement option 'overcommit_ratio' must be at least 1, got {self.overcommit_ratio}")
+        for name in ("overcommit", "one_llm_per_gpu"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise UserError(f"placement option {name!r} must be true or false, got {getattr(self, name)!r}")
+        ratio = self.overcommit_ratio
+        if not _number(ratio) or not (1 <= ratio < np.inf):  # (NaN fails the comparison)
+            raise UserError(f"placement option 'overcommit_ratio' must be a finite number of at least 1, got "
+                            f"{ratio!r}")
+
+    def _known_model(self, field_: str, model) -> None:
+        if model not in self.catalog:
+            raise UserError(f"placement field {field_!r}: no model {model!r} in the catalog")
+
+    def _checked_shape(self, field_: str, shape, low: float, strict: bool) -> dict[str, float]:
+        """A ``prompt_tokens`` / ``output_tokens`` dict: catalog model ids to finite sizes above (or at) ``low``."""
+        if not isinstance(shape, dict):
+            raise UserError(f"placement field {field_!r} must be a dict of model id -> mean size, got {shape!r}")
+        for model, value in shape.items():
+            self._known_model(field_, model)
+            if not _number(value) or not np.isfinite(value) or value < low or (strict and value == low):
+                need = "positive" if strict else "non-negative"
+                raise UserError(f"placement field {field_!r}: size of {model!r} must be a finite {need} number, "
+                                f"got {value!r}")
+        return dict(shape)
+
+    def _checked_prompt_mix(self, mixes) -> dict[str, tuple]:
+        """``prompt_mix``: per catalog model, ``(prompt units, share)`` pairs, units finite and positive, shares
+        finite and non-negative with a positive sum (an empty list: no mix, the mean prompt is costed)."""
+        if not isinstance(mixes, dict):
+            raise UserError(f"placement field 'prompt_mix' must be a dict of model id -> (units, share) pairs, "
+                            f"got {mixes!r}")
+        out = {}
+        for model, pairs in mixes.items():
+            self._known_model("prompt_mix", model)
+            where = f"placement field 'prompt_mix' of {model!r}"
+            try:
+                pairs = [tuple(p) for p in pairs]
+            except TypeError:
+                raise UserError(f"{where} must list (prompt units, share) pairs, got {pairs!r}") from None
+            for pair in pairs:
+                if len(pair) != 2 or not all(_number(x) and np.isfinite(x) for x in pair):
+                    raise UserError(f"{where}: each entry must be a pair of finite numbers, got {pair!r}")
+                if pair[0] <= 0 or pair[1] < 0:
+                    raise UserError(f"{where}: prompt units must be positive and shares non-negative, got {pair!r}")
+            if pairs and not sum(w for _, w in pairs) > 0:
+                raise UserError(f"{where}: the shares sum to zero")
+            out[model] = tuple((float(u), float(w)) for u, w in pairs)
+        return out
+
+    def _check_rtt(self) -> None:
+        bad = ~(np.isfinite(self.rtt) & (self.rtt >= 0))
+        if bad.any():
+            i, j = (int(x[0]) for x in np.nonzero(bad))
+            raise UserError(f"rtt matrix: entry (PoP {self.topo.pops.id.iloc[i]!r}, site "
+                            f"{self.fleet.sites.site_id.iloc[j]!r}) is {float(self.rtt[i, j])}; RTTs must be finite "
+                            "and non-negative (ms)")
 
     def _checked_demand(self, demand: pd.DataFrame) -> pd.DataFrame:
         if not isinstance(demand, pd.DataFrame) or demand.empty:
             raise UserError("demand must be a non-empty DataFrame (ingress PoP ids x model ids, requests/s)")
         for model in demand.columns:
             self.catalog[model]  # UnknownModelError names the id
+        twice = demand.columns[demand.columns.duplicated()]
+        if len(twice):  # (their rates would be summed or one of them dropped, silently)
+            raise UserError(f"demand: model {twice[0]!r} has more than one column")
         unknown = sorted(set(map(str, demand.index)) - set(self.topo.pops.id))
         if unknown:
             raise UserError(f"demand: unknown ingress PoP id(s): {', '.join(unknown[:5])}")
-        values = demand.to_numpy(dtype=float)
+        try:
+            values = demand.to_numpy(dtype=float)
+        except (TypeError, ValueError):
+            raise UserError("demand: every rate must be a number of requests/s") from None
         if not np.all(np.isfinite(values)) or (values < 0).any():
             raise UserError("demand: every rate must be a finite non-negative number of requests/s")
         full = demand.groupby(level=0).sum().reindex(self.topo.pops.id, fill_value=0.0).astype(float)
@@ -203,6 +273,11 @@ class PlacementProblem:
         """Bound a per-fleet cache (policies like ``central`` build a fresh fleet per call)."""
         for key in [k for k in cache if k != id(self.fleet)][:max(0, len(cache) - keep)]:
             del cache[key]
+
+
+def _number(value) -> bool:
+    """A real number, not a bool (``True`` is an int) nor a string."""
+    return isinstance(value, Real) and not isinstance(value, bool | np.bool_)
 
 
 def check_fleet_fits(problem: PlacementProblem, fleet: Fleet) -> None:

@@ -126,6 +126,13 @@ def _mix(args, catalog) -> dict[str, float] | None:
             if isinstance(share, bool) or not isinstance(share, int | float):
                 raise UserError(f"--mix {str(path)!r}: share of {model!r} is {share!r}, not a number")
         return {m: float(s) for m, s in raw.items()}
+    if args.catalog:  # the built-in mix names the shipped catalog's models, which another catalog may lack
+        from controlplane.forecast import DEFAULT_MIX
+
+        missing = [m for m in DEFAULT_MIX if m not in catalog]
+        if missing:
+            raise UserError(f"--catalog {str(args.catalog)!r} has no model {missing[0]!r}, which the default mix "
+                            "uses: pass --models or --mix with this catalog's model ids")
     return None
 
 
