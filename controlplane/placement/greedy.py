@@ -15,7 +15,6 @@ same routing state. The final plan is scored by the shared evaluator, which re-r
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,35 +23,10 @@ from controlplane.placement.base import PLACEMENTS, PlacementPolicy, PlacementPr
 from controlplane.placement.local_search import SwapSearch
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
+from controlplane.placement.takers import initial_offers, takers_of
 from edgepop.errors import UserError
 
 _EPS = 1e-9
-
-
-def _takers(net) -> tuple[dict[tuple[int, int], dict[int, float]], list[list[tuple[int, int]]]]:
-    """Per (site, model), its takers: the pairs listing the site, pair -> RTT to it (pairs ascending); per pair,
-    the keys it lists, in candidate order. Grouped by one stable sort (33,000 pairs x 16 sites at 3,000 PoPs)."""
-    site, n_models = net.cand_site, net.n_models
-    valid = site >= 0
-    code = (site * n_models + net.pair_model[:, None])[valid]  # row-major: pair by pair, candidates in order
-    if not len(code):
-        return defaultdict(dict), [[] for _ in range(site.shape[0])]
-    pairs = np.broadcast_to(np.arange(site.shape[0])[:, None], site.shape)[valid]
-    order = np.argsort(code, kind="stable")  # by key, pairs ascending within a key
-    sorted_code = code[order]
-    starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
-    bounds = np.r_[starts, len(order)].tolist()
-    ps, rs = pairs[order].tolist(), net.cand_rtt[valid][order].tolist()
-    codes_at = sorted_code[starts].tolist()
-    keys = [divmod(c, n_models) for c in codes_at]
-    takers: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
-    for i, key in enumerate(keys):
-        takers[key] = dict(zip(ps[bounds[i]:bounds[i + 1]], rs[bounds[i]:bounds[i + 1]], strict=True))
-    key_at = dict(zip(codes_at, keys, strict=True))
-    per_pair = np.cumsum(valid.sum(axis=1)).tolist()
-    codes = [key_at[c] for c in code.tolist()]
-    keys_of = [codes[a:b] for a, b in zip([0, *per_pair[:-1]], per_pair, strict=True)]
-    return takers, keys_of
 
 
 class _Routing:
@@ -91,13 +65,19 @@ class _Routing:
         self._offers: dict[tuple[int, int], list] = {}
         self._stale: dict[tuple[int, int], set[int]] = {}
         self._sums: dict[tuple[int, int], tuple[list, float, float]] = {}  # (offers, their rps, their gain)
-        self.takers, self.keys_of = _takers(net)
+        self.takers, self.keys_of = takers_of(net)
         # The stale sets a move of p marks, one per key p lists, held per pair (a move marks a dozen of them and
         # moves run ~10^5 times). A key's set is emptied whenever its offers are computed afresh, so marks made
         # before then never count.
         for key in self.takers:
             self._stale[key] = set()
         self._stale_of = [[self._stale[key] for key in keys] for keys in self.keys_of]
+        self._initial_offers()
+
+    def _initial_offers(self) -> None:
+        """Every key's offers and live takers before any demand is served, as :meth:`_fresh_offers` would find
+        them, from one sort for all keys (:func:`~controlplane.placement.takers.initial_offers`)."""
+        self._offers, self.live = initial_offers(self.net, self.penalty, self.takers)
 
     def available(self, node: int, m: int, extra: int = 0) -> float:
         """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""
@@ -135,15 +115,23 @@ class _Routing:
                 rows = every if self.live is None else self.live.get(key, every)
                 # A moved pair the key's rows left out never offers here again (its demand only moves closer
                 # while they are kept): its entries, none, cannot have changed.
-                moved = stale if rows is every else [p for p in stale if p in rows]
+                moved = stale if rows is every else stale.intersection(rows)
                 if not moved:
                     pass
+                elif rows is not every:
+                    # Construction: keep the others' entries (sorted), re-derive the moved pairs' and merge; a
+                    # moved pair that offers nothing here now never will (see _fresh_offers): dropped from rows.
+                    still: dict[int, float] = {}
+                    hit = self._offers[key] = self._compute_offers([(p, rows[p]) for p in moved],
+                                                                   [e for e in hit if e[1] not in moved], still)
+                    if len(still) < len(moved):
+                        for p in moved.difference(still):
+                            del rows[p]
                 elif 3 * len(moved) > len(rows):
                     hit = self._offers[key] = self._fresh_offers(key)
                 else:  # keep the others' entries (sorted), re-derive the moved pairs' and merge
-                    gone = stale if rows is every else set(moved)
                     hit = self._offers[key] = self._compute_offers(((p, every[p]) for p in moved),
-                                                                   [e for e in hit if e[1] not in gone], {})
+                                                                   [e for e in hit if e[1] not in moved], {})
                 stale.clear()
         return hit
 
@@ -163,17 +151,17 @@ class _Routing:
     def _compute_offers(self, takers, out: list, live: dict) -> list[tuple[float, int, int, float]]:
         # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source:
         # the same list however it was assembled. ``live`` collects the takers that may offer.
-        penalty, unserved, served, worst = self.penalty, self.unserved, self.served, self.worst
-        for row in takers:
-            p, r = row
-            if worst[p] - r <= _EPS:
+        penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
+        append = out.append
+        for p, r in takers:
+            if worst[p] - r <= eps:
                 continue  # all of p's demand is already at least this close
             live[p] = r
-            if unserved[p] > _EPS:
-                out.append((r - penalty, p, -1, unserved[p]))
+            if unserved[p] > eps:
+                append((r - penalty, p, -1, unserved[p]))
             for other, (amount, rtt) in served[p].items():
-                if rtt - r > _EPS:
-                    out.append((r - rtt, p, other, amount))
+                if rtt - r > eps:
+                    append((r - rtt, p, other, amount))
         out.sort()
         return out
 
@@ -208,10 +196,10 @@ class _Routing:
         for marks in self._stale_of[p]:
             marks.add(p)
         m = self.pair_model[p]
-        served = self.served[p]
+        served, unserved = self.served[p], self.unserved
         if src < 0:
             src_rtt = self.penalty
-            self.unserved[p] -= amount
+            unserved[p] -= amount
         else:
             entry = served[src]
             src_rtt = entry[1]
@@ -223,7 +211,7 @@ class _Routing:
             self.time_left[src] += amount * self.time_per_rps[src][m]
         if dst < 0:
             dst_rtt = self.penalty
-            self.unserved[p] += amount
+            unserved[p] += amount
         else:
             entry = served.get(dst)
             if entry is None:
@@ -235,7 +223,7 @@ class _Routing:
         self.cost += amount * (dst_rtt - src_rtt)
         if self.journal is not None:
             self.journal.append((p, src, dst, amount, src_rtt))
-        if self.unserved[p] > _EPS:
+        if unserved[p] > _EPS:
             self.worst[p] = self.penalty
         else:
             worst = 0.0
@@ -332,7 +320,12 @@ class GreedyDemand(PlacementPolicy):
         fitting = [np.flatnonzero(row).tolist() for row in net.fits]
         placed = []
 
+        # Whether a replica of m still fits on node (ledger.slot is not None), known until the node takes one:
+        # the heap pops ~10^5 entries and the ledger changes only at accepts.
+        room: list[dict[int, bool]] = [{} for _ in range(net.n_nodes)]
+
         def accept(node: int, m: int) -> set[int]:
+            room[node].clear()
             placed.append((node, m, ledger.add(node, m)))
             state.counts[node][m] += 1
             return state.fill(node)
@@ -347,8 +340,13 @@ class GreedyDemand(PlacementPolicy):
             push(int(n), int(m), priority(int(n), int(m)))
         while heap:
             _, node, m, v = heapq.heappop(heap)
-            if version[node, m] != v or ledger.slot(node, m) is None:
-                continue  # superseded, or no room (memory on a node only shrinks)
+            if version[node, m] != v:
+                continue  # superseded
+            fits = room[node].get(m)
+            if fits is None:
+                fits = room[node][m] = ledger.slot(node, m) is not None
+            if not fits:
+                continue  # no room (memory on a node only shrinks)
             value = priority(node, m)
             if value < self.min_gain_ms_per_gb:
                 continue  # dormant until GPU time frees on this node (then it is re-queued)

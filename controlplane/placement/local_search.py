@@ -130,6 +130,7 @@ class SwapSearch:
         """rps x ms lost by taking one replica of (node, model) off, its demand moved to the next site hosting
         the model (capacity of that site ignored, the penalty when there is none)."""
         st, counts, n_models = self.state, self.state.counts, self.net.n_models
+        served = st.served
         loss: dict[tuple[int, int], float] = {}
         # The served demand of ``nodes``: node by node, each model's pairs ascending (every sum below adds its
         # terms in that order). Only what is above the remaining replicas' capacity moves when a replica of
@@ -149,11 +150,11 @@ class SwapSearch:
                     share = min(1.0, over / st.flow[node][m])
                 keys.append((node, m))
                 sizes.append(len(at))
-                for p in sorted(at):
-                    amount, rtt = st.served[p][node]
-                    pairs.append(p)
-                    amounts.append(amount * share)
-                    rtts.append(rtt)
+                ps = sorted(at)
+                entries = [served[p][node] for p in ps]  # [rps, rtt]
+                pairs.extend(ps)
+                amounts.extend([e[0] * share for e in entries])
+                rtts.extend([e[1] for e in entries])
         if not keys:
             return loss
         # Where each pair's demand would go: its first candidate site where a node other than this one hosts the
@@ -197,17 +198,26 @@ class SwapSearch:
         for node in sorted(nodes):
             held = ledger.held[node]
             site = st.node_site[node]
+            counts, flow, per_rps, cap = st.counts[node], st.flow[node], st.time_per_rps[node], st.cap[node]
+            # b has room here already: fill left no demand that would gain by coming (whatever a goes)
+            wanted = [b for b in self.fitting[node] if not (counts[b] and st.available(node, b) > _EPS)]
             for a in sorted({m for m, _ in held}):
-                for b in self.fitting[node]:
-                    if b == a or (st.counts[node][b] and st.available(node, b) > _EPS):
-                        continue  # b has room here already: fill left no demand that would gain by coming
-                    removed = self._removal_set(node, a, b)
-                    if removed is None or self._last_replica(removed):
+                for b in wanted:
+                    if b == a:
                         continue
-                    freed_time = st.time_left[node] + sum(st.flow[node][m] * st.time_per_rps[node][m]
-                                                          for m in set(removed))
-                    per = st.time_per_rps[node][b]
-                    capacity = min(st.cap[node][b] * st.util, freed_time / per if per > 0 else 0.0)
+                    removed = self._removal_set(node, a, b)
+                    if removed is None:
+                        continue
+                    if len(removed) == 1:  # the general case below, its sums of one term written out
+                        if self.replicas[a] <= 1:
+                            continue
+                        freed_time = st.time_left[node] + flow[a] * per_rps[a]
+                    else:
+                        if self._last_replica(removed):
+                            continue
+                        freed_time = st.time_left[node] + sum(flow[m] * per_rps[m] for m in set(removed))
+                    per = per_rps[b]
+                    capacity = min(cap[b] * st.util, freed_time / per if per > 0 else 0.0)
                     key = (site, b, capacity)
                     gain = gains.get(key)
                     if gain is None:
