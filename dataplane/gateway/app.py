@@ -50,7 +50,16 @@ from dataplane.gateway.errors import (
     shutting_down,
     unknown_model,
 )
-from dataplane.gateway.http_util import envelope, flag, ok, parse_json, read_body, run_inputs, search_models
+from dataplane.gateway.http_util import (
+    TRUE_WORDS,
+    envelope,
+    flag,
+    ok,
+    parse_json,
+    read_body,
+    run_inputs,
+    search_models,
+)
 from dataplane.gateway.invoke import workers_usage
 from dataplane.gateway.limits import AuthThrottle
 from dataplane.gateway.metrics import CONTENT_TYPE
@@ -131,7 +140,8 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     def reject_if_busy(request: Request, options) -> bool:
         if options is not None and not isinstance(options, dict):
             raise bad_input("field 'options' must be an object")
-        return flag((options or {}).get("rejectIfBusy")) or flag(request.query_params.get("rejectIfBusy"))
+        return (flag((options or {}).get("rejectIfBusy"), "field 'options.rejectIfBusy'")
+                | flag(request.query_params.get("rejectIfBusy"), "query parameter 'rejectIfBusy'"))
 
     def count(request: Request, err: GatewayError) -> None:
         """A request to a model route ending with an error nothing counted yet (bad JSON, a bad location header, a
@@ -206,8 +216,9 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.post(PREFIX + "/run/{model:path}")
     async def run_model(request: Request, account_id: str, model: str):
         account = authenticate(request, account_id)
-        queue = flag(request.query_params.get("queueRequest"))
-        counting(request, "batch-submit" if queue else "run", model)
+        queued = request.query_params.get("queueRequest")
+        counting(request, "batch-submit" if str(queued).strip().lower() in TRUE_WORDS else "run", model)
+        queue = flag(queued, "query parameter 'queueRequest'")  # (refused after counting: a 400 counts once)
         body = await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s)
         # A poll of a job queued for a model a restart dropped answers its status (its items wait in the queue).
         if queue and model not in gw.backend.catalog and (held := await batch.poll_unserved(account, model, body)):

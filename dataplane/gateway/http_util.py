@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import uuid
 
 from starlette.requests import ClientDisconnect
@@ -56,7 +57,7 @@ def parse_json(body: bytes) -> dict:
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError) as exc:  # (malformed, not UTF-8, an integer of thousands of digits)
-        raise bad_input(f"request body is not valid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise bad_input(f"request body is not valid JSON ({_json_problem(exc)})") from None
     if not isinstance(doc, dict):
         raise bad_input(f"request body must be a JSON object, got {type(doc).__name__}")
     if _SURROGATE_ESCAPE.search(body):  # (rare: emoji sent escaped) a lone one would fail deep in a tokenizer
@@ -65,6 +66,16 @@ def parse_json(body: bytes) -> dict:
             raise bad_input(f"field {where!r} holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF), which is "
                             "not text")
     return doc
+
+
+def _json_problem(exc: Exception) -> str:
+    """What the JSON parser objected to, in one short line."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = str(exc)
+    if "integer string conversion" in text:  # Python's own advice (sys.set_int_max_str_digits) is not the client's
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
+    return text if len(text) <= 120 else text[:117].rsplit(" ", 1)[0] + "..."
 
 
 def lone_surrogate(doc) -> str | None:
@@ -158,8 +169,14 @@ def search_models(gw, search: str | None, task: str | None, page: int, per_page:
     return items, info
 
 
-def flag(value) -> bool:
-    """A query-string or JSON boolean ("true", "1", true)."""
-    if isinstance(value, bool):
-        return value
-    return isinstance(value, str) and value.lower() in ("true", "1", "yes")
+TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no", "")
+
+
+def flag(value, name: str) -> bool:
+    """A query-string or JSON boolean (true/false, or "true"/"1"/"yes", "false"/"0"/"no"; absent is false); any
+    other value is refused naming ``name``: read as false, a client asking to be refused when busy would queue."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise bad_input(f"{name} must be true or false, got {json.dumps(value)[:60]}")

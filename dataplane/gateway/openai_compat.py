@@ -81,8 +81,11 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
     max_tokens = body.get("max_completion_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise bad_input(f"field 'max_completion_tokens' has the wrong type ({type(max_tokens).__name__})")
+    legacy = body.get("max_tokens")
     if max_tokens is None:
-        max_tokens = body.get("max_tokens")
+        max_tokens = legacy
+    elif legacy is not None and (isinstance(legacy, bool) or not isinstance(legacy, int)):  # checked though unused
+        raise bad_input(f"field 'max_tokens' has the wrong type ({type(legacy).__name__})")
     if body.get("max_completion_tokens") is not None and max_tokens < 1:  # (the engine's check says max_tokens)
         raise bad_input(f"field 'max_completion_tokens' must be a positive integer, got {max_tokens}")
     # top_k and repetition_penalty are not OpenAI's but its clients send them (extra_body) as Workers AI takes
