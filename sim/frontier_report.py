@@ -63,8 +63,8 @@ def ratio_kind(edge: dict, central: dict) -> str | None:
     budget may need less (its figure is an upper bound), one that never met it has no figure."""
     if edge.get("min_gpus_for_slo") is None or central.get("min_gpus_for_slo") is None:
         return None
-    e_low = edge["status"] == "at_or_below_smallest_budget"
-    c_low = central["status"] == "at_or_below_smallest_budget"
+    e_low, c_low = (d["status"] == "at_or_below_smallest_budget" or d.get("at_or_below_smallest_budget", False)
+                    for d in (edge, central))  # (a line's status says it; a continent's least says it apart)
     return {(False, False): "exact", (False, True): "lower_bound", (True, False): "upper_bound"}.get(
         (e_low, c_low), "unknown")
 
@@ -88,8 +88,10 @@ def _continent_least(points, slo, cont) -> dict:
     if not good:
         return {"min_gpus_for_slo": None, "min_usd_per_hour_for_slo": None, "status": "not_met"}
     p = done[good[0]]
+    # as a line's least budget: with no budget tried below it (infeasible ones count, as there), it may need less
+    below = [q for q in points if (q.rows or not q.feasible) and q.scale < p.scale]
     return {"min_gpus_for_slo": p.gpus, "min_usd_per_hour_for_slo": p.usd_per_hour, "inventory_scale": p.scale,
-            "status": "evaluated_budgets"}
+            "status": "evaluated_budgets", "at_or_below_smallest_budget": not below}
 
 
 def _answered_mean(p, column):
@@ -136,7 +138,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales) -> dict:
             d = {key: _continent_least(pts, slo, cont) for key, pts in by_line.items()}
             e = d.get("edge", {})
             per_continent[cont] = {"deployments": d, "iso_slo_cost_ratio": _ratio(
-                e.get("min_usd_per_hour_for_slo"), d[central[0]]["min_usd_per_hour_for_slo"]) if central else None}
+                e.get("min_usd_per_hour_for_slo"), d[central[0]]["min_usd_per_hour_for_slo"]) if central else None,
+                "iso_slo_ratio_kind": ratio_kind(e, d[central[0]]) if central else None}
     equal_cost = []
     for s in scales:
         at = {p.line.key: p for p in points if abs(p.scale - s) < 1e-9}
@@ -251,7 +254,7 @@ def report_lines(frontier) -> list[str]:
                       f"GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}." + BOUND_NOTE.get(r["iso_slo_ratio_kind"], ""), ""]
         for key, v in r["iso_slo_ratio_by_baseline"].items():
             lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)} "
-                         f"({v['kind']})")
+                         f"({v['kind'] or 'not available'})")
     keys = [line.key for line in frontier.lines]
     lines += ["", "## TTFT at equal cost (mean over seeds; p95 counts requests never answered as late, "
                   "'-' where it falls on them)", "",
@@ -269,7 +272,12 @@ def report_lines(frontier) -> list[str]:
                   "|---|" + "---|" * (len(keys) + 1)]
         for cont, d in r["per_continent"].items():
             cells = [_continent_cell(d["deployments"][k]) for k in keys]
-            lines.append(f"| {cont} | " + " | ".join(cells) + f" | {_f(d['iso_slo_cost_ratio'], 3)} |")
+            kind = f" ({d['iso_slo_ratio_kind']})" if d["iso_slo_cost_ratio"] is not None else ""
+            lines.append(f"| {cont} | " + " | ".join(cells) + f" | {_f(d['iso_slo_cost_ratio'], 3)}{kind} |")
+        bounded = sorted({d["iso_slo_ratio_kind"] for d in r["per_continent"].values()
+                          if d["iso_slo_cost_ratio"] is not None} & set(BOUND_NOTE))
+        if bounded:  # what each bound means, as for the overall ratio
+            lines += [""] + [f"A continent's {k} ratio:{BOUND_NOTE[k].split(':', 1)[1]}" for k in bounded]
         few = too_few(r)
         if few:
             lines += ["", few]

@@ -118,6 +118,7 @@ class Grid:
     names: tuple[str, ...] = ()  # the named variants, in file order (empty without [[variants]])
     baseline: str | None = None
     overrides: dict = field(default_factory=dict)  # named variant -> {dotted key: value}
+    deployments_given: bool = True  # False: the file has no `deployments` key (``deployments`` is then all)
 
     def axis_column(self, key: str) -> list:
         """The axis values as stored in the output tables: numbers and strings as they are, lists and tables as
@@ -231,7 +232,7 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     return Grid(source=source, base=str(doc["base"]), axes=axes, seeds=seeds, requests=requests,
                 duration_s=None if duration is None else float(duration), deployments=deployments,
                 variants=tuple(variants), description=str(doc.get("description", "")), names=tuple(named),
-                baseline=baseline, overrides=named)
+                baseline=baseline, overrides=named, deployments_given="deployments" in doc)
 
 
 def with_size(grid: Grid, requests: int | None = None, duration_s: float | None = None) -> Grid:
@@ -265,6 +266,12 @@ def _check_size(source: str, requests, duration, keys: list[str], flags: bool = 
         if key in SIZE_KEYS:
             raise UserError(f"{source}: {key!r} varies the size, which {by} sets for every variant: "
                             "drop one of them")
+
+
+def only_deployments(grid: Grid, deployments: tuple[str, ...]) -> Grid:
+    """``grid`` simulating ``deployments`` only, refused as a file's ``deployments`` would be."""
+    _check_deployments(grid.source, deployments, grid.axes, grid.overrides)
+    return replace(grid, deployments=deployments)
 
 
 def _check_deployments(source: str, deployments: tuple[str, ...], axes: dict, named: dict) -> None:

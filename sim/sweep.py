@@ -121,24 +121,21 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
 
 def local_pool(workers: int):
     """A process pool for the local engine. Spawn, not fork: a forked child would inherit threads (rich's
-    refresher, BLAS pools) in unknown states."""
+    refresher, BLAS pools) in unknown states. Its initializer lives in a module of its own with no heavy imports
+    (see :mod:`sim.pool_worker`)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from sim.pool_worker import quiet_on_interrupt
+
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_quiet_on_interrupt)
-
-
-def _quiet_on_interrupt() -> None:
-    """In a pool worker: Ctrl-C (SIGINT to the whole process group) ends the worker at once and silently; the
-    sweep's own process reports the interruption (else every worker printed its traceback)."""
-    import signal
-
-    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+                               initializer=quiet_on_interrupt)
 
 
 def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None) -> None:
     import contextlib
+
+    from sim.pool_worker import sigint_blocked, why_workers_died
 
     workers = min(workers or os.cpu_count() or 1, len(tasks))
     if workers <= 1 and pool is None:
@@ -149,16 +146,19 @@ def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None
     from concurrent.futures.process import BrokenProcessPool
 
     with (contextlib.nullcontext(pool) if pool is not None else local_pool(workers)) as pool:
-        pending = {pool.submit(run_variant, t) for t in tasks}
+        with sigint_blocked():  # a spawn pool starts its workers in submit(), in this thread
+            pending = {pool.submit(run_variant, t) for t in tasks}
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=lambda f: f.result()["id"]):
                     collect(fut.result())
-        except BrokenProcessPool as exc:
-            raise SweepError(f"a sweep worker process died ({exc}): out of memory, killed, or a script that "
-                             "starts a sweep without an `if __name__ == '__main__':` guard (workers are "
-                             "spawned and re-import the main module)") from None
+        except BrokenProcessPool:
+            # the pool's own record of its workers (a private attribute; without it the message is a guess),
+            # read once shutdown has joined them all and so knows every exit code
+            workers = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=True)
+            raise SweepError(why_workers_died([p.exitcode for p in workers])) from None
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)  # let running variants end; start no more
             raise

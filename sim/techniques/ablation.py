@@ -5,7 +5,8 @@ variants and a ``baseline``) through :func:`sim.sweep.run_sweep`, so it runs on 
 Ray) and writes the sweep's outputs; it then prints one row per variant with the figures the techniques are
 compared on and their change against the baseline, and writes ``ablation.csv`` and ``ablation.json`` beside them.
 Every variant reuses the base scenario's seed, so the workload (arrivals, sessions, hash_ids, batch flags,
-adapters) is identical; only the deployment's techniques differ.
+adapters) is identical; only the deployment's techniques differ. It simulates one deployment, the one its rows
+show: the grid's ``deployments`` entry, or the edge where the grid names none.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
-from sim.grid import Grid, load_grid, with_size
+from sim.grid import Grid, load_grid, only_deployments, with_size
 from sim.plots import pyplot
 from sim.sweep import run_sweep
 
@@ -77,12 +78,28 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
     if len(g.seeds) > 1:  # the same: one row per technique, so every seed but the first would be dropped
         raise UserError(f"{g.source}: an ablation compares its named variants on one workload, so it takes one "
                         f"seed, got {list(g.seeds)}: run the grid with `edgepop sweep` for every seed")
+    g = one_deployment(g)
     g = with_size(g, requests=requests)  # checked as the grid's own size is, before any variant runs
     result = run_sweep(g, engine=engine, workers=workers, out=out, progress=progress)
     table = ablation_table(result.summary, g.baseline, g.deployments[0])
     write_ablation(table, result.path, {"grid": g.source, "base": g.base, "baseline": g.baseline,
-                                        "seeds": list(g.seeds), "wall_s": round(result.wall_s, 2)})
+                                        "deployment": g.deployments[0], "seeds": list(g.seeds),
+                                        "wall_s": round(result.wall_s, 2)})
     return table, result
+
+
+def one_deployment(g: Grid) -> Grid:
+    """The table has one row per technique, so an ablation simulates one deployment: a grid's one ``deployments``
+    entry, or the edge where it names none (simulating central too would be work no row shows)."""
+    if len(g.deployments) == 1:
+        return g
+    if g.deployments_given:
+        raise UserError(f"{g.source}: an ablation compares its named variants on one deployment, got deployments = "
+                        f"{list(g.deployments)}: keep one of them, or run the grid with `edgepop sweep` for both")
+    try:
+        return only_deployments(g, g.deployments[:1])
+    except UserError as exc:
+        raise UserError(f"{exc} (a grid without `deployments` ablates the {g.deployments[0]} only)") from None
 
 
 def write_ablation(df: pd.DataFrame, directory: str | Path, meta: dict) -> Path:

@@ -165,3 +165,35 @@ def test_the_night_policy_is_listed_only_for_the_deployment_it_moves(topo):
     blocks = out.summary["deployments"]
     assert "batch_policy=night" in blocks["edge"]["techniques"]["enabled"]
     assert blocks["central"]["techniques"]["enabled"] == []  # its batch rows are served where they would be
+
+
+def test_a_grid_without_deployments_ablates_the_edge_only_and_says_so(tmp_path, capsys):
+    """The table has one row per technique: a grid naming no deployments simulated central too, for no row
+    (the title said "edge, central only"); now it simulates what it reports, with the same edge rows."""
+    from edgepop.cli import main
+
+    variants = 'baseline = "b"\n[[variants]]\nname = "b"\n[[variants]]\nname = "fp8"\n"techniques.precision" = "fp8"\n'
+    (tmp_path / "both.toml").write_text('base = "small"\nrequests = 300\n' + variants)
+    (tmp_path / "edge.toml").write_text('base = "small"\nrequests = 300\ndeployments = ["edge"]\n' + variants)
+    assert main(["ablation", "--grid", str(tmp_path / "both.toml"), "--workers", "1", "--out",
+                 str(tmp_path / "both")]) == 0
+    assert "(base small, seed 7, edge only, same arrivals)" in " ".join(capsys.readouterr().out.split())
+    assert set(pd.read_parquet(tmp_path / "both" / "sweep_summary.parquet").deployment) == {"edge"}
+    assert json.loads((tmp_path / "both" / "ablation.json").read_text())["deployment"] == "edge"
+    run_ablation(tmp_path / "edge.toml", workers=1, out=tmp_path / "edge", progress=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "both" / "ablation.csv"),
+                                  pd.read_csv(tmp_path / "edge" / "ablation.csv"))
+    explicit = parse_grid({"base": "small", "deployments": ["edge", "central"], "baseline": "b",
+                           "variants": [{"name": "b"}]}, "two.toml")
+    with pytest.raises(UserError, match=r"^two\.toml: an ablation compares its named variants on one deployment, "
+                                        r"got deployments = \['edge', 'central'\]: keep one of them"):
+        run_ablation(explicit)
+    central_key = parse_grid({"base": "small", "baseline": "b", "variants": [
+        {"name": "b"}, {"name": "c", "central.router": "p2c"}]}, "ck.toml")
+    with pytest.raises(UserError, match=r"'central\.router' sets the central deployment.*\(a grid without "
+                                        r"`deployments` ablates the edge only\)$"):
+        run_ablation(central_key)  # it would be a row identical to the baseline's
+    central = parse_grid({"base": "small", "requests": 200, "deployments": ["central"], "baseline": "b",
+                          "variants": [{"name": "b"}]}, "c.toml")
+    table, result = run_ablation(central, workers=1, out=tmp_path / "central", progress=False)
+    assert set(result.summary.deployment) == {"central"} and len(table) == 1

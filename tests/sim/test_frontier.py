@@ -232,3 +232,36 @@ def test_frontier_continents_with_too_few_requests_and_an_unbounded_ratio_are_sa
 def _rows(out) -> list[dict]:
     frame = pd.read_parquet(out / "frontier.parquet")
     return frame[frame.seed >= 0].to_dict("records")
+
+
+def test_a_continents_ratio_is_as_bounded_as_its_least_budgets(tmp_path):
+    """A continent's least budget found at the smallest budget tried may be less, as a line's may: its iso-SLO
+    ratio says so (it read as exact, 6.302 for North America where central met the SLO at the smallest budget),
+    and a baseline line with no ratio prints "not available", not "(None)"."""
+    out = tmp_path / "f"
+    assert main(["frontier", "--scenario", "small", "--requests", "2000", "--seeds", "1-2", "--slo",
+                 "ttft_p95_ms=300", "--budgets", "0.05,0.1,0.3,1", "--max-steps", "2", "--out", str(out)]) == 0
+    r = json.loads((out / "frontier.json").read_text())
+    report = (out / "report.md").read_text()
+    frame = pd.read_parquet(out / "frontier.parquet")
+    tried = {line: sorted(set(rows.inventory_scale)) for line, rows in frame.groupby("line")}  # infeasible too
+
+    def at_smallest(line: str, d: dict) -> bool:
+        return not any(s < d["inventory_scale"] for s in tried[line])
+
+    kinds = {}
+    for cont, c in r["per_continent"].items():
+        (edge, e), (central, b) = c["deployments"].items()
+        if c["iso_slo_cost_ratio"] is None:
+            assert c["iso_slo_ratio_kind"] is None
+            continue
+        low = (at_smallest(edge, e), at_smallest(central, b))
+        assert (e["at_or_below_smallest_budget"], b["at_or_below_smallest_budget"]) == low
+        kinds[cont] = {(False, False): "exact", (False, True): "lower_bound", (True, False): "upper_bound",
+                       (True, True): "unknown"}[low]
+        assert c["iso_slo_ratio_kind"] == kinds[cont], cont
+        assert f"| {cont} | " in report and f"| {c['iso_slo_cost_ratio']:.3f} ({kinds[cont]}) |" in report
+    assert kinds.get("NA") == "lower_bound"  # (this run: central met North America's SLO at its 11 GPUs)
+    assert "A continent's lower_bound ratio: the baseline met the SLO at the smallest budget tried" in report
+    assert r["deployments"]["central:big3"]["status"] == "not_met" and r["iso_slo_ratio_kind"] is None
+    assert "- against central:big3: cost ratio -, GPU ratio - (not available)" in report and "None" not in report

@@ -1,0 +1,65 @@
+"""Ctrl-C and the sweep's process pool: how a worker starts and what a dead worker's exit code means.
+
+Kept free of heavy imports on purpose: a spawned worker imports this module (to run :func:`quiet_on_interrupt`,
+the pool's initializer) before anything else of the project, while it still has SIGINT blocked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+
+@contextlib.contextmanager
+def sigint_blocked():
+    """Around starting pool workers (in the thread that starts them): a spawned worker inherits the blocked
+    signal, so a Ctrl-C during its seconds of imports stays pending until :func:`quiet_on_interrupt` has taken
+    over, instead of raising KeyboardInterrupt (a traceback per worker) in the middle of an import. In this
+    process a Ctrl-C in the meantime is only held back until the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):  # (not on Windows, which has no process groups to signal either)
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def quiet_on_interrupt() -> None:
+    """The pool's initializer. Ctrl-C (SIGINT to the whole process group) ends the worker at once and silently;
+    the command's own process reports the interruption. Where that process ignores SIGINT (a script's
+    ``cmd &``), the worker inherited the ignore and keeps it: it carries on, as its parent does."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    if hasattr(signal, "pthread_sigmask"):  # a Ctrl-C that came while the worker started is delivered now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def why_workers_died(exitcodes) -> str:
+    """What the exit codes of a broken pool's workers say (``None``: not ended yet), for the error message. The
+    pool terminates the survivors itself (SIGTERM) once one dies, so any other cause is named first."""
+    causes = []
+    for code in sorted({c for c in exitcodes if c not in (None, 0)}, key=lambda c: (c == -signal.SIGTERM, c)):
+        if code == 130:  # quiet_on_interrupt's exit
+            causes.append("was interrupted (SIGINT, Ctrl-C)")
+        elif code < 0:
+            causes.append(f"was killed by signal {_signal_name(-code)}" + (
+                " (the out-of-memory killer's signal, or kill -9)" if -code == signal.SIGKILL else ""))
+        else:
+            causes.append(f"exited with status {code}")
+    guard = ("a script that starts a sweep without an `if __name__ == '__main__':` guard (workers are spawned and "
+             "re-import the main module)")
+    if not causes:
+        return f"a sweep worker process died: out of memory, killed, or {guard}"
+    said = "a sweep worker process " + "; another ".join(causes)
+    return said + (f" (a status, not a signal: an error at its start, e.g. {guard})"
+                   if all(c.startswith("exited") for c in causes) else "")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
