@@ -15,7 +15,7 @@ import sys
 import threading
 
 from edgepop import __version__
-from edgepop.errors import UserError
+from edgepop.errors import MachineError, UserError
 
 # Order is the order in `edgepop --help`.
 COMMAND_MODULES = ("sim.cli", "sim.cli_frontier", "sim.cli_estimate", "controlplane.cli", "dataplane.cli",
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         # say it; stdout is pointed at /dev/null so the interpreter's own flush at exit does not complain either
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell reports a process killed by the signal
-    except OSError as exc:  # the machine's, not the user's input: a full disk, a vanished folder, a busy port
+    except (OSError, MachineError) as exc:  # the machine's, not the user's input: a full disk, a vanished
+        # folder, a busy port, a worker process killed
         print(f"edgepop: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

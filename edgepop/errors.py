@@ -8,6 +8,11 @@ class UserError(Exception):
     """
 
 
+class MachineError(Exception):
+    """The machine, not the input nor the code, ended the work (a worker process killed by a signal or the
+    out-of-memory killer). The CLI prints it as one line, without a traceback, and exits with status 1."""
+
+
 class DataFileError(UserError):
     """A malformed data file; the message names the file, the row and the field."""
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from edgepop.errors import UserError
+from edgepop.errors import MachineError, UserError
 from edgepop.outputs import move_into_place, output_folder
 from sim.grid import Grid, Variant, json_value, load_grid
 from sim.sweep_variant import VariantTask, run_variant
@@ -38,6 +38,11 @@ SWEEP_OUTPUTS = frozenset({"sweep.parquet", "sweep_summary.parquet", "sweep.json
 class SweepError(RuntimeError):
     """A variant failed with an unexpected error (a bug, not bad input); the message names the variant and holds
     the worker's traceback."""
+
+
+class WorkersDied(SweepError, MachineError):
+    """A worker process ended without a result (a signal, the out-of-memory killer): the machine's doing, said in
+    one line by the CLI."""
 
 
 @dataclass
@@ -158,7 +163,7 @@ def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None
             # read once shutdown has joined them all and so knows every exit code
             workers = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=True)
-            raise SweepError(why_workers_died([p.exitcode for p in workers])) from None
+            raise WorkersDied(why_workers_died([p.exitcode for p in workers])) from None
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)  # let running variants end; start no more
             raise
