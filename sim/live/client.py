@@ -99,3 +99,15 @@ def fetch_timings(url: str, trace: str = "", token: str | None = None) -> dict:
 def event_loop_cpu_s(host: dict) -> float:
     """CPU seconds the gateway's event loop thread has used, from a ``/edgepop/timings`` ``host`` snapshot."""
     return sum(t["cpu_s"] for t in host["threads"] if t["role"] == "event-loop")
+
+
+def gateway_message(body: bytes | str) -> str:
+    """The first error message of a gateway's error envelope (Workers AI or OpenAI shape), else the body's start."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    try:
+        doc = json.loads(text)
+        if "errors" in doc:
+            return str(doc["errors"][0]["message"])[:200]
+        return str(doc["error"]["message"])[:200]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return text[:200]

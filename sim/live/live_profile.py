@@ -23,7 +23,8 @@ import pandas as pd
 
 from dataplane.gateway.sse import DONE, SSEParser
 from dataplane.profiler import COLUMNS
-from sim.live.client import prompt_text
+from edgepop.errors import UserError
+from sim.live.client import gateway_message, prompt_text
 
 PROMPT_TOKENS = (8, 32, 64, 128, 256, 384)
 DECODE_BATCH = (1, 2, 4, 8)
@@ -36,8 +37,9 @@ async def _stream(client, url: str, headers: dict, prompt: str, max_tokens: int,
     t0 = time.perf_counter()
     times = [t0]
     async with client.stream("POST", url, json=body, headers=headers) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"calibration request failed: {r.status_code} {(await r.aread())[:200]!r}")
+        if r.status_code != 200:  # (a neuron budget spent, a rate limit, a wrong token: the gateway says which)
+            raise UserError(f"{url}: the gateway refused a profiling request with HTTP {r.status_code} "
+                            f"({gateway_message(await r.aread())})")
         rtt = float(r.headers.get("x-edgepop-rtt-ms", 0.0))
         parser = SSEParser()
         async for text in r.aiter_text():
@@ -89,8 +91,13 @@ def gateway_profile(url: str, model: str, stand_in: str, delay_scale: float, tok
         headers["x-edgepop-client-location"] = location
     prompt_tokens = tuple(t for t in prompt_tokens if t < max_context - 1)
     contexts = tuple(c for c in contexts if c + steps + 1 < max_context)
-    rows = asyncio.run(_measure(url, model, headers, delay_scale, np.random.default_rng(seed), prompt_tokens,
-                                decode_batch, contexts, steps, repeats))
+    import httpx
+
+    try:
+        rows = asyncio.run(_measure(url, model, headers, delay_scale, np.random.default_rng(seed), prompt_tokens,
+                                    decode_batch, contexts, steps, repeats))
+    except httpx.HTTPError as exc:  # (the gateway stopped, or its connection broke, while profiling)
+        raise UserError(f"{url}: gateway not reachable while profiling ({type(exc).__name__}: {exc})") from None
     table = pd.DataFrame([(stand_in, *r) for r in rows], columns=COLUMNS[:6])
     table["ms"] = table.ms.round(4)
     table["provider"] = "gateway"

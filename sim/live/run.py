@@ -26,7 +26,7 @@ from dataplane import registry
 from dataplane.gateway.server import require_loopback
 from dataplane.session import SessionConfig
 from edgepop.errors import UserError
-from sim.live.client import fetch_deployment, fetch_timings
+from sim.live.client import fetch_deployment, fetch_timings, gateway_message
 from sim.live.decompose import (
     alone_step_ms,
     alone_vs_profile,
@@ -122,10 +122,7 @@ def probe_request(opts: ReplayOptions) -> None:
     except httpx.HTTPError as exc:
         raise UserError(f"replay: {opts.url} not reachable ({exc})") from None
     if r.status_code != 200:
-        try:
-            detail = str(r.json()["errors"][0]["message"])[:200]
-        except (ValueError, KeyError, IndexError, TypeError):
-            detail = r.text[:200]
+        detail = gateway_message(r.content)
         raise UserError(f"replay: a first request as the replay sends them got HTTP {r.status_code} ({detail}); "
                         "check --token, --account and the gateway's rate limits")
 

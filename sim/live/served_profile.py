@@ -33,7 +33,7 @@ import pandas as pd
 from dataplane.gateway.timeline import TRACE_HEADER
 from dataplane.profiler import COLUMNS
 from edgepop.errors import UserError
-from sim.live.client import event_loop_cpu_s, fetch_timings, prompt_text, stream_once
+from sim.live.client import event_loop_cpu_s, fetch_timings, gateway_message, prompt_text, stream_once
 
 PROMPT_TOKENS = (8, 32, 64, 128, 256, 384)
 PREFILL_BATCH = (1, 2, 4, 8)
@@ -75,9 +75,11 @@ class _Gateway:
             jobs.append(stream_once(client, self.url, headers, body))
         recs = await asyncio.gather(*jobs)
         await asyncio.gather(*blockers)
-        if any(r["status"] == 429 for r in recs):
-            raise UserError(f"{self.base_url}: the gateway refused profiling requests with 429 (rate limits or load "
-                            "shedding); serve it with --no-rate-limit and --max-wait 0 to measure it")
+        refused = next((r for r in recs if r["status"] == 429), None)
+        if refused is not None:  # its own message says which limit: rate, load shedding or a neuron budget
+            raise UserError(f"{self.base_url}: the gateway refused profiling requests with 429 "
+                            f"({gateway_message(refused['error'])}); serve it without that limit (--no-rate-limit, "
+                            "--max-wait 0, no --neuron-budget) to measure it")
         if any(r["status"] != 200 or r["error"] for r in recs):
             return []
         token = self.headers.get("authorization", "").removeprefix("Bearer ") or None

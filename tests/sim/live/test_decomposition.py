@@ -35,9 +35,11 @@ def _trace(path, n=8):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """A real ``edgepop serve`` subprocess: two PoPs (one engine each), WAN delays on, one intra-op thread."""
+    """A real ``edgepop serve`` subprocess: two PoPs (one engine each), WAN delays on, one intra-op thread; no
+    load shedding or rate limit (as a replay serves it: on a loaded machine the shedder refused a request, 429)."""
     d = tmp_path_factory.mktemp("decomp")
     proc, url = spawn_serve(["--no-auth", "--threads", "1", "--pops", "FRA,SIN", "--models", GEN,
+                             "--max-wait", "0", "--no-rate-limit",
                              "--db", str(d / "b.sqlite")], log=d / "serve.log")
     yield url, d
     proc.terminate()

@@ -329,3 +329,33 @@ def test_a_description_missing_what_the_replay_reads_is_named():
     assert description_gaps({**good, "stand_ins": None}) == "field 'stand_ins' missing or not a dict"
     assert description_gaps({**good, "placement": [{"x": 1}]}) == "placement[0] lacks 'model'"
     assert description_gaps({**good, "placement": [5]}) == "placement[0] lacks 'model'"
+
+
+def test_profiling_through_the_gateway_fails_in_one_line(gateway):
+    """A profiling request the gateway refuses (here a token for another account; a spent neuron budget alike)
+    and a gateway that is gone were a RuntimeError and a raw httpx traceback: each is one UserError, the gateway's
+    own reason passed on."""
+    import socket
+
+    from kit.gateway import ALICE
+
+    url, _ = gateway
+    with pytest.raises(UserError, match=r"refused a profiling request with HTTP 403 \(.*local"):
+        live_profile.gateway_profile(url, GEN, "gpt2-tiny", 1.0, token=ALICE, prompt_tokens=(8,), decode_batch=(1,),
+                                     contexts=(32,), steps=2, repeats=1)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(UserError, match="gateway not reachable while profiling"):
+        live_profile.gateway_profile(closed, GEN, "gpt2-tiny", 1.0, prompt_tokens=(8,), decode_batch=(1,),
+                                     contexts=(32,), steps=2, repeats=1)
+
+
+def test_a_gateway_error_envelope_gives_its_message():
+    from sim.live.client import gateway_message
+
+    workers = b'{"result": null, "success": false, "errors": [{"code": 3036, "message": "Account limited: daily ' \
+              b'budget of 3 neurons spent"}], "messages": []}'
+    assert gateway_message(workers) == "Account limited: daily budget of 3 neurons spent"
+    assert gateway_message('{"error": {"message": "bad", "type": "invalid_request_error"}}') == "bad"
+    assert gateway_message(b"<html>oops") == "<html>oops"
