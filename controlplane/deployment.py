@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -118,7 +119,7 @@ class DeploymentConfig:
 
 
 def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, Real) and not isinstance(value, bool)  # (numpy scalars included)
 
 
 @dataclass

@@ -348,11 +348,8 @@ def capacity_rps(perf: PerfModel, spec: ModelSpec, gpu: str, prompt_tokens: floa
     ``prompt_tokens + output_tokens`` fit the replica's KV pool. ``opts`` (``tp``, ``weight_only``) go to
     models that take them (:class:`Roofline`).
     """
-    # A prompt past the window is refused by any server (generation, by contrast, stops at the window): no rate.
-    # (A reranking request's prompt is its query-passage pairs, each within the window.)
-    if spec.unit == "token" and spec.task != "text-reranking" and prompt_tokens > spec.context_window:
-        raise UserError(f"{spec.id}: a {prompt_tokens:g}-token prompt exceeds the context window "
-                        f"({spec.context_window} tokens): no capacity to compute")
+    # (A mean prompt past the window is computed, not refused: a replayed trace's sizes are not clipped, and its
+    # mean can pass the window though most of its requests fit; those that do not are refused one by one.)
     batch = int(batch or spec.max_batch)
     prefill = perf.prefill_ms(spec, gpu, prompt_units(spec, prompt_tokens), **opts)
     if not spec.generative:

@@ -41,7 +41,10 @@ def why_workers_died(exitcodes) -> str:
     """What the exit codes of a broken pool's workers say (``None``: not ended yet), for the error message. The
     pool terminates the survivors itself (SIGTERM) once one dies, so any other cause is named first."""
     causes = []
-    for code in sorted({c for c in exitcodes if c not in (None, 0)}, key=lambda c: (c == -signal.SIGTERM, c)):
+    codes = {c for c in exitcodes if c not in (None, 0)}
+    if codes - {-signal.SIGTERM}:  # the survivors' SIGTERM is the pool's clean-up, not a second cause
+        codes.discard(-signal.SIGTERM)
+    for code in sorted(codes):
         if code == 130:  # quiet_on_interrupt's exit
             causes.append("was interrupted (SIGINT, Ctrl-C)")
         elif code < 0:

@@ -94,7 +94,8 @@ class PlacementProblem:
     def __post_init__(self) -> None:
         self._check_options()
         self.demand = self._checked_demand(self.demand)
-        self.prompt_tokens = self._checked_shape("prompt_tokens", self.prompt_tokens, low=0.0, strict=True)
+        # (a mean prompt of 0 tokens is a trace's own: capacity_rps counts it as one)
+        self.prompt_tokens = self._checked_shape("prompt_tokens", self.prompt_tokens, low=0.0, strict=False)
         self.output_tokens = self._checked_shape("output_tokens", self.output_tokens, low=0.0, strict=False)
         self.prompt_mix = self._checked_prompt_mix(self.prompt_mix)
         given = self.rtt is not None

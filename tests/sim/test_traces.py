@@ -224,3 +224,18 @@ def test_a_replay_of_arrivals_at_one_instant_has_a_finite_goodput(topo):
     out = run_scenario("small", topo=topo, trace=str(AZURE_CONV_TRACE), requests=1)
     for block in out.summary["deployments"].values():
         assert 0 <= block["goodput_rps"] < 1e3
+
+
+@pytest.mark.parametrize("sizes, rejected", [((12000, 12000, 1000), 2), ((0, 0, 0), 0)])
+def test_a_trace_of_any_mean_size_plans_and_runs(tmp_path, topo, sizes, rejected):
+    """A trace's sizes are not clipped: a mean prompt past the model's window (8,150 tokens against 7,968: two in
+    three requests too long) and a mean of 0 tokens plan and run, the too-long requests refused one by one (3006);
+    both stopped the run before the placement was made (a capacity refused, a size of 0 refused)."""
+    from sim.run import run_scenario
+
+    path = tmp_path / "t.csv"
+    rows = [f"2023-11-16 18:15:{i // 5:02d}.{(i % 5) * 2}000000,{sizes[i % 3]},{(i % 2) * 5 + 1}" for i in range(60)]
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    out = run_scenario("small", topo=topo, trace=str(path))
+    for block in out.summary["deployments"].values():
+        assert block["outcomes"].get("rejected", 0) == rejected * 20 and block["outcomes"]["ok"] == 60 - rejected * 20, block
