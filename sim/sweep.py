@@ -153,11 +153,19 @@ def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None
     with (contextlib.nullcontext(pool) if pool is not None else local_pool(workers)) as pool:
         with sigint_blocked():  # a spawn pool starts its workers in submit(), in this thread
             pending = {pool.submit(run_variant, t) for t in tasks}
+        failed = None  # (variant id, error) of the lowest failing variant: reported whatever finished first
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=lambda f: f.result()["id"]):
-                    collect(fut.result())
+                    try:
+                        collect(fut.result())
+                    except (UserError, SweepError) as exc:
+                        # Start no more; the running ones end, and every variant below this one has started
+                        # (the pool takes them in order), so the lowest failure among them is the grid's first.
+                        pending = {f for f in pending if not f.cancel()}
+                        if failed is None or fut.result()["id"] < failed[0]:
+                            failed = (fut.result()["id"], exc)
         except BrokenProcessPool:
             # the pool's own record of its workers (a private attribute; without it the message is a guess),
             # read once shutdown has joined them all and so knows every exit code
@@ -167,6 +175,8 @@ def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)  # let running variants end; start no more
             raise
+        if failed is not None:
+            raise failed[1]
 
 
 class _Sink:

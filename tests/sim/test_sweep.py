@@ -237,9 +237,35 @@ def test_a_failing_variant_is_named_and_nothing_is_written(tmp_path):
                     "axes": {"edge.pops": [["FRA"], ["LHR"]]}}, "grid.toml")
     with pytest.raises(UserError) as info:
         run_sweep(g, engine="local", workers=2, out=tmp_path / "out", progress=False)
-    assert re.fullmatch(r"grid\.toml: variant [01] \(edge\.pops=\['(FRA|LHR)'\], seed=7\) failed: small\.toml \[edge\]: "
+    # both variants fail (LHR's fleet holds no replica of the small models either): the lower one is reported
+    assert re.fullmatch(r"grid\.toml: variant 0 \(edge\.pops=\['FRA'\], seed=7\) failed: small\.toml \[edge\]: "
                         r"model @cf/meta/llama-3\.3-70b-instruct-fp8-fast needs .*", str(info.value))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lowest_failing_variant_is_reported_whichever_fails_first(monkeypatch):
+    """Two variants fail, the later one first: the error is the lower variant's, as a one-worker run reports it
+    (it was whichever came back first, so the same grid could name either)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sim import sweep
+
+    second_failed = threading.Event()
+
+    def fake_run(task):
+        if task == 0:
+            second_failed.wait(timeout=60)  # (a hang guard only)
+        return {"id": task, "error": f"boom {task}"}
+
+    def collect(result):
+        if result["id"] == 1:
+            second_failed.set()
+        raise UserError(result["error"])
+
+    monkeypatch.setattr(sweep, "run_variant", fake_run)
+    with ThreadPoolExecutor(2) as pool, pytest.raises(UserError, match="^boom 0$"):
+        sweep._run_local([0, 1], 2, collect, pool)
 
 
 @pytest.mark.parametrize("axis, message", [
