@@ -28,6 +28,9 @@ def neurons(spec: ModelSpec, input_units: float, output_tokens: float = 0.0) -> 
 def neurons_array(catalog: Catalog, models, input_units, output_tokens) -> np.ndarray:
     """Vectorised :func:`neurons` over arrays of model ids and token counts."""
     models = pd.Series(models)
+    known = models.isin([s.id for s in catalog])
+    if not known.all():  # (its rate would be NaN, and NaN neurons bill nothing)
+        raise UserError(f"neurons: no model {models[~known].iloc[0]!r} in the catalog")
     rate_in = models.map({s.id: s.neurons_per_m_input for s in catalog}).to_numpy(dtype=np.float64)
     rate_out = models.map({s.id: s.neurons_per_m_output for s in catalog}).to_numpy(dtype=np.float64)
     return (np.asarray(input_units) * rate_in + np.asarray(output_tokens) * rate_out) / 1e6
@@ -45,8 +48,8 @@ class Ledger:
     usage: dict = field(default_factory=lambda: defaultdict(float))
 
     def charge(self, account: str, day: int, amount: float) -> None:
-        if amount < 0:
-            raise ValueError("negative neurons")
+        if not amount >= 0:  # (NaN too)
+            raise UserError(f"ledger: neurons charged must be a non-negative number, got {amount!r}")
         self.usage[(account, day)] += amount
 
     def invoice(self) -> pd.DataFrame:

@@ -187,7 +187,7 @@ def fleet_budget(sc, topo, line: Line, scale: float) -> tuple[int, float, bool, 
     gpus, usd = int(fleet.nodes.gpus.sum()), round(float(fleet.nodes.price_usd_hr.sum()), 2)
     catalog = Catalog.load(sc.catalog) if sc.catalog else default_catalog()
     wl = sc.workload
-    models = [wl.trace_model] if wl.is_trace else list((wl.mix or DEFAULT_MIX).keys())
+    models = [wl.trace_model] if wl.is_trace else list((DEFAULT_MIX if wl.mix is None else wl.mix).keys())
     per_gpu = fleet.nodes.gpu_memory_gb.to_numpy() * 1e9
     node_gpus = fleet.nodes.gpus.to_numpy()
     llm_gpus = 0

@@ -178,7 +178,7 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
 
 def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.random.Generator) -> dict:
     """Arrival time, city, model, sizes and session of every request, in no particular order."""
-    shares = normalise_mix(cfg.mix or DEFAULT_MIX, catalog)
+    shares = normalise_mix(DEFAULT_MIX if cfg.mix is None else cfg.mix, catalog)  # ({}: an error, not the default)
     models = list(shares)
     specs = [catalog[m] for m in models]
     p = np.array([shares[m] for m in models])

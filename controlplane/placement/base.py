@@ -13,7 +13,7 @@ occupies exactly ``k`` distinct GPUs of one node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from numbers import Real
 
@@ -136,6 +136,11 @@ class PlacementProblem:
                             f"got {catalog!r}")
         catalog = catalog or default_catalog()
         fleet = fleet or edge_fleet(topo)
+        allowed = {f.name for f in fields(cls)} - {"topo", "catalog", "fleet", "demand"}  # (build sets those)
+        unknown = sorted(set(options) - allowed)
+        if unknown:  # (a raw TypeError from the constructor otherwise)
+            raise UserError(f"PlacementProblem.build: unknown option {unknown[0]!r} "
+                            f"(options: {', '.join(sorted(allowed))})")
         demand = ingress_demand(topo, catalog, total_rps, mix, when_utc)
         return cls(topo=topo, catalog=catalog, fleet=fleet, demand=demand, **options)
 

@@ -104,3 +104,20 @@ def test_capacity_of_a_mean_prompt_past_the_window_is_computed(topo):
     spec, roof = default_catalog()["@cf/meta/llama-3.1-8b-instruct"], Roofline.from_topology(topo)
     inside = capacity_rps(roof, spec, "H100", spec.context_window, 128)
     assert 0 < capacity_rps(roof, spec, "H100", spec.context_window + 200, 128) < inside
+
+
+def test_unknown_models_options_and_charges_are_one_line(topo):
+    """An unknown model's neurons were NaN (billed as nothing), a negative charge a bare ValueError and an unknown
+    keyword to PlacementProblem.build a raw TypeError."""
+    from controlplane.billing import Ledger, neurons_array
+    from controlplane.placement import PlacementProblem
+
+    cat = default_catalog()
+    with pytest.raises(UserError, match="neurons: no model '@cf/nope/x' in the catalog"):
+        neurons_array(cat, ["@cf/meta/llama-3.1-8b-instruct", "@cf/nope/x"], [10, 10], [5, 5])
+    assert neurons_array(cat, ["@cf/meta/llama-3.1-8b-instruct"], [10], [5])[0] > 0
+    for amount in (-1.0, float("nan")):
+        with pytest.raises(UserError, match="ledger: neurons charged must be a non-negative number"):
+            Ledger().charge("a", 0, amount)
+    with pytest.raises(UserError, match="PlacementProblem.build: unknown option 'utilization_cap' .*utilisation_cap"):
+        PlacementProblem.build(topo, total_rps=100.0, utilization_cap=0.5)

@@ -421,3 +421,9 @@ def test_summary_token_means_are_over_the_llm_requests_even_with_zero_outputs(to
                  "2023-11-16 18:15:47.6805900,10,10\n")
     s = generate(WorkloadConfig.from_dict({"kind": "azure", "trace": str(f)}), topo, rng=1).summary()
     assert s["mean_prompt_tokens_llm"] == 505.0
+
+
+def test_an_empty_mix_is_an_error_not_the_default(topo):
+    """``WorkloadConfig(mix={})`` from Python generated the built-in mix (a scenario file's empty mix is refused)."""
+    with pytest.raises(UserError, match="the model mix is empty"):
+        generate(WorkloadConfig(requests=100, rps=10.0, mix={}), topo, default_catalog(), np.random.default_rng(0))
