@@ -38,16 +38,6 @@ def takers_of(net) -> tuple[dict[tuple[int, int], dict[int, float]], list[list[t
     return takers, keys_of
 
 
-def _groups(codes: np.ndarray, n_models: int):
-    """(key, (start, end)) of each run of equal codes (site x n_models + model) in ``codes``."""
-    if not len(codes):
-        return []
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    bounds = np.r_[starts, len(codes)].tolist()
-    keys = [divmod(c, n_models) for c in codes[starts].tolist()]
-    return [(key, (bounds[i], bounds[i + 1])) for i, key in enumerate(keys)]
-
-
 def _groups(codes: np.ndarray, n_models: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """(key, (start, end)) of each run of equal codes (site x n_models + model) in ``codes``."""
     if not len(codes):
