@@ -23,10 +23,10 @@ def _start(tmp_path: Path, ignore_sigint: bool = False) -> subprocess.Popen:
     grid.write_text('base = "small"\nrequests = 300\nseeds = [1, 2]\ndeployments = ["edge"]\n')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
-    def child_setup():  # (as a non-interactive shell starts `cmd &`: SIGINT ignored, inherited over exec)
+    def child_setup():  # (ignored: as a non-interactive shell starts `cmd &`, inherited over exec)
         os.setsid()
-        if ignore_sigint:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # set either way: a test run itself started as `cmd &` would otherwise hand its ignored SIGINT on
+        signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else signal.SIG_DFL)
 
     return subprocess.Popen([sys.executable, "-m", "edgepop", "sweep", "--grid", str(grid), "--workers", "2",
                              "--out", str(tmp_path / "out")], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
@@ -118,7 +118,8 @@ def test_a_pool_worker_ends_quietly_on_ctrl_c():
     code = ("import os, signal, time\nfrom sim.pool_worker import quiet_on_interrupt\n"
             "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\nos.kill(os.getpid(), signal.SIGINT)\n"
             "quiet_on_interrupt()\ntime.sleep(30)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (see _start)
     assert proc.returncode == 130 and proc.stderr == ""
 
 
