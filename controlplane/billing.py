@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from numbers import Real
 
 import numpy as np
 import pandas as pd
 
 from controlplane.catalog import Catalog, ModelSpec
-from edgepop.errors import UserError
+from edgepop.errors import UserError, is_real
 
 USD_PER_1000_NEURONS = 0.011
 FREE_NEURONS_PER_DAY = 10_000
@@ -72,7 +71,7 @@ def invoice_requests(frame: pd.DataFrame, day_s: float = 86_400.0, free_per_day:
         if col not in frame:
             raise UserError(f"invoice: the requests table has no {col!r} column (columns: {', '.join(map(str, frame))})")
     # (a NaN or negative amount would bill nothing or a credit; a day of 0 s divides by zero)
-    if not (isinstance(day_s, Real) and not isinstance(day_s, bool) and 0 < day_s < np.inf):
+    if not (is_real(day_s) and 0 < day_s < np.inf):
         raise UserError(f"invoice: day_s must be a positive number of seconds, got {day_s!r}")
     for col, low in (("neurons", 0.0), ("arrival_s", -np.inf)):
         values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
@@ -104,7 +103,7 @@ def invoice_requests(frame: pd.DataFrame, day_s: float = 86_400.0, free_per_day:
 
 def fleet_cost(fleet, seconds: float) -> dict:
     """GPU-hours and dollars of keeping every GPU of ``fleet`` for ``seconds`` (GPUs bill whether busy or not)."""
-    if not (isinstance(seconds, Real) and not isinstance(seconds, bool) and 0 <= seconds < np.inf):
+    if not (is_real(seconds) and 0 <= seconds < np.inf):
         raise UserError(f"fleet cost: seconds must be a finite non-negative number, got {seconds!r}")
     hours = seconds / 3600.0
     gpu_hours = float(fleet.nodes.gpus.sum()) * hours

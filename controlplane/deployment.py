@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -30,7 +29,7 @@ from controlplane.catalog import Catalog
 from controlplane.fleet import Fleet, edge_fleet, ingress_site_rtt
 from controlplane.plane import AdmissionConfig, ControlPlane
 from controlplane.prefix_index import PrefixIndex
-from edgepop.errors import UserError
+from edgepop.errors import UserError, is_real
 
 ENTRIES = ("anycast", "direct")
 
@@ -92,10 +91,10 @@ class DeploymentConfig:
                             f"replica, by demand), got {self.utilisation_cap!r}")
         for name in ("gpu_scale", "load_gbs", "queue_timeout_s"):
             value = getattr(self, name)
-            if not (_number(value) and math.isfinite(value) and value > 0):  # NaN fails too
+            if not (is_real(value) and math.isfinite(value) and value > 0):  # NaN fails too
                 raise UserError(f"{where}: {name} must be a positive number, got {value!r}")
         # (a negative init_s would make a cold start shorter than loading the weights, or negative)
-        if not (_number(self.init_s) and math.isfinite(self.init_s) and self.init_s >= 0):
+        if not (is_real(self.init_s) and math.isfinite(self.init_s) and self.init_s >= 0):
             raise UserError(f"{where}: init_s must be a finite non-negative number of seconds, got {self.init_s!r}")
         from controlplane.fleet import BUDGETS, MAX_CENTRAL_SCALE, RACKS
         if self.gpu_scale > MAX_CENTRAL_SCALE:  # a fleet of millions of GPUs would take hours and all memory
@@ -116,10 +115,6 @@ class DeploymentConfig:
             raise UserError(f"{where}: node must be GPUxCOUNT (e.g. H100x8), got {self.node!r}")
         if isinstance(self.queue_limit, bool) or not isinstance(self.queue_limit, int) or self.queue_limit < 1:
             raise UserError(f"{where}: queue_limit must be an integer >= 1, got {self.queue_limit!r}")
-
-
-def _number(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)  # (numpy scalars included)
 
 
 @dataclass

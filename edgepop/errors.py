@@ -24,3 +24,12 @@ class DataFileError(UserError):
             where += f", field '{field}'"
         super().__init__(f"{where}: {problem}")
         self.path, self.row, self.field, self.problem = path, row, field, problem
+
+
+def is_real(value) -> bool:
+    """Whether a value given for a numeric field is a real number: Python's or numpy's ints and floats, not a bool
+    (``True`` is an int) nor a string. Range checks (finite, positive) are the caller's."""
+    from numbers import Real
+
+    return isinstance(value, Real) and not isinstance(value, bool)
+

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -24,7 +23,7 @@ from controlplane.catalog import Catalog, ModelSpec, default_catalog
 from controlplane.fleet import Fleet, edge_fleet, ingress_site_rtt
 from controlplane.forecast import ingress_demand
 from controlplane.perf import PerfModel, Roofline
-from edgepop.errors import UserError
+from edgepop.errors import UserError, is_real
 from edgepop.registry import Registry
 from topology import Topology
 
@@ -129,7 +128,7 @@ class PlacementProblem:
               when_utc: datetime | None = None, **options) -> PlacementProblem:
         """The common case: the edge fleet of ``topo``, demand from :func:`ingress_demand`. ``mix`` None: the
         built-in mix (:data:`controlplane.forecast.DEFAULT_MIX`); an empty one is an error."""
-        if isinstance(total_rps, bool) or not isinstance(total_rps, Real):  # (its range: ingress_demand's check)
+        if not is_real(total_rps):  # (its range: ingress_demand's check)
             raise UserError(f"PlacementProblem.build: total_rps must be a number of requests/s, got {total_rps!r}")
         if catalog is not None and not isinstance(catalog, Catalog):
             raise UserError(f"PlacementProblem.build: catalog must be a Catalog (Catalog.load(path) reads a file), "
@@ -146,7 +145,7 @@ class PlacementProblem:
 
     def _check_options(self) -> None:
         def positive(name, value):
-            if not _number(value) or not np.isfinite(value) or value <= 0:
+            if not is_real(value) or not np.isfinite(value) or value <= 0:
                 raise UserError(f"placement option {name!r} must be a positive number, got {value!r}")
 
         positive("unserved_penalty_ms", self.unserved_penalty_ms)
@@ -160,7 +159,7 @@ class PlacementProblem:
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise UserError(f"placement option {name!r} must be true or false, got {getattr(self, name)!r}")
         ratio = self.overcommit_ratio
-        if not _number(ratio) or not (1 <= ratio < np.inf):  # (NaN fails the comparison)
+        if not is_real(ratio) or not (1 <= ratio < np.inf):  # (NaN fails the comparison)
             raise UserError(f"placement option 'overcommit_ratio' must be a finite number of at least 1, got "
                             f"{ratio!r}")
 
@@ -174,7 +173,7 @@ class PlacementProblem:
             raise UserError(f"placement field {field_!r} must be a dict of model id -> mean size, got {shape!r}")
         for model, value in shape.items():
             self._known_model(field_, model)
-            if not _number(value) or not np.isfinite(value) or value < low or (strict and value == low):
+            if not is_real(value) or not np.isfinite(value) or value < low or (strict and value == low):
                 need = "positive" if strict else "non-negative"
                 raise UserError(f"placement field {field_!r}: size of {model!r} must be a finite {need} number, "
                                 f"got {value!r}")
@@ -195,7 +194,7 @@ class PlacementProblem:
             except TypeError:
                 raise UserError(f"{where} must list (prompt units, share) pairs, got {pairs!r}") from None
             for pair in pairs:
-                if len(pair) != 2 or not all(_number(x) and np.isfinite(x) for x in pair):
+                if len(pair) != 2 or not all(is_real(x) and np.isfinite(x) for x in pair):
                     raise UserError(f"{where}: each entry must be a pair of finite numbers, got {pair!r}")
                 if pair[0] <= 0 or pair[1] < 0:
                     raise UserError(f"{where}: prompt units must be positive and shares non-negative, got {pair!r}")
@@ -279,11 +278,6 @@ class PlacementProblem:
         """Bound a per-fleet cache (policies like ``central`` build a fresh fleet per call)."""
         for key in [k for k in cache if k != id(self.fleet)][:max(0, len(cache) - keep)]:
             del cache[key]
-
-
-def _number(value) -> bool:
-    """A real number, not a bool (``True`` is an int) nor a string."""
-    return isinstance(value, Real) and not isinstance(value, bool | np.bool_)
 
 
 def check_fleet_fits(problem: PlacementProblem, fleet: Fleet) -> None:
