@@ -139,11 +139,14 @@ class ControlPlane:
     def check(self, req: Request) -> int | None:
         """Admission checks before routing: 5007 unknown model, 3006 too large for the context window or the KV pool.
         Sets ``req.kv_charge`` for a sliding-window model (what routers and replicas then reserve). A request whose
-        fields are not a request (an ingress outside the RTT matrix's rows, a negative, NaN or infinite size) is the
-        caller's mistake, not an outcome: a ``UserError`` naming the field."""
+        fields are not a request (an ingress that is not an integer row of the RTT matrix, a negative, NaN or
+        infinite size) is the caller's mistake, not an outcome: a ``UserError`` naming the field."""
         # A few comparisons per request (NaN fails them; a string raises TypeError); the message only on failure.
+        # The type first: 3.0 and True compare and hash like rows 3 and 1 (a cached candidate list would serve them).
+        ingress = req.ingress
         try:
-            ok = 0 <= req.ingress < self._ingresses and 0 <= req.prompt_tokens < INF and req.output_tokens >= 0
+            ok = ((type(ingress) is int or isinstance(ingress, np.integer)) and 0 <= ingress < self._ingresses
+                  and 0 <= req.prompt_tokens < INF and req.output_tokens >= 0)
         except TypeError:
             ok = False
         if not ok:
@@ -175,20 +178,13 @@ class ControlPlane:
                             "after it finished, expired or was lost")
         code = self.check(req)  # (first: a request it raises on was never submitted)
         self.counts["submitted"] += 1
-        try:
-            if code is not None:
-                d = reject(code)
-            elif avoid:
-                with self.state.withheld(avoid):
-                    d = self.router.route(req, now)
-            else:
+        if code is not None:
+            d = reject(code)
+        elif avoid:
+            with self.state.withheld(avoid):
                 d = self.router.route(req, now)
-        except IndexError:  # (an ingress in range but not an integer, 3.5, indexes no RTT row)
-            if isinstance(req.ingress, int | np.integer):
-                raise
-            self.counts["submitted"] -= 1
-            raise UserError(f"request {req.id}: ingress must be an integer row of the RTT matrix, got "
-                            f"{req.ingress!r}") from None
+        else:
+            d = self.router.route(req, now)
         if d.action == REJECT:
             self.counts["rejected"] += 1
             return d

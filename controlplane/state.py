@@ -67,8 +67,9 @@ def bad_request(req: Request, ingresses: int) -> UserError:
         except TypeError:
             return False
 
-    if not number(req.ingress, 0, ingresses):
-        problem = f"ingress must be a row of the RTT matrix (0 to {ingresses - 1}), got {req.ingress!r}"
+    integer = isinstance(req.ingress, int | np.integer) and not isinstance(req.ingress, bool)
+    if not (integer and number(req.ingress, 0, ingresses)):
+        problem = f"ingress must be an integer row of the RTT matrix (0 to {ingresses - 1}), got {req.ingress!r}"
     elif not number(req.prompt_tokens, 0):
         problem = f"prompt_tokens must be a finite non-negative number, got {req.prompt_tokens!r}"
     else:

@@ -1,5 +1,7 @@
 """The control plane refuses requests that are not requests, and deployments are built from checked configs."""
 
+import re
+
 import numpy as np
 import pytest
 from kit.controlplane import TINY, make_fleet, placement
@@ -25,10 +27,10 @@ def two_ingresses(catalog):
     ({"prompt_tokens": "10"}, "prompt_tokens must be a finite non-negative number, got '10'"),
     ({"output_tokens": -5}, "output_tokens must be a non-negative number, got -5"),
     ({"output_tokens": float("nan")}, "output_tokens must be a non-negative number, got nan"),
-    ({"ingress": -1}, r"ingress must be a row of the RTT matrix \(0 to 1\), got -1"),
-    ({"ingress": 2}, r"ingress must be a row of the RTT matrix \(0 to 1\), got 2"),
-    ({"ingress": "AMS"}, r"ingress must be a row of the RTT matrix \(0 to 1\), got 'AMS'"),
-    ({"ingress": 0.5}, "ingress must be an integer row of the RTT matrix, got 0.5")])
+    ({"ingress": -1}, r"ingress must be an integer row of the RTT matrix \(0 to 1\), got -1"),
+    ({"ingress": 2}, r"ingress must be an integer row of the RTT matrix \(0 to 1\), got 2"),
+    ({"ingress": "AMS"}, r"ingress must be an integer row of the RTT matrix \(0 to 1\), got 'AMS'"),
+    ({"ingress": 0.5}, r"ingress must be an integer row of the RTT matrix \(0 to 1\), got 0.5")])
 def test_a_request_with_a_bad_field_is_refused_and_holds_nothing(catalog, fields, message):
     cp = two_ingresses(catalog)
     req = Request(7, TINY, **{"ingress": 1, "prompt_tokens": 10, "output_tokens": 5, **fields})
@@ -37,6 +39,21 @@ def test_a_request_with_a_bad_field_is_refused_and_holds_nothing(catalog, fields
     r = cp.state.replicas[0]
     assert (r.active, r.kv_used, len(r.queue), cp.counts["submitted"]) == (0, 0, 0, 0)
     assert cp.submit(Request(8, TINY, 1, 10, 5), 0.0).action == START
+
+
+
+@pytest.mark.parametrize("ingress", [1.0, True, np.float64(1.0)])
+def test_a_non_integer_ingress_is_refused_even_once_its_row_is_cached(catalog, ingress):
+    # 1.0 and True compare and hash like row 1: a cached candidate list would serve them without a word
+    cp = two_ingresses(catalog)
+    first = Request(0, TINY, 1, 10, 5)
+    assert cp.submit(first, 0.0).action == START  # row 1's candidate list is cached now
+    cp.finish(first, 0.0)
+    message = r"^request 7: ingress must be an integer row of the RTT matrix \(0 to 1\), got "
+    with pytest.raises(UserError, match=message + re.escape(repr(ingress)) + "$"):
+        cp.submit(Request(7, TINY, ingress, 10, 5), 1.0)
+    assert cp.counts["submitted"] == 1
+    assert cp.submit(Request(8, TINY, np.int64(1), 10, 5), 1.0).action == START  # a numpy integer is a row
 
 
 def test_a_negative_request_cannot_overcommit_the_kv_pool(catalog):
