@@ -61,7 +61,8 @@ TASK_REQUEST_SHAPE: dict[str, tuple[float, float]] = {
 class PlacementProblem:
     """Everything a placement policy needs; validated on construction (bad input raises one ``UserError``).
 
-    ``demand``: requests/s, rows = ingress PoP ids (a subset of ``topo.pops.id``), columns = model ids.
+    ``demand``: requests/s, rows = ingress PoP ids (a subset of ``topo.pops.id``, each once), columns = model ids
+    (each once).
     ``rtt``: ms from every PoP of ``topo`` (rows, table order) to every site of ``fleet`` (columns); computed
     when omitted. ``prompt_tokens`` / ``output_tokens``: mean request shape per model (task defaults from
     :data:`TASK_REQUEST_SHAPE` fill the gaps), used for replica capacity via ``capacity_rps``. ``prompt_mix``:
@@ -219,6 +220,9 @@ class PlacementProblem:
         twice = demand.columns[demand.columns.duplicated()]
         if len(twice):  # (their rates would be summed or one of them dropped, silently)
             raise UserError(f"demand: model {twice[0]!r} has more than one column")
+        twice = demand.index[demand.index.duplicated()]
+        if len(twice):  # (likewise: a row per ingress PoP, whose rates a second row would silently add to)
+            raise UserError(f"demand: ingress PoP {twice[0]!r} has more than one row")
         unknown = sorted(set(map(str, demand.index)) - set(self.topo.pops.id))
         if unknown:
             raise UserError(f"demand: unknown ingress PoP id(s): {', '.join(unknown[:5])}")
@@ -228,7 +232,7 @@ class PlacementProblem:
             raise UserError("demand: every rate must be a number of requests/s") from None
         if not np.all(np.isfinite(values)) or (values < 0).any():
             raise UserError("demand: every rate must be a finite non-negative number of requests/s")
-        full = demand.groupby(level=0).sum().reindex(self.topo.pops.id, fill_value=0.0).astype(float)
+        full = demand.reindex(self.topo.pops.id, fill_value=0.0).astype(float)
         full.index.name = "ingress"
         full = full.loc[:, full.sum(axis=0) > 0]
         if full.empty:

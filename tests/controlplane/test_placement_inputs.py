@@ -90,6 +90,12 @@ def test_a_model_may_have_one_demand_column(topo, fleet):
         problem(topo, fleet, demand=demand)
 
 
+def test_an_ingress_pop_may_have_one_demand_row(topo, fleet):
+    demand = pd.DataFrame({L8: [1.0, 3.0, 2.0]}, index=["AMS", "FRA", "AMS"])
+    with pytest.raises(UserError, match="^demand: ingress PoP 'AMS' has more than one row$"):
+        problem(topo, fleet, demand=demand)
+
+
 def test_demand_rates_must_be_numbers(topo, fleet):
     with pytest.raises(UserError, match="demand: every rate must be a number of requests/s"):
         problem(topo, fleet, demand=pd.DataFrame({L8: ["a"]}, index=["AMS"]))
