@@ -17,11 +17,10 @@ and the CPU share the client and (own server, Linux) the server got: on a shared
 more than anything the gateway does. Summary: the unloaded p99 (1 client), the bound 2 x unloaded p99 + max wait and
 whether every level's admitted p99 stays under it, and the lowest goodput from the peak level on as a fraction of
 the peak. The server runs with rate limits off (they would cap one account long before the engines saturate), no WAN
-delay and one onnxruntime
-thread; client and server share the machine's cores, so absolute figures are a floor and noisy. The sweep's
-clients are a minimal keep-alive HTTP/1.1 client (``benchmarks/http_light.py``, about 0.1 ms of CPU per request
-against httpx's 0.9 ms), so the load generator takes little of the cores the server needs; ``--client httpx``
-runs the same sweep with httpx.
+delay and one onnxruntime thread; client and server share the machine's cores, so absolute figures are a floor and
+noisy. The sweep's clients are a minimal keep-alive HTTP/1.1 client (``benchmarks/http_light.py``, about 0.1 ms of
+CPU per request against httpx's 0.9 ms), so the load generator takes little of the cores the server needs;
+``--client httpx`` runs the same sweep with httpx.
 
 Mixed: ``--requests`` requests (at most ``--duration`` s) at ``--concurrency``, 70% valid and 30% malformed; status
 counts, 5xx (must be 0), unexpected statuses, latency per kind, server memory before and after.
@@ -99,8 +98,7 @@ def cpu_seconds(pid: int | None) -> float | None:
 
 
 def retry_after_s(r: httpx.Response) -> float | None:
-    """What a 429 asks a client to wait: ``retry-after-ms`` first (as the openai client reads it), else
-    ``Retry-After``."""
+    """What a 429 asks a client to wait: ``retry-after-ms`` (as the openai client reads it), else ``Retry-After``."""
     for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
         try:
             return float(r.headers[name]) * scale
@@ -301,8 +299,7 @@ def run_keepalive(token: str, account: str) -> dict:
                                  "--pops", "FRA", "--db", str(tmp / "b.sqlite")],
                                 env={"EDGEPOP_TOKENS": f"{token}:{account}"})
         try:
-            out["server_keep_alive_5s" if keep else "server_keep_alive_default"] = run(
-                keepalive_probe(url, token, account))
+            out[f"server_keep_alive_{'5s' if keep else 'default'}"] = run(keepalive_probe(url, token, account))
         finally:
             proc.terminate()
             proc.wait()

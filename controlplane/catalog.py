@@ -232,10 +232,8 @@ def _entry(path: Path, model_id: str, raw: dict) -> ModelSpec:
     tp = values.get("tensor_parallel", 1)
     if values.get("heads") and tp > 1 and values["heads"] % tp:  # (each GPU holds whole attention heads)
         raise bad("tensor_parallel", f"{tp} does not divide the model's {values['heads']} attention heads")
-    if not values.get("weight_bytes"):
-        values["weight_bytes"] = values["parameters"] * PRECISION_BYTES[values["precision"]]
+    values["weight_bytes"] = values.get("weight_bytes") or values["parameters"] * PRECISION_BYTES[values["precision"]]
     if "adapters" in raw:  # LoRA adapters fine-tuned on this model
-
         values["adapters"] = parse_adapters(path.name, model_id, raw["adapters"], values)
     return ModelSpec(id=model_id, **values)
 
@@ -329,9 +327,6 @@ class Catalog:
         return pd.DataFrame(rows)
 
 
-_DEFAULT: Catalog | None = None
-
-
 # ---------------------------------------------------------------------- LoRA adapters declared in the catalog
 MAX_RANK = 32
 MAX_BYTES = 300e6
@@ -389,11 +384,12 @@ def parse_adapters(source: str, model_id: str, raw, shape: dict) -> tuple[Adapte
             size = attention_lora_bytes(rank, shape["layers"], shape["hidden"], shape["kv_heads"],
                                         shape.get("head_dim") or shape["hidden"] // shape["heads"])
         if size > MAX_BYTES:
-            raise CatalogError(f"{where}[{i}] {name!r}: size {size / 1e6:.1f} MB is over the {MAX_BYTES / 1e6:.0f} MB "
-                            "limit")
+            raise CatalogError(f"{where}[{i}] {name!r}: size {size / 1e6:.1f} MB is over the {MAX_BYTES / 1e6:.0f} MB limit")
         out.append(AdapterSpec(name, model_id, rank, size))
     return tuple(out)
 
+
+_DEFAULT: Catalog | None = None
 
 
 def default_catalog() -> Catalog:

@@ -5,9 +5,8 @@ budget allows, prefilling them together (left padded); (2) runs one decode step 
 sequence; (3) retires sequences that hit EOS, ``max_tokens``, the context limit, failed or were
 cancelled. So sequences join and leave between steps, as in Orca/vLLM.
 
-The batch's KV cache is one dense ``[B,H,P,D]`` tensor per layer and kind; sequences of different
-lengths are left padded to a common past length and the pads masked out. When rows leave, padding
-columns that no row needs any more are trimmed.
+The batch's KV cache is one dense ``[B,H,P,D]`` tensor per layer and kind, rows left padded to a common past
+length (:mod:`dataplane.padded_kv`).
 
 KV budget: a request reserves ``prompt + max_tokens`` tokens when admitted and releases them when it
 finishes, so admitted work never has to be pre-empted. A request that can never fit is refused at
@@ -29,45 +28,28 @@ import collections
 import itertools
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from dataplane.errors import CapacityError, EngineClosedError, InvalidInputError
-from dataplane.lm_handle import _DONE, GenerationHandle, GenerationResult, LMStats, LMTiming, TokenCallback
+from dataplane.lm_handle import (
+    _DONE,
+    GenerationHandle,
+    GenerationResult,
+    LMEngineConfig,
+    LMStats,
+    LMTiming,
+    TokenCallback,
+)
 from dataplane.lora import Adapter, LoraLanguageModel, adapter_salt
-from dataplane.prefix_cache import PrefixCache, PrefixCacheConfig
+from dataplane.padded_kv import keep_rows, merge_rows
+from dataplane.prefix_cache import PrefixCache
 from dataplane.runtime import DeviceKV, LanguageModel, left_pad_prompts
 from dataplane.sampling import SamplingParams, sample_token
 from edgepop.memory import keep_freed_memory
 
 __all__ = ["GenerationHandle", "GenerationResult", "LMEngine", "LMEngineConfig", "LMStats", "LMTiming",
            "TokenCallback"]
-
-
-@dataclass(frozen=True)
-class LMEngineConfig:
-    """``max_batch`` concurrent sequences; ``kv_budget_tokens`` reserved tokens over all of them;
-    ``prefix_cache``: reuse the KV of recent prompts' shared leading blocks (None: off);
-    ``device_kv``: keep the batch's KV cache in the provider's memory between decode steps (None: where the
-    model runs on CUDA and takes no adapter inputs, the case where the host round trip costs most)."""
-
-    max_batch: int = 16
-    kv_budget_tokens: int = 16384
-    prefix_cache: PrefixCacheConfig | None = None
-    device_kv: bool | None = None
-
-    def __post_init__(self):
-        # Checked here, not in the engine thread: max_batch=0 admitted nothing, so results never arrived.
-        for name in ("max_batch", "kv_budget_tokens"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"LMEngineConfig.{name} must be a positive integer, got {v!r}")
-        if self.prefix_cache is not None and not isinstance(self.prefix_cache, PrefixCacheConfig):
-            raise ValueError(f"LMEngineConfig.prefix_cache must be a PrefixCacheConfig or None, "
-                             f"got {self.prefix_cache!r}")
-        if self.device_kv is not None and not isinstance(self.device_kv, bool):
-            raise ValueError(f"LMEngineConfig.device_kv must be True, False or None, got {self.device_kv!r}")
 
 
 class _Seq:
@@ -83,15 +65,6 @@ class _Seq:
         self.text: list[str] = []
         self.reserve = len(handle.prompt_ids) + handle.max_tokens
         self.eos_id = eos_id
-
-
-def _lpad(a: np.ndarray, n: int, axis: int) -> np.ndarray:
-    """Left-pad ``a`` with ``n`` zeros along ``axis`` (zeros are masked-out positions)."""
-    if n == 0:
-        return a
-    widths = [(0, 0)] * a.ndim
-    widths[axis] = (n, 0)
-    return np.pad(a, widths)
 
 
 class LMEngine:
@@ -377,12 +350,7 @@ class LMEngine:
             self._running, self._past, self._mask = list(seqs), present, mask
             return
         self._host_past()
-        p_old, p_new = self._mask.shape[1], mask.shape[1]
-        p_all = max(p_old, p_new)
-
-        self._past = [np.concatenate([_lpad(a, p_all - p_old, 2), _lpad(b, p_all - p_new, 2)], axis=0)
-                      for a, b in zip(self._past, present, strict=True)]
-        self._mask = np.concatenate([_lpad(self._mask, p_all - p_old, 1), _lpad(mask, p_all - p_new, 1)], axis=0)
+        self._past, self._mask = merge_rows(self._past, self._mask, present, mask)
         self._running.extend(seqs)
 
     def _retire(self, rows: list[int], reason: str | None) -> None:
@@ -398,10 +366,7 @@ class LMEngine:
             self._past = self._mask = None
             return
         self._host_past()
-        mask = self._mask[keep]
-        lead = int(np.argmax(mask.any(axis=0)))  # columns left of this are padding for every row
-        self._mask = mask[:, lead:]
-        self._past = [a[keep][:, :, lead:] for a in self._past]
+        self._past, self._mask = keep_rows(self._past, self._mask, keep)
 
     def _finish(self, s: _Seq, reason: str | None = None, error: BaseException | None = None,
                 reserved: bool = True) -> None:

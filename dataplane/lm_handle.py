@@ -1,4 +1,5 @@
-"""The caller's side of an LM engine request: its handle (stream, result, cancel), its result and engine stats.
+"""The caller's side of an LM engine: its config, a request's handle (stream, result, cancel), its result and
+the engine's stats.
 
 Split from :mod:`dataplane.engine_lm` (which re-exports these names) to keep the engine module small.
 """
@@ -13,10 +14,36 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.sampling import SamplingParams
 
 _DONE = object()
 TokenCallback = Callable[[int, str], None]
+
+
+@dataclass(frozen=True)
+class LMEngineConfig:
+    """``max_batch`` concurrent sequences; ``kv_budget_tokens`` reserved tokens over all of them;
+    ``prefix_cache``: reuse the KV of recent prompts' shared leading blocks (None: off);
+    ``device_kv``: keep the batch's KV cache in the provider's memory between decode steps (None: where the
+    model runs on CUDA and takes no adapter inputs, the case where the host round trip costs most)."""
+
+    max_batch: int = 16
+    kv_budget_tokens: int = 16384
+    prefix_cache: PrefixCacheConfig | None = None
+    device_kv: bool | None = None
+
+    def __post_init__(self):
+        # Checked here, not in the engine thread: max_batch=0 admitted nothing, so results never arrived.
+        for name in ("max_batch", "kv_budget_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"LMEngineConfig.{name} must be a positive integer, got {v!r}")
+        if self.prefix_cache is not None and not isinstance(self.prefix_cache, PrefixCacheConfig):
+            raise ValueError(f"LMEngineConfig.prefix_cache must be a PrefixCacheConfig or None, "
+                             f"got {self.prefix_cache!r}")
+        if self.device_kv is not None and not isinstance(self.device_kv, bool):
+            raise ValueError(f"LMEngineConfig.device_kv must be True, False or None, got {self.device_kv!r}")
 
 
 @dataclass

@@ -87,8 +87,7 @@ class Call:
         return self.gw.delays.seconds((self.place.access_rtt_ms + self.backbone_ms) / 2)
 
     def headers(self, final: bool = True) -> dict[str, str]:
-        r = self.lease.replica
-        b = self.gw.backend
+        r, b = self.lease.replica, self.gw.backend
         return {"x-edgepop-pop": b.pop_of(r), "x-edgepop-node": str(b.node_ids[r.node]),
                 "x-edgepop-replica": str(r.id), "x-edgepop-cached-tokens": str(self.lease.req.cached_tokens),
                 "x-edgepop-ingress": self.place.ingress_pop,
@@ -313,8 +312,7 @@ class Gateway:
             elif spec.task == "text-embeddings":
                 if over := over_window(prep, inputs, spec.context_window, text_field):
                     raise GatewayError(413, 3006, f"{over[0]} holds {over[1]} tokens, more than {model}'s window "
-                                       f"of {spec.context_window} (send 'truncate_inputs': true to have it cut to "
-                                       "fit)")
+                                       f"of {spec.context_window} (send 'truncate_inputs': true to have it cut to fit)")
                 served_tokens(prep, spec.context_window)
             if isinstance(inputs, dict) and inputs.get("lora") is not None:  # Workers AI's per-request adapter
                 prep.extra["adapter"] = self.backend.adapter(model, inputs["lora"])
