@@ -1,11 +1,12 @@
 """edgepop's percentiles: over the finite values; an empty set gives ``None`` (``null`` in JSON, never ``NaN``,
 which is not valid JSON).
 
-Three definitions, each where it fits (they differ by less than one neighbouring value, negligible at the request
-counts reported): point estimates interpolate linearly (numpy's default); weighted percentiles, the bootstrap's
-resamples among them, take the first value whose cumulative weight reaches the share (inverted CDF); percentiles
-that count failed requests as never answered take the higher neighbour (``method="higher"``), so a percentile
-that falls between an answer and a failure counts as failed."""
+Three definitions, each where it fits: point estimates interpolate linearly (numpy's default), and so do the
+gains' bootstrap resamples (``sim.gains.Bootstrap``: each request counted by its weight), so an interval is of its
+point's statistic; other weighted percentiles (population-weighted RTTs, per-technique tables) take the first value
+whose cumulative weight reaches the share (inverted CDF; it differs from the linear one by less than one
+neighbouring value); percentiles that count failed requests as never answered take the higher neighbour
+(``method="higher"``), so a percentile that falls between an answer and a failure counts as failed."""
 
 from __future__ import annotations
 

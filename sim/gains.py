@@ -3,9 +3,10 @@
 Both deployments served the same arrivals, so gains are paired. Intervals come from a **paired block bootstrap
 over requests**: the run's arrival span is cut into ``BLOCKS`` equal-time blocks, each resample weights every
 block by a Poisson(1) draw (the same weight for a request in both deployments), and a percentile is taken with
-those weights; the interval is the 2.5th-97.5th percentile of the resampled gains. Blocks of time, not single
-requests, carry the weights because queueing correlates requests that arrive close together. The resampling
-generator is seeded from the scenario's seed, so the intervals are reproducible.
+those weights (numpy's linear one, as the point estimates'); the interval is the 2.5th-97.5th percentile of the
+resampled gains. Blocks of time, not single requests, carry the weights because queueing correlates requests that
+arrive close together; arrivals too uneven in time for that (most blocks empty) get blocks of equal request counts
+in arrival order. The resampling generator is seeded from the scenario's seed, so the intervals are reproducible.
 
 A gain is the relative reduction ``100 x (central - edge) / central``: positive means the edge is better.
 """
@@ -24,6 +25,11 @@ LOAD_LEVELS = ("low", "mid", "high")
 MIN_BIN = 30  # fewer requests than this in a bin: no figure (an interval over a handful says nothing)
 METHOD = (f"paired block bootstrap over requests ({BLOCKS} equal-time blocks, {RESAMPLES} resamples, "
           "Poisson weights); percentile interval")
+# Arrivals too uneven in time for equal-time blocks (a trace sent all at once, or a lone early request): fewer than
+# this share of the blocks would hold any request, and a resample of a handful of blocks says nothing.
+MIN_FILLED_SHARE = 0.5
+METHOD_BY_COUNT = METHOD.replace("equal-time blocks", "blocks of equal request counts in arrival order, the "
+                                 "arrivals being too uneven in time for equal-time blocks")
 
 
 class Bootstrap:
@@ -34,18 +40,28 @@ class Bootstrap:
         lo, hi = (float(arrival.min()), float(arrival.max())) if arrival.size else (0.0, 1.0)
         width = max(hi - lo, 1e-9) / blocks
         self.block = np.minimum(((arrival - lo) / width).astype(int), blocks - 1)
+        self.method = METHOD
+        filled = np.unique(self.block).size
+        if arrival.size >= blocks and filled < MIN_FILLED_SHARE * blocks:
+            # Blocks of consecutive arrivals, equally many each: every block holds requests, which still arrive
+            # close together within one.
+            rank = np.empty(arrival.size, dtype=np.int64)
+            rank[np.argsort(arrival, kind="stable")] = np.arange(arrival.size)
+            self.block = rank * blocks // arrival.size
+            self.method = METHOD_BY_COUNT
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xB00]))
         self.weights = rng.poisson(1.0, size=(resamples, blocks)).astype(float)
 
     def quantiles(self, values: np.ndarray, mask: np.ndarray, qs) -> np.ndarray:
-        """(resamples, len(qs)) weighted quantiles of ``values[mask]`` (inverted CDF, numpy's
-        ``method="inverted_cdf"``: weights leave no neighbour to interpolate with); NaN when empty.
+        """(resamples, len(qs)) weighted quantiles of ``values[mask]``; NaN when empty.
 
-        The q-quantile of a resample is the first value, in sorted order, at which the cumulative weight reaches
-        q x the total. The cumulative weight at a position is the sum over blocks of the block's weight times
-        how many of its requests come up to there, so a binary search over positions, all resamples at once,
-        finds it without the (resamples x requests) running sums. Weights are small integers: every sum is
-        exact, and the answer is the running sums' own."""
+        A resample counts each request as many times as its block's weight, and its quantile is numpy's default
+        (linear interpolation) over that multiset, the definition of the point estimates, so a figure and its
+        interval are of one statistic (with unit weights it is ``np.percentile`` itself). The multiset's k-th
+        value (from 0) is the first value, in sorted order, at which the cumulative weight exceeds k. The
+        cumulative weight at a position is the sum over blocks of the block's weight times how many of its
+        requests come up to there, so a binary search over positions, all resamples at once, finds it without the
+        (resamples x requests) running sums. Weights are small integers: every sum is exact."""
         idx = np.flatnonzero(mask & np.isfinite(values))
         n_res, n_blocks = self.weights.shape
         out = np.full((n_res, len(qs)), np.nan)
@@ -70,8 +86,9 @@ class Bootstrap:
         marks = np.arange(n, dtype=np.int64) if n <= MARKS else np.linspace(0, n - 1, MARKS).astype(np.int64)
         upto_marks = np.searchsorted(by_block, marks[:, None] + offsets[None, :], side="right") - starts
         at_marks = np.einsum("rb,kb->rk", w, upto_marks.astype(float), optimize=False)
-        for j, q in enumerate(np.asarray(qs, dtype=float)):
-            target = q * total[live]
+
+        def first_reaching(target: np.ndarray) -> np.ndarray:
+            """Per live resample, the first sorted position whose cumulative weight is at least ``target``."""
             first = (at_marks >= target[:, None]).argmax(axis=1)  # reached at the last mark at the latest
             hi = marks[first]
             lo = np.where(first > 0, marks[np.maximum(first - 1, 0)] + 1, 0)
@@ -81,7 +98,17 @@ class Bootstrap:
                 reached = (w * upto).sum(axis=1) >= target
                 hi = np.where(open_ & reached, mid, hi)
                 lo = np.where(open_ & ~reached, mid + 1, lo)
-            out[live, j] = v[lo]
+            return lo
+
+        size = total[live]
+        for j, q in enumerate(np.asarray(qs, dtype=float)):
+            h = (size - 1.0) * q  # numpy's virtual index into the sorted multiset
+            k = np.floor(h)
+            t = h - k
+            a = v[first_reaching(k + 1.0)]
+            b = v[first_reaching(np.minimum(k + 2.0, size))]
+            # numpy's linear interpolation, written as it writes it (so unit weights give its values exactly)
+            out[live, j] = np.where(t >= 0.5, b - (b - a) * (1.0 - t), a + (b - a) * t)
         return out
 
     def share(self, hit: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -164,7 +191,7 @@ def headline_gains(p: Paired, slo_met_e: np.ndarray, slo_met_c: np.ndarray) -> t
     everyone = np.ones(len(p.e), bool)
     d = p.boot.share(slo_met_e, everyone) - p.boot.share(slo_met_c, everyone)
     out["slo_attainment_delta"] = None if (iv := interval(d * 1e4)) is None else [round(x / 1e4, 4) for x in iv]
-    out["method"] = METHOD
+    out["method"] = p.boot.method
     return out, {f"e2e_ms_{k}_p50_reduction_pct": v["reduction_pct"] for k, v in e2e.items()}
 
 

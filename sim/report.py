@@ -121,7 +121,9 @@ def notes(summary: dict) -> list[str]:
                    f"the workload's clock ({summary['day']['day_s'] / 24:,.4g} s): the peak-hour rows are over the "
                    "whole span (GPU busy, peak hour = its mean).")
     if g.get("edge_loses"):
-        out.append(g["edge_loses"] + ".")
+        # With replicates, the seed-level sentence follows; this one is of one run's within-run intervals.
+        within = f"Within the seed-{summary['seed']} run alone, " if summary.get("replicates") else ""
+        out.append(within + g["edge_loses"] + ".")
     for name, block in summary["deployments"].items():
         for line in block.get("faults", {}).get("skipped", []):
             out.append(f"fault not applied to {name}: {line}")

@@ -79,3 +79,15 @@ def test_sensitivity_help_names_every_variant_it_runs(capsys):
             kind = next((k for k in kinds if name.startswith(k)), None)
             assert kind is not None, f"a new kind of sensitivity variant: {name!r} (say it in the help)"
             assert kinds[kind](name) in help_text, name
+
+
+def test_with_seeds_the_within_run_loss_line_names_its_seed():
+    """``--seeds`` prints two loss sentences: one run's within-run intervals and the seed-level one. The first
+    named neither its seed nor that it was one run's (it could read as contradicting the second)."""
+    from sim.report import notes
+
+    summary = {"seed": 3, "deployments": {"edge": {}}, "simulated_span_s": 10.0,
+               "gains": {"edge_loses": "edge loses: TTFT p99 overall -32.4% [-78.8, -10.9]"}}
+    assert notes(summary)[-1] == "edge loses: TTFT p99 overall -32.4% [-78.8, -10.9]."
+    summary["replicates"] = {"seeds": [3, 4]}
+    assert notes(summary)[-1] == "Within the seed-3 run alone, edge loses: TTFT p99 overall -32.4% [-78.8, -10.9]."
