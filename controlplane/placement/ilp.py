@@ -4,7 +4,7 @@ The MILP (:mod:`controlplane.placement.ilp_model`) plans with each pair's ``cand
 and one integer count per (node group, model). Within ``time_limit_s`` the policy runs:
 
 1. the ``warm_start`` policy (greedy-demand by default), then the LP relaxation, whose optimum is a lower bound
-   on every plan of the MILP;
+   on every plan of the MILP (each in a child process stopped by the clock, below);
 2. starting plans: the relaxation's counts rounded (fractional counts rounded up, largest fraction first, while
    the replica still fits its group's GPUs) and the warm-start plan; the one the MILP prices lowest is passed
    to HiGHS as a MIP start (through the ``read_solution_file`` option, which scipy hands to HiGHS verbatim);
@@ -20,15 +20,24 @@ decreasing, exact re-seating on small nodes, other nodes of the site as fallback
 nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packing cuts make this rare).
 
 Reproducibility: branch-and-bound stops at ``node_limit`` nodes, a deterministic amount of work, so the same
-problem gives the same plan on any machine, process pool or Ray worker. ``time_limit_s`` bounds the whole policy
-(warm start included) as a safety net, except for the steps that run to their end whatever the clock says: the
-warm start, building the MILP, its LP relaxation and scoring the final plan (2-5 s together at 339 PoPs on a
-2-core VM, so a shorter limit is passed by up to that much; ``solve_s`` says by how much); when the clock stopped a
-phase or left one out, ``solver["deterministic"]`` is False and
-the result may depend on machine speed (raise the limit, or lower ``node_limit``). HiGHS reads its time limit only
-between phases, so each HiGHS call runs in a child process that is stopped half a second after the deadline
-(:mod:`controlplane.placement.deadline`, on Linux; elsewhere the limit is HiGHS's own): the policy then keeps the
-best plan it had, and the phase says ``stopped_at_deadline``.
+problem gives the same plan on any machine, process pool or Ray worker. ``time_limit_s`` bounds the whole policy,
+warm start included, as a safety net: each step that can take long runs in a child process that is stopped at its
+deadline (:mod:`controlplane.placement.deadline`, on Linux; elsewhere, and in a daemonic process, those steps run
+to their end and only HiGHS's own limit holds):
+
+- the warm start, with its plan's scoring, by half the budget (:data:`WARM_START_SHARE`: the relaxation, which
+  every other plan needs, keeps the rest); stopped, it is left out (``rng`` as it was) and the rounded relaxation
+  remains. One that finishes hands back the state it left ``rng`` in: later draws are as had it run here;
+- the LP relaxation with its starts (rounded, completed and the rounded plan scored there) by the end of the
+  budget; stopped, the warm start's plan is returned, or without one a one-line error asks for a longer limit;
+- each HiGHS call half a second after the branch-and-bound deadline, which keeps 1.5 x the relaxation's time for
+  scoring the MILP's plan (HiGHS reads its own time limit only between phases); the best plan so far is kept.
+
+Only building the MILP (a tenth of a second at 339 PoPs) and scoring the MILP's plan run unstopped, so the policy
+ends within a second of its limit (``solve_s`` reports it). A stopped step says so (``warm_start_status``,
+``relaxation_status``: ``stopped_at_deadline``; a phase's ``stopped_at_deadline``), and when the clock stopped a
+step or left one out, ``solver["deterministic"]`` is False: the result may depend on machine speed (raise the
+limit, or lower ``node_limit``).
 """
 
 from __future__ import annotations
@@ -62,6 +71,10 @@ DEADLINE_GRACE_S = 0.5
 
 
 MAX_TIME_LIMIT_S = 86_400.0  # a day: a longer limit is no limit, and the solver's clock overflows on inf
+
+# The warm start may use this share of the budget: the LP relaxation, which every other plan needs, keeps the rest.
+WARM_START_SHARE = 0.5
+STOPPED = "stopped_at_deadline"  # a step's status when the clock stopped it
 
 
 @PLACEMENTS.register("ilp")
@@ -101,6 +114,32 @@ class IlpPlacement(PlacementPolicy):
                             f"problem's: {fix}")
         return plan
 
+    def _warm_start_in_child(self, problem: PlacementProblem, rng: np.random.Generator) -> tuple:
+        """Run in a child process: the warm start's plan detached (scored there, under the deadline) and the state
+        it left ``rng`` in."""
+        return self._warm_plan(problem, rng).detached(), rng.bit_generator.state
+
+    def _relaxation_and_starts(self, problem: PlacementProblem, model: IlpModel,
+                               warm_counts: np.ndarray | None) -> tuple:
+        """Run in a child process: the LP relaxation and the seconds it took, the starting counts (the relaxation
+        rounded; the warm start's), their completed solutions, and the rounded plan detached and scored (None when
+        its packing loses a model)."""
+        t_lp = time.perf_counter()
+        relaxed = model.relaxation()
+        lp_s = time.perf_counter() - t_lp
+        if relaxed.status != 0:
+            raise UserError(f"ilp placement: the LP relaxation failed ({relaxed.message})")
+        c_relaxed = relaxed.x[model.prog.n:]
+        starts = {} if self.warm_start == "none" else {"rounding": round_relaxation(model, c_relaxed)}
+        if warm_counts is not None:
+            starts[self.warm_start] = model.unit_counts(warm_counts)
+        solutions = {name: model.complete(c) for name, c in starts.items()}
+        solutions = {name: x for name, x in solutions.items() if x is not None}
+        rounded: dict[str, Placement] = {}
+        if "rounding" in solutions:
+            self._add_plan(rounded, "rounding", problem, model, solutions["rounding"])
+        return relaxed, lp_s, starts, solutions, rounded["rounding"].detached() if rounded else None
+
     @staticmethod
     def check_options(candidates_k: int = 8, time_limit_s: float = 60.0, node_limit: int = 400,
                       mip_rel_gap: float = 0.01, warm_start: str = "greedy-demand",
@@ -128,35 +167,43 @@ class IlpPlacement(PlacementPolicy):
         except ValueError as exc:
             raise UserError(f"ilp option {exc}") from None
         t0 = time.perf_counter()
+        end = t0 + self.time_limit_s
         net = problem.network().in_planning_units()
         plans: dict[str, Placement] = {}  # candidate answers, each scored by the evaluator
+        warm_status = None
         if self.warm_start not in ("rounding", "none"):
-            plans[self.warm_start] = self._warm_plan(problem, rng)
+            # In a child process stopped at its share of the budget; rng advances as if the policy had run here.
+            out = call_with_deadline(self._warm_start_in_child, t0 + WARM_START_SHARE * self.time_limit_s,
+                                     problem, rng)
+            warm_status = STOPPED if out is None else "done"
+            if out is not None:
+                plans[self.warm_start] = Placement.attached(problem, problem.fleet, out[0])
+                rng.bit_generator.state = out[1]
         seed_s = time.perf_counter() - t0
-        extra = None
+        extra = warm_counts = None
         if plans:  # make sure the MILP has a unit for every replica of the seeded plan
+            warm_counts = plans[self.warm_start].counts
             group_of, first = net.site_groups()
             extra = np.zeros((len(first), net.n_models), dtype=bool)
-            np.logical_or.at(extra, group_of, plans[self.warm_start].counts > 0)
+            np.logical_or.at(extra, group_of, warm_counts > 0)
         k = min(int(self.candidates_k), problem.candidates_k)
         model = IlpModel(net, k, self.memory_tiebreak_ms_per_gb, extra)
-        t_lp = time.perf_counter()
-        relaxed = model.relaxation()
-        if relaxed.status != 0:
-            raise UserError(f"ilp placement: the LP relaxation failed ({relaxed.message})")
-        # Scoring the MILP's plan at the end costs about one LP of this size plus packing: keep that time.
-        lp_s = time.perf_counter() - t_lp
-        deadline = t0 + self.time_limit_s - 1.5 * lp_s
-        c_relaxed = relaxed.x[model.prog.n:]
-        starts = {} if self.warm_start == "none" else {"rounding": round_relaxation(model, c_relaxed)}
-        if self.warm_start in plans:
-            starts[self.warm_start] = model.unit_counts(plans[self.warm_start].counts)
-        solutions = {name: model.complete(c) for name, c in starts.items()}
-        solutions = {name: x for name, x in solutions.items() if x is not None}
-        if "rounding" in solutions:
-            self._add_plan(plans, "rounding", problem, model, solutions["rounding"])
-        x0 = min(solutions.values(), key=lambda x: model.cost @ x, default=None)
         mode = "exact" if len(model.unit_group) <= self.exact_max_integers else "rens+exact"
+        # The relaxation and its starts run in a child process stopped at the end of the budget: their plan comes
+        # back scored, so no time need be kept for that.
+        prep = call_with_deadline(self._relaxation_and_starts, end, problem, model, warm_counts)
+        if prep is None and not plans:
+            raise UserError(f"ilp placement: the LP relaxation did not finish within time_limit_s = "
+                            f"{self.time_limit_s:g} s{' (nor did the warm start)' if warm_status == STOPPED else ''}; "
+                            "raise time_limit_s")
+        relaxed, lp_s, starts, solutions, rounded = prep or (None, np.inf, {}, {}, None)
+        if rounded is not None:
+            plans["rounding"] = Placement.attached(problem, problem.fleet, rounded)
+        # Scoring the MILP's plan at the end costs about one LP of this size plus packing: keep that time (none
+        # left without the relaxation: branch-and-bound is left out, the warm start's plan returned).
+        deadline = end - 1.5 * lp_s
+        c_relaxed = None if relaxed is None else relaxed.x[model.prog.n:]
+        x0 = min(solutions.values(), key=lambda x: model.cost @ x, default=None)
         prep_s = time.perf_counter() - t0
         res, phases, bound = self._branch_and_bound(model, mode, c_relaxed, list(starts.values()), x0, deadline)
         if res is not None and res.x is not None:
@@ -168,7 +215,8 @@ class IlpPlacement(PlacementPolicy):
         # HiGHS's bounds are exact only to its tolerances and can: the bound is capped at the cheapest plan known
         # (every solution here is feasible), which then says "gap 0 within tolerance", no more.
         costs = [float(model.cost @ x) for x in solutions.values()]
-        bound = min(max(float(relaxed.fun), bound), *costs) if costs else max(float(relaxed.fun), bound)
+        lp_bound = -np.inf if relaxed is None else float(relaxed.fun)
+        bound = min(max(lp_bound, bound), *costs) if costs else max(lp_bound, bound)
         # The MILP plans with static candidate sites; the evaluator routes to the k nearest replicas. A plan
         # the MILP ranks higher can score lower there (more so when branch-and-bound stopped early): every
         # candidate plan is scored by the evaluator, memory priced as in the MILP, so at equal objective the plan
@@ -179,15 +227,18 @@ class IlpPlacement(PlacementPolicy):
         best = plans[name]
         found = float(model.cost @ solutions[name]) if name in solutions else None
         best.policy = self.name
+        status = "no time for branch-and-bound" if all(p.get("skipped") for p in phases) else phases[-1]["status"]
         best.solver = {
-            "mode": mode, "plan": name,
-            "status": "no time for branch-and-bound" if all(p.get("skipped") for p in phases) else phases[-1]["status"],
-            "phases": phases, "warm_start": self.warm_start, "warm_start_s": round(seed_s, 3),
+            "mode": mode, "plan": name, "status": status if relaxed is not None else "relaxation stopped at deadline",
+            "phases": phases, "warm_start": self.warm_start, "warm_start_status": warm_status,
+            "warm_start_s": round(seed_s, 3), "relaxation_status": "optimal" if relaxed is not None else STOPPED,
             "node_limit": int(self.node_limit),
-            # a phase the clock stopped or left out (``skipped``) means the clock, not the node budget, decided
-            "deterministic": all(p["status"] != "time limit" for p in phases),
-            "ilp_objective_ms": None if found is None else round(found, 6), "lower_bound_ms": round(bound, 6),
-            "milp_gap": None if not found else round(max(0.0, 1 - bound / found), 6),
+            # a step the clock stopped or left out (``skipped``) means the clock, not the node budget, decided
+            "deterministic": (all(p["status"] != "time limit" for p in phases) and warm_status != STOPPED
+                              and relaxed is not None),
+            "ilp_objective_ms": None if found is None else round(found, 6),
+            "lower_bound_ms": round(bound, 6) if np.isfinite(bound) else None,
+            "milp_gap": None if not found or not np.isfinite(bound) else round(max(0.0, 1 - bound / found), 6),
             "start_objectives_ms": {n: round(float(model.cost @ x), 6) for n, x in solutions.items() if n != "milp"},
             "evaluated_ms": {n: round(p.objective_ms, 6) for n, p in plans.items()},
             "evaluated_gb": {n: round(v, 3) for n, v in gb.items()},
@@ -196,7 +247,7 @@ class IlpPlacement(PlacementPolicy):
             "dropped_replicas": len(best.dropped)}
         return best
 
-    def _branch_and_bound(self, model: IlpModel, mode: str, c_relaxed: np.ndarray, starts: list[np.ndarray],
+    def _branch_and_bound(self, model: IlpModel, mode: str, c_relaxed: np.ndarray | None, starts: list[np.ndarray],
                           x0: np.ndarray | None, deadline: float):
         """Run HiGHS until ``deadline``: RENS for a third of the time (large problems), then the full MILP.
 

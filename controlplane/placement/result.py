@@ -67,6 +67,22 @@ class Placement:
             self._evaluation = evaluate(self.net, self.counts)
         return self._evaluation
 
+    def detached(self) -> tuple:
+        """This placement, scored, without its problem and fleet: small and picklable (a child process hands a
+        plan back this way); :meth:`attached` rebuilds it on the same problem and fleet."""
+        index = {m: i for i, m in enumerate(self.problem.models)}
+        placed = [(int(n), index[m], tuple(g)) for n, m, g in
+                  zip(self.table.node, self.table.model, self.table.gpu_index, strict=True)]
+        return self.policy, placed, self.dropped, self.solver, self.evaluation
+
+    @classmethod
+    def attached(cls, problem: PlacementProblem, fleet: Fleet, parts: tuple) -> Placement:
+        """The placement :meth:`detached` gave ``parts`` for, on ``problem`` and ``fleet``, with its score."""
+        policy, placed, dropped, solver, evaluation = parts
+        placement = cls(problem, fleet, policy, placed, dropped, solver)
+        placement._evaluation = evaluation
+        return placement
+
     # ------------------------------------------------------------------ scores
     @property
     def objective_ms(self) -> float:
