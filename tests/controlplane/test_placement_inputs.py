@@ -1,4 +1,5 @@
-"""PlacementProblem and its model mix refuse bad input with one UserError naming the field and the value."""
+"""PlacementProblem and its model mix refuse bad input with one UserError naming the field and the value; so do
+per-pop's options and ``edgepop place``. Which rules a policy packs under."""
 
 import numpy as np
 import pandas as pd
@@ -132,3 +133,20 @@ def test_place_with_another_catalog_and_the_default_mix_names_the_mix(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert "has no model '@cf/meta/llama-3.1-8b-instruct', which the default mix uses: pass --models or --mix" in err
     assert "\n" not in err
+
+
+def test_everywhere_fits_follows_the_problems_one_llm_per_gpu(topo):
+    """Memory alone decides only where the problem says so: deployments build it without one LLM per GPU."""
+    from controlplane.placement import get_policy
+
+    catalog = default_catalog()
+    mix = {m: 1.0 for m in (L8, "@cf/meta/llama-3.2-1b-instruct", "@cf/meta/llama-3.2-3b-instruct", E)}
+    policy = get_policy("everywhere-fits")
+    assert policy.memory_only
+    most = {}
+    for one in (False, True):
+        p = PlacementProblem.build(topo, fleet=edge_fleet(topo, SITES), total_rps=10.0, mix=mix, one_llm_per_gpu=one)
+        table = policy.place(p, np.random.default_rng(0)).table
+        llms = table[[catalog[m].generative for m in table.model]].explode("gpu_index")
+        most[one] = int(llms.groupby(["node", "gpu_index"]).size().max())
+    assert most == {False: 3, True: 1}
