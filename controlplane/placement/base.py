@@ -345,8 +345,13 @@ def policy_names() -> list[str]:
     return PLACEMENTS.names()
 
 
-def get_policy(name: str, **options) -> PlacementPolicy:
-    """An instance of the policy called ``name`` with ``options`` as its dataclass fields."""
+def check_policy_name(name: str) -> None:
+    """Raise :class:`UnknownPolicyError`, listing the known policies, unless ``name`` is a registered policy."""
     if name not in PLACEMENTS:
         raise UnknownPolicyError(f"unknown placement policy {name!r} (known: {', '.join(policy_names())})")
+
+
+def get_policy(name: str, **options) -> PlacementPolicy:
+    """An instance of the policy called ``name`` with ``options`` as its dataclass fields."""
+    check_policy_name(name)
     return PLACEMENTS.create(name, options=options)

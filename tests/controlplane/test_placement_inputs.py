@@ -1,6 +1,8 @@
 """PlacementProblem and its model mix refuse bad input with one UserError naming the field and the value; so do
 per-pop's options and ``edgepop place``. Which rules a policy packs under."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -133,6 +135,24 @@ def test_place_with_another_catalog_and_the_default_mix_names_the_mix(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert "has no model '@cf/meta/llama-3.1-8b-instruct', which the default mix uses: pass --models or --mix" in err
     assert "\n" not in err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--policy", "foo", "--time-limit", "3"], "unknown placement policy 'foo' (known: central, "),
+    (["--policy", "foo", "--baseline", "big3"], "unknown placement policy 'foo' (known: central, "),
+    (["--policy", "central", "--baseline", "us-east,"], "baseline 'us-east,': an empty region id in the list "
+                                                        "(a stray comma?)"),
+    (["--policy", "central", "--baseline", "us-east,nope"], "(unknown region id(s): 'us-east', 'nope')"),
+    (["--policy", "central", "--baseline", " "], "baseline ' ' is empty: name a region set")])
+def test_place_names_what_is_wrong(argv, message, capsys):
+    assert main(["place", *argv, "--models", E, "--rps", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("edgepop: error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_place_reads_a_baseline_with_spaces_around_it(capsys):
+    assert main(["place", "--policy", "central", "--baseline", " big3", "--models", E, "--rps", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fleet"] == "central:big3"
 
 
 def test_everywhere_fits_follows_the_problems_one_llm_per_gpu(topo):
