@@ -137,6 +137,24 @@ def test_place_with_another_catalog_and_the_default_mix_names_the_mix(tmp_path, 
     assert "\n" not in err
 
 
+# ------------------------------------------------------------- policy options
+@pytest.mark.parametrize(("pops", "message"), [
+    ({L8: ["AMS", "FRA", "AMS", "AMS"]}, rf"pops\.{L8} names PoP\(s\) AMS more than once$"),
+    ({L8: []}, rf"pops\.{L8} is empty: list the PoPs that hold it, or leave it out to place it at every PoP$")])
+def test_per_pop_lists_with_repeats_or_nothing_are_refused_when_read(topo, fleet, pops, message):
+    from controlplane.deployment import DeploymentConfig
+    from controlplane.placement import get_policy
+
+    with pytest.raises(UserError, match=r"^s\.toml \[edge\] placement_options: placement policy 'per-pop': " + message):
+        DeploymentConfig(placement="per-pop", placement_options={"pops": pops}).check("s.toml [edge]")
+    with pytest.raises(UserError, match=message):
+        get_policy("per-pop", pops=pops)
+    with pytest.raises(UserError, match=message):  # (a policy whose options were changed after it was made)
+        policy = get_policy("per-pop")
+        policy.pops = pops
+        policy.place(problem(topo, fleet), np.random.default_rng(0))
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--policy", "foo", "--time-limit", "3"], "unknown placement policy 'foo' (known: central, "),
     (["--policy", "foo", "--baseline", "big3"], "unknown placement policy 'foo' (known: central, "),
