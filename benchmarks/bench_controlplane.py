@@ -88,7 +88,7 @@ def bench_routing(topo, n_sites: int, router: str, decisions: int, seed: int = 0
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer routing decisions; placement with 8 models at "
-                    "5,000 req/s and no 60 s ILP run")
+                    "5,000 req/s")
     args = ap.parse_args()
     topo = Topology.load()
     n = 50_000 if args.quick else 200_000

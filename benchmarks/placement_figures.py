@@ -1,9 +1,10 @@
 """Benchmark: placement policies on the full topology (339 PoP sites, 338 ingress PoPs) with 20 models.
 
 Figures: the ``ilp`` policy's wall time under a 10 s budget (goal: at most the budget + 1 s, warm start
-included) and what it reached; the default ILP (deterministic node budget) with its MILP gap; the greedy objective
-and its ratio to the ILP's (goal within 5%); everywhere-fits and central (global-6) for scale; and (unless quick) the
-ILP given 60 s. Objectives are the shared evaluator's expected RTT per request in ms.
+included) and what it reached; the default ILP (deterministic node budget, 60 s backstop) with its MILP gap; the
+greedy objective and its ratio to both ILPs' (goal within 5%); everywhere-fits and central (global-6) for scale.
+The ``ilp60_*`` keys are the default run's figures under the names of its 60 s time limit (one run, not two).
+Objectives are the shared evaluator's expected RTT per request in ms.
 
 Run: python benchmarks/placement_figures.py [--quick]. The last line printed is one JSON object.
 """
@@ -45,7 +46,7 @@ def _timed(policy, problem, **options):
 
 
 def run(quick: bool) -> dict:
-    """Placement figures as a flat dict (``quick``: 8 models at 5,000 req/s and no 60 s ILP run)."""
+    """Placement figures as a flat dict (``quick``: 8 models at 5,000 req/s instead of 20 at 20,000)."""
     from controlplane.placement import PlacementProblem
     from topology import Topology
 
@@ -57,7 +58,7 @@ def run(quick: bool) -> dict:
            "gpu_nodes": net.n_nodes, "total_rps": rps, "ilp_time_limit_s": budget}
     greedy, greedy_s = _timed("greedy-demand", problem)
     ilp, ilp_s = _timed("ilp", problem, time_limit_s=budget)  # a hard budget, warm start included
-    exact, exact_s = _timed("ilp", problem)  # the default: stops on its deterministic node budget
+    exact, exact_s = _timed("ilp", problem)  # the default: its node budget, or its 60 s time limit as a backstop
     out.update({
         "ilp_solve_s": round(ilp_s, 2), "ilp_within_budget_plus_1s": ilp_s <= budget + 1.0,
         "ilp_objective_ms": round(ilp.objective_ms, 4),
@@ -66,27 +67,25 @@ def run(quick: bool) -> dict:
         "ilp_integers": ilp.solver.get("integers"), "ilp_variables": ilp.solver.get("variables"),
         "ilp_default_s": round(exact_s, 2), "ilp_default_objective_ms": round(exact.objective_ms, 4),
         "ilp_default_deterministic": exact.solver.get("deterministic"),
-        "ilp_default_milp_gap": exact.solver.get("milp_gap"),
+        "ilp_default_milp_gap": exact.solver.get("milp_gap"), "ilp_default_plan": exact.solver.get("plan"),
+        "ilp_default_status": exact.solver.get("status"),
         "greedy_s": round(greedy_s, 2), "greedy_objective_ms": round(greedy.objective_ms, 4),
         "greedy_over_ilp": round(greedy.objective_ms / ilp.objective_ms, 4),
         "greedy_over_ilp_default": round(greedy.objective_ms / exact.objective_ms, 4),
     })
+    # "The ILP given 60 s" is the default run (60 s is its time limit): its figures again, under those names.
+    out.update({f"ilp60_{key}": out[f"ilp_default_{key}"] for key in ("objective_ms", "plan", "status", "milp_gap")})
+    out.update(ilp60_solve_s=out["ilp_default_s"], greedy_over_ilp60=out["greedy_over_ilp_default"])
     for name, options in (("everywhere_fits", ("everywhere-fits", {})), ("central_global6", ("central", {}))):
         placement, seconds = _timed(options[0], problem, **options[1])
         out[f"{name}_objective_ms"] = round(placement.objective_ms, 4)
         out[f"{name}_s"] = round(seconds, 2)
-    if not quick:
-        long, long_s = _timed("ilp", problem, time_limit_s=60.0)
-        out.update({"ilp60_solve_s": round(long_s, 2), "ilp60_objective_ms": round(long.objective_ms, 4),
-                    "ilp60_plan": long.solver.get("plan"), "ilp60_status": long.solver.get("status"),
-                    "ilp60_milp_gap": long.solver.get("milp_gap"),
-                    "greedy_over_ilp60": round(greedy.objective_ms / long.objective_ms, 4)})
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="8 models at 5,000 req/s, no 60 s ILP run")
+    ap.add_argument("--quick", action="store_true", help="8 models at 5,000 req/s instead of 20 at 20,000")
     args = ap.parse_args()
     print(json_line(run(args.quick)))
 

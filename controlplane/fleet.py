@@ -93,16 +93,20 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
     """
     from topology.gpus import parse_node_list
 
+    if isinstance(regions, str) and "," in regions:
+        # region ids in a string: read (and refused) as baseline() reads them, then named by the ids as a list is
+        regions = list(baseline(regions, topo.regions).id)
     if isinstance(regions, str):
         table = baseline(regions, topo.regions)
-        name = regions
+        name = regions.strip()
     else:
         if not regions:
             raise UserError("central fleet: no regions given (a baseline name such as 'big3', or region ids)")
+        if "" in regions:
+            raise UserError(f"central fleet: an empty region id in {list(regions)!r} (a stray comma?)")
         unknown = sorted(set(regions) - set(topo.regions.id))
         if unknown:
-            raise UserError(f"unknown region id(s): {', '.join(map(repr, unknown[:5]))}"
-                            + (" (an empty id: a stray comma?)" if "" in unknown else ""))
+            raise UserError(f"unknown region id(s): {', '.join(map(repr, unknown[:5]))}")
         table = topo.regions[topo.regions.id.isin(regions)]
         name = "+".join(regions)
     if isinstance(scale, bool) or not isinstance(scale, Real) or not 0 < scale <= MAX_CENTRAL_SCALE:  # (NaN fails)

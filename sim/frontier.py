@@ -177,10 +177,9 @@ def fleet_budget(sc, topo, line: Line, scale: float) -> tuple[int, float, bool, 
             from sim.run import central_config
 
             cfg = central_config(sc)
-            regions = [r.strip() for r in line.baseline.split(",")] if "," in line.baseline else line.baseline
             like = edge_fleet(world, pops=list(cfg.pops) if cfg.pops else None)
-            fleet = central_fleet(world, regions, like=like, scale=cfg.gpu_scale, budget=cfg.budget, node=cfg.node,
-                                  rack=cfg.rack)
+            fleet = central_fleet(world, line.baseline, like=like, scale=cfg.gpu_scale, budget=cfg.budget,
+                                  node=cfg.node, rack=cfg.rack)
             one_llm = cfg.one_llm_per_gpu
     except UserError as exc:
         return 0, 0.0, False, str(exc)

@@ -39,14 +39,29 @@ def load_regions(path: str | Path | None = None) -> pd.DataFrame:
     return read_table(path, REGION_FIELDS, unique="id")
 
 
-def baseline(name: str, regions: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The regions of a named baseline set, or of a comma-separated list of region ids."""
-    regions = regions if regions is not None else load_regions()
-    ids = BASELINE_SETS.get(name) or tuple(s.strip() for s in name.split(","))
+def _region_ids(name: str) -> tuple[str, ...]:
+    """The region ids ``name`` stands for: a named set's, or a comma-separated list's (whitespace around the name
+    and each id ignored; an empty id, as a stray comma leaves, is an error), not yet checked against the table."""
+    text = name.strip()
+    if text in BASELINE_SETS:
+        return BASELINE_SETS[text]
+    if not text:
+        raise UserError(f"baseline {name!r} is empty: name a region set ({', '.join(BASELINE_SETS)}) or region ids")
+    ids = tuple(s.strip() for s in text.split(","))
     if "" in ids:
         raise UserError(f"baseline {name!r}: an empty region id in the list (a stray comma?)")
-    missing = [i for i in ids if i not in set(regions.id)]
-    if missing or not ids:
-        raise UserError(f"unknown baseline {name!r}: choose one of {sorted(BASELINE_SETS)} "
-                        f"or comma-separated region ids (unknown: {missing})")
+    return ids
+
+
+def baseline(name: str, regions: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The regions of a named baseline set, or of a comma-separated list of region ids (whitespace around the name
+    and each id is ignored)."""
+    regions = regions if regions is not None else load_regions()
+    ids = _region_ids(name)
+    known = set(regions.id)
+    missing = [i for i in ids if i not in known]
+    if missing:
+        listed = f" (unknown region id(s): {', '.join(map(repr, missing))})" if len(ids) > 1 else ""
+        raise UserError(f"unknown baseline {name.strip()!r}: choose one of {', '.join(BASELINE_SETS)} "
+                        f"or comma-separated region ids{listed}")
     return regions.set_index("id").loc[list(ids)].reset_index()

@@ -19,6 +19,7 @@ from controlplane.placement.base import (
     PlacementPolicy,
     PlacementProblem,
     UnknownPolicyError,
+    check_policy_name,
     get_policy,
     policy_names,
 )
@@ -28,5 +29,5 @@ from controlplane.placement.result import TABLE_COLUMNS, Placement
 __all__ = [
     "TABLE_COLUMNS", "TASK_REQUEST_SHAPE", "Evaluation", "InfeasiblePlacementError", "ModelTooLargeError",
     "Placement", "PlacementError", "PlacementPolicy", "PlacementProblem", "UnknownPolicyError", "evaluate",
-    "PLACEMENTS", "get_policy", "policy_names",
+    "PLACEMENTS", "check_policy_name", "get_policy", "policy_names",
 ]

@@ -325,7 +325,8 @@ class PlacementPolicy:
     # An explicit deployment (per-pop: exactly what it names) rather than a plan for a demand: deployments built
     # from it keep it as it is (no idle-GPU filling, memory alone decides what shares a GPU).
     explicit: bool = False
-    # Memory alone decides what shares a GPU (everywhere-fits), whatever the deployment's one_llm_per_gpu says.
+    # Memory alone decides what shares a GPU (everywhere-fits): deployments built from it leave one_llm_per_gpu
+    # off, whatever their config says (the policy itself follows the problem it is given).
     memory_only: bool = False
     # The same inputs always give the same plan, and computing it costs seconds: kept on disk by
     # controlplane.placement.cache (a plain class attribute, not an option).
@@ -344,8 +345,13 @@ def policy_names() -> list[str]:
     return PLACEMENTS.names()
 
 
-def get_policy(name: str, **options) -> PlacementPolicy:
-    """An instance of the policy called ``name`` with ``options`` as its dataclass fields."""
+def check_policy_name(name: str) -> None:
+    """Raise :class:`UnknownPolicyError`, listing the known policies, unless ``name`` is a registered policy."""
     if name not in PLACEMENTS:
         raise UnknownPolicyError(f"unknown placement policy {name!r} (known: {', '.join(policy_names())})")
+
+
+def get_policy(name: str, **options) -> PlacementPolicy:
+    """An instance of the policy called ``name`` with ``options`` as its dataclass fields."""
+    check_policy_name(name)
     return PLACEMENTS.create(name, options=options)

@@ -47,9 +47,8 @@ class Central(PlacementPolicy):
         if self.budget not in BUDGETS:
             raise PlacementError(f"central placement: budget must be one of {', '.join(BUDGETS)}, "
                                  f"got {self.budget!r}")
-        regions = [r.strip() for r in self.baseline.split(",")] if "," in self.baseline else self.baseline
-        fleet = central_fleet(problem.topo, regions, like=problem.fleet, scale=self.scale, budget=self.budget,
-                              node=self.node, rack=self.rack)
+        fleet = central_fleet(problem.topo, self.baseline, like=problem.fleet, scale=self.scale,
+                              budget=self.budget, node=self.node, rack=self.rack)
         net = problem.network(fleet)
         need = np.zeros((net.n_sites, net.n_models))
         np.add.at(need, (net.cand_site[:, 0], net.pair_model), net.pair_demand)

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from controlplane.catalog import Catalog, default_catalog
-    from controlplane.placement import PlacementProblem, get_policy, policy_names
+    from controlplane.placement import PlacementProblem, check_policy_name, get_policy, policy_names
 
     catalog = Catalog.load(args.catalog) if args.catalog else default_catalog()
     if args.list_policies:
@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return _list_models(catalog, args.json)
     if not args.policy:
         raise UserError("--policy is required (one of: " + ", ".join(policy_names()) + ")")
+    check_policy_name(args.policy)  # before the options: an option's error must not hide a misspelt policy
     options = {}
     if args.baseline is not None:
         if args.policy != "central":
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--rps must be a positive number of requests/s up to 1e9, got {args.rps!r}")
     if args.candidates_k is not None and args.candidates_k < 1:
         raise UserError(f"--candidates-k must be at least 1, got {args.candidates_k}")
-    policy = get_policy(args.policy, **options)  # unknown names fail before the topology loads
+    policy = get_policy(args.policy, **options)  # bad options fail before the topology loads
 
     from topology import Topology
 

@@ -19,8 +19,9 @@ from controlplane.placement.result import Placement
 @PLACEMENTS.register("per-pop")
 @dataclass
 class PerPop(PlacementPolicy):
-    """Options: ``pops``: model id -> the PoP ids that hold it (default: every PoP of the fleet where it fits;
-    a PoP listed for a model that has no node with room for it is an error)."""
+    """Options: ``pops``: model id -> the PoP ids that hold it, one replica each (default: every PoP of the fleet
+    where it fits; a PoP listed for a model that has no node with room for it is an error, and so are an empty
+    list and a PoP listed twice for one model)."""
 
     pops: dict = field(default_factory=dict)
     explicit = True  # class attribute, not an option: a fixed deployment, kept as named
@@ -36,6 +37,12 @@ class PerPop(PlacementPolicy):
         for model, wanted in pops.items():
             if not isinstance(wanted, list) or not all(isinstance(p, str) for p in wanted):
                 raise ValueError(f"pops.{model} must be a list of PoP ids, got {wanted!r}")
+            if not wanted:  # (it would place no replica of a model that is served)
+                raise ValueError(f"pops.{model} is empty: list the PoPs that hold it, or leave it out to place it "
+                                 "at every PoP")
+            twice = sorted({p for p in wanted if wanted.count(p) > 1})
+            if twice:  # one replica per listed PoP: a repeat is a slip, not a replica count
+                raise ValueError(f"pops.{model} names PoP(s) {', '.join(twice)} more than once")
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         try:

@@ -97,6 +97,15 @@ def test_fleet_arguments(topo):
     assert list(edge_fleet(topo, pops=["AMS"]).sites.site_id) == ["AMS"]
 
 
+def test_central_fleet_reads_a_baseline_string_as_baseline_does(topo):
+    assert central_fleet(topo, " big3").name == central_fleet(topo, "big3").name
+    assert central_fleet(topo, "aws:us-east-1, aws:eu-west-1").name == "central:aws:us-east-1+aws:eu-west-1"
+    with pytest.raises(UserError, match=r"^baseline 'us-east,': an empty region id in the list \(a stray comma\?\)$"):
+        central_fleet(topo, "us-east,")
+    with pytest.raises(UserError, match=r"^central fleet: an empty region id in \['aws:us-east-1', ''\]"):
+        central_fleet(topo, ["aws:us-east-1", ""])
+
+
 # ---------------------------------------------------------------- capacity
 def test_capacity_of_a_mean_prompt_past_the_window_is_computed(topo):
     """A replayed trace's mean prompt can pass the model's window (most requests fit, a few long ones are

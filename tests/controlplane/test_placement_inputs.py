@@ -1,4 +1,7 @@
-"""PlacementProblem and its model mix refuse bad input with one UserError naming the field and the value."""
+"""PlacementProblem and its model mix refuse bad input with one UserError naming the field and the value; so do
+per-pop's options and ``edgepop place``. Which rules a policy packs under."""
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -132,3 +135,56 @@ def test_place_with_another_catalog_and_the_default_mix_names_the_mix(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert "has no model '@cf/meta/llama-3.1-8b-instruct', which the default mix uses: pass --models or --mix" in err
     assert "\n" not in err
+
+
+# ------------------------------------------------------------- policy options
+@pytest.mark.parametrize(("pops", "message"), [
+    ({L8: ["AMS", "FRA", "AMS", "AMS"]}, rf"pops\.{L8} names PoP\(s\) AMS more than once$"),
+    ({L8: []}, rf"pops\.{L8} is empty: list the PoPs that hold it, or leave it out to place it at every PoP$")])
+def test_per_pop_lists_with_repeats_or_nothing_are_refused_when_read(topo, fleet, pops, message):
+    from controlplane.deployment import DeploymentConfig
+    from controlplane.placement import get_policy
+
+    with pytest.raises(UserError, match=r"^s\.toml \[edge\] placement_options: placement policy 'per-pop': " + message):
+        DeploymentConfig(placement="per-pop", placement_options={"pops": pops}).check("s.toml [edge]")
+    with pytest.raises(UserError, match=message):
+        get_policy("per-pop", pops=pops)
+    with pytest.raises(UserError, match=message):  # (a policy whose options were changed after it was made)
+        policy = get_policy("per-pop")
+        policy.pops = pops
+        policy.place(problem(topo, fleet), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--policy", "foo", "--time-limit", "3"], "unknown placement policy 'foo' (known: central, "),
+    (["--policy", "foo", "--baseline", "big3"], "unknown placement policy 'foo' (known: central, "),
+    (["--policy", "central", "--baseline", "us-east,"], "baseline 'us-east,': an empty region id in the list "
+                                                        "(a stray comma?)"),
+    (["--policy", "central", "--baseline", "us-east,nope"], "(unknown region id(s): 'us-east', 'nope')"),
+    (["--policy", "central", "--baseline", " "], "baseline ' ' is empty: name a region set")])
+def test_place_names_what_is_wrong(argv, message, capsys):
+    assert main(["place", *argv, "--models", E, "--rps", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("edgepop: error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_place_reads_a_baseline_with_spaces_around_it(capsys):
+    assert main(["place", "--policy", "central", "--baseline", " big3", "--models", E, "--rps", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fleet"] == "central:big3"
+
+
+def test_everywhere_fits_follows_the_problems_one_llm_per_gpu(topo):
+    """Memory alone decides only where the problem says so: deployments build it without one LLM per GPU."""
+    from controlplane.placement import get_policy
+
+    catalog = default_catalog()
+    mix = {m: 1.0 for m in (L8, "@cf/meta/llama-3.2-1b-instruct", "@cf/meta/llama-3.2-3b-instruct", E)}
+    policy = get_policy("everywhere-fits")
+    assert policy.memory_only
+    most = {}
+    for one in (False, True):
+        p = PlacementProblem.build(topo, fleet=edge_fleet(topo, SITES), total_rps=10.0, mix=mix, one_llm_per_gpu=one)
+        table = policy.place(p, np.random.default_rng(0)).table
+        llms = table[[catalog[m].generative for m in table.model]].explode("gpu_index")
+        most[one] = int(llms.groupby(["node", "gpu_index"]).size().max())
+    assert most == {False: 3, True: 1}

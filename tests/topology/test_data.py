@@ -3,7 +3,9 @@
 from datetime import UTC, datetime
 
 import numpy as np
+import pytest
 
+from edgepop.errors import UserError
 from topology import BASELINE_SETS, baseline, diurnal_factor, load_gpus, load_pops, load_regions, local_hour
 
 
@@ -48,6 +50,20 @@ def test_baseline_sets_resolve():
     assert set(BASELINE_SETS["global-6"]) < set(BASELINE_SETS["global-12"])
     east = baseline("us-east", regions).iloc[0]
     assert abs(east.lat - 39.0) < 0.5 and abs(east.lon + 77.5) < 0.5  # Ashburn, not a state centroid
+
+
+def test_baseline_names_ignore_whitespace_and_errors_name_what_is_wrong():
+    regions = load_regions()
+    assert list(baseline(" big3 ", regions).id) == list(BASELINE_SETS["big3"])
+    assert list(baseline(" aws:us-east-1 , aws:eu-west-1", regions).id) == ["aws:us-east-1", "aws:eu-west-1"]
+    for name, message in [("us-east,", r"^baseline 'us-east,': an empty region id in the list \(a stray comma\?\)$"),
+                          (" ", r"^baseline ' ' is empty: name a region set \(us-east, big3, .*\) or region ids$"),
+                          ("aws:us-east-1, nope", r"^unknown baseline 'aws:us-east-1, nope': .*"
+                                                  r"\(unknown region id\(s\): 'nope'\)$"),
+                          (" mars ", r"^unknown baseline 'mars': choose one of us-east, big3, global-6, global-12 or "
+                                     r"comma-separated region ids$")]:
+        with pytest.raises(UserError, match=message):
+            baseline(name, regions)
 
 
 def test_demand_points_and_diurnal_curve(topo):
