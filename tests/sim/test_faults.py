@@ -160,3 +160,25 @@ def test_a_request_that_never_decodes_has_no_decode_stalls(tmp_path):
     one = r[(r.outcome == "ok") & (r.output_tokens == 1)]
     assert len(one) > 50 and (r[r.outcome == "ok"].stall_ms > 0).any()
     assert (one.stall_ms == 0).all() and (one.stalls == 0).all()
+
+
+def test_requests_timed_out_at_the_horizon_are_not_counted_as_failed_by_a_fault():
+    """A request still streaming when the run ends fails with 3007 whatever the faults; only 3043 (its node
+    failed under it) is a fault's failure."""
+    from kit.sim import TokenClock, deployment, workload
+
+    from controlplane.catalog import Catalog, default_catalog
+    from controlplane.outcomes import Code
+    from sim.metrics import fault_block
+    from sim.simulator import Simulation
+
+    spec = default_catalog()["@cf/meta/llama-3.1-8b-instruct"]
+    cat, model = Catalog([spec]), spec.id
+    w = workload([0.0, 0.1, 0.2], model, "text-generation", 10, output=1000)
+    dep = deployment(cat, model, 1, [[0.0]])
+    # 1,000 tokens at 1 s a step cannot finish within 5 s of the last arrival: every request times out mid-stream
+    f = Simulation(dep, w, TokenClock(step_ms=1000.0), drain_s=5.0).run().requests
+    assert (f.outcome == "failed").all() and (f.error_code == int(Code.TIMEOUT)).all()
+    assert fault_block(f) == {"lost": 0, "retried": 0, "failed": 0}
+    f.loc[0, "error_code"] = int(Code.INTERNAL)  # as a node fault ends a request that had streamed
+    assert fault_block(f) == {"lost": 1, "retried": 0, "failed": 1}

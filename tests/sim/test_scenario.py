@@ -308,6 +308,7 @@ BAD_FIELDS = [
     ('[central]\nenabled = "no"\n', "'enabled' must be true or false"),
     ("[techniques]\nlora = true\nlora_slots = 0\n", "lora_slots must be an integer >= 1, got 0"),
     ("[techniques]\nspeculative = true\nspec_k = 1000000\n", "spec_k must be at most 32"),
+    ("[techniques]\nspeculative = true\nspec_draft_cost = 1e300\n", "spec_draft_cost must be in [0, 1]"),
     ("[workload]\nmix = { '@cf/meta/llama-3.1-8b-instruct' = 1e308, '@cf/baai/bge-base-en-v1.5' = 1e308 }\n",
      "mix shares' sum overflows"),
     # sizes and values that would overflow, hang or exhaust memory
