@@ -47,6 +47,11 @@ class Autoscaler:
     def act(self, plane, now: float) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def activity(self) -> dict:
+        """What the policy did so far: ``scale_outs`` (replicas it loaded, a cold start each: new ones and cold
+        ones reloaded) and ``scale_to_zero`` (idle replicas it unloaded)."""
+        return {"scale_outs": self.loads, "scale_to_zero": self.unloads}
+
     def _unload_idle(self, plane, now: float, idle_s: float, keep=lambda r: False) -> None:
         for r in plane.state.replicas:
             if (r.status == READY and r.active == 0 and not r.queue and now - r.last_busy >= idle_s
