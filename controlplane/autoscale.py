@@ -141,8 +141,9 @@ class Scheduled(Autoscaler):
     """Keep replicas warm during local working hours at each site and scale them to zero at night.
 
     ``start_utc`` is the wall-clock time of simulated t=0 and ``day_s`` how many simulated seconds one day takes
-    (86,400 for real time; less when the day is compressed). Outside ``warm_hours`` (local, [start, end)) idle
-    replicas are unloaded; at the start of the window cold ones are loaded again (taking their cold start).
+    (86,400 for real time; less when the day is compressed). Outside ``warm_hours`` (local, [start, end); a start
+    after the end wraps past midnight; equal ends are refused) idle replicas are unloaded; at the start of the window
+    cold ones are loaded again (taking their cold start).
     """
 
     def __init__(self, interval_s: float = 60.0, warm_hours: list | tuple = (7, 23), start_utc: str | datetime | None = None,
@@ -170,6 +171,9 @@ class Scheduled(Autoscaler):
                 or not all(isinstance(h, int | float) and not isinstance(h, bool) for h in warm_hours)
                 or not (0 <= warm_hours[0] < 24 and 0 < warm_hours[1] <= 24)):
             raise ValueError(f"warm_hours must be [start, end], local hours within 0..24, got {warm_hours!r}")
+        if warm_hours[0] == warm_hours[1]:  # an empty window would read as the whole day (the wrap-around rule)
+            raise ValueError(f"warm_hours {list(warm_hours)!r} is an empty window (start = end): give start != end "
+                             "([0, 24] keeps replicas warm all day)")
         if not day_s > 0:
             raise ValueError(f"day_s must be positive (simulated seconds per day), got {day_s!r}")
         if isinstance(start_utc, str):

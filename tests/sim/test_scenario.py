@@ -331,6 +331,8 @@ BAD_FIELDS = [
     ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { interval_s = nan }\n', "'interval_s' must be a number"),
     ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { max_per_site = 0 }\n', "max_per_site must be at least 1"),
     ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { warm_hours = [7] }\n', "warm_hours must be [start, end]"),
+    ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { warm_hours = [9, 9] }\n',
+     "warm_hours [9, 9] is an empty window (start = end)"),
     ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { day_s = 0.0 }\n', "day_s must be positive"),
     ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { start_utc = "bogus" }\n', "start_utc must be an ISO"),
     ('[edge]\nplacement = "ilp"\nplacement_options = { time_limit_s = inf }\n', "time_limit_s must be positive and"),
