@@ -18,6 +18,9 @@ from edgepop.registry import Registry
 from topology.demand import utc_offset_hours
 
 AUTOSCALERS = Registry("autoscaling policy")
+# The shortest interval_s: a simulation's clock polls the control plane at most every millisecond, so a shorter
+# interval would tick at 1 ms anyway (and cost a poll per millisecond of the run).
+MIN_INTERVAL_S = 1e-3
 
 
 @AUTOSCALERS.register("none")
@@ -32,8 +35,8 @@ class Autoscaler:
     name = "?"
 
     def __init__(self, interval_s: float = 10.0):
-        if not interval_s > 0:  # (NaN fails too)
-            raise UserError(f"autoscaler interval_s must be positive, got {interval_s}")
+        if not interval_s >= MIN_INTERVAL_S:  # (NaN fails too)
+            raise UserError(f"autoscaler interval_s must be at least {MIN_INTERVAL_S:g} s (1 ms), got {interval_s}")
         self.interval_s = interval_s
         self.next_tick = 0.0
         self.loads = self.unloads = 0
@@ -81,7 +84,8 @@ class Reactive(Autoscaler):
     def check_options(interval_s: float = 10.0, idle_s: float = 300.0, queue_high: float = 4.0,
                       max_per_site: int = 16, min_ready: int = 0) -> None:
         """The options' values (the registry calls it when a scenario or config is read)."""
-        for name, value, ok, rule in (("interval_s", interval_s, interval_s > 0, "positive"),
+        for name, value, ok, rule in (("interval_s", interval_s, interval_s >= MIN_INTERVAL_S,
+                                       f"at least {MIN_INTERVAL_S:g} s (1 ms)"),
                                       ("idle_s", idle_s, idle_s >= 0, ">= 0"),
                                       ("queue_high", queue_high, queue_high >= 0, ">= 0"),
                                       ("max_per_site", max_per_site, max_per_site >= 1, "at least 1"),
@@ -165,8 +169,8 @@ class Scheduled(Autoscaler):
     def check_options(interval_s: float = 60.0, warm_hours: list | tuple = (7, 23),
                       start_utc: str | datetime | None = None, day_s: float = 86_400.0) -> None:
         """The options' values (the registry calls it when a scenario or config is read)."""
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+        if not interval_s >= MIN_INTERVAL_S:
+            raise ValueError(f"interval_s must be at least {MIN_INTERVAL_S:g} s (1 ms), got {interval_s!r}")
         if (not isinstance(warm_hours, list | tuple) or len(warm_hours) != 2
                 or not all(isinstance(h, int | float) and not isinstance(h, bool) for h in warm_hours)
                 or not (0 <= warm_hours[0] < 24 and 0 < warm_hours[1] <= 24)):

@@ -118,6 +118,16 @@ def test_a_fault_is_echoed_as_the_spec_that_reads_it_back():
     assert fault_spec(parse_fault("pop:FRA@1234567+5")) == "pop:FRA@1234567+5"  # (it read 1.23457e+06)
 
 
+@pytest.mark.parametrize("spec", [f"pop:FRA@1+{'9' * 400}", f"node:FRA-0@{'9' * 400}+5"])
+def test_a_fault_time_too_long_for_a_float_is_refused(spec):
+    """400 digits read as inf, which ``--fail`` refuses when written as ``inf``."""
+    from edgepop.errors import UserError
+    from sim.faults import parse_fault
+
+    with pytest.raises(UserError, match=r"start and duration must be finite numbers of seconds$"):
+        parse_fault(spec)
+
+
 POP_FAULT = """seed = 11
 faults = ["pop:IAD@5+10"]
 

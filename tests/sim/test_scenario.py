@@ -330,6 +330,12 @@ BAD_FIELDS = [
     ('[edge]\nrouter = "session-affinity"\nrouter_options = { gate = nan }\n', "option 'gate' must be a number"),
     ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { interval_s = nan }\n', "'interval_s' must be a number"),
     ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { max_per_site = 0 }\n', "max_per_site must be at least 1"),
+    # a poll every 0.1 ms was run at 1 ms (the simulator's clock step), silently and slowly
+    ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { interval_s = 0.0001 }\n',
+     "interval_s must be at least 0.001 s (1 ms), got 0.0001"),
+    ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { interval_s = 0.0001 }\n',
+     "interval_s must be at least 0.001 s (1 ms), got 0.0001"),
+    (f'faults = ["pop:FRA@1+{"9" * 400}"]\n', "start and duration must be finite numbers of seconds"),
     ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { warm_hours = [7] }\n', "warm_hours must be [start, end]"),
     ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { warm_hours = [9, 9] }\n',
      "warm_hours [9, 9] is an empty window (start = end)"),
