@@ -18,6 +18,9 @@ from edgepop.registry import Registry
 from topology.demand import utc_offset_hours
 
 AUTOSCALERS = Registry("autoscaling policy")
+# The shortest interval_s: a simulation's clock polls the control plane at most every millisecond, so a shorter
+# interval would tick at 1 ms anyway (and cost a poll per millisecond of the run).
+MIN_INTERVAL_S = 1e-3
 
 
 @AUTOSCALERS.register("none")
@@ -32,8 +35,8 @@ class Autoscaler:
     name = "?"
 
     def __init__(self, interval_s: float = 10.0):
-        if not interval_s > 0:  # (NaN fails too)
-            raise UserError(f"autoscaler interval_s must be positive, got {interval_s}")
+        if not interval_s >= MIN_INTERVAL_S:  # (NaN fails too)
+            raise UserError(f"autoscaler interval_s must be at least {MIN_INTERVAL_S:g} s (1 ms), got {interval_s}")
         self.interval_s = interval_s
         self.next_tick = 0.0
         self.loads = self.unloads = 0
@@ -46,6 +49,11 @@ class Autoscaler:
 
     def act(self, plane, now: float) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def activity(self) -> dict:
+        """What the policy did so far: ``scale_outs`` (replicas it loaded, a cold start each: new ones and cold
+        ones reloaded) and ``scale_to_zero`` (idle replicas it unloaded)."""
+        return {"scale_outs": self.loads, "scale_to_zero": self.unloads}
 
     def _unload_idle(self, plane, now: float, idle_s: float, keep=lambda r: False) -> None:
         for r in plane.state.replicas:
@@ -76,7 +84,8 @@ class Reactive(Autoscaler):
     def check_options(interval_s: float = 10.0, idle_s: float = 300.0, queue_high: float = 4.0,
                       max_per_site: int = 16, min_ready: int = 0) -> None:
         """The options' values (the registry calls it when a scenario or config is read)."""
-        for name, value, ok, rule in (("interval_s", interval_s, interval_s > 0, "positive"),
+        for name, value, ok, rule in (("interval_s", interval_s, interval_s >= MIN_INTERVAL_S,
+                                       f"at least {MIN_INTERVAL_S:g} s (1 ms)"),
                                       ("idle_s", idle_s, idle_s >= 0, ">= 0"),
                                       ("queue_high", queue_high, queue_high >= 0, ">= 0"),
                                       ("max_per_site", max_per_site, max_per_site >= 1, "at least 1"),
@@ -136,8 +145,9 @@ class Scheduled(Autoscaler):
     """Keep replicas warm during local working hours at each site and scale them to zero at night.
 
     ``start_utc`` is the wall-clock time of simulated t=0 and ``day_s`` how many simulated seconds one day takes
-    (86,400 for real time; less when the day is compressed). Outside ``warm_hours`` (local, [start, end)) idle
-    replicas are unloaded; at the start of the window cold ones are loaded again (taking their cold start).
+    (86,400 for real time; less when the day is compressed). Outside ``warm_hours`` (local, [start, end); a start
+    after the end wraps past midnight; equal ends are refused) idle replicas are unloaded; at the start of the window
+    cold ones are loaded again (taking their cold start).
     """
 
     def __init__(self, interval_s: float = 60.0, warm_hours: list | tuple = (7, 23), start_utc: str | datetime | None = None,
@@ -159,12 +169,15 @@ class Scheduled(Autoscaler):
     def check_options(interval_s: float = 60.0, warm_hours: list | tuple = (7, 23),
                       start_utc: str | datetime | None = None, day_s: float = 86_400.0) -> None:
         """The options' values (the registry calls it when a scenario or config is read)."""
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+        if not interval_s >= MIN_INTERVAL_S:
+            raise ValueError(f"interval_s must be at least {MIN_INTERVAL_S:g} s (1 ms), got {interval_s!r}")
         if (not isinstance(warm_hours, list | tuple) or len(warm_hours) != 2
                 or not all(isinstance(h, int | float) and not isinstance(h, bool) for h in warm_hours)
                 or not (0 <= warm_hours[0] < 24 and 0 < warm_hours[1] <= 24)):
             raise ValueError(f"warm_hours must be [start, end], local hours within 0..24, got {warm_hours!r}")
+        if warm_hours[0] == warm_hours[1]:  # an empty window would read as the whole day (the wrap-around rule)
+            raise ValueError(f"warm_hours {list(warm_hours)!r} is an empty window (start = end): give start != end "
+                             "([0, 24] keeps replicas warm all day)")
         if not day_s > 0:
             raise ValueError(f"day_s must be positive (simulated seconds per day), got {day_s!r}")
         if isinstance(start_utc, str):

@@ -13,6 +13,7 @@ simulated seconds, e.g. ``pop:FRA@600+300``, ``node:FRA-0@0+3600``, ``link:NewYo
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ def parse_fault(spec: str) -> Fault:
         raise UserError(f"bad fault spec {spec!r}: expected KIND:TARGET@START+DURATION with KIND pop|node|link, "
                         "e.g. pop:FRA@600+300")
     kind, target, start, dur = m.groups()
+    if not (math.isfinite(float(start)) and math.isfinite(float(dur))):  # hundreds of digits read as inf
+        raise UserError(f"bad fault spec {spec!r}: start and duration must be finite numbers of seconds")
     if float(dur) <= 0:
         raise UserError(f"bad fault spec {spec!r}: duration must be positive")
     return Fault(kind, target, float(start), float(dur))

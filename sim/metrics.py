@@ -103,10 +103,13 @@ def counting_failures(values: np.ndarray, ok: np.ndarray, pcts=(50, 90, 95, 99))
 
 def fault_block(frame: pd.DataFrame) -> dict:
     """Requests hit by node faults: ``lost`` (on a node when it failed), ``retried`` (re-routed, no token streamed
-    yet) and ``failed`` (ended failed); ``faults`` (the specs applied) is added by the run."""
+    yet) and ``failed`` (ended failed by a fault, 3043); ``faults`` (the specs applied) is added by the run.
+
+    A request still streaming at the run's horizon also ends failed (3007), with or without faults: no fault
+    caused it, so it is in ``outcomes`` only."""
     retried = frame.retries.to_numpy() > 0 if "retries" in frame else np.zeros(len(frame), bool)
-    failed = (frame.outcome == "failed").to_numpy()
-    lost = retried | (failed & (frame.error_code.to_numpy() == int(Code.INTERNAL)))
+    failed = (frame.outcome == "failed").to_numpy() & (frame.error_code.to_numpy() == int(Code.INTERNAL))
+    lost = retried | failed
     return {"lost": int(lost.sum()), "retried": int(retried.sum()), "failed": int(failed.sum())}
 
 

@@ -92,7 +92,8 @@ def _peak_hour_is_whole_run(summary: dict) -> bool:
 
 
 def notes(summary: dict) -> list[str]:
-    """The lines under the table: how intervals were made, where the edge loses, faults that did not apply."""
+    """The lines under the table: how intervals were made, where the edge loses, faults that did not apply,
+    what an autoscaler did."""
     out = []
     g = summary.get("gains") or {}
     if g.get("ci95"):
@@ -127,6 +128,11 @@ def notes(summary: dict) -> list[str]:
     for name, block in summary["deployments"].items():
         for line in block.get("faults", {}).get("skipped", []):
             out.append(f"fault not applied to {name}: {line}")
+    for name, block in summary["deployments"].items():
+        if "autoscaler" in block:
+            a = block["autoscaler"]
+            out.append(f"Autoscaler ({a['policy']}) on {name}: {a['scale_outs']:,} scale-outs (replicas loaded, a "
+                       f"cold start each), {a['scale_to_zero']:,} scale-to-zero (idle replicas unloaded).")
     return out
 
 

@@ -169,7 +169,10 @@ def check_values(sc: Scenario, source: str) -> None:
     for f in sc.faults:
         if not isinstance(f, str | Fault):
             raise UserError(f"{source}: field 'faults' must list KIND:TARGET@START+DURATION strings, got {f!r}")
-    sc.faults = [f if isinstance(f, Fault) else parse_fault(f) for f in sc.faults]
+    try:
+        sc.faults = [f if isinstance(f, Fault) else parse_fault(f) for f in sc.faults]
+    except UserError as exc:
+        raise UserError(f"{source}: field 'faults': {exc}") from None
 
 
 def check_scenario(sc: Scenario) -> Scenario:

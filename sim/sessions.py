@@ -4,6 +4,11 @@ A session is one user's conversation with one LLM. Turn 1 sends a chat prompt; e
 history (earlier prompts and answers) plus a short new user message, after a think time. So consecutive turns share
 a prefix, which is what prefix caching and session affinity exploit.
 
+Turns are open-loop: a turn arrives at the previous turn's *arrival* plus the think time, not at the end of its
+answer, so a turn may arrive while the answer its prompt (and ``hash_ids``) already holds is still streaming
+(docs/workloads.md gives the share in the ablation scenario). The prefix cache holds prompt blocks only, never an
+answer's, so such a turn can hit no more than a timely one could: the previous prompts' full blocks.
+
 ``hash_ids`` follow the Mooncake trace convention: a prompt of ``p`` tokens is cut into ``ceil(p / B)`` blocks of
 ``B`` tokens and each block gets an id that identifies the block *and everything before it* (a chained hash). Two
 prompts share block ``i``'s id exactly when their first ``(i + 1) * B`` tokens are identical: the full blocks of a

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -212,6 +213,23 @@ class _Sink:
             frame.to_parquet(self.parts / f"variant-{variant.id:06d}.parquet", index=False)
         self.rows[variant.id] = [{**cols, **row} for row in result["summary"]]
         self.walls[variant.id] = round(result["wall_s"], 3)
+        self._warn_unapplied(variant, result.get("faults_skipped") or {})
+
+    def _warn_unapplied(self, variant: Variant, skipped: dict) -> None:
+        """One line on stderr for a variant with faults that none of its deployments applied (a node id no fleet
+        has, a start after the run): it ran as if they were not there."""
+        from sim.faults import fault_spec
+
+        unapplied = []
+        for f in variant.scenario.faults:
+            spec = fault_spec(f)
+            why = {name: line.removeprefix(f"{spec}: ") for name, lines in skipped.items() for line in lines
+                   if line.startswith(f"{spec}: ")}
+            if skipped and len(why) == len(skipped):
+                unapplied.append(f"{spec} ({'; '.join(f'{n}: {w}' for n, w in why.items())})")
+        if unapplied:
+            print(f"warning: {self.grid.source}: variant {variant.id} ({variant.label}): fault not applied: "
+                  + ", ".join(unapplied), file=sys.stderr)
 
     @property
     def wall_s(self) -> list[float]:

@@ -64,7 +64,8 @@ def run_variant(task: VariantTask) -> dict:
     except Exception as exc:  # noqa: BLE001  (reported with its traceback by the parent)
         return {"id": v.id, "error": f"{type(exc).__name__}: {exc}", "user_error": False,
                 "traceback": traceback.format_exc()}
-    return {"id": v.id, "summary": summary_rows(out.summary),
+    skipped = {name: block["faults"]["skipped"] for name, block in out.summary["deployments"].items()}
+    return {"id": v.id, "summary": summary_rows(out.summary), "faults_skipped": skipped,
             "requests": out.requests if task.keep_requests else None, "wall_s": time.perf_counter() - t0}
 
 
@@ -89,6 +90,7 @@ def summary_rows(summary: dict) -> list[dict]:
         # (false where a time-budgeted solver's clock, not its work limit, decided the plan: machine-dependent)
         row["placement_deterministic"] = bool(block["placement"].get("deterministic", True))
         row["simulated_span_s"] = summary["simulated_span_s"]
+        row["faults_skipped"] = "; ".join(block["faults"]["skipped"])  # each 'SPEC: why'; "" when none
         row["gpu_busy_hours"] = block["gpu_busy_hours"]
         cap = summary.get("capacity", {}).get(name, {})
         row.update({column: cap.get(key) for key, column in CAPACITY.items()})

@@ -56,7 +56,9 @@ def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, st
     site is what it saw in the previous ``window_s`` seconds (interactive arrivals at their nearest hosting site,
     plus the batch rows already sent there), per replica of the model: causal, as a live utilisation signal
     would be. A day-side site whose load is under ``low_util`` times the hosts' mean also qualifies.
-    Returns the new frame, the original arrival times, and counts for the report.
+    Returns the new frame, the original arrival times, and counts for the report: ``moved`` (rows sent to another
+    PoP), ``held`` (rows delayed to the first night window), ``day_side_low_load`` (rows served at a quiet day-side
+    site, whether or not a night-side host existed) and ``sites_used``.
     """
     orig = frame.arrival_s.to_numpy(dtype=np.float64).copy()
     if "batch" not in frame or not frame.batch.any():
@@ -106,7 +108,9 @@ def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, st
         cand = sites[ok]
         # the least loaded candidate per replica; nearest to the user on ties
         s = int(cand[np.argmin(per_rep[ok] + 1e-9 * site_rtt[ingress[k], cand])])
-        if soonest > 0 and wait_h[sites == s][0] > 0:
+        # a day-side choice is either quiet (served now, even when a night-side host exists) or, when no host is
+        # at night and none is quiet, held until the first night window
+        if wait_h[sites == s][0] > 0:
             if quiet[sites == s][0]:
                 low += 1
             else:

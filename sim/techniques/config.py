@@ -96,6 +96,9 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
         raise UserError(f"{where}: prefix_block_tokens and spec_k must be at least 1")
     if t.spec_k > 32:  # draft tokens per step: real speculators propose a handful
         raise UserError(f"{where}: spec_k must be at most 32, got {t.spec_k!r}")
+    if t.spec_draft_cost > 1:  # a draft pass slower than the target's own step is no draft
+        raise UserError(f"{where}: spec_draft_cost must be in [0, 1] (a draft pass as a fraction of the target's "
+                        f"decode step), got {t.spec_draft_cost!r}")
     if not 0 < t.prefill_fraction < 1:
         raise UserError(f"{where}: prefill_fraction must be in (0, 1), got {t.prefill_fraction!r}")
     if not isinstance(t.prefill_chunk_tokens, int) or t.prefill_chunk_tokens < 1:

@@ -285,6 +285,13 @@ def test_scheduled_autoscaler_follows_local_time(catalog):
     assert cp.state.replicas[0].status == LOADING
 
 
+def test_scheduled_autoscaler_refuses_an_empty_warm_window():
+    # equal ends fell into the wrap-around branch: [9, 9] kept every replica warm all day
+    with pytest.raises(UserError, match=r"^scheduled autoscaler: warm_hours \[9, 9\] is an empty window"):
+        Scheduled(warm_hours=[9, 9])
+    assert Scheduled(warm_hours=[0, 24]).warm(3.0) and not Scheduled(warm_hours=[22, 6]).warm(12.0)
+
+
 def test_unknown_autoscaler():
     with pytest.raises(UserError, match="unknown autoscaling policy"):
         make_autoscaler("magic")

@@ -62,6 +62,24 @@ def test_night_policy_serves_batch_at_night_side_and_keeps_interactive_ttft():
     assert math.isfinite(f1["batch_completion_p95_s"])
 
 
+def test_night_policy_counts_every_quiet_day_side_choice():
+    """A quiet day-side site wins over a busy night-side one; the counter says so although a night host exists."""
+    spec = default_catalog()[LLAMA]
+    n = 600
+    arrivals = np.linspace(0.0, 60.0, n, endpoint=False)
+    w = workload(arrivals, spec.id, "text-generation", 500, output=50, ingress=np.where(np.arange(n) % 5, 1, 0))
+    w["batch"] = np.arange(n) % 5 == 0  # batch rows enter at S0 (noon), interactive ones at S1 (midnight)
+    dep = deployment(Catalog([spec]), spec.id, 2, [[0.0, 60.0], [60.0, 0.0]], sites=[0, 1])
+    dep.fleet.sites["lon"] = [0.0, 180.0]
+    topo = SimpleNamespace(pops=pd.DataFrame({"id": ["S0", "S1"]}))
+    table = pd.DataFrame({"model": [spec.id, spec.id], "node": [0, 1]})
+    out, _, info = apply_night_policy(w, topo, dep.fleet, table, "2024-03-20T12:00:00+00:00", 86_400.0,
+                                      np.array([[0.0, 60.0], [60.0, 0.0]]))
+    day_side = int((out.ingress.to_numpy()[w.batch.to_numpy()] == 0).sum())
+    assert day_side > 0 and info["held"] == 0
+    assert info["day_side_low_load"] == day_side
+
+
 def _roofline():
     from pathlib import Path
 

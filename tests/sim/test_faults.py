@@ -118,6 +118,16 @@ def test_a_fault_is_echoed_as_the_spec_that_reads_it_back():
     assert fault_spec(parse_fault("pop:FRA@1234567+5")) == "pop:FRA@1234567+5"  # (it read 1.23457e+06)
 
 
+@pytest.mark.parametrize("spec", [f"pop:FRA@1+{'9' * 400}", f"node:FRA-0@{'9' * 400}+5"])
+def test_a_fault_time_too_long_for_a_float_is_refused(spec):
+    """400 digits read as inf, which ``--fail`` refuses when written as ``inf``."""
+    from edgepop.errors import UserError
+    from sim.faults import parse_fault
+
+    with pytest.raises(UserError, match=r"start and duration must be finite numbers of seconds$"):
+        parse_fault(spec)
+
+
 POP_FAULT = """seed = 11
 faults = ["pop:IAD@5+10"]
 
@@ -160,3 +170,25 @@ def test_a_request_that_never_decodes_has_no_decode_stalls(tmp_path):
     one = r[(r.outcome == "ok") & (r.output_tokens == 1)]
     assert len(one) > 50 and (r[r.outcome == "ok"].stall_ms > 0).any()
     assert (one.stall_ms == 0).all() and (one.stalls == 0).all()
+
+
+def test_requests_timed_out_at_the_horizon_are_not_counted_as_failed_by_a_fault():
+    """A request still streaming when the run ends fails with 3007 whatever the faults; only 3043 (its node
+    failed under it) is a fault's failure."""
+    from kit.sim import TokenClock, deployment, workload
+
+    from controlplane.catalog import Catalog, default_catalog
+    from controlplane.outcomes import Code
+    from sim.metrics import fault_block
+    from sim.simulator import Simulation
+
+    spec = default_catalog()["@cf/meta/llama-3.1-8b-instruct"]
+    cat, model = Catalog([spec]), spec.id
+    w = workload([0.0, 0.1, 0.2], model, "text-generation", 10, output=1000)
+    dep = deployment(cat, model, 1, [[0.0]])
+    # 1,000 tokens at 1 s a step cannot finish within 5 s of the last arrival: every request times out mid-stream
+    f = Simulation(dep, w, TokenClock(step_ms=1000.0), drain_s=5.0).run().requests
+    assert (f.outcome == "failed").all() and (f.error_code == int(Code.TIMEOUT)).all()
+    assert fault_block(f) == {"lost": 0, "retried": 0, "failed": 0}
+    f.loc[0, "error_code"] = int(Code.INTERNAL)  # as a node fault ends a request that had streamed
+    assert fault_block(f) == {"lost": 1, "retried": 0, "failed": 1}

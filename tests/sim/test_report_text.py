@@ -91,3 +91,25 @@ def test_with_seeds_the_within_run_loss_line_names_its_seed():
     assert notes(summary)[-1] == "edge loses: TTFT p99 overall -32.4% [-78.8, -10.9]."
     summary["replicates"] = {"seeds": [3, 4]}
     assert notes(summary)[-1] == "Within the seed-3 run alone, edge loses: TTFT p99 overall -32.4% [-78.8, -10.9]."
+
+
+def test_an_autoscalers_scale_outs_and_scale_to_zero_reach_summary_and_report(tmp_path, capsys):
+    from sim.scenario import SCENARIO_DIR
+
+    text = (SCENARIO_DIR / "small.toml").read_text().replace(
+        '[edge]\nplacement = "greedy-demand"\nrouter = "nearest-balanced"\n',
+        '[edge]\nplacement = "greedy-demand"\nrouter = "nearest-balanced"\nautoscaler = "reactive"\n'
+        'autoscaler_options = { interval_s = 2.0, idle_s = 5.0, queue_high = 1.0 }\n')
+    assert 'autoscaler = "reactive"' in text
+    (tmp_path / "scaled.toml").write_text(text)
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", str(tmp_path / "scaled.toml"), "--requests", "300", "--out", str(out)]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    d = json.loads((out / "summary.json").read_text())["deployments"]
+    a = d["edge"]["autoscaler"]
+    assert set(a) == {"policy", "scale_outs", "scale_to_zero"} and a["policy"] == "reactive"
+    assert a["scale_to_zero"] > 0  # most replicas see no request for 5 s of a 12-s run
+    assert "autoscaler" not in d["central"]  # a static placement reports no autoscaler
+    line = (f"Autoscaler (reactive) on edge: {a['scale_outs']:,} scale-outs (replicas loaded, a cold start each), "
+            f"{a['scale_to_zero']:,} scale-to-zero (idle replicas unloaded).")
+    assert f"- {line}" in (out / "report.md").read_text().splitlines() and line in terminal

@@ -308,6 +308,7 @@ BAD_FIELDS = [
     ('[central]\nenabled = "no"\n', "'enabled' must be true or false"),
     ("[techniques]\nlora = true\nlora_slots = 0\n", "lora_slots must be an integer >= 1, got 0"),
     ("[techniques]\nspeculative = true\nspec_k = 1000000\n", "spec_k must be at most 32"),
+    ("[techniques]\nspeculative = true\nspec_draft_cost = 1e300\n", "spec_draft_cost must be in [0, 1]"),
     ("[workload]\nmix = { '@cf/meta/llama-3.1-8b-instruct' = 1e308, '@cf/baai/bge-base-en-v1.5' = 1e308 }\n",
      "mix shares' sum overflows"),
     # sizes and values that would overflow, hang or exhaust memory
@@ -329,7 +330,15 @@ BAD_FIELDS = [
     ('[edge]\nrouter = "session-affinity"\nrouter_options = { gate = nan }\n', "option 'gate' must be a number"),
     ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { interval_s = nan }\n', "'interval_s' must be a number"),
     ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { max_per_site = 0 }\n', "max_per_site must be at least 1"),
+    # a poll every 0.1 ms was run at 1 ms (the simulator's clock step), silently and slowly
+    ('[edge]\nautoscaler = "reactive"\nautoscaler_options = { interval_s = 0.0001 }\n',
+     "interval_s must be at least 0.001 s (1 ms), got 0.0001"),
+    ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { interval_s = 0.0001 }\n',
+     "interval_s must be at least 0.001 s (1 ms), got 0.0001"),
+    (f'faults = ["pop:FRA@1+{"9" * 400}"]\n', "start and duration must be finite numbers of seconds"),
     ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { warm_hours = [7] }\n', "warm_hours must be [start, end]"),
+    ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { warm_hours = [9, 9] }\n',
+     "warm_hours [9, 9] is an empty window (start = end)"),
     ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { day_s = 0.0 }\n', "day_s must be positive"),
     ('[edge]\nautoscaler = "scheduled"\nautoscaler_options = { start_utc = "bogus" }\n', "start_utc must be an ISO"),
     ('[edge]\nplacement = "ilp"\nplacement_options = { time_limit_s = inf }\n', "time_limit_s must be positive and"),

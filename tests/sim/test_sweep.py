@@ -367,3 +367,17 @@ def test_sweep_manifest_holds_toml_datetimes_and_central_only_variants_are_check
         run_sweep(g, workers=1, out=tmp_path / "cen", progress=False)
     assert not (tmp_path / "cen").exists()  # refused before variant 0 ran
 
+
+
+def test_a_fault_no_deployment_of_a_variant_applied_is_warned_and_in_the_summary(tmp_path, capsys):
+    grid = parse_grid({"base": "small", "requests": 200,
+                       "axes": {"faults": [["pop:FRA@1+5"], ["node:FRA-999@1+1", "pop:LHR@99999+5"]]}}, "f.toml")
+    s = run_sweep(grid, workers=1, out=tmp_path / "o", progress=False, keep_requests=False).summary
+    err = capsys.readouterr().err.strip().splitlines()
+    # the PoP fault applies to the edge (central users enter through no PoP): no warning for variant 0
+    assert len(err) == 1 and err[0].startswith("warning: f.toml: variant 1 (") and "fault not applied: " in err[0]
+    assert ("node:FRA-999@1+1 (edge: no node 'FRA-999' in the edge fleet; central: no node 'FRA-999' in the "
+            "central fleet), pop:LHR@99999+5 (edge: starts after the run ended") in err[0]
+    rows = s.set_index(["variant", "deployment"]).faults_skipped
+    assert rows[0, "edge"] == "" and rows[0, "central"] == "pop:FRA@1+5: central users do not enter through PoPs"
+    assert rows[1, "edge"].startswith("node:FRA-999@1+1: no node 'FRA-999' in the edge fleet; pop:LHR@99999+5: ")
