@@ -328,6 +328,9 @@ class PlacementPolicy:
     # Memory alone decides what shares a GPU (everywhere-fits): deployments built from it leave one_llm_per_gpu
     # off, whatever their config says (the policy itself follows the problem it is given).
     memory_only: bool = False
+    # Places on a fleet it builds itself (central's regions), not the problem's: its plan is no plan of the
+    # problem's fleet (the ILP refuses it as a warm start when its options are read).
+    own_fleet: bool = False
     # The same inputs always give the same plan, and computing it costs seconds: kept on disk by
     # controlplane.placement.cache (a plain class attribute, not an option).
     cacheable = False

@@ -42,6 +42,7 @@ class Central(PlacementPolicy):
     budget: str = "gpus"
     node: str = "H100x8"
     rack: str = "server"
+    own_fleet = True  # class attribute, not an option: the regions' fleet is built per call
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         if self.budget not in BUDGETS:

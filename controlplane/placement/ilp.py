@@ -13,8 +13,8 @@ and one integer count per (node group, model). Within ``time_limit_s`` the polic
    widened to hold the starts: RENS, a standard MIP heuristic), then the full MILP from the best plan so far;
    small problems go straight to the full MILP and are solved to proven optimality (``mip_rel_gap``).
 
-Every candidate plan (starts and the MILP's) is scored by the shared evaluator, its memory priced by the MILP's
-tie-breaker, and the best is returned (at equal objective, the one with less memory), with the phases, the lower
+Every candidate plan (starts and the MILP's) is scored by the shared evaluator and the best is returned (memory
+decides only among plans within :data:`EQUAL_OBJECTIVE_REL` of the best objective), with the phases, the lower
 bound (never above a known plan's MILP cost) and the MILP gap in ``Placement.solver``. Counts are packed per GPU (first-fit
 decreasing, exact re-seating on small nodes, other nodes of the site as fallback); a replica that still fits
 nowhere is dropped and listed in ``Placement.dropped`` (the MILP's per-GPU packing cuts make this rare).
@@ -75,6 +75,9 @@ MAX_TIME_LIMIT_S = 86_400.0  # a day: a longer limit is no limit, and the solver
 # The warm start may use this share of the budget: the LP relaxation, which every other plan needs, keeps the rest.
 WARM_START_SHARE = 0.5
 STOPPED = "stopped_at_deadline"  # a step's status when the clock stopped it
+# Plans whose evaluated objectives differ by less than this share of the best (of 1 ms when it is under 1 ms) are
+# equally good, and the one with less memory is returned: the evaluator's LP tells equal plans apart by far less.
+EQUAL_OBJECTIVE_REL = 1e-9
 
 
 @PLACEMENTS.register("ilp")
@@ -143,27 +146,33 @@ class IlpPlacement(PlacementPolicy):
     @staticmethod
     def check_options(candidates_k: int = 8, time_limit_s: float = 60.0, node_limit: int = 400,
                       mip_rel_gap: float = 0.01, warm_start: str = "greedy-demand",
-                      memory_tiebreak_ms_per_gb: float = 1e-6, **_rest) -> None:
+                      memory_tiebreak_ms_per_gb: float = 1e-6, exact_max_integers: int = 2000, **_rest) -> None:
         """The options' values (the registry calls it when a scenario is read; :meth:`place` again)."""
         known = [n for n in PLACEMENTS.names() if n != "ilp"]
         if warm_start not in ("rounding", "none", *known):
             raise ValueError(f"warm_start must be 'rounding', 'none' or a placement policy other than ilp "
                              f"({', '.join(known)}), got {warm_start!r}")
+        # A policy that says it builds its own fleet is refused here; _warm_plan also checks the plan it returns.
+        if warm_start in known and getattr(PLACEMENTS.get(warm_start), "own_fleet", False):
+            raise ValueError(f"warm_start {warm_start!r} places on a fleet of its own, not the problem's, so its plan "
+                             f"is not one of the MILP's: use greedy-demand, rounding or none")
         for name, value, ok in (("time_limit_s", time_limit_s, 0 < time_limit_s <= MAX_TIME_LIMIT_S),
-                                ("mip_rel_gap", mip_rel_gap, mip_rel_gap >= 0),
+                                ("mip_rel_gap", mip_rel_gap, 0 <= mip_rel_gap < np.inf),
                                 ("candidates_k", candidates_k, candidates_k >= 1),
                                 ("node_limit", node_limit, node_limit >= 1),
+                                ("exact_max_integers", exact_max_integers, exact_max_integers >= 0),
                                 ("memory_tiebreak_ms_per_gb", memory_tiebreak_ms_per_gb,
                                  0 <= memory_tiebreak_ms_per_gb < np.inf)):
             if not ok:  # (NaN fails too)
                 rule = {"time_limit_s": f"positive and at most {MAX_TIME_LIMIT_S:,.0f} s (a day)",
-                        "mip_rel_gap": ">= 0", "memory_tiebreak_ms_per_gb": "finite and >= 0"}.get(name, ">= 1")
+                        "mip_rel_gap": "finite and >= 0", "exact_max_integers": ">= 0",
+                        "memory_tiebreak_ms_per_gb": "finite and >= 0"}.get(name, ">= 1")
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         try:
             self.check_options(self.candidates_k, self.time_limit_s, self.node_limit, self.mip_rel_gap,
-                               self.warm_start, self.memory_tiebreak_ms_per_gb)
+                               self.warm_start, self.memory_tiebreak_ms_per_gb, self.exact_max_integers)
         except ValueError as exc:
             raise UserError(f"ilp option {exc}") from None
         t0 = time.perf_counter()
@@ -219,11 +228,9 @@ class IlpPlacement(PlacementPolicy):
         bound = min(max(lp_bound, bound), *costs) if costs else max(lp_bound, bound)
         # The MILP plans with static candidate sites; the evaluator routes to the k nearest replicas. A plan
         # the MILP ranks higher can score lower there (more so when branch-and-bound stopped early): every
-        # candidate plan is scored by the evaluator, memory priced as in the MILP, so at equal objective the plan
-        # with less memory wins.
+        # candidate plan is scored by the evaluator, and the best wins, memory deciding only at equal objective.
         gb = {n: float(p.table.memory_gb.sum()) for n, p in plans.items()}
-        name = min(plans, key=lambda n: (plans[n].objective_ms + self.memory_tiebreak_ms_per_gb * gb[n], gb[n],
-                                         n != "milp"))
+        name = choose_plan({n: p.objective_ms for n, p in plans.items()}, gb)
         best = plans[name]
         found = float(model.cost @ solutions[name]) if name in solutions else None
         best.policy = self.name
@@ -309,6 +316,15 @@ class IlpPlacement(PlacementPolicy):
         sites = problem.fleet.sites.site_id.to_numpy()
         dropped = [(sites[model.g_site[g]], net.node_gpu[model.first[g]], net.models[m]) for g, m in dropped]
         return Placement(problem, problem.fleet, self.name, ledger.placements(), dropped)
+
+
+def choose_plan(objective_ms: dict[str, float], memory_gb: dict[str, float]) -> str:
+    """The candidate to return: the lowest evaluated objective; among the plans within :data:`EQUAL_OBJECTIVE_REL`
+    of it, the one with least memory (the MILP's at equal memory). Memory never buys a worse objective: a price per
+    GB added to the objective would, at extreme load, outweigh what a replica serves."""
+    best = min(objective_ms.values())
+    tied = [n for n, v in objective_ms.items() if v <= best + EQUAL_OBJECTIVE_REL * max(abs(best), 1.0)]
+    return min(tied, key=lambda n: (memory_gb[n], n != "milp"))
 
 
 def _phase(name: str, res) -> dict:

@@ -6,7 +6,8 @@ nodes (GPU type and count) of one site. Rows: the evaluator's demand, site balan
 (:func:`~controlplane.placement.evaluate.flow_program`), replica capacity ``z <= c x rate x utilisation_cap``,
 group memory, at least one replica per demanded model, and ``y[p, own site] <= demand_p x replicas there``
 (the facility-location tightening, for the 0-ms flows). Counts are bounded by the per-GPU slots and by
-GPUs / tp (more replicas could add no GPU time). Objective: the evaluator's plus a per-GB tie-breaker.
+GPUs / tp (more replicas could add no GPU time). Objective: the evaluator's plus a per-GB tie-breaker, capped
+per replica at a small share of what the replica's capacity is worth (so it never outweighs serving demand).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from controlplane.placement.evaluate import flow_program
+
+# The most a replica's memory tie-breaker may cost, as a share of what its capacity is worth serving demand that
+# would otherwise go unserved (unserved_penalty_ms x its planned capacity / total demand).
+TIEBREAK_SHARE_OF_WORTH = 0.01
 
 
 class IlpModel:
@@ -69,7 +74,14 @@ class IlpModel:
                                   np.ones(net.n_models), np.full(strong.shape[0] + len(packing_rhs), -inf)])
         self.hi = np.concatenate([prog.b_eq, prog.b_ub, np.zeros(n_c), gpus * net.gpu_limit[first] / 1e9 - 1e-5,
                                   np.full(net.n_models, inf), np.zeros(strong.shape[0]), packing_rhs])
-        self.cost = np.concatenate([prog.cost, tiebreak * net.replica_bytes[um] / 1e9])
+        # The tie-breaker must not outweigh serving demand: a replica's memory price is capped at a small share
+        # (TIEBREAK_SHARE_OF_WORTH) of what its capacity is worth to demand otherwise unserved. A fixed price per GB
+        # outweighs that at extreme load (at 1e8 req/s a 70B replica's 4 req/s are worth 4e-5 ms of the mean, its
+        # 83 GB cost 8e-5 ms) and the MILP would leave demand unserved to save memory; at ordinary loads the cap is
+        # orders of magnitude above the price and changes nothing.
+        worth = net.problem.unserved_penalty_ms * cap * util / net.total_demand
+        self.cost = np.concatenate([prog.cost, np.minimum(tiebreak * net.replica_bytes[um] / 1e9,
+                                                          TIEBREAK_SHARE_OF_WORTH * worth)])
         self.upper = np.concatenate([np.full(prog.n, inf), upper_c])
         self.integrality = np.concatenate([np.zeros(prog.n), np.ones(n_c)])
         self.groups = [np.flatnonzero(self.group_of == g) for g in range(len(first))]
