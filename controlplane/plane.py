@@ -145,12 +145,12 @@ class ControlPlane:
         # The type first: 3.0 and True compare and hash like rows 3 and 1 (a cached candidate list would serve them).
         ingress = req.ingress
         try:
-            ok = ((type(ingress) is int or isinstance(ingress, np.integer)) and 0 <= ingress < self._ingresses
-                  and 0 <= req.prompt_tokens < INF and req.output_tokens >= 0)
+            ok = (type(ingress) is int and 0 <= ingress < self._ingresses and 0 <= req.prompt_tokens < INF
+                  and req.output_tokens >= 0)
         except TypeError:
             ok = False
-        if not ok:
-            raise bad_request(req, self._ingresses)
+        if not ok and (error := bad_request(req, self._ingresses)) is not None:  # (or a numpy / IntEnum row)
+            raise error
         lim = self._limits.get(req.model, False)
         if lim is False:
             lim = self._limits_of(req.model)

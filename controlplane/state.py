@@ -59,21 +59,29 @@ class Request:
 INF = float("inf")
 
 
-def bad_request(req: Request, ingresses: int) -> UserError:
-    """The error of a request ``ControlPlane.check`` refuses, naming its first bad field."""
-    def number(x, low, high=INF):
+def is_row_index(x) -> bool:
+    """Whether ``x`` can index a row: an integer (numpy's and ``int`` subclasses such as an ``IntEnum`` included),
+    not a bool or a float that compares equal to one (3.0 and True hash like rows 3 and 1)."""
+    return type(x) is int or (isinstance(x, int | np.integer) and not isinstance(x, bool))
+
+
+def bad_request(req: Request, ingresses: int) -> UserError | None:
+    """The error of a request ``ControlPlane.check``'s quick test did not pass, naming its first bad field; None
+    when every field is fine after all (an ingress of another integer type: numpy's, an ``IntEnum``)."""
+    def number(x, low, high=None):  # low <= x (< high); False for NaN and for what is not a number
         try:
-            return low <= x < high
+            return low <= x and (high is None or x < high)
         except TypeError:
             return False
 
-    integer = isinstance(req.ingress, int | np.integer) and not isinstance(req.ingress, bool)
-    if not (integer and number(req.ingress, 0, ingresses)):
+    if not (is_row_index(req.ingress) and number(req.ingress, 0, ingresses)):
         problem = f"ingress must be an integer row of the RTT matrix (0 to {ingresses - 1}), got {req.ingress!r}"
-    elif not number(req.prompt_tokens, 0):
+    elif not number(req.prompt_tokens, 0, INF):
         problem = f"prompt_tokens must be a finite non-negative number, got {req.prompt_tokens!r}"
-    else:
+    elif not number(req.output_tokens, 0):
         problem = f"output_tokens must be a non-negative number, got {req.output_tokens!r}"
+    else:
+        return None
     return UserError(f"request {req.id}: {problem}")
 
 

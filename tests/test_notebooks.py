@@ -16,7 +16,7 @@ from nbclient.exceptions import CellExecutionError
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 SMALL = {"EDGEPOP_NB_SCENARIO": "small", "EDGEPOP_NB_REQUESTS": "300", "EDGEPOP_NB_SEED": "3",
-         "EDGEPOP_NB_ILP_TIME_S": "3", "EDGEPOP_NB_DEMAND_RPS": "2000", "EDGEPOP_NB_LOADS": "25,800",
+         "EDGEPOP_NB_ILP_TIME_S": "6", "EDGEPOP_NB_DEMAND_RPS": "2000", "EDGEPOP_NB_LOADS": "25,800",
          "EDGEPOP_NB_WORKERS": "1", "EDGEPOP_NB_EXTRA_SEEDS": "2"}
 # Figures each notebook must show (matplotlib figures rendered as image/png outputs).
 FIGURES = {"edge_vs_central": 5, "placement_policies": 3, "capacity_planning": 2}

@@ -56,6 +56,18 @@ def test_a_non_integer_ingress_is_refused_even_once_its_row_is_cached(catalog, i
     assert cp.submit(Request(8, TINY, np.int64(1), 10, 5), 1.0).action == START  # a numpy integer is a row
 
 
+def test_an_int_subclass_ingress_is_a_row(catalog):
+    """An ``IntEnum`` of PoP rows was refused by the integer check, and the error then named a field that was
+    fine (the message's own check took it for an integer)."""
+    import enum
+
+    class Pop(enum.IntEnum):
+        FRA = 1
+
+    cp = two_ingresses(catalog)
+    assert cp.submit(Request(7, TINY, Pop.FRA, 10, 5), 0.0).action == START
+
+
 def test_a_negative_request_cannot_overcommit_the_kv_pool(catalog):
     cp = two_ingresses(catalog)
     r = cp.state.replicas[0]

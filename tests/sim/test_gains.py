@@ -257,15 +257,16 @@ def test_block_bootstrap_covers_gains_under_time_correlated_load():
 
     truth = 100 * (1 - np.exp(-1.0))
     runs, n = 200, 3000
+    phi = np.exp(-1 / 2.0)  # an AR(1) step's correlation on the 1 s grid
     hits = {"blocks": 0, "requests": 0}
     for k in range(runs):
         rng = np.random.default_rng(2000 + k)
         arrival = np.sort(rng.uniform(0, 600, n))
-        phi = np.exp(-1 / 2.0)
+        second = arrival.astype(int)
 
-        def load():  # on a 1 s grid, stationary: unit variance from the first second on
+        def load(rng=rng, at=second):  # on a 1 s grid, stationary: unit variance from the first second on
             shocks = rng.standard_normal(601) * np.r_[1.0, np.full(600, np.sqrt(1 - phi ** 2))]
-            return 0.4 * lfilter([1.0], [1.0, -phi], shocks)[arrival.astype(int)]
+            return 0.4 * lfilter([1.0], [1.0, -phi], shocks)[at]
 
         user = 0.3 * rng.standard_normal(n)
         e = _frame(np.exp(4 + user + load() + 0.3 * rng.standard_normal(n)), arrival)
@@ -273,7 +274,7 @@ def test_block_bootstrap_covers_gains_under_time_correlated_load():
         p = Paired(e, c, seed=k)
         lo, hi = p.quantile_gain("ttft_ms", p.gen)["p50"]["ci95"]
         hits["blocks"] += lo <= truth <= hi
-        p.boot = Bootstrap(p.arrival, k, blocks=600, resamples=200)  # 1 s blocks: about a request each
+        p.boot = Bootstrap(p.arrival, k, blocks=600, resamples=200)  # 1 s blocks: about five requests each
         lo, hi = p.quantile_gain("ttft_ms", p.gen)["p50"]["ci95"]
         hits["requests"] += lo <= truth <= hi
     assert 0.85 <= hits["blocks"] / runs <= 0.99, hits
