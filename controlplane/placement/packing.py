@@ -33,18 +33,25 @@ class GpuLedger:
         self.solo = [np.zeros(int(g), dtype=bool) for g in net.node_gpus]  # holds an exclusive (LLM) replica
         # per model, as plain Python values: slot() runs millions of times and numpy scalar reads dominate it
         self._tp = [int(t) for t in net.tp]
-        self._need = [float(b) - _SLACK_BYTES for b in net.bytes_per_gpu]
+        self._bytes = [float(b) for b in net.bytes_per_gpu]
+        self._need = [b - _SLACK_BYTES for b in self._bytes]
         self._exclusive = [bool(e) for e in net.exclusive]
+        # Per node, its GPUs' free bytes and exclusive flags as Python lists for slot(), made when first asked
+        # after a change (None: changed since; every change goes through seat, remove or add_repacking).
+        self._lists: list[tuple[list[float], list[bool]] | None] = [None] * net.n_nodes
 
     def slot(self, node: int, model: int) -> tuple[int, ...] | None:
         """The GPUs a new replica of ``model`` would take on ``node`` (first fit), or None if it does not fit."""
         tp, need = self._tp[model], self._need[model]
         # a node has at most a few GPUs: a Python scan beats a numpy call here (greedy asks millions of times)
+        lists = self._lists[node]
+        if lists is None:
+            lists = self._lists[node] = (self.free[node].tolist(), self.solo[node].tolist())
+        free, solo = lists
         if self._exclusive[model]:
-            solo = self.solo[node].tolist()
-            room = [g for g, f in enumerate(self.free[node].tolist()) if f >= need and not solo[g]]
+            room = [g for g, f in enumerate(free) if f >= need and not solo[g]]
         else:
-            room = [g for g, f in enumerate(self.free[node].tolist()) if f >= need]
+            room = [g for g, f in enumerate(free) if f >= need]
         return tuple(room[:tp]) if len(room) >= tp else None
 
     def add(self, node: int, model: int) -> tuple[int, ...] | None:
@@ -56,11 +63,12 @@ class GpuLedger:
 
     def seat(self, node: int, model: int, gpus: tuple[int, ...]) -> tuple[int, ...]:
         """Record a replica of ``model`` on the given GPUs of ``node`` (the caller checked that they have room)."""
-        self.free[node][list(gpus)] -= self.net.bytes_per_gpu[model]
+        self.free[node][list(gpus)] -= self._bytes[model]
         self.held[node].append((model, gpus))
-        self.busy[node] += self.net.tp[model]
-        if self.net.exclusive[model]:
+        self.busy[node] += self._tp[model]
+        if self._exclusive[model]:
             self.solo[node][list(gpus)] = True
+        self._lists[node] = None
         return gpus
 
     def remove(self, node: int, model: int, gpus: tuple[int, ...] | None = None) -> tuple[int, ...]:
@@ -68,10 +76,11 @@ class GpuLedger:
         held = self.held[node]
         i = max(i for i, (m, g) in enumerate(held) if m == model and (gpus is None or g == gpus))
         _, gpus = held.pop(i)
-        self.free[node][list(gpus)] += self.net.bytes_per_gpu[model]
-        self.busy[node] -= self.net.tp[model]
-        if self.net.exclusive[model]:
+        self.free[node][list(gpus)] += self._bytes[model]
+        self.busy[node] -= self._tp[model]
+        if self._exclusive[model]:
             self.solo[node][list(gpus)] = False  # a GPU holds at most one exclusive replica
+        self._lists[node] = None
         return gpus
 
     def add_repacking(self, node: int, model: int) -> bool:
@@ -89,6 +98,7 @@ class GpuLedger:
         self.held[node] = []
         self.busy[node] = 0.0
         self.solo[node][:] = False
+        self._lists[node] = None
         for m, gpus in zip(models, seats, strict=True):
             self.seat(node, m, gpus)
         return True

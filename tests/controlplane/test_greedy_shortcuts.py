@@ -1,8 +1,12 @@
 """greedy-demand's shortcuts change no plan: with each replaced by the plain computation it stands for (every
 read of a key's offers a scan of all its takers, with no cached list, live rows, merge or first offers sorted all
-at once; every gain summed offer by offer; the swap search's removal losses estimated pair by pair), the same
-problems give the same placement and the same solver figures, on PoP subsets of the shipped topology with several
-identical nodes per PoP (where ties between nodes are many)."""
+at once; every gain summed offer by offer; the swap search's removal losses estimated pair by pair and its removal
+sets computed node by node; freed nodes' models queued at +inf in one heap), the same problems give the same
+placement and the same solver figures, on PoP subsets of the shipped topology with several identical nodes per PoP
+(where ties between nodes are many)."""
+
+import heapq
+import math
 
 import numpy as np
 import pandas as pd
@@ -10,8 +14,9 @@ import pytest
 
 from controlplane.catalog import default_catalog
 from controlplane.fleet import edge_fleet
-from controlplane.placement import PlacementProblem, get_policy, local_search
+from controlplane.placement import PlacementProblem, get_policy, local_search, takers
 from controlplane.placement import greedy as greedy_module
+from controlplane.placement.greedy_routing import GreedyRouting
 
 _EPS = 1e-9
 
@@ -22,6 +27,35 @@ def plain_offers_at(self, key):
 
 def no_initial_offers(self):
     pass
+
+
+def plain_removal_set(self, node, a, b):
+    return self._compute_removal_set(node, a, b)
+
+
+class PlainQueue:
+    """greedy's queue as one heap, the models of a node whose GPU time was freed pushed at +inf."""
+
+    def __init__(self):
+        self.heap, self.version = [], {}
+
+    def push(self, node, m, value):
+        self.version[node, m] = self.version.get((node, m), 0) + 1
+        heapq.heappush(self.heap, (-value, node, m, self.version[node, m]))
+
+    def push_unknown(self, entries):
+        for node, m in entries:
+            self.push(node, m, math.inf)
+
+    def pop(self):
+        while self.heap:
+            _, node, m, v = heapq.heappop(self.heap)
+            if self.version[node, m] == v:
+                return node, m, True
+        return None
+
+    def best(self):
+        return -self.heap[0][0] if self.heap else -math.inf
 
 
 def plain_gain(self, node, m, capacity):
@@ -87,10 +121,12 @@ def place(p, seed):
 def test_shortcuts_change_no_plan(topo, seed, penalty, monkeypatch):
     p = problem(topo, seed, unserved_penalty_ms=penalty)
     fast = place(p, seed)
-    monkeypatch.setattr(greedy_module._Routing, "_offers_at", plain_offers_at)
-    monkeypatch.setattr(greedy_module._Routing, "_initial_offers", no_initial_offers)
-    monkeypatch.setattr(greedy_module._Routing, "gain", plain_gain)
+    monkeypatch.setattr(GreedyRouting, "_offers_at", plain_offers_at)
+    monkeypatch.setattr(GreedyRouting, "_initial_offers", no_initial_offers)
+    monkeypatch.setattr(GreedyRouting, "gain", plain_gain)
     monkeypatch.setattr(local_search.SwapSearch, "_removal_losses", plain_removal_losses)
+    monkeypatch.setattr(local_search.SwapSearch, "_removal_set", plain_removal_set)
+    monkeypatch.setattr(greedy_module, "_LazyQueue", PlainQueue)
     plain = place(p, seed)
     if isinstance(fast, str) or isinstance(plain, str):
         assert fast == plain
@@ -109,3 +145,58 @@ def test_the_problems_have_several_nodes_per_pop_and_swaps(topo):
         placed = place(p, seed)
         swapped += int(not isinstance(placed, str) and placed.solver.get("swaps", 0) > 0)
     assert several >= 4 and swapped >= 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_the_shared_taker_lists_are_left_whole(topo, seed, monkeypatch):
+    """While every taker can offer, a key's live takers are its taker dict itself: dropping one that never will
+    copies the dict first (the swap search, and every offer read once demand may move away again, read them all)."""
+    seen = []
+    start = local_search.SwapSearch.__init__
+
+    def keep(self, net, state, ledger, **options):
+        seen.append((state, {key: len(rows) for key, rows in state.live.items()}))
+        start(self, net, state, ledger, **options)
+
+    monkeypatch.setattr(local_search.SwapSearch, "__init__", keep)
+    assert not isinstance(place(problem(topo, seed), seed), str)
+    state, live = seen[-1]
+    assert any(n < len(state.takers[key]) for key, n in live.items())  # rows were dropped during construction
+    assert state.takers == takers.takers_of(state.net, takers.pair_ids(len(state.net.pair_demand)))
+
+
+@pytest.mark.parametrize("n_codes", [40, 1 << 20])
+def test_sorting_keys_as_16_bit_numbers_is_the_stable_sort(n_codes):
+    codes = np.random.default_rng(0).integers(0, n_codes, 5000)
+    assert takers._by_code(codes, n_codes).tolist() == np.argsort(codes, kind="stable").tolist()
+
+
+def drive(queue, seed):
+    """greedy's loop on a made-up problem (scores drawn from a few values, so ties are many; random nodes freed
+    at each accept): every entry popped, its score, and what became of it."""
+    rng = np.random.default_rng(seed)
+    for node in range(6):
+        for m in range(3):
+            queue.push(node, m, float(rng.integers(1, 4)))
+    trace = []
+    while len(trace) < 400 and (entry := queue.pop()) is not None:
+        node, m, weigh = entry
+        value = float(rng.integers(0, 4))
+        if value < 1:
+            trace.append((node, m, value, "dropped"))
+        elif not weigh or value < queue.best():
+            trace.append((node, m, value, "requeued"))
+            queue.push(node, m, value)
+        else:
+            trace.append((node, m, value, "accepted"))
+            queue.push(node, m, value)
+            freed = set(rng.choice(6, size=int(rng.integers(0, 4)), replace=False).tolist()) - {node}
+            queue.push_unknown([(other, model) for other in freed for model in range(3)])
+    return trace
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_queue_takes_freed_nodes_models_as_entries_at_infinity(seed):
+    trace = drive(greedy_module._LazyQueue(), seed)
+    assert trace == drive(PlainQueue(), seed)
+    assert sum(what == "accepted" for *_, what in trace) > 20

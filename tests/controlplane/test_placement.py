@@ -1,5 +1,6 @@
 """Placement: ILP optimality against brute force, the memory invariant for every policy, policy shapes, errors, CLI."""
 
+import gc
 import itertools
 import json
 from dataclasses import replace
@@ -24,6 +25,7 @@ from controlplane.placement import (
     policy_names,
 )
 from controlplane.placement.greedy import GreedyDemand
+from controlplane.placement.greedy_routing import GreedyRouting
 from controlplane.placement.packing import GpuLedger, pack_nodes
 from edgepop.cli import main
 from edgepop.errors import UserError
@@ -203,6 +205,27 @@ def test_greedy_is_deterministic(topo):
     a = get_policy("greedy-demand").place(problem, np.random.default_rng(1))
     b = get_policy("greedy-demand").place(problem, np.random.default_rng(2))
     pd.testing.assert_frame_equal(a.table, b.table)
+
+
+def test_greedy_places_with_the_cyclic_collector_paused(topo, monkeypatch):
+    """Greedy's ~10^6 short-lived objects are all freed by reference counting: the collector is off while it
+    places, whoever calls it (the CLI, a benchmark, the ILP's warm start), and as it was after."""
+    seen = []
+    start = GreedyRouting.__init__
+
+    def note(self, net):
+        seen.append(gc.isenabled())
+        start(self, net)
+
+    monkeypatch.setattr(GreedyRouting, "__init__", note)
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        get_policy("greedy-demand").place(tiny_problem(topo, np.linspace(0.5, 6.0, 18)), np.random.default_rng(0))
+        assert seen == [False] and gc.isenabled()
+    finally:
+        if not was:
+            gc.disable()
 
 
 @pytest.mark.parametrize("policy,options", [("greedy-demand", {}), ("ilp", EXACT)])

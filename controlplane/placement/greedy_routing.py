@@ -1,0 +1,284 @@
+"""greedy-demand's routing state: where each demand pair is served, what each node has left, and per (site,
+model) key the offers a new replica there would take, kept up to date move by move.
+
+A pair's *offers* to a site at RTT ``r`` are its unserved demand (worth ``unserved_penalty_ms - r`` per rps) and its
+demand served farther than ``r`` (worth the RTT saved), as (-gain ms per rps, pair, from node or -1, rps) tuples,
+best first: the same list for every node of the site. A move of a pair marks it stale in the offers of its candidate
+sites only (the only ones that read its state); the next read of such a key keeps the others' entries, re-derives
+the moved pairs' and merges. The swap search (:mod:`controlplane.placement.local_search`) works on the same state.
+"""
+
+from __future__ import annotations
+
+from controlplane.placement.takers import initial_offers, pair_ids, per_pair, takers_of
+
+_EPS = 1e-9
+
+
+class GreedyRouting:
+    """Greedy's own bookkeeping: where each pair's demand is served and what each node has left.
+
+    Hot loops run on plain Python lists (numpy scalar indexing would dominate the run time).
+    """
+
+    def __init__(self, net):
+        self.net = net
+        self.penalty = float(net.problem.unserved_penalty_ms)
+        self.util = float(net.util)
+        self.unserved = net.pair_demand.astype(float).tolist()
+        # served[p]: node -> [rps, rtt ms from the pair's ingress to that node's site]
+        self.served: list[dict[int, list[float]]] = [{} for _ in range(len(net.pair_demand))]
+        # pairs_at[node][m]: the pairs of model m with some demand served on node, each with its entry of
+        # served[p] (served[p][node]); kept once track_pairs() is called (the swap search reads it, greedy's
+        # construction does not).
+        self.pairs_at: list[list[dict[int, list[float]]]] | None = None
+        # worst[p]: the highest per-rps cost any of p's demand pays now (penalty while some is unserved).
+        self.worst = [self.penalty] * len(net.pair_demand)
+        self.counts = [[0] * net.n_models for _ in range(net.n_nodes)]
+        self.flow = [[0.0] * net.n_models for _ in range(net.n_nodes)]
+        self.cap = net.cap.tolist()
+        self.time_per_rps = net.gpu_time_per_rps.tolist()
+        self.time_left = (net.util * net.node_gpus.astype(float)).tolist()
+        self.node_site = net.node_site.tolist()
+        self.pair_model = net.pair_model.tolist()
+        # rps x ms of the current routing (unserved at the penalty): the objective times total demand.
+        self.cost = self.penalty * float(net.pair_demand.sum())
+        # While not None, every move is appended as (pair, src, dst, rps, src rtt) so that it can be undone.
+        self.journal: list | None = None
+        # (site, model) keys are numbered site x n_models + model; key_base[node]: its site's number x n_models.
+        self.key_base = [s * net.n_models for s in self.node_site]
+        # Per key, the takers still able to offer while demand only moves closer; None once it may move away
+        # again (the swap search sets it at its first trial, which takes replicas off).
+        self.live: dict[int, dict[int, float]] | None = {}
+        # Offers cached per key. A move of pair p marks p stale in the offers of p's candidate sites only, the only
+        # ones that read p's state; the next read re-derives p's entries.
+        self._offers: dict[int, list] = {}
+        self._stale: dict[int, set[int]] = {}
+        self._sums: dict[int, tuple[list, float, float]] = {}  # (offers, their rps, their gain)
+        self._ids = pair_ids(len(net.pair_demand))
+        self.takers = takers_of(net, self._ids)
+        # The stale sets a move of p marks, one per key p lists, held per pair (a move marks a dozen of them and
+        # moves run ~10^5 times). A key's set is emptied whenever its offers are computed afresh, so marks made
+        # before then never count.
+        for key in self.takers:
+            self._stale[key] = set()
+        self._stale_of = per_pair(net, self._stale)
+        self._initial_offers()
+
+    def track_pairs(self) -> None:
+        """Keep :attr:`pairs_at` from now on (built from where demand is served now)."""
+        self.pairs_at = [[{} for _ in range(self.net.n_models)] for _ in range(self.net.n_nodes)]
+        for p, served in enumerate(self.served):
+            for node, entry in served.items():
+                self.pairs_at[node][self.pair_model[p]][p] = entry
+
+    def _initial_offers(self) -> None:
+        """Every key's offers and live takers before any demand is served, as :meth:`_fresh_offers` would find
+        them, from one sort for all keys (:func:`~controlplane.placement.takers.initial_offers`)."""
+        self._offers, self.live = initial_offers(self.net, self.penalty, self.takers, self.unserved, self._ids)
+
+    def available(self, node: int, m: int, extra: int = 0) -> float:
+        """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""
+        by_replicas = (self.counts[node][m] + extra) * self.cap[node][m] * self.util - self.flow[node][m]
+        per = self.time_per_rps[node][m]
+        by_time = self.time_left[node] / per if per > 0 else 0.0
+        room = by_time if by_time < by_replicas else by_replicas  # max(0.0, min(...)) without the calls
+        return room if room > 0.0 else 0.0
+
+    def marginal(self, node: int, m: int) -> float:
+        """Demand (rps) one more replica of ``m`` would let ``node`` take: ``available(node, m, extra=1) -
+        available(node, m)`` with the shared GPU-time bound read once (greedy asks this ~10^5 times)."""
+        count, c, f = self.counts[node][m], self.cap[node][m], self.flow[node][m]
+        per = self.time_per_rps[node][m]
+        by_time = self.time_left[node] / per if per > 0 else 0.0
+        more, now = (count + 1) * c * self.util - f, count * c * self.util - f
+        # max(0.0, min(x, by_time)) of each, without the calls
+        more = by_time if by_time < more else more
+        now = by_time if by_time < now else now
+        return (more if more > 0.0 else 0.0) - (now if now > 0.0 else 0.0)
+
+    def offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
+        """Demand that would gain by moving to ``node``: (-gain ms per rps, pair, from node or -1, rps), best first.
+
+        The same for every node of a site, and unchanged until a move of a pair that lists the site: cached per
+        (site, model). Lists are replaced, never changed in place: a caller may move demand while it reads one."""
+        return self._offers_at(self.key_base[node] + m)
+
+    def _offers_at(self, key: int) -> list[tuple[float, int, int, float]]:
+        """:meth:`offers` of a key (callers that hold the key already)."""
+        hit = self._offers.get(key)
+        if hit is None:
+            hit = self._offers[key] = self._fresh_offers(key)
+            self._stale.setdefault(key, set()).clear()
+            return hit
+        stale = self._stale[key]
+        if not stale:
+            return hit
+        if self.live is None:
+            rows = self.takers[key]
+            if 3 * len(stale) > len(rows):
+                hit = self._offers[key] = self._fresh_offers(key)
+                stale.clear()
+                return hit
+        else:
+            rows = self.live[key]
+        # Keep the others' entries (sorted), re-derive the moved pairs' and merge. A moved pair the key's rows
+        # left out has no entries here; during construction, one that offers nothing now never will (see
+        # _fresh_offers): dropped from the rows.
+        penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
+        drop = self.live is not None
+        out = [e for e in hit if e[1] not in stale]
+        append, row = out.append, rows.get
+        for p in stale:
+            r = row(p)
+            if r is None:
+                continue
+            if worst[p] - r <= eps:  # all of p's demand is already at least this close
+                if drop:
+                    if rows is self.takers[key]:  # shared while every taker was live (see initial_offers)
+                        rows = self.live[key] = dict(rows)
+                        row = rows.get
+                    del rows[p]
+                continue
+            if unserved[p] > eps:
+                append((r - penalty, p, -1, unserved[p]))
+            for other, (amount, rtt) in served[p].items():
+                if rtt - r > eps:
+                    append((r - rtt, p, other, amount))
+        out.sort()
+        self._offers[key] = out
+        stale.clear()
+        return out
+
+    def _fresh_offers(self, key: int) -> list[tuple[float, int, int, float]]:
+        """The offers of ``key`` from all its takers. While demand only moves closer (greedy's construction,
+        :attr:`live` not None), a taker whose demand is all at least as close as the site never offers again:
+        it is dropped from the key's rows for good."""
+        every = self.takers.get(key, {})
+        if self.live is None:
+            return self._compute_offers(every.items(), [], {})
+        rows = self.live.get(key)
+        live: dict[int, float] = {}
+        out = self._compute_offers((every if rows is None else rows).items(), [], live)
+        self.live[key] = live
+        return out
+
+    def _compute_offers(self, takers, out: list, live: dict) -> list[tuple[float, int, int, float]]:
+        # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source:
+        # the same list however it was assembled. ``live`` collects the takers that may offer.
+        penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
+        append = out.append
+        for p, r in takers:
+            if worst[p] - r <= eps:
+                continue  # all of p's demand is already at least this close
+            live[p] = r
+            if unserved[p] > eps:
+                append((r - penalty, p, -1, unserved[p]))
+            for other, (amount, rtt) in served[p].items():
+                if rtt - r > eps:
+                    append((r - rtt, p, other, amount))
+        out.sort()
+        return out
+
+    def gain(self, node: int, m: int, capacity: float) -> float:
+        """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
+        key = self.key_base[node] + m
+        offers = self._offers_at(key)
+        sums = self._sums.get(key)
+        if sums is None or sums[0] is not offers:
+            # Most calls can take every offer, and half of them read a list already summed: the whole list's
+            # rps and gain, added in list order (the loop below adds the same terms in the same order).
+            rps = total = 0.0
+            for neg_gain, _, _, amount in offers:
+                total -= neg_gain * amount
+                rps += amount
+            sums = self._sums[key] = (offers, rps, total)
+        # Offers are above _EPS rps each, so with this much room the loop below would take each one whole (the
+        # margin covers the rounding of its running subtraction).
+        if capacity >= sums[1] + 1e-9 * capacity + 1e-6:
+            return sums[2]
+        total = 0.0
+        for neg_gain, _, _, amount in offers:
+            if capacity <= _EPS:
+                break
+            take = capacity if capacity < amount else amount  # min(amount, capacity) without the call
+            total -= neg_gain * take
+            capacity -= take
+        return total
+
+    def move(self, p: int, src: int, dst: int, dst_rtt: float, amount: float) -> None:
+        """Move ``amount`` rps of pair ``p`` from node ``src`` to node ``dst`` (-1: unserved, at the penalty)."""
+        for marks in self._stale_of[p]:
+            marks.add(p)
+        m = self.pair_model[p]
+        served, unserved = self.served[p], self.unserved
+        if src < 0:
+            src_rtt = self.penalty
+            unserved[p] -= amount
+        else:
+            entry = served[src]
+            src_rtt = entry[1]
+            entry[0] -= amount
+            if entry[0] <= _EPS:
+                del served[src]
+                if self.pairs_at is not None:
+                    del self.pairs_at[src][m][p]
+            self.flow[src][m] -= amount
+            self.time_left[src] += amount * self.time_per_rps[src][m]
+        if dst < 0:
+            dst_rtt = self.penalty
+            unserved[p] += amount
+        else:
+            entry = served.get(dst)
+            if entry is None:
+                entry = served[dst] = [0.0, dst_rtt]
+                if self.pairs_at is not None:
+                    self.pairs_at[dst][m][p] = entry
+            entry[0] += amount
+            self.flow[dst][m] += amount
+            self.time_left[dst] -= amount * self.time_per_rps[dst][m]
+        self.cost += amount * (dst_rtt - src_rtt)
+        if self.journal is not None:
+            self.journal.append((p, src, dst, amount, src_rtt))
+        if unserved[p] > _EPS:
+            self.worst[p] = self.penalty
+        else:
+            worst = 0.0
+            for entry in served.values():  # a pair is served at one or two nodes: no generator for max()
+                if entry[1] > worst:
+                    worst = entry[1]
+            self.worst[p] = worst
+
+    def fill(self, node: int, max_steps: int = 20_000) -> set[int]:
+        """Move the best offers onto ``node``'s replicas up to their free capacity, then refill the nodes that
+        freed capacity, and so on. Returns the nodes whose GPU time was freed (their gains may have grown)."""
+        queue, steps, freed = [node], 0, set()
+        # Nodes queued and not refilled since: a refill takes all it can, so a node queued several times over
+        # has nothing more to take at its later turns unless capacity was freed on it again (which re-adds it).
+        pending = {node}
+        while queue and steps < max_steps:
+            target = queue.pop()
+            steps += 1
+            if target not in pending:
+                continue
+            pending.discard(target)
+            base = self.key_base[target]
+            for model, count in enumerate(self.counts[target]):
+                if not count:
+                    continue
+                capacity = self.available(target, model)
+                if capacity <= _EPS:
+                    continue  # the loop below would stop at its first offer
+                key = base + model
+                rtt = self.takers.get(key)  # each taker's RTT to the site (the RTT matrix's own values)
+                for _, p, src, amount in self._offers_at(key):
+                    if capacity <= _EPS:
+                        break
+                    take = capacity if capacity < amount else amount  # min(amount, capacity) without the call
+                    self.move(p, src, target, rtt[p], take)
+                    capacity -= take
+                    if src >= 0:
+                        queue.append(src)
+                        pending.add(src)
+                        freed.add(src)
+        return freed
