@@ -75,8 +75,8 @@ class _LazyQueue:
 @PLACEMENTS.register("greedy-demand")
 @dataclass
 class GreedyDemand(PlacementPolicy):
-    """Options: ``min_gain_ms_per_gb``: stop when the best replica improves the objective by less than this
-    (ms per request, per GB of replica memory). ``swap_passes`` / ``swap_trials``: limits of the swap search that
+    """Options: ``min_gain_ms_per_gb``: stop when the best replica improves the objective by no more than this
+    (ms per request, per GB of replica memory; at 0, replicas that gain nothing are not placed). ``swap_passes`` / ``swap_trials``: limits of the swap search that
     improves the constructed plan (:mod:`controlplane.placement.local_search`; 0 passes: none)."""
 
     min_gain_ms_per_gb: float = 1e-7
@@ -151,7 +151,7 @@ class GreedyDemand(PlacementPolicy):
             if not fits:
                 continue  # no room (memory on a node only shrinks)
             value = priority(node, m)
-            if value < self.min_gain_ms_per_gb:
+            if value <= self.min_gain_ms_per_gb:
                 continue  # dormant until GPU time frees on this node (then it is re-scored)
             if not weigh or value < queue.best():
                 queue.push(node, m, value)  # the bound was stale: re-queue with the fresh score
