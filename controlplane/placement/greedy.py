@@ -76,8 +76,9 @@ class _LazyQueue:
 @dataclass
 class GreedyDemand(PlacementPolicy):
     """Options: ``min_gain_ms_per_gb``: stop when the best replica improves the objective by no more than this
-    (ms per request, per GB of replica memory; at 0, replicas that gain nothing are not placed). ``swap_passes`` / ``swap_trials``: limits of the swap search that
-    improves the constructed plan (:mod:`controlplane.placement.local_search`; 0 passes: none)."""
+    (ms per request, per GB of replica memory; at 0, replicas that gain nothing are not placed).
+    ``swap_passes`` / ``swap_trials``: limits of the swap search that improves the constructed plan
+    (:mod:`controlplane.placement.local_search`; 0 passes: none)."""
 
     min_gain_ms_per_gb: float = 1e-7
     swap_passes: int = 20
