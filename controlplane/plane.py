@@ -202,6 +202,7 @@ class ControlPlane:
                     return reject()
                 self.counts["cold_loads"] += 1
             r.queue.append(req)
+            self.state.queued += 1
             req.replica, req.enqueued_at = r, now
             self._deadlines.append((now + self.admission.queue_timeout_s, req))
             self.counts["queued"] += 1
@@ -233,6 +234,7 @@ class ControlPlane:
             if target is None:
                 break
             req = queue.popleft()
+            self.state.queued -= 1
             target._start(req, now)
             started.append(req)
         if self.state.prefix is not None:
@@ -251,6 +253,7 @@ class ControlPlane:
         if req in r.queue:
             head = r.queue[0] is req
             r.queue.remove(req)
+            self.state.queued -= 1
             if head and r.queue:  # the next head may fit where this one did not
                 return self.drain(r, now)
         return []
@@ -329,6 +332,7 @@ class ControlPlane:
                 if r.queue[0] is req:
                     new_heads[id(r.queue)] = r
                 r.queue.remove(req)
+                self.state.queued -= 1
                 expired.append(req)
         for r in new_heads.values():  # a queue whose head left: the next head may fit where that one did not
             if r.queue:
@@ -371,6 +375,7 @@ class ControlPlane:
             if not any(other.up and other.status != COLD for other in r.queue.replicas):
                 while r.queue:
                     req = r.queue.popleft()
+                    self.state.queued -= 1
                     req.replica = None
                     evicted.append(req)
         for part in (self.state.prefix, self.state.adapters):

@@ -104,16 +104,20 @@ class ModelStats:
     """Running totals per model so a router can skip scans that cannot succeed (a saturated fleet).
 
     ``free``: free slots over READY, up replicas; ``free_set``: those replicas (at least one free slot each);
-    ``cold``: COLD or LOADING replicas that are up. Kept exact by Replica._start/_release and by
-    :meth:`ClusterState.refresh` after any status or health change.
+    ``cold``: COLD or LOADING replicas that are up; ``slots``: all slots of the READY, up replicas; ``running``:
+    sequences running on its replicas. Kept exact by Replica._start/_release and by :meth:`ClusterState.refresh`
+    after any status, health or slot-count change (the simulator's fleet samples read them instead of every
+    replica: thousands at 3,000 PoPs).
     """
 
-    __slots__ = ("free", "cold", "free_set")
+    __slots__ = ("free", "cold", "free_set", "slots", "running")
 
     def __init__(self):
         self.free = 0
         self.cold = 0
         self.free_set: set = set()
+        self.slots = 0
+        self.running = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -161,22 +165,26 @@ class Replica:
         return (self.active + len(self.queue) / len(self.queue.replicas)) / self.slots
 
     def _start(self, req: Request, now: float) -> None:
-        self.stats.free -= 1
+        stats = self.stats
+        stats.free -= 1
+        stats.running += 1
         self.active += 1
         if self.active >= self.slots:
-            self.stats.free_set.discard(self)
+            stats.free_set.discard(self)
         self.kv_used += req.kv_tokens
         self.running[req] = None
         self.last_busy = now
         req.replica, req.started_at = self, now
 
     def _release(self, req: Request, now: float) -> None:
+        stats = self.stats
         del self.running[req]
         self.active -= 1
+        stats.running -= 1
         # (slots may have been lowered below the running count: a slot is free only below the limit)
         if self.up and self.status == READY and self.active < self.slots:
-            self.stats.free += 1
-            self.stats.free_set.add(self)
+            stats.free += 1
+            stats.free_set.add(self)
         self.kv_used -= req.kv_tokens
         self.last_busy = now
 
@@ -209,6 +217,7 @@ class ClusterState:
         self.candidate_lists = CandidateLists(self)
         self._cand = self.candidate_lists.cache  # (ingress, model, full) -> (replicas, RTTs)
         self.site_queues: dict[tuple[int, str], SiteQueue] = {}
+        self.queued = 0  # requests in all site queues (kept by the ControlPlane, which alone queues and dequeues)
         self.stats: dict[str, ModelStats] = {}
         self._bulk = False
         self.loading: set[Replica] = set()  # replicas whose weights are loading (polled by the control plane)
@@ -353,6 +362,20 @@ class ClusterState:
             st.free = sum(max(0, r.slots - r.active) for r in reps if r.up and r.status == READY)
             st.free_set = {r for r in reps if r.up and r.status == READY and r.active < r.slots}
             st.cold = sum(1 for r in reps if r.up and r.status != READY)
+            st.slots = sum(r.slots for r in reps if r.up and r.status == READY)
+            st.running = sum(r.active for r in reps)
+
+    def totals(self) -> tuple[int, int, int]:
+        """(sequences running, requests queued, slots of READY, up replicas) over the whole fleet, from the running
+        totals (:meth:`recount` counts them replica by replica)."""
+        stats = self.stats.values()
+        return sum([st.running for st in stats]), self.queued, sum([st.slots for st in stats])
+
+    def recount(self) -> tuple[int, int, int]:
+        """:meth:`totals` counted over every replica and queue (what the running totals must equal)."""
+        reps = self.replicas
+        return (sum(r.active for r in reps), sum(map(len, self.site_queues.values())),
+                sum(r.slots for r in reps if r.status == READY and r.up))
 
     def set_rtt(self, rtt: np.ndarray) -> None:
         """Swap the ingress x site RTT matrix (after a backbone link fault or repair)."""

@@ -339,13 +339,12 @@ class Simulation(NodeFaults, Readouts):
 
     def _sampler(self):
         env = self.env
-        reps, queues = self.plane.state.replicas, self.plane.state.site_queues
-        active, since = attrgetter("active"), attrgetter("busy_since")
+        state = self.plane.state
+        reps, since = state.replicas, attrgetter("busy_since")
         while True:
-            # (map and comprehensions, not generators: a 3,000-PoP fleet has thousands of replicas a sample)
-            slots = sum([r.slots for r in reps if r.status == "ready" and r.up])  # (a failed node's serve none)
-            running = sum(map(active, reps))
-            waiting = sum(map(len, queues.values()))  # one queue per (site, model), shared by its replicas
+            # The control plane's running totals, not a pass over every replica and queue (thousands of each at
+            # 3,000 PoPs): slots count READY, up replicas only (a failed node's serve none).
+            running, waiting, slots = state.totals()
             busy = len(self.engines) - list(map(since, self.engines.values())).count(-1.0)
             self.samples.append((env.now, running, waiting, slots, busy, len(reps)))
             yield env.timeout(self.sample_s)

@@ -88,6 +88,7 @@ def test_the_next_head_of_a_site_queue_starts_when_the_head_leaves(catalog):
                                    Request(4, B3, 0, 100))
         assert [cp.submit(q, t).action for q, t in ((long, 0.0), (short, 0.0), (big, 1.0), (small, 2.0))] == [
             START, START, QUEUE, QUEUE]
+        assert cp.state.totals() == cp.state.recount() == (2, 2, 2)  # (running, queued, slots)
         assert cp.finish(short, 3.0) == []  # big heads the queue and does not fit beside long
         if leave == "expire":
             started, expired = cp.poll(31.0)
@@ -95,6 +96,7 @@ def test_the_next_head_of_a_site_queue_starts_when_the_head_leaves(catalog):
         else:
             assert cp.cancel(big, 10.0) == [small]
         assert small.started_at >= 0 and not cp.state.replicas[0].queue
+        assert cp.state.totals() == cp.state.recount() == (2, 0, 2)
     # Two replicas share the site queue: the head starts on the one that freed, the next on its sibling.
     cp = ControlPlane(catalog, make_fleet([1, 1], sites=[0, 0]), placement([(B3, 0), (B3, 1)]), np.zeros((1, 1)))
     cp.set_slots(2)
