@@ -75,6 +75,9 @@ MAX_TIME_LIMIT_S = 86_400.0  # a day: a longer limit is no limit, and the solver
 # The warm start may use this share of the budget: the LP relaxation, which every other plan needs, keeps the rest.
 WARM_START_SHARE = 0.5
 STOPPED = "stopped_at_deadline"  # a step's status when the clock stopped it
+# HiGHS's model status 16 (solution limit): how its branch-and-bound stops at ``mip_max_nodes`` (our node_limit)
+# on some problems; scipy's milp reports it as status 4, "not recognized", with this in its message.
+HIGHS_SOLUTION_LIMIT = "HiGHS Status 16:"
 # Plans whose evaluated objectives differ by less than this share of the best (of 1 ms when it is under 1 ms) are
 # equally good, and the one with less memory is returned: the evaluator's LP tells equal plans apart by far less.
 EQUAL_OBJECTIVE_REL = 1e-9
@@ -330,8 +333,15 @@ def choose_plan(objective_ms: dict[str, float], memory_gb: dict[str, float]) -> 
 def _phase(name: str, res) -> dict:
     if res is None:  # stopped at the deadline from outside: HiGHS had not returned
         return {"phase": name, "status": "time limit", "stopped_at_deadline": True, "objective_ms": None}
-    status = {0: "optimal", 1: "time limit" if "time" in str(res.message).lower() else "node limit"}.get(
-        res.status, str(res.message))
+    message = str(res.message)
+    if res.status == 0:
+        status = "optimal"
+    elif res.status == 1:
+        status = "time limit" if "time" in message.lower() else "node limit"
+    elif HIGHS_SOLUTION_LIMIT in message:  # scipy passes this HiGHS status on as "not recognized"
+        status = "node limit"
+    else:
+        status = message
     return {"phase": name, "status": status, "objective_ms": None if res.x is None else round(float(res.fun), 6)}
 
 

@@ -34,3 +34,19 @@ def test_a_warm_start_on_its_own_fleet_is_still_refused_at_placement(topo, monke
     with pytest.raises(UserError, match="warm_start 'central' places on a fleet of its own") as err:
         policy.place(problem, np.random.default_rng(0))
     assert "\n" not in str(err.value)
+
+
+def test_a_branch_and_bound_stopped_by_its_node_limit_reads_node_limit():
+    """HiGHS stops some searches at ``node_limit`` with its "solution limit" status, which scipy passes on as a
+    status it does not recognize: the phase still says why it stopped."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    from controlplane.placement.ilp import _phase
+
+    rng = np.random.default_rng(0)  # a 40-item, 5-constraint knapsack: the root node does not settle it
+    c, a = -rng.integers(10, 100, 40).astype(float), rng.integers(5, 60, (5, 40)).astype(float)
+    res = milp(c, constraints=LinearConstraint(a, -np.inf, a.sum(axis=1) / 3), integrality=np.ones(40),
+               bounds=Bounds(0, 1), options={"node_limit": 1, "presolve": False})
+    assert "HiGHS Status 16" in res.message  # (what this test is about: scipy's status is not 1)
+    phase = _phase("exact", res)
+    assert phase["status"] == "node limit" and phase["objective_ms"] == round(float(res.fun), 6)
