@@ -217,7 +217,7 @@ def cmd_sweep(args) -> int:
     else:
         print_sweep_table(result)
         print(f"wrote {result.path}/sweep.parquet, sweep_summary.parquet, sweep.json "
-              f"({len(result.grid.variants)} variants in {result.wall_s:.1f} s)", file=sys.stderr)
+              f"({len(result.grid.variants)} variant{'' if len(result.grid.variants) == 1 else 's'} in {result.wall_s:.1f} s)", file=sys.stderr)
     return 0
 
 

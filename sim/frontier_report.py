@@ -303,7 +303,7 @@ def too_few(r: dict) -> str | None:
     if not few:
         return None
     return (f"Not judged per continent (status too_few_requests: fewer than {MIN_CONTINENT_REQUESTS} of its "
-            "requests a run): " + ", ".join(f"{c} ({n:,.0f} requests a run)" for c, n in few.items()) + ".")
+            "requests a run): " + ", ".join(f"{c} ({n:,.0f} request{'' if n == 1 else 's'} a run)" for c, n in few.items()) + ".")
 
 
 def rows_frame(points) -> pd.DataFrame:

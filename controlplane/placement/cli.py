@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="region set for --policy central: us-east, big3, global-6 (default), global-12 or ids")
     p.add_argument("--candidates-k", type=int, default=16, help="nearest replica sites an ingress may use (16)")
     p.add_argument("--utilisation-cap", type=float, default=0.7, help="planned share of replica capacity (0.7)")
-    p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 60; its warm start, model building, LP relaxation "
-                   "and final scoring run to their end even past it)")
+    p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 60): its warm start may take half, the LP "
+                   "relaxation and the solver are stopped at the limit (within about a second; docs/placement.md)")
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed handed to the policy (default 0; the "
                    "shipped policies are deterministic and draw nothing from it, a registered policy may)")
     p.add_argument("--out", type=folder_arg, help="folder for placement.parquet and summary.json")

@@ -207,7 +207,7 @@ class IlpPlacement(PlacementPolicy):
         if prep is None and not plans:
             raise UserError(f"ilp placement: the LP relaxation did not finish within time_limit_s = "
                             f"{self.time_limit_s:g} s{' (nor did the warm start)' if warm_status == STOPPED else ''}; "
-                            "raise time_limit_s")
+                            "raise time_limit_s (edgepop place: --time-limit)")
         relaxed, lp_s, starts, solutions, rounded = prep or (None, np.inf, {}, {}, None)
         if rounded is not None:
             plans["rounding"] = Placement.attached(problem, problem.fleet, rounded)

@@ -239,7 +239,8 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         lines += ["", f"the machine during the live run against the profile the simulation used: requests decoding "
                       f"alone took {drift:+.1f}% per step (beyond a few %, the machine changed since its profile)"]
     lines += ["", host_report(host), *repeat, f"wrote {out}/sim.parquet, live.parquet, comparison.csv, "
-              "decomposition.csv, replay.png (distributions and components, both sides)"]
+              f"decomposition.csv, {'profile.csv, ' if isinstance(profile, pd.DataFrame) else ''}host.json, replay.png "
+              "(distributions and components, both sides)"]
     return "\n".join(lines)
 
 
