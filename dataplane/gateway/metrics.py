@@ -16,6 +16,9 @@ from controlplane.state import COLD
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The endpoints of the OpenAI routes (dataplane.gateway.app), whose errors go out with OpenAI's status
+# (``GatewayError.openai_status``: an unknown model is 404 there, 400 on Workers AI's routes).
+OPENAI_ENDPOINTS = frozenset({"chat", "chat-stream", "embeddings"})
 
 
 class _StateCollector:
@@ -138,7 +141,9 @@ class Metrics:
         name = model if model in self._served else "_unknown"
         if not pop and place is not None:
             pop = str(getattr(place, "ingress_pop", "") or "")
-        self.requests.labels(name, pop, endpoint, str(err.status)).inc()
+        # (the status the client got: the same error is answered with another status on the OpenAI routes)
+        status = err.openai_status() if endpoint in OPENAI_ENDPOINTS else err.status
+        self.requests.labels(name, pop, endpoint, str(status)).inc()
         err.counted = True
 
     def render(self) -> bytes:

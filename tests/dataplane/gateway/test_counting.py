@@ -94,3 +94,37 @@ def test_batch_items_are_counted_once_with_their_outcome(tmp_path, gateway_topo)
         assert counted == {(GEN, "batch", "200"): n}
     finally:
         server.stop()
+
+
+def _responses(url: str) -> dict[tuple, float]:
+    """edgepop_http_responses_total by (route, status)."""
+    return {(s.labels["route"], s.labels["status"]): s.value
+            for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)
+            for s in fam.samples if s.name == "edgepop_http_responses_total"}
+
+
+def test_an_unknown_model_is_counted_with_the_status_the_client_got_on_every_route(tmp_path, gateway_topo):
+    """An unknown model is a 404 on the OpenAI routes (400 on Workers AI's): edgepop_requests_total said 400 for
+    both, while edgepop_http_responses_total and the client saw 404."""
+    server, _ = _serve(tmp_path, gateway_topo)
+    try:
+        base = f"{server.url}/client/v4/accounts/local/ai"
+        chat = {"model": "@cf/no/such-model", "messages": [{"role": "user", "content": "x"}]}
+        cases = [  # (endpoint, path, body, the status the client gets)
+            ("chat", "/v1/chat/completions", chat, 404),
+            ("chat-stream", "/v1/chat/completions", {**chat, "stream": True}, 404),
+            ("embeddings", "/v1/embeddings", {"model": "@cf/no/such-model", "input": "x"}, 404),
+            ("run", "/run/@cf/no/such-model", {"prompt": "x"}, 400),
+        ]
+        for endpoint, path, body, status in cases:
+            before, http_before = _requests(server.url), _responses(server.url)
+            r = httpx.post(base + path, json=body, timeout=60)
+            assert r.status_code == status, r.text
+            after, http_after = _requests(server.url), _responses(server.url)
+            changed = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+            assert changed == {("_unknown", endpoint, str(status)): 1}, (endpoint, changed)
+            http = {k: v - http_before.get(k, 0) for k, v in http_after.items()
+                    if v != http_before.get(k, 0) and k[0] != "/metrics"}
+            assert [s for (_route, s) in http] == [str(status)], (endpoint, http)
+    finally:
+        server.stop()
