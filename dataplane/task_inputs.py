@@ -85,6 +85,8 @@ def generation_request(inputs) -> tuple[str, SamplingParams, bool]:
     if has_prompt == has_messages:
         raise InvalidInputError("give exactly one of 'prompt' or 'messages'")
     prompt = _field(inputs, "prompt", str) if has_prompt else chat_prompt(inputs["messages"])
+    if not prompt:  # (Workers AI's schema: at least one character; the engine would generate from nothing)
+        raise InvalidInputError("field 'prompt' is empty")
     params = SamplingParams(
         max_tokens=_field(inputs, "max_tokens", int, False, 256),
         temperature=_field(inputs, "temperature", (int, float), False, 0.6),

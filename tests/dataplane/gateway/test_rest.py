@@ -326,3 +326,19 @@ def test_a_boolean_option_that_is_not_a_boolean_is_a_400_naming_it(gateway):
     r = httpx.post(chat, json={"model": GEN, "messages": [{"role": "user", "content": "hi"}],
                                "max_completion_tokens": 2, "max_tokens": "a"}, headers=headers(), timeout=30)
     assert r.status_code == 400 and "field 'max_tokens' has the wrong type (str)" in r.text, r.text
+
+
+def test_an_empty_prompt_is_a_400_naming_it(gateway):
+    """Workers AI's schema gives prompt at least one character: an empty one ran, generating from nothing (plain
+    and streamed). An empty chat message list was refused already, on both APIs."""
+    url, _ = gateway
+    body = {"prompt": "", "max_tokens": 3}
+    for b in (body, {**body, "stream": True}):
+        r = httpx.post(run_url(url, GEN), json=b, headers=headers(), timeout=60)
+        assert r.status_code == 400 and r.json()["errors"][0]["code"] == 5006, r.text
+        assert "field 'prompt' is empty" in r.json()["errors"][0]["message"], r.text
+    r = httpx.post(run_url(url, GEN), json={"messages": [], "max_tokens": 3}, headers=headers(), timeout=60)
+    assert r.status_code == 400 and "field 'messages'" in r.json()["errors"][0]["message"], r.text
+    r = httpx.post(f"{url}/client/v4/accounts/alice/ai/v1/chat/completions", headers=headers(), timeout=60,
+                   json={"model": GEN, "messages": [], "max_tokens": 3})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
