@@ -107,7 +107,14 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     app = FastAPI(title="edgepop gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gw
     app.state.begin_drain = begin_drain
-    app.state.force_exit = batch.force  # a second SIGINT: running batch items go back to the queue now
+    def force_exit() -> None:
+        """A second SIGINT: the drain deadline comes now (open streams end with their error frame and [DONE],
+        waiting requests get their 503), and running batch items go back to the queue at once."""
+        begin_drain()
+        batch.force()
+        gw.end_drain()
+
+    app.state.force_exit = force_exit
     app.add_middleware(StatusCounter, metrics=gw.metrics, on_error=lambda request, exc: unexpected(request, exc))
     app.add_middleware(TimelineMiddleware, store=gw.timelines)  # stage stamps of traced requests (sim vs live)
 

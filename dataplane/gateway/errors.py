@@ -148,9 +148,9 @@ def client_gone() -> GatewayError:
 
 
 def shutting_down() -> GatewayError:
-    """503/3043: the request was still in flight when the server's drain deadline came."""
-    return GatewayError(503, int(Code.INTERNAL), "the gateway is shutting down: the request did not finish within "
-                        "its drain timeout")
+    """503/3043: the request was still in flight when the server's drain deadline came (or a second SIGINT)."""
+    return GatewayError(503, int(Code.INTERNAL), "the gateway is shutting down: the request did not finish before "
+                        "the drain ended (its timeout, or a second SIGINT)")
 
 
 def retried(err: GatewayError) -> bool:

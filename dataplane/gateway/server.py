@@ -4,8 +4,9 @@
 :class:`GatewayServer` is the uvicorn server of ``edgepop serve``: on SIGTERM or SIGINT it stops accepting
 connections, tells the gateway to drain (no more batch items claimed), waits up to ``drain_timeout_s`` for
 in-flight requests and streams, and returns normally so the process exits 0 (plain uvicorn re-raises the signal
-after its graceful shutdown, which ends the process with status -15). A second SIGINT forces the exit: uvicorn
-stops waiting for connections and the gateway for running batch items (they go back to the queue). Once
+after its graceful shutdown, which ends the process with status -15). A second SIGINT brings the drain deadline
+forward: the gateway answers what is in flight now (503, a stream's error frame) and stops waiting for running batch
+items (they go back to the queue); the exit status is 0 still. Once
 started it freezes its start-up objects out of the garbage collector's passes (:func:`edgepop.memory.freeze_startup`:
 each full collection otherwise walked them again, pausing every engine thread for tens of ms).
 Idle client connections are kept ``keep_alive_s`` (75 s by default), longer than clients keep theirs (httpx and
@@ -75,6 +76,7 @@ def _server_class():
             super().__init__(config)
             self.on_drain, self.on_force = on_drain, on_force
             self._loop = None
+            self._forced = False  # a second SIGINT came: the drain deadline was brought forward
 
         async def serve(self, sockets=None) -> None:
             import asyncio
@@ -98,11 +100,22 @@ def _server_class():
                       f"{self.config.timeout_graceful_shutdown - DRAIN_GRACE_S:g} s)", file=sys.stderr, flush=True)
                 if self.on_drain is not None and self._loop is not None:
                     self._loop.call_soon_threadsafe(self.on_drain)
-            elif self.force_exit and self.on_force is not None and self._loop is not None:
-                # uvicorn's force_exit only cuts its own wait for connections; the app's shutdown would still wait
-                # for running batch items until the drain deadline.
+            elif self.force_exit and self.on_force is not None and self._loop is not None and not self._forced:
+                # Not uvicorn's force_exit, which skips the app's shutdown (its lifespan task, and the streams still
+                # open, were then cancelled with tracebacks, the streams cut without a closing frame): the drain
+                # deadline now instead, the gateway answering what is in flight; a third SIGINT is uvicorn's.
+                self.force_exit, self._forced = False, True
                 print(f"edgepop gateway: {signal.Signals(sig).name} again: stopping now", file=sys.stderr, flush=True)
-                self._loop.call_soon_threadsafe(self.on_force)
+                self._loop.call_soon_threadsafe(self._stop_now)
+
+        def _stop_now(self) -> None:
+            self.on_force()
+            # As at uvicorn's own deadline, DRAIN_GRACE_S after the gateway's: what is left by then is cancelled.
+            self._loop.call_later(DRAIN_GRACE_S, self._cancel_left)
+
+        def _cancel_left(self) -> None:
+            for task in list(self.server_state.tasks):
+                task.cancel(msg="edgepop gateway: stopped by a second SIGINT")
 
     return GatewayServer
 

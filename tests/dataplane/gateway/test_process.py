@@ -4,6 +4,7 @@ items kept, exit status 0) and a restart resumes the batch; per-minute rate limi
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import threading
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 import httpx
 import openai
 import pytest
-from kit.gateway import ALICE, BOB, EMB, GEN, headers, run_url
+from kit.gateway import ALICE, BOB, EMB, GEN, SLOW, headers, run_url
 
 from dataplane.gateway.server import spawn_serve
 from dataplane.gateway.sse import DONE, parse_events
@@ -133,6 +134,50 @@ def test_a_second_sigint_stops_running_batch_items_at_once_and_the_restart_runs_
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0
     assert res["status"] == "done" and all(x["success"] for x in res["responses"])
+
+
+def test_a_second_sigint_ends_open_streams_and_requests_with_the_shutdown_error_and_no_traceback(tmp_path):
+    """A second SIGINT during a drain skipped the app's shutdown: the open stream was cancelled mid-body (no closing
+    frame) and its task and the lifespan's were logged as tracebacks. It brings the drain deadline forward: the
+    stream ends with its in-band 3043 frame and [DONE], a plain request in flight gets its 503, the exit status
+    is 0."""
+    cfg, log = tmp_path / "gw.toml", tmp_path / "log"
+    cfg.write_text(f'pops = ["FRA"]\nmodels = ["{SLOW}"]\ndelay = false\ndrain_timeout_s = 600\nmax_wait_s = 0\n')
+    with _serving(["--config", str(cfg), "--db", str(tmp_path / "b.sqlite")], {"EDGEPOP_TOKENS": f"{ALICE}:alice"},
+                  log) as (proc, url):
+        body, out, first = {"prompt": "x", "max_tokens": 900, "ignore_eos": True}, {}, threading.Event()
+
+        def stream():
+            with httpx.stream("POST", run_url(url, SLOW), headers=headers(), timeout=120,
+                              json={**body, "stream": True}) as r:
+                for chunk in r.iter_text():
+                    out["stream"] = out.get("stream", "") + chunk
+                    first.set()
+
+        def plain():
+            out["plain"] = httpx.post(run_url(url, SLOW), json=body, headers=headers(), timeout=120)
+
+        threads = [threading.Thread(target=stream), threading.Thread(target=plain)]
+        for t in threads:
+            t.start()
+        assert first.wait(60)
+        deadline = time.monotonic() + 60  # hang guards below, not timing goals
+        while 'edgepop_cp_requests{state="running"} 2.0' not in httpx.get(f"{url}/metrics", headers=headers()).text:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        while "draining" not in log.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        for t in threads:
+            t.join(120)
+        assert proc.wait(120) == 0
+    events = parse_events(out["stream"])
+    assert events[-1] == DONE and json.loads(events[-2])["error"]["code"] == 3043, events[-3:]
+    assert out["plain"].status_code == 503 and out["plain"].json()["errors"][0]["code"] == 3043, out["plain"].text
+    text = log.read_text()
+    assert "SIGINT again: stopping now" in text and "Traceback" not in text and "ERROR" not in text, text
 
 
 def test_queued_items_of_a_model_a_restart_no_longer_serves_wait_for_one_that_does(tmp_path):
