@@ -3,9 +3,11 @@ model) key the offers a new replica there would take, kept up to date move by mo
 
 A pair's *offers* to a site at RTT ``r`` are its unserved demand (worth ``unserved_penalty_ms - r`` per rps) and its
 demand served farther than ``r`` (worth the RTT saved), as (-gain ms per rps, pair, from node or -1, rps) tuples,
-best first: the same list for every node of the site. A move of a pair marks it stale in the offers of its candidate
-sites only (the only ones that read its state); the next read of such a key keeps the others' entries, re-derives
-the moved pairs' and merges. The swap search (:mod:`controlplane.placement.local_search`) works on the same state.
+best first: the same list for every node of the site. A pair has offers at a site only while its worst RTT (the
+penalty while some of its demand is unserved) is farther, by more than a tolerance; so a move of a pair marks it
+stale in the offers of those candidate sites only that are nearer than its worst RTT before or after the move (the
+other keys' lists had none of its entries and get none). The next read of a stale key keeps the others' entries,
+re-derives the moved pairs' and merges. The swap search (:mod:`controlplane.placement.local_search`) works on the same state.
 """
 
 from __future__ import annotations
@@ -47,21 +49,18 @@ class GreedyRouting:
         self.journal: list | None = None
         # (site, model) keys are numbered site x n_models + model; key_base[node]: its site's number x n_models.
         self.key_base = [s * net.n_models for s in self.node_site]
-        # Per key, the takers still able to offer while demand only moves closer; None once it may move away
-        # again (the swap search sets it at its first trial, which takes replicas off).
-        self.live: dict[int, dict[int, float]] | None = {}
-        # Offers cached per key. A move of pair p marks p stale in the offers of p's candidate sites only, the only
-        # ones that read p's state; the next read re-derives p's entries.
+        # Offers cached per key, and per key its stale pairs, each with its RTT to the site (see move): the next read
+        # re-derives their entries.
         self._offers: dict[int, list] = {}
-        self._stale: dict[int, set[int]] = {}
+        self._stale: dict[int, dict[int, float]] = {}
         self._sums: dict[int, tuple[list, float, float]] = {}  # (offers, their rps, their gain)
         self._ids = pair_ids(len(net.pair_demand))
         self.takers = takers_of(net, self._ids)
-        # The stale sets a move of p marks, one per key p lists, held per pair (a move marks a dozen of them and
-        # moves run ~10^5 times). A key's set is emptied whenever its offers are computed afresh, so marks made
+        # Per pair, (stale marks, RTT) of each key it lists, nearest first (a move marks up to a dozen of them and
+        # moves run ~10^5 times). A key's marks are emptied whenever its offers are computed afresh, so marks made
         # before then never count.
         for key in self.takers:
-            self._stale[key] = set()
+            self._stale[key] = {}
         self._stale_of = per_pair(net, self._stale)
         self._initial_offers()
 
@@ -73,9 +72,9 @@ class GreedyRouting:
                 self.pairs_at[node][self.pair_model[p]][p] = entry
 
     def _initial_offers(self) -> None:
-        """Every key's offers and live takers before any demand is served, as :meth:`_fresh_offers` would find
-        them, from one sort for all keys (:func:`~controlplane.placement.takers.initial_offers`)."""
-        self._offers, self.live = initial_offers(self.net, self.penalty, self.takers, self.unserved, self._ids)
+        """Every key's offers before any demand is served, as :meth:`_fresh_offers` would find them, from one sort
+        for all keys (:func:`~controlplane.placement.takers.initial_offers`)."""
+        self._offers = initial_offers(self.net, self.penalty, self.takers, self.unserved, self._ids)
 
     def available(self, node: int, m: int, extra: int = 0) -> float:
         """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""
@@ -109,38 +108,23 @@ class GreedyRouting:
         hit = self._offers.get(key)
         if hit is None:
             hit = self._offers[key] = self._fresh_offers(key)
-            self._stale.setdefault(key, set()).clear()
+            self._stale.setdefault(key, {}).clear()
             return hit
         stale = self._stale[key]
         if not stale:
             return hit
-        if self.live is None:
-            rows = self.takers[key]
-            if 3 * len(stale) > len(rows):
-                hit = self._offers[key] = self._fresh_offers(key)
-                stale.clear()
-                return hit
-        else:
-            rows = self.live[key]
-        # Keep the others' entries (sorted), re-derive the moved pairs' and merge. A moved pair the key's rows
-        # left out has no entries here; during construction, one that offers nothing now never will (see
-        # _fresh_offers): dropped from the rows. The entries are _compute_offers' own, written out here: dropping
-        # in the same pass saves the sets a call would need, ~10^5 times a run.
+        if 3 * len(stale) > len(self.takers[key]):
+            hit = self._offers[key] = self._fresh_offers(key)
+            stale.clear()
+            return hit
+        # Keep the others' entries (sorted), re-derive the moved pairs' and merge. The entries are
+        # _compute_offers' own, written out here (~10^5 calls a run): stale maps each moved pair to its RTT here.
         penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
-        drop = self.live is not None
         out = [e for e in hit if e[1] not in stale]
-        append, row = out.append, rows.get
-        for p in stale:
-            r = row(p)
-            if r is None:
-                continue
-            if worst[p] - r <= eps:  # all of p's demand is already at least this close
-                if drop:
-                    if rows is self.takers[key]:  # shared while every taker was live (see initial_offers)
-                        rows = self.live[key] = dict(rows)
-                        row = rows.get
-                    del rows[p]
-                continue
+        append = out.append
+        for p, r in stale.items():
+            if worst[p] - r <= eps:
+                continue  # all of p's demand is already at least this close
             if unserved[p] > eps:
                 append((r - penalty, p, -1, unserved[p]))
             for other, (amount, rtt) in served[p].items():
@@ -152,27 +136,17 @@ class GreedyRouting:
         return out
 
     def _fresh_offers(self, key: int) -> list[tuple[float, int, int, float]]:
-        """The offers of ``key`` from all its takers. While demand only moves closer (greedy's construction,
-        :attr:`live` not None), a taker whose demand is all at least as close as the site never offers again:
-        it is dropped from the key's rows for good."""
-        every = self.takers.get(key, {})
-        if self.live is None:
-            return self._compute_offers(every.items(), [], {})
-        rows = self.live.get(key)
-        live: dict[int, float] = {}
-        out = self._compute_offers((every if rows is None else rows).items(), [], live)
-        self.live[key] = live
-        return out
+        """The offers of ``key`` from all its takers."""
+        return self._compute_offers(self.takers.get(key, {}).items(), [])
 
-    def _compute_offers(self, takers, out: list, live: dict) -> list[tuple[float, int, int, float]]:
+    def _compute_offers(self, takers, out: list) -> list[tuple[float, int, int, float]]:
         # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source:
-        # the same list however it was assembled. ``live`` collects the takers that may offer.
+        # the same list however it was assembled.
         penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
         append = out.append
         for p, r in takers:
             if worst[p] - r <= eps:
                 continue  # all of p's demand is already at least this close
-            live[p] = r
             if unserved[p] > eps:
                 append((r - penalty, p, -1, unserved[p]))
             for other, (amount, rtt) in served[p].items():
@@ -209,8 +183,6 @@ class GreedyRouting:
 
     def move(self, p: int, src: int, dst: int, dst_rtt: float, amount: float) -> None:
         """Move ``amount`` rps of pair ``p`` from node ``src`` to node ``dst`` (-1: unserved, at the penalty)."""
-        for marks in self._stale_of[p]:
-            marks.add(p)
         m = self.pair_model[p]
         served, unserved = self.served[p], self.unserved
         if src < 0:
@@ -241,14 +213,23 @@ class GreedyRouting:
         self.cost += amount * (dst_rtt - src_rtt)
         if self.journal is not None:
             self.journal.append((p, src, dst, amount, src_rtt))
+        before = self.worst[p]
         if unserved[p] > _EPS:
-            self.worst[p] = self.penalty
+            worst = self.worst[p] = self.penalty
         else:
             worst = 0.0
             for entry in served.values():  # a pair is served at one or two nodes: no generator for max()
                 if entry[1] > worst:
                     worst = entry[1]
             self.worst[p] = worst
+        # p has offers at a site only while its worst RTT is farther (by more than _EPS): only the keys nearer than
+        # the worse of its old and new worst can have seen them change. Candidates run nearest first.
+        if before > worst:
+            worst = before
+        for marks, r in self._stale_of[p]:
+            if worst - r <= _EPS:
+                break
+            marks[p] = r
 
     def fill(self, node: int, max_steps: int = 20_000) -> set[int]:
         """Move the best offers onto ``node``'s replicas up to their free capacity, then refill the nodes that

@@ -303,9 +303,6 @@ class SwapSearch:
     # ------------------------------------------------------------------ the search
     def _try(self, node: int, removed: tuple[int, ...], b: int) -> bool:
         st = self.state
-        # Swaps take replicas off: demand may move away again, so no taker is gone for good (until the first trial
-        # the rows greedy's construction kept still hold, and the first estimates read those).
-        st.live = None
         st.journal, self._ops = [], []
         before = st.cost
         for m in removed:

@@ -34,15 +34,16 @@ def takers_of(net, ids: np.ndarray) -> dict[int, dict[int, float]]:
     return takers
 
 
-def per_pair(net, by_key: dict[int, object]) -> list[list]:
-    """Per pair, the values ``by_key`` holds for the (site, model) keys the pair lists, in candidate order (one
-    gather for all pairs; a key ``by_key`` lacks gives None)."""
+def per_pair(net, by_key: dict[int, object]) -> list[list[tuple[object, float]]]:
+    """Per pair, (value ``by_key`` holds, RTT to the site) for the (site, model) keys the pair lists, in candidate
+    order, so nearest first (one gather for all pairs; a key ``by_key`` lacks gives None)."""
     site, n_models = net.cand_site, net.n_models
     valid = site >= 0
     table = np.empty(net.n_sites * n_models, dtype=object)
     for key, value in by_key.items():
         table[key] = value
-    flat = table[(site * n_models + net.pair_model[:, None])[valid]].tolist()
+    flat = list(zip(table[(site * n_models + net.pair_model[:, None])[valid]].tolist(),
+                    net.cand_rtt[valid].tolist(), strict=True))
     ends = np.cumsum(valid.sum(axis=1)).tolist()
     return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
@@ -69,14 +70,12 @@ def _groups(codes: np.ndarray) -> list[tuple[int, tuple[int, int]]]:
     return [(key, (bounds[i], bounds[i + 1])) for i, key in enumerate(codes[starts].tolist())]
 
 
-def initial_offers(net, penalty: float, takers: dict, demand: list[float], ids: np.ndarray) -> tuple[dict, dict]:
-    """Per key of ``takers``, (its offers, its live takers) while all demand is unserved: what greedy's scan
-    (``GreedyRouting._compute_offers``) gives, entries (rtt - penalty, pair, -1, demand) sorted as tuples, and the
-    takers whose RTT is under the penalty (by more than its tolerance), in pair order. ``demand``: each pair's rps,
-    whose float objects the entries share; ``ids``: :func:`pair_ids`. Where every taker is live, a key's live takers
-    are its ``takers`` dict itself (the caller copies it before dropping any)."""
+def initial_offers(net, penalty: float, takers: dict, demand: list[float], ids: np.ndarray) -> dict:
+    """Per key of ``takers``, its offers while all demand is unserved: what greedy's scan
+    (``GreedyRouting._compute_offers``) gives, entries (rtt - penalty, pair, -1, demand) sorted as tuples, from the
+    takers whose RTT is under the penalty (by more than its tolerance). ``demand``: each pair's rps, whose float
+    objects the entries share; ``ids``: :func:`pair_ids`."""
     offers: dict = {}
-    live_rows: dict = {}
     valid = net.cand_site >= 0
     code = (net.cand_site * net.n_models + net.pair_model[:, None])[valid]
     if len(code):
@@ -85,23 +84,13 @@ def initial_offers(net, penalty: float, takers: dict, demand: list[float], ids: 
         amount = net.pair_demand.astype(float)[pairs]
         live = penalty - rtt > _EPS  # the scan's test, worst[p] - r > _EPS, with worst[p] the penalty
         neg = rtt - penalty  # the entries' first field, computed as the scan computes it
-        n_codes = net.n_sites * net.n_models
-        rows = np.flatnonzero(live)  # pair by pair
+        rows = np.flatnonzero(live & (amount > _EPS))  # pair by pair
         rows = rows[np.argsort(neg[rows], kind="stable")]
-        rows = rows[_by_code(code[rows], n_codes)]  # by key, then the scan's tuple order (neg, pair)
-        offer = rows[amount[rows] > _EPS]
+        offer = rows[_by_code(code[rows], net.n_sites * net.n_models)]  # by key, then the scan's order (neg, pair)
         ns, ps = neg[offer].tolist(), ids[pairs[offer]].tolist()
         ds = np.array(demand, dtype=object)[pairs[offer]].tolist()
         for key, (a, b) in _groups(code[offer]):
             offers[key] = list(zip(ns[a:b], ps[a:b], repeat(-1), ds[a:b]))
-        if live.all():
-            live_rows.update(takers)
-        else:
-            rows.sort()  # (rows run pair by pair) then by key, stably: pair order within each key
-            rows = rows[_by_code(code[rows], n_codes)]
-            for key, (a, b) in _groups(code[rows]):
-                live_rows[key] = dict(zip(ids[pairs[rows[a:b]]].tolist(), rtt[rows[a:b]].tolist(), strict=True))
-    for key in takers:  # keys whose takers offer nothing yet: an empty list and no live taker, as the scan gives
+    for key in takers:  # keys whose takers offer nothing yet: an empty list, as the scan gives
         offers.setdefault(key, [])
-        live_rows.setdefault(key, {})
-    return offers, live_rows
+    return offers

@@ -1,6 +1,6 @@
 """greedy-demand's shortcuts change no plan: with each replaced by the plain computation it stands for (every
-read of a key's offers a scan of all its takers, with no cached list, live rows, merge or first offers sorted all
-at once; every gain summed offer by offer; the swap search's removal losses estimated pair by pair and its removal
+read of a key's offers a scan of all its takers, with no cached list, stale marks, merge or first offers sorted
+all at once; every gain summed offer by offer; the swap search's removal losses estimated pair by pair and its removal
 sets computed node by node; freed nodes' models queued at +inf in one heap), the same problems give the same
 placement and the same solver figures, on PoP subsets of the shipped topology with several identical nodes per PoP
 (where ties between nodes are many)."""
@@ -22,7 +22,7 @@ _EPS = 1e-9
 
 
 def plain_offers_at(self, key):
-    return self._compute_offers(self.takers.get(key, {}).items(), [], {})
+    return self._compute_offers(self.takers.get(key, {}).items(), [])
 
 
 def no_initial_offers(self):
@@ -115,8 +115,8 @@ def place(p, seed):
         return repr(err)
 
 
-# The last two: a penalty below some candidates' RTTs, so that some takers never offer (the first offers leave
-# them out of the key's live rows).
+# The last two: a penalty below some candidates' RTTs, so that some takers never offer (never marked stale
+# during construction).
 @pytest.mark.parametrize("seed,penalty", [(seed, 1000.0) for seed in range(8)] + [(2, 30.0), (5, 60.0)])
 def test_shortcuts_change_no_plan(topo, seed, penalty, monkeypatch):
     p = problem(topo, seed, unserved_penalty_ms=penalty)
@@ -147,21 +147,38 @@ def test_the_problems_have_several_nodes_per_pop_and_swaps(topo):
     assert several >= 4 and swapped >= 2
 
 
+@pytest.mark.parametrize("seed,penalty", [(0, 1000.0), (1, 1000.0), (3, 1000.0), (2, 30.0), (5, 60.0)])
+def test_every_read_of_offers_is_a_fresh_scan(topo, seed, penalty, monkeypatch):
+    """Each read of a key's offers (cached, merged from stale marks or scanned) equals a scan of all its takers
+    at that moment, during construction and the swap search (where demand moves away again); the marks make the
+    cache skip work, never a change."""
+    reads = []
+    cached = GreedyRouting._offers_at
+
+    def checked(self, key):
+        out = cached(self, key)
+        assert out == plain_offers_at(self, key)
+        reads.append(len(out))
+        return out
+
+    monkeypatch.setattr(GreedyRouting, "_offers_at", checked)
+    placed = place(problem(topo, seed, unserved_penalty_ms=penalty), seed)
+    assert not isinstance(placed, str) and sum(reads) > 1000
+
+
 @pytest.mark.parametrize("seed", [0, 1, 3])
-def test_the_shared_taker_lists_are_left_whole(topo, seed, monkeypatch):
-    """While every taker can offer, a key's live takers are its taker dict itself: dropping one that never will
-    copies the dict first (the swap search, and every offer read once demand may move away again, read them all)."""
+def test_the_taker_lists_are_left_whole(topo, seed, monkeypatch):
+    """The taker dicts (shared by every read of a key's offers) are never changed."""
     seen = []
-    start = local_search.SwapSearch.__init__
+    start = local_search.SwapSearch.run
 
-    def keep(self, net, state, ledger, **options):
-        seen.append((state, {key: len(rows) for key, rows in state.live.items()}))
-        start(self, net, state, ledger, **options)
+    def keep(self):
+        start(self)
+        seen.append(self.state)
 
-    monkeypatch.setattr(local_search.SwapSearch, "__init__", keep)
+    monkeypatch.setattr(local_search.SwapSearch, "run", keep)
     assert not isinstance(place(problem(topo, seed), seed), str)
-    state, live = seen[-1]
-    assert any(n < len(state.takers[key]) for key, n in live.items())  # rows were dropped during construction
+    state = seen[-1]
     assert state.takers == takers.takers_of(state.net, takers.pair_ids(len(state.net.pair_demand)))
 
 
