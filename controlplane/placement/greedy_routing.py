@@ -2,8 +2,8 @@
 model) key the offers a new replica there would take, kept up to date move by move.
 
 A pair's *offers* to a site at RTT ``r`` are its unserved demand (worth ``unserved_penalty_ms - r`` per rps) and its
-demand served farther than ``r`` (worth the RTT saved), as (-gain ms per rps, pair, from node or -1, rps) tuples,
-best first: the same list for every node of the site. A pair has offers at a site only while its worst RTT (the
+demand served farther than ``r`` (worth the RTT saved), as (-gain ms per rps, pair, from node or -1, rps, ``r``)
+tuples, best first: the same list for every node of the site. A pair has offers at a site only while its worst RTT (the
 penalty while some of its demand is unserved) is farther, by more than a tolerance; so a move of a pair marks it
 stale in the offers of those candidate sites only that are nearer than its worst RTT before or after the move (the
 other keys' lists had none of its entries and get none). The next read of a stale key keeps the others' entries,
@@ -12,9 +12,10 @@ re-derives the moved pairs' and merges. The swap search (:mod:`controlplane.plac
 
 from __future__ import annotations
 
-from controlplane.placement.takers import initial_offers, pair_ids, per_pair, takers_of
+from controlplane.placement.takers import initial_offers, pair_ids, stale_marks
 
 _EPS = 1e-9
+_NO_OFFERS: list = []  # the offers of a key no pair lists (never changed: offer lists are replaced, not changed)
 
 
 class GreedyRouting:
@@ -52,16 +53,11 @@ class GreedyRouting:
         # Offers cached per key, and per key its stale pairs, each with its RTT to the site (see move): the next read
         # re-derives their entries.
         self._offers: dict[int, list] = {}
-        self._stale: dict[int, dict[int, float]] = {}
         self._sums: dict[int, tuple[list, float, float]] = {}  # (offers, their rps, their gain)
         self._ids = pair_ids(len(net.pair_demand))
-        self.takers = takers_of(net, self._ids)
         # Per pair, (stale marks, RTT) of each key it lists, nearest first (a move marks up to a dozen of them and
-        # moves run ~10^5 times). A key's marks are emptied whenever its offers are computed afresh, so marks made
-        # before then never count.
-        for key in self.takers:
-            self._stale[key] = {}
-        self._stale_of = per_pair(net, self._stale)
+        # moves run ~10^5 times). A key's marks are emptied whenever its offers are re-derived.
+        self._stale, self._stale_of = stale_marks(net)
         self._initial_offers()
 
     def track_pairs(self) -> None:
@@ -72,9 +68,9 @@ class GreedyRouting:
                 self.pairs_at[node][self.pair_model[p]][p] = entry
 
     def _initial_offers(self) -> None:
-        """Every key's offers before any demand is served, as :meth:`_fresh_offers` would find them, from one sort
-        for all keys (:func:`~controlplane.placement.takers.initial_offers`)."""
-        self._offers = initial_offers(self.net, self.penalty, self.takers, self.unserved, self._ids)
+        """Every key's offers before any demand is served, from one sort for all keys
+        (:func:`~controlplane.placement.takers.initial_offers`)."""
+        self._offers = initial_offers(self.net, self.penalty, self._stale, self.unserved, self._ids)
 
     def available(self, node: int, m: int, extra: int = 0) -> float:
         """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""
@@ -96,63 +92,37 @@ class GreedyRouting:
         now = by_time if by_time < now else now
         return (more if more > 0.0 else 0.0) - (now if now > 0.0 else 0.0)
 
-    def offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
-        """Demand that would gain by moving to ``node``: (-gain ms per rps, pair, from node or -1, rps), best first.
+    def offers(self, node: int, m: int) -> list[tuple[float, int, int, float, float]]:
+        """Demand that would gain by moving to ``node``: (-gain ms per rps, pair, from node or -1, rps, the pair's RTT
+        to ``node``), best first.
 
         The same for every node of a site, and unchanged until a move of a pair that lists the site: cached per
         (site, model). Lists are replaced, never changed in place: a caller may move demand while it reads one."""
         return self._offers_at(self.key_base[node] + m)
 
-    def _offers_at(self, key: int) -> list[tuple[float, int, int, float]]:
+    def _offers_at(self, key: int) -> list[tuple[float, int, int, float, float]]:
         """:meth:`offers` of a key (callers that hold the key already)."""
-        hit = self._offers.get(key)
-        if hit is None:
-            hit = self._offers[key] = self._fresh_offers(key)
-            self._stale.setdefault(key, {}).clear()
-            return hit
-        stale = self._stale[key]
+        stale = self._stale.get(key)
         if not stale:
-            return hit
-        if 3 * len(stale) > len(self.takers[key]):
-            hit = self._offers[key] = self._fresh_offers(key)
-            stale.clear()
-            return hit
-        # Keep the others' entries (sorted), re-derive the moved pairs' and merge. The entries are
-        # _compute_offers' own, written out here (~10^5 calls a run): stale maps each moved pair to its RTT here.
+            return self._offers.get(key, _NO_OFFERS)
+        # Keep the others' entries (sorted), re-derive the moved pairs' from their state now and merge. A pair's
+        # entries: its unserved demand and its demand served farther than r, none once all is as close as r.
         penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
-        out = [e for e in hit if e[1] not in stale]
+        out = [e for e in self._offers[key] if e[1] not in stale]
         append = out.append
         for p, r in stale.items():
             if worst[p] - r <= eps:
                 continue  # all of p's demand is already at least this close
             if unserved[p] > eps:
-                append((r - penalty, p, -1, unserved[p]))
+                append((r - penalty, p, -1, unserved[p], r))
             for other, (amount, rtt) in served[p].items():
                 if rtt - r > eps:
-                    append((r - rtt, p, other, amount))
+                    append((r - rtt, p, other, amount, r))
+        # The negated gain first: a plain tuple sort gives best first, ties by pair then source (each (pair,
+        # source) once: the last fields never compare), the same list however it was assembled.
         out.sort()
         self._offers[key] = out
         stale.clear()
-        return out
-
-    def _fresh_offers(self, key: int) -> list[tuple[float, int, int, float]]:
-        """The offers of ``key`` from all its takers."""
-        return self._compute_offers(self.takers.get(key, {}).items(), [])
-
-    def _compute_offers(self, takers, out: list) -> list[tuple[float, int, int, float]]:
-        # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source:
-        # the same list however it was assembled.
-        penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
-        append = out.append
-        for p, r in takers:
-            if worst[p] - r <= eps:
-                continue  # all of p's demand is already at least this close
-            if unserved[p] > eps:
-                append((r - penalty, p, -1, unserved[p]))
-            for other, (amount, rtt) in served[p].items():
-                if rtt - r > eps:
-                    append((r - rtt, p, other, amount))
-        out.sort()
         return out
 
     def gain(self, node: int, m: int, capacity: float) -> float:
@@ -164,7 +134,7 @@ class GreedyRouting:
             # Most calls can take every offer, and half of them read a list already summed: the whole list's
             # rps and gain, added in list order (the loop below adds the same terms in the same order).
             rps = total = 0.0
-            for neg_gain, _, _, amount in offers:
+            for neg_gain, _, _, amount, _ in offers:
                 total -= neg_gain * amount
                 rps += amount
             sums = self._sums[key] = (offers, rps, total)
@@ -173,7 +143,7 @@ class GreedyRouting:
         if capacity >= sums[1] + 1e-9 * capacity + 1e-6:
             return sums[2]
         total = 0.0
-        for neg_gain, _, _, amount in offers:
+        for neg_gain, _, _, amount, _ in offers:
             if capacity <= _EPS:
                 break
             take = capacity if capacity < amount else amount  # min(amount, capacity) without the call
@@ -251,13 +221,11 @@ class GreedyRouting:
                 capacity = self.available(target, model)
                 if capacity <= _EPS:
                     continue  # the loop below would stop at its first offer
-                key = base + model
-                rtt = self.takers.get(key)  # each taker's RTT to the site (the RTT matrix's own values)
-                for _, p, src, amount in self._offers_at(key):
+                for _, p, src, amount, rtt in self._offers_at(base + model):
                     if capacity <= _EPS:
                         break
                     take = capacity if capacity < amount else amount  # min(amount, capacity) without the call
-                    self.move(p, src, target, rtt[p], take)
+                    self.move(p, src, target, rtt, take)
                     capacity -= take
                     if src >= 0:
                         queue.append(src)

@@ -16,7 +16,8 @@ _EPS = 1e-9  # greedy's own
 def takers_of(net, ids: np.ndarray) -> dict[int, dict[int, float]]:
     """Per (site, model), its takers: the pairs listing the site, pair -> RTT to it (pairs ascending). Grouped
     by one stable sort (33,000 pairs x 16 sites at 3,000 PoPs). ``ids``: :func:`pair_ids`, whose int objects the
-    dicts share."""
+    dicts share. (Greedy itself needs no such table: its offers carry each RTT; the checks of its cached offers
+    scan these.)"""
     site, n_models = net.cand_site, net.n_models
     valid = site >= 0
     code = (site * n_models + net.pair_model[:, None])[valid]  # row-major: pair by pair, candidates in order
@@ -34,18 +35,19 @@ def takers_of(net, ids: np.ndarray) -> dict[int, dict[int, float]]:
     return takers
 
 
-def per_pair(net, by_key: dict[int, object]) -> list[list[tuple[object, float]]]:
-    """Per pair, (value ``by_key`` holds, RTT to the site) for the (site, model) keys the pair lists, in candidate
-    order, so nearest first (one gather for all pairs; a key ``by_key`` lacks gives None)."""
+def stale_marks(net) -> tuple[dict[int, dict], list[list[tuple[dict, float]]]]:
+    """An empty dict per key some pair lists (a key's stale marks), and per pair, (marks, RTT to the site) of the
+    keys it lists, in candidate order, so nearest first (one gather for all pairs)."""
     site, n_models = net.cand_site, net.n_models
     valid = site >= 0
+    code = (site * n_models + net.pair_model[:, None])[valid]
     table = np.empty(net.n_sites * n_models, dtype=object)
-    for key, value in by_key.items():
-        table[key] = value
-    flat = list(zip(table[(site * n_models + net.pair_model[:, None])[valid]].tolist(),
-                    net.cand_rtt[valid].tolist(), strict=True))
+    by_key = {}
+    for key in np.flatnonzero(np.bincount(code, minlength=len(table))).tolist():
+        table[key] = by_key[key] = {}
+    flat = list(zip(table[code].tolist(), net.cand_rtt[valid].tolist(), strict=True))
     ends = np.cumsum(valid.sum(axis=1)).tolist()
-    return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    return by_key, [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
 
 def pair_ids(n_pairs: int) -> np.ndarray:
@@ -70,11 +72,11 @@ def _groups(codes: np.ndarray) -> list[tuple[int, tuple[int, int]]]:
     return [(key, (bounds[i], bounds[i + 1])) for i, key in enumerate(codes[starts].tolist())]
 
 
-def initial_offers(net, penalty: float, takers: dict, demand: list[float], ids: np.ndarray) -> dict:
-    """Per key of ``takers``, its offers while all demand is unserved: what greedy's scan
-    (``GreedyRouting._compute_offers``) gives, entries (rtt - penalty, pair, -1, demand) sorted as tuples, from the
-    takers whose RTT is under the penalty (by more than its tolerance). ``demand``: each pair's rps, whose float
-    objects the entries share; ``ids``: :func:`pair_ids`."""
+def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarray) -> dict:
+    """Per key of ``keys``, its offers while all demand is unserved: what a scan of its takers gives
+    (``GreedyRouting``'s entries), entries (rtt - penalty, pair, -1, demand, rtt) sorted as tuples, from the takers
+    whose RTT is under the penalty (by more than its tolerance). ``demand``: each pair's rps, whose float objects
+    the entries share; ``ids``: :func:`pair_ids`."""
     offers: dict = {}
     valid = net.cand_site >= 0
     code = (net.cand_site * net.n_models + net.pair_model[:, None])[valid]
@@ -87,10 +89,10 @@ def initial_offers(net, penalty: float, takers: dict, demand: list[float], ids: 
         rows = np.flatnonzero(live & (amount > _EPS))  # pair by pair
         rows = rows[np.argsort(neg[rows], kind="stable")]
         offer = rows[_by_code(code[rows], net.n_sites * net.n_models)]  # by key, then the scan's order (neg, pair)
-        ns, ps = neg[offer].tolist(), ids[pairs[offer]].tolist()
+        ns, ps, rs = neg[offer].tolist(), ids[pairs[offer]].tolist(), rtt[offer].tolist()
         ds = np.array(demand, dtype=object)[pairs[offer]].tolist()
         for key, (a, b) in _groups(code[offer]):
-            offers[key] = list(zip(ns[a:b], ps[a:b], repeat(-1), ds[a:b]))
-    for key in takers:  # keys whose takers offer nothing yet: an empty list, as the scan gives
+            offers[key] = list(zip(ns[a:b], ps[a:b], repeat(-1), ds[a:b], rs[a:b]))
+    for key in keys:  # keys whose takers offer nothing yet: an empty list, as the scan gives
         offers.setdefault(key, [])
     return offers
