@@ -24,9 +24,12 @@ ILP's optimum, its language-model mix set by early choices; the search takes it 
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 _EPS = 1e-9
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class SwapSearch:
@@ -156,29 +159,26 @@ class SwapSearch:
                 sizes.append(len(at))
                 shares.append(share)
                 ps = sorted(at)
-                rps, rtt = zip(*[at[p] for p in ps], strict=True)  # served[p][node] is [rps, rtt]
+                served = list(map(at.__getitem__, ps))  # served[p][node] is [rps, rtt]
                 pairs.extend(ps)
-                amounts.extend(rps)
-                rtts.extend(rtt)
+                amounts.extend(map(_first, served))
+                rtts.extend(map(_second, served))
         if not keys:
             return loss
         # Where each pair's demand would go: its first candidate site where a node other than this one hosts the
         # model with room (site rooms counted once: how many nodes, and the first of them).
         # Per key (site x n_models + model), and a last cell for the candidates' padding (never any room).
-        room_count = [0] * (self.net.n_sites * n_models + 1)
-        room_first = [-1] * len(room_count)
-        for o, s in enumerate(st.node_site):
-            for m, count in enumerate(counts[o]):
-                if count and st.available(o, m) > _EPS:
-                    key = s * n_models + m
-                    room_count[key] += 1
-                    if room_first[key] < 0:
-                        room_first[key] = o
+        hosts, hosted = np.nonzero(self._has_room())  # node by node, models ascending
+        room_key = np.asarray(st.node_site)[hosts] * n_models + hosted
+        room_count = np.bincount(room_key, minlength=self.net.n_sites * n_models + 1)
+        room_first = np.full(len(room_count), -1)
+        firsts, at_first = np.unique(room_key, return_index=True)  # each key's first node
+        room_first[firsts] = hosts[at_first]
         entry_node = np.repeat(np.array([n for n, _ in keys], dtype=np.int64), sizes)[:, None]
         p = np.array(pairs, dtype=np.int64)
         at = self._cand_key[p]  # padding comes last, a key with no room
-        n_room = np.array(room_count)[at]
-        other = (n_room > 1) | ((n_room == 1) & (np.array(room_first)[at] != entry_node))
+        n_room = room_count[at]
+        other = (n_room > 1) | ((n_room == 1) & (room_first[at] != entry_node))
         first = other.argmax(axis=1)
         rows = np.arange(len(p))
         alt = np.where(other[rows, first], self.net.cand_rtt[p, first], st.penalty)
@@ -192,6 +192,16 @@ class SwapSearch:
             loss[key] = total
             i += size
         return loss
+
+    def _has_room(self) -> np.ndarray:
+        """Per node and model, whether the node hosts the model with room: ``counts and available() > _EPS``,
+        the same float operations on whole arrays."""
+        st = self.state
+        counts = np.array(st.counts)
+        per = np.array(st.time_per_rps)
+        by_replicas = counts * np.array(st.cap) * st.util - np.array(st.flow)
+        by_time = np.divide(np.array(st.time_left)[:, None], per, out=np.zeros_like(per), where=per > 0)
+        return (counts > 0) & (np.where(by_time < by_replicas, by_time, by_replicas) > _EPS)
 
     def _candidates(self, nodes: set[int]) -> list[tuple[float, int, tuple[int, ...], int]]:
         """(-estimated gain, node, models removed, model added) of the swaps on ``nodes`` worth a trial, best

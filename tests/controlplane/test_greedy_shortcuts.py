@@ -178,6 +178,27 @@ def test_every_read_of_offers_is_a_fresh_scan(topo, seed, penalty, monkeypatch):
     assert not isinstance(placed, str) and sum(reads) > 1000
 
 
+@pytest.mark.parametrize("seed", [0, 1, 3, 4])
+def test_every_removal_estimate_is_the_pair_by_pair_one(topo, seed, monkeypatch):
+    """Each pass's removal losses (and the hosts with room they read, found on whole arrays) equal the pair by
+    pair estimate and ``available()``, bit for bit."""
+    calls = []
+    fast = local_search.SwapSearch._removal_losses
+
+    def checked(self, nodes):
+        st = self.state
+        room = [[bool(c and st.available(n, m) > _EPS) for m, c in enumerate(row)] for n, row in enumerate(st.counts)]
+        assert self._has_room().tolist() == room
+        out = fast(self, nodes)
+        assert out == plain_removal_losses(self, nodes)
+        calls.append(len(out))
+        return out
+
+    monkeypatch.setattr(local_search.SwapSearch, "_removal_losses", checked)
+    assert not isinstance(place(problem(topo, seed), seed), str)
+    assert calls and sum(calls) > 0
+
+
 @pytest.mark.parametrize("n_codes", [40, 1 << 20])
 def test_sorting_keys_as_16_bit_numbers_is_the_stable_sort(n_codes):
     codes = np.random.default_rng(0).integers(0, n_codes, 5000)
