@@ -18,6 +18,13 @@ _EPS = 1e-9
 _NO_OFFERS: list = []  # the offers of a key no pair lists (never changed: offer lists are replaced, not changed)
 
 
+def takes_all(capacity: float, rps: float) -> bool:
+    """Whether :meth:`GreedyRouting.gain`'s loop, given ``capacity`` rps, takes whole each of offers adding up to
+    ``rps`` (so that it returns their whole gain): offers are above _EPS rps each, and the margin covers the
+    rounding of the loop's running subtraction."""
+    return capacity >= rps + 1e-9 * capacity + 1e-6
+
+
 class GreedyRouting:
     """Greedy's own bookkeeping: where each pair's demand is served and what each node has left.
 
@@ -125,23 +132,26 @@ class GreedyRouting:
         stale.clear()
         return out
 
-    def gain(self, node: int, m: int, capacity: float) -> float:
-        """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
+    def summed(self, node: int, m: int) -> tuple[list, float, float]:
+        """(offers to ``node``, their rps, the rps x ms they save): the whole list's sums, cached with it."""
         key = self.key_base[node] + m
         offers = self._offers_at(key)
         sums = self._sums.get(key)
         if sums is None or sums[0] is not offers:
-            # Most calls can take every offer, and half of them read a list already summed: the whole list's
-            # rps and gain, added in list order (the loop below adds the same terms in the same order).
+            # Most gains take every offer, and half of them read a list already summed: the whole list's rps and
+            # gain, added in list order (gain's loop adds the same terms in the same order).
             rps = total = 0.0
             for neg_gain, _, _, amount, _ in offers:
                 total -= neg_gain * amount
                 rps += amount
             sums = self._sums[key] = (offers, rps, total)
-        # Offers are above _EPS rps each, so with this much room the loop below would take each one whole (the
-        # margin covers the rounding of its running subtraction).
-        if capacity >= sums[1] + 1e-9 * capacity + 1e-6:
-            return sums[2]
+        return sums
+
+    def gain(self, node: int, m: int, capacity: float) -> float:
+        """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
+        offers, rps, whole = self.summed(node, m)
+        if takes_all(capacity, rps):
+            return whole
         total = 0.0
         for neg_gain, _, _, amount, _ in offers:
             if capacity <= _EPS:

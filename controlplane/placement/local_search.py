@@ -28,6 +28,8 @@ from operator import itemgetter
 
 import numpy as np
 
+from controlplane.placement.greedy_routing import takes_all
+
 _EPS = 1e-9
 _first, _second = itemgetter(0), itemgetter(1)
 
@@ -210,6 +212,7 @@ class SwapSearch:
         self._holding_now = {}
         loss = self._removal_losses(nodes)
         gains: dict[tuple[int, int, float], float] = {}  # nodes of a site see the same offers
+        whole: dict[tuple[int, int], tuple[float, float]] = {}  # per (site, b), rps and gain of all its offers
         out = []
         for node in sorted(nodes):
             held = ledger.held[node]
@@ -242,10 +245,16 @@ class SwapSearch:
                         continue
                     per = per_rps[b]
                     capacity = min(cap[b] * st.util, freed_time / per if per > 0 else 0.0)
-                    key = (site, b, capacity)
-                    gain = gains.get(key)
-                    if gain is None:
-                        gain = gains[key] = st.gain(node, b, capacity)
+                    # Most capacities take every offer: gain() would return the whole list's gain.
+                    known = whole.get((site, b))
+                    if known is None:
+                        known = whole[site, b] = st.summed(node, b)[1:]
+                    rps, gain = known
+                    if not takes_all(capacity, rps):
+                        key = (site, b, capacity)
+                        gain = gains.get(key)
+                        if gain is None:
+                            gain = gains[key] = st.gain(node, b, capacity)
                     gain -= lost
                     if gain > self.min_gain:
                         out.append((-gain, node, removed, b))

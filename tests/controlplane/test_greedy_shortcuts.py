@@ -1,9 +1,9 @@
 """greedy-demand's shortcuts change no plan: with each replaced by the plain computation it stands for (every
 read of a key's offers a scan of all its takers, with no cached list, stale marks, merge or first offers sorted
-all at once; every gain summed offer by offer; the swap search's removal losses estimated pair by pair and its removal
-sets computed node by node; freed nodes' models queued at +inf in one heap), the same problems give the same
-placement and the same solver figures, on PoP subsets of the shipped topology with several identical nodes per PoP
-(where ties between nodes are many)."""
+all at once; every gain summed offer by offer, the swap search's too; the swap search's removal losses estimated
+pair by pair and its removal sets computed node by node; freed nodes' models queued at +inf in one heap), the
+same problems give the same placement and the same solver figures, on PoP subsets of the shipped topology with
+several identical nodes per PoP (where ties between nodes are many)."""
 
 import heapq
 import math
@@ -136,6 +136,7 @@ def test_shortcuts_change_no_plan(topo, seed, penalty, monkeypatch):
     monkeypatch.setattr(GreedyRouting, "_offers_at", plain_offers_at)
     monkeypatch.setattr(GreedyRouting, "_initial_offers", no_initial_offers)
     monkeypatch.setattr(GreedyRouting, "gain", plain_gain)
+    monkeypatch.setattr(local_search, "takes_all", lambda capacity, rps: False)  # every swap estimate by gain()
     monkeypatch.setattr(local_search.SwapSearch, "_removal_losses", plain_removal_losses)
     monkeypatch.setattr(local_search.SwapSearch, "_removal_set", plain_removal_set)
     monkeypatch.setattr(greedy_module, "_LazyQueue", PlainQueue)
