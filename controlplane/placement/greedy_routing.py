@@ -15,6 +15,7 @@ from __future__ import annotations
 from controlplane.placement.takers import initial_offers, pair_ids, stale_marks
 
 _EPS = 1e-9
+_END = (None, float("inf"))  # past a pair's last candidate
 _NO_OFFERS: list = []  # the offers of a key no pair lists (never changed: offer lists are replaced, not changed)
 
 
@@ -114,12 +115,12 @@ class GreedyRouting:
             return self._offers.get(key, _NO_OFFERS)
         # Keep the others' entries (sorted), re-derive the moved pairs' from their state now and merge. A pair's
         # entries: its unserved demand and its demand served farther than r, none once all is as close as r.
-        penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
+        penalty, unserved, served, eps = self.penalty, self.unserved, self.served, _EPS
         out = [e for e in self._offers[key] if e[1] not in stale]
         append = out.append
         for p, r in stale.items():
-            if worst[p] - r <= eps:
-                continue  # all of p's demand is already at least this close
+            if r is None:
+                continue  # all of p's demand is at least this close (see move)
             if unserved[p] > eps:
                 append((r - penalty, p, -1, unserved[p], r))
             for other, (amount, rtt) in served[p].items():
@@ -203,13 +204,19 @@ class GreedyRouting:
                     worst = entry[1]
             self.worst[p] = worst
         # p has offers at a site only while its worst RTT is farther (by more than _EPS): only the keys nearer than
-        # the worse of its old and new worst can have seen them change. Candidates run nearest first.
-        if before > worst:
-            worst = before
-        for marks, r in self._stale_of[p]:
+        # the worse of its old and new worst can have seen them change. Candidates run nearest first: those nearer
+        # than the new worst get the RTT, to re-derive p's entries at the next read; those nearer only than the old
+        # one get None (p has none there now, and until its next move, which marks again where that changes).
+        walk = iter(self._stale_of[p])
+        for marks, r in walk:
             if worst - r <= _EPS:
                 break
             marks[p] = r
+        else:
+            return
+        while before - r > _EPS:
+            marks[p] = None
+            marks, r = next(walk, _END)
 
     def fill(self, node: int, max_steps: int = 20_000) -> set[int]:
         """Move the best offers onto ``node``'s replicas up to their free capacity, then refill the nodes that
