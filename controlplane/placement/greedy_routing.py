@@ -76,9 +76,11 @@ class GreedyRouting:
                 self.pairs_at[node][self.pair_model[p]][p] = entry
 
     def _initial_offers(self) -> None:
-        """Every key's offers before any demand is served, from one sort for all keys
+        """Every key's offers before any demand is served, from one sort for all keys, and their sums
         (:func:`~controlplane.placement.takers.initial_offers`)."""
-        self._offers = initial_offers(self.net, self.penalty, self._stale, self.unserved, self._ids)
+        self._offers, sums = initial_offers(self.net, self.penalty, self._stale, self.unserved, self._ids)
+        for key, (rps, total) in sums.items():  # summed() would add the same (a cold Python loop over 10^5 offers)
+            self._sums[key] = (self._offers[key], rps, total)
 
     def available(self, node: int, m: int, extra: int = 0) -> float:
         """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""

@@ -72,12 +72,14 @@ def _groups(codes: np.ndarray) -> list[tuple[int, tuple[int, int]]]:
     return [(key, (bounds[i], bounds[i + 1])) for i, key in enumerate(codes[starts].tolist())]
 
 
-def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarray) -> dict:
+def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarray) -> tuple[dict, dict]:
     """Per key of ``keys``, its offers while all demand is unserved: what a scan of its takers gives
     (``GreedyRouting``'s entries), entries (rtt - penalty, pair, -1, demand, rtt) sorted as tuples, from the takers
-    whose RTT is under the penalty (by more than its tolerance). ``demand``: each pair's rps, whose float objects
-    the entries share; ``ids``: :func:`pair_ids`."""
+    whose RTT is under the penalty (by more than its tolerance); and per key with offers, (their rps, the rps x ms
+    they save), added in list order as ``GreedyRouting.summed`` adds them. ``demand``: each pair's rps, whose float
+    objects the entries share; ``ids``: :func:`pair_ids`."""
     offers: dict = {}
+    sums: dict = {}
     valid = net.cand_site >= 0
     code = (net.cand_site * net.n_models + net.pair_model[:, None])[valid]
     if len(code):
@@ -91,8 +93,30 @@ def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarr
         offer = rows[_by_code(code[rows], net.n_sites * net.n_models)]  # by key, then the scan's order (neg, pair)
         ns, ps, rs = neg[offer].tolist(), ids[pairs[offer]].tolist(), rtt[offer].tolist()
         ds = np.array(demand, dtype=object)[pairs[offer]].tolist()
-        for key, (a, b) in _groups(code[offer]):
+        groups = _groups(code[offer])
+        for key, (a, b) in groups:
             offers[key] = list(zip(ns[a:b], ps[a:b], repeat(-1), ds[a:b], rs[a:b]))
+        # summed's loop: rps += amount and total -= neg * amount, the same float operations in the same order
+        bounds = np.array([ab for _, ab in groups]).reshape(-1, 2)
+        rps = _running_sums(amount[offer], bounds).tolist()
+        total = _running_sums(-(neg[offer] * amount[offer]), bounds).tolist()
+        sums = {key: (rps[i], total[i]) for i, (key, _) in enumerate(groups)}
     for key in keys:  # keys whose takers offer nothing yet: an empty list, as the scan gives
         offers.setdefault(key, [])
-    return offers
+    return offers, sums
+
+
+def _running_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per (start, end) of ``bounds`` (none empty), its values added one by one from 0.0 in order, as a Python
+    loop adds them: cumulative sums (np.cumsum adds in order, where np.sum adds pairwise) along rows that hold
+    the groups of similar length, padded with zeros after each group's end."""
+    out = np.empty(len(bounds))
+    lengths = bounds[:, 1] - bounds[:, 0]
+    width = np.left_shift(1, np.ceil(np.log2(lengths)).astype(int))  # each group's power-of-two row width
+    for w in np.unique(width).tolist():
+        rows = np.flatnonzero(width == w)
+        cols = np.arange(w)
+        inside = cols < lengths[rows, None]
+        at = np.where(inside, bounds[rows, :1] + cols, 0)
+        out[rows] = np.where(inside, values[at], 0.0).cumsum(axis=1)[np.arange(len(rows)), lengths[rows] - 1]
+    return out

@@ -200,6 +200,36 @@ def test_every_removal_estimate_is_the_pair_by_pair_one(topo, seed, monkeypatch)
     assert calls and sum(calls) > 0
 
 
+@pytest.mark.parametrize("seed,penalty", [(0, 1000.0), (1, 1000.0), (2, 30.0)])
+def test_the_first_sums_are_the_loop_sums(topo, seed, penalty):
+    """The sums of every key's first offers, found on whole arrays, are the Python loop's, bit for bit."""
+    net = problem(topo, seed, unserved_penalty_ms=penalty).network().in_planning_units()
+    state = GreedyRouting(net)
+    assert state._sums and all(state._sums[key][0] is state._offers[key] for key in state._sums)
+    for key, (_, rps, total) in state._sums.items():
+        want_rps = want_total = 0.0
+        for neg_gain, _, _, amount, _ in state._offers[key]:
+            want_total -= neg_gain * amount
+            want_rps += amount
+        assert (rps, total) == (want_rps, want_total)
+
+
+def test_running_sums_add_in_order():
+    rng = np.random.default_rng(0)
+    values = rng.random(3000) * 10.0 ** rng.integers(-8, 8, 3000)  # magnitudes far apart: order matters
+    ends = np.cumsum(rng.choice([1, 2, 3, 4, 5, 8, 9, 16, 17, 100, 1000], 40))
+    ends = ends[ends <= len(values)]
+    bounds = np.stack([np.r_[0, ends[:-1]], ends], axis=1)
+    want = []
+    for a, b in bounds.tolist():
+        total = 0.0
+        for v in values[a:b].tolist():
+            total += v
+        want.append(total)
+    assert takers._running_sums(values, bounds).tolist() == want
+    assert want != [float(np.sum(values[a:b])) for a, b in bounds.tolist()]  # pairwise sums differ here
+
+
 @pytest.mark.parametrize("n_codes", [40, 1 << 20])
 def test_sorting_keys_as_16_bit_numbers_is_the_stable_sort(n_codes):
     codes = np.random.default_rng(0).integers(0, n_codes, 5000)
