@@ -153,7 +153,7 @@ class GreedyRouting:
     def gain(self, node: int, m: int, capacity: float) -> float:
         """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
         offers, rps, whole = self.summed(node, m)
-        if takes_all(capacity, rps):
+        if capacity >= rps + 1e-9 * capacity + 1e-6:  # takes_all(capacity, rps), written out (~10^5 calls)
             return whole
         total = 0.0
         for neg_gain, _, _, amount, _ in offers:

@@ -63,6 +63,7 @@ class SwapSearch:
         # holds during one estimate (no replica moves within one).
         self._sets_by_holding: dict[tuple, dict[tuple[int, int], tuple[int, ...] | None]] = {}
         self._holding_now: dict[int, tuple] = {}
+        self._room_now: np.ndarray | None = None  # _has_room() during one estimate
         # Per pair and candidate, the (site, model) key as one index into a flat sites x models table (padding:
         # the table's extra last cell).
         pad = net.n_sites * net.n_models
@@ -197,29 +198,33 @@ class SwapSearch:
 
     def _has_room(self) -> np.ndarray:
         """Per node and model, whether the node hosts the model with room: ``counts and available() > _EPS``,
-        the same float operations on whole arrays."""
+        the same float operations on whole arrays. Found once per estimate (no replica moves within one)."""
+        if self._room_now is not None:
+            return self._room_now
         st = self.state
         counts = np.array(st.counts)
         per = np.array(st.time_per_rps)
         by_replicas = counts * np.array(st.cap) * st.util - np.array(st.flow)
         by_time = np.divide(np.array(st.time_left)[:, None], per, out=np.zeros_like(per), where=per > 0)
-        return (counts > 0) & (np.where(by_time < by_replicas, by_time, by_replicas) > _EPS)
+        self._room_now = (counts > 0) & (np.where(by_time < by_replicas, by_time, by_replicas) > _EPS)
+        return self._room_now
 
     def _candidates(self, nodes: set[int]) -> list[tuple[float, int, tuple[int, ...], int]]:
         """(-estimated gain, node, models removed, model added) of the swaps on ``nodes`` worth a trial, best
         first."""
         st, ledger = self.state, self.ledger
-        self._holding_now = {}
+        self._holding_now, self._room_now = {}, None
         loss = self._removal_losses(nodes)
+        has_room = self._has_room().tolist()
         gains: dict[tuple[int, int, float], float] = {}  # nodes of a site see the same offers
         whole: dict[tuple[int, int], tuple[float, float]] = {}  # per (site, b), rps and gain of all its offers
         out = []
         for node in sorted(nodes):
             held = ledger.held[node]
             site = st.node_site[node]
-            counts, flow, per_rps, cap = st.counts[node], st.flow[node], st.time_per_rps[node], st.cap[node]
+            flow, per_rps, cap = st.flow[node], st.time_per_rps[node], st.cap[node]
             # b has room here already: fill left no demand that would gain by coming (whatever a goes)
-            wanted = [b for b in self.fitting[node] if not (counts[b] and st.available(node, b) > _EPS)]
+            wanted = [b for b in self.fitting[node] if not has_room[node][b]]
             # Per removal set (the same for most b): whether it takes a model's last replica, the GPU time it
             # frees and the loss it causes.
             of_removal: dict[tuple[int, ...], tuple[bool, float, float]] = {}
