@@ -3,11 +3,12 @@ model) key the offers a new replica there would take, kept up to date move by mo
 
 A pair's *offers* to a site at RTT ``r`` are its unserved demand (worth ``unserved_penalty_ms - r`` per rps) and its
 demand served farther than ``r`` (worth the RTT saved), as (-gain ms per rps, pair, from node or -1, rps, ``r``)
-tuples, best first: the same list for every node of the site. A pair has offers at a site only while its worst RTT (the
-penalty while some of its demand is unserved) is farther, by more than a tolerance; so a move of a pair marks it
-stale in the offers of those candidate sites only that are nearer than its worst RTT before or after the move (the
-other keys' lists had none of its entries and get none). The next read of a stale key keeps the others' entries,
-re-derives the moved pairs' and merges. The swap search (:mod:`controlplane.placement.local_search`) works on the same state.
+tuples, best first: the same list for every node of the site. A pair has offers at a site only while its worst
+RTT (the penalty while some of its demand is unserved) is farther, by more than a tolerance; so a move of a pair
+marks it stale only at those of its candidate sites nearer than its worst RTT before or after the move (the other
+keys' lists had none of its entries and get none), with its RTT there, or None where it has none left. The next
+read of a stale key keeps the others' entries, re-derives the moved pairs' and merges. The swap search
+(:mod:`controlplane.placement.local_search`) works on the same state.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ class GreedyRouting:
         self.journal: list | None = None
         # (site, model) keys are numbered site x n_models + model; key_base[node]: its site's number x n_models.
         self.key_base = [s * net.n_models for s in self.node_site]
-        # Offers cached per key, and per key its stale pairs, each with its RTT to the site (see move): the next read
-        # re-derives their entries.
+        # Offers cached per key, and per key its stale pairs, each with its RTT to the site or None (see move): the
+        # next read re-derives their entries.
         self._offers: dict[int, list] = {}
         self._sums: dict[int, tuple[list, float, float]] = {}  # (offers, their rps, their gain)
         self._ids = pair_ids(len(net.pair_demand))

@@ -1,7 +1,7 @@
 """greedy-demand's takers: per (site, model) key (numbered site x n_models + model), the demand pairs that list
-the site among their candidates, and each key's offers before any demand is served, built with numpy for all keys
-at once (half a million (pair, site) rows at 3,000 PoPs, which a Python scan per key would take most of a second to
-read)."""
+the site among their candidates; per pair, the stale marks of the keys it lists; and each key's offers (and their
+sums) before any demand is served, built with numpy for all keys at once (half a million (pair, site) rows at
+3,000 PoPs, which a Python scan per key would take most of a second to read)."""
 
 from __future__ import annotations
 
