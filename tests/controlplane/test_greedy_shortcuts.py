@@ -48,7 +48,7 @@ def plain_removal_set(self, node, a, b):
 class PlainQueue:
     """greedy's queue as one heap, the models of a node whose GPU time was freed pushed at +inf."""
 
-    def __init__(self):
+    def __init__(self, n_nodes=None, n_models=None):  # (the sizes the fast queue is built with)
         self.heap, self.version = [], {}
 
     def push(self, node, m, value):
@@ -262,8 +262,8 @@ def drive(queue, seed):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_the_queue_takes_freed_nodes_models_as_entries_at_infinity(seed):
-    trace = drive(greedy_module._LazyQueue(), seed)
-    assert trace == drive(PlainQueue(), seed)
+    trace = drive(greedy_module._LazyQueue(6, 3), seed)
+    assert trace == drive(PlainQueue(6, 3), seed)
     assert sum(what == "accepted" for *_, what in trace) > 20
 
 
