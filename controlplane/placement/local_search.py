@@ -32,6 +32,7 @@ from controlplane.placement.greedy_routing import takes_all
 
 _EPS = 1e-9
 _first, _second = itemgetter(0), itemgetter(1)
+_UNKNOWN = object()  # a removal set not cached yet
 
 
 class SwapSearch:
@@ -278,18 +279,20 @@ class SwapSearch:
         """The replicas to take off ``node`` for one of ``b`` to fit: one of ``a``, then (``b`` exclusive)
         the node's other exclusive replicas, smallest first, until it fits; None when it cannot. Depends on
         what the node holds only: cached until that changes."""
-        sets = self._sets[node]
-        if (a, b) not in sets:
+        sets, pair = self._sets[node], (a, b)
+        removed = sets.get(pair, _UNKNOWN)
+        if removed is _UNKNOWN:
             holding = self._holding_now.get(node)
             if holding is None:
                 ledger = self.ledger
                 holding = self._holding_now[node] = (ledger.free[node].tobytes(), ledger.solo[node].tobytes(),
                                                      tuple(ledger.held[node]))
             alike = self._sets_by_holding.setdefault(holding, {})
-            if (a, b) not in alike:
-                alike[a, b] = self._compute_removal_set(node, a, b)
-            sets[a, b] = alike[a, b]
-        return sets[a, b]
+            removed = alike.get(pair, _UNKNOWN)
+            if removed is _UNKNOWN:
+                removed = alike[pair] = self._compute_removal_set(node, a, b)
+            sets[pair] = removed
+        return removed
 
     def _compute_removal_set(self, node: int, a: int, b: int) -> tuple[int, ...] | None:
         ledger = self.ledger
