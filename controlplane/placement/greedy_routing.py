@@ -64,9 +64,9 @@ class GreedyRouting:
         self._offers: dict[int, list] = {}
         self._sums: dict[int, tuple[list, float, float]] = {}  # (offers, their rps, their gain)
         self._ids = pair_ids(len(net.pair_demand))
-        # Per pair, (stale marks, RTT) of each key it lists, nearest first (a move marks up to a dozen of them and
-        # moves run ~10^5 times). A key's marks are emptied whenever its offers are re-derived.
-        self._stale, self._stale_of = stale_marks(net)
+        # Per pair, the stale marks of each key it lists and its RTT there, nearest first (a move marks up to a
+        # dozen of them and moves run ~10^5 times). A key's marks are emptied whenever its offers are re-derived.
+        self._stale, self._marks_of, self._rtts_of = stale_marks(net)
         self._initial_offers()
 
     def track_pairs(self) -> None:
@@ -210,7 +210,7 @@ class GreedyRouting:
         # the worse of its old and new worst can have seen them change. Candidates run nearest first: those nearer
         # than the new worst get the RTT, to re-derive p's entries at the next read; those nearer only than the old
         # one get None (p has none there now, and until its next move, which marks again where that changes).
-        walk = iter(self._stale_of[p])
+        walk = zip(self._marks_of[p], self._rtts_of[p], strict=True)
         for marks, r in walk:
             if worst - r <= _EPS:
                 break

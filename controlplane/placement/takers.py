@@ -35,9 +35,9 @@ def takers_of(net, ids: np.ndarray) -> dict[int, dict[int, float]]:
     return takers
 
 
-def stale_marks(net) -> tuple[dict[int, dict], list[list[tuple[dict, float]]]]:
-    """An empty dict per key some pair lists (a key's stale marks), and per pair, (marks, RTT to the site) of the
-    keys it lists, in candidate order, so nearest first (one gather for all pairs)."""
+def stale_marks(net) -> tuple[dict[int, dict], list[list[dict]], list[list[float]]]:
+    """An empty dict per key some pair lists (a key's stale marks); per pair, the marks of the keys it lists and
+    its RTTs to their sites, in candidate order, so nearest first (one gather for all pairs)."""
     site, n_models = net.cand_site, net.n_models
     valid = site >= 0
     code = (site * n_models + net.pair_model[:, None])[valid]
@@ -45,9 +45,10 @@ def stale_marks(net) -> tuple[dict[int, dict], list[list[tuple[dict, float]]]]:
     by_key = {}
     for key in np.flatnonzero(np.bincount(code, minlength=len(table))).tolist():
         table[key] = by_key[key] = {}
-    flat = list(zip(table[code].tolist(), net.cand_rtt[valid].tolist(), strict=True))
+    marks, rtts = table[code].tolist(), net.cand_rtt[valid].tolist()
     ends = np.cumsum(valid.sum(axis=1)).tolist()
-    return by_key, [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+    return by_key, [marks[a:b] for a, b in bounds], [rtts[a:b] for a, b in bounds]
 
 
 def pair_ids(n_pairs: int) -> np.ndarray:
