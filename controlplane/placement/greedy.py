@@ -35,25 +35,29 @@ _EPS = 1e-9
 
 class _LazyQueue:
     """Greedy's (node, model) entries by an upper bound of their score, highest first (ties: lower node, then
-    model); ``version`` retires superseded entries.
+    model); ``version`` retires superseded entries. An entry is keyed node x n_models + model, in (node, model)
+    order: the heap's ties break the same way.
 
     Entries of unknown score (models of a node whose GPU time was freed: their gains may have grown) come out before
     all others, in (node, model) order, as entries queued at +inf would; each but the last is re-scored and
     re-queued at once (an entry at +inf is next), so only the last is weighed against the queue."""
 
-    def __init__(self):
-        self.heap: list[tuple[float, int, int, int]] = []
-        self.version: dict[tuple[int, int], int] = {}
+    def __init__(self, n_nodes: int, n_models: int):
+        self.n_models = n_models
+        self.heap: list[tuple[float, int, int]] = []
+        self.version = [0] * (n_nodes * n_models)
         self.unknown: list[tuple[int, int]] = []  # last first
 
     def push(self, node: int, m: int, value: float) -> None:
-        version = self.version[node, m] = self.version.get((node, m), 0) + 1
-        heapq.heappush(self.heap, (-value, node, m, version))
+        key = node * self.n_models + m
+        version = self.version[key] = self.version[key] + 1
+        heapq.heappush(self.heap, (-value, key, version))
 
     def push_unknown(self, entries: list[tuple[int, int]]) -> None:
         self.unknown = sorted(entries, reverse=True)
-        for key in self.unknown:
-            self.version[key] = self.version.get(key, 0) + 1
+        version, n_models = self.version, self.n_models
+        for node, m in self.unknown:
+            version[node * n_models + m] += 1
 
     def pop(self) -> tuple[int, int, bool] | None:
         """The next entry: (node, model, whether to weigh its fresh score against :meth:`best`); None when empty."""
@@ -62,8 +66,9 @@ class _LazyQueue:
             return node, m, not self.unknown
         heap, version = self.heap, self.version
         while heap:
-            _, node, m, v = heapq.heappop(heap)
-            if version[node, m] == v:
+            _, key, v = heapq.heappop(heap)
+            if version[key] == v:
+                node, m = divmod(key, self.n_models)
                 return node, m, True
         return None
 
@@ -122,7 +127,7 @@ class GreedyDemand(PlacementPolicy):
             capacity = state.marginal(node, m)
             return state.gain(node, m, capacity) * scale / cost[node][m] if capacity > _EPS else 0.0
 
-        queue = _LazyQueue()
+        queue = _LazyQueue(net.n_nodes, net.n_models)
         fitting = [np.flatnonzero(row).tolist() for row in net.fits]
         placed = []
 

@@ -2,17 +2,29 @@
 model) key the offers a new replica there would take, kept up to date move by move.
 
 A pair's *offers* to a site at RTT ``r`` are its unserved demand (worth ``unserved_penalty_ms - r`` per rps) and its
-demand served farther than ``r`` (worth the RTT saved), as (-gain ms per rps, pair, from node or -1, rps) tuples,
-best first: the same list for every node of the site. A move of a pair marks it stale in the offers of its candidate
-sites only (the only ones that read its state); the next read of such a key keeps the others' entries, re-derives
-the moved pairs' and merges. The swap search (:mod:`controlplane.placement.local_search`) works on the same state.
+demand served farther than ``r`` (worth the RTT saved), as (-gain ms per rps, pair, from node or -1, rps, ``r``)
+tuples, best first: the same list for every node of the site. A pair has offers at a site only while its worst
+RTT (the penalty while some of its demand is unserved) is farther, by more than a tolerance; so a move of a pair
+marks it stale only at those of its candidate sites nearer than its worst RTT before or after the move (the other
+keys' lists had none of its entries and get none), with its RTT there, or None where it has none left. The next
+read of a stale key keeps the others' entries, re-derives the moved pairs' and merges. The swap search
+(:mod:`controlplane.placement.local_search`) works on the same state.
 """
 
 from __future__ import annotations
 
-from controlplane.placement.takers import initial_offers, pair_ids, per_pair, takers_of
+from controlplane.placement.takers import initial_offers, pair_ids, stale_marks
 
 _EPS = 1e-9
+_END = (None, float("inf"))  # past a pair's last candidate
+_NO_OFFERS: list = []  # the offers of a key no pair lists (never changed: offer lists are replaced, not changed)
+
+
+def takes_all(capacity: float, rps: float) -> bool:
+    """Whether :meth:`GreedyRouting.gain`'s loop, given ``capacity`` rps, takes whole each of offers adding up to
+    ``rps`` (so that it returns their whole gain): offers are above _EPS rps each, and the margin covers the
+    rounding of the loop's running subtraction."""
+    return capacity >= rps + 1e-9 * capacity + 1e-6
 
 
 class GreedyRouting:
@@ -47,22 +59,14 @@ class GreedyRouting:
         self.journal: list | None = None
         # (site, model) keys are numbered site x n_models + model; key_base[node]: its site's number x n_models.
         self.key_base = [s * net.n_models for s in self.node_site]
-        # Per key, the takers still able to offer while demand only moves closer; None once it may move away
-        # again (the swap search sets it at its first trial, which takes replicas off).
-        self.live: dict[int, dict[int, float]] | None = {}
-        # Offers cached per key. A move of pair p marks p stale in the offers of p's candidate sites only, the only
-        # ones that read p's state; the next read re-derives p's entries.
+        # Offers cached per key, and per key its stale pairs, each with its RTT to the site or None (see move): the
+        # next read re-derives their entries.
         self._offers: dict[int, list] = {}
-        self._stale: dict[int, set[int]] = {}
         self._sums: dict[int, tuple[list, float, float]] = {}  # (offers, their rps, their gain)
         self._ids = pair_ids(len(net.pair_demand))
-        self.takers = takers_of(net, self._ids)
-        # The stale sets a move of p marks, one per key p lists, held per pair (a move marks a dozen of them and
-        # moves run ~10^5 times). A key's set is emptied whenever its offers are computed afresh, so marks made
-        # before then never count.
-        for key in self.takers:
-            self._stale[key] = set()
-        self._stale_of = per_pair(net, self._stale)
+        # Per pair, the stale marks of each key it lists and its RTT there, nearest first (a move marks up to a
+        # dozen of them and moves run ~10^5 times). A key's marks are emptied whenever its offers are re-derived.
+        self._stale, self._marks_of, self._rtts_of = stale_marks(net)
         self._initial_offers()
 
     def track_pairs(self) -> None:
@@ -73,9 +77,11 @@ class GreedyRouting:
                 self.pairs_at[node][self.pair_model[p]][p] = entry
 
     def _initial_offers(self) -> None:
-        """Every key's offers and live takers before any demand is served, as :meth:`_fresh_offers` would find
-        them, from one sort for all keys (:func:`~controlplane.placement.takers.initial_offers`)."""
-        self._offers, self.live = initial_offers(self.net, self.penalty, self.takers, self.unserved, self._ids)
+        """Every key's offers before any demand is served, from one sort for all keys, and their sums
+        (:func:`~controlplane.placement.takers.initial_offers`)."""
+        self._offers, sums = initial_offers(self.net, self.penalty, self._stale, self.unserved, self._ids)
+        for key, (rps, total) in sums.items():  # summed() would add the same (a cold Python loop over 10^5 offers)
+            self._sums[key] = (self._offers[key], rps, total)
 
     def available(self, node: int, m: int, extra: int = 0) -> float:
         """Demand (rps) ``node`` could still take for ``m`` with ``extra`` more replicas."""
@@ -97,109 +103,61 @@ class GreedyRouting:
         now = by_time if by_time < now else now
         return (more if more > 0.0 else 0.0) - (now if now > 0.0 else 0.0)
 
-    def offers(self, node: int, m: int) -> list[tuple[float, int, int, float]]:
-        """Demand that would gain by moving to ``node``: (-gain ms per rps, pair, from node or -1, rps), best first.
+    def offers(self, node: int, m: int) -> list[tuple[float, int, int, float, float]]:
+        """Demand that would gain by moving to ``node``: (-gain ms per rps, pair, from node or -1, rps, the pair's RTT
+        to ``node``), best first.
 
         The same for every node of a site, and unchanged until a move of a pair that lists the site: cached per
         (site, model). Lists are replaced, never changed in place: a caller may move demand while it reads one."""
         return self._offers_at(self.key_base[node] + m)
 
-    def _offers_at(self, key: int) -> list[tuple[float, int, int, float]]:
+    def _offers_at(self, key: int) -> list[tuple[float, int, int, float, float]]:
         """:meth:`offers` of a key (callers that hold the key already)."""
-        hit = self._offers.get(key)
-        if hit is None:
-            hit = self._offers[key] = self._fresh_offers(key)
-            self._stale.setdefault(key, set()).clear()
-            return hit
-        stale = self._stale[key]
+        stale = self._stale.get(key)
         if not stale:
-            return hit
-        if self.live is None:
-            rows = self.takers[key]
-            if 3 * len(stale) > len(rows):
-                hit = self._offers[key] = self._fresh_offers(key)
-                stale.clear()
-                return hit
-        else:
-            rows = self.live[key]
-        # Keep the others' entries (sorted), re-derive the moved pairs' and merge. A moved pair the key's rows
-        # left out has no entries here; during construction, one that offers nothing now never will (see
-        # _fresh_offers): dropped from the rows. The entries are _compute_offers' own, written out here: dropping
-        # in the same pass saves the sets a call would need, ~10^5 times a run.
-        penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
-        drop = self.live is not None
-        out = [e for e in hit if e[1] not in stale]
-        append, row = out.append, rows.get
-        for p in stale:
-            r = row(p)
+            return self._offers.get(key, _NO_OFFERS)
+        # Keep the others' entries (sorted), re-derive the moved pairs' from their state now and merge. A pair's
+        # entries: its unserved demand and its demand served farther than r, none once all is as close as r.
+        penalty, unserved, served, eps = self.penalty, self.unserved, self.served, _EPS
+        out = [e for e in self._offers[key] if e[1] not in stale]
+        append = out.append
+        for p, r in stale.items():
             if r is None:
-                continue
-            if worst[p] - r <= eps:  # all of p's demand is already at least this close
-                if drop:
-                    if rows is self.takers[key]:  # shared while every taker was live (see initial_offers)
-                        rows = self.live[key] = dict(rows)
-                        row = rows.get
-                    del rows[p]
-                continue
+                continue  # all of p's demand is at least this close (see move)
             if unserved[p] > eps:
-                append((r - penalty, p, -1, unserved[p]))
+                append((r - penalty, p, -1, unserved[p], r))
             for other, (amount, rtt) in served[p].items():
                 if rtt - r > eps:
-                    append((r - rtt, p, other, amount))
+                    append((r - rtt, p, other, amount, r))
+        # The negated gain first: a plain tuple sort gives best first, ties by pair then source (each (pair,
+        # source) once: the last fields never compare), the same list however it was assembled.
         out.sort()
         self._offers[key] = out
         stale.clear()
         return out
 
-    def _fresh_offers(self, key: int) -> list[tuple[float, int, int, float]]:
-        """The offers of ``key`` from all its takers. While demand only moves closer (greedy's construction,
-        :attr:`live` not None), a taker whose demand is all at least as close as the site never offers again:
-        it is dropped from the key's rows for good."""
-        every = self.takers.get(key, {})
-        if self.live is None:
-            return self._compute_offers(every.items(), [], {})
-        rows = self.live.get(key)
-        live: dict[int, float] = {}
-        out = self._compute_offers((every if rows is None else rows).items(), [], live)
-        self.live[key] = live
-        return out
-
-    def _compute_offers(self, takers, out: list, live: dict) -> list[tuple[float, int, int, float]]:
-        # Entries carry the negated gain so that a plain tuple sort gives best first, ties by pair then source:
-        # the same list however it was assembled. ``live`` collects the takers that may offer.
-        penalty, unserved, served, worst, eps = self.penalty, self.unserved, self.served, self.worst, _EPS
-        append = out.append
-        for p, r in takers:
-            if worst[p] - r <= eps:
-                continue  # all of p's demand is already at least this close
-            live[p] = r
-            if unserved[p] > eps:
-                append((r - penalty, p, -1, unserved[p]))
-            for other, (amount, rtt) in served[p].items():
-                if rtt - r > eps:
-                    append((r - rtt, p, other, amount))
-        out.sort()
-        return out
-
-    def gain(self, node: int, m: int, capacity: float) -> float:
-        """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
+    def summed(self, node: int, m: int) -> tuple[list, float, float]:
+        """(offers to ``node``, their rps, the rps x ms they save): the whole list's sums, cached with it."""
         key = self.key_base[node] + m
         offers = self._offers_at(key)
         sums = self._sums.get(key)
         if sums is None or sums[0] is not offers:
-            # Most calls can take every offer, and half of them read a list already summed: the whole list's
-            # rps and gain, added in list order (the loop below adds the same terms in the same order).
+            # Most gains take every offer, and half of them read a list already summed: the whole list's rps and
+            # gain, added in list order (gain's loop adds the same terms in the same order).
             rps = total = 0.0
-            for neg_gain, _, _, amount in offers:
+            for neg_gain, _, _, amount, _ in offers:
                 total -= neg_gain * amount
                 rps += amount
             sums = self._sums[key] = (offers, rps, total)
-        # Offers are above _EPS rps each, so with this much room the loop below would take each one whole (the
-        # margin covers the rounding of its running subtraction).
-        if capacity >= sums[1] + 1e-9 * capacity + 1e-6:
-            return sums[2]
+        return sums
+
+    def gain(self, node: int, m: int, capacity: float) -> float:
+        """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
+        offers, rps, whole = self.summed(node, m)
+        if capacity >= rps + 1e-9 * capacity + 1e-6:  # takes_all(capacity, rps), written out (~10^5 calls)
+            return whole
         total = 0.0
-        for neg_gain, _, _, amount in offers:
+        for neg_gain, _, _, amount, _ in offers:
             if capacity <= _EPS:
                 break
             take = capacity if capacity < amount else amount  # min(amount, capacity) without the call
@@ -209,8 +167,6 @@ class GreedyRouting:
 
     def move(self, p: int, src: int, dst: int, dst_rtt: float, amount: float) -> None:
         """Move ``amount`` rps of pair ``p`` from node ``src`` to node ``dst`` (-1: unserved, at the penalty)."""
-        for marks in self._stale_of[p]:
-            marks.add(p)
         m = self.pair_model[p]
         served, unserved = self.served[p], self.unserved
         if src < 0:
@@ -241,14 +197,29 @@ class GreedyRouting:
         self.cost += amount * (dst_rtt - src_rtt)
         if self.journal is not None:
             self.journal.append((p, src, dst, amount, src_rtt))
+        before = self.worst[p]
         if unserved[p] > _EPS:
-            self.worst[p] = self.penalty
+            worst = self.worst[p] = self.penalty
         else:
             worst = 0.0
             for entry in served.values():  # a pair is served at one or two nodes: no generator for max()
                 if entry[1] > worst:
                     worst = entry[1]
             self.worst[p] = worst
+        # p has offers at a site only while its worst RTT is farther (by more than _EPS): only the keys nearer than
+        # the worse of its old and new worst can have seen them change. Candidates run nearest first: those nearer
+        # than the new worst get the RTT, to re-derive p's entries at the next read; those nearer only than the old
+        # one get None (p has none there now, and until its next move, which marks again where that changes).
+        walk = zip(self._marks_of[p], self._rtts_of[p], strict=True)
+        for marks, r in walk:
+            if worst - r <= _EPS:
+                break
+            marks[p] = r
+        else:
+            return
+        while before - r > _EPS:
+            marks[p] = None
+            marks, r = next(walk, _END)
 
     def fill(self, node: int, max_steps: int = 20_000) -> set[int]:
         """Move the best offers onto ``node``'s replicas up to their free capacity, then refill the nodes that
@@ -270,13 +241,11 @@ class GreedyRouting:
                 capacity = self.available(target, model)
                 if capacity <= _EPS:
                     continue  # the loop below would stop at its first offer
-                key = base + model
-                rtt = self.takers.get(key)  # each taker's RTT to the site (the RTT matrix's own values)
-                for _, p, src, amount in self._offers_at(key):
+                for _, p, src, amount, rtt in self._offers_at(base + model):
                     if capacity <= _EPS:
                         break
                     take = capacity if capacity < amount else amount  # min(amount, capacity) without the call
-                    self.move(p, src, target, rtt[p], take)
+                    self.move(p, src, target, rtt, take)
                     capacity -= take
                     if src >= 0:
                         queue.append(src)

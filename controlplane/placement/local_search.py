@@ -24,9 +24,15 @@ ILP's optimum, its language-model mix set by early choices; the search takes it 
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
+from controlplane.placement.greedy_routing import takes_all
+
 _EPS = 1e-9
+_first, _second = itemgetter(0), itemgetter(1)
+_UNKNOWN = object()  # a removal set not cached yet
 
 
 class SwapSearch:
@@ -58,6 +64,7 @@ class SwapSearch:
         # holds during one estimate (no replica moves within one).
         self._sets_by_holding: dict[tuple, dict[tuple[int, int], tuple[int, ...] | None]] = {}
         self._holding_now: dict[int, tuple] = {}
+        self._room_now: np.ndarray | None = None  # _has_room() during one estimate
         # Per pair and candidate, the (site, model) key as one index into a flat sites x models table (padding:
         # the table's extra last cell).
         pad = net.n_sites * net.n_models
@@ -156,29 +163,26 @@ class SwapSearch:
                 sizes.append(len(at))
                 shares.append(share)
                 ps = sorted(at)
-                rps, rtt = zip(*[at[p] for p in ps], strict=True)  # served[p][node] is [rps, rtt]
+                served = list(map(at.__getitem__, ps))  # served[p][node] is [rps, rtt]
                 pairs.extend(ps)
-                amounts.extend(rps)
-                rtts.extend(rtt)
+                amounts.extend(map(_first, served))
+                rtts.extend(map(_second, served))
         if not keys:
             return loss
         # Where each pair's demand would go: its first candidate site where a node other than this one hosts the
         # model with room (site rooms counted once: how many nodes, and the first of them).
         # Per key (site x n_models + model), and a last cell for the candidates' padding (never any room).
-        room_count = [0] * (self.net.n_sites * n_models + 1)
-        room_first = [-1] * len(room_count)
-        for o, s in enumerate(st.node_site):
-            for m, count in enumerate(counts[o]):
-                if count and st.available(o, m) > _EPS:
-                    key = s * n_models + m
-                    room_count[key] += 1
-                    if room_first[key] < 0:
-                        room_first[key] = o
+        hosts, hosted = np.nonzero(self._has_room())  # node by node, models ascending
+        room_key = np.asarray(st.node_site)[hosts] * n_models + hosted
+        room_count = np.bincount(room_key, minlength=self.net.n_sites * n_models + 1)
+        room_first = np.full(len(room_count), -1)
+        firsts, at_first = np.unique(room_key, return_index=True)  # each key's first node
+        room_first[firsts] = hosts[at_first]
         entry_node = np.repeat(np.array([n for n, _ in keys], dtype=np.int64), sizes)[:, None]
         p = np.array(pairs, dtype=np.int64)
         at = self._cand_key[p]  # padding comes last, a key with no room
-        n_room = np.array(room_count)[at]
-        other = (n_room > 1) | ((n_room == 1) & (np.array(room_first)[at] != entry_node))
+        n_room = room_count[at]
+        other = (n_room > 1) | ((n_room == 1) & (room_first[at] != entry_node))
         first = other.argmax(axis=1)
         rows = np.arange(len(p))
         alt = np.where(other[rows, first], self.net.cand_rtt[p, first], st.penalty)
@@ -193,20 +197,35 @@ class SwapSearch:
             i += size
         return loss
 
+    def _has_room(self) -> np.ndarray:
+        """Per node and model, whether the node hosts the model with room: ``counts and available() > _EPS``,
+        the same float operations on whole arrays. Found once per estimate (no replica moves within one)."""
+        if self._room_now is not None:
+            return self._room_now
+        st = self.state
+        counts = np.array(st.counts)
+        per = np.array(st.time_per_rps)
+        by_replicas = counts * np.array(st.cap) * st.util - np.array(st.flow)
+        by_time = np.divide(np.array(st.time_left)[:, None], per, out=np.zeros_like(per), where=per > 0)
+        self._room_now = (counts > 0) & (np.where(by_time < by_replicas, by_time, by_replicas) > _EPS)
+        return self._room_now
+
     def _candidates(self, nodes: set[int]) -> list[tuple[float, int, tuple[int, ...], int]]:
         """(-estimated gain, node, models removed, model added) of the swaps on ``nodes`` worth a trial, best
         first."""
         st, ledger = self.state, self.ledger
-        self._holding_now = {}
+        self._holding_now, self._room_now = {}, None
         loss = self._removal_losses(nodes)
+        has_room = self._has_room().tolist()
         gains: dict[tuple[int, int, float], float] = {}  # nodes of a site see the same offers
+        whole: dict[tuple[int, int], tuple[float, float]] = {}  # per (site, b), rps and gain of all its offers
         out = []
         for node in sorted(nodes):
             held = ledger.held[node]
             site = st.node_site[node]
-            counts, flow, per_rps, cap = st.counts[node], st.flow[node], st.time_per_rps[node], st.cap[node]
+            flow, per_rps, cap = st.flow[node], st.time_per_rps[node], st.cap[node]
             # b has room here already: fill left no demand that would gain by coming (whatever a goes)
-            wanted = [b for b in self.fitting[node] if not (counts[b] and st.available(node, b) > _EPS)]
+            wanted = [b for b in self.fitting[node] if not has_room[node][b]]
             # Per removal set (the same for most b): whether it takes a model's last replica, the GPU time it
             # frees and the loss it causes.
             of_removal: dict[tuple[int, ...], tuple[bool, float, float]] = {}
@@ -232,10 +251,16 @@ class SwapSearch:
                         continue
                     per = per_rps[b]
                     capacity = min(cap[b] * st.util, freed_time / per if per > 0 else 0.0)
-                    key = (site, b, capacity)
-                    gain = gains.get(key)
-                    if gain is None:
-                        gain = gains[key] = st.gain(node, b, capacity)
+                    # Most capacities take every offer: gain() would return the whole list's gain.
+                    known = whole.get((site, b))
+                    if known is None:
+                        known = whole[site, b] = st.summed(node, b)[1:]
+                    rps, gain = known
+                    if not takes_all(capacity, rps):
+                        key = (site, b, capacity)
+                        gain = gains.get(key)
+                        if gain is None:
+                            gain = gains[key] = st.gain(node, b, capacity)
                     gain -= lost
                     if gain > self.min_gain:
                         out.append((-gain, node, removed, b))
@@ -254,18 +279,20 @@ class SwapSearch:
         """The replicas to take off ``node`` for one of ``b`` to fit: one of ``a``, then (``b`` exclusive)
         the node's other exclusive replicas, smallest first, until it fits; None when it cannot. Depends on
         what the node holds only: cached until that changes."""
-        sets = self._sets[node]
-        if (a, b) not in sets:
+        sets, pair = self._sets[node], (a, b)
+        removed = sets.get(pair, _UNKNOWN)
+        if removed is _UNKNOWN:
             holding = self._holding_now.get(node)
             if holding is None:
                 ledger = self.ledger
                 holding = self._holding_now[node] = (ledger.free[node].tobytes(), ledger.solo[node].tobytes(),
                                                      tuple(ledger.held[node]))
             alike = self._sets_by_holding.setdefault(holding, {})
-            if (a, b) not in alike:
-                alike[a, b] = self._compute_removal_set(node, a, b)
-            sets[a, b] = alike[a, b]
-        return sets[a, b]
+            removed = alike.get(pair, _UNKNOWN)
+            if removed is _UNKNOWN:
+                removed = alike[pair] = self._compute_removal_set(node, a, b)
+            sets[pair] = removed
+        return removed
 
     def _compute_removal_set(self, node: int, a: int, b: int) -> tuple[int, ...] | None:
         ledger = self.ledger
@@ -303,9 +330,6 @@ class SwapSearch:
     # ------------------------------------------------------------------ the search
     def _try(self, node: int, removed: tuple[int, ...], b: int) -> bool:
         st = self.state
-        # Swaps take replicas off: demand may move away again, so no taker is gone for good (until the first trial
-        # the rows greedy's construction kept still hold, and the first estimates read those).
-        st.live = None
         st.journal, self._ops = [], []
         before = st.cost
         for m in removed:

@@ -63,11 +63,15 @@ class GpuLedger:
 
     def seat(self, node: int, model: int, gpus: tuple[int, ...]) -> tuple[int, ...]:
         """Record a replica of ``model`` on the given GPUs of ``node`` (the caller checked that they have room)."""
-        self.free[node][list(gpus)] -= self._bytes[model]
+        free, size = self.free[node], self._bytes[model]
+        for g in gpus:  # a replica spans a few GPUs: scalar updates beat a fancy-indexed one
+            free[g] -= size
         self.held[node].append((model, gpus))
         self.busy[node] += self._tp[model]
         if self._exclusive[model]:
-            self.solo[node][list(gpus)] = True
+            solo = self.solo[node]
+            for g in gpus:
+                solo[g] = True
         self._lists[node] = None
         return gpus
 
@@ -76,10 +80,14 @@ class GpuLedger:
         held = self.held[node]
         i = max(i for i, (m, g) in enumerate(held) if m == model and (gpus is None or g == gpus))
         _, gpus = held.pop(i)
-        self.free[node][list(gpus)] += self._bytes[model]
+        free, size = self.free[node], self._bytes[model]
+        for g in gpus:
+            free[g] += size
         self.busy[node] -= self._tp[model]
         if self._exclusive[model]:
-            self.solo[node][list(gpus)] = False  # a GPU holds at most one exclusive replica
+            solo = self.solo[node]
+            for g in gpus:
+                solo[g] = False  # a GPU holds at most one exclusive replica
         self._lists[node] = None
         return gpus
 

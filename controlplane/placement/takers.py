@@ -1,7 +1,7 @@
 """greedy-demand's takers: per (site, model) key (numbered site x n_models + model), the demand pairs that list
-the site among their candidates, and each key's offers before any demand is served, built with numpy for all keys
-at once (half a million (pair, site) rows at 3,000 PoPs, which a Python scan per key would take most of a second to
-read)."""
+the site among their candidates; per pair, the stale marks of the keys it lists; and each key's offers (and their
+sums) before any demand is served, built with numpy for all keys at once (half a million (pair, site) rows at
+3,000 PoPs, which a Python scan per key would take most of a second to read)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ _EPS = 1e-9  # greedy's own
 def takers_of(net, ids: np.ndarray) -> dict[int, dict[int, float]]:
     """Per (site, model), its takers: the pairs listing the site, pair -> RTT to it (pairs ascending). Grouped
     by one stable sort (33,000 pairs x 16 sites at 3,000 PoPs). ``ids``: :func:`pair_ids`, whose int objects the
-    dicts share."""
+    dicts share. (Greedy itself needs no such table: its offers carry each RTT; the checks of its cached offers
+    scan these.)"""
     site, n_models = net.cand_site, net.n_models
     valid = site >= 0
     code = (site * n_models + net.pair_model[:, None])[valid]  # row-major: pair by pair, candidates in order
@@ -34,17 +35,20 @@ def takers_of(net, ids: np.ndarray) -> dict[int, dict[int, float]]:
     return takers
 
 
-def per_pair(net, by_key: dict[int, object]) -> list[list]:
-    """Per pair, the values ``by_key`` holds for the (site, model) keys the pair lists, in candidate order (one
-    gather for all pairs; a key ``by_key`` lacks gives None)."""
+def stale_marks(net) -> tuple[dict[int, dict], list[list[dict]], list[list[float]]]:
+    """An empty dict per key some pair lists (a key's stale marks); per pair, the marks of the keys it lists and
+    its RTTs to their sites, in candidate order, so nearest first (one gather for all pairs)."""
     site, n_models = net.cand_site, net.n_models
     valid = site >= 0
+    code = (site * n_models + net.pair_model[:, None])[valid]
     table = np.empty(net.n_sites * n_models, dtype=object)
-    for key, value in by_key.items():
-        table[key] = value
-    flat = table[(site * n_models + net.pair_model[:, None])[valid]].tolist()
+    by_key = {}
+    for key in np.flatnonzero(np.bincount(code, minlength=len(table))).tolist():
+        table[key] = by_key[key] = {}
+    marks, rtts = table[code].tolist(), net.cand_rtt[valid].tolist()
     ends = np.cumsum(valid.sum(axis=1)).tolist()
-    return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+    return by_key, [marks[a:b] for a, b in bounds], [rtts[a:b] for a, b in bounds]
 
 
 def pair_ids(n_pairs: int) -> np.ndarray:
@@ -69,14 +73,14 @@ def _groups(codes: np.ndarray) -> list[tuple[int, tuple[int, int]]]:
     return [(key, (bounds[i], bounds[i + 1])) for i, key in enumerate(codes[starts].tolist())]
 
 
-def initial_offers(net, penalty: float, takers: dict, demand: list[float], ids: np.ndarray) -> tuple[dict, dict]:
-    """Per key of ``takers``, (its offers, its live takers) while all demand is unserved: what greedy's scan
-    (``GreedyRouting._compute_offers``) gives, entries (rtt - penalty, pair, -1, demand) sorted as tuples, and the
-    takers whose RTT is under the penalty (by more than its tolerance), in pair order. ``demand``: each pair's rps,
-    whose float objects the entries share; ``ids``: :func:`pair_ids`. Where every taker is live, a key's live takers
-    are its ``takers`` dict itself (the caller copies it before dropping any)."""
+def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarray) -> tuple[dict, dict]:
+    """Per key of ``keys``, its offers while all demand is unserved: what a scan of its takers gives
+    (``GreedyRouting``'s entries), entries (rtt - penalty, pair, -1, demand, rtt) sorted as tuples, from the takers
+    whose RTT is under the penalty (by more than its tolerance); and per key with offers, (their rps, the rps x ms
+    they save), added in list order as ``GreedyRouting.summed`` adds them. ``demand``: each pair's rps, whose float
+    objects the entries share; ``ids``: :func:`pair_ids`."""
     offers: dict = {}
-    live_rows: dict = {}
+    sums: dict = {}
     valid = net.cand_site >= 0
     code = (net.cand_site * net.n_models + net.pair_model[:, None])[valid]
     if len(code):
@@ -85,23 +89,35 @@ def initial_offers(net, penalty: float, takers: dict, demand: list[float], ids: 
         amount = net.pair_demand.astype(float)[pairs]
         live = penalty - rtt > _EPS  # the scan's test, worst[p] - r > _EPS, with worst[p] the penalty
         neg = rtt - penalty  # the entries' first field, computed as the scan computes it
-        n_codes = net.n_sites * net.n_models
-        rows = np.flatnonzero(live)  # pair by pair
+        rows = np.flatnonzero(live & (amount > _EPS))  # pair by pair
         rows = rows[np.argsort(neg[rows], kind="stable")]
-        rows = rows[_by_code(code[rows], n_codes)]  # by key, then the scan's tuple order (neg, pair)
-        offer = rows[amount[rows] > _EPS]
-        ns, ps = neg[offer].tolist(), ids[pairs[offer]].tolist()
+        offer = rows[_by_code(code[rows], net.n_sites * net.n_models)]  # by key, then the scan's order (neg, pair)
+        ns, ps, rs = neg[offer].tolist(), ids[pairs[offer]].tolist(), rtt[offer].tolist()
         ds = np.array(demand, dtype=object)[pairs[offer]].tolist()
-        for key, (a, b) in _groups(code[offer]):
-            offers[key] = list(zip(ns[a:b], ps[a:b], repeat(-1), ds[a:b]))
-        if live.all():
-            live_rows.update(takers)
-        else:
-            rows.sort()  # (rows run pair by pair) then by key, stably: pair order within each key
-            rows = rows[_by_code(code[rows], n_codes)]
-            for key, (a, b) in _groups(code[rows]):
-                live_rows[key] = dict(zip(ids[pairs[rows[a:b]]].tolist(), rtt[rows[a:b]].tolist(), strict=True))
-    for key in takers:  # keys whose takers offer nothing yet: an empty list and no live taker, as the scan gives
+        groups = _groups(code[offer])
+        for key, (a, b) in groups:
+            offers[key] = list(zip(ns[a:b], ps[a:b], repeat(-1), ds[a:b], rs[a:b]))
+        # summed's loop: rps += amount and total -= neg * amount, the same float operations in the same order
+        bounds = np.array([ab for _, ab in groups]).reshape(-1, 2)
+        rps = _running_sums(amount[offer], bounds).tolist()
+        total = _running_sums(-(neg[offer] * amount[offer]), bounds).tolist()
+        sums = {key: (rps[i], total[i]) for i, (key, _) in enumerate(groups)}
+    for key in keys:  # keys whose takers offer nothing yet: an empty list, as the scan gives
         offers.setdefault(key, [])
-        live_rows.setdefault(key, {})
-    return offers, live_rows
+    return offers, sums
+
+
+def _running_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per (start, end) of ``bounds`` (none empty), its values added one by one from 0.0 in order, as a Python
+    loop adds them: cumulative sums (np.cumsum adds in order, where np.sum adds pairwise) along rows that hold
+    the groups of similar length, padded with zeros after each group's end."""
+    out = np.empty(len(bounds))
+    lengths = bounds[:, 1] - bounds[:, 0]
+    width = np.left_shift(1, np.ceil(np.log2(lengths)).astype(int))  # each group's power-of-two row width
+    for w in np.unique(width).tolist():
+        rows = np.flatnonzero(width == w)
+        cols = np.arange(w)
+        inside = cols < lengths[rows, None]
+        at = np.where(inside, bounds[rows, :1] + cols, 0)
+        out[rows] = np.where(inside, values[at], 0.0).cumsum(axis=1)[np.arange(len(rows)), lengths[rows] - 1]
+    return out

@@ -1,9 +1,9 @@
 """greedy-demand's shortcuts change no plan: with each replaced by the plain computation it stands for (every
-read of a key's offers a scan of all its takers, with no cached list, live rows, merge or first offers sorted all
-at once; every gain summed offer by offer; the swap search's removal losses estimated pair by pair and its removal
-sets computed node by node; freed nodes' models queued at +inf in one heap), the same problems give the same
-placement and the same solver figures, on PoP subsets of the shipped topology with several identical nodes per PoP
-(where ties between nodes are many)."""
+read of a key's offers a scan of all its takers, with no cached list, stale marks, merge or first offers sorted
+all at once; every gain summed offer by offer, the swap search's too; the swap search's removal losses estimated
+pair by pair and its removal sets computed node by node; freed nodes' models queued at +inf in one heap), the
+same problems give the same placement and the same solver figures, on PoP subsets of the shipped topology with
+several identical nodes per PoP (where ties between nodes are many)."""
 
 import heapq
 import math
@@ -22,7 +22,19 @@ _EPS = 1e-9
 
 
 def plain_offers_at(self, key):
-    return self._compute_offers(self.takers.get(key, {}).items(), [], {})
+    """A scan of every pair listing the key's site, its entries derived from where its demand is now."""
+    if not hasattr(self, "plain_takers"):
+        self.plain_takers = takers.takers_of(self.net, takers.pair_ids(len(self.net.pair_demand)))
+    out = []
+    for p, r in self.plain_takers.get(key, {}).items():
+        unserved, served = self.unserved[p], self.served[p]
+        worst = self.penalty if unserved > _EPS else max((rtt for _, rtt in served.values()), default=0.0)
+        if worst - r <= _EPS:
+            continue
+        if unserved > _EPS:
+            out.append((r - self.penalty, p, -1, unserved, r))
+        out.extend((r - rtt, p, other, amount, r) for other, (amount, rtt) in served.items() if rtt - r > _EPS)
+    return sorted(out)
 
 
 def no_initial_offers(self):
@@ -36,7 +48,7 @@ def plain_removal_set(self, node, a, b):
 class PlainQueue:
     """greedy's queue as one heap, the models of a node whose GPU time was freed pushed at +inf."""
 
-    def __init__(self):
+    def __init__(self, n_nodes=None, n_models=None):  # (the sizes the fast queue is built with)
         self.heap, self.version = [], {}
 
     def push(self, node, m, value):
@@ -60,7 +72,7 @@ class PlainQueue:
 
 def plain_gain(self, node, m, capacity):
     total = 0.0
-    for neg_gain, _, _, amount in self.offers(node, m):
+    for neg_gain, _, _, amount, _ in self.offers(node, m):
         if capacity <= _EPS:
             break
         take = min(amount, capacity)
@@ -115,8 +127,8 @@ def place(p, seed):
         return repr(err)
 
 
-# The last two: a penalty below some candidates' RTTs, so that some takers never offer (the first offers leave
-# them out of the key's live rows).
+# The last two: a penalty below some candidates' RTTs, so that some takers never offer (never marked stale
+# during construction).
 @pytest.mark.parametrize("seed,penalty", [(seed, 1000.0) for seed in range(8)] + [(2, 30.0), (5, 60.0)])
 def test_shortcuts_change_no_plan(topo, seed, penalty, monkeypatch):
     p = problem(topo, seed, unserved_penalty_ms=penalty)
@@ -124,6 +136,7 @@ def test_shortcuts_change_no_plan(topo, seed, penalty, monkeypatch):
     monkeypatch.setattr(GreedyRouting, "_offers_at", plain_offers_at)
     monkeypatch.setattr(GreedyRouting, "_initial_offers", no_initial_offers)
     monkeypatch.setattr(GreedyRouting, "gain", plain_gain)
+    monkeypatch.setattr(local_search, "takes_all", lambda capacity, rps: False)  # every swap estimate by gain()
     monkeypatch.setattr(local_search.SwapSearch, "_removal_losses", plain_removal_losses)
     monkeypatch.setattr(local_search.SwapSearch, "_removal_set", plain_removal_set)
     monkeypatch.setattr(greedy_module, "_LazyQueue", PlainQueue)
@@ -147,22 +160,74 @@ def test_the_problems_have_several_nodes_per_pop_and_swaps(topo):
     assert several >= 4 and swapped >= 2
 
 
-@pytest.mark.parametrize("seed", [0, 1, 3])
-def test_the_shared_taker_lists_are_left_whole(topo, seed, monkeypatch):
-    """While every taker can offer, a key's live takers are its taker dict itself: dropping one that never will
-    copies the dict first (the swap search, and every offer read once demand may move away again, read them all)."""
-    seen = []
-    start = local_search.SwapSearch.__init__
+@pytest.mark.parametrize("seed,penalty", [(0, 1000.0), (1, 1000.0), (3, 1000.0), (2, 30.0), (5, 60.0)])
+def test_every_read_of_offers_is_a_fresh_scan(topo, seed, penalty, monkeypatch):
+    """Each read of a key's offers (cached, merged from stale marks or scanned) equals a scan of all its takers
+    at that moment, during construction and the swap search (where demand moves away again); the marks make the
+    cache skip work, never a change."""
+    reads = []
+    cached = GreedyRouting._offers_at
 
-    def keep(self, net, state, ledger, **options):
-        seen.append((state, {key: len(rows) for key, rows in state.live.items()}))
-        start(self, net, state, ledger, **options)
+    def checked(self, key):
+        out = cached(self, key)
+        assert out == plain_offers_at(self, key)
+        reads.append(len(out))
+        return out
 
-    monkeypatch.setattr(local_search.SwapSearch, "__init__", keep)
+    monkeypatch.setattr(GreedyRouting, "_offers_at", checked)
+    placed = place(problem(topo, seed, unserved_penalty_ms=penalty), seed)
+    assert not isinstance(placed, str) and sum(reads) > 1000
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 4])
+def test_every_removal_estimate_is_the_pair_by_pair_one(topo, seed, monkeypatch):
+    """Each pass's removal losses (and the hosts with room they read, found on whole arrays) equal the pair by
+    pair estimate and ``available()``, bit for bit."""
+    calls = []
+    fast = local_search.SwapSearch._removal_losses
+
+    def checked(self, nodes):
+        st = self.state
+        room = [[bool(c and st.available(n, m) > _EPS) for m, c in enumerate(row)] for n, row in enumerate(st.counts)]
+        assert self._has_room().tolist() == room
+        out = fast(self, nodes)
+        assert out == plain_removal_losses(self, nodes)
+        calls.append(len(out))
+        return out
+
+    monkeypatch.setattr(local_search.SwapSearch, "_removal_losses", checked)
     assert not isinstance(place(problem(topo, seed), seed), str)
-    state, live = seen[-1]
-    assert any(n < len(state.takers[key]) for key, n in live.items())  # rows were dropped during construction
-    assert state.takers == takers.takers_of(state.net, takers.pair_ids(len(state.net.pair_demand)))
+    assert calls and sum(calls) > 0
+
+
+@pytest.mark.parametrize("seed,penalty", [(0, 1000.0), (1, 1000.0), (2, 30.0)])
+def test_the_first_sums_are_the_loop_sums(topo, seed, penalty):
+    """The sums of every key's first offers, found on whole arrays, are the Python loop's, bit for bit."""
+    net = problem(topo, seed, unserved_penalty_ms=penalty).network().in_planning_units()
+    state = GreedyRouting(net)
+    assert state._sums and all(state._sums[key][0] is state._offers[key] for key in state._sums)
+    for key, (_, rps, total) in state._sums.items():
+        want_rps = want_total = 0.0
+        for neg_gain, _, _, amount, _ in state._offers[key]:
+            want_total -= neg_gain * amount
+            want_rps += amount
+        assert (rps, total) == (want_rps, want_total)
+
+
+def test_running_sums_add_in_order():
+    rng = np.random.default_rng(0)
+    values = rng.random(3000) * 10.0 ** rng.integers(-8, 8, 3000)  # magnitudes far apart: order matters
+    ends = np.cumsum(rng.choice([1, 2, 3, 4, 5, 8, 9, 16, 17, 100, 1000], 40))
+    ends = ends[ends <= len(values)]
+    bounds = np.stack([np.r_[0, ends[:-1]], ends], axis=1)
+    want = []
+    for a, b in bounds.tolist():
+        total = 0.0
+        for v in values[a:b].tolist():
+            total += v
+        want.append(total)
+    assert takers._running_sums(values, bounds).tolist() == want
+    assert want != [float(np.sum(values[a:b])) for a, b in bounds.tolist()]  # pairwise sums differ here
 
 
 @pytest.mark.parametrize("n_codes", [40, 1 << 20])
@@ -197,8 +262,8 @@ def drive(queue, seed):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_the_queue_takes_freed_nodes_models_as_entries_at_infinity(seed):
-    trace = drive(greedy_module._LazyQueue(), seed)
-    assert trace == drive(PlainQueue(), seed)
+    trace = drive(greedy_module._LazyQueue(6, 3), seed)
+    assert trace == drive(PlainQueue(6, 3), seed)
     assert sum(what == "accepted" for *_, what in trace) > 20
 
 
