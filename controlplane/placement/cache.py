@@ -109,9 +109,11 @@ def cached_place(policy, problem, rng: np.random.Generator):
     with collector_paused():
         placement = policy.place(problem, rng)
     if placement.fleet is problem.fleet:  # a policy that built a fleet of its own is not keyed by it
-        rows = placement.table
+        rows, model_index = placement.table, {}
+        for i, m in enumerate(problem.models):  # (list.index's answer: the first, were a name listed twice)
+            model_index.setdefault(m, i)
         _write(path, {"policy": placement.policy,
-                      "placed": [[int(n), int(problem.models.index(m)), [int(g) for g in gpus]]
+                      "placed": [[int(n), model_index[m], [int(g) for g in gpus]]
                                  for n, m, gpus in zip(rows.node, rows.model, rows.gpu_index, strict=True)],
                       "dropped": [list(d) for d in placement.dropped], "solver": placement.solver,
                       "rng_state": rng.bit_generator.state})
