@@ -36,6 +36,14 @@ def register(sub) -> None:
     p.add_argument("--out", default="edgepop-frontier", help="output directory (default: edgepop-frontier)")
     p.add_argument("--json", action="store_true", help="print frontier.json instead of the table")
     p.set_defaults(func=cmd_frontier)
+    argparse_error = p.error
+
+    def error(message: str):  # "--budgets -1,1": argparse reads the value as a flag; say what was meant
+        if "--budgets" in message and "expected one argument" in message:
+            message += " (budgets are positive numbers; a value starting with '-' needs --budgets=VALUE)"
+        argparse_error(message)
+
+    p.error = error
 
 
 def _seeds(text):
@@ -68,7 +76,7 @@ def print_frontier(f) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sim.frontier_report import BOUND_NOTE, NO_RATIO, has_ratio, too_few
+    from sim import frontier_report as fr
 
     r = f.result
     t = Table(title=f"edgepop frontier: {r['scenario']}, SLO {r['slo']['text']}, seeds {r['seeds']}")
@@ -77,16 +85,16 @@ def print_frontier(f) -> None:
     for key, d in r["deployments"].items():
         t.add_row(key, "-" if d["min_gpus_for_slo"] is None else f"{d['min_gpus_for_slo']:,}",
                   "-" if d["min_usd_per_hour_for_slo"] is None else f"{d['min_usd_per_hour_for_slo']:,.2f}",
-                  d["status"])
+                  fr.status_text(d))
     console = Console()
     console.print(t)
     ratio = r["iso_slo_cost_ratio"]
-    kind = f" ({r['iso_slo_ratio_kind']})" if ratio is not None else ""
-    said = (f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'}{kind}"
-            if has_ratio(r) else f"no iso-SLO cost ratio ({NO_RATIO})")
-    if too_few(r):
-        console.print(too_few(r), highlight=False)
+    said = (f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'} "
+            f"({fr.headline_note(r)})"
+            if fr.has_ratio(r) else f"no iso-SLO cost ratio ({fr.NO_RATIO})")
+    if fr.too_few(r):
+        console.print(fr.too_few(r), highlight=False)
     console.print(f"{said}; wall time {r['wall_s']} s. Wrote {f.path}/frontier.json, frontier.parquet, frontier.png, "
                   "report.md", highlight=False)
-    if ratio is not None and r["iso_slo_ratio_kind"] in BOUND_NOTE:  # what a bounded or unbounded ratio means
-        console.print(BOUND_NOTE[r["iso_slo_ratio_kind"]].strip(), highlight=False)
+    if ratio is not None and r["iso_slo_ratio_kind"] in fr.BOUND_NOTE:  # what a bounded or unbounded ratio means
+        console.print(fr.BOUND_NOTE[r["iso_slo_ratio_kind"]].strip(), highlight=False)

@@ -33,7 +33,7 @@ import numpy as np
 
 from edgepop.errors import UserError
 from edgepop.outputs import move_into_place, output_folder
-from sim.frontier_report import summarise, write_outputs
+from sim.frontier_report import summarise, within_tolerance, write_outputs
 
 DEFAULT_BUDGETS = (0.1, 0.18, 0.32, 0.56, 1.0, 1.8)  # x the scenario's GPU inventory scale (x1.8 apart)
 HIGHER_IS_BETTER = {"slo_attainment", "goodput_rps"}
@@ -65,9 +65,9 @@ class SLOTarget:
 
     @property
     def column(self) -> str:
-        """The summary column decided on: TTFT percentiles count requests never answered (rejected, failed) as
-        missing the threshold, so shedding load cannot make a budget look good."""
-        return f"{self.metric}_all" if self.metric.startswith("ttft_p") else self.metric
+        """The summary column decided on: latency percentiles count requests never answered (rejected, failed) as
+        missing the threshold, so shedding load cannot make a budget look good (shares count them already)."""
+        return self.metric if self.higher_is_better else f"{self.metric}_all"
 
 
 def parse_slo(text: str) -> SLOTarget:
@@ -125,7 +125,10 @@ class Point:
         if vals.size < 2:
             return None
         half = t_half_width95(vals)
-        return [round(vals.mean() - half, 3), round(vals.mean() + half, 3)]
+        lo, hi = vals.mean() - half, vals.mean() + half
+        if column.endswith("slo_attainment"):  # a share: an interval past 0 or 1 claims values it cannot take
+            lo, hi = max(lo, 0.0), min(hi, 1.0)
+        return [round(lo, 3), round(hi, 3)]
 
     def meets(self, slo: SLOTarget, column: str | None = None) -> bool:
         """The mean over seeds meets the SLO; a seed with no figure (a percentile that fell on requests never
@@ -276,6 +279,9 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     lines = _lines(sc, baselines, only, topo)
     seeds = tuple(seeds) if seeds else (sc.seed,)
     scales = sorted({round(b if absolute else b * sc.gpu_inventory_scale, 9) for b in budgets})
+    if len(scales) < 2 or scales[0] <= 0:  # checked as run: inventory scales to 9 decimals
+        raise UserError(f"budgets must be at least two different positive numbers (as inventory scales to 9 "
+                        f"decimals), got {budgets!r}: scales {scales!r}")
     if scales[-1] > 100:  # as a scenario's gpu_inventory_scale: beyond, the fleets run to millions of GPUs
         raise UserError(f"budgets: an inventory scale of {scales[-1]:g} is over 100 (x the tier ladder's GPUs)")
     out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
@@ -311,7 +317,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
                     break
                 points += mids
                 runner.run(mids)
-        result = summarise(sc, slo, lines, points, seeds, requests, engine, scales)
+        result = summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance)
         wall = time.perf_counter() - t0
         result["wall_s"] = round(wall, 1)
         staged = work / "outputs"
@@ -379,7 +385,7 @@ def _next_mid(points: list[Point], slo: SLOTarget, tolerance: float, sc, topo, m
     if not below:
         return None
     lo = below[-1]
-    if hi.gpus - lo.gpus <= max(1, tolerance * hi.gpus):
+    if within_tolerance(lo.gpus, hi.gpus, tolerance):
         return None
     for scale in (math.sqrt(lo.scale * hi.scale), (lo.scale + hi.scale) / 2):
         p = make(hi.line, round(scale, 9), "bisection")

@@ -22,8 +22,14 @@ def _num(v, digits=3):
     return None if v is None or not np.isfinite(v) else round(float(v), digits)
 
 
-def least(points, slo, column=None, ok=None) -> dict:
-    """The least evaluated budget meeting the SLO (``column``: a per-continent figure), with its bracket."""
+def within_tolerance(fails_gpus: int, meets_gpus: int, tolerance: float) -> bool:
+    """Whether a bracket is as narrow as bisection goes: one GPU, or ``tolerance`` of the GPUs."""
+    return meets_gpus - fails_gpus <= max(1, tolerance * meets_gpus)
+
+
+def least(points, slo, column=None, ok=None, tolerance=None) -> dict:
+    """The least evaluated budget meeting the SLO (``column``: a per-continent figure), with its bracket.
+    ``tolerance`` (a line's): say whether the bracket is narrower than it and the range the least budget lies in."""
     done = sorted((p for p in points if p.rows or not p.feasible), key=lambda p: p.scale)
     if ok is None:
         def ok(p):
@@ -31,8 +37,10 @@ def least(points, slo, column=None, ok=None) -> dict:
     meeting = [p for p in done if ok(p)]
     if not meeting:
         top = done[-1] if done else None
+        ran = [p for p in done if p.rows]
         return {"min_gpus_for_slo": None, "min_usd_per_hour_for_slo": None, "status": "not_met",
-                "largest_budget_tried_gpus": top.gpus if top else None}
+                "largest_budget_tried_gpus": top.gpus if top else None,
+                "budgets_simulated": len(ran), "largest_budget_simulated_gpus": ran[-1].gpus if ran else None}
     hi = meeting[0]
     below = [p for p in done if p.scale < hi.scale]
     out = {"min_gpus_for_slo": hi.gpus, "min_usd_per_hour_for_slo": hi.usd_per_hour,
@@ -43,8 +51,17 @@ def least(points, slo, column=None, ok=None) -> dict:
         iv = hi.ci95(slo.column)
         out["interval_at_least"] = ("one seed: no interval" if iv is None else
                                     "clears the SLO" if slo.met(iv[0]) and slo.met(iv[1]) else "straddles the SLO")
-    if any(not ok(p) for p in done if p.scale > hi.scale):
+    failing_above = [p for p in done if p.scale > hi.scale and not ok(p)]
+    if failing_above:
         out["non_monotone"] = True  # a larger budget failed again: the metric is noisy there
+    if tolerance is not None:
+        # Where the least budget lies: above the largest failing budget below it (0 when none), and at most the
+        # least budget from which every larger one meets the SLO (None: the largest tried failed again).
+        top = hi if not failing_above else next((p for p in done if p.scale > failing_above[-1].scale), None)
+        out["range_gpus"] = [below[-1].gpus if below else 0, top.gpus if top else None]
+        out["range_usd_per_hour"] = [below[-1].usd_per_hour if below else 0.0, top.usd_per_hour if top else None]
+        out["within_tolerance"] = bool(below) and not failing_above and within_tolerance(
+            below[-1].gpus, hi.gpus, tolerance)
     return out
 
 
@@ -55,18 +72,47 @@ def _ratio(a, b):
 BOUND_NOTE = {"lower_bound": " A lower bound: the baseline met the SLO at the smallest budget tried and may need less.",
               "upper_bound": " An upper bound: the edge met the SLO at the smallest budget tried and may need less.",
               "unknown": " Unknown: both lines met the SLO at the smallest budget tried, so each may need less and the "
-                         "ratio is bounded neither way (try smaller --budgets)."}
+                         "ratio is bounded neither way (try smaller --budgets).",
+              "range": " A range: a least budget is known only within a bracket wider than --tolerance (--max-steps "
+                       "ran out, or no budget between gives another GPU count) or its line is non-monotone (a larger "
+                       "budget failed again)."}
 
 
 def ratio_kind(edge: dict, central: dict) -> str | None:
     """What the iso-SLO ratio is when a least budget is only bounded: a line meeting the SLO at the smallest
-    budget may need less (its figure is an upper bound), one that never met it has no figure."""
+    budget may need less (its figure is an upper bound), one that never met it has no figure; with both bracketed,
+    ``range`` where a bracket is wider than the tolerance or a line is non-monotone."""
     if edge.get("min_gpus_for_slo") is None or central.get("min_gpus_for_slo") is None:
         return None
     e_low, c_low = (d["status"] == "at_or_below_smallest_budget" or d.get("at_or_below_smallest_budget", False)
                     for d in (edge, central))  # (a line's status says it; a continent's least says it apart)
-    return {(False, False): "exact", (False, True): "lower_bound", (True, False): "upper_bound"}.get(
+    kind = {(False, False): "exact", (False, True): "lower_bound", (True, False): "upper_bound"}.get(
         (e_low, c_low), "unknown")
+    loose = any(not d.get("within_tolerance", True) for d in (edge, central))  # (continents: not bisected)
+    return "range" if kind == "exact" and loose else kind
+
+
+def ratio_range(edge: dict, central: dict, key: str) -> list | None:
+    """[lowest, highest] the ratio can be from the two lines' ranges (``key``: range_gpus or range_usd_per_hour);
+    None for an unbounded end."""
+    e, c = edge.get(key), central.get(key)
+    if e is None or c is None or edge.get("min_gpus_for_slo") is None or central.get("min_gpus_for_slo") is None:
+        return None
+    return [0.0 if c[1] is None else _ratio(e[0], c[1]), _ratio(e[1], c[0])]
+
+
+def not_met_lines(r: dict) -> list[str]:
+    """The lines that never met the SLO (why a ratio is not available)."""
+    return [k for k, d in r["deployments"].items() if d["min_gpus_for_slo"] is None]
+
+
+def not_met_text(d: dict) -> str:
+    """What a not_met line tried: the largest budget, and whether anything was simulated at all."""
+    if not d.get("budgets_simulated"):
+        return (f"nothing simulated: every budget infeasible (largest {_f(d.get('largest_budget_tried_gpus'))} GPUs; "
+                "try larger --budgets)")
+    return (f"failed at every budget simulated ({d['budgets_simulated']}, up to "
+            f"{_f(d['largest_budget_simulated_gpus'])} GPUs)")
 
 
 def _continent_least(points, slo, cont) -> dict:
@@ -119,15 +165,17 @@ def point_dict(p, slo) -> dict:
     return out
 
 
-def summarise(sc, slo, lines, points, seeds, requests, engine, scales) -> dict:
+def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance=0.05) -> dict:
     """frontier.json (see the module docstring of :mod:`sim.frontier`)."""
     by_line = {line.key: [p for p in points if p.line == line] for line in lines}
-    deployments = {key: least(pts, slo) for key, pts in by_line.items()}
+    deployments = {key: least(pts, slo, tolerance=tolerance) for key, pts in by_line.items()}
     central = [line.key for line in lines if line.deployment == "central"]
     edge = deployments.get("edge", {})
     by_baseline = {k: {"cost": _ratio(edge.get("min_usd_per_hour_for_slo"), deployments[k]["min_usd_per_hour_for_slo"]),
                        "gpus": _ratio(edge.get("min_gpus_for_slo"), deployments[k]["min_gpus_for_slo"]),
-                       "kind": ratio_kind(edge, deployments[k])}
+                       "kind": ratio_kind(edge, deployments[k]),
+                       "cost_range": ratio_range(edge, deployments[k], "range_usd_per_hour"),
+                       "gpus_range": ratio_range(edge, deployments[k], "range_gpus")}
                    for k in central}
     first = by_baseline.get(central[0], {}) if central else {}
     per_continent = {}
@@ -156,67 +204,22 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales) -> dict:
             "inventory_scales": scales, "method": METHOD,
             "deployments": deployments, "baseline": central[0] if central else None,
             "iso_slo_cost_ratio": first.get("cost"), "iso_slo_gpu_ratio": first.get("gpus"),
-            "iso_slo_ratio_kind": first.get("kind"),
+            "iso_slo_ratio_kind": first.get("kind"), "iso_slo_cost_ratio_range": first.get("cost_range"),
+            "iso_slo_gpu_ratio_range": first.get("gpus_range"), "tolerance": tolerance,
             "iso_slo_ratio_by_baseline": by_baseline, "per_continent": per_continent,
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 
 
 def write_outputs(frontier) -> Path:
+    from sim.frontier_plot import plot_frontier
+
     out = Path(frontier.path)
     rows_frame(frontier.points).to_parquet(out / "frontier.parquet", index=False)
     (out / "frontier.json").write_text(json.dumps(frontier.result, indent=2))
     plot_frontier(frontier, out / "frontier.png")
     (out / "report.md").write_text("\n".join(report_lines(frontier)) + "\n")
     return out
-
-
-def plot_frontier(frontier, path: Path) -> Path:
-    from sim.plots import pyplot
-
-    plt = pyplot()
-    slo = frontier.slo
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), dpi=90)
-    # TTFT p95 counting requests never answered as late: a point is missing where the p95 fell on them.
-    panels = ((axes[0], "gpus", "ttft_p95_ms_all", "GPUs", "TTFT p95 (ms)"),
-              (axes[1], "gpus", "slo_attainment", "GPUs", "SLO attainment"),
-              (axes[2], "usd_per_hour", "ttft_p95_ms_all", "$ per hour", "TTFT p95 (ms)"))
-    for line in frontier.lines:
-        pts = sorted((p for p in frontier.points if p.line == line and p.rows), key=lambda p: p.scale)
-        if not pts:
-            continue
-        for ax, xcol, ycol, _, _ in panels:
-            x = [getattr(p, xcol) for p in pts]
-            y = [p.mean(ycol) if all(r.get(ycol) is not None and np.isfinite(r[ycol]) for r in p.rows)
-                 else np.nan for p in pts]
-            err = [p.ci95(ycol) for p in pts]
-            lo = [min(max(v - e[0], 0.0), 0.5 * v) if e and np.isfinite(v) else 0.0  # log axes: bars stay > 0
-                  for v, e in zip(y, err, strict=True)]
-            hi = [max(e[1] - v, 0.0) if e and np.isfinite(v) else 0.0 for v, e in zip(y, err, strict=True)]
-            ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=4, capsize=2,
-                        ls="-" if line.deployment == "edge" else "--", label=line.key)
-        best = frontier.result["deployments"][line.key]
-        if best.get("min_gpus_for_slo"):
-            axes[0].axvline(best["min_gpus_for_slo"], color=axes[0].lines[-1].get_color(), lw=0.8, ls=":")
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
-    for ax, _, ycol, xlabel, ylabel in panels:
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        if ycol != "slo_attainment":
-            ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3, which="both")
-        if ycol == slo.column:
-            ax.axhline(slo.threshold, color="k", lw=0.8, ls=":", label=f"SLO: {slo.text}")
-        ax.legend(fontsize=8)
-    fig.suptitle(f"edgepop frontier: {frontier.scenario}, SLO {slo.text} (dotted verticals: least GPUs meeting it)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
 
 
 def _f(v, digits=1):
@@ -242,19 +245,23 @@ def report_lines(frontier) -> list[str]:
              "## Least budget meeting the SLO", "",
              "| deployment | least GPUs | least $/hour | status | fails at GPUs |", "|---|---|---|---|---|"]
     for key, d in r["deployments"].items():
+        fails = _f(d.get("fails_at_gpus")) if d["status"] != "not_met" else (
+            f"every budget simulated (up to {_f(d['largest_budget_simulated_gpus'])})" if d.get("budgets_simulated")
+            else "none simulated")
         lines.append(f"| {key} | {_f(d['min_gpus_for_slo'])} | {_f(d['min_usd_per_hour_for_slo'], 2)} | "
-                     f"{d['status']}{' (non-monotone)' if d.get('non_monotone') else ''}"
-                     f"{'; interval ' + d['interval_at_least'] if d.get('interval_at_least') else ''} | "
-                     f"{_f(d.get('fails_at_gpus'))} |")
+                     f"{status_text(d)}"
+                     f"{'; interval ' + d['interval_at_least'] if d.get('interval_at_least') else ''} | {fails} |")
     if not has_ratio(r):
         lines += ["", f"No iso-SLO cost ratio: {NO_RATIO}.", ""]
     else:
+        kind = r["iso_slo_ratio_kind"]
         lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
-                      f"**{_f(r['iso_slo_cost_ratio'], 3)}** ({r['iso_slo_ratio_kind'] or 'not available'}); "
-                      f"GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}." + BOUND_NOTE.get(r["iso_slo_ratio_kind"], ""), ""]
+                      f"**{_f(r['iso_slo_cost_ratio'], 3)}** "
+                      f"({headline_note(r)}); "
+                      f"GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}." + BOUND_NOTE.get(kind, ""), ""]
         for key, v in r["iso_slo_ratio_by_baseline"].items():
             lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)} "
-                         f"({v['kind'] or 'not available'})")
+                         f"({ratio_note(v['kind'], v.get('cost_range'), missing_lines(r, key))})")
     keys = [line.key for line in frontier.lines]
     lines += ["", "## TTFT at equal cost (mean over seeds; p95 counts requests never answered as late, "
                   "'-' where it falls on them)", "",
@@ -287,6 +294,35 @@ def report_lines(frontier) -> list[str]:
             f"{p['line']} at x{p['inventory_scale']:g} ({p['gpus']} GPUs): {p['infeasible']}" for p in infeasible)]
     lines += ["", "![frontier](frontier.png)", ""]
     return lines
+
+
+def status_text(d: dict) -> str:
+    """A line's status as report.md and the terminal print it: what is bracketed loosely, what never met it."""
+    if d["status"] == "not_met":
+        return f"not_met: {not_met_text(d)}"
+    text = d["status"] + (" (non-monotone: a larger budget failed again)" if d.get("non_monotone") else "")
+    if d["status"] == "bracketed" and not d.get("non_monotone") and d.get("within_tolerance") is False:
+        text += f" ({_f(d['fails_at_gpus'])}-{_f(d['min_gpus_for_slo'])} GPUs: wider than --tolerance)"
+    return text
+
+
+def missing_lines(r: dict, baseline: str) -> list[str]:
+    return [k for k in ("edge", baseline) if k in r["deployments"] and k in not_met_lines(r)]
+
+
+def ratio_note(kind, rng, missing) -> str:
+    """The ratio's kind, its range where it is one, or which line never met the SLO."""
+    if kind is None:
+        return f"not available: {' and '.join(missing)} never met the SLO" if missing else "not available"
+    if kind != "range" or not rng:
+        return kind
+    lo, hi = rng
+    return f"range: {'at least ' + format(lo, '.3f') if hi is None else format(lo, '.3f') + ' to ' + format(hi, '.3f')}"
+
+
+def headline_note(r: dict) -> str:
+    """The first baseline's ratio note (report.md and the terminal)."""
+    return ratio_note(r["iso_slo_ratio_kind"], r["iso_slo_cost_ratio_range"], missing_lines(r, r["baseline"]))
 
 
 def _continent_cell(d: dict) -> str:

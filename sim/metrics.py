@@ -56,6 +56,10 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "ttft_ms_all_tasks": percentiles(frame.ttft_ms[ok]),
         "ttft_ms_counting_failures": counting_failures(frame.ttft_ms[gen & ~batch].to_numpy(dtype=float),
                                                        (frame.outcome[gen & ~batch] == "ok").to_numpy()),
+        # the same for the other latencies an SLO may be set on (frontier): shed load must not look fast
+        "tpot_ms_counting_failures": _counting(frame.tpot_ms, frame.outcome, gen & ~batch),
+        "e2e_ms_counting_failures": _counting(frame.e2e_ms, frame.outcome, ~batch),
+        "queue_ms_counting_failures": _counting(frame.queue_ms, frame.outcome, ~batch),
         "generation_requests": int((gen & ~batch).sum()),  # (whatever their outcome: the line above's population)
         "tpot_ms": percentiles(frame.tpot_ms[ok & gen]),
         "itl_ms": itl_percentiles(frame[list(ITL_COLUMNS)][gen.to_numpy() & ~batch]),  # copy those columns only
@@ -99,6 +103,21 @@ def counting_failures(values: np.ndarray, ok: np.ndarray, pcts=(50, 90, 95, 99))
         return {f"p{p}": None for p in pcts}
     out = np.percentile(v, pcts, method="higher")
     return {f"p{p}": (round(float(x), 3) if np.isfinite(x) else None) for p, x in zip(pcts, out, strict=True)}
+
+
+def _counting(values: pd.Series, outcome: pd.Series, population, pcts=(50, 90, 95, 99)) -> dict:
+    """Percentiles over ``population`` with requests not ended ok counted as never answered (None where a percentile
+    falls on them), by numpy's linear interpolation as the answered requests' own: with every request answered they
+    are the same figures. An answered request without the figure (one output token: no TPOT) is left out."""
+    v, ok = values[population].to_numpy(dtype=float), (outcome[population] == "ok").to_numpy()
+    keep = ~ok | np.isfinite(v)
+    v, ok = v[keep], ok[keep]
+    if not ok.any():
+        return {f"p{p}": None for p in pcts}
+    top = float(v[ok].max())
+    late = top + abs(top) + 1e12  # above every answer: a percentile that reaches it falls on the unanswered
+    out = np.percentile(np.where(ok, v, late), pcts)
+    return {f"p{p}": (round(float(x), 3) if x <= top else None) for p, x in zip(pcts, out, strict=True)}
 
 
 def fault_block(frame: pd.DataFrame) -> dict:

@@ -80,8 +80,9 @@ def summary_rows(summary: dict) -> list[dict]:
                 row[f"{metric[:-3]}_{p}_ms"] = block[metric][p]
         row.update({k: block[k] for k in DEPLOYMENT_FIGURES})
         row["slo_met"] = block.get("slo_met")  # a count: costs per SLO-met request divide by it exactly
-        for p, v in block.get("ttft_ms_counting_failures", {}).items():  # a request not answered misses the SLO
-            row[f"ttft_{p}_ms_all"] = v
+        for metric in ("ttft", "tpot", "e2e", "queue"):  # a request not answered misses a latency SLO
+            for p, v in block.get(f"{metric}_ms_counting_failures", {}).items():
+                row[f"{metric}_{p}_ms_all"] = v
         ok = block["outcomes"]["ok"]
         row["gpu_usd_per_1k_ok"] = 1000.0 * block["gpu_usd"] / ok if ok else None
         row["placement"] = block["placement"]["policy"]

@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -264,4 +265,161 @@ def test_a_continents_ratio_is_as_bounded_as_its_least_budgets(tmp_path):
     assert kinds.get("NA") == "lower_bound"  # (this run: central met North America's SLO at its 11 GPUs)
     assert "A continent's lower_bound ratio: the baseline met the SLO at the smallest budget tried" in report
     assert r["deployments"]["central:big3"]["status"] == "not_met" and r["iso_slo_ratio_kind"] is None
-    assert "- against central:big3: cost ratio -, GPU ratio - (not available)" in report and "None" not in report
+    assert ("- against central:big3: cost ratio -, GPU ratio - (not available: central:big3 never met the SLO)"
+            in report and "None" not in report)
+
+
+SMALL = Path(__file__).resolve().parents[2] / "sim" / "scenarios" / "small.toml"
+
+
+def test_shedding_load_does_not_pass_any_latency_slo(tmp_path):
+    """Requests never answered count as over the limit for every latency metric, not only TTFT: at rps 300 the
+    small scenario's 23 edge GPUs reject requests, and its queue p95 over the answered ones alone was 0 ms."""
+    from sim.frontier import SLO_METRICS, Line, Point
+
+    for metric in SLO_METRICS:
+        slo = parse_slo(f"{metric}=1")
+        assert slo.column == (metric if slo.higher_is_better else f"{metric}_all")
+    from edgepop.stats import percentiles
+    from sim.metrics import _counting
+
+    wait = pd.Series(np.random.default_rng(1).lognormal(5, 1, 1001))
+    answered, everyone = pd.Series(["ok"] * 1001), np.ones(1001, bool)
+    assert _counting(wait, answered, everyone) == {k: v for k, v in percentiles(wait).items() if k[0] == "p"}
+    assert _counting(wait, pd.Series(["rejected"] * 60 + ["ok"] * 941), everyone)["p95"] is None  # 6% unanswered
+    shed = Point(Line("edge"), 1.0, 23, 1.0, True, rows=[{"queue_p95_ms": 0.0, "queue_p95_ms_all": None}])
+    assert not shed.meets(parse_slo("queue_p95_ms=100"))
+    hot = tmp_path / "hot.toml"
+    hot.write_text(SMALL.read_text().replace("rps = 25.0", "rps = 300.0"))
+    f = run_frontier(hot, slo="queue_p95_ms=100", budgets=[0.01, 0.03], absolute=True, seeds=[7], requests=3000,
+                     max_steps=0, workers=1, only="edge", out=tmp_path / "f", progress=False)
+    rows = pd.read_parquet(tmp_path / "f" / "frontier.parquet").set_index("gpus")
+    assert rows.loc[23, "rejected"] > 0 and rows.loc[23, "queue_p95_ms"] == 0.0  # shed: nothing queued
+    for metric in ("queue", "e2e", "tpot"):  # each latency's percentile counting the unanswered is in the rows
+        assert f"{metric}_p95_ms_all" in rows
+    assert f.result["deployments"]["edge"]["min_gpus_for_slo"] == 68
+    assert f.result["deployments"]["edge"]["fails_at_gpus"] == 23
+
+
+def _points(line, spec):
+    """Points of ``line`` from (GPUs, meets) pairs: e2e p95 of 100 ms meets an SLO of 150, 200 fails it."""
+    from sim.frontier import Point
+
+    return [Point(line, g / 10, g, 4.0 * g, True, rows=[{"e2e_p95_ms_all": 100.0 if ok else 200.0}])
+            for g, ok in spec]
+
+
+def _frontier(tmp_path, edge, central, tolerance=0.05):
+    from types import SimpleNamespace
+
+    from sim.frontier import Frontier, Line
+    from sim.frontier_report import summarise
+
+    slo = parse_slo("e2e_p95_ms=150")
+    lines = [Line("edge"), Line("central", "big3")]
+    points = _points(lines[0], edge) + _points(lines[1], central)
+    sc = SimpleNamespace(name="toy", central=SimpleNamespace(budget="gpus"))
+    scales = sorted({p.scale for p in points})
+    result = summarise(sc, slo, lines, points, [1], None, "local", scales, tolerance)
+    result["wall_s"] = 0.0
+    return Frontier("toy", slo, lines, points, result, tmp_path, 0.0)
+
+
+def test_a_ratio_is_exact_only_when_both_brackets_are_tight_and_monotone(tmp_path, capsys, monkeypatch):
+    """A non-monotone line (46 GPUs met, 50 failed again) or a bracket wider than the tolerance (30..40 GPUs:
+    --max-steps ran out) read "exact"; the ratio is then a range, from the brackets, in JSON, report.md and the
+    terminal."""
+    monkeypatch.setenv("COLUMNS", "250")  # the terminal table unwrapped
+    from sim.cli_frontier import print_frontier
+    from sim.frontier_report import report_lines
+
+    tight = [(20, False), (21, True), (60, True)]
+    f = _frontier(tmp_path, [(20, False), (21, True), (60, True)], tight)
+    assert f.result["iso_slo_ratio_kind"] == "exact" and f.result["iso_slo_gpu_ratio_range"] == [0.952, 1.05]
+    f = _frontier(tmp_path, [(40, False), (46, True), (50, False), (60, True)], tight)
+    edge = f.result["deployments"]["edge"]
+    assert edge["non_monotone"] and edge["range_gpus"] == [40, 60] and not edge["within_tolerance"]
+    assert f.result["iso_slo_ratio_kind"] == "range"
+    assert f.result["iso_slo_gpu_ratio_range"] == [round(40 / 21, 3), 3.0]
+    f = _frontier(tmp_path, [(30, False), (40, True)], [(30, False), (40, True)])
+    assert f.result["iso_slo_cost_ratio"] == 1.0 and f.result["iso_slo_ratio_kind"] == "range"
+    assert f.result["iso_slo_cost_ratio_range"] == [0.75, round(40 / 30, 3)]
+    report = "\n".join(report_lines(f))
+    print_frontier(f)
+    terminal = " ".join(capsys.readouterr().out.split())
+    for text in (report, terminal):
+        assert "1.000 (range: 0.750 to 1.333)" in " ".join(text.split()).replace("**", "")
+        assert "30-40 GPUs: wider than --tolerance" in " ".join(text.split())
+    assert _frontier(tmp_path, [(30, False), (40, True)], tight, tolerance=0.3).result["iso_slo_ratio_kind"] == "exact"
+
+
+def test_lines_that_never_met_the_slo_say_what_they_tried(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # the terminal table unwrapped
+    from sim.cli_frontier import print_frontier
+    from sim.frontier_report import report_lines
+
+    f = _frontier(tmp_path, [(20, False), (21, True)], [(20, False), (21, False)])
+    central = f.result["deployments"]["central:big3"]
+    assert central["budgets_simulated"] == 2 and central["largest_budget_simulated_gpus"] == 21
+    report = "\n".join(report_lines(f))
+    print_frontier(f)
+    terminal = " ".join(capsys.readouterr().out.split())
+    assert "| not_met: failed at every budget simulated (2, up to 21 GPUs) | every budget simulated (up to 21) |" \
+        in report
+    assert "not_met: failed at every budget simulated (2, up to 21 GPUs)" in terminal
+    for text in (report, terminal):
+        assert "(not available: central:big3 never met the SLO)" in text
+
+
+def test_a_frontier_that_simulated_nothing_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # the terminal table unwrapped
+    assert main(["frontier", "--scenario", "small", "--budgets", "0.001,0.004", "--max-steps", "0", "--workers",
+                 "1", "--out", str(tmp_path / "o")]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    report = (tmp_path / "o" / "report.md").read_text()
+    for text in (terminal, report):
+        assert "nothing simulated: every budget infeasible" in text and "try larger --budgets" in text
+        assert "edge and central:big3 never met the SLO" in text
+
+
+def test_the_figure_plots_the_slos_metric_with_its_limit_and_unanswered_points(tmp_path):
+    from sim.frontier import Point
+    from sim.frontier_plot import frontier_figure
+    from sim.plots import pyplot
+
+    f = _frontier(tmp_path, [(20, False), (27, True), (45, True)], [(20, False), (27, True), (45, True)])
+    f.points.append(Point(f.lines[0], 1.5, 15, 60.0, True, rows=[{"e2e_p95_ms_all": None}]))  # on unanswered
+    plt = pyplot()
+    fig = frontier_figure(f, plt)
+    first = fig.axes[0]
+    assert first.get_ylabel().startswith("E2E p95 (ms)")
+    assert any(list(ln.get_ydata()) == [150, 150] for ln in first.lines)  # the SLO's limit
+    assert any(ln.get_marker() == "^" for ln in first.lines)  # the point whose p95 fell on unanswered requests
+    fig.canvas.draw()
+    labels = [t.get_text() for t in first.get_xticklabels() if t.get_text()]
+    assert len(labels) >= 2 and all(re.search(r"\d", t) for t in labels)  # GPU numbers within one decade
+    plt.close(fig)
+
+
+def test_a_shares_interval_stays_within_0_and_1():
+    from sim.frontier import Line, Point
+
+    p = Point(Line("edge"), 1.0, 10, 1.0, True, rows=[{"slo_attainment": v} for v in (1.0, 0.99, 1.0)])
+    lo, hi = p.ci95("slo_attainment")
+    assert 0.0 <= lo < hi == 1.0
+
+
+@pytest.mark.parametrize("budgets", ["1e-12,2e-12", "1,1.0000000001"])
+def test_budgets_equal_or_zero_once_rounded_are_refused(budgets, capsys, tmp_path):
+    argv = ["frontier", "--scenario", "small", "--requests", "300", "--only", "edge", "--max-steps", "0",
+            "--workers", "1", "--out", str(tmp_path / "o"), "--budgets", budgets]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "budgets must be at least two different positive numbers" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_negative_budget_is_pointed_at(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["frontier", "--out", str(tmp_path / "o"), "--budgets", "-1,1"])
+    assert "--budgets=VALUE" in capsys.readouterr().err
