@@ -59,8 +59,8 @@ def main() -> None:
     for key, d in r["deployments"].items():
         print(f"{key:>20s}: least GPUs {d['min_gpus_for_slo']}, least $/hour {d['min_usd_per_hour_for_slo']} "
               f"({d['status']})")
-    print(f"iso-SLO cost ratio (edge / {r['baseline']}): {r['iso_slo_cost_ratio']}; {runs} runs in {wall:.0f} s; "
-          f"outputs in {out}")
+    print(f"iso-SLO cost ratio (edge / {r['baseline']}): {r['iso_slo_cost_ratio']} ({r['iso_slo_ratio_kind']}; range "
+          f"{r['iso_slo_cost_ratio_range']}); {runs} runs in {wall:.0f} s; outputs in {out}")
     print(json_line({"benchmark": "frontier", "scenario": "default", "slo": r["slo"]["text"],
                       "deployments": len(r["deployments"]), "budgets": len(DEFAULT_BUDGETS), "seeds": len(seeds),
                       "runs": runs, "requests_per_run": args.requests, "cpus": os.cpu_count(),
@@ -68,6 +68,9 @@ def main() -> None:
                       # on a shared machine wall time says little: CPU time over the cores used is the estimate
                       "idle_2core_estimate_s": estimate, "estimate_parallelism": parallel, "goal_wall_s": 600, "meets_goal": wall <= 600,
                       "iso_slo_cost_ratio": r["iso_slo_cost_ratio"], "iso_slo_gpu_ratio": r["iso_slo_gpu_ratio"],
+                      # "exact" only when both lines are monotone and bracketed within the tolerance
+                      "iso_slo_ratio_kind": r["iso_slo_ratio_kind"],
+                      "iso_slo_cost_ratio_range": r["iso_slo_cost_ratio_range"],
                       "min_gpus_for_slo": {k: d["min_gpus_for_slo"] for k, d in r["deployments"].items()},
                       "min_usd_per_hour_for_slo": {k: d["min_usd_per_hour_for_slo"]
                                                    for k, d in r["deployments"].items()}}))
