@@ -22,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("--scenario", default="default", help="embedded scenario name or a TOML file (default: default)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--requests", type=int, help="number of requests (overrides the scenario)")
-    size.add_argument("--duration", type=float, metavar="S", help="simulated seconds of arrivals")
+    size.add_argument("--duration", type=float, metavar="S",
+                      help="simulated seconds of arrivals (overrides the scenario; a trace replay stops there too)")
     p.add_argument("--seed", type=seed_arg, help="random seed (overrides the scenario)")
     p.add_argument("--trace", help="replay an Azure LLM trace CSV or a Mooncake JSONL instead of Poisson arrivals")
     p.add_argument("--fail", action="append", default=[], metavar="SPEC",

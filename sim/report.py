@@ -104,7 +104,11 @@ def notes(summary: dict) -> list[str]:
                    "interval is within this run: its arrivals and its placement (built for this workload) are held "
                    + seeds)
     trace = summary.get("trace")
-    if trace and trace.get("asked") and trace["requests"] < trace["asked"]:
+    if trace and trace.get("limited_by") == "duration_s":  # the time cut, not the trace, ended the replay
+        asked = f" of the {trace['asked']:,} asked for" if trace.get("asked") else ""
+        out.append(f"duration_s = {trace['duration_s']:g} s cut the replay of {trace['file']} to "
+                   f"{trace['requests']:,} requests{asked} (the trace holds {trace['held']:,}).")
+    elif trace and trace.get("asked") and trace["requests"] < trace["asked"]:
         out.append(f"The trace {trace['file']} holds {trace['requests']:,} requests, fewer than the "
                    f"{trace['asked']:,} asked for: all of them were replayed.")
     misroute = (summary.get("network") or {}).get("anycast_misroute") or 0.0

@@ -79,17 +79,18 @@ def with_run_overrides(sc: Scenario, *, requests: int | None = None, duration_s:
             raise UserError(f"duration must be positive, got {duration_s}")
         if duration_s == float("inf"):
             raise UserError("duration must be finite, got inf (a run that would never end)")
-        if is_trace:
-            raise UserError("a duration cannot be combined with trace replay (use --requests to limit it)")
+        # as the file's duration_s: a replay stops there; it replaces the scenario's size (trace_limit too)
         wl.update(duration_s=duration_s, requests=None)
+        if is_trace and requests is None:
+            wl.update(trace_limit=None)
     size = {"kind": sc.workload.kind, "requests": sc.workload.requests, "duration_s": sc.workload.duration_s, **wl}
     if size["kind"] == "poisson" and size["requests"] is None and size["duration_s"] is None:
         # a scenario file may leave the size to the command line (--requests / --duration)
         raise UserError(f"{sc.source} [workload]: no size: give requests (a count) or duration_s (seconds) in "
                         "the file, or --requests / --duration")
-    if size["kind"] == "poisson" and wl:  # the command line's size, checked as the file's is
-        check_size("--requests / --duration", size["requests"], size["duration_s"], sc.workload.rps,
-                   sc.workload.bursts)
+    if wl:  # the command line's size, checked as the file's is (a trace's without a rate)
+        check_size("--requests / --duration", size["requests"], size["duration_s"],
+                   None if is_trace else sc.workload.rps, sc.workload.bursts)
     over = {"workload": wl} if wl else {}
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)
                              or not 0 <= seed <= MAX_INT):
@@ -327,6 +328,20 @@ def paired_gains(setup: Setup, runs: list) -> dict:
     return out
 
 
+def trace_block(wl, workload, replayed: int) -> dict:
+    """Where a replay's arrivals came from, and which limit set their count: ``limited_by`` is ``trace`` (all
+    the file holds), ``trace_limit``, ``requests`` or ``duration_s`` (a cut in time)."""
+    held = workload.trace_rows if workload.trace_rows is not None else replayed
+    caps = {k: v for k, v in (("trace", held), ("trace_limit", wl.trace_limit), ("requests", wl.requests))
+            if v is not None}
+    asked = min((v for k, v in caps.items() if k != "trace"), default=None)
+    # fewer rows than the least count limit: the time cut ended it (a tie goes to the trace's own length)
+    by = "duration_s" if replayed < min(caps.values()) else min(caps, key=caps.get)
+    return {"file": wl.trace or workload.source,  # (no trace line: the shipped file, by the name it was read as)
+            "format": wl.kind, "speed": wl.trace_speed, "requests": replayed, "asked": asked, "held": held,
+            "duration_s": wl.duration_s, "limited_by": by}
+
+
 def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,
                  duration_s: float | None = None, seed: int | None = None, trace: str | None = None,
                  faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
@@ -367,8 +382,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                            "anycast_misroute": sc.anycast_misroute}}
     wl = sc.workload
     if wl.is_trace:  # where the arrivals came from (a Poisson run's are the scenario's own workload table)
-        summary["trace"] = {"file": str(wl.trace), "format": wl.kind, "speed": wl.trace_speed,
-                            "requests": int(len(setup.frame)), "asked": wl.trace_limit or wl.requests}
+        summary["trace"] = trace_block(wl, setup.workload, int(len(setup.frame)))
     if "edge" in blocks and "central" in blocks:
         summary["gains"] = paired_gains(setup, runs)
     total_sim = sum(r.stats["sim_wall_s"] for r in runs)

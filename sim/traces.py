@@ -95,14 +95,23 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
     for col in AZURE_COLUMNS:
         if col not in raw.columns:
             raise TraceFileError(path, 1, col, f"missing column in the header (need {','.join(AZURE_COLUMNS)})")
+    _check_header_once(path)
     raw = raw[~raw.fillna("").apply(lambda col: col.str.strip() == "").all(axis=1)]
     if raw.empty:
         raise TraceFileError(path, None, None, "no data rows")
     text = raw.TIMESTAMP.fillna("").str.strip()
     ts = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
     # (pandas also reads 'now' and 'today', the clock's time: a replay would differ from run to run)
-    not_time = ts.isna().to_numpy() | ~text.str.match(r"\d{4}-?\d{2}-?\d{2}").to_numpy(dtype=bool)
+    # ([0-9], not \d: \d also matches other scripts' digits, which no trace writer emits)
+    not_time = ts.isna().to_numpy() | ~text.str.match(r"[0-9]{4}-?[0-9]{2}-?[0-9]{2}").to_numpy(dtype=bool)
     _first_bad(path, raw.TIMESTAMP, not_time, "TIMESTAMP", "is not a time like '2023-11-16 18:15:46.68'")
+    # a row without a UTC offset among rows with one would be read as UTC: hours off, silently
+    aware = text.str.contains(r"[T ][0-9:.,]*[0-9]\s*(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)$").to_numpy(dtype=bool)
+    if aware.any() and not aware.all():
+        first = _row_line(path, int(raw.index[0]))
+        _first_bad(path, raw.TIMESTAMP, aware != aware[0], "TIMESTAMP",
+                   f"{'has no' if aware[0] else 'has a'} UTC offset, unlike line {first}: give every row an "
+                   "offset, or none (UTC)")
     # (nanosecond timestamps hold the years 1678-2261 only)
     far = ((ts < pd.Timestamp("1678-01-01", tz="UTC")) | (ts > pd.Timestamp("2261-12-31", tz="UTC"))).to_numpy()
     _first_bad(path, raw.TIMESTAMP, far, "TIMESTAMP", "is outside the years 1678-2261")
@@ -111,7 +120,7 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
     tokens = []
     for col in AZURE_COLUMNS[1:]:
         text = raw[col].str.strip()
-        ok = text.str.fullmatch(r"\d{1,18}").to_numpy(dtype=bool)
+        ok = text.str.fullmatch(r"[0-9]{1,18}").to_numpy(dtype=bool)
         _first_bad(path, raw[col], ~ok, col, "is not a non-negative integer")
         counts = text.astype(np.int64).to_numpy()
         _first_bad(path, raw[col], counts > MAX_TOKENS, col, f"is more than {MAX_TOKENS:,} tokens")
@@ -119,6 +128,17 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
     empty = np.empty(len(raw), object)
     empty.fill(())
     return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path, "TIMESTAMP")
+
+
+def _check_header_once(path: Path) -> None:
+    """A needed column named twice: pandas would rename the second (``TIMESTAMP.1``) and ignore it."""
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        header = next(csv.reader(fh), [])
+    for col in AZURE_COLUMNS:
+        at = [i for i, name in enumerate(header, start=1) if name == col]
+        if len(at) > 1:
+            raise TraceFileError(path, 1, col, f"{col!r} names columns {at[0]} and {at[1]} of the header: which "
+                                 "one to read is unclear, keep one")
 
 
 def _first_long_row(path: Path) -> int | None:
@@ -211,8 +231,15 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
         if not isinstance(hid, list) or any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < 2**63
                                             for h in hid):
             raise TraceFileError(path, line, "hash_ids", f"{hid!r} is not a list of integers in [0, 2**63)")
+        prompt = _int_field(path, line, rec, "input_length")
+        blocks = -(-prompt // MOONCAKE_BLOCK_TOKENS)
+        # one id per 512-token block of the prompt ([] or none: not tracked); more would credit the prefix cache
+        # with tokens the prompt does not have, fewer would leave its tail uncounted
+        if hid and len(hid) != blocks:
+            raise TraceFileError(path, line, "hash_ids", f"{len(hid)} ids for input_length {prompt}: expected "
+                                 f"{blocks} (one per {MOONCAKE_BLOCK_TOKENS}-token block, the last one partial)")
         times.append(ts)
-        prompts.append(_int_field(path, line, rec, "input_length"))
+        prompts.append(prompt)
         outputs.append(_int_field(path, line, rec, "output_length"))
         hashes.append(tuple(hid))
     if not times:

@@ -57,6 +57,8 @@ class Workload:
     seed: object = None  # the seed of the generator used, when known
     source: str = "poisson"  # "poisson" or the replayed trace's file name
     meta: dict = field(default_factory=dict)
+    # requests the replayed trace file holds, before trace_limit and the cuts (not stored in parquet files)
+    trace_rows: int | None = None
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -162,8 +164,9 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
     catalog = catalog or default_catalog()
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     cities = city_table(topo)
+    rows = None
     if config.is_trace:
-        cols, source = _replay(config, catalog, cities, rng)
+        cols, source, rows = _replay(config, catalog, cities, rng)
     else:
         cols, source = _poisson(config, catalog, cities, rng), "poisson"
     frame = _frame(cols, cities, catalog, config, rng)
@@ -173,7 +176,7 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
                         "the bursts' multipliers and spans, or the rate")
     if getattr(topo, "last_mile_mode", "fixed") != "fixed":  # users straight to a region pay their own last mile
         frame["last_mile_ms"] = cities.last_mile_ms[frame.city.to_numpy()]
-    return Workload(frame, config, _seed_of(rng), source)
+    return Workload(frame, config, _seed_of(rng), source, trace_rows=rows)
 
 
 def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.random.Generator) -> dict:
@@ -296,7 +299,7 @@ def _check_bursts(cfg: WorkloadConfig, groups: Groups) -> None:
 
 
 def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.random.Generator
-            ) -> tuple[dict, str]:
+            ) -> tuple[dict, str, int]:
     try:
         spec = catalog[cfg.trace_model]
     except UserError as exc:
@@ -305,6 +308,7 @@ def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rando
         raise UserError(f"workload trace_model: {cfg.trace_model!r} is a {spec.task} model; traces replay "
                         "LLM requests, so it must be a text-generation model")
     trace, name = read_trace(cfg.trace, cfg.kind)
+    rows = len(trace)
     order = np.argsort(trace.arrival_s.to_numpy(), kind="stable")
     if cfg.trace_limit is not None:
         order = order[:cfg.trace_limit]
@@ -317,7 +321,7 @@ def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rando
     return {"t": t, "city": cities.draw_by_population(rng, n), "model": np.zeros(n, np.int64),
             "models": [cfg.trace_model],
             "prompt": trace.prompt_tokens.to_numpy(), "output": trace.output_tokens.to_numpy(),
-            "session": np.full(n, -1, np.int64), "hash_ids": trace.hash_ids.to_numpy()}, name
+            "session": np.full(n, -1, np.int64), "hash_ids": trace.hash_ids.to_numpy()}, name, rows
 
 
 def _frame(cols: dict, cities: Cities, catalog: Catalog, cfg: WorkloadConfig, rng: np.random.Generator

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from edgepop.errors import UserError
 from sim.tokens import TaskTokens, tokens_from_dict
-from sim.traces import MAX_SPAN_S, TRACE_FORMATS
+from sim.traces import MAX_SPAN_S, MAX_TOKENS, TRACE_FORMATS
 from sim.validate import boolean, fraction, number, opt_integer, opt_number
 from topology.pops import CONTINENTS
 
@@ -106,7 +106,8 @@ class WorkloadConfig:
         c.requests = opt_integer(where, "requests", d.get("requests"), 1)
         c.duration_s = opt_number(where, "duration_s", d.get("duration_s"), 0.0, lo_open=True)
         c.rps = number(where, "rps", d.get("rps", c.rps), 0.0, lo_open=True, hi=MAX_RPS)
-        check_size(where, c.requests, c.duration_s, c.rps)
+        rate = None if c.is_trace else c.rps  # (a trace has no rps: its own arrivals set the count)
+        check_size(where, c.requests, c.duration_s, rate)
         if "start_utc" in d:
             c.start_utc = _parse_time("start_utc", d["start_utc"], where)
         comp = opt_number(where, "day_compression", d.get("day_compression"), 0.0)
@@ -118,14 +119,16 @@ class WorkloadConfig:
         c.mix = _mix(where, d["mix"]) if "mix" in d else None
         c.tokens = tokens_from_dict(d.get("tokens"), where)
         c.bursts = _bursts(where, d.get("bursts", []))
-        check_size(where, c.requests, c.duration_s, c.rps, c.bursts)
+        check_size(where, c.requests, c.duration_s, rate, c.bursts)
         c.session_fraction = fraction(where, "session_fraction", d.get("session_fraction", 0.0))
         c.session_turns = number(where, "session_turns", d.get("session_turns", c.session_turns), 1.0, hi=1000.0)
         c.think_time_s = number(where, "think_time_s", d.get("think_time_s", c.think_time_s), 0.0, lo_open=True,
                                 hi=86_400.0)
         c.block_tokens = opt_integer(where, "block_tokens", d.get("block_tokens", c.block_tokens), 1) or 0
-        if not c.block_tokens:
-            raise UserError(f"{where}: block_tokens must be an integer >= 1, got {d.get('block_tokens')!r}")
+        # (a block past the longest prompt is one block anyway; an unbounded int overflows numpy's int64)
+        if not 1 <= c.block_tokens <= MAX_TOKENS:
+            raise UserError(f"{where}: block_tokens must be an integer in [1, {MAX_TOKENS:,}], "
+                            f"got {d.get('block_tokens')!r}")
         c.batch_fraction = fraction(where, "batch_fraction", d.get("batch_fraction", 0.0))
         c.reject_if_busy_fraction = fraction(where, "reject_if_busy_fraction", d.get("reject_if_busy_fraction", 0.0))
         if d.get("trace") is not None:
@@ -176,14 +179,16 @@ def burst_requests(rps: float, duration_s: float, bursts) -> float:
     return extra
 
 
-def check_size(where: str, requests: int | None, duration_s: float | None, rps: float, bursts=()) -> None:
-    """A Poisson workload's size: at most :data:`MAX_REQUESTS` requests (asked for, or expected from rps x
-    duration with its ``bursts``) over at most a year of simulated time (the clock ticks at least once a
-    simulated second)."""
+def check_size(where: str, requests: int | None, duration_s: float | None, rps: float | None, bursts=()) -> None:
+    """A workload's size: at most :data:`MAX_REQUESTS` requests (asked for, or expected from rps x duration
+    with its ``bursts``) over at most a year of simulated time (the clock ticks at least once a simulated
+    second). ``rps`` None: a trace replay, whose count its file sets (its span was checked when read)."""
     if requests is not None and requests > MAX_REQUESTS:
         raise UserError(f"{where}: requests must be at most {MAX_REQUESTS:,}, got {requests:,}")
     if duration_s is not None and duration_s > MAX_SPAN_S:
         raise UserError(f"{where}: duration_s must be at most a year ({MAX_SPAN_S:.0f} s), got {duration_s:g}")
+    if rps is None:
+        return
     if duration_s is not None and rps * duration_s > MAX_REQUESTS:
         raise UserError(f"{where}: rps x duration_s expects {rps * duration_s:.3g} requests, more than "
                         f"{MAX_REQUESTS:,}")

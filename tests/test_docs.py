@@ -116,3 +116,10 @@ def test_the_scenario_file_example_runs(tmp_path):
     path.write_text("\n".join(line for line in block.splitlines() if not line.startswith("catalog =")))
     out = run_scenario(str(path), requests=1500)
     assert out.summary["requests"] == 1500 and set(out.summary["deployments"]) == {"edge", "central"}
+
+
+def test_the_outputs_list_says_what_a_rejected_or_failed_rows_output_tokens_hold():
+    """(sim/request_frame.py writes 0 there, not the size asked for: a reader summing the column must know)"""
+    outputs = " ".join(section((ROOT / "docs" / "simulate.md").read_text(), "Outputs").split())
+    entry = outputs.split("`output_tokens` (", 1)[1].split(")", 1)[0]
+    assert "0 on a `rejected` or `failed` row" in entry and "not the size the request asked for" in entry

@@ -98,11 +98,14 @@ def test_mooncake_round_trip_and_replay(tmp_path, topo):
 
 def test_mooncake_reader_takes_real_format_extras_and_offsets(tmp_path):
     p = tmp_path / "real.jsonl"
-    p.write_text('{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]}\n\n'
-                 '{"timestamp": 30535, "input_length": 6472, "output_length": 26, "hash_ids": [46, 47], "x": 1}\n'
-                 '{"timestamp": 30000.5, "input_length": 10, "output_length": 1}\n')
+    first = [*range(46, 58), 2353, 2354]  # (Mooncake's README line: 14 blocks of 512 tokens, the last partial)
+    p.write_text(f'{{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": {first}}}\n\n'
+                 f'{{"timestamp": 30535, "input_length": 6472, "output_length": 26, "hash_ids": {first[:13]}, '
+                 '"x": 1}\n{"timestamp": 30000.5, "input_length": 10, "output_length": 1}\n'
+                 '{"timestamp": 30001, "input_length": 40, "output_length": 1, "hash_ids": []}\n')
     t = read_mooncake_trace(p)
-    assert np.allclose(t.arrival_s, [0.0, 3.053, 2.5185]) and t.hash_ids.tolist() == [(46, 47), (46, 47), ()]
+    assert np.allclose(t.arrival_s, [0.0, 3.053, 2.5185, 2.519])
+    assert t.hash_ids.tolist() == [tuple(first), tuple(first[:13]), (), ()]  # (none or []: not tracked)
 
 
 def test_shipped_mooncake_example_is_consistent():
@@ -143,10 +146,19 @@ def test_prefix_reuse_ratio_by_hand():
     # a quoted field holding line breaks: the next row starts three lines further down
     ('TIMESTAMP,ContextTokens,GeneratedTokens,Note\n2023-11-16 18:15:46,374,44,"a\nb\nc"\n'
      '2023-11-16 18:15:47,x,5,ok\n', 5, "ContextTokens"),
+    # a row without a UTC offset among rows with one (or the other way round) would be read as UTC
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46+01:00,1,1\n2023-11-16 18:15:47,1,1\n",
+     3, "TIMESTAMP"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16T18:15:46,1,1\n\n2023-11-16T18:15:47Z,1,1\n",
+     4, "TIMESTAMP"),
+    # a needed column named twice (pandas would rename the second and drop it), digits of other scripts
+    ("TIMESTAMP,ContextTokens,GeneratedTokens,TIMESTAMP\n2023-11-16 18:15:46,1,1,2020-01-01\n", 1, "TIMESTAMP"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1\u0660,1\n", 2, "ContextTokens"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,\uff15\n", 2, "GeneratedTokens"),
 ])
 def test_bad_azure_rows_name_file_line_and_field(tmp_path, body, line, field):
     p = tmp_path / "bad.csv"
-    p.write_text(body)
+    p.write_text(body, encoding="utf-8")
     with pytest.raises(TraceFileError) as err:
         read_azure_trace(p)
     msg = str(err.value)
@@ -180,6 +192,10 @@ def test_a_long_row_after_a_multi_line_field_is_named_by_its_line(tmp_path):
     ('{"timestamp": 0, "input_length": 99999999999999999999999, "output_length": 1}\n', 1, "input_length"),
     ('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [18446744073709551616]}\n', 1,
      "hash_ids"),
+    # one id per 512-token block of the prompt: more would be credited as cached tokens the prompt lacks
+    ('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [0]}\n'
+     '{"timestamp": 1, "input_length": 100, "output_length": 1, "hash_ids": [0, 1, 2, 3]}\n', 2, "hash_ids"),
+    ('{"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [0, 1]}\n', 1, "hash_ids"),
 ])
 def test_bad_mooncake_rows_name_file_line_and_field(tmp_path, body, line, field):
     p = tmp_path / "bad.jsonl"
@@ -239,3 +255,5 @@ def test_a_trace_of_any_mean_size_plans_and_runs(tmp_path, topo, sizes, rejected
     out = run_scenario("small", topo=topo, trace=str(path))
     for block in out.summary["deployments"].values():
         assert block["outcomes"].get("rejected", 0) == rejected * 20 and block["outcomes"]["ok"] == 60 - rejected * 20, block
+    r = out.requests  # (docs/simulate.md: a rejected row's output_tokens is 0, not the size it asked for)
+    assert (r.output_tokens[r.outcome != "ok"] == 0).all() and (r.outcome == "rejected").sum() == 2 * rejected * 20

@@ -103,7 +103,8 @@ def test_a_trace_run_names_its_trace_and_says_when_it_held_fewer_requests_than_a
                  str(out)]) == 0
     printed = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["trace"] == {"file": str(trace), "format": "azure", "speed": 1.0, "requests": 20, "asked": 50}
+    assert summary["trace"] == {"file": str(trace), "format": "azure", "speed": 1.0, "requests": 20, "asked": 50,
+                                "held": 20, "duration_s": None, "limited_by": "trace"}
     report = (out / "report.md").read_text()
     assert "replaying short.csv" in report.splitlines()[0]
     note = "holds 20 requests, fewer than the 50 asked for"
@@ -150,3 +151,53 @@ def test_a_mooncake_trace_may_start_with_a_byte_order_mark(tmp_path):
 def test_a_workload_is_written_into_a_folder_it_makes(tmp_path, topo):
     wl = generate(WorkloadConfig.from_dict({"requests": 60, "rps": 10}), topo, rng=0)
     assert wl.to_parquet(tmp_path / "out" / "w.parquet").is_file()
+
+
+def _shipped_azure_scenario(tmp_path, extra: str = "") -> str:
+    """The small scenario replaying the shipped Azure trace (no trace line), sped up, at most 300 requests."""
+    path = tmp_path / "az.toml"
+    path.write_text('seed = 7\ngpu_inventory_scale = 0.1\n[workload]\nkind = "azure"\ntrace_speed = 4.0\n'
+                    f'trace_limit = 300\n{extra}[edge]\nplacement = "greedy-demand"\nrouter = "nearest-balanced"\n')
+    return str(path)
+
+
+def test_a_replay_of_the_shipped_trace_names_it_and_says_the_duration_cut_it(tmp_path):
+    from edgepop.cli import main
+
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", _shipped_azure_scenario(tmp_path, "duration_s = 10\n"), "--out",
+                 str(out)]) == 0
+    trace = json.loads((out / "summary.json").read_text())["trace"]
+    assert trace == {"file": "azure_llm_conv_2023.csv", "format": "azure", "speed": 4.0, "requests": 89,
+                     "asked": 300, "held": 19_366, "duration_s": 10.0, "limited_by": "duration_s"}
+    report = (out / "report.md").read_text()
+    assert "replaying azure_llm_conv_2023.csv" in report.splitlines()[0] and "None" not in report
+    assert ("duration_s = 10 s cut the replay of azure_llm_conv_2023.csv to 89 requests of the 300 asked for (the "
+            "trace holds 19,366).") in report and "fewer than the" not in report
+
+
+def test_the_command_lines_duration_cuts_a_trace_as_the_files_duration_s_does(tmp_path):
+    sc = load_scenario(_shipped_azure_scenario(tmp_path))
+    over = with_run_overrides(sc, duration_s=10)
+    assert over.workload.duration_s == 10 and over.workload.trace_limit is None  # (it replaces the file's size)
+    t = prepare(over).workload.requests.arrival_s
+    assert len(t) == 89 and t.max() < 10
+    with pytest.raises(UserError, match=r"--requests / --duration: duration_s must be at most a year"):
+        with_run_overrides(sc, duration_s=4e7)
+
+
+def test_a_traces_duration_is_bounded_by_a_year_not_by_a_rate_it_cannot_have():
+    assert WorkloadConfig.from_dict({"kind": "azure", "duration_s": 2e6}).duration_s == 2e6
+    with pytest.raises(UserError, match=r"x.toml \[workload\]: duration_s must be at most a year .* got 4e\+07"):
+        WorkloadConfig.from_dict({"kind": "mooncake", "duration_s": 4e7}, where="x.toml [workload]")
+    with pytest.raises(UserError, match=r"rps x duration_s expects 2e\+08 requests"):  # (Poisson: as before)
+        WorkloadConfig.from_dict({"duration_s": 2e6})
+
+
+@pytest.mark.parametrize("value", [2**70, 10**7 + 1])
+def test_block_tokens_past_the_longest_prompt_is_refused_in_one_line(value):
+    with pytest.raises(UserError, match=rf"x.toml \[workload\]: block_tokens must be an integer in \[1, "
+                                        rf"10,000,000\], got {value}$"):
+        WorkloadConfig.from_dict({"requests": 50, "block_tokens": value, "session_fraction": 0.5},
+                                 where="x.toml [workload]")
+    assert WorkloadConfig.from_dict({"requests": 50, "block_tokens": 10**7}).block_tokens == 10**7
