@@ -106,18 +106,13 @@ class ModelStats:
     ``free``: free slots over READY, up replicas; ``free_set``: those replicas (at least one free slot each);
     ``cold``: COLD or LOADING replicas that are up; ``slots``: all slots of the READY, up replicas; ``running``:
     sequences running on its replicas. Kept exact by Replica._start/_release and by :meth:`ClusterState.refresh`
-    after any status, health or slot-count change (the simulator's fleet samples read them instead of every
-    replica: thousands at 3,000 PoPs).
-    """
+    after any status, health or slot-count change (the fleet samples read them, not thousands of replicas)."""
 
     __slots__ = ("free", "cold", "free_set", "slots", "running")
 
     def __init__(self):
-        self.free = 0
-        self.cold = 0
+        self.free = self.cold = self.slots = self.running = 0
         self.free_set: set = set()
-        self.slots = 0
-        self.running = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -190,10 +185,8 @@ class Replica:
 
 
 class ClusterState:
-    """All replicas of a deployment, indexed per model, with cached per-ingress candidate lists.
-
-    ``rtt`` is the ingress-PoP x site RTT matrix (ms) of the fleet (``controlplane.fleet.ingress_site_rtt``).
-    """
+    """All replicas of a deployment, indexed per model, with cached per-ingress candidate lists. ``rtt`` is the
+    ingress-PoP x site RTT matrix (ms) of the fleet (``controlplane.fleet.ingress_site_rtt``)."""
 
     def __init__(self, catalog: Catalog, fleet, placement: pd.DataFrame, rtt: np.ndarray, queue_limit: int = 64,
                  kv_pool_scale: float = 1.0, max_candidates: int | None = 64, one_llm_per_gpu: bool = False):
@@ -366,8 +359,7 @@ class ClusterState:
             st.running = sum(r.active for r in reps)
 
     def totals(self) -> tuple[int, int, int]:
-        """(sequences running, requests queued, slots of READY, up replicas) over the whole fleet, from the running
-        totals (:meth:`recount` counts them replica by replica)."""
+        """(sequences running, requests queued, slots of READY, up replicas) of the fleet, from running totals."""
         stats = self.stats.values()
         return sum([st.running for st in stats]), self.queued, sum([st.slots for st in stats])
 

@@ -98,7 +98,8 @@ def ratio_range(edge: dict, central: dict, key: str) -> list | None:
     e, c = edge.get(key), central.get(key)
     if e is None or c is None or edge.get("min_gpus_for_slo") is None or central.get("min_gpus_for_slo") is None:
         return None
-    return [0.0 if c[1] is None else _ratio(e[0], c[1]), _ratio(e[1], c[0])]
+    # (no failing edge budget below, or no meeting central one above: nothing bounds the ratio from below)
+    return [None if c[1] is None or not e[0] else _ratio(e[0], c[1]), _ratio(e[1], c[0])]
 
 
 def not_met_lines(r: dict) -> list[str]:
@@ -317,6 +318,10 @@ def ratio_note(kind, rng, missing) -> str:
     if kind != "range" or not rng:
         return kind
     lo, hi = rng
+    if lo is None and hi is None:
+        return "range: unbounded"
+    if lo is None:
+        return f"range: at most {hi:.3f}"
     return f"range: {'at least ' + format(lo, '.3f') if hi is None else format(lo, '.3f') + ' to ' + format(hi, '.3f')}"
 
 

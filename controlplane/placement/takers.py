@@ -1,38 +1,15 @@
-"""greedy-demand's takers: per (site, model) key (numbered site x n_models + model), the demand pairs that list
-the site among their candidates; per pair, the stale marks of the keys it lists; and each key's offers (and their
+"""greedy-demand's takers, the demand pairs that list a (site, model) key's site among their candidates (keys
+numbered site x n_models + model): per pair, the stale marks of the keys it lists; and each key's offers (and their
 sums) before any demand is served, built with numpy for all keys at once (half a million (pair, site) rows at
 3,000 PoPs, which a Python scan per key would take most of a second to read)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from itertools import repeat
 
 import numpy as np
 
 _EPS = 1e-9  # greedy's own
-
-
-def takers_of(net, ids: np.ndarray) -> dict[int, dict[int, float]]:
-    """Per (site, model), its takers: the pairs listing the site, pair -> RTT to it (pairs ascending). Grouped
-    by one stable sort (33,000 pairs x 16 sites at 3,000 PoPs). ``ids``: :func:`pair_ids`, whose int objects the
-    dicts share. (Greedy itself needs no such table: its offers carry each RTT; the checks of its cached offers
-    scan these.)"""
-    site, n_models = net.cand_site, net.n_models
-    valid = site >= 0
-    code = (site * n_models + net.pair_model[:, None])[valid]  # row-major: pair by pair, candidates in order
-    if not len(code):
-        return defaultdict(dict)
-    pairs = np.broadcast_to(np.arange(site.shape[0])[:, None], site.shape)[valid]
-    order = _by_code(code, net.n_sites * n_models)  # by key, pairs ascending within a key
-    sorted_code = code[order]
-    starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
-    bounds = np.r_[starts, len(order)].tolist()
-    ps, rs = ids[pairs[order]].tolist(), net.cand_rtt[valid][order].tolist()
-    takers: dict[int, dict[int, float]] = defaultdict(dict)
-    for i, key in enumerate(sorted_code[starts].tolist()):
-        takers[key] = dict(zip(ps[bounds[i]:bounds[i + 1]], rs[bounds[i]:bounds[i + 1]], strict=True))
-    return takers
 
 
 def stale_marks(net) -> tuple[dict[int, dict], list[list[dict]], list[list[float]]]:

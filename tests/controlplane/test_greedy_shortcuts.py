@@ -21,10 +21,20 @@ from controlplane.placement.greedy_routing import GreedyRouting
 _EPS = 1e-9
 
 
+def takers_of(net) -> dict[int, dict[int, float]]:
+    """Per (site, model) key, the pairs listing the site among their candidates (ascending), pair -> RTT to it."""
+    out: dict[int, dict[int, float]] = {}
+    for p, m in enumerate(net.pair_model.tolist()):
+        for s, r in zip(net.cand_site[p].tolist(), net.cand_rtt[p].tolist(), strict=True):
+            if s >= 0:
+                out.setdefault(s * net.n_models + m, {})[p] = r
+    return out
+
+
 def plain_offers_at(self, key):
     """A scan of every pair listing the key's site, its entries derived from where its demand is now."""
     if not hasattr(self, "plain_takers"):
-        self.plain_takers = takers.takers_of(self.net, takers.pair_ids(len(self.net.pair_demand)))
+        self.plain_takers = takers_of(self.net)
     out = []
     for p, r in self.plain_takers.get(key, {}).items():
         unserved, served = self.unserved[p], self.served[p]

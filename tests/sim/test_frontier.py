@@ -423,3 +423,14 @@ def test_a_negative_budget_is_pointed_at(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["frontier", "--out", str(tmp_path / "o"), "--budgets", "-1,1"])
     assert "--budgets=VALUE" in capsys.readouterr().err
+
+
+def test_a_ratio_range_unbounded_below_says_so(tmp_path):
+    """Both lines fail again above the budget they met at (20 fail, 30 meet, 40 fail): nothing bounds the ratio
+    from either side, and the note says so ("at least 0.000" before)."""
+    from sim.frontier_report import headline_note
+
+    f = _frontier(tmp_path, [(20, False), (30, True), (40, False)], [(20, False), (30, True), (40, False)])
+    assert f.result["iso_slo_ratio_kind"] == "range"
+    assert f.result["iso_slo_gpu_ratio_range"] == f.result["iso_slo_cost_ratio_range"] == [None, None]
+    assert headline_note(f.result) == "range: unbounded"
