@@ -12,7 +12,9 @@ A grid file (TOML)::
 
 An axis key is ``table.field`` (tables ``workload``, ``edge``, ``central``, ``slo``), a top-level scenario field
 (``planning_rps``, ``last_mile_ms``, ``faults``, ...), or ``table.field.key`` for a table-valued field
-(``edge.placement_options.time_limit_s``). An axis with one value fixes that field for every variant.
+(``edge.placement_options.time_limit_s``; refused into a base without a ``mix``, which means the default mix).
+An axis with one value fixes that field for every variant. A table and one of its keys, repeated values and
+named variants with the same overrides are refused (:mod:`sim.grid_keys`).
 
 Every axis value is applied to the base scenario's TOML document and re-read by the scenario parser, so values
 are checked by the same rules as scenario files; policy, router and autoscaler names are checked against the
@@ -52,6 +54,7 @@ from pathlib import Path
 from controlplane.deployment import DeploymentConfig
 from edgepop.errors import UserError
 from edgepop.rng import MAX_INT
+from sim.grid_keys import canonical, check_absent_tables, check_overlaps, check_repeats
 from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
 from sim.techniques.config import Techniques
 from sim.workload_config import MAX_REQUESTS, WorkloadConfig
@@ -175,11 +178,9 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
     deployments = _deployments(doc.get("deployments", list(DEPLOYMENTS)), source)
     axes = _axes(doc.get("axes", {}), source)
     named = _named(doc.get("variants"), source)
-    for name, over in named.items():  # an axis would overwrite the variant's own value in every point, silently
-        both = sorted(set(over) & set(axes))
-        if both:
-            raise UserError(f"{source}: variant {name!r} sets {', '.join(map(repr, both))}, which [axes] also "
-                            "varies (the axis would overwrite it): drop one of them")
+    check_overlaps(source, axes, named)
+    check_repeats(source, named)
+    check_absent_tables(source, str(doc["base"]), base_doc, axes, named)
     _check_size(source, requests, duration, [*axes, *(k for over in named.values() for k in over)])
     _check_deployments(source, deployments, axes, named)
     baseline = doc.get("baseline")
@@ -345,7 +346,7 @@ def _axes(raw, source: str, table: str = " [axes]") -> dict:
             raise UserError(f"{source}{table}: axis {key!r} would shadow an output column")
         if not isinstance(values, list) or not values:
             raise UserError(f"{source}{table}: axis {key!r} must be a non-empty list of values, got {values!r}")
-        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        seen = [canonical(v) for v in values]  # (20 and 20.0 run the same variant)
         if len(set(seen)) < len(seen):
             raise UserError(f"{source}{table}: axis {key!r} repeats a value: {values!r}")
         out[key] = list(values)

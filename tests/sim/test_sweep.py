@@ -53,9 +53,32 @@ def test_an_option_axis_is_judged_with_the_axis_that_makes_it_valid():
 
 def test_a_table_field_key_may_hold_dots():
     """A mix weight axis names a model id, and ids hold dots (llama-3.1, bge-base-en-v1.5)."""
-    key = "workload.mix.@cf/meta/llama-3.1-8b-instruct"
-    g = parse_grid({"base": "small", "axes": {key: [0.5, 2.0]}}, "g.toml")
-    assert [v.scenario.workload.mix["@cf/meta/llama-3.1-8b-instruct"] for v in g.variants] == [0.5, 2.0]
+    key = "workload.mix.@cf/meta/llama-3.2-1b-instruct"  # ablation's mix is llama-3.1-8b alone: a second model
+    g = parse_grid({"base": "ablation", "axes": {key: [0.5, 2.0]}}, "g.toml")
+    assert [v.scenario.workload.mix for v in g.variants] == [
+        {"@cf/meta/llama-3.1-8b-instruct": 1.0, "@cf/meta/llama-3.2-1b-instruct": share} for share in (0.5, 2.0)]
+
+
+def test_a_mix_key_needs_a_mix_table_in_the_base(tmp_path):
+    """small has no mix (the default mix): a mix.<model> key would make that model the whole mix, every value
+    of the axis the same 100% of it."""
+    path = tmp_path / "g3.toml"
+    path.write_text('base = "small"\nrequests = 300\n[axes]\n'
+                    '"workload.mix.@cf/meta/llama-3.1-8b-instruct" = [0.2, 0.5]\n')
+    with pytest.raises(UserError, match=r"^g3\.toml: axis 'workload\.mix\.@cf/meta/llama-3\.1-8b-instruct': base "
+                                        r"scenario 'small' has no \[workload\] mix table: .*whole mix; give "
+                                        r"workload\.mix whole"):
+        load_grid(path)
+    with pytest.raises(UserError, match=r"variant 'a' key 'workload\.mix\.@cf/meta/llama-3\.1-8b-instruct': base "
+                                        r"scenario 'small' has no \[workload\] mix"):
+        parse_grid({"base": "small", "variants": [{"name": "a", "workload.mix.@cf/meta/llama-3.1-8b-instruct": 1}]},
+                   "g.toml")
+    # tables whose absence means "the defaults" take a key: the rest stays default
+    g = parse_grid({"base": "small", "axes": {"workload.tokens.text-generation": [{"output": {"median": 50}}],
+                                              "techniques.spec_acceptance.text-generation": [0.5]}}, "g.toml")
+    sc = g.variants[0].scenario
+    assert sc.workload.tokens["text-generation"].output.median == 50 and len(sc.workload.tokens) > 1
+    assert sc.techniques.spec_acceptance == {"text-generation": 0.5} and sc.workload.mix is None
 
 
 def test_defaults_table_keys_and_embedded_grid(tmp_path):
@@ -341,6 +364,49 @@ def test_a_central_only_grid_may_vary_the_edge_pops_central_budget_follows(tmp_p
     assert summary.deployment.tolist() == ["central", "central"]
     small, large = summary.gpus.tolist()
     assert small < large  # not a no-op: the refusal of edge.* keys in a central-only grid leaves it out
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"axes": {"edge.router_options.window_ms": [1.0, 500.0], "edge.router_options": [{"window_ms": 50.0}]}},
+     r"axis 'edge\.router_options\.window_ms' sets a key of 'edge\.router_options', which \[axes\] also varies as "
+     r"a whole .*: drop one of them$"),
+    ({"variants": [{"name": "a", "edge.router_options": {"window_ms": 50.0}}],
+      "axes": {"edge.router_options.window_ms": [1.0, 500.0]}},
+     r"variant 'a' sets 'edge\.router_options', which \[axes\] also varies as 'edge\.router_options\.window_ms'"),
+    ({"variants": [{"name": "a", "edge.router_options.window_ms": 5.0}],
+      "axes": {"edge.router_options": [{"window_ms": 50.0}]}},
+     r"variant 'a' sets 'edge\.router_options\.window_ms', which \[axes\] also varies as 'edge\.router_options'"),
+    ({"variants": [{"name": "a", "edge.router_options.window_ms": 5.0, "edge.router_options": {"window_ms": 50.0}}]},
+     r"variant 'a' sets both 'edge\.router_options\.window_ms' and 'edge\.router_options'"),
+])
+def test_a_table_and_one_of_its_keys_are_not_set_together(doc, message):
+    """The last one written would win, whole or in part: variants labelled with values they did not run."""
+    with pytest.raises(UserError, match=message) as info:
+        parse_grid({"base": "small", "requests": 100, **doc}, "g5.toml")
+    assert str(info.value).startswith("g5.toml: ") and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"axes": {"workload.rps": [20, 20.0]}}, r"^g\.toml \[axes\]: axis 'workload\.rps' repeats a value: \[20, 20\.0\]$"),
+    ({"axes": {"edge.router_options": [{"window_ms": 5}, {"window_ms": 5.0}]}}, r"axis 'edge\.router_options' repeats"),
+    ({"variants": [{"name": "a", "workload.rps": 20.0}, {"name": "b", "workload.rps": 20}]},
+     r"^g\.toml \[\[variants\]\]: variants 'a' and 'b' set the same values: drop one of them$"),
+    ({"variants": [{"name": "a"}, {"name": "b"}]}, r"variants 'a' and 'b' set the same values"),
+])
+def test_a_value_or_named_variant_that_repeats_is_refused(doc, message):
+    with pytest.raises(UserError, match=message):
+        parse_grid({"base": "small", **doc}, "g.toml")
+
+
+def test_a_bool_is_not_the_number_one_when_values_are_compared():
+    # not "repeats a value" / "set the same values": the 1 is a different value, which the scenario parser refuses
+    for doc in ({"axes": {"techniques.prefix_cache": [True, 1]}},
+                {"variants": [{"name": "on", "techniques.prefix_cache": True},
+                              {"name": "one", "techniques.prefix_cache": 1}]}):
+        with pytest.raises(UserError, match=r"'prefix_cache' must be true or false, got 1$"):
+            parse_grid({"base": "small", **doc}, "g.toml")
+    g = parse_grid({"base": "small", "axes": {"workload.rps": [20, 20.5]}}, "g.toml")
+    assert [v.values["workload.rps"] for v in g.variants] == [20, 20.5]
 
 
 def test_grid_refuses_a_variant_value_an_axis_would_overwrite():
