@@ -9,6 +9,8 @@ session that is already initialised (``ray.init`` called by the caller) is used 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 from edgepop.errors import UserError
 from sim.sweep_variant import run_variant
@@ -30,15 +32,23 @@ def start_ray(workers: int | None) -> bool:
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS")
-    if address:
-        try:
-            ray.init(address=address, log_to_driver=False)
-        except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:  # a bad or unreachable address
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"RAY_ADDRESS={address!r}: Ray could not join it: {first}") from None
-    else:
-        ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                 logging_level="warning")
+    # ray.init installs a SIGTERM handler of its own (exit at once): the caller's (the CLI's, which unwinds so that
+    # the sweep's staged output folder is removed) is put back.
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        if address:
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:  # a bad or unreachable address
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise UserError(f"RAY_ADDRESS={address!r}: Ray could not join it: {first}") from None
+        else:
+            ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                     logging_level="warning")
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
     return True
 
 
@@ -54,9 +64,22 @@ def run_on_ray(tasks: list, workers: int | None, collect) -> None:
         while queue or pending:
             while queue and len(pending) < limit:
                 pending.append(remote.remote(queue.pop(0)))
-            done, pending = ray.wait(pending, num_returns=1)
+            done, pending = signal_safe(ray.wait, pending, num_returns=1)
             for ref in done:
-                collect(ray.get(ref))
+                collect(signal_safe(ray.get, ref))
     finally:
         if started:
             ray.shutdown()
+
+
+def signal_safe(call, *args, **kwargs):
+    """``call(*args, **kwargs)``, re-raising a signal handler's exception (Ctrl-C's KeyboardInterrupt, the CLI's
+    SIGTERM unwinding) that Ray's compiled wait or get wrapped in a SystemError, so the caller's clean-up and exit
+    status are the same as with the local engine."""
+    try:
+        return call(*args, **kwargs)
+    except SystemError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, BaseException) and not isinstance(cause, Exception):
+            raise cause from None
+        raise

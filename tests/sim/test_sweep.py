@@ -247,6 +247,46 @@ def test_a_ray_address_ray_cannot_join_is_one_error(address, monkeypatch):
         start_ray(2)
 
 
+def test_starting_ray_keeps_the_callers_sigterm_handler():
+    """ray.init installs its own SIGTERM handler (exit at once), which left a killed sweep's staged folder behind;
+    the CLI's handler (unwind, remove it) must stay."""
+    import signal
+
+    import ray
+
+    from sim.sweep_ray import start_ray
+
+    def mine(signum, frame):
+        raise AssertionError("not called here")
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert start_ray(1)
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        ray.shutdown()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_signal_handlers_exception_wrapped_by_ray_is_raised_as_itself():
+    """A SIGTERM or Ctrl-C during ray.wait comes back as a SystemError caused by the handler's exception: it is
+    raised as itself (the CLI's exit status 143 / 130 and its clean-up), other SystemErrors as they are."""
+    from edgepop.cli import Terminated
+    from sim.sweep_ray import signal_safe
+
+    def wrapped(cause):
+        def call():
+            raise SystemError("<cyfunction CoreWorker.wait> returned a result with an exception set") from cause
+        return call
+
+    for cause in (Terminated(), KeyboardInterrupt()):
+        with pytest.raises(type(cause)):
+            signal_safe(wrapped(cause))
+    with pytest.raises(SystemError):
+        signal_safe(wrapped(ValueError("a bug")))
+    assert signal_safe(lambda x: x + 1, 1) == 2
+
+
 def test_a_grid_of_too_many_variants_is_refused_at_once():
     axes = {f"slo.{k}": [float(v) for v in range(1, 11)] for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
     axes["workload.rps"] = [float(v) for v in range(1, 11)]
