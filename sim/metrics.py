@@ -95,29 +95,26 @@ def attainment(met: int, n: int) -> float | None:
     return 0.9999 if share == 1.0 and met < n else share
 
 
-def counting_failures(values: np.ndarray, ok: np.ndarray, pcts=(50, 90, 95, 99)) -> dict:
-    """Percentiles where requests that did not end ok count as never answered (infinitely late): what a latency
-    SLO sees. A percentile that falls on them is None (it misses any threshold)."""
-    v = np.where(ok & np.isfinite(values), values, np.inf)
-    if v.size == 0:
+def counting_failures(values: np.ndarray, ok: np.ndarray, pcts=(50, 90, 95, 99), method: str = "higher") -> dict:
+    """Percentiles where requests that did not end ok count as never answered (later than every answer): what a
+    latency SLO sees. A percentile that falls on them is None (it misses any threshold). ``method``: numpy's
+    (TTFT's is ``higher``; the other latencies' ``linear``, the answered requests' own)."""
+    answered = ok & np.isfinite(values)
+    if not answered.any():
         return {f"p{p}": None for p in pcts}
-    out = np.percentile(v, pcts, method="higher")
-    return {f"p{p}": (round(float(x), 3) if np.isfinite(x) else None) for p, x in zip(pcts, out, strict=True)}
+    top = float(values[answered].max())
+    late = top + abs(top) + 1e12  # a finite stand-in: linear interpolation towards inf would give inf or NaN
+    out = np.percentile(np.where(answered, values, late), pcts, method=method)
+    return {f"p{p}": (round(float(x), 3) if x <= top else None) for p, x in zip(pcts, out, strict=True)}
 
 
 def _counting(values: pd.Series, outcome: pd.Series, population, pcts=(50, 90, 95, 99)) -> dict:
-    """Percentiles over ``population`` with requests not ended ok counted as never answered (None where a percentile
-    falls on them), by numpy's linear interpolation as the answered requests' own: with every request answered they
-    are the same figures. An answered request without the figure (one output token: no TPOT) is left out."""
+    """:func:`counting_failures` over ``population``, by numpy's linear interpolation as the answered requests'
+    own percentiles (with every request answered they are the same figures). An answered request without the
+    figure (one output token: no TPOT) is left out."""
     v, ok = values[population].to_numpy(dtype=float), (outcome[population] == "ok").to_numpy()
     keep = ~ok | np.isfinite(v)
-    v, ok = v[keep], ok[keep]
-    if not ok.any():
-        return {f"p{p}": None for p in pcts}
-    top = float(v[ok].max())
-    late = top + abs(top) + 1e12  # above every answer: a percentile that reaches it falls on the unanswered
-    out = np.percentile(np.where(ok, v, late), pcts)
-    return {f"p{p}": (round(float(x), 3) if x <= top else None) for p, x in zip(pcts, out, strict=True)}
+    return counting_failures(v[keep], ok[keep], pcts, method="linear")
 
 
 def fault_block(frame: pd.DataFrame) -> dict:
