@@ -15,7 +15,14 @@ import sys
 import threading
 
 from edgepop import __version__
-from edgepop.errors import MachineError, UserError
+from edgepop.errors import (
+    MachineError,
+    Terminated,
+    UserError,
+    forget_sigterm,
+    on_sigterm,
+    raise_if_terminated,
+)
 
 # Order is the order in `edgepop --help`.
 COMMAND_MODULES = ("sim.cli", "sim.cli_frontier", "sim.cli_estimate", "controlplane.cli", "dataplane.cli",
@@ -49,13 +56,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # SIGTERM (a scheduler's kill, a timeout) unwinds like Ctrl-C, so a command's clean-up runs: staged output
     # folders are removed, pools shut down. ``serve`` installs its own handlers (graceful drain) while it serves.
-    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() \
+    forget_sigterm()
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if threading.current_thread() is threading.main_thread() \
         else None
     from rich.console import Console
 
     rich_handler, Console.on_broken_pipe = Console.on_broken_pipe, _pipe_closed  # (restored below)
     try:
         code = int(args.func(args) or 0)
+        raise_if_terminated()  # a SIGTERM whose exception a finaliser swallowed still ends with 143
         sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
         return code
     except Terminated:
@@ -79,14 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         Console.on_broken_pipe = rich_handler  # (a library user's rich consoles keep rich's own handling)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-class Terminated(BaseException):
-    """Raised by the SIGTERM handler (a BaseException, as KeyboardInterrupt is: no ``except Exception`` eats it)."""
-
-
-def _terminated(signum, frame):
-    raise Terminated()
 
 
 if __name__ == "__main__":  # pragma: no cover

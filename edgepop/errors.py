@@ -13,6 +13,36 @@ class MachineError(Exception):
     out-of-memory killer). The CLI prints it as one line, without a traceback, and exits with status 1."""
 
 
+class Terminated(BaseException):
+    """Raised by the CLI's SIGTERM handler (a BaseException, as KeyboardInterrupt is: no ``except Exception`` eats
+    it). The CLI prints ``edgepop: terminated`` and exits with status 143."""
+
+
+_sigterm_seen = False  # set by on_sigterm; see raise_if_terminated
+
+
+def on_sigterm(signum=None, frame=None) -> None:
+    """SIGTERM handler: unwind like Ctrl-C. Python runs a handler between any two bytecodes, including inside a
+    finaliser or a weakref callback, where the exception is printed as "ignored" and dropped; the flag set here
+    keeps the request, and :func:`raise_if_terminated` raises it again at the next checkpoint."""
+    global _sigterm_seen
+    _sigterm_seen = True
+    raise Terminated()
+
+
+def raise_if_terminated() -> None:
+    """Raise :class:`Terminated` if SIGTERM arrived (even where its exception was swallowed). Checked before an
+    output is moved into place and between units of long work."""
+    if _sigterm_seen:
+        raise Terminated()
+
+
+def forget_sigterm() -> None:
+    """Clear the flag (the CLI does at the start of each command, so one in-process run does not end the next)."""
+    global _sigterm_seen
+    _sigterm_seen = False
+
+
 class DataFileError(UserError):
     """A malformed data file; the message names the file, the row and the field."""
 

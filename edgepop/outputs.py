@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from edgepop.errors import UserError
+from edgepop.errors import UserError, raise_if_terminated
 
 
 def folder_arg(text: str) -> Path:
@@ -79,8 +79,11 @@ def move_into_place(tmp: Path, out: Path, owned: frozenset[str] | set[str] = fro
     """Move a finished output folder ``tmp`` to ``out``: created whole when it does not exist, else the files in it
     replace theirs, and those of ``owned`` (the names the command writes) that this run did not produce are
     removed, so no file of an earlier run is left beside the new ones as if it were theirs. Other files in ``out``
-    are the user's and stay."""
+    are the user's and stay. A SIGTERM that arrived during the work (see :func:`edgepop.errors.on_sigterm`) ends
+    it here instead: nothing is moved."""
     import shutil
+
+    raise_if_terminated()
 
     if not out.exists():
         # A temporary folder is private (0700); the output gets the mode a folder made by mkdir would have.

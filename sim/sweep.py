@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from edgepop.errors import MachineError, UserError
+from edgepop.errors import MachineError, UserError, raise_if_terminated
 from edgepop.outputs import move_into_place, output_folder
 from sim.grid import Grid, Variant, json_value, load_grid
 from sim.sweep_variant import VariantTask, run_variant
@@ -105,6 +105,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
         sink = _Sink(grid, tmp)
         with progress_bar(len(tasks), progress if advance is None else False) as bar:
             def collect(result: dict) -> None:
+                raise_if_terminated()  # a SIGTERM a finaliser swallowed ends the sweep at the next variant
                 sink.add(result)
                 (advance or bar)()
 
