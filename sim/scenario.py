@@ -122,12 +122,14 @@ def _resolve_paths(sc: Scenario, source: str, base_dir: Path | None) -> None:
         if not path.is_absolute() and base_dir is not None and (Path(base_dir) / path).exists():
             path = Path(base_dir) / path
         if not path.exists():  # (a folder goes on to the readers' own one-line errors)
-            where = f" or {Path(base_dir) / value}" if base_dir is not None and not path.is_absolute() else ""
+            # each place once, as an absolute path (a scenario in the working directory has base_dir ".")
+            places = [path] + ([Path(base_dir) / path] if base_dir is not None and not path.is_absolute() else [])
+            where = " and ".join(dict.fromkeys(str(p.absolute()) for p in places))
             if name == "catalog":
-                raise UserError(f"{source}: field 'catalog': no catalog file {value!r} (looked for {path}{where})")
+                raise UserError(f"{source}: field 'catalog': no catalog file {value!r} (looked for {where})")
             raise UserError(f"{source}: field 'perf': {value!r} is neither a service-time model "
                             f"({', '.join(PERF_MODELS.names())}) nor an existing profile table (looked for "
-                            f"{path}{where})")
+                            f"{where})")
         setattr(sc, name, str(path))
 
 

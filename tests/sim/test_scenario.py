@@ -1,6 +1,7 @@
 """End-to-end runs of the small embedded scenario: determinism, faults, edge vs central, CLI and outputs."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -262,6 +263,22 @@ def test_perf_and_fault_policy_are_checked_at_parse_time(tmp_path):
     path.write_text('perf = "rooflin"\n[workload]\nrequests = 10\nrps = 1.0\n')
     with pytest.raises(UserError, match=r"'rooflin' is neither a service-time model \(profile, roofline\) nor"):
         load_scenario(path)
+
+
+@pytest.mark.parametrize("field", ["perf", "catalog"])
+def test_a_missing_table_names_each_place_looked_at_once(tmp_path, monkeypatch, field):
+    """Beside the scenario and in the working directory: one place when they are the same folder, two otherwise."""
+    from edgepop.errors import UserError
+    from sim.scenario import load_scenario
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "s.toml").write_text(f'{field} = "nope.csv"\n[workload]\nrequests = 10\nrps = 1.0\n')
+    for cwd, scenario, folders in ((tmp_path / "run", "s.toml", ["."]), (tmp_path, "run/s.toml", [".", "run"])):
+        monkeypatch.chdir(cwd)
+        with pytest.raises(UserError) as info:
+            load_scenario(scenario)
+        looked = str(info.value).split("(looked for ")[-1]
+        assert looked == " and ".join(str(Path.cwd() / f / "nope.csv") for f in folders) + ")"
 
 
 @pytest.mark.parametrize("kw, words", [
