@@ -39,12 +39,21 @@ def usd(neuron_count: float) -> float:
     return neuron_count * USD_PER_1000_NEURONS / 1000
 
 
+def check_free_per_day(value, where: str) -> None:
+    """The daily free allowance: a finite non-negative number of neurons (NaN would bill NaN dollars)."""
+    if not (is_real(value) and 0 <= value < np.inf):
+        raise UserError(f"{where}: free_per_day must be a finite non-negative number of neurons, got {value!r}")
+
+
 @dataclass
 class Ledger:
     """Neurons per account per day; the invoice applies the daily free allowance."""
 
     free_per_day: float = FREE_NEURONS_PER_DAY
     usage: dict = field(default_factory=lambda: defaultdict(float))
+
+    def __post_init__(self):
+        check_free_per_day(self.free_per_day, "ledger")
 
     def charge(self, account: str, day: int, amount: float) -> None:
         if not amount >= 0:  # (NaN too)
@@ -73,6 +82,7 @@ def invoice_requests(frame: pd.DataFrame, day_s: float = 86_400.0, free_per_day:
     # (a NaN or negative amount would bill nothing or a credit; a day of 0 s divides by zero)
     if not (is_real(day_s) and 0 < day_s < np.inf):
         raise UserError(f"invoice: day_s must be a positive number of seconds, got {day_s!r}")
+    check_free_per_day(free_per_day, "invoice")
     for col, low in (("neurons", 0.0), ("arrival_s", -np.inf)):
         values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
         bad = ~(np.isfinite(values) & (values >= low))
@@ -83,6 +93,10 @@ def invoice_requests(frame: pd.DataFrame, day_s: float = 86_400.0, free_per_day:
             got = repr(cell) if isinstance(cell, str) else str(cell)
             raise UserError(f"invoice: row {i}: {col} must be {need}, got {got}")
     accounts = frame[account_col] if account_col in frame else pd.Series("default", index=frame.index)
+    missing = accounts.isna().to_numpy()
+    if missing.any():  # (groupby would drop these rows: their neurons would bill no one)
+        raise UserError(f"invoice: row {int(np.flatnonzero(missing)[0])}: {account_col} is missing (None or NaN): "
+                        "give every request an account")
     offset = 0.0
     if start_utc is not None:
         try:

@@ -83,9 +83,10 @@ class ControlPlane:
         self._forgets = type(self.router).forget is not Router.forget
         self._pins: dict = {}  # request -> replica whose prefix blocks it pins (prefix caching on)
         self._limits: dict = {}  # model -> admission limits (check() runs once per request)
-        self._deadlines: deque = deque()  # (deadline, request): FIFO because the timeout is one constant
+        self._deadlines: deque = deque()  # (deadline, request, enqueued_at: a retry's stale ones differ); FIFO: one timeout
         self._ingresses = len(self.state.rtt)  # valid ingress keys: the RTT matrix's rows
-        self.counts = {"submitted": 0, "started": 0, "queued": 0, "rejected": 0, "expired": 0, "cold_loads": 0}
+        self.counts = dict.fromkeys(("submitted", "started", "queued", "rejected", "expired", "cold_loads",
+                                     "router_loads"), 0)
 
     # ---------------------------------------------------------------- estimates for latency-aware routing
     def _estimate(self, r: Replica) -> None:
@@ -201,10 +202,11 @@ class ControlPlane:
                     self.counts["rejected"] += 1
                     return reject()
                 self.counts["cold_loads"] += 1
+                self.counts["router_loads"] += 1  # (a cold replica chosen for a request: no autoscaler's doing)
             r.queue.append(req)
             self.state.queued += 1
             req.replica, req.enqueued_at = r, now
-            self._deadlines.append((now + self.admission.queue_timeout_s, req))
+            self._deadlines.append((now + self.admission.queue_timeout_s, req, now))
             self.counts["queued"] += 1
         return d
 
@@ -326,9 +328,9 @@ class ControlPlane:
             self.autoscaler.tick(self, now)
         expired, new_heads = [], {}
         while self._deadlines and self._deadlines[0][0] <= now:
-            _, req = self._deadlines.popleft()
+            _, req, at = self._deadlines.popleft()
             r = req.replica
-            if req.started_at < 0 and r is not None and req in r.queue:  # (the site queue it joined)
+            if req.enqueued_at == at and req.started_at < 0 and r is not None and req in r.queue:  # (this stay)
                 if r.queue[0] is req:
                     new_heads[id(r.queue)] = r
                 r.queue.remove(req)
@@ -343,8 +345,7 @@ class ControlPlane:
     def next_wakeup(self) -> float:
         """Earliest time :meth:`poll` has work (a load completing or a queue deadline); inf if none."""
         t = min((r.ready_at for r in self.state.loading), default=float("inf"))
-        if self._deadlines:
-            t = min(t, self._deadlines[0][0])
+        t = min(t, self._deadlines[0][0]) if self._deadlines else t
         if self.autoscaler is not None:
             t = min(t, self.autoscaler.next_tick)
         return t
@@ -388,8 +389,7 @@ class ControlPlane:
         lost, evicted = [], []
         for node in np.flatnonzero(self.state.node_site == site):
             a, b = self.set_node_up(int(node), up, now)
-            lost += a
-            evicted += b
+            lost, evicted = lost + a, evicted + b
         return lost, evicted
 
     # ---------------------------------------------------------------- reporting

@@ -252,7 +252,7 @@ class ClusterState:
         kv = int(spec.kv_pool_tokens * self.kv_pool_scale) if spec.generative else 1 << 62
         r = Replica(len(self.replicas), spec, node, int(self.node_site[node]), str(self.node_gpu[node]),
                     tuple(gpu_index), spec.max_batch, kv, self.queue_limit, status=status, ready_at=ready_at,
-                    up=bool(self.node_up[node]))
+                    up=bool(self.node_up[node]), last_busy=ready_at)
         r.stats = self.stats.setdefault(spec.id, ModelStats())
         r.queue = self.site_queues.setdefault((r.site, spec.id), SiteQueue())
         r.queue.replicas.append(r)
@@ -324,9 +324,9 @@ class ClusterState:
         self.refresh(r.model)
 
     def set_ready(self, r: Replica) -> None:
-        """A LOADING replica finished loading its weights."""
+        """A LOADING replica finished loading its weights (its idle time counts from then, not from its last use)."""
         self.loading.discard(r)
-        r.status = READY
+        r.status, r.last_busy = READY, max(r.last_busy, r.ready_at)
         self.refresh(r.model)
 
     @contextmanager

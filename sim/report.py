@@ -135,8 +135,10 @@ def notes(summary: dict) -> list[str]:
     for name, block in summary["deployments"].items():
         if "autoscaler" in block:
             a = block["autoscaler"]
+            # (the router loads a cold replica a request is routed to: a cold start the policy's count misses)
             out.append(f"Autoscaler ({a['policy']}) on {name}: {a['scale_outs']:,} scale-outs (replicas loaded, a "
-                       f"cold start each), {a['scale_to_zero']:,} scale-to-zero (idle replicas unloaded).")
+                       f"cold start each), {a['scale_to_zero']:,} scale-to-zero (idle replicas unloaded); "
+                       f"{a['router_loads']:,} cold replicas loaded by the router for a request routed to them.")
     return out
 
 

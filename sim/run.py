@@ -287,7 +287,8 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
     skipped += [f"{fault_spec(f)}: starts after the run ended ({end:.1f} s)" for f in late]
     block["faults"].update(applied=[fault_spec(f) for f in faults if f not in late], skipped=skipped)
     if dep.plane.autoscaler is not None:  # (a static placement's block has none)
-        block["autoscaler"] = {"policy": cfg.autoscaler, **dep.plane.autoscaler.activity()}
+        block["autoscaler"] = {"policy": cfg.autoscaler, **dep.plane.autoscaler.activity(),
+                               "router_loads": dep.plane.counts["router_loads"]}
     block["capacity"] = capacity_block(dep, req, setup, sc.slo, sampler, setup.span_s)
     setup.tech.summarize(name, block, sim, req, dep_frame, orig_arrival, dep.fleet, setup.start_utc, setup.day_s)
     techniques_block = block.pop("techniques", None)  # keep the block order: placement before techniques

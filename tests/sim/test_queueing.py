@@ -147,6 +147,22 @@ def test_every_request_ends_exactly_once_under_faults(policy):
     assert state.stats[model].free == recount == sum(r.slots for r in state.replicas)
 
 
+def test_a_retry_that_queues_again_is_held_to_the_timeout_from_then():
+    """Request 2 queues at t=0.01, starts at t=1, loses its node at t=2 and queues at the other site behind a request
+    running until t=6: with a 5 s timeout it waits there until 7 (so it is served at 6), not until 5.01."""
+    from sim.faults import Fault
+
+    catalog, model = one_slot_catalog()
+    frame = workload([0.0, 0.0, 0.01], model, "text-embeddings", np.array([1_000_000, 6_000_000, 3_000_000]))
+    dep = deployment(catalog, model, 2, np.array([[0.0, 10.0]]), timeout=5.0)
+    sim = Simulation(dep, frame, TokenClock(), faults=[Fault("node", "0", 2.0, 100.0)], fault_handler=NodeFaults())
+    f = sim.run().requests.set_index("request_id")
+    assert f.node.tolist() == ["N0", "N1", "N1"] and f.retries.tolist() == [0, 0, 1]
+    assert (f.outcome == "ok").all()
+    # waited 4 s in its second queue (about 6 s since it first queued), then its 3 s prefill: done at t=9
+    assert f.loc[2, "queue_ms"] == pytest.approx(4000.0) and f.loc[2, "ttft_ms"] == pytest.approx(9000.0)
+
+
 def test_scale_to_zero_then_cold_start_shows_in_ttft():
     from controlplane.autoscale import Reactive
 

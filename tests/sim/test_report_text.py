@@ -107,9 +107,10 @@ def test_an_autoscalers_scale_outs_and_scale_to_zero_reach_summary_and_report(tm
     terminal = " ".join(capsys.readouterr().out.split())
     d = json.loads((out / "summary.json").read_text())["deployments"]
     a = d["edge"]["autoscaler"]
-    assert set(a) == {"policy", "scale_outs", "scale_to_zero"} and a["policy"] == "reactive"
+    assert set(a) == {"policy", "scale_outs", "scale_to_zero", "router_loads"} and a["policy"] == "reactive"
     assert a["scale_to_zero"] > 0  # most replicas see no request for 5 s of a 12-s run
     assert "autoscaler" not in d["central"]  # a static placement reports no autoscaler
     line = (f"Autoscaler (reactive) on edge: {a['scale_outs']:,} scale-outs (replicas loaded, a cold start each), "
-            f"{a['scale_to_zero']:,} scale-to-zero (idle replicas unloaded).")
+            f"{a['scale_to_zero']:,} scale-to-zero (idle replicas unloaded); {a['router_loads']:,} cold replicas "
+            "loaded by the router for a request routed to them.")
     assert f"- {line}" in (out / "report.md").read_text().splitlines() and line in terminal
