@@ -236,7 +236,8 @@ def child_million(out_dir: str) -> None:
 
 
 def synthetic_topology(n_pops: int):
-    """The shipped topology with its PoP list replaced by ``n_pops`` population-weighted cities (tier 3)."""
+    """The shipped topology with its PoP list replaced by ``n_pops`` population-weighted cities (each PoP's tier
+    from its city's population by the shipped ladder: no ``tier`` column, which would be honoured)."""
     import pandas as pd
 
     from topology import Topology
@@ -250,7 +251,7 @@ def synthetic_topology(n_pops: int):
                          "country": rows.cc.to_numpy(), "cc": rows.cc.to_numpy(),
                          "continent": rows.continent.to_numpy(), "lat": rows.lat.to_numpy(),
                          "lon": rows.lon.to_numpy(), "tz": rows.tz.to_numpy(),
-                         "metro_pop": rows.population.to_numpy(), "tier": 3, "cf_region": "",
+                         "metro_pop": rows.population.to_numpy(), "cf_region": "",
                          "coord_source": "synthetic"})
     tmp = Path(tempfile.gettempdir()) / "edgepop-bench"
     tmp.mkdir(exist_ok=True)

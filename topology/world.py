@@ -15,6 +15,7 @@ from topology.demand import load_demand_points
 from topology.gpus import build_nodes, load_gpus, scale_inventory
 from topology.last_mile import LastMile
 from topology.latency import LatencyModel, LatencyParams, build_backbone, site_table
+from topology.latency import check_coords as _check_coords
 from topology.pops import load_pops, load_tiers
 from topology.regions import load_regions
 from topology.rtt_cache import cached_argmin
@@ -51,6 +52,9 @@ class Topology:
         for name, value in (("pops", pops), ("gpus", gpus), ("regions", regions), ("tiers", tiers)):
             if value is not None and not isinstance(value, str | os.PathLike):
                 raise UserError(f"Topology.load: {name} must be a file path or None, got {value!r}")
+        if params is not None and not isinstance(params, LatencyParams):
+            raise UserError(f"Topology.load: params must be a LatencyParams or None, got {params!r}")
+        demand = load_demand_points(min_population)  # (a bad threshold fails here, before the slow work)
         tier_table = load_tiers(tiers)
         pop_table = load_pops(pops, tier_table)
         gpu_table = load_gpus(gpus)
@@ -60,7 +64,7 @@ class Topology:
         sites = site_table(pop_table, region_table)
         model = LatencyModel(build_backbone(sites, params.knn, params.max_link_km), params)
         topo = cls(pop_table, tier_table, gpu_table, node_table, region_table,
-                   load_demand_points(min_population), model, last_mile_ms, last_mile)
+                   demand, model, last_mile_ms, last_mile)
         topo.last_mile  # noqa: B018 -- an unknown mode fails here, before anything uses the topology
         return topo
 
@@ -217,7 +221,3 @@ def _user_coords(lat, lon, where: str) -> tuple[np.ndarray, np.ndarray]:
     _check_coords(lat, lon, where)
     return lat, lon
 
-
-def _check_coords(lat: np.ndarray, lon: np.ndarray, where: str) -> None:
-    if not (np.all(np.abs(lat) <= 90) and np.all(np.abs(lon) <= 180)):  # (NaN fails both)
-        raise UserError(f"{where}: latitudes must be in [-90, 90] and longitudes in [-180, 180] degrees (no NaN)")

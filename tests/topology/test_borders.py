@@ -55,7 +55,7 @@ def test_a_point_takes_the_country_of_the_node_it_is_on_else_of_its_nearest_city
     assert RULED[point_codes([31.5580], [74.3507])[0]] == "PK"  # Lahore
     assert point_codes([48.86], [2.35])[0] == len(RULED)  # Paris: no rule names France
     # Microsoft's published coordinates of its Israel Central region lie in the Sinai, nearest an Egyptian city;
-    # the region's node there takes Israel's rule (from the Tel Aviv PoP), and so does the point on it.
+    # the region's node there takes Israel's rule (its documented country, regions.csv), and so does the point on it.
     assert RULED[point_codes([31.26557], [33.45066])[0]] == "EG"
     _, _, on_node = topo.latency._attach(np.array([31.26557]), np.array([33.45066]))
     assert RULED[on_node[0]] == "IL"
@@ -106,8 +106,7 @@ def test_a_pop_table_without_countries_keeps_the_rule_and_a_finer_demand_table_t
     assert not barred(codes(d.cc), codes(fine.pops.cc.to_numpy()[idx])).any()
 
 
-def test_coordinates_that_are_not_numbers_give_nan_not_a_traceback():
-    from topology import core_rtt_ms
-
-    assert np.isnan(core_rtt_ms(float("nan"), 2.35, 51.5, -0.12))
+def test_coordinates_that_are_not_numbers_give_nan_not_a_traceback(topo):
+    # (the model answers NaN; topology.core_rtt_ms and Topology.core_rtt_ms refuse such coordinates first)
+    assert np.isnan(topo.latency.core_rtt_ms(float("nan"), 2.35, 51.5, -0.12))
     assert point_codes([np.nan], [0.0])[0] == len(RULED)

@@ -26,14 +26,14 @@ def test_topology_json_and_map(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
-        ("AAA,A,X,XX,EU,91,0,Europe/Paris,1000\n", "row 2, field 'lat'"),
-        ("AAA,A,X,XX,EU,10,0,Europe/Paris,1000\nAAA,B,X,XX,EU,10,0,Europe/Paris,1000\n", "row 3, field 'id'"),
-        ("AAA,A,X,XX,XX,10,0,Europe/Paris,1000\n", "field 'continent'"),
-        ("AAA,A,X,XX,EU,ten,0,Europe/Paris,1000\n", "bad value 'ten'"),
-        ("AAA,A,X,XX,EU,10,0,Mars/Olympus,1000\n", "unknown IANA time zone"),
-        ("AAA,A,X,XX,EU,10,0,America,1000\n", "row 2, field 'tz': unknown IANA time zone 'America'"),  # a folder
+        ("AAA,A,X,FR,EU,91,0,Europe/Paris,1000\n", "row 2, field 'lat'"),
+        ("AAA,A,X,FR,EU,10,0,Europe/Paris,1000\nAAA,B,X,FR,EU,10,0,Europe/Paris,1000\n", "row 3, field 'id'"),
+        ("AAA,A,X,FR,XX,10,0,Europe/Paris,1000\n", "field 'continent'"),
+        ("AAA,A,X,FR,EU,ten,0,Europe/Paris,1000\n", "bad value 'ten'"),
+        ("AAA,A,X,FR,EU,10,0,Mars/Olympus,1000\n", "unknown IANA time zone"),
+        ("AAA,A,X,FR,EU,10,0,America,1000\n", "row 2, field 'tz': unknown IANA time zone 'America'"),  # a folder
         # a blank line is no row, but it is a line: the error names the line the bad row is on
-        ("AAA,A,X,XX,EU,10,0,Europe/Paris,1000\n\nBBB,B,X,XX,EU,95,0,Europe/Paris,1000\n", "row 4, field 'lat'"),
+        ("AAA,A,X,FR,EU,10,0,Europe/Paris,1000\n\nBBB,B,X,FR,EU,95,0,Europe/Paris,1000\n", "row 4, field 'lat'"),
     ],
 )
 def test_bad_pop_file_names_row_and_field(tmp_path, body, needle):
