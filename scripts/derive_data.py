@@ -144,6 +144,13 @@ def derive_regions(src: Path) -> pd.DataFrame:
     bad = regions[(regions.lat.abs() > 90) | (regions.lon.abs() > 180)]
     if len(bad):
         raise SystemExit(f"bad region coordinates: {bad.id.tolist()}")
+    # The country of each region is not in the source: it was taken by hand from each provider's region
+    # documentation and is kept from the shipped table; a region new to the source must be given one there first.
+    known = pd.read_csv(OUT / "regions.csv", keep_default_na=False).set_index("id")["cc"]
+    missing = sorted(set(regions.id) - set(known.index))
+    if missing:
+        raise SystemExit(f"regions without a country (add their cc to {OUT / 'regions.csv'} by hand): {missing}")
+    regions.insert(regions.columns.get_loc("lat"), "cc", regions.id.map(known))
     return regions
 
 
