@@ -47,9 +47,9 @@ class ByomSpec:
     image_size: int = 224
 
 
-def _graph_io(path: Path) -> tuple[dict, dict, int | None, int | None]:
+def _graph_io(path: Path) -> tuple[dict, dict, int | None, int | None, int]:
     """The graph's inputs and outputs ({name: {dtype, shape}}), its vocabulary size and its position table's rows
-    (each None where the graph does not show it)."""
+    (each None where the graph does not show it), and the file's ONNX IR version."""
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises several types for unreadable files
@@ -66,7 +66,26 @@ def _graph_io(path: Path) -> tuple[dict, dict, int | None, int | None]:
             out[v.name] = {"dtype": _DTYPES.get(t.elem_type, str(t.elem_type)), "shape": dims}
         return out
 
-    return io(model.graph.input), io(model.graph.output), _vocab_size(model.graph), _position_rows(model.graph)
+    return (io(model.graph.input), io(model.graph.output), _vocab_size(model.graph), _position_rows(model.graph),
+            model.ir_version)
+
+
+def _check_loadable(manifest: Path, onnx_path: Path, ir_version: int) -> None:
+    """Load the file once with the installed onnxruntime (CPU, no graph optimisation), so that a file it cannot
+    load (a newer IR version or opset, an unknown operator) is refused here, not at every request."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 4  # the error is reported below, in one line
+    try:
+        ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types
+        why = " ".join(str(exc).split())
+        if ".cc:" in why:  # drop the "Load model from ... failed:<source file> <C++ signature>" prefix
+            why = why.rsplit(") ", 1)[-1]
+        raise ManifestError(f"{manifest}: onnxruntime {ort.__version__} cannot load {onnx_path.name} (ONNX IR "
+                            f"version {ir_version}; tried at registration): {why[:200]}") from None
 
 
 _PASS_THROUGH = ("Cast", "Identity", "DequantizeLinear")
@@ -166,7 +185,8 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
     if not onnx_path.exists():
         raise ManifestError(f"{path}: model file {onnx_path} does not exist")
     synthetic = _need_bool(path, m, "synthetic")
-    g_in, g_out, graph_vocab, positions = _graph_io(onnx_path)
+    g_in, g_out, graph_vocab, positions, ir_version = _graph_io(onnx_path)
+    _check_loadable(path, onnx_path, ir_version)
     if set(inputs) != set(g_in):
         raise ManifestError(f"{path}: inputs {sorted(inputs)} do not match the graph's {sorted(g_in)}")
     for key in outputs:
@@ -200,7 +220,13 @@ def load_manifest(path: str | Path) -> registry.ModelCard:
             raise ManifestError(f"{path}: the image input must be float32, got {g_in[in_name]['dtype']}")
         if len(shape) != 4 or shape[1] != 3 or not isinstance(shape[-1], int) or shape[2] != shape[3]:
             raise ManifestError(f"{path}: image input must be [N,3,S,S] with a fixed S, got {shape}")
-        n_cls = out_shape[-1]
+        squeezed = list(out_shape)
+        while len(squeezed) > 2 and squeezed[-1] == 1:  # [N,C,1,1] (a 1x1-conv head, SqueezeNet-style) is [N,C]
+            squeezed.pop()
+        if len(squeezed) != 2:
+            raise ManifestError(f"{path}: an image model's output '{output}' must be [N,C] (trailing 1-sized axes "
+                                f"are dropped), got {out_shape}")
+        n_cls = squeezed[-1]
         if not isinstance(n_cls, int):
             raise ManifestError(f"{path}: the output's class dimension must be fixed")
         if labels and len(labels) != n_cls:

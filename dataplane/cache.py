@@ -16,6 +16,8 @@ from pathlib import Path
 
 import onnx
 
+from edgepop.errors import UserError
+
 _LOCK = threading.Lock()
 
 
@@ -23,7 +25,13 @@ def cache_dir() -> Path:
     """The model cache directory (created on first use)."""
     root = os.environ.get("EDGEPOP_CACHE")
     path = Path(root) if root else Path.home() / ".cache" / "edgepop" / "models"
-    path.mkdir(parents=True, exist_ok=True)
+    where = f"$EDGEPOP_CACHE={root}" if root else f"the model cache {path}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # mkdir's own message is a bare "[Errno 17] File exists"
+        raise UserError(f"{where} is a file; the model cache needs a folder (set $EDGEPOP_CACHE to one)") from None
+    except OSError as exc:
+        raise UserError(f"{where}: cannot create the model cache folder there ({exc.strerror})") from None
     return path
 
 

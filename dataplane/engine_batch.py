@@ -3,7 +3,9 @@
 
 Used for encoders, image and speech models. Thread-safe: ``submit`` may be called from any thread and
 returns a :class:`concurrent.futures.Future` (``asyncio.wrap_future`` makes it awaitable). If a batch
-fails, its items are retried one by one so that a bad item fails alone; cancelled futures are skipped.
+fails, its items are retried one by one so that a bad item fails alone; cancelled futures are skipped. A
+``run_batch`` that returns the wrong number of results fails that batch's items with :class:`BatchResultError`
+(naming the model and the counts); the engine thread outlives anything ``run_batch`` raises or returns.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,7 @@ class BatchingEngine:
     def __init__(self, run_batch: Callable[[list[Any]], list[Any]], config: BatchConfig | None = None,
                  name: str = "batch"):
         self.run_batch = run_batch
+        self.name = name
         self.config = config or BatchConfig()
         self.stats = BatchStats()
         self._queue: collections.deque[tuple[Any, Future, float]] = collections.deque()
@@ -107,17 +110,47 @@ class BatchingEngine:
             self.stats.items += len(live)
             try:
                 results = self.run_batch([item for item, _ in live])
-                for (_, fut), res in zip(live, results, strict=True):
-                    fut.set_result(res)
-            except Exception:
-                if len(live) == 1:
-                    self._run_one(*live[0])
-                else:  # isolate the culprit: every item gets its own call and its own outcome
-                    for item, fut in live:
-                        self._run_one(item, fut)
+            except BaseException:  # isolate the culprit: each item gets its own call and outcome
+                for item, fut in live:
+                    self._run_one(item, fut)
+                continue
+            self._deliver(live, results)
+
+    def _deliver(self, live: list[tuple[Any, Future]], results: Any) -> None:
+        """One result per item, in order; any other count fails every item (which result is whose is unknown)."""
+        try:
+            n = len(results)
+        except TypeError:
+            n = None
+        if n != len(live):
+            got = (f"{n} result{'' if n == 1 else 's'}" if n is not None
+                   else f"a {type(results).__name__}, not a list")
+            err = BatchResultError(f"model {self.name!r} returned {got} for a batch of {len(live)} items")
+            for _, fut in live:
+                _resolve(fut, error=err)
+            return
+        for (_, fut), res in zip(live, results, strict=True):
+            _resolve(fut, res)
 
     def _run_one(self, item: Any, fut: Future) -> None:
         try:
-            fut.set_result(self.run_batch([item])[0])
-        except Exception as exc:  # the item's own failure, delivered to its caller only
-            fut.set_exception(exc)
+            results = self.run_batch([item])
+        except BaseException as exc:  # the item's own failure, delivered to its caller only
+            _resolve(fut, error=exc)
+        else:
+            self._deliver([(item, fut)], results)
+
+
+class BatchResultError(RuntimeError):
+    """``run_batch`` broke its contract (one result per item, same order): a fault of the model, not the input."""
+
+
+def _resolve(fut: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Set an outcome unless the future already has one; never raises, so the engine thread survives."""
+    try:
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+    except InvalidStateError:
+        pass

@@ -9,7 +9,8 @@ The batch's KV cache is one dense ``[B,H,P,D]`` tensor per layer and kind, rows 
 length (:mod:`dataplane.padded_kv`).
 
 KV budget: a request reserves ``prompt + max_tokens`` tokens when admitted and releases them when it
-finishes, so admitted work never has to be pre-empted. A request that can never fit is refused at
+ends, however it ends (finished, failed, cancelled, or its future cancelled by the caller), so admitted work never
+has to be pre-empted. A request that can never fit is refused at
 ``submit`` with :class:`CapacityError`.
 
 Timing: every handle carries an :class:`~dataplane.lm_handle.LMTiming` (when it was submitted, admitted, got
@@ -28,6 +29,7 @@ import collections
 import itertools
 import threading
 import time
+from concurrent.futures import InvalidStateError
 
 import numpy as np
 
@@ -64,6 +66,8 @@ class _Seq:
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text: list[str] = []
         self.reserve = len(handle.prompt_ids) + handle.max_tokens
+        self.held = 0  # KV tokens reserved in the engine's budget (set on admission, returned by _finish)
+        self.finished = False
         self.eos_id = eos_id
 
 
@@ -181,7 +185,7 @@ class LMEngine:
         for s in self._running:
             self._finish(s, error=closed)
         for h in self._waiting:
-            self._finish(_Seq(h, 0), error=closed, reserved=False)
+            self._finish(_Seq(h, 0), error=closed)
 
     def _admit(self) -> list[_Seq]:
         out: list[_Seq] = []
@@ -189,13 +193,14 @@ class LMEngine:
             h = self._waiting[0]
             if h.cancelled:
                 self._waiting.popleft()
-                self._finish(_Seq(h, 0), reason="cancelled", reserved=False)
+                self._finish(_Seq(h, 0), reason="cancelled")
                 continue
             seq = _Seq(h, self.model.tokenizer.eos_id)
             if self._reserved + seq.reserve > self.config.kv_budget_tokens:
                 break  # FIFO: the head waits for room rather than being overtaken
             self._waiting.popleft()
             self._reserved += seq.reserve
+            seq.held = seq.reserve
             out.append(seq)
         return out
 
@@ -368,22 +373,28 @@ class LMEngine:
         self._host_past()
         self._past, self._mask = keep_rows(self._past, self._mask, keep)
 
-    def _finish(self, s: _Seq, reason: str | None = None, error: BaseException | None = None,
-                reserved: bool = True) -> None:
-        if s.h.future.done():
+    def _finish(self, s: _Seq, reason: str | None = None, error: BaseException | None = None) -> None:
+        """Finalise a request once: return its KV reservation, end its stream, resolve its future. The
+        future may already be cancelled by its caller (the gateway on a disconnect, ``wrap_future`` on a
+        cancelled await); the reservation must be returned all the same, or the budget leaks."""
+        if s.finished:
             return
-        if reserved:
-            self._reserved -= s.reserve
+        s.finished = True
+        self._reserved -= s.held
+        s.held = 0
         s.h.timing.finished = time.monotonic()
         tail = s.decoder.decode(b"", final=True)
         if tail:
             s.text.append(tail)
             s.h._events.put(tail)
         s.h._events.put(_DONE)
-        if error is not None:
-            s.h.future.set_exception(error)
-        else:
-            s.h.future.set_result(GenerationResult(
-                text="".join(s.text), token_ids=list(s.h.token_ids), prompt_tokens=len(s.h.prompt_ids),
-                finish_reason=reason or "stop", provider=self.model.provider, synthetic=self.model.synthetic,
-                cached_tokens=s.cached))
+        try:
+            if error is not None:
+                s.h.future.set_exception(error)
+            else:
+                s.h.future.set_result(GenerationResult(
+                    text="".join(s.text), token_ids=list(s.h.token_ids), prompt_tokens=len(s.h.prompt_ids),
+                    finish_reason=reason or "stop", provider=self.model.provider, synthetic=self.model.synthetic,
+                    cached_tokens=s.cached))
+        except InvalidStateError:  # cancelled from outside, possibly between a check and here: nobody waits
+            pass

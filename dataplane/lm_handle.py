@@ -115,6 +115,9 @@ class GenerationHandle:
         self.adapter, self.salt = adapter, salt  # LoRA adapter (None: base) and its prefix-cache namespace
         self.on_token = on_token
         self.future: Future = Future()
+        # A caller may cancel the future itself (asyncio.wrap_future does on a cancelled await): that is a
+        # cancel too, and the engine must hear of it to stop the request and return its KV reservation.
+        self.future.add_done_callback(lambda f: f.cancelled() and wake())
         self.token_ids: list[int] = []
         self._events: queue.Queue = queue.Queue()
         self._cancel = threading.Event()
@@ -128,7 +131,7 @@ class GenerationHandle:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self._cancel.is_set() or self.future.cancelled()
 
     def __iter__(self) -> Iterator[str]:
         """Text pieces as they are generated (blocking); re-raises the request's error, if any."""

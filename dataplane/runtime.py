@@ -238,6 +238,8 @@ class ImageClassifier:
     def run(self, images: list[np.ndarray]) -> list[np.ndarray]:
         """Class probabilities for a batch of preprocessed images."""
         logits = self.session.run({self.input_name: np.stack(images).astype(np.float32)})[0]
+        while logits.ndim > 2 and logits.shape[-1] == 1:  # [N,C,1,1] heads, as registration allows
+            logits = logits[..., 0]
         return list(_softmax(logits))
 
 

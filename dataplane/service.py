@@ -30,6 +30,13 @@ class DataPlaneConfig:
     lm: LMEngineConfig = field(default_factory=LMEngineConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
 
+    def __post_init__(self):
+        # A dict here (batch={"max_batch": 4}) used to be accepted and kill the engine thread at its first batch.
+        for name, kind in (("session", SessionConfig), ("lm", LMEngineConfig), ("batch", BatchConfig)):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                raise ValueError(f"DataPlaneConfig.{name} must be a {kind.__name__}, got {value!r}")
+
 
 class DataPlane:
     """Models and their engines; thread-safe."""

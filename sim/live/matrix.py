@@ -43,7 +43,8 @@ def bursty_trace(path: str | Path, n: int = 200, seed: int = 0, burst_rps: float
                  idle_s: float = 6.0) -> Path:
     """Write a bursty synthetic trace (Mooncake JSONL): Poisson bursts at ``burst_rps`` lasting ~``burst_s``
     (exponential), separated by idle gaps of ~``idle_s`` (exponential); prompt lengths log-normal (median 96
-    tokens), outputs uniform in [8, 64]. Seeded: the same file for the same arguments."""
+    tokens), outputs uniform in [8, 64]. Seeded: the same file for the same arguments. Arrivals are in time order:
+    a burst starts no earlier than the previous burst's last arrival."""
     rng = np.random.default_rng(seed)
     t, times = 0.0, []
     while len(times) < n:
@@ -51,7 +52,9 @@ def bursty_trace(path: str | Path, n: int = 200, seed: int = 0, burst_rps: float
         while t < end and len(times) < n:
             t += rng.exponential(1.0 / burst_rps)
             times.append(t)
-        t = end + rng.exponential(idle_s)
+        # a burst's last arrival may come after its drawn end; the next burst never starts before it (its draws
+        # are unchanged; a trace whose arrivals were in order is the same file as before)
+        t = max(t, end + rng.exponential(idle_s))
     prompts = np.clip(np.round(rng.lognormal(np.log(96), 0.8, n)), 4, 4096).astype(int)
     outputs = rng.integers(8, 65, n)
     path = Path(path)

@@ -16,6 +16,7 @@ from dataplane.engine_lm import LMEngine, LMEngineConfig
 from dataplane.errors import CapacityError, InvalidInputError
 from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.sampling import SamplingParams, sample_token
+from dataplane.service import DataPlaneConfig
 
 # Seeded sampling rather than greedy: a synthetic LM's greedy output repeats one token, which would make
 # "batched equals solo" trivially true; sampled sequences differ token by token.
@@ -222,6 +223,9 @@ def test_tiny_temperatures_are_greedy_and_never_sample_nan(engine, dp):
     (BatchConfig, "max_wait_ms", float("nan")),
     (BatchConfig, "max_wait_ms", 1e300),  # overflowed Condition.wait and killed the engine thread
     (BatchConfig, "max_wait_ms", "2"),
+    (DataPlaneConfig, "batch", {"max_batch": 4}),  # accepted, then the engine thread died at its first batch
+    (DataPlaneConfig, "lm", {"max_batch": 4}),
+    (DataPlaneConfig, "session", None),
 ])
 def test_engine_configs_refuse_bad_fields_when_built(make, field, value):
     want = re.escape(f"{make.__name__}.{field} must be ") + f".*got {re.escape(repr(value))}$"

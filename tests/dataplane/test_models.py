@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import numpy as np
@@ -13,6 +14,7 @@ from dataplane.cache import cached_model, spec_key
 from dataplane.models import bert, gpt2, minilm, resnet, speech
 from dataplane.session import Session
 from dataplane.tokenization import ByteEncoderTokenizer, pad_batch
+from edgepop.errors import UserError
 
 TOL = 1e-4
 
@@ -95,6 +97,18 @@ def test_cache_reuses_same_spec_and_rebuilds_changed_spec():
     assert p1 == p2 != p3 and len(builds) == 2
     assert spec_key(spec.key()) != spec_key(spec2.key())
     assert Session(p3).run({"pixel_values": np.zeros((1, 3, 224, 224), np.float32)})[0].shape == (1, 11)
+
+
+def test_a_cache_variable_that_names_a_file_is_one_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "notadir").write_text("x")
+    monkeypatch.setenv("EDGEPOP_CACHE", str(tmp_path / "notadir"))
+    with pytest.raises(UserError, match=re.escape(f"$EDGEPOP_CACHE={tmp_path / 'notadir'} is a file; the model "
+                                                  "cache needs a folder")):
+        cached_model("t-none", {"k": 1}, lambda: None)
+    monkeypatch.setenv("EDGEPOP_CACHE", str(tmp_path / "notadir" / "sub"))
+    with pytest.raises(UserError, match=re.escape(f"$EDGEPOP_CACHE={tmp_path / 'notadir' / 'sub'}: cannot create "
+                                                  "the model cache folder there (Not a directory)")):
+        cached_model("t-none", {"k": 1}, lambda: None)
 
 
 def test_log_mel_puts_a_tone_in_the_right_band():

@@ -153,3 +153,39 @@ def test_a_plain_request_abandoned_where_it_spilled_counts_at_that_pop(tmp_path,
         first.close()
     finally:
         server.stop()
+
+
+def test_streams_dropped_mid_generation_return_their_kv_reservation(tmp_path, gateway_topo):
+    """A KV budget that holds three of these streams at once: four clients each read the first chunk and hang up.
+    Each cancelled generation gives its reservation back, so the budget is whole again and a later request is
+    admitted and answered (its reservation used to leak, and the third or fourth request was never admitted)."""
+    import httpx
+    from kit.gateway import TOKENS, _serve
+
+    from dataplane.gateway import GatewayConfig
+
+    cfg = GatewayConfig(pops=["FRA"], models=[SLOW], tokens=TOKENS, delay=False, lm_kv_budget_tokens=1000,
+                        db=str(tmp_path / "b.sqlite"))
+    server, app = _serve(cfg, gateway_topo)
+    try:
+        gw = app.state.gateway
+        stand_in = gw.backend.stand_in[SLOW]
+        url = f"{server.url}/client/v4/accounts/alice/ai/run/{SLOW}"
+
+        def reserved() -> int:
+            return sum(eng._reserved for name, _r, eng in gw.backend.dp.engines() if name == stand_in)
+
+        body = {"prompt": "hello world", "max_tokens": MAX_TOKENS, "stream": True, "ignore_eos": True}
+        for _ in range(4):
+            before = _engine_tokens(gw, stand_in)
+            with httpx.stream("POST", url, json=body, headers=headers(), timeout=60) as r:
+                assert r.status_code == 200
+                next(r.iter_raw())
+            # the connection is closed mid-stream: the generation stops short and its budget comes back
+            _until(lambda: reserved() == 0, "the dropped stream's KV reservation was returned")
+            assert _engine_tokens(gw, stand_in) - before < MAX_TOKENS
+        r = httpx.post(url, json={"prompt": "hi", "max_tokens": 4}, headers=headers(), timeout=120)
+        assert r.status_code == 200 and r.json()["result"]["response"]
+        assert reserved() == 0
+    finally:
+        server.stop()
