@@ -9,11 +9,12 @@ prefills end (FIFO), each for ``bytes / bandwidth``.
 
 The split takes every GPU type in proportion (:func:`split_pools`), so neither pool gets all of a site's slow
 boards. Admission is token-aware per pool: a prefill replica takes a request while its queued prompt tokens stay
-under ``max_prefill_tokens`` (or it is idle); a decode replica takes a sequence while the KV it will hold at the
-end of every resident sequence fits the catalog's KV pool (or it is empty). Among the replicas that can take it, a
-request prefills where its prompt would be done soonest and decodes where a step with it would be shortest (a
-fast board with a batch beats an idle slow one until its batch makes it slower). The rest wait in FIFO order per
-pool.
+under ``max_prefill_tokens`` (or it is idle); a decode replica takes a sequence while it runs fewer than the
+model's ``max_batch`` sequences and the KV it will hold at the end of every resident sequence fits the catalog's
+KV pool (or it is empty). Among the replicas that can take it, a request prefills where its prompt would be done
+soonest and decodes where a step with it would be shortest (a fast board with a batch beats an idle slow one until
+its batch makes it slower). The rest wait in FIFO order per pool; the control plane does not see those waits (its
+slots are per replica), so under overload they are reported apart (``decode_wait_ms_*``).
 
 The client sees its first token when the KV has landed on the decode replica (TTFT = prefill + queueing + link
 wait + transfer); a site with a single replica of the model stays colocated (there is nothing to split). A
@@ -79,6 +80,7 @@ class DisaggPool:
         self.wait_d: deque = deque()
         self.where: dict = {}  # id(seq) -> (decode replica index, KV tokens reserved, s waited for admission)
         self.kv_transfers, self.kv_transfer_s = 0, 0.0
+        self.d_queued, self.d_wait_s, self.d_wait_max = 0, 0.0, 0.0  # waits for decode room (slots or KV)
         self.dead = False
 
     # ------------------------------------------------------------ engine interface used by the simulator
@@ -169,10 +171,12 @@ class DisaggPool:
 
     def _admit_decode(self, t: float) -> None:
         cap = self.spec.kv_pool_tokens or float("inf")
+        slots = self.spec.max_batch
         while self.wait_d:
             seq = self.wait_d[0]
             need = self.spec.kv_charge(seq.prompt + seq.output)  # (a sliding window's local layers hold less)
-            open_ = [j for j, kv in enumerate(self.kv) if kv == 0 or kv + need <= cap]
+            open_ = [j for j, kv in enumerate(self.kv)
+                     if self.n_dec[j] < slots and (kv == 0 or kv + need <= cap)]
             if not open_:
                 return
             ctx = seq.prompt + seq.output / 2.0  # its mean context while decoding
@@ -181,7 +185,11 @@ class DisaggPool:
             self.wait_d.popleft()
             self.kv[i] += need
             self.n_dec[i] += 1
-            self.where[id(seq)] = (i, need, t - seq.first_token_at)
+            wait = t - seq.first_token_at
+            self.d_queued += wait > 0
+            self.d_wait_s += wait
+            self.d_wait_max = max(self.d_wait_max, wait)
+            self.where[id(seq)] = (i, need, wait)
             self.decode[i].join_decode(seq, t)
 
     def _decoded(self, seq: Seq, t: float) -> None:
@@ -249,7 +257,11 @@ class DisaggFactory:
                 # waits for a site's link while it carries earlier transfers (FIFO)
                 "kv_link_queued": sum(k.queued for k in links),
                 "kv_link_wait_ms_mean": round(1e3 * sum(k.wait_s for k in links) / max(n, 1), 3),
-                "kv_link_wait_ms_max": round(1e3 * max((k.max_wait_s for k in links), default=0.0), 3)}
+                "kv_link_wait_ms_max": round(1e3 * max((k.max_wait_s for k in links), default=0.0), 3),
+                # waits in a decode pool for a slot or KV room, which the control plane cannot see
+                "decode_queued": sum(p.d_queued for p in pools),
+                "decode_wait_ms_mean": round(1e3 * sum(p.d_wait_s for p in pools) / max(n, 1), 3),
+                "decode_wait_ms_max": round(1e3 * max((p.d_wait_max for p in pools), default=0.0), 3)}
 
 
 @TECHNIQUES.register("disaggregation", on=lambda t: t.disaggregation)

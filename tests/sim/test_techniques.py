@@ -112,6 +112,22 @@ def test_a_wait_for_decode_room_is_one_stalled_gap(roof):
     assert itl_percentiles(dis.iloc[[second]], pcts=(100,))["p100"] == pytest.approx(base + wait, abs=1e-3)
 
 
+def test_a_decode_replica_runs_at_most_max_batch_sequences(roof):
+    # KV room for all four, slots for two: the other two wait in the pool, in order, for a slot (one stall each)
+    cat, spec = llama(max_batch=2)
+    w = workload([0.0] * 4, spec.id, "text-generation", 200, output=50)
+    seam, part = disagg(0.5, 100.0)
+    dis = Simulation(deployment(cat, spec.id, 2, [[0.0]], sites=[0, 0]), w, roof, techniques=seam).run().requests
+    assert (dis.outcome == "ok").all()
+    assert (dis.stalls == 1).sum() == 2 and (dis.stalls == 0).sum() == 2
+    ends = sorted(dis.e2e_ms)  # all arrived at 0
+    # the two that waited started decoding when the first two ended
+    waited = dis[dis.stalls == 1]
+    assert (waited.ttft_ms + waited.stall_ms).min() == pytest.approx(ends[0], rel=1e-6)
+    st = part.factories["edge"].stats()
+    assert st["decode_queued"] == 2 and st["decode_wait_ms_max"] > 0
+
+
 def test_disaggregation_lowers_itl_p99_on_a_mixed_load(roof):
     cat, spec = llama()
     rng = np.random.default_rng(5)
