@@ -40,6 +40,27 @@ def hours_until_night(local_hour):
     return np.where(night, 0.0, NIGHT_START_H - h)
 
 
+def _start_hour(start_utc) -> float:
+    start = pd.Timestamp(start_utc) if start_utc is not None else pd.Timestamp("2024-01-01T00:00:00+00:00")
+    return start.hour + start.minute / 60.0 + start.second / 3600.0
+
+
+def local_hour(lon, start_h: float, t_s, day_s: float):
+    """Solar hour at ``lon`` at simulated second ``t_s`` of a run starting at UTC hour ``start_h``."""
+    return solar_hour(lon, start_h + np.asarray(t_s) * 24.0 / day_s)
+
+
+def first_night_s(lon: float, start_h: float, t_s: float, day_s: float) -> float:
+    """The first simulated second at or after ``t_s`` that :func:`local_hour` puts in the night at ``lon``.
+
+    ``t_s`` plus the hours until 22:00 can round to a hair before 22:00; stepping to the next float until the
+    same test says night keeps a held row's release and the night-share check in agreement."""
+    t = t_s + float(hours_until_night(local_hour(lon, start_h, t_s, day_s))) * day_s / 24.0
+    while hours_until_night(local_hour(lon, start_h, t, day_s)) > 0:
+        t = float(np.nextafter(t, np.inf))
+    return t
+
+
 @BATCH_POLICIES.register("none")
 def serve_in_place(frame: pd.DataFrame, topo, fleet, table, start_utc, day_s: float, site_rtt):
     """Batch rows are served like interactive ones, where and when they arrive."""
@@ -86,8 +107,7 @@ def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, st
         nearest = hosts[m][np.argmin(site_rtt[np.ix_(ingress[rows], hosts[m])], axis=1)]
         inter[m] = np.zeros((n_bins, n_sites))
         np.add.at(inter[m], ((orig[rows] // window_s).astype(int), nearest), 1.0)
-    start = pd.Timestamp(start_utc) if start_utc is not None else pd.Timestamp("2024-01-01T00:00:00+00:00")
-    start_h = start.hour + start.minute / 60.0 + start.second / 3600.0
+    start_h = _start_hour(start_utc)
     used = np.zeros(n_sites)
     access = out.access_rtt_ms.to_numpy(dtype=np.float64).copy()
     arrival = orig.copy()
@@ -96,8 +116,7 @@ def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, st
         sites = hosts.get(models[k])
         if sites is None:
             continue
-        utc_h = start_h + orig[k] * 24.0 / day_s
-        wait_h = hours_until_night(solar_hour(site_lon[sites], utc_h))
+        wait_h = hours_until_night(local_hour(site_lon[sites], start_h, orig[k], day_s))
         b = int(orig[k] // window_s)
         seen = (inter[models[k]][b - 1] + sent[b - 1] if b else 0.0) + sent[b]  # previous window + batch sent now
         per_rep = (seen * np.ones(n_sites))[sites] / reps[models[k]][sites]
@@ -115,7 +134,7 @@ def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, st
                 low += 1
             else:
                 held += 1
-                arrival[k] = orig[k] + soonest * day_s / 24.0
+                arrival[k] = first_night_s(site_lon[s], start_h, orig[k], day_s)
         used[s] += 1
         sent[b, s] += 1.0
         access[k] += site_rtt[ingress[k], s]
@@ -134,10 +153,8 @@ def night_share(requests: pd.DataFrame, batch, fleet, start_utc, day_s: float, a
         return float("nan")
     lon = fleet.sites.set_index("site_id").lon
     site_lon = lon.reindex(requests.serving_site[b]).to_numpy(dtype=float)
-    start = pd.Timestamp(start_utc) if start_utc is not None else pd.Timestamp("2024-01-01T00:00:00+00:00")
-    start_h = start.hour + start.minute / 60.0 + start.second / 3600.0
-    utc_h = start_h + np.asarray(arrival_s)[b] * 24.0 / day_s
-    return float(np.mean(hours_until_night(solar_hour(site_lon, utc_h)) == 0))
+    at = np.asarray(arrival_s, dtype=float)[b]
+    return float(np.mean(hours_until_night(local_hour(site_lon, _start_hour(start_utc), at, day_s)) == 0))
 
 
 def batch_policy_applies(deployment: str) -> bool:

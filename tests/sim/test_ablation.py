@@ -62,6 +62,27 @@ def test_night_policy_serves_batch_at_night_side_and_keeps_interactive_ttft():
     assert math.isfinite(f1["batch_completion_p95_s"])
 
 
+def test_a_held_batch_row_is_released_at_night_as_the_night_share_counts_it():
+    # One day-side site (07:00 local): every batch row is held to 22:00, and the share must count all as served at
+    # night. Released at exactly 22:00 in real numbers, about half used to round to a hair before it.
+    spec = default_catalog()[LLAMA]
+    n = 200
+    arrivals = np.sort(np.random.default_rng(7).uniform(0.0, 30.0, n))
+    w = workload(arrivals, spec.id, "text-generation", 100, output=20)
+    w["batch"] = True
+    dep = deployment(Catalog([spec]), spec.id, 1, [[0.0]], sites=[0])
+    dep.fleet.sites["lon"] = [8.68]
+    topo = SimpleNamespace(pops=pd.DataFrame({"id": ["S0"]}))
+    table = pd.DataFrame({"model": [spec.id], "node": [0]})
+    start = "2024-03-20T07:00:00+00:00"
+    out, _, info = apply_night_policy(w, topo, dep.fleet, table, start, 86_400.0, np.array([[0.0]]))
+    assert info["held"] == n
+    exact = (22.0 - 7.0 - 8.68 / 15.0) * 3600.0  # 22:00 local
+    assert np.abs(out.arrival_s.to_numpy() - exact).max() < 1e-6  # no later than rounding needs
+    served = pd.DataFrame({"outcome": ["ok"] * n, "serving_site": dep.fleet.sites.site_id.iloc[0]})
+    assert night_share(served, w.batch.to_numpy(), dep.fleet, start, 86_400.0, out.arrival_s) == 1.0
+
+
 def test_night_policy_counts_every_quiet_day_side_choice():
     """A quiet day-side site wins over a busy night-side one; the counter says so although a night host exists."""
     spec = default_catalog()[LLAMA]
