@@ -4,9 +4,10 @@
 variants and a ``baseline``) through :func:`sim.sweep.run_sweep`, so it runs on the same engines (local pool or
 Ray) and writes the sweep's outputs; it then prints one row per variant with the figures the techniques are
 compared on and their change against the baseline, and writes ``ablation.csv`` and ``ablation.json`` beside them.
-Every variant reuses the base scenario's seed, so the workload (arrivals, sessions, hash_ids, batch flags,
-adapters) is identical; only the deployment's techniques differ. It simulates one deployment, the one its rows
-show: the grid's ``deployments`` entry, or the edge where the grid names none.
+Every variant reuses the base scenario's seed and workload (a variant setting a ``workload.*`` key is refused), so
+the arrivals, sessions, hash_ids, batch flags and adapters are identical; only the deployment's techniques differ.
+It simulates one deployment, the one its rows show: the grid's ``deployments`` entry, or the edge where the grid
+names none.
 """
 
 from __future__ import annotations
@@ -80,12 +81,23 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
                         f"seed, got {list(g.seeds)}: run the grid with `edgepop sweep` for every seed")
     g = one_deployment(g)
     g = with_size(g, requests=requests)  # checked as the grid's own size is, before any variant runs
+    same_arrivals(g)
     result = run_sweep(g, engine=engine, workers=workers, out=out, progress=progress)
     table = ablation_table(result.summary, g.baseline, g.deployments[0])
     write_ablation(table, result.path, {"grid": g.source, "base": g.base, "baseline": g.baseline,
                                         "deployment": g.deployments[0], "seeds": list(g.seeds),
                                         "wall_s": round(result.wall_s, 2)})
     return table, result
+
+
+def same_arrivals(g: Grid) -> None:
+    """Refuse a named variant that changes the workload or the seed: its row would compare other arrivals."""
+    for name, over in g.overrides.items():
+        for key in over:
+            if key == "seed" or key.split(".")[0] == "workload":
+                raise UserError(f"{g.source}: variant {name!r} sets {key!r}, but an ablation compares its variants "
+                                f"on the same arrivals: set it in the base scenario (or the grid's `requests`), "
+                                f"or run the grid with `edgepop sweep`")
 
 
 def one_deployment(g: Grid) -> Grid:

@@ -236,3 +236,18 @@ def test_a_grid_without_deployments_ablates_the_edge_only_and_says_so(tmp_path, 
                           "variants": [{"name": "b"}]}, "c.toml")
     table, result = run_ablation(central, workers=1, out=tmp_path / "central", progress=False)
     assert set(result.summary.deployment) == {"central"} and len(table) == 1
+
+
+@pytest.mark.parametrize("key, value", [("workload.requests", 200), ("workload.rps", 400.0)])
+def test_an_ablation_refuses_a_variant_that_changes_the_arrivals(tmp_path, monkeypatch, key, value):
+    def no_run(*a, **k):
+        raise AssertionError("a variant ran")
+
+    monkeypatch.setattr("sim.techniques.ablation.run_sweep", no_run)
+    path = tmp_path / "g6.toml"
+    path.write_text(f'base = "ablation"\nbaseline = "a"\n[[variants]]\nname = "a"\n[[variants]]\nname = "b"\n'
+                    f'"{key}" = {value}\n')
+    with pytest.raises(UserError, match=rf"^g6\.toml: variant 'b' sets '{key}', but an ablation compares its "
+                                        r"variants on the same arrivals"):
+        run_ablation(load_grid(path))
+    # (a variant's seed is refused by every grid already: seeds are set with `seeds = [...]`)
