@@ -55,6 +55,8 @@ def _note(row: dict) -> str:
     if _finite(row.get("prefix_token_hit_ratio")):
         return f"prefix token hit ratio {row['prefix_token_hit_ratio']}"
     if _finite(row.get("adapter_requests")):
+        if not row["adapter_requests"]:  # its mean wait is then NaN
+            return "no adapter requests"
         return f"adapter requests {int(row['adapter_requests'])}, mean adapter wait {row['adapter_load_ms']} ms"
     if _finite(row.get("kv_transfer_ms_mean")):
         return f"mean KV transfer {row['kv_transfer_ms_mean']} ms"

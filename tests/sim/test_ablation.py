@@ -15,7 +15,7 @@ from edgepop.errors import UserError
 from sim.grid import load_grid, parse_grid
 from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime, Techniques
-from sim.techniques.ablation import run_ablation
+from sim.techniques.ablation import ablation_table, run_ablation
 from sim.techniques.batch_policy import apply_night_policy, hours_until_night, night_share, solar_hour
 from sim.techniques.metrics import technique_figures
 
@@ -251,3 +251,9 @@ def test_an_ablation_refuses_a_variant_that_changes_the_arrivals(tmp_path, monke
                                         r"variants on the same arrivals"):
         run_ablation(load_grid(path))
     # (a variant's seed is refused by every grid already: seeds are set with `seeds = [...]`)
+
+
+def test_the_lora_note_says_no_adapter_requests_rather_than_a_nan_wait():
+    rows = pd.DataFrame({"deployment": "edge", "variant_name": ["baseline", "lora"], "requests": 1,
+                         "adapter_requests": [math.nan, 0], "adapter_load_ms": [math.nan, math.nan]})
+    assert list(ablation_table(rows, "baseline").note) == ["", "no adapter requests"]
