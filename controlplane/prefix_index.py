@@ -17,8 +17,10 @@ evicts cached blocks when it needs their room, and cached blocks never make the 
 A hit on unpinned blocks turns them into the request's own KV, so the hit needs no new KV space. Simplification:
 the control plane still reserves each running request's whole KV (``Request.kv_tokens``: prompt + output, or its
 sliding-window footprint), so a prefix shared by two *concurrent* requests is budgeted twice (conservative), and a
-sliding-window model's cached blocks are counted at full-layer size (conservative too). ``fraction`` optionally caps all held blocks (pinned + unpinned) at
-a share of the pool (the old reserved-share model's budget).
+sliding-window model's cached blocks are counted at full-layer size (conservative too). ``fraction`` optionally
+caps the unpinned blocks at a share of the pool minus the pinned ones (``cap - pinned``, at least 0): pinned
+blocks belong to running requests and cannot be evicted, so the held blocks (pinned + unpinned) can exceed the cap
+whenever running requests pin more than it (at a 0.2 cap on one busy PoP, on 6,217 of 6,294 checks, up to 5.6x).
 
 Computed blocks: a block pinned by a request whose prefill has not ended holds no KV yet. When the index's driver
 reports prefill completions (``track_computing``; the simulator does, through :meth:`PrefixIndex.computed`), such a
@@ -49,8 +51,9 @@ def cached_tokens(n_blocks_hit: int, prompt_tokens: int, block_tokens: int) -> i
 class ReplicaPrefixIndex:
     """One replica's prefix cache: pinned blocks (used by running requests) plus an LRU set of unpinned ones.
 
-    ``capacity_bytes`` caps all held blocks (None = no cap); the free KV space passed to :meth:`admit` and
-    :meth:`release` (None = unlimited) bounds the unpinned ones.
+    ``capacity_bytes`` (None = no cap) bounds the unpinned blocks to the cap minus the pinned ones, which are never
+    evicted (so held blocks can exceed it); the free KV space passed to :meth:`admit` and :meth:`release` (None =
+    unlimited) bounds the unpinned ones too.
     """
 
     __slots__ = ("block_tokens", "block_bytes", "capacity_blocks", "blocks", "refs", "evictions", "hit_tokens",
@@ -144,7 +147,8 @@ class ReplicaPrefixIndex:
         self.fit(free_tokens)
 
     def fit(self, free_tokens: float | None) -> None:
-        """Evict unpinned blocks, least recent first, until they fit ``free_tokens`` and the held blocks the cap."""
+        """Evict unpinned blocks, least recent first, until they fit ``free_tokens`` and the cap minus the pinned
+        blocks (pinned ones are never evicted, so held blocks may stay over the cap)."""
         blocks = self.blocks
         room = None if free_tokens is None else max(0, int(free_tokens // self.block_tokens))
         if self.capacity_blocks is not None:
@@ -166,8 +170,8 @@ class ReplicaPrefixIndex:
 class PrefixIndex:
     """The prefix index of one deployment, one :class:`ReplicaPrefixIndex` per replica, created on first use.
 
-    ``fraction``: optional cap on the share of each replica's KV pool cached blocks may hold (1.0: all of the
-    pool's free space); ``None`` makes every cache unbounded (ignoring the pool). Routers read them through
+    ``fraction``: optional cap on the share of each replica's KV pool that unpinned cached blocks may hold beside
+    the pinned ones (1.0: all of the pool's free space); ``None`` makes every cache unbounded (ignoring the pool). Routers read them through
     ``ClusterState.prefix`` (None when prefix caching is off). ``track_computing``: the driver reports prefill
     completions (:meth:`computed`), so blocks are hits only once computed (set before the first request starts).
     """
