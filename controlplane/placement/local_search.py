@@ -254,7 +254,7 @@ class SwapSearch:
                     # Most capacities take every offer: gain() would return the whole list's gain.
                     known = whole.get((site, b))
                     if known is None:
-                        known = whole[site, b] = st.summed(node, b)[1:]
+                        known = whole[site, b] = st.summed(node, b)
                     rps, gain = known
                     if not takes_all(capacity, rps):
                         key = (site, b, capacity)

@@ -50,14 +50,27 @@ def _groups(codes: np.ndarray) -> list[tuple[int, tuple[int, int]]]:
     return [(key, (bounds[i], bounds[i + 1])) for i, key in enumerate(codes[starts].tolist())]
 
 
-def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarray) -> tuple[dict, dict]:
+class FirstOffers:
+    """A key's offers while all demand is unserved, not built yet: rows ``start:end`` of :func:`initial_offers`'
+    arrays (most of them are gone by the key's first re-derivation: built then, only the rest are)."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, start: int, end: int):
+        self.start, self.end = start, end
+
+
+def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarray) -> tuple[dict, dict, tuple]:
     """Per key of ``keys``, its offers while all demand is unserved: what a scan of its takers gives
     (``GreedyRouting``'s entries), entries (rtt - penalty, pair, -1, demand, rtt) sorted as tuples, from the takers
-    whose RTT is under the penalty (by more than its tolerance); and per key with offers, (their rps, the rps x ms
-    they save), added in list order as ``GreedyRouting.summed`` adds them. ``demand``: each pair's rps, whose float
-    objects the entries share; ``ids``: :func:`pair_ids`."""
+    whose RTT is under the penalty (by more than its tolerance), as a :class:`FirstOffers` (an empty list where
+    there are none); per key with offers, (their rps, the rps x ms they save), added in list order as
+    ``GreedyRouting.summed`` adds them; and the arrays the entries' fields come from, in entry order (negated
+    gain, pair, rps, rtt: :func:`first_entries`). ``demand``: each pair's rps, whose float objects the entries
+    share; ``ids``: :func:`pair_ids`."""
     offers: dict = {}
     sums: dict = {}
+    fields: tuple = ()
     valid = net.cand_site >= 0
     code = (net.cand_site * net.n_models + net.pair_model[:, None])[valid]
     if len(code):
@@ -69,11 +82,10 @@ def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarr
         rows = np.flatnonzero(live & (amount > _EPS))  # pair by pair
         rows = rows[np.argsort(neg[rows], kind="stable")]
         offer = rows[_by_code(code[rows], net.n_sites * net.n_models)]  # by key, then the scan's order (neg, pair)
-        ns, ps, rs = neg[offer].tolist(), ids[pairs[offer]].tolist(), rtt[offer].tolist()
-        ds = np.array(demand, dtype=object)[pairs[offer]].tolist()
+        fields = (neg[offer], ids[pairs[offer]], np.array(demand, dtype=object)[pairs[offer]], rtt[offer])
         groups = _groups(code[offer])
         for key, (a, b) in groups:
-            offers[key] = list(zip(ns[a:b], ps[a:b], repeat(-1), ds[a:b], rs[a:b]))
+            offers[key] = FirstOffers(a, b)
         # summed's loop: rps += amount and total -= neg * amount, the same float operations in the same order
         bounds = np.array([ab for _, ab in groups]).reshape(-1, 2)
         rps = _running_sums(amount[offer], bounds).tolist()
@@ -81,7 +93,22 @@ def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarr
         sums = {key: (rps[i], total[i]) for i, (key, _) in enumerate(groups)}
     for key in keys:  # keys whose takers offer nothing yet: an empty list, as the scan gives
         offers.setdefault(key, [])
-    return offers, sums
+    return offers, sums, fields
+
+
+def first_entries(fields: tuple, first: FirstOffers, skip) -> list:
+    """The entries of ``first`` (rows of ``fields``, from :func:`initial_offers`), in order, but those of the pairs
+    in ``skip``: the same tuples the scan would give."""
+    a, b = first.start, first.end
+    neg, pair, demand, rtt = fields
+    ps = pair[a:b].tolist()
+    if not skip:
+        return list(zip(neg[a:b].tolist(), ps, repeat(-1), demand[a:b].tolist(), rtt[a:b].tolist()))
+    keep = [i for i, p in enumerate(ps) if p not in skip]
+    if not keep:
+        return []
+    ns, ds, rs = neg[a:b].tolist(), demand[a:b].tolist(), rtt[a:b].tolist()
+    return [(ns[i], ps[i], -1, ds[i], rs[i]) for i in keep]
 
 
 def _running_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
