@@ -88,8 +88,8 @@ def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarr
             offers[key] = FirstOffers(a, b)
         # summed's loop: rps += amount and total -= neg * amount, the same float operations in the same order
         bounds = np.array([ab for _, ab in groups]).reshape(-1, 2)
-        rps = _running_sums(amount[offer], bounds).tolist()
-        total = _running_sums(-(neg[offer] * amount[offer]), bounds).tolist()
+        rps = running_sums(amount[offer], bounds).tolist()
+        total = running_sums(-(neg[offer] * amount[offer]), bounds).tolist()
         sums = {key: (rps[i], total[i]) for i, (key, _) in enumerate(groups)}
     for key in keys:  # keys whose takers offer nothing yet: an empty list, as the scan gives
         offers.setdefault(key, [])
@@ -111,7 +111,7 @@ def first_entries(fields: tuple, first: FirstOffers, skip) -> list:
     return [(ns[i], ps[i], -1, ds[i], rs[i]) for i in keep]
 
 
-def _running_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+def running_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Per (start, end) of ``bounds`` (none empty), its values added one by one from 0.0 in order, as a Python
     loop adds them: cumulative sums (np.cumsum adds in order, where np.sum adds pairwise) along rows that hold
     the groups of similar length, padded with zeros after each group's end."""

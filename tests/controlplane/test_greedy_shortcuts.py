@@ -270,7 +270,7 @@ def test_running_sums_add_in_order():
         for v in values[a:b].tolist():
             total += v
         want.append(total)
-    assert takers._running_sums(values, bounds).tolist() == want
+    assert takers.running_sums(values, bounds).tolist() == want
     assert want != [float(np.sum(values[a:b])) for a, b in bounds.tolist()]  # pairwise sums differ here
 
 
