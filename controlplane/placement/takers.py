@@ -111,17 +111,22 @@ def first_entries(fields: tuple, first: FirstOffers, skip) -> list:
     return [(ns[i], ps[i], -1, ds[i], rs[i]) for i in keep]
 
 
-def running_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+def running_sums(values: np.ndarray, bounds: np.ndarray, long: int = 256) -> np.ndarray:
     """Per (start, end) of ``bounds`` (none empty), its values added one by one from 0.0 in order, as a Python
-    loop adds them: cumulative sums (np.cumsum adds in order, where np.sum adds pairwise) along rows that hold
-    the groups of similar length, padded with zeros after each group's end."""
+    loop adds them (np.sum adds pairwise): the groups up to ``long`` values one column at a time, each group's
+    j-th value added to its running total at step j (longest groups first, so the groups still adding are a
+    prefix); longer ones (a few) by np.cumsum, which adds in order."""
     out = np.empty(len(bounds))
     lengths = bounds[:, 1] - bounds[:, 0]
-    width = np.left_shift(1, np.ceil(np.log2(lengths)).astype(int))  # each group's power-of-two row width
-    for w in np.unique(width).tolist():
-        rows = np.flatnonzero(width == w)
-        cols = np.arange(w)
-        inside = cols < lengths[rows, None]
-        at = np.where(inside, bounds[rows, :1] + cols, 0)
-        out[rows] = np.where(inside, values[at], 0.0).cumsum(axis=1)[np.arange(len(rows)), lengths[rows] - 1]
+    for g in np.flatnonzero(lengths > long).tolist():
+        out[g] = np.cumsum(values[bounds[g, 0]:bounds[g, 1]])[-1]
+    short = np.flatnonzero(lengths <= long)
+    if len(short):
+        order = short[np.argsort(-lengths[short], kind="stable")]
+        starts, sizes = bounds[order, 0], lengths[order]
+        total = np.zeros(len(order))
+        # adding at step j: the groups longer than j
+        for j, n in enumerate(np.searchsorted(-sizes, -np.arange(1, sizes[0] + 1), side="right").tolist()):
+            total[:n] += values[starts[:n] + j]
+        out[order] = total
     return out
