@@ -211,6 +211,19 @@ def test_every_sum_of_offers_is_the_loop_over_a_fresh_scan(topo, seed, penalty, 
     assert not isinstance(placed, str) and len(sums) > 100
 
 
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_each_pair_walks_its_own_candidates(topo, seed):
+    """Per pair, its stale marks are its candidate keys' and its RTTs its own, nearest first, though pairs with the
+    same RTTs share one list."""
+    net = problem(topo, seed).network().in_planning_units()
+    by_key, marks_of, rtts_of = takers.stale_marks(net)
+    for p, m in enumerate(net.pair_model.tolist()):
+        valid = net.cand_site[p] >= 0
+        assert rtts_of[p] == net.cand_rtt[p][valid].tolist()
+        assert [id(d) for d in marks_of[p]] == [id(by_key[s * net.n_models + m]) for s in net.cand_site[p][valid]]
+    assert len({id(r) for r in rtts_of}) < len(rtts_of)  # some are shared
+
+
 def test_first_entries_skip_the_pairs_asked():
     """A key's first entries built with pairs skipped are the whole list's, those pairs' left out."""
     rng = np.random.default_rng(0)
