@@ -1,7 +1,8 @@
 """greedy-demand's takers, the demand pairs that list a (site, model) key's site among their candidates (keys
 numbered site x n_models + model): per pair, the stale marks of the keys it lists; and each key's offers (and their
-sums) before any demand is served, built with numpy for all keys at once (half a million (pair, site) rows at
-3,000 PoPs, which a Python scan per key would take most of a second to read)."""
+sums) before any demand is served, sorted and summed with numpy for all keys at once (half a million (pair, site)
+rows at 3,000 PoPs, which a Python scan per key would take most of a second to read), each key's entries built
+when first needed (:func:`first_entries`)."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def initial_offers(net, penalty: float, keys, demand: list[float], ids: np.ndarr
     return offers, sums, fields
 
 
-def first_entries(fields: tuple, first: FirstOffers, skip) -> list:
+def first_entries(fields: tuple, first: FirstOffers, skip: dict | None) -> list:
     """The entries of ``first`` (rows of ``fields``, from :func:`initial_offers`), in order, but those of the pairs
     in ``skip``: the same tuples the scan would give."""
     a, b = first.start, first.end
