@@ -7,13 +7,14 @@ tuples, best first: the same list for every node of the site. A pair has offers 
 RTT (the penalty while some of its demand is unserved) is farther, by more than a tolerance; so a move of a pair
 marks it stale only at those of its candidate sites nearer than its worst RTT before or after the move (the other
 keys' lists had none of its entries and get none), with its RTT there, or None where it has none left. The next
-read of a stale key keeps the others' entries, re-derives the moved pairs' and merges. The swap search
-(:mod:`controlplane.placement.local_search`) works on the same state.
+read of a stale key keeps the others' entries, re-derives the moved pairs' and merges. A key's first offers (all
+demand unserved) are built at the first read that needs its entries, not just their sums: 70% of them are gone by
+then at 3,000 PoPs. The swap search (:mod:`controlplane.placement.local_search`) works on the same state.
 """
 
 from __future__ import annotations
 
-from controlplane.placement.takers import initial_offers, pair_ids, stale_marks
+from controlplane.placement.takers import FirstOffers, first_entries, initial_offers, pair_ids, stale_marks
 
 _EPS = 1e-9
 _END = (None, float("inf"))  # past a pair's last candidate
@@ -59,10 +60,11 @@ class GreedyRouting:
         self.journal: list | None = None
         # (site, model) keys are numbered site x n_models + model; key_base[node]: its site's number x n_models.
         self.key_base = [s * net.n_models for s in self.node_site]
-        # Offers cached per key, and per key its stale pairs, each with its RTT to the site or None (see move): the
-        # next read re-derives their entries.
-        self._offers: dict[int, list] = {}
-        self._sums: dict[int, tuple[list, float, float]] = {}  # (offers, their rps, their gain)
+        # Offers cached per key (a FirstOffers until the first read that needs them), and per key its stale pairs,
+        # each with its RTT to the site or None (see move): the next read re-derives their entries.
+        self._offers: dict[int, list | FirstOffers] = {}
+        self._sums: dict[int, tuple[list | FirstOffers, float, float]] = {}  # (offers, their rps, their gain)
+        self._first: tuple = ()  # the first offers' fields (takers.initial_offers)
         self._ids = pair_ids(len(net.pair_demand))
         # Per pair, the stale marks of each key it lists and its RTT there, nearest first (a move marks up to a
         # dozen of them and moves run ~10^5 times). A key's marks are emptied whenever its offers are re-derived.
@@ -77,9 +79,10 @@ class GreedyRouting:
                 self.pairs_at[node][self.pair_model[p]][p] = entry
 
     def _initial_offers(self) -> None:
-        """Every key's offers before any demand is served, from one sort for all keys, and their sums
-        (:func:`~controlplane.placement.takers.initial_offers`)."""
-        self._offers, sums = initial_offers(self.net, self.penalty, self._stale, self.unserved, self._ids)
+        """Every key's offers before any demand is served, from one sort for all keys (entries built when first
+        needed), and their sums (:func:`~controlplane.placement.takers.initial_offers`)."""
+        self._offers, sums, self._first = initial_offers(self.net, self.penalty, self._stale, self.unserved,
+                                                          self._ids)
         for key, (rps, total) in sums.items():  # summed() would add the same (a cold Python loop over 10^5 offers)
             self._sums[key] = (self._offers[key], rps, total)
 
@@ -115,11 +118,20 @@ class GreedyRouting:
         """:meth:`offers` of a key (callers that hold the key already)."""
         stale = self._stale.get(key)
         if not stale:
-            return self._offers.get(key, _NO_OFFERS)
+            offers = self._offers.get(key, _NO_OFFERS)
+            if type(offers) is FirstOffers:
+                offers = self._offers[key] = first_entries(self._first, offers, None)
+                _, rps, total = self._sums[key]  # found with them
+                self._sums[key] = (offers, rps, total)
+            return offers
         # Keep the others' entries (sorted), re-derive the moved pairs' from their state now and merge. A pair's
         # entries: its unserved demand and its demand served farther than r, none once all is as close as r.
         penalty, unserved, served, eps = self.penalty, self.unserved, self.served, _EPS
-        out = [e for e in self._offers[key] if e[1] not in stale]
+        old = self._offers[key]
+        if type(old) is FirstOffers:
+            out = first_entries(self._first, old, stale)
+        else:
+            out = [e for e in old if e[1] not in stale]
         append = out.append
         for p, r in stale.items():
             if r is None:
@@ -136,9 +148,12 @@ class GreedyRouting:
         stale.clear()
         return out
 
-    def summed(self, node: int, m: int) -> tuple[list, float, float]:
-        """(offers to ``node``, their rps, the rps x ms they save): the whole list's sums, cached with it."""
+    def summed(self, node: int, m: int) -> tuple[float, float]:
+        """(rps, rps x ms saved) of all the offers to ``node``: the whole list's sums, cached with it."""
         key = self.key_base[node] + m
+        if type(self._offers.get(key)) is FirstOffers and not self._stale.get(key):
+            _, rps, total = self._sums[key]  # found with them: no need to build the entries
+            return rps, total
         offers = self._offers_at(key)
         sums = self._sums.get(key)
         if sums is None or sums[0] is not offers:
@@ -149,15 +164,15 @@ class GreedyRouting:
                 total -= neg_gain * amount
                 rps += amount
             sums = self._sums[key] = (offers, rps, total)
-        return sums
+        return sums[1], sums[2]
 
     def gain(self, node: int, m: int, capacity: float) -> float:
         """rps x ms the best offers to ``node`` save within ``capacity`` rps."""
-        offers, rps, whole = self.summed(node, m)
+        rps, whole = self.summed(node, m)
         if capacity >= rps + 1e-9 * capacity + 1e-6:  # takes_all(capacity, rps), written out (~10^5 calls)
             return whole
         total = 0.0
-        for neg_gain, _, _, amount, _ in offers:
+        for neg_gain, _, _, amount, _ in self._offers_at(self.key_base[node] + m):
             if capacity <= _EPS:
                 break
             take = capacity if capacity < amount else amount  # min(amount, capacity) without the call

@@ -29,6 +29,7 @@ from operator import itemgetter
 import numpy as np
 
 from controlplane.placement.greedy_routing import takes_all
+from controlplane.placement.takers import running_sums
 
 _EPS = 1e-9
 _first, _second = itemgetter(0), itemgetter(1)
@@ -187,14 +188,11 @@ class SwapSearch:
         rows = np.arange(len(p))
         alt = np.where(other[rows, first], self.net.cand_rtt[p, first], st.penalty)
         amounts = np.array(amounts) * np.repeat(shares, sizes)  # the share of each key's demand that moves
-        terms = (amounts * np.maximum(alt - np.array(rtts), 0.0)).tolist()
-        i = 0
-        for key, size in zip(keys, sizes, strict=True):
-            total = 0.0
-            for term in terms[i:i + size]:
-                total += term
-            loss[key] = total
-            i += size
+        terms = amounts * np.maximum(alt - np.array(rtts), 0.0)
+        ends = np.cumsum(sizes)
+        # Each key's terms added one by one in order, as a Python loop adds them (a cumulative sum per key).
+        totals = running_sums(terms, np.stack([ends - sizes, ends], axis=1)).tolist()
+        loss.update(zip(keys, totals, strict=True))
         return loss
 
     def _has_room(self) -> np.ndarray:
@@ -254,7 +252,7 @@ class SwapSearch:
                     # Most capacities take every offer: gain() would return the whole list's gain.
                     known = whole.get((site, b))
                     if known is None:
-                        known = whole[site, b] = st.summed(node, b)[1:]
+                        known = whole[site, b] = st.summed(node, b)
                     rps, gain = known
                     if not takes_all(capacity, rps):
                         key = (site, b, capacity)

@@ -189,6 +189,53 @@ def test_every_read_of_offers_is_a_fresh_scan(topo, seed, penalty, monkeypatch):
     assert not isinstance(placed, str) and sum(reads) > 1000
 
 
+@pytest.mark.parametrize("seed,penalty", [(0, 1000.0), (3, 1000.0), (2, 30.0)])
+def test_every_sum_of_offers_is_the_loop_over_a_fresh_scan(topo, seed, penalty, monkeypatch):
+    """Each answer of ``summed`` (the first offers' sums found before their entries are built, or the sums cached
+    with a list) equals the loop's over a scan of all the key's takers at that moment, bit for bit."""
+    sums = []
+    cached = GreedyRouting.summed
+
+    def checked(self, node, m):
+        out = cached(self, node, m)
+        want_rps = want_total = 0.0
+        for neg_gain, _, _, amount, _ in plain_offers_at(self, self.key_base[node] + m):
+            want_total -= neg_gain * amount
+            want_rps += amount
+        assert out == (want_rps, want_total)
+        sums.append(out)
+        return out
+
+    monkeypatch.setattr(GreedyRouting, "summed", checked)
+    placed = place(problem(topo, seed, unserved_penalty_ms=penalty), seed)
+    assert not isinstance(placed, str) and len(sums) > 100
+
+
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_each_pair_walks_its_own_candidates(topo, seed):
+    """Per pair, its stale marks are its candidate keys' and its RTTs its own, nearest first, though pairs with the
+    same RTTs share one list."""
+    net = problem(topo, seed).network().in_planning_units()
+    by_key, marks_of, rtts_of = takers.stale_marks(net)
+    for p, m in enumerate(net.pair_model.tolist()):
+        valid = net.cand_site[p] >= 0
+        assert rtts_of[p] == net.cand_rtt[p][valid].tolist()
+        assert [id(d) for d in marks_of[p]] == [id(by_key[s * net.n_models + m]) for s in net.cand_site[p][valid]]
+    assert len({id(r) for r in rtts_of}) < len(rtts_of)  # some are shared
+
+
+def test_first_entries_skip_the_pairs_asked():
+    """A key's first entries built with pairs skipped are the whole list's, those pairs' left out."""
+    rng = np.random.default_rng(0)
+    n = 50
+    fields = (-rng.random(n), takers.pair_ids(n), np.array(rng.random(n).tolist(), dtype=object), rng.random(n))
+    first = takers.FirstOffers(5, 40)
+    whole = takers.first_entries(fields, first, None)
+    assert [e[1] for e in whole] == list(range(5, 40)) and all(e[2] == -1 for e in whole)
+    for skip in ({}, {7: None, 12: 3.0}, dict.fromkeys(range(5, 40))):
+        assert takers.first_entries(fields, first, skip) == [e for e in whole if e[1] not in skip]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 3, 4])
 def test_every_removal_estimate_is_the_pair_by_pair_one(topo, seed, monkeypatch):
     """Each pass's removal losses (and the hosts with room they read, found on whole arrays) equal the pair by
@@ -216,9 +263,9 @@ def test_the_first_sums_are_the_loop_sums(topo, seed, penalty):
     net = problem(topo, seed, unserved_penalty_ms=penalty).network().in_planning_units()
     state = GreedyRouting(net)
     assert state._sums and all(state._sums[key][0] is state._offers[key] for key in state._sums)
-    for key, (_, rps, total) in state._sums.items():
+    for key, (_, rps, total) in list(state._sums.items()):
         want_rps = want_total = 0.0
-        for neg_gain, _, _, amount, _ in state._offers[key]:
+        for neg_gain, _, _, amount, _ in state._offers_at(key):  # (the first read builds the entries)
             want_total -= neg_gain * amount
             want_rps += amount
         assert (rps, total) == (want_rps, want_total)
@@ -236,7 +283,7 @@ def test_running_sums_add_in_order():
         for v in values[a:b].tolist():
             total += v
         want.append(total)
-    assert takers._running_sums(values, bounds).tolist() == want
+    assert takers.running_sums(values, bounds).tolist() == want
     assert want != [float(np.sum(values[a:b])) for a, b in bounds.tolist()]  # pairwise sums differ here
 
 
