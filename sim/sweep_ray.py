@@ -39,6 +39,7 @@ def start_ray(workers: int | None) -> bool:
     try:
         if address:
             try:
+                _answers(address)
                 ray.init(address=address, log_to_driver=False)
             except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:  # a bad or unreachable address
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -50,6 +51,21 @@ def start_ray(workers: int | None) -> bool:
         if handler is not None:
             signal.signal(signal.SIGTERM, handler)
     return True
+
+
+def _answers(address: str) -> None:
+    """Raise ConnectionError when nothing accepts a TCP connection at a ``host:port`` address (plain or ``ray://``)
+    within 5 s: Ray itself retries an unreachable head for minutes before it gives up. ``auto`` and other forms are
+    left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {host}:{port} ({exc.strerror or type(exc).__name__})") from None
 
 
 def run_on_ray(tasks: list, workers: int | None, collect) -> None:

@@ -235,7 +235,8 @@ def test_ray_engine_gives_the_same_tables(pooled, tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(result.requests(), pooled.requests())
 
 
-@pytest.mark.parametrize("address", ["bogus", "ray://127.0.0.1:1"])
+@pytest.mark.parametrize("address", ["bogus", "ray://127.0.0.1:1", "127.0.0.1:1"])  # (the last: Ray retried for
+# minutes; the hang guard below is the test's timeout)
 def test_a_ray_address_ray_cannot_join_is_one_error(address, monkeypatch):
     import ray
 
@@ -245,6 +246,7 @@ def test_a_ray_address_ray_cannot_join_is_one_error(address, monkeypatch):
     assert not ray.is_initialized()
     with pytest.raises(UserError, match=f"RAY_ADDRESS='{address}': Ray could not join it"):
         start_ray(2)
+    assert not ray.is_initialized()
 
 
 def test_starting_ray_keeps_the_callers_sigterm_handler():
