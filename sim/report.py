@@ -83,6 +83,11 @@ def headline_rows(summary: dict) -> list[tuple]:
     return rows
 
 
+def headline_table(summary: dict) -> list[tuple[str, str, str, str]]:
+    """:func:`headline_rows` with every value as the terminal and report.md print it."""
+    return [(m, _fmt(a), _fmt(b), g or "") for m, a, b, g in headline_rows(summary)]
+
+
 def _peak_hour_is_whole_run(summary: dict) -> bool:
     from sim.capacity import peak_hour_is_whole_run
 
@@ -225,7 +230,7 @@ def write_report(out, directory: Path) -> Path:
              + "Latency figures are of interactive requests "
              "(TTFT and TPOT: text generation; E2E split into generation and one-shot tasks).", "",
              "| metric | edge | central | edge gain (95% CI) |", "|---|---|---|---|"]
-    lines += [f"| {m} | {_fmt(a)} | {_fmt(b)} | {g or ''} |" for m, a, b, g in headline_rows(s)]
+    lines += [f"| {m} | {a} | {b} | {g} |" for m, a, b, g in headline_table(s)]
     lines += [""] + [f"- {n}" for n in notes(s)]
     gains = s.get("gains") or {}
     if gains.get("by_prompt_tokens"):
@@ -270,7 +275,7 @@ def _day_text(s: dict) -> str:
     squeezed = f"a day compressed to {day['day_s']:,.0f} s" if day["day_s"] < 86_400 else "a day"
     hours = day["hours_covered"]
     # (a short run covers minutes of the day: "0 h" would read as none of it)
-    covered = f"{hours:.3g} h" if hours >= 1 else f"{60 * hours:.2g} min"
+    covered = f"{hours:.4g} h" if hours >= 1 else f"{60 * hours:.2g} min"
     return f" ({covered} of {squeezed}{start})"
 
 

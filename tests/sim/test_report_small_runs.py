@@ -80,3 +80,14 @@ def test_an_empty_cdf_panel_says_so_and_the_utilisation_axis_says_of_what():
     assert ylabel != "%" and "slots" in ylabel and "replicas" in ylabel
     assert any("% of ready slots" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
     pyplot().close(fig)
+
+
+def test_the_headline_table_is_formatted_as_the_cli_prints_it():
+    from sim.report import headline_table
+
+    s = {"deployments": {"edge": {"gpu_hours": 0.600491, "gpu_usd": 1.756174, "ttft_ms": {"p50": 64.996}},
+                         "central": {"gpu_hours": 12.5}}, "gains": {"ttft_ms_p50_reduction_pct": 41.52,
+                                                                     "ci95": {"ttft_ms_p50_reduction_pct": [41.0, 42.1]}}}
+    rows = {m: (a, b, g) for m, a, b, g in headline_table(s)}
+    assert rows["GPU-hours"] == ("0.600", "12.5", "") and rows["GPU cost ($)"][:2] == ("1.756", "-")
+    assert rows["TTFT p50 (ms)"] == ("65.0", "-", "+41.5% [+41.0, +42.1]")
