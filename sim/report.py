@@ -275,7 +275,8 @@ def _day_text(s: dict) -> str:
     squeezed = f"a day compressed to {day['day_s']:,.0f} s" if day["day_s"] < 86_400 else "a day"
     hours = day["hours_covered"]
     # (a short run covers minutes of the day: "0 h" would read as none of it)
-    covered = f"{hours:.4g} h" if hours >= 1 else f"{60 * hours:.2g} min"
+    covered = (f"{hours:.4g} h" if hours >= 1 else f"{60 * hours:.2g} min" if hours >= 1 / 60 else
+               f"{3600 * hours:.2g} s")
     return f" ({covered} of {squeezed}{start})"
 
 

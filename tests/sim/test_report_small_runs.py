@@ -59,6 +59,8 @@ def test_single_deployment_report_reads_as_sentences_and_names_its_plot(tmp_path
 def test_day_covered_reads_in_minutes_under_an_hour():
     s = {"day": {"day_s": 3600.0, "hours_covered": round(24 * 14 / 3600, 4), "start_utc": None}}
     assert _day_text(s) == " (5.6 min of a day compressed to 3,600 s)"
+    s["day"] = {"day_s": 86_400.0, "hours_covered": round(24 * 0.06 / 86_400, 6), "start_utc": None}
+    assert _day_text(s) == " (0.061 s of a day)"  # (a real-time day: not "0 min")
     s["day"]["hours_covered"] = 3.6
     assert _day_text(s).startswith(" (3.6 h of")
 
