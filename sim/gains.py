@@ -180,7 +180,7 @@ def _few(n_e: int, n_c: int) -> str | None:
     """Why a headline figure gets no interval (fewer than MIN_BIN requests on a side, as the bins), or None."""
     if min(n_e, n_c) >= MIN_BIN:
         return None
-    return f"fewer than {MIN_BIN} requests on a side (edge {n_e:,}, central {n_c:,}): no interval"
+    return f"fewer than {MIN_BIN} requests on a side (edge {n_e:,}, central {n_c:,})"
 
 
 def headline_gains(p: Paired, slo_met_e: np.ndarray, slo_met_c: np.ndarray) -> tuple[dict, dict]:

@@ -156,8 +156,8 @@ def no_interval_lines(ci: dict) -> list[str]:
     by_reason: dict[str, list[str]] = {}
     for key, reason in (ci.get("no_interval") or {}).items():
         by_reason.setdefault(reason, []).append(names.get(key, key))
-    return [f"No 95% interval for {', '.join(keys)}: {reason.removesuffix(': no interval')} (as the "
-            "crossover bins, an interval over a handful of requests says nothing)." for reason, keys in by_reason.items()]
+    return [f"No 95% interval for {', '.join(keys)}: {reason} (as for the crossover bins: an interval over a "
+            "handful of requests says nothing)." for reason, keys in by_reason.items()]
 
 
 def _fmt(v):
