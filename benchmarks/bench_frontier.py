@@ -59,7 +59,8 @@ def main() -> None:
     for key, d in r["deployments"].items():
         print(f"{key:>20s}: least GPUs {d['min_gpus_for_slo']}, least $/hour {d['min_usd_per_hour_for_slo']} "
               f"({d['status']})")
-    print(f"iso-SLO cost ratio (edge / {r['baseline']}): {r['iso_slo_cost_ratio']} ({r['iso_slo_ratio_kind']}; range "
+    shown = "unknown" if r["iso_slo_ratio_kind"] == "unknown" else r["iso_slo_cost_ratio"]  # (null in JSON then)
+    print(f"iso-SLO cost ratio (edge / {r['baseline']}): {shown} ({r['iso_slo_ratio_kind']}; range "
           f"{r['iso_slo_cost_ratio_range']}); {runs} runs in {wall:.0f} s; outputs in {out}")
     print(json_line({"benchmark": "frontier", "scenario": "default", "slo": r["slo"]["text"],
                       "deployments": len(r["deployments"]), "budgets": len(DEFAULT_BUDGETS), "seeds": len(seeds),

@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    parser.commands = sub.choices  # (name -> sub-command parser: main() has it report a flag it does not know)
     return parser
 
 
@@ -50,7 +51,10 @@ def _pipe_closed(console) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the sub-command's usage, not the top level's: that is where the flag was looked for
+        chosen = parser.commands.get(args.command) if args.command else None
+        (chosen or parser).error(f"unrecognized arguments: {' '.join(extra)}")  # (exits 2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

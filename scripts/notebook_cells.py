@@ -35,11 +35,22 @@ per-country TTFT gain, the gain per continent, and how far the gains move when t
     ("params", """
 import os
 
+
+def env_int(name, default, least):
+    \"\"\"``name`` from the environment, or ``default``: a value that is not a whole number >= ``least`` stops here,
+    naming the variable (not as an error cells later).\"\"\"
+    text = os.environ.get(name, default)
+    value = int(text) if text.strip().lstrip("+-").isdigit() else None
+    if value is None or value < least:
+        raise ValueError(f"{name}={text!r}: expected a whole number >= {least}")
+    return value
+
+
 SCENARIO = os.environ.get("EDGEPOP_NB_SCENARIO", "small")  # an embedded scenario name or a scenario file
-REQUESTS = int(os.environ.get("EDGEPOP_NB_REQUESTS", "3000"))
-SEED = int(os.environ.get("EDGEPOP_NB_SEED", "7"))
-EXTRA_SEEDS = int(os.environ.get("EDGEPOP_NB_EXTRA_SEEDS", "4"))  # runs with seeds SEED+1 .. SEED+EXTRA_SEEDS
-WORKERS = int(os.environ.get("EDGEPOP_NB_WORKERS", "0")) or None  # their processes (default: CPU count)
+REQUESTS = env_int("EDGEPOP_NB_REQUESTS", "3000", 1)
+SEED = env_int("EDGEPOP_NB_SEED", "7", 0)
+EXTRA_SEEDS = env_int("EDGEPOP_NB_EXTRA_SEEDS", "4", 1)  # runs with seeds SEED+1 .. SEED+EXTRA_SEEDS (one at least)
+WORKERS = env_int("EDGEPOP_NB_WORKERS", "0", 0) or None  # their processes (default: CPU count)
 """),
     ("code", """
 %matplotlib inline
@@ -49,7 +60,7 @@ import pandas as pd
 
 from edgepop.errors import UserError
 from sim.metrics import country_gain, interactive
-from sim.report import headline_rows
+from sim.report import headline_table
 from sim.run import run_scenario
 from sim.scenario import load_scenario
 from topology.report import coastlines
@@ -68,8 +79,8 @@ print(f"{summary['requests']:,} requests over {summary['simulated_span_s']:,.0f}
 """),
     ("md", "## Headline"),
     ("code", """
-pd.DataFrame(headline_rows(summary), columns=["metric", "edge", "central", "edge gain"], dtype=object) \
-    .set_index("metric").fillna("")
+# formatted as the CLI's table and report.md (GPU-hours 0.600, not 0.600491)
+pd.DataFrame(headline_table(summary), columns=["metric", "edge", "central", "edge gain"]).set_index("metric")
 """),
     ("md", """
 ## TTFT distributions
@@ -128,7 +139,11 @@ continent_gain = pd.Series({c: v.get("ttft_p50_reduction_pct")  # none under 30 
                             for c, v in summary["gains"]["per_continent"].items()}, dtype=float)
 fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4))
 per_continent.plot.bar(ax=a, rot=0, title="median TTFT of text generation (ms)")
-continent_gain.plot.bar(ax=b, rot=0, color="tab:green", title="edge reduction of median TTFT (%)")
+continent_gain.plot.bar(ax=b, rot=0, color="tab:green", title="edge reduction of median TTFT (%); "
+                       "n<30: too few requests a side, no figure")
+for i, v in enumerate(continent_gain):
+    if np.isnan(v):  # no bar: marked, or it would read as a 0% gain
+        b.annotate("n<30", (i, 0), ha="center", va="bottom", fontsize=9, color="0.4")
 for ax in (a, b):
     ax.grid(alpha=0.3, axis="y")
 fig.tight_layout()

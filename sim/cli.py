@@ -177,14 +177,14 @@ def print_headline(summary: dict, path, total_s: float | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sim.report import _fmt, headline_rows, notes, title_line, wall_text
+    from sim.report import headline_table, notes, title_line, wall_text
 
     t = Table(title=title_line(summary))
     for col in ("metric", "edge", "central", "edge gain (95% CI)"):
         # the gain and its interval stay on one line: the metric names wrap instead
         t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=col != "metric")
-    for m, a, b, g in headline_rows(summary):
-        t.add_row(m, _fmt(a), _fmt(b), g or "")
+    for row in headline_table(summary):
+        t.add_row(*row)
     console = Console()
     console.print(t)
     for line in notes(summary):

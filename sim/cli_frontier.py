@@ -89,12 +89,12 @@ def print_frontier(f) -> None:
     console = Console()
     console.print(t)
     ratio = r["iso_slo_cost_ratio"]
-    said = (f"iso-SLO cost ratio (edge / {r['baseline']}): {'-' if ratio is None else f'{ratio:.3f}'} "
+    said = (f"iso-SLO cost ratio (edge / {r['baseline']}): {fr.ratio_text(ratio, r['iso_slo_ratio_kind'])} "
             f"({fr.headline_note(r)})"
             if fr.has_ratio(r) else f"no iso-SLO cost ratio ({fr.NO_RATIO})")
     if fr.too_few(r):
         console.print(fr.too_few(r), highlight=False)
     console.print(f"{said}; wall time {r['wall_s']} s. Wrote {f.path}/frontier.json, frontier.parquet, frontier.png, "
                   "report.md", highlight=False)
-    if ratio is not None and r["iso_slo_ratio_kind"] in fr.BOUND_NOTE:  # what a bounded or unbounded ratio means
+    if r["iso_slo_ratio_kind"] in fr.BOUND_NOTE:  # (None: a line never met the SLO, said above)  # what a bounded or unbounded ratio means
         console.print(fr.BOUND_NOTE[r["iso_slo_ratio_kind"]].strip(), highlight=False)

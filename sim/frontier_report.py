@@ -69,6 +69,17 @@ def _ratio(a, b):
     return None if a is None or b in (None, 0) else round(a / b, 3)
 
 
+def _known(kind, ratio):
+    """The ratio, or None when it is bounded neither way (both lines met the SLO at their smallest budget): a
+    number there would read as a measured ratio (1.0: parity) to whoever reads frontier.json."""
+    return None if kind == "unknown" else ratio
+
+
+def ratio_text(ratio, kind, digits=3) -> str:
+    """A ratio as report.md and the terminal print it: ``unknown`` (no number) where it is bounded neither way."""
+    return "unknown" if kind == "unknown" else _f(ratio, digits)
+
+
 BOUND_NOTE = {"lower_bound": " A lower bound: the baseline met the SLO at the smallest budget tried and may need less.",
               "upper_bound": " An upper bound: the edge met the SLO at the smallest budget tried and may need less.",
               "unknown": " Unknown: both lines met the SLO at the smallest budget tried, so each may need less and the "
@@ -172,8 +183,10 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
     deployments = {key: least(pts, slo, tolerance=tolerance) for key, pts in by_line.items()}
     central = [line.key for line in lines if line.deployment == "central"]
     edge = deployments.get("edge", {})
-    by_baseline = {k: {"cost": _ratio(edge.get("min_usd_per_hour_for_slo"), deployments[k]["min_usd_per_hour_for_slo"]),
-                       "gpus": _ratio(edge.get("min_gpus_for_slo"), deployments[k]["min_gpus_for_slo"]),
+    by_baseline = {k: {"cost": _known(ratio_kind(edge, deployments[k]), _ratio(
+                           edge.get("min_usd_per_hour_for_slo"), deployments[k]["min_usd_per_hour_for_slo"])),
+                       "gpus": _known(ratio_kind(edge, deployments[k]),
+                                      _ratio(edge.get("min_gpus_for_slo"), deployments[k]["min_gpus_for_slo"])),
                        "kind": ratio_kind(edge, deployments[k]),
                        "cost_range": ratio_range(edge, deployments[k], "range_usd_per_hour"),
                        "gpus_range": ratio_range(edge, deployments[k], "range_gpus")}
@@ -186,8 +199,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
         for cont in conts:
             d = {key: _continent_least(pts, slo, cont) for key, pts in by_line.items()}
             e = d.get("edge", {})
-            per_continent[cont] = {"deployments": d, "iso_slo_cost_ratio": _ratio(
-                e.get("min_usd_per_hour_for_slo"), d[central[0]]["min_usd_per_hour_for_slo"]) if central else None,
+            per_continent[cont] = {"deployments": d, "iso_slo_cost_ratio": _known(ratio_kind(e, d[central[0]]), _ratio(
+                e.get("min_usd_per_hour_for_slo"), d[central[0]]["min_usd_per_hour_for_slo"])) if central else None,
                 "iso_slo_ratio_kind": ratio_kind(e, d[central[0]]) if central else None}
     equal_cost = []
     for s in scales:
@@ -257,11 +270,12 @@ def report_lines(frontier) -> list[str]:
     else:
         kind = r["iso_slo_ratio_kind"]
         lines += ["", f"Iso-SLO cost ratio (edge $/hour over {r['baseline']} $/hour, each at its least budget): "
-                      f"**{_f(r['iso_slo_cost_ratio'], 3)}** "
+                      f"**{ratio_text(r['iso_slo_cost_ratio'], kind)}** "
                       f"({headline_note(r)}); "
-                      f"GPU ratio {_f(r['iso_slo_gpu_ratio'], 3)}." + BOUND_NOTE.get(kind, ""), ""]
+                      f"GPU ratio {ratio_text(r['iso_slo_gpu_ratio'], kind)}." + BOUND_NOTE.get(kind, ""), ""]
         for key, v in r["iso_slo_ratio_by_baseline"].items():
-            lines.append(f"- against {key}: cost ratio {_f(v['cost'], 3)}, GPU ratio {_f(v['gpus'], 3)} "
+            lines.append(f"- against {key}: cost ratio {ratio_text(v['cost'], v['kind'])}, GPU ratio "
+                         f"{ratio_text(v['gpus'], v['kind'])} "
                          f"({ratio_note(v['kind'], v.get('cost_range'), missing_lines(r, key))})")
     keys = [line.key for line in frontier.lines]
     lines += ["", "## TTFT at equal cost (mean over seeds; p95 counts requests never answered as late, "
@@ -280,10 +294,10 @@ def report_lines(frontier) -> list[str]:
                   "|---|" + "---|" * (len(keys) + 1)]
         for cont, d in r["per_continent"].items():
             cells = [_continent_cell(d["deployments"][k]) for k in keys]
-            kind = f" ({d['iso_slo_ratio_kind']})" if d["iso_slo_cost_ratio"] is not None else ""
-            lines.append(f"| {cont} | " + " | ".join(cells) + f" | {_f(d['iso_slo_cost_ratio'], 3)}{kind} |")
-        bounded = sorted({d["iso_slo_ratio_kind"] for d in r["per_continent"].values()
-                          if d["iso_slo_cost_ratio"] is not None} & set(BOUND_NOTE))
+            k = d["iso_slo_ratio_kind"]
+            kind = f" ({k})" if d["iso_slo_cost_ratio"] is not None else ""
+            lines.append(f"| {cont} | " + " | ".join(cells) + f" | {ratio_text(d['iso_slo_cost_ratio'], k)}{kind} |")
+        bounded = sorted({d["iso_slo_ratio_kind"] for d in r["per_continent"].values()} & set(BOUND_NOTE))
         if bounded:  # what each bound means, as for the overall ratio
             lines += [""] + [f"A continent's {k} ratio:{BOUND_NOTE[k].split(':', 1)[1]}" for k in bounded]
         few = too_few(r)
@@ -315,6 +329,8 @@ def ratio_note(kind, rng, missing) -> str:
     """The ratio's kind, its range where it is one, or which line never met the SLO."""
     if kind is None:
         return f"not available: {' and '.join(missing)} never met the SLO" if missing else "not available"
+    if kind == "unknown":
+        return "bounded neither way"
     if kind != "range" or not rng:
         return kind
     lo, hi = rng

@@ -176,23 +176,45 @@ class Paired:
         return out
 
 
+def _few(n_e: int, n_c: int) -> str | None:
+    """Why a headline figure gets no interval (fewer than MIN_BIN requests on a side, as the bins), or None."""
+    if min(n_e, n_c) >= MIN_BIN:
+        return None
+    return f"fewer than {MIN_BIN} requests on a side (edge {n_e:,}, central {n_c:,})"
+
+
 def headline_gains(p: Paired, slo_met_e: np.ndarray, slo_met_c: np.ndarray) -> tuple[dict, dict]:
     """``gains.ci95`` (the headline reductions' intervals, plus the SLO attainment difference's), and the E2E
-    p50 point reductions of generation and one-shot tasks, which are computed on the way."""
-    out = {}
+    p50 point reductions of generation and one-shot tasks, which are computed on the way. A figure over fewer
+    than MIN_BIN requests on a side gets a null interval, its reason in ``ci95.no_interval``."""
+    out, why = {}, {}
+
+    def put(key, gain, subset, q="p50"):
+        reason = _few(int((subset & p.ok_e).sum()), int((subset & p.ok_c).sum()))  # (the ok requests of each side)
+        out[key] = None if reason else gain[q]["ci95"]
+        if reason:
+            why[key] = reason
+
     ttft = p.quantile_gain("ttft_ms", p.gen, (0.5, 0.95, 0.99))
-    for k, v in ttft.items():
-        out[f"ttft_ms_{k}_reduction_pct"] = v["ci95"]
-    out["tpot_ms_p50_reduction_pct"] = p.quantile_gain("tpot_ms", p.gen)["p50"]["ci95"]
-    e2e = {k: p.quantile_gain("e2e_ms", m)["p50"] for k, m in (("generation", p.gen), ("one_shot", p.one_shot))}
+    for k in ("p50", "p95", "p99"):
+        put(f"ttft_ms_{k}_reduction_pct", ttft, p.gen, k)
+    put("tpot_ms_p50_reduction_pct", p.quantile_gain("tpot_ms", p.gen), p.gen)
+    masks = {"generation": p.gen, "one_shot": p.one_shot}
+    e2e = {k: p.quantile_gain("e2e_ms", m) for k, m in masks.items()}
     for k, v in e2e.items():
-        out[f"e2e_ms_{k}_p50_reduction_pct"] = v["ci95"]
-    out["network_rtt_ms_p50_reduction_pct"] = p.quantile_gain("network_rtt_ms", p.gen | p.one_shot)["p50"]["ci95"]
+        put(f"e2e_ms_{k}_p50_reduction_pct", v, masks[k])
+    put("network_rtt_ms_p50_reduction_pct", p.quantile_gain("network_rtt_ms", p.gen | p.one_shot), p.gen | p.one_shot)
     everyone = np.ones(len(p.e), bool)
     d = p.boot.share(slo_met_e, everyone) - p.boot.share(slo_met_c, everyone)
-    out["slo_attainment_delta"] = None if (iv := interval(d * 1e4)) is None else [round(x / 1e4, 4) for x in iv]
+    reason = _few(len(p.e), len(p.c))
+    iv = None if reason else interval(d * 1e4)
+    out["slo_attainment_delta"] = None if iv is None else [round(x / 1e4, 4) for x in iv]
+    if reason:
+        why["slo_attainment_delta"] = reason
     out["method"] = p.boot.method
-    return out, {f"e2e_ms_{k}_p50_reduction_pct": v["reduction_pct"] for k, v in e2e.items()}
+    if why:
+        out["no_interval"] = why
+    return out, {f"e2e_ms_{k}_p50_reduction_pct": v["p50"]["reduction_pct"] for k, v in e2e.items()}
 
 
 def _groups(p: Paired, keys: np.ndarray, names) -> dict:

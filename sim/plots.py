@@ -63,7 +63,8 @@ def plot_gain_map(requests, path: Path) -> Path | None:
     return path
 
 
-def plot_ttft_cdf(requests, path: Path) -> Path:
+def ttft_cdf_figure(requests):
+    """The two CDF panels (text generation, one-shot tasks); a panel with no requests says so."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), dpi=100)
     ok = (requests.outcome == "ok").to_numpy(dtype=bool) & _interactive(requests)
@@ -77,33 +78,51 @@ def plot_ttft_cdf(requests, path: Path) -> Path:
                 q = np.linspace(0.0, 1.0, min(x.size, 2001))  # 2,001 quantiles draw the same curve as every point
                 ax.plot(np.quantile(x, q), q, style, label=f"{dep} (p50 {np.median(x):.0f} ms)")
     for ax, title in zip(axes, ("text generation: TTFT", "one-shot tasks: time to result"), strict=True):
+        ax.set_title(title)
+        if not ax.lines:  # (an empty default axis would read as a plot of nothing measured)
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, "no ok interactive requests of this kind in this run", ha="center", va="center",
+                    transform=ax.transAxes)
+            continue
         ax.set_xscale("log")
         ax.set_xlabel("ms at the client")
         ax.set_ylabel("CDF")
-        ax.set_title(title)
         ax.grid(alpha=0.3, which="both")
-        if ax.lines:
-            ax.legend()
+        ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def plot_ttft_cdf(requests, path: Path) -> Path:
+    fig = ttft_cdf_figure(requests)
     fig.savefig(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 
-def plot_utilisation(util, path: Path) -> Path:
+def utilisation_figure(util):
+    """Busy slots (requests running / decode slots of ready replicas) and busy replicas (replicas with work in
+    flight / all replicas), in % per deployment. GPU busy in report.md counts GPUs instead (a GPU is busy when any
+    replica on it is), sampled over the arrivals only."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
     for dep, g in util.groupby("deployment"):
-        ax.plot(g.t_s / 60, 100 * g.slot_utilisation, label=f"{dep}: busy slots")
-        ax.plot(g.t_s / 60, 100 * g.busy_replicas / g.replicas.clip(lower=1), ":", label=f"{dep}: busy replicas")
+        ax.plot(g.t_s / 60, 100 * g.slot_utilisation, label=f"{dep}: busy slots (% of ready slots)")
+        ax.plot(g.t_s / 60, 100 * g.busy_replicas / g.replicas.clip(lower=1), ":",
+                label=f"{dep}: busy replicas (% of replicas)")
     ax.set_xlabel("simulated minutes")
-    ax.set_ylabel("%")
+    ax.set_ylabel("% in use (slots: requests running;\nreplicas: with work in flight)")
     ax.set_title("Utilisation over time")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def plot_utilisation(util, path: Path) -> Path:
+    fig = utilisation_figure(util)
     fig.savefig(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 

@@ -83,6 +83,11 @@ def headline_rows(summary: dict) -> list[tuple]:
     return rows
 
 
+def headline_table(summary: dict) -> list[tuple[str, str, str, str]]:
+    """:func:`headline_rows` with every value as the terminal and report.md print it."""
+    return [(m, _fmt(a), _fmt(b), g or "") for m, a, b, g in headline_rows(summary)]
+
+
 def _peak_hour_is_whole_run(summary: dict) -> bool:
     from sim.capacity import peak_hour_is_whole_run
 
@@ -103,6 +108,7 @@ def notes(summary: dict) -> list[str]:
                    f"difference), with its 95% interval: {g['ci95']['method']}. The "
                    "interval is within this run: its arrivals and its placement (built for this workload) are held "
                    + seeds)
+    out += no_interval_lines(g.get("ci95") or {})
     trace = summary.get("trace")
     if trace and trace.get("limited_by") == "duration_s":  # the time cut, not the trace, ended the replay
         asked = f" of the {trace['asked']:,} asked for" if trace.get("asked") else ""
@@ -142,6 +148,18 @@ def notes(summary: dict) -> list[str]:
     return out
 
 
+def no_interval_lines(ci: dict) -> list[str]:
+    """A line per reason (``gains.ci95.no_interval``) why headline gains are shown without an interval."""
+    from sim.gains import HEADLINE_LOSSES
+
+    names = dict(HEADLINE_LOSSES)
+    by_reason: dict[str, list[str]] = {}
+    for key, reason in (ci.get("no_interval") or {}).items():
+        by_reason.setdefault(reason, []).append(names.get(key, key))
+    return [f"No 95% interval for {', '.join(keys)}: {reason} (as for the crossover bins: an interval over a "
+            "handful of requests says nothing)." for reason, keys in by_reason.items()]
+
+
 def _fmt(v):
     if v is None:
         return "-"
@@ -158,7 +176,7 @@ def title_line(s: dict) -> str:
     only = f", {next(iter(deps))} only" if len(deps) == 1 else ""
     trace = s.get("trace")
     replay = f", replaying {Path(trace['file']).name}" if trace else ""
-    return (f"edgepop simulate: {s['scenario']} ({s['requests']:,} requests{replay}, seed {s['seed']}, GPU "
+    return (f"edgepop simulate: {s['scenario']} ({_n(s['requests'], 'request')}{replay}, seed {s['seed']}, GPU "
             f"inventory x{s.get('gpu_inventory_scale', 1.0):g}{base}{only})")
 
 
@@ -201,17 +219,18 @@ def write_report(out, directory: Path) -> Path:
     if plot_gain_map(out.requests, directory / "ttft_gain_map.png"):
         figs.append(("TTFT gain per user country", "ttft_gain_map.png"))
     plot_ttft_cdf(out.requests, directory / "ttft_cdf.png")
-    figs.append(("TTFT distribution, edge vs central", "ttft_cdf.png"))
+    deps = list(s["deployments"])
+    figs.append(("TTFT distribution, " + (" vs ".join(deps) if len(deps) > 1 else f"{deps[0]} only"), "ttft_cdf.png"))
     plot_utilisation(out.utilisation, directory / "utilisation.png")
     figs.append(("Utilisation over time", "utilisation.png"))
     lines = [f"# {title_line(s)}", "",
-             f"{s['requests']:,} requests over {s['simulated_span_s']:,.0f} simulated seconds{_day_text(s)}, "
-             f"seed {s['seed']}; "
-             + ("the same arrivals went through each deployment. " if len(s["deployments"]) > 1 else "")
+             f"{_n(s['requests'], 'request')} over {_span_text(s['simulated_span_s'])}{_day_text(s)}, "
+             f"seed {s['seed']}"
+             + ("; the same arrivals went through each deployment. " if len(deps) > 1 else ". ")
              + "Latency figures are of interactive requests "
              "(TTFT and TPOT: text generation; E2E split into generation and one-shot tasks).", "",
              "| metric | edge | central | edge gain (95% CI) |", "|---|---|---|---|"]
-    lines += [f"| {m} | {_fmt(a)} | {_fmt(b)} | {g or ''} |" for m, a, b, g in headline_rows(s)]
+    lines += [f"| {m} | {a} | {b} | {g} |" for m, a, b, g in headline_table(s)]
     lines += [""] + [f"- {n}" for n in notes(s)]
     gains = s.get("gains") or {}
     if gains.get("by_prompt_tokens"):
@@ -254,7 +273,20 @@ def _day_text(s: dict) -> str:
         return ""
     start = f", from {day['start_utc'][11:16]} UTC" if day.get("start_utc") else ""
     squeezed = f"a day compressed to {day['day_s']:,.0f} s" if day["day_s"] < 86_400 else "a day"
-    return f" ({day['hours_covered']:g} h of {squeezed}{start})"
+    hours = day["hours_covered"]
+    # (a short run covers minutes of the day: "0 h" would read as none of it)
+    covered = (f"{hours:.4g} h" if hours >= 1 else f"{60 * hours:.2g} min" if hours >= 1 / 60 else
+               f"{3600 * hours:.2g} s")
+    return f" ({covered} of {squeezed}{start})"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def _span_text(span_s: float) -> str:
+    """``14 simulated seconds``; ``0.1 simulated seconds`` (a span under 10 s keeps a decimal)."""
+    return f"{span_s:,.0f} simulated seconds" if span_s >= 10 else f"{span_s:.2g} simulated seconds"
 
 
 def sensitivity_lines(sens: dict) -> list[str]:

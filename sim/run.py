@@ -373,7 +373,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                "simulated_span_s": round(setup.span_s, 2),
                # which part of the (compressed) day the run covers: a short run sees a few hours of it only
                "day": {"start_utc": setup.start_utc.isoformat() if setup.start_utc is not None else None,
-                       "day_s": round(setup.day_s, 3), "hours_covered": round(24.0 * setup.span_s / setup.day_s, 2)},
+                       "day_s": round(setup.day_s, 3), "hours_covered": round(24.0 * setup.span_s / setup.day_s, 6)},
                "gpu_inventory_scale": sc.gpu_inventory_scale,
                "baseline": sc.central.baseline if sc.central is not None else None,
                "deployments": blocks, "capacity": {r.name: r.block.pop("capacity") for r in runs},

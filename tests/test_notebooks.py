@@ -4,6 +4,7 @@ the committed files are what scripts/build_notebooks.py writes, without outputs.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,8 +45,16 @@ def test_notebook_runs_headless_and_draws_its_figures(name, monkeypatch, tmp_pat
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("MPLBACKEND", raising=False)
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    if name == "edge_vs_central":  # a last cell reads the per-continent chart's notes back from the kernel
+        nb.cells.append(nbformat.v4.new_code_cell(
+            'print("CHECK", [t.get_text() for t in b.texts].count("n<30"), int(continent_gain.isna().sum()))'))
     NotebookClient(nb, kernel_name="python3", timeout=240, resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    if name == "edge_vs_central":
+        check = next(o.text for o in outputs if o.output_type == "stream" and "CHECK" in o.text).split()
+        assert int(check[1]) == int(check[2]) > 0  # (300 requests: some continent has under 30) each one marked
+        headline = next(o.data["text/plain"] for o in outputs if "GPU-hours" in o.get("data", {}).get("text/plain", ""))
+        assert not re.search(r"\d\.\d{5,}", headline), headline  # values as the CLI prints them, not raw floats
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
     assert len(images) >= FIGURES[name], f"{name}: {len(images)} figures"
@@ -71,3 +80,19 @@ def test_notebook_needing_central_says_so_up_front(name, monkeypatch, tmp_path):
     i, err = errors[0]
     assert i == 2 and err.ename == "UserError"  # the first cell after the parameters
     assert "scenario 'ablation' has no central deployment" in err.evalue and "EDGEPOP_NB_SCENARIO" in err.evalue
+
+
+@pytest.mark.parametrize(("variable", "value"), [("EDGEPOP_NB_REQUESTS", "abc"), ("EDGEPOP_NB_EXTRA_SEEDS", "0")])
+def test_a_bad_parameter_stops_the_notebook_at_the_top_naming_it(variable, value, monkeypatch, tmp_path):
+    """EXTRA_SEEDS=0 ran every cell and failed in the last naming --seeds; REQUESTS=abc gave a bare ValueError."""
+    for key, v in {**SMALL, variable: value}.items():
+        monkeypatch.setenv(key, v)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    nb = nbformat.read(NOTEBOOKS / "edge_vs_central.ipynb", as_version=4)
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, kernel_name="python3", timeout=240,
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]
+    assert len(errors) == 1 and errors[0][0] == 1  # the parameters cell
+    assert errors[0][1].evalue == f"{variable}={value!r}: expected a whole number >= 1"

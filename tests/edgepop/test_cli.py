@@ -99,3 +99,17 @@ def test_the_cli_leaves_rich_as_it_found_it(capsys):
     assert main(["place", "--list-policies"]) == 0
     capsys.readouterr()
     assert Console.on_broken_pipe is before
+
+
+@pytest.mark.parametrize(("argv", "prog"), [(["frontier", "--slo-ms", "-1"], "edgepop frontier"),
+                                            (["validate", "--bogus"], "edgepop validate")])
+def test_an_unknown_flag_after_a_subcommand_gets_that_subcommands_usage(capsys, argv, prog):
+    from edgepop.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {prog} ")
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert errors == [f"{prog}: error: unrecognized arguments: {' '.join(argv[1:])}"]

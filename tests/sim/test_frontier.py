@@ -164,7 +164,8 @@ def test_edge_rows_do_not_depend_on_sharing_a_run_with_central(tmp_path):
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
     assert set(both.result["deployments"]) == {"edge", "central:big3"} and set(alone.result["deployments"]) == {"edge"}
     assert both.result["deployments"]["edge"]["status"] == "at_or_below_smallest_budget"
-    assert both.result["iso_slo_cost_ratio"] == 1.0  # both meet a loose SLO at the smallest, equal-cost budget
+    # both meet a loose SLO at the smallest budget: bounded neither way, so no number (1.0 read as parity)
+    assert both.result["iso_slo_cost_ratio"] is None and both.result["iso_slo_ratio_kind"] == "unknown"
     central = run_frontier("small", only="central", out=tmp_path / "central", **kw)
     assert set(central.result["deployments"]) == {"central:big3"} and central.result["iso_slo_cost_ratio"] is None
     for run in ("alone", "central"):  # one side only: no ratio, and no per-baseline line of Nones
@@ -253,14 +254,17 @@ def test_a_continents_ratio_is_as_bounded_as_its_least_budgets(tmp_path):
     kinds = {}
     for cont, c in r["per_continent"].items():
         (edge, e), (central, b) = c["deployments"].items()
-        if c["iso_slo_cost_ratio"] is None:
-            assert c["iso_slo_ratio_kind"] is None
+        if c["iso_slo_ratio_kind"] is None:
+            assert c["iso_slo_cost_ratio"] is None
             continue
         low = (at_smallest(edge, e), at_smallest(central, b))
         assert (e["at_or_below_smallest_budget"], b["at_or_below_smallest_budget"]) == low
         kinds[cont] = {(False, False): "exact", (False, True): "lower_bound", (True, False): "upper_bound",
                        (True, True): "unknown"}[low]
         assert c["iso_slo_ratio_kind"] == kinds[cont], cont
+        if kinds[cont] == "unknown":  # (bounded neither way: no number)
+            assert c["iso_slo_cost_ratio"] is None and f"| {cont} | " in report
+            continue
         assert f"| {cont} | " in report and f"| {c['iso_slo_cost_ratio']:.3f} ({kinds[cont]}) |" in report
     assert kinds.get("NA") == "lower_bound"  # (this run: central met North America's SLO at its 11 GPUs)
     assert "A continent's lower_bound ratio: the baseline met the SLO at the smallest budget tried" in report
@@ -434,3 +438,46 @@ def test_a_ratio_range_unbounded_below_says_so(tmp_path):
     assert f.result["iso_slo_ratio_kind"] == "range"
     assert f.result["iso_slo_gpu_ratio_range"] == f.result["iso_slo_cost_ratio_range"] == [None, None]
     assert headline_note(f.result) == "range: unbounded"
+
+
+def test_a_ratio_bounded_neither_way_has_no_number(tmp_path, capsys, monkeypatch):
+    """Both lines met the SLO at their smallest budget: frontier.json's ratio is null (1.0 beside kind unknown
+    read as parity to a script), report.md and the terminal say unknown with no number."""
+    monkeypatch.setenv("COLUMNS", "250")
+    from sim.cli_frontier import print_frontier
+    from sim.frontier_report import report_lines
+
+    f = _frontier(tmp_path, [(20, True), (40, True)], [(20, True), (40, True)])
+    r = json.loads(json.dumps(f.result))
+    assert r["iso_slo_ratio_kind"] == "unknown"
+    assert r["iso_slo_cost_ratio"] is None and r["iso_slo_gpu_ratio"] is None
+    assert r["iso_slo_ratio_by_baseline"]["central:big3"]["cost"] is None
+    report = " ".join(" ".join(report_lines(f)).split())
+    print_frontier(f)
+    terminal = " ".join(capsys.readouterr().out.split())
+    assert "**unknown** (bounded neither way); GPU ratio unknown" in report and "1.000" not in report
+    assert "iso-SLO cost ratio (edge / central:big3): unknown (bounded neither way)" in terminal
+    assert "1.000" not in terminal and "Unknown: both lines met the SLO" in terminal
+
+
+def test_the_figure_labels_its_slo_and_shows_coinciding_least_budgets(tmp_path):
+    from sim.frontier_plot import frontier_figure
+    from sim.plots import pyplot
+
+    f = _frontier(tmp_path, [(20, False), (27, True), (45, True)], [(20, False), (27, True), (45, True)])
+    for p, v in zip(f.points, (262.0, 215.0, 230.0, 300.0, 280.0, 290.0), strict=True):
+        p.rows = [{"e2e_p95_ms_all": v}]
+    plt = pyplot()
+    fig = frontier_figure(f, plt)
+    first = fig.axes[0]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in first.get_yticklabels() if t.get_text()]
+    assert "150" in labels and len(labels) >= 3  # the SLO's limit and round numbers, not 3x10^2 alone
+    assert all("times" not in t and "^" not in t for t in labels)
+    assert any(t.get_text() == "SLO 150" for t in first.texts)
+    verticals = [ln for ln in first.lines if list(ln.get_xdata()) == [27, 27]]
+    assert len(verticals) == 2 and len({ln.get_color() for ln in verticals}) == 2
+    assert len({ln._unscaled_dash_pattern for ln in verticals}) == 2  # interleaved dashes: both colours show
+    legend = [t.get_text() for t in first.get_legend().get_texts()]
+    assert "edge least budget (27)" in legend and "central:big3 least budget (27)" in legend
+    plt.close(fig)

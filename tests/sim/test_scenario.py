@@ -169,8 +169,9 @@ def test_cli_writes_parquet_summary_and_report(tmp_path, capsys):
     assert "The interval is within this run" in report and "requests that ended ok on each side" in report
     assert "| TTFT p95 incl. failures (ms) |" in report
     day = summary["day"]  # which part of the compressed day the run saw, in the summary and the report
-    assert day["hours_covered"] == round(24 * summary["simulated_span_s"] / day["day_s"], 2) > 0
-    assert f"({day['hours_covered']:g} h of a day" in report
+    # (simulated_span_s is rounded to 2 digits, hours_covered to 6)
+    assert day["hours_covered"] == pytest.approx(24 * summary["simulated_span_s"] / day["day_s"], rel=1e-3)
+    assert f"({3600 * day['hours_covered']:.2g} s of a day" in report  # (under a minute: in seconds, not "0.01 h")
     n = summary["deployments"]["edge"]["ttft_ms"]["n"]
     assert f"TTFT: {n:,} text generation requests at the edge" in report
 
