@@ -16,6 +16,7 @@ CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America
               "SA": "South America", "AN": "Antarctica"}
 
 
+@lru_cache(maxsize=1024)  # PoPs share a few hundred zones; ZoneInfo re-reads a zone file once it is collected
 def _timezone(name: object) -> str | None:
     try:
         ZoneInfo(str(name))
