@@ -6,7 +6,9 @@ would otherwise recompute it per run. Only policies that declare ``cacheable = T
 solver such as the ILP is not: its answer depends on the machine's speed).
 
 The key is a SHA-256 over: the source of every module of ``controlplane.placement`` and of
-``controlplane.ordering`` (a code change can change a plan), the policy's class and options, the state of the
+``controlplane.ordering`` (a code change can change a plan), the policy's class and options, the source of the
+module of every class in the policy's MRO outside those (a policy subclassed in a user's module is keyed by that
+module's code; a class whose source cannot be read, e.g. one defined interactively, is never cached), the state of the
 placement's random generator, the problem's options, every array of its :class:`~controlplane.placement.network.
 Network` (demand pairs, candidate sites and RTTs, capacities, GPU memory and fits, which carry the performance
 model and the catalog) and the fleet's node table. Change any of them and the key changes, so a stale plan can
@@ -19,6 +21,7 @@ matrices of :mod:`topology.rtt_cache`), written atomically; an unreadable entry 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from pathlib import Path
 
@@ -38,15 +41,36 @@ def placement_dir() -> Path | None:
     return None if rtt is None else rtt.parent / "placement"
 
 
+def _code_files() -> list[Path]:
+    here = Path(__file__).parent
+    return [*sorted(here.glob("*.py")), here.parent / "ordering.py"]
+
+
 def _code_digest() -> str:
     if not _CODE:
         h = hashlib.sha256()
-        here = Path(__file__).parent
-        for path in [*sorted(here.glob("*.py")), here.parent / "ordering.py"]:
+        for path in _code_files():
             h.update(path.name.encode())
             h.update(path.read_bytes())
         _CODE.append(h.hexdigest())
     return _CODE[0]
+
+
+def _policy_code(policy) -> list[tuple[str, bytes]] | None:
+    """(name, source) of each module holding a class of the policy's MRO that :func:`_code_digest` does not hash
+    (none for the shipped policies, so their keys are those of before); None when one cannot be read."""
+    shipped = {path.resolve() for path in _code_files()}
+    found: dict[Path, bytes] = {}
+    for cls in type(policy).__mro__:
+        if cls.__module__ == "builtins":
+            continue
+        try:
+            path = Path(inspect.getsourcefile(cls) or "").resolve()  # None: no file on disk
+            if path not in shipped and path not in found:
+                found[path] = path.read_bytes()
+        except (TypeError, OSError):  # e.g. a class of an interactive session: its code cannot be keyed
+            return None
+    return [(path.name, code) for path, code in found.items()]
 
 
 def _update(h, value) -> None:
@@ -64,10 +88,17 @@ def _update(h, value) -> None:
     h.update(b"|")
 
 
-def placement_key(policy, problem, rng: np.random.Generator) -> str:
-    """The cache key of ``policy.place(problem, rng)`` (see the module docstring for what it covers)."""
+def placement_key(policy, problem, rng: np.random.Generator) -> str | None:
+    """The cache key of ``policy.place(problem, rng)`` (see the module docstring for what it covers); None when
+    the source of one of the policy's classes cannot be read."""
+    extra = _policy_code(policy)
+    if extra is None:
+        return None
     h = hashlib.sha256(_code_digest().encode())
     _update(h, f"{type(policy).__module__}.{type(policy).__qualname__}")
+    for name, code in extra:
+        _update(h, name)
+        h.update(code)
     _update(h, repr(policy))
     _update(h, rng.bit_generator.state)
     for name, value in sorted(vars(problem).items()):
@@ -90,10 +121,11 @@ def cached_place(policy, problem, rng: np.random.Generator):
     from controlplane.placement.result import Placement
 
     folder = placement_dir()
-    if folder is None or not getattr(policy, "cacheable", False):
+    key = None if folder is None or not getattr(policy, "cacheable", False) else placement_key(policy, problem, rng)
+    if key is None:
         with collector_paused():
             return policy.place(problem, rng)
-    path = folder / f"{placement_key(policy, problem, rng)}.json"
+    path = folder / f"{key}.json"
     entry = _read(path)
     if entry is not None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pandas as pd
@@ -103,4 +104,43 @@ def test_off_switch_and_uncached_policies_write_nothing(topo, folder, monkeypatc
     monkeypatch.setenv("EDGEPOP_NO_CACHE", "1")
     assert placement_dir() is None
     place(prob)
+    assert not folder.exists()
+
+
+SUBCLASS = """from dataclasses import dataclass
+from controlplane.placement.greedy import GreedyDemand
+@dataclass
+class Mine(GreedyDemand):
+    VARIANT = {variant}
+"""
+
+
+def load_subclass(path, variant: int, monkeypatch):
+    """The module at ``path`` with that VARIANT, (re)loaded under one name: only its code differs."""
+    import importlib.util
+
+    path.write_text(SUBCLASS.format(variant=variant))
+    spec = importlib.util.spec_from_file_location("mine", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mine", module)
+    spec.loader.exec_module(module)
+    return module.Mine
+
+
+def test_a_subclass_edited_in_its_own_module_misses(topo, folder, tmp_path, monkeypatch):
+    prob = problem(topo)
+    first = cached_place(load_subclass(tmp_path / "mine.py", 1, monkeypatch)(), prob, np.random.default_rng(0))
+    again = cached_place(load_subclass(tmp_path / "mine.py", 1, monkeypatch)(), prob, np.random.default_rng(0))
+    assert not first.from_cache and again.from_cache
+    edited = cached_place(load_subclass(tmp_path / "mine.py", 2, monkeypatch)(), prob, np.random.default_rng(0))
+    assert not edited.from_cache and len(list(folder.glob("*.json"))) == 2
+
+
+def test_a_subclass_without_readable_source_is_not_cached(topo, folder):
+    from controlplane.placement.greedy import GreedyDemand
+
+    interactive = type("Typed", (GreedyDemand,), {"__module__": "not_a_loaded_module"})
+    prob = problem(topo)
+    for _ in range(2):
+        assert not cached_place(interactive(), prob, np.random.default_rng(0)).from_cache
     assert not folder.exists()
