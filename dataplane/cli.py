@@ -51,7 +51,8 @@ def run_profile(args: argparse.Namespace) -> int:
     for name in names:
         registry.get_card(name)  # fail fast on a typo, before minutes of measuring
     if args.out:
-        if output_file(args.out).suffix not in profiler.TABLE_SUFFIXES:
+        args.out = output_file(args.out)  # '~' expanded: written there, not to ./~
+        if args.out.suffix not in profiler.TABLE_SUFFIXES:
             raise InvalidInputError(f"--out {args.out}: name a .csv or a .parquet file")
     grid = profiler.QUICK if args.quick else profiler.ProfileGrid()
     config = SessionConfig(provider=args.provider, intra_op_threads=args.threads)

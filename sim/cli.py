@@ -96,7 +96,7 @@ def cmd_simulate(args) -> int:
                             "(put the faults in the scenario's faults field instead)")
         if on and args.only:
             raise UserError(f"{flag} compares edge and central: it cannot run with --only")
-    output_folder(args.out, staged=True)  # before minutes of simulating, not after
+    args.out = output_folder(args.out, staged=True)  # before minutes of simulating, not after ('~' expanded)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
         if args.docs.suffix.lower() != ".md":  # its figure goes beside it as .png: a .png page would overwrite it
             raise UserError(f"--docs {args.docs}: the page is markdown, name it .md (its figure goes beside it, "
                             f"{args.docs.with_suffix('.png').name})")
-        output_file(args.docs, "--docs")
+        args.docs = output_file(args.docs, "--docs")  # (the paths as checked: '~' expanded)
         output_file(args.docs.with_suffix(".png"), "--docs (its figure)")
-    output_folder(args.out)
+    args.out = output_folder(args.out)
     frames: dict = {}
     with Console(stderr=True).status("validating") as status:  # (shown on a terminal only)
         rep = fidelity_report(cross_validated=not args.in_sample, frames=frames, progress=status.update)

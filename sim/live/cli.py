@@ -53,7 +53,7 @@ def run_replay(args: argparse.Namespace) -> int:
     from sim.live.run import replay_and_compare
 
     check_replay_flags(args)
-    output_folder(args.out)
+    args.out = output_folder(args.out)  # '~/dir' expanded: written there, not to ./~/dir
 
     opts = ReplayOptions(url=args.live, trace=args.trace, out=args.out, requests=args.requests,
                          time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,

@@ -118,3 +118,12 @@ def test_a_scoring_heads_drift_is_its_logits_change_not_a_cosine():
     assert d["logit_max_abs"] == pytest.approx(0.05, abs=1e-6)
     assert d["logit_rel_l2"] == pytest.approx(0.05 * 3 ** 0.5 / 14 ** 0.5, rel=1e-5)
     assert d["top1_agreement"] is None  # one score per input: no class to agree on
+
+
+def test_out_under_the_home_folder(tmp_path, monkeypatch):
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    fig = quantize.quantize_and_measure("resnet-tiny", "~/q", repeats=1)
+    assert fig["int8_path"] == str(home / "q" / "resnet-tiny.int8.onnx") and not (cwd / "~").exists()

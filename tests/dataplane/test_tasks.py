@@ -256,3 +256,15 @@ def test_text_manifests_are_checked_against_the_graph(tmp_path):
     (tmp_path / "m.json").write_bytes(b"\xff\xfe{}")
     with pytest.raises(ManifestError, match="cannot read manifest"):
         byom.load_manifest(tmp_path / "m.json")
+
+
+def test_profile_out_under_the_home_folder(tmp_path, monkeypatch):
+    from dataplane import profiler
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(profiler, "profile", lambda *a, **k: pd.DataFrame({"ms": [1.0]}))  # (not what is tested)
+    assert main(["profile", "--models", "bert-tiny-embed", "--out", "~/p.csv"]) == 0
+    assert (home / "p.csv").is_file() and not (cwd / "~").exists()

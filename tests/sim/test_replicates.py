@@ -143,3 +143,13 @@ def test_an_interrupted_seeds_run_leaves_the_folder_as_it_was(tmp_path, capsys, 
     assert {p.name for p in out.iterdir()} == set(before)  # no sensitivity/ (it was written into place)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not any((tmp_path / "tmp").iterdir())  # the staged extra runs are removed
+
+
+def test_out_under_the_home_folder_takes_the_replicates_too(tmp_path, monkeypatch, capsys):
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    assert main(["simulate", "--scenario", "small", "--requests", "1500", "--seeds", "7,8", "--out", "~/s"]) == 0
+    assert (home / "s" / "summary.json").is_file() and (home / "s" / "replicates" / "sweep.json").is_file()
+    assert not (cwd / "~").exists()  # (the replicates' folder went to a literal ./~/s)

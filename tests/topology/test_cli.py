@@ -143,3 +143,13 @@ def test_two_tiers_starting_at_the_same_population_are_refused(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "row 3, field 'min_metro_pop': tier 2 starts at 10000000 as tier 1 does" in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_out_under_the_home_folder(tmp_path, monkeypatch, capsys):
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    assert main(["topology", "--json", "--out", "~/t"]) == 0
+    assert {p.name for p in (home / "t").iterdir()} == {"summary.json", "map.png"}
+    assert not (cwd / "~").exists()

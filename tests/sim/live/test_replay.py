@@ -359,3 +359,19 @@ def test_a_gateway_error_envelope_gives_its_message():
     assert gateway_message(workers) == "Account limited: daily budget of 3 neurons spent"
     assert gateway_message('{"error": {"message": "bad", "type": "invalid_request_error"}}') == "bad"
     assert gateway_message(b"<html>oops") == "<html>oops"
+
+
+def test_replay_out_under_the_home_folder(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from edgepop.cli import main
+    from sim.live import run
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    seen = []
+    monkeypatch.setattr(run, "replay_and_compare", lambda opts, **_: seen.append(opts) or "report")
+    assert main(["replay", "--live", "http://127.0.0.1:9", "--trace", "t.jsonl", "--out", "~/r"]) == 0
+    assert Path(seen[0].out) == home / "r"  # where its outputs go, not ./~/r
