@@ -14,7 +14,7 @@ from numbers import Real
 import numpy as np
 import pandas as pd
 
-from edgepop.errors import UserError
+from edgepop.errors import DataFileError, UserError
 from topology import FIBRE_KM_PER_MS, Topology, baseline, haversine_km
 
 
@@ -124,7 +124,10 @@ def central_fleet(topo: Topology, regions: str | list[str] = "big3", like: Fleet
     backbone = topo.region_nodes(table.id)
     shares = region_demand_shares(topo, table)
     if budget == "usd":
-        box = parse_node_list(node, set(topo.gpus.gpu), ("central node", None))[0]
+        try:
+            box = parse_node_list(node, set(topo.gpus.gpu), ("central node", None))[0]
+        except (DataFileError, IndexError) as exc:  # (its field is the tier file's 'nodes'; the option is node)
+            raise UserError(f"central node {node!r}: {getattr(exc, 'problem', 'not of the form GPUxCOUNT')}") from None
         nodes = _bought(topo, like.nodes, table.id.to_numpy(), shares, box, scale)
     else:
         nodes = _racked(like.nodes, table.id.to_numpy(), shares, scale, rack)

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.fleet import BUDGETS, central_fleet
+from controlplane.fleet import BUDGETS, MAX_CENTRAL_SCALE, RACKS, central_fleet
 from controlplane.placement.base import PLACEMENTS, PlacementError, PlacementPolicy, PlacementProblem
 from controlplane.placement.fill import fill_idle_gpus, idle_gpus, place_on
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
+from edgepop.errors import is_real
+from topology.gpus import NODE_SPEC
 
 
 @PLACEMENTS.register("central")
@@ -44,10 +46,30 @@ class Central(PlacementPolicy):
     rack: str = "server"
     own_fleet = True  # class attribute, not an option: the regions' fleet is built per call
 
+    @staticmethod
+    def check_options(baseline: str = "global-6", scale: float = 1.0, budget: str = "gpus", node: str = "H100x8",
+                      rack: str = "server") -> None:
+        """The options' values (the registry calls it when a scenario is read; :meth:`place` again). Region ids
+        and the node's GPU type are checked against the topology when it places."""
+        if not isinstance(baseline, str) or not baseline.strip():
+            raise ValueError(f"baseline must name a region set or region ids, got {baseline!r}")
+        if not is_real(scale) or not 0 < scale <= MAX_CENTRAL_SCALE:  # (NaN fails)
+            raise ValueError(f"scale must be positive and at most {MAX_CENTRAL_SCALE:g}, got {scale!r}")
+        if budget not in BUDGETS:
+            raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
+        if rack not in RACKS:
+            raise ValueError(f"rack must be one of {', '.join(RACKS)}, got {rack!r}")
+        if rack != "server" and budget != "gpus":
+            raise ValueError(f"rack {rack!r} applies to budget 'gpus', not {budget!r}")
+        match = NODE_SPEC.match(node) if isinstance(node, str) else None
+        if match is None or not 1 <= int(match.group(2)) <= 16:  # checked whatever the budget: a typo is one
+            raise ValueError(f"node must be GPUxCOUNT with 1 to 16 GPUs (e.g. H100x8), got {node!r}")
+
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
-        if self.budget not in BUDGETS:
-            raise PlacementError(f"central placement: budget must be one of {', '.join(BUDGETS)}, "
-                                 f"got {self.budget!r}")
+        try:
+            self.check_options(self.baseline, self.scale, self.budget, self.node, self.rack)
+        except ValueError as exc:
+            raise PlacementError(f"central placement: {exc}") from None
         fleet = central_fleet(problem.topo, self.baseline, like=problem.fleet, scale=self.scale,
                               budget=self.budget, node=self.node, rack=self.rack)
         net = problem.network(fleet)
@@ -59,8 +81,10 @@ class Central(PlacementPolicy):
             # The regions' GPUs went to their biggest models before a small one had a replica anywhere (a few
             # GPUs in each region): plan again, one replica of every model first, where most of its demand is.
             placed = self._plan(net, need, every_model_first=True)
+        # the option the budget used: the rack of equal GPUs, the box bought with equal dollars
+        used = {"rack": self.rack} if self.budget == "gpus" else {"node": self.node}
         return Placement(problem, fleet, self.name, placed,
-                         solver={"baseline": self.baseline, "budget": self.budget, "scale": self.scale})
+                         solver={"baseline": self.baseline, "budget": self.budget, "scale": self.scale, **used})
 
     def _plan(self, net, need: np.ndarray, every_model_first: bool) -> list:
         """Cover each region's models (largest per-GPU footprint first), after one replica of every demanded

@@ -265,8 +265,8 @@ def test_ilp_warm_start_and_central_scale_are_checked_when_read(topo):
         get_policy("ilp", warm_start="ilp")
     with pytest.raises(UserError, match="gpu_scale must be at most 100"):
         DeploymentConfig(gpu_scale=1e5).check("s.toml [central]")
-    with pytest.raises(UserError, match="central GPU scale must be positive and at most 100"):
-        get_policy("central", scale=1e3).place(PlacementProblem.build(topo, total_rps=10.0), np.random.default_rng(0))
+    with pytest.raises(UserError, match="'central': scale must be positive and at most 100"):
+        get_policy("central", scale=1e3)
 
 
 def test_unknown_policy_lists_the_known_ones():

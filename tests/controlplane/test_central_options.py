@@ -1,0 +1,43 @@
+"""``central``'s options are checked when read, each error naming its option; its solver figures say which
+rack or node its budget used."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controlplane.placement import PLACEMENTS, PlacementProblem, get_policy
+from edgepop.errors import UserError
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"budget": "eur"}, "budget must be one of gpus, usd, got 'eur'"),
+    ({"rack": "rack"}, "rack must be one of server, edge, got 'rack'"),
+    ({"rack": "edge", "budget": "usd"}, "rack 'edge' applies to budget 'gpus', not 'usd'"),
+    ({"node": "Z"}, "node must be GPUxCOUNT with 1 to 16 GPUs (e.g. H100x8), got 'Z'"),
+    ({"node": "H100x64", "budget": "usd"}, "node must be GPUxCOUNT"),
+    ({"scale": 1e3}, "scale must be positive and at most 100, got 1000.0"),
+    ({"scale": 0}, "scale must be positive and at most 100, got 0"),
+    ({"baseline": " "}, "baseline must name a region set"),
+])
+def test_bad_options_fail_when_read_naming_the_option(options, words):
+    with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")) as got:
+        get_policy("central", **options)
+    assert "\n" not in str(got.value)
+    with pytest.raises(UserError, match=r"s\.toml \[central\]: placement policy 'central': "):
+        PLACEMENTS.check("central", options, "s.toml [central]")
+
+
+def test_an_unknown_gpu_type_names_the_node_option(topo):
+    problem = PlacementProblem.build(topo, total_rps=10.0)
+    with pytest.raises(UserError, match="central node 'Q100x8': unknown GPU type 'Q100'") as got:
+        get_policy("central", budget="usd", node="Q100x8").place(problem, np.random.default_rng(0))
+    assert "'nodes'" not in str(got.value)
+
+
+@pytest.mark.parametrize(("options", "used"), [({}, {"rack": "server"}), ({"rack": "edge"}, {"rack": "edge"}),
+                                               ({"budget": "usd", "node": "H200x8"}, {"node": "H200x8"})])
+def test_the_solver_figures_name_the_rack_or_node_used(topo, options, used):
+    problem = PlacementProblem.build(topo, total_rps=50.0, mix={"@cf/baai/bge-base-en-v1.5": 1.0})
+    p = get_policy("central", baseline="us-east", **options).place(problem, np.random.default_rng(0))
+    assert p.solver == {"baseline": "us-east", "budget": options.get("budget", "gpus"), "scale": 1.0, **used}
