@@ -49,10 +49,8 @@ class Central(PlacementPolicy):
     @staticmethod
     def check_options(baseline: str = "global-6", scale: float = 1.0, budget: str = "gpus", node: str = "H100x8",
                       rack: str = "server") -> None:
-        """The options' values (the registry calls it when a scenario is read; :meth:`place` again). Region ids
-        and the node's GPU type are checked against the topology when it places."""
-        if not isinstance(baseline, str) or not baseline.strip():
-            raise ValueError(f"baseline must name a region set or region ids, got {baseline!r}")
+        """The options' values (the registry calls it when a scenario is read; :meth:`place` again). The baseline's
+        regions and the node's GPU type are checked against the topology when it places (``baseline`` reads them)."""
         if not is_real(scale) or not 0 < scale <= MAX_CENTRAL_SCALE:  # (NaN fails)
             raise ValueError(f"scale must be positive and at most {MAX_CENTRAL_SCALE:g}, got {scale!r}")
         if budget not in BUDGETS:
