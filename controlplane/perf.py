@@ -44,12 +44,11 @@ import pandas as pd
 
 from controlplane import perf_arch
 from controlplane.catalog import PRECISION_BYTES, RUNTIME_OVERHEAD_BYTES, ModelSpec
-from controlplane.perf_params import EngineProfile, RooflineParams
+from controlplane.perf_params import RANGES, EngineProfile, RooflineParams, check_override
 from edgepop.errors import UserError
+from topology.gpus import ARCHS, gpu_arch  # noqa: F401  (ARCHS: the known types' generations, re-exported)
 
-# GPU generation of the shipped GPU types; FP8 tensor cores exist on Hopper and Ada only.
-ARCHS = {"H100": "hopper", "H200": "hopper", "A100-80GB": "ampere", "A100": "ampere", "A40": "ampere",
-         "L40S": "ada", "L4": "ada", "T4": "turing"}
+# FP8 tensor cores exist on Hopper and Ada only.
 FP8_ARCHS = frozenset({"hopper", "ada"})
 # fp32 GEMMs: TF32 tensor cores from Ampere on, at half the 16-bit peak; Turing has none, and its CUDA cores do
 # fp32 at an eighth of its FP16 tensor peak (T4: 8.1 of 65 TFLOPS, NVIDIA's T4 datasheet).
@@ -94,25 +93,16 @@ class GPU:
         return {"flops8": self.flops8, "flops16": self.flops16}[which]
 
 
-def _arch(name: str, notes: str) -> str:
-    if name in ARCHS:
-        return ARCHS[name]
-    text = notes.lower()
-    if "no fp8" in text or "no bf16" in text:
-        return "ampere" if "no bf16" not in text else "turing"
-    return "hopper" if "fp8" in text else "ampere"
-
-
 def gpu_table(gpus: pd.DataFrame) -> dict[str, GPU]:
     """GPU types from the topology's spec table (``topology/data/gpus.csv`` columns).
 
     The table's interconnect figure is the bidirectional total (NVLink 4: 900 GB/s; PCIe Gen4 x16: 64 GB/s), so
-    one direction, what a ring all-reduce step uses, is half of it.
+    one direction, what a ring all-reduce step uses, is half of it. The architecture is the ``arch`` column
+    (:func:`topology.gpus.gpu_arch`).
     """
     out = {}
-    for r in gpus.itertuples():
-        notes = str(getattr(r, "notes", "") or "")
-        arch = _arch(r.gpu, notes)
+    for i, r in enumerate(gpus.itertuples(), start=2):  # (load_gpus fills arch; a frame built in code may not)
+        arch = getattr(r, "arch", "") or gpu_arch(r.gpu, str(getattr(r, "notes", "") or ""), "", ("<GPU table>", i))
         out[r.gpu] = GPU(r.gpu, r.memory_gb * 1e9, r.mem_bw_gbps * 1e9, r.bf16_tflops * 1e12,
                          r.fp8_int8_tflops * 1e12, r.interconnect_gbps * 1e9 / 2, arch, arch in FP8_ARCHS,
                          "hbm" if r.mem_bw_gbps >= HBM_MIN_BW_GBPS else "gddr",
@@ -163,6 +153,9 @@ class Roofline:
         unknown = set(kw) - {f.name for f in fields(RooflineParams)}
         if unknown:
             raise UserError(f"unknown roofline parameter(s): {', '.join(sorted(unknown))}")
+        for name, value in kw.items():
+            if name in RANGES:
+                check_override(name, value)
         return cls(gpu_table(topo.gpus), replace(params, **kw), engine)
 
     def gpu(self, name: str) -> GPU:

@@ -9,12 +9,33 @@ GPU take a :class:`controlplane.perf.GPU` (not imported here: perf imports this 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from edgepop.errors import UserError
+from edgepop.errors import UserError, is_real
 
 PARAMS_FILE = Path(__file__).parent / "data" / "perf_params.json"
+# Allowed range of each overridable constant: (low, low allowed, high). Efficiencies are fractions of a peak
+# (above 1 a pass beats the hardware); the smooth maximum needs an exponent >= 1 (1: compute + memory).
+RANGES = {"gemm_efficiency": (0.0, False, 1.0), "bw_efficiency": (0.0, False, 1.0),
+          "weight_only_bw_efficiency": (0.0, False, 1.0), "elementwise_efficiency": (0.0, False, 1.0),
+          "link_efficiency": (0.0, False, 1.0), "fp8_gemm_factor": (0.0, False, 1.0),
+          "gemm_half_tokens": (0.0, True, math.inf), "layer_floor_us": (0.0, True, math.inf),
+          "overlap_exponent": (1.0, True, math.inf), "allreduce_latency_us": (0.0, True, math.inf),
+          "allreduce_ll_latency_us": (0.0, True, math.inf)}
+
+
+def check_override(name: str, value) -> None:
+    """A UserError naming ``name`` and ``value`` unless it is a finite number in the constant's range (or a
+    dict of them, keyed by GPU type or kind)."""
+    low, low_ok, high = RANGES[name]
+    rule = f"{'>=' if low_ok else '>'} {low:g}" + (f" and <= {high:g}" if math.isfinite(high) else "")
+    for key, v in (value.items() if isinstance(value, dict) else [(None, value)]):
+        ok = is_real(v) and math.isfinite(v)
+        if not (ok and (v >= low if low_ok else v > low) and v <= high):
+            what = f"{name}[{key!r}]" if key is not None else name
+            raise UserError(f"roofline parameter {what} must be a finite number {rule}, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -90,6 +111,8 @@ class RooflineParams:
         """GEMM efficiency of GPU type ``g``: its own fitted value, else its architecture's (the median of the
         fitted boards of that architecture, or of all boards when none was measured)."""
         table = self.gemm_efficiency
+        if not isinstance(table, dict):  # (a plain number applies to every GPU, as for the other efficiencies)
+            return float(table)
         return float(table.get(g.name, table.get(g.arch, table.get("ampere", 0.6))))
 
     def memory_efficiency(self, g) -> float:

@@ -11,11 +11,15 @@ frames of 10 ms, so one audio minute is 6000 frames).
 Medians of short timings are noisy (a larger cell can come out faster), so each grid is made non-decreasing along
 every axis (a running maximum) before interpolating: more work is never predicted to be faster. Inside the grid
 the interpolation is piecewise linear; beyond the largest measured value it continues the last segment's slope;
-below the smallest it stays at the smallest measured time (fixed costs dominate there).
+below the smallest it stays at the smallest measured time (fixed costs dominate there). A figure beyond the
+table's largest measured batch, token count or context is an extrapolation: an :class:`ExtrapolationWarning` (once
+per model, phase and axis) names the axis and the measured range; a prompt past the catalog entry's context window
+is refused.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +32,10 @@ COLUMNS = ["model", "phase", "batch_size", "tokens", "context", "ms", "provider"
 FRAMES_PER_AUDIO_MINUTE = 6000
 PHASE_BY_TASK = {"text-embeddings": "encode", "text-classification": "encode", "text-reranking": "encode",
                  "image-classification": "image", "automatic-speech-recognition": "audio"}
+
+
+class ExtrapolationWarning(UserWarning):
+    """A service time read beyond what a measured profile covers (the figure is the table's slope continued)."""
 
 
 def _interp1(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
@@ -121,6 +129,7 @@ class MeasuredProfile:
         self.table = table.reset_index(drop=True)
         self.source = source
         self._grids: dict[tuple[str, str], dict] = {}
+        self._warned: set = set()
 
     @classmethod
     def load(cls, path: str | Path, host: str | None = None, provider: str | None = None) -> MeasuredProfile:
@@ -157,6 +166,23 @@ class MeasuredProfile:
             self._grids[key] = _monotone_grid(self.rows(spec.stand_in, phase, of=spec.id), x, y)
         return self._grids[key]
 
+    def _covered(self, spec: ModelSpec, phase: str, grid: dict, x_axis: str, x: float, y_axis: str,
+                  y: float) -> None:
+        """Warn (once per model, phase and axis) when ``x`` or ``y`` lies past the grid's largest measured value."""
+        ys = np.concatenate([v[0] for v in grid.values()])
+        for axis, value, top in ((x_axis, x, max(grid)), (y_axis, y, float(ys.max()))):
+            key = (spec.stand_in, phase, axis)
+            if value > top and key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(f"{self.source}: {phase} {axis} {value:g} of {spec.stand_in!r} lies past the measured "
+                              f"{min(grid) if axis == x_axis else float(ys.min()):g}-{top:g} ({value / top:.3g}x); "
+                              "extrapolated", ExtrapolationWarning, stacklevel=3)
+
+    def _interp(self, spec: ModelSpec, phase: str, x_axis: str, y_axis: str, x: float, y: float) -> float:
+        grid = self._grid(spec, phase, x_axis, y_axis)
+        self._covered(spec, phase, grid, x_axis, x, y_axis, y)
+        return _interp2(grid, x, y)
+
     @staticmethod
     def _single_device(tp: int | None) -> None:
         if tp not in (None, 1):
@@ -174,17 +200,18 @@ class MeasuredProfile:
         if not _positive_sizes(tokens_list):
             raise UserError(f"{self.source}: token counts must be finite positive numbers, got {list(tokens_list)}")
         batch, longest = float(len(tokens_list)), float(max(tokens_list))
+        if spec.unit == "token" and spec.context_window and longest > spec.context_window:
+            raise UserError(f"a prompt of {longest:g} tokens exceeds the context window of {spec.id} "
+                            f"({spec.context_window} tokens)")
         if spec.generative:
-            return _interp2(self._grid(spec, "prefill", "batch_size", "tokens"), batch, longest)
+            return self._interp(spec, "prefill", "batch_size", "tokens", batch, longest)
         phase = PHASE_BY_TASK[spec.task]
         if phase == "image":
             # Units are images: the batch axis is the number of images.
-            grid = self._grid(spec, "image", "tokens", "batch_size")
-            return _interp2(grid, 0.0, float(sum(tokens_list)))
+            return self._interp(spec, "image", "tokens", "batch_size", 0.0, float(sum(tokens_list)))
         if phase == "audio":
-            return _interp2(self._grid(spec, "audio", "batch_size", "tokens"), batch,
-                            longest * FRAMES_PER_AUDIO_MINUTE)
-        return _interp2(self._grid(spec, "encode", "batch_size", "tokens"), batch, longest)
+            return self._interp(spec, "audio", "batch_size", "tokens", batch, longest * FRAMES_PER_AUDIO_MINUTE)
+        return self._interp(spec, "encode", "batch_size", "tokens", batch, longest)
 
     def decode_step_ms(self, spec: ModelSpec, gpu: str, batch: int, context: float, tp: int | None = None,
                        **_ignored) -> float:
@@ -199,4 +226,4 @@ class MeasuredProfile:
         if not ok:
             raise UserError(f"{self.source}: decode needs a finite batch >= 1 and context >= 0, got batch {batch!r}, "
                             f"context {context!r}")
-        return _interp2(self._grid(spec, "decode", "batch_size", "context"), float(batch), float(context))
+        return self._interp(spec, "decode", "batch_size", "context", float(batch), float(context))

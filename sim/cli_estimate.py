@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import sys
 
 GB = 1e9
 
@@ -73,6 +74,7 @@ def estimate(args) -> dict:
     """The estimate as a plain dict (what ``--json`` prints)."""
     from controlplane import perf_arch
     from controlplane.perf import Roofline, capacity_rps, with_precision
+    from controlplane.perf_coverage import estimate_warnings
     from edgepop.errors import UserError
     from topology.world import Topology
 
@@ -156,6 +158,9 @@ def estimate(args) -> dict:
     cap_fits = model.memory_per_gpu(spec, args.gpu, kv_tokens=cap_batch * spec.kv_footprint(p_tok + o_tok) if gen else 0, **wo)["fits"]
     out["capacity_rps_per_replica"] = (round(capacity_rps(model, spec, args.gpu, p_tok, o_tok, batch=batch, **wo), 3)
                                        if cap_fits else None)
+    # dimensions outside the calibration's reference rows (the figures are the same either way)
+    out["warnings"] = estimate_warnings(spec, g, tp, model.scheme(spec, args.gpu, weight_only), batch, p_tok,
+                                        out["context"])
     return out
 
 
@@ -213,4 +218,6 @@ def run(args: argparse.Namespace) -> int:
         t.add_row("capacity per replica", f"{est['capacity_rps_per_replica']:.2f} requests/s{note}")
     Console().print(t)
     Console().print(f"execution: {est['execution']}")
+    for line in est["warnings"]:
+        print(f"warning: extrapolation: {line}", file=sys.stderr)
     return 0

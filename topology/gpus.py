@@ -23,12 +23,44 @@ GPU_FIELDS = [
     Field("price_usd_hr", number, in_range(0, 1e4)),
 ]
 NODE_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9.\-]*)x(\d+)\s*$")
+# GPU generation of the known GPU types (the service-time model's FP8, TF32 and efficiency tables key on it).
+ARCHS = {"H100": "hopper", "H200": "hopper", "A100-80GB": "ampere", "A100": "ampere", "A40": "ampere",
+         "L40S": "ada", "L4": "ada", "T4": "turing"}
+KNOWN_ARCHS = ("ampere", "ada", "hopper", "turing")
+_ARCH_WORD = re.compile(r"\b(" + "|".join(KNOWN_ARCHS) + r")\b")
+
+
+def gpu_arch(name: str, notes: str = "", arch: str = "", where: tuple = ("<GPU table>", None)) -> str:
+    """The architecture of a GPU row: its ``arch`` column if given, else the known type's, else the one known
+    architecture its notes name; otherwise a DataFileError at ``where`` (path, row) listing the choices (a guess
+    from free text picked Hopper for an Ada board and TF32 for a Turing one)."""
+    choices = f"give an arch column ({', '.join(KNOWN_ARCHS)}) or use a known GPU name ({', '.join(ARCHS)})"
+    arch = (arch or "").strip().lower()
+    if arch:
+        if arch not in KNOWN_ARCHS:
+            raise DataFileError(where[0], where[1], "arch", f"unknown architecture {arch!r} (known: "
+                                f"{', '.join(KNOWN_ARCHS)})")
+        return arch
+    if name in ARCHS:
+        return ARCHS[name]
+    named = set(_ARCH_WORD.findall((notes or "").lower()))
+    if len(named) != 1:
+        said = f"its notes name {', '.join(sorted(named))}" if named else "its notes name no architecture"
+        raise DataFileError(where[0], where[1], "arch", f"GPU {name!r}: architecture unknown ({said}); {choices}")
+    return named.pop()
 
 
 def load_gpus(path: str | Path | None = None) -> pd.DataFrame:
-    """GPU spec table (one row per type), indexed by nothing; column ``gpu`` is the type name."""
+    """GPU spec table (one row per type), indexed by nothing; column ``gpu`` is the type name. Column ``arch``
+    (optional in the file) is filled by :func:`gpu_arch`, so a row whose architecture is unknown fails here."""
     path = Path(path) if path else DATA_DIR / "gpus.csv"
-    return read_table(path, GPU_FIELDS, unique="gpu")
+    lines: list = []
+    table = read_table(path, GPU_FIELDS, unique="gpu", lines_out=lines)
+    notes = table["notes"] if "notes" in table else [""] * len(table)
+    given = table["arch"] if "arch" in table else [""] * len(table)
+    table["arch"] = [gpu_arch(str(g), str(n or ""), str(a or ""), (path, line))
+                     for g, n, a, line in zip(table.gpu, notes, given, lines, strict=True)]
+    return table
 
 
 def parse_node_list(text: str, gpu_types: set[str], where: tuple) -> list[tuple[str, int]]:

@@ -1,0 +1,109 @@
+"""What the calibrated roofline's reference rows cover, and which dimensions of an estimate lie outside it.
+
+The roofline computes a figure for any GPU, tensor-parallel degree, precision and batch; its constants were fitted
+only on the end-to-end rows of ``controlplane/data/perf_reference.csv`` (and the kernel and all-reduce tables). An
+estimate outside them is an extrapolation: :func:`estimate_warnings` names each dimension and the covered range,
+derived from the shipped tables (nothing here changes a number).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from controlplane import perf_arch
+
+NO_BF16_ARCHS = frozenset({"turing"})  # no BF16 tensor cores (T4: FP16 only)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Ranges the reference rows span."""
+
+    gpus: frozenset  # GPU types with any measured row (end-to-end, kernel or all-reduce)
+    tp_by_link: dict  # link kind -> tensor-parallel degrees of the end-to-end rows
+    executions: frozenset  # (precision, weight_only) as the rows executed
+    ranges: dict  # (phase, column) -> (least, most) of the end-to-end rows
+    units: frozenset  # the request units (token, image, audio-minute) of the models with rows
+
+
+def _execution(precision: str, weight_only: bool) -> str:
+    return f"{precision} {'weight-only' if weight_only else ('W8A8' if precision in ('fp8', 'int8') else '')}".strip()
+
+
+@lru_cache(maxsize=1)
+def coverage() -> Coverage:
+    """The shipped reference tables' coverage (read once)."""
+    import pandas as pd
+
+    from controlplane.perf_rows import (
+        COLLECTIVES_FILE,
+        KERNELS_FILE,
+        load_reference,
+        reference_gpus,
+        reference_specs,
+    )
+
+    table = load_reference()
+    gpus, specs = reference_gpus(), reference_specs()
+    measured = set(table.gpu)
+    for path in (KERNELS_FILE, COLLECTIVES_FILE):
+        measured |= set(pd.read_csv(path).gpu)
+    tp_by_link: dict = {}
+    executions = set()
+    for r in table.itertuples():
+        g = gpus[r.gpu]
+        tp_by_link.setdefault(g.link_kind, set()).add(int(r.tp))
+        base, forced = perf_arch.split_precision(r.precision)
+        sch = perf_arch.scheme(base, g.has_fp8, forced)
+        executions.add((sch.precision, sch.weight_only))
+    ranges = {}
+    for phase, rows in table.groupby("phase"):
+        for col in ("batch", "prompt_tokens", "context"):
+            ranges[(phase, col)] = (float(rows[col].min()), float(rows[col].max()))
+    units = frozenset(specs[m].unit for m in set(table.model) if m in specs)
+    return Coverage(frozenset(measured), {k: sorted(v) for k, v in tp_by_link.items()}, frozenset(executions),
+                    ranges, units)
+
+
+def _outside(what: str, value: float, span: tuple[float, float]) -> str | None:
+    lo, hi = span
+    if lo <= value <= hi:
+        return None
+    return f"{what} {value:g} is outside the fitted rows' {lo:g}-{hi:g}"
+
+
+def estimate_warnings(spec, g, tp: int, sch: perf_arch.Scheme, batch: int, prompt: float,
+                      context: float | None) -> list[str]:
+    """One line per dimension of an estimate (model ``spec`` on ``tp`` GPUs ``g`` executed as ``sch``, ``batch``
+    sequences, ``prompt`` units, decode ``context``) that the reference rows do not cover."""
+    cov = coverage()
+    out = []
+    if g.name not in cov.gpus:
+        out.append(f"GPU {g.name}: no measured rows (measured: {', '.join(sorted(cov.gpus))}); its constants "
+                   f"are those of its architecture ({g.arch}) and memory kind ({g.memory_kind})")
+    if g.arch in NO_BF16_ARCHS and spec.precision == "bf16":
+        out.append(f"bf16 on {g.name}: {g.arch} has no BF16 support; the figures are for its FP16 peak "
+                   "(serve the model in fp16)")
+    if spec.unit not in cov.units:
+        out.append(f"{spec.unit} models: no reference row measures one (rows cover: {', '.join(sorted(cov.units))})")
+        return out  # (token-count ranges below do not apply)
+    fitted = cov.tp_by_link.get(g.link_kind, [])
+    if tp > 1 and not any(t > 1 for t in fitted):
+        covered = "; ".join(f"{k}: tp {', '.join(map(str, v))}" for k, v in sorted(cov.tp_by_link.items()))
+        out.append(f"tensor parallelism {tp} over {g.link_kind}: no fitted row runs tp > 1 over {g.link_kind} "
+                   f"(fitted: {covered})")
+    elif fitted and not min(fitted) <= tp <= max(fitted):
+        out.append(f"tensor parallelism {tp} is outside the fitted rows' {min(fitted)}-{max(fitted)}")
+    if (sch.precision, sch.weight_only) not in cov.executions:
+        have = ", ".join(sorted(_execution(*e) for e in cov.executions))
+        out.append(f"precision {_execution(sch.precision, sch.weight_only)}: no reference row runs it "
+                   f"(rows run: {have})")
+    checks = [("prefill prompt tokens", prompt, ("prefill", "prompt_tokens")),
+              ("prefill batch", batch, ("prefill", "batch"))]
+    if spec.generative and context is not None:
+        checks += [("decode batch", batch, ("decode", "batch")), ("decode context", context, ("decode", "context"))]
+    for what, value, key in checks:
+        if key in cov.ranges and (line := _outside(what, value, cov.ranges[key])):
+            out.append(line)
+    return out
