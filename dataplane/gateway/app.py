@@ -3,7 +3,7 @@
 Routes (``{a}`` is the account id; every ``/client/v4`` route needs ``Authorization: Bearer TOKEN``)::
 
     POST /client/v4/accounts/{a}/ai/run/{model}                 run (SSE with "stream": true); ?queueRequest=true
-    GET  /client/v4/accounts/{a}/ai/models/search               served models
+    GET  /client/v4/accounts/{a}/ai/models/search               served models (catalog_api: tasks, authors too)
     POST /client/v4/accounts/{a}/ai/v1/chat/completions         OpenAI chat (SSE with "stream": true)
     POST /client/v4/accounts/{a}/ai/v1/embeddings               OpenAI embeddings
     GET  /client/v4/accounts/{a}/ai/v1/models                   OpenAI model list
@@ -35,8 +35,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dataplane.gateway import catalog_api, standins
 from dataplane.gateway import openai_compat as oai
-from dataplane.gateway import standins
 from dataplane.gateway.asgi import SSEStream, StatusCounter, disconnected
 from dataplane.gateway.auth import Authenticator
 from dataplane.gateway.batch import BatchService, poll_response
@@ -58,7 +58,6 @@ from dataplane.gateway.http_util import (
     parse_json,
     read_body,
     run_inputs,
-    search_models,
 )
 from dataplane.gateway.invoke import workers_usage
 from dataplane.gateway.limits import AuthThrottle
@@ -283,18 +282,7 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
             yield frame({"error": {"code": err.code, "message": err.message}})
         yield DONE_FRAME
 
-    @app.get(PREFIX + "/models/search")
-    async def models_search(request: Request, account_id: str):
-        authenticate(request, account_id)
-        q = request.query_params
-        try:
-            page, per_page = int(q.get("page", 1)), int(q.get("per_page", 50))
-        except ValueError:
-            raise bad_input("page and per_page must be integers") from None
-        if page < 1 or not 1 <= per_page <= 1000:
-            raise bad_input("page must be >= 1 and per_page in [1, 1000]")
-        items, info = search_models(gw, q.get("search"), q.get("task"), page, per_page)
-        return ok(items, result_info=info)
+    catalog_api.register(app, gw, authenticate, PREFIX)  # models, tasks and authors search
 
     # ------------------------------------------------------------------ OpenAI-compatible
     @app.post(PREFIX + "/v1/chat/completions")

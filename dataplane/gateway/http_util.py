@@ -1,4 +1,4 @@
-"""Request-body reading with a size cap, JSON parsing that never raises past a 400, envelopes and model search."""
+"""Request-body reading with a size cap, JSON parsing that never raises past a 400, and envelopes."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import asyncio
 import json
 import re
 import sys
-import uuid
 
 from starlette.requests import ClientDisconnect
 
-from dataplane.gateway import standins
 from dataplane.gateway.errors import GatewayError, bad_input
 from dataplane.runtime import SYNTHETIC_NOTE
 
@@ -127,46 +125,6 @@ def envelope(result, model: str, task: str, stand_in: str, synthetic: bool, emul
 
 def ok(result, **extra) -> dict:
     return {"result": result, "success": True, "errors": [], "messages": [], **extra}
-
-
-def task_title(task: str) -> str:
-    return task.replace("-", " ").title()
-
-
-def search_models(gw, search: str | None, task: str | None, page: int, per_page: int) -> tuple[list[dict], dict]:
-    """Served models in the Workers AI model-search shape, filtered by substring and task name: (this page,
-    ``result_info``). Properties say what really serves each model: ``stand_in`` (the data-plane model),
-    ``is_stand_in``, the served ``context_window`` (the catalog's or the stand-in's, whichever is smaller) and,
-    for embeddings, the ``dimensions`` returned."""
-    out = []
-    b = gw.backend
-    placement = b.placement()
-    for spec in b.catalog:
-        if search and search.lower() not in spec.id.lower() and search.lower() not in spec.description.lower():
-            continue
-        if task and task.lower() not in (spec.task, task_title(spec.task).lower()):
-            continue
-        pops = sorted(set(placement["pop"][placement["model"] == spec.id]))
-        served = b.stand_in[spec.id]
-        window = gw.context_window(spec.id) if spec.task == "text-generation" else spec.context_window
-        props = [
-            {"property_id": "context_window", "value": str(window)},
-            {"property_id": "max_batch_prefill", "value": str(spec.max_batch)},
-            {"property_id": "stand_in", "value": served},
-            {"property_id": "is_stand_in", "value": str(standins.is_stand_in(spec.id, spec.stand_in, served)).lower()},
-            {"property_id": "pops", "value": ",".join(pops)},
-        ]
-        if spec.task == "text-embeddings":
-            props.append({"property_id": "dimensions", "value": str(spec.hidden)})
-        out.append({
-            "id": str(uuid.uuid5(uuid.NAMESPACE_URL, spec.id)), "source": 1, "name": spec.id,
-            "description": spec.description, "task": {"name": task_title(spec.task), "id": spec.task},
-            "tags": [], "properties": props})
-    start = (page - 1) * per_page
-    items = out[start:start + per_page]
-    info = {"page": page, "per_page": per_page, "count": len(items), "total_count": len(out),
-            "total_pages": -(-len(out) // per_page)}
-    return items, info
 
 
 TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no", "")
