@@ -8,6 +8,7 @@ import asyncio
 import io
 import json
 import struct
+import time
 
 import cloudflare
 import numpy as np
@@ -91,6 +92,35 @@ def test_image_and_speech_as_byte_lists(gateway):
     assert len(top) == 5 and isinstance(top[0].label, str) and 0 <= top[0].score <= 1
     speech = c.ai.run("@cf/openai/whisper", account_id="alice", audio=list(_wav()))
     assert isinstance(speech["text"], str) and "word_count" in speech
+
+
+def test_fields_the_sdk_lacks_go_through_extra_body_and_extra_query(gateway):
+    """Reranking inputs and the async batch API have no SDK parameters: ``extra_body`` / ``extra_query`` carry
+    them (``run`` needs only ``account_id``), and the unwrapped answers are the gateway's ``result``."""
+    url, _ = gateway
+    c = client(url)
+    ranked = c.ai.run("@edgepop/bert-small-rerank", account_id="alice",
+                      extra_body={"query": "cats", "contexts": [{"text": "a cat"}, {"text": "a car"}]})
+    assert sorted(r["id"] for r in ranked["response"]) == [0, 1]
+    job = c.ai.run(GEN, account_id="alice", extra_query={"queueRequest": "true"},
+                   extra_body={"requests": [{"prompt": "Hi", "max_tokens": 3, "ignore_eos": True}]})
+    assert job["status"] == "queued"
+    for _ in range(600):  # hang guard only
+        polled = c.ai.run(GEN, account_id="alice", extra_body={"request_id": job["request_id"]})
+        if polled["status"] == "done":
+            break
+        time.sleep(0.05)
+    assert polled["responses"][0]["result"]["usage"]["completion_tokens"] == 3
+
+
+def test_global_api_key_is_refused_with_the_envelope(gateway):
+    """The gateway takes API tokens only (as Workers AI's REST docs use): the SDK's ``api_key``/``api_email``
+    (X-Auth-Key) is a 401 whose message names the header wanted."""
+    url, _ = gateway
+    c = Cloudflare(api_key="k" * 37, api_email="a@example.com", base_url=f"{url}/client/v4", max_retries=0)
+    with pytest.raises(cloudflare.AuthenticationError) as e:
+        c.ai.run(GEN, account_id="alice", prompt="x")
+    assert e.value.errors[0].code == 10000 and "Bearer" in e.value.errors[0].message
 
 
 def test_models_search_auto_paginates(gateway):
