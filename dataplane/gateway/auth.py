@@ -48,6 +48,8 @@ def _check_table(table, where: str) -> dict[str, str]:
         raise UserError(f"{where}: expected a non-empty [tokens] table of token = account")
     for tok, acct in table.items():
         problem = token_problem(tok, acct)
+        if problem == SHORT and isinstance(tok, str) and len(tok) >= 8:  # (the token is fine: its account is not)
+            raise UserError(f"{where}: token {tok[:4]!r}...: its account must be a non-empty string, got {acct!r}")
         if problem == SHORT:
             raise UserError(f"{where}: token {str(tok)[:4]!r}...: tokens need 8+ characters and a non-empty account")
         if problem == SPACED:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from edgepop.errors import UserError
@@ -134,7 +135,9 @@ def check_bindable(host: str, port: int) -> None:
         try:
             sock.bind(addr)
         except OSError as exc:
-            raise UserError(f"cannot listen on {host}:{port} ({exc.strerror}): another server on that port?") from None
+            hint = "another server on that port?" if exc.errno == errno.EADDRINUSE else \
+                "is it an address of this machine?" if exc.errno == errno.EADDRNOTAVAIL else "check --host and --port"
+            raise UserError(f"cannot listen on {host}:{port} ({exc.strerror}): {hint}") from None
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -1,0 +1,33 @@
+"""One-line start-up errors of ``edgepop serve`` that name the real cause."""
+
+import socket
+
+import pytest
+
+from dataplane.gateway.auth import load_tokens_file
+from dataplane.gateway.cli import check_bindable
+from edgepop.errors import UserError
+
+
+def test_a_tokens_file_whose_account_is_not_a_string_says_so(tmp_path):
+    f = tmp_path / "tokens.toml"
+    f.write_text('[tokens]\n"tok-alice-0001" = 5\n')
+    with pytest.raises(UserError, match=r"token 'tok-'\.\.\.: its account must be a non-empty string, got 5"):
+        load_tokens_file(f)
+    f.write_text('[tokens]\n"tok" = "alice"\n')
+    with pytest.raises(UserError, match="tokens need 8\\+ characters"):
+        load_tokens_file(f)
+
+
+def test_a_host_this_machine_does_not_have_is_not_blamed_on_another_server():
+    with pytest.raises(UserError, match="is it an address of this machine") as err:
+        check_bindable("192.0.2.1", 0)  # TEST-NET-1: documentation addresses, never assigned to a host
+    assert "another server" not in str(err.value)
+
+
+def test_a_port_in_use_names_another_server():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(UserError, match="another server on that port"):
+            check_bindable("127.0.0.1", busy.getsockname()[1])
