@@ -74,7 +74,7 @@ def _get(url: str, path: str, params: dict | None = None, token: str | None = No
     except httpx.HTTPError as exc:
         raise UserError(f"{url}: gateway not reachable ({exc})") from None
     if r.status_code != 200:
-        raise UserError(f"{url}: {path} answered {r.status_code}")
+        raise UserError(f"{url}: {path} answered {r.status_code}{_why(r)}")
     try:
         doc = r.json()
     except ValueError:
@@ -82,6 +82,17 @@ def _get(url: str, path: str, params: dict | None = None, token: str | None = No
     if not isinstance(doc, dict):
         raise UserError(f"{url}: {path} did not answer a JSON object: is this an edgepop gateway?")
     return doc
+
+
+def _why(r) -> str:
+    """The gateway's own message for a refusal (its error envelope), and which flag to check for auth ones."""
+    try:
+        errors = r.json().get("errors") or [{}]
+        message = str(errors[0].get("message") or "")
+    except (ValueError, AttributeError, IndexError, TypeError):
+        message = ""
+    hint = " (check --token)" if r.status_code in (401, 403) else ""
+    return f": {message}{hint}" if message else hint
 
 
 def fetch_deployment(url: str, token: str | None = None) -> dict:
