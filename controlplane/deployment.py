@@ -102,7 +102,7 @@ class DeploymentConfig:
         if self.pops is not None and (not isinstance(self.pops, list | tuple) or not self.pops
                                       or not all(isinstance(p, str) for p in self.pops)):
             raise UserError(f"{where}: pops must be a non-empty list of PoP ids, got {self.pops!r}")
-        from topology.gpus import NODE_SPEC
+        from topology.gpus import node_gpus
 
         if self.budget not in BUDGETS:
             raise UserError(f"{where}: budget must be one of {', '.join(BUDGETS)}, got {self.budget!r}")
@@ -111,8 +111,10 @@ class DeploymentConfig:
         if self.rack != "server" and self.budget != "gpus":
             raise UserError(f"{where}: rack = {self.rack!r} applies to budget = 'gpus' (a 'usd' budget buys "
                             f"{self.node} boxes)")
-        if not NODE_SPEC.match(self.node):
-            raise UserError(f"{where}: node must be GPUxCOUNT (e.g. H100x8), got {self.node!r}")
+        try:  # the count too, here: placing finds it only mid-run, naming no file
+            node_gpus(self.node)
+        except ValueError as exc:
+            raise UserError(f"{where}: {exc}") from None
         if isinstance(self.queue_limit, bool) or not isinstance(self.queue_limit, int) or self.queue_limit < 1:
             raise UserError(f"{where}: queue_limit must be an integer >= 1, got {self.queue_limit!r}")
 

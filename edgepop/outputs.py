@@ -35,7 +35,7 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
     """
     if not str(path).strip():  # Path("") is the current folder: outputs would land among whatever is there
         raise UserError(f"{flag}: empty; name a folder (e.g. {flag} out)")
-    p = Path(path).expanduser()
+    p = _expanded(path, flag)
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {path}: exists and is not a folder")
     _check(p, path, flag, (p.parent, p) if staged and p.is_dir() else (p.parent,) if staged else (p,))
@@ -44,13 +44,20 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
 
 def output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     """``path`` as a Path, once a file can be written there."""
-    p = Path(path).expanduser()
+    p = _expanded(path, flag)
     if p.is_dir():
         raise UserError(f"{flag} {path}: is a folder, expected a file name")
     _check(p.parent, path, flag, (p.parent,))
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{flag} {path}: cannot write there (Permission denied)")
     return p
+
+
+def _expanded(path, flag: str) -> Path:
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # '~nosuchuser/x': Path raises rather than leave it as it is
+        raise UserError(f"{flag} {path}: cannot expand '~' (no such user, or no home folder)") from None
 
 
 def _check(p: Path, path, flag: str, folders: tuple[Path, ...]) -> None:

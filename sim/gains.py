@@ -304,7 +304,20 @@ def loss_sentence(gains: dict, most: int = 6) -> str:
     """The headline's line on where the edge loses (or that it loses nowhere in this run), the largest first."""
     found = losses(gains)
     if not found:
-        return ("the edge loses nowhere in this run: no headline figure and no prompt-size, continent or load bin "
-                "has its 95% interval below zero")
+        # A figure without an interval (too few requests) shows no loss either way: the sentence says how many.
+        ci = gains.get("ci95", {})
+        without = sum(ci.get(key) is None for key, _ in HEADLINE_LOSSES)
+        binned = any(b.get(f"ttft_{q}_ci95") is not None for group in LABELS
+                     for b in gains.get(group, {}).values() for q in ("p50", "p95"))
+        if not without:
+            return ("the edge loses nowhere in this run: no headline figure and no prompt-size, continent or load "
+                    "bin has its 95% interval below zero")
+        if without == len(HEADLINE_LOSSES) and not binned:
+            return ("no loss can be shown in this run: no headline figure and no prompt-size, continent or load bin "
+                    "has a 95% interval (too few requests)")
+        n = len(HEADLINE_LOSSES) - without
+        return (f"the edge loses nowhere in this run among the figures with an interval: of the {n} headline "
+                f"figure{'' if n == 1 else 's'} with one ({without} had none) and the prompt-size, "
+                "continent and load bins with one, none has its 95% interval below zero")
     more = f"; {len(found) - most} more in summary.json gains" if len(found) > most else ""
     return "edge loses: " + "; ".join(text for _, text in found[:most]) + more

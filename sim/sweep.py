@@ -63,7 +63,7 @@ class SweepResult:
 
 def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | None = None,
               out: str | Path = "edgepop-sweep", progress: bool | None = None, keep_requests: bool = True,
-              advance=None, pool=None) -> SweepResult:
+              advance=None, pool=None, staging: Path | None = None) -> SweepResult:
     """Run every variant of ``grid`` (an embedded grid name, a grid file or a parsed :class:`Grid`).
 
     Writes ``out/sweep.parquet`` (request rows with ``variant``, ``seed`` and one column per axis),
@@ -73,6 +73,8 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     :class:`SweepError`). ``keep_requests=False`` keeps the summary only (no ``sweep.parquet``); ``advance``,
     when given, is called once per finished variant instead of showing the sweep's own bar. ``pool``: a
     :func:`local_pool` to run on (the local engine), kept open by the caller across several sweeps.
+    ``staging``: an existing folder to write the outputs into and leave there, ``out`` untouched (a caller that
+    adds files of its own, as the ablation does, then moves them all into place at once).
     """
     grid = grid if isinstance(grid, Grid) else load_grid(grid)
     if engine not in ENGINES:
@@ -97,9 +99,12 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
             raise UserError(f"{grid.source}: variant {v.id} ({v.label}): {exc}") from None
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
              for v in grid.variants]
-    out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".edgepop-sweep-", dir=out.parent))
+    if staging is not None:
+        out = tmp = Path(staging)
+    else:
+        out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".edgepop-sweep-", dir=out.parent))
     t0 = time.perf_counter()
     try:
         sink = _Sink(grid, tmp)
@@ -119,9 +124,11 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
         wall = time.perf_counter() - t0
         (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2,
                                                    default=json_value))
-        move_into_place(tmp, out, SWEEP_OUTPUTS)
+        if staging is None:
+            move_into_place(tmp, out, SWEEP_OUTPUTS)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if staging is None:  # a caller's staging folder is the caller's to remove
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SweepResult(grid, summary, out, wall, sink.wall_s)
 

@@ -23,11 +23,21 @@ GPU_FIELDS = [
     Field("price_usd_hr", number, in_range(0, 1e4)),
 ]
 NODE_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9.\-]*)x(\d+)\s*$")
+MAX_NODE_GPUS = 16
 # GPU generation of the known GPU types (the service-time model's FP8, TF32 and efficiency tables key on it).
 ARCHS = {"H100": "hopper", "H200": "hopper", "A100-80GB": "ampere", "A100": "ampere", "A40": "ampere",
          "L40S": "ada", "L4": "ada", "T4": "turing"}
 KNOWN_ARCHS = ("ampere", "ada", "hopper", "turing")
 _ARCH_WORD = re.compile(r"\b(" + "|".join(KNOWN_ARCHS) + r")\b")
+
+
+def node_gpus(node) -> int:
+    """The GPU count of a ``GPUxCOUNT`` node (1 to MAX_NODE_GPUS), else ValueError: the one check, used where a
+    scenario is read and again where it places."""
+    m = NODE_SPEC.match(node) if isinstance(node, str) else None
+    if m is None or not 1 <= int(m.group(2)) <= MAX_NODE_GPUS:
+        raise ValueError(f"node must be GPUxCOUNT with 1 to {MAX_NODE_GPUS} GPUs (e.g. H100x8), got {node!r}")
+    return int(m.group(2))
 
 
 def gpu_arch(name: str, notes: str = "", arch: str = "", where: tuple = ("<GPU table>", None)) -> str:
@@ -73,8 +83,8 @@ def parse_node_list(text: str, gpu_types: set[str], where: tuple) -> list[tuple[
         gpu, count = m.group(1), int(m.group(2))
         if gpu not in gpu_types:
             raise DataFileError(where[0], where[1], "nodes", f"unknown GPU type {gpu!r} (known: {sorted(gpu_types)})")
-        if not 1 <= count <= 16:
-            raise DataFileError(where[0], where[1], "nodes", f"{count} GPUs in one node (allowed 1..16)")
+        if not 1 <= count <= MAX_NODE_GPUS:
+            raise DataFileError(where[0], where[1], "nodes", f"{count} GPUs in one node (allowed 1..{MAX_NODE_GPUS})")
         out.append((gpu, count))
     return out
 

@@ -27,7 +27,7 @@ from controlplane.placement.fill import fill_idle_gpus, idle_gpus, place_on
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
 from edgepop.errors import is_real
-from topology.gpus import NODE_SPEC
+from topology.gpus import node_gpus
 
 
 @PLACEMENTS.register("central")
@@ -59,9 +59,7 @@ class Central(PlacementPolicy):
             raise ValueError(f"rack must be one of {', '.join(RACKS)}, got {rack!r}")
         if rack != "server" and budget != "gpus":
             raise ValueError(f"rack {rack!r} applies to budget 'gpus', not {budget!r}")
-        match = NODE_SPEC.match(node) if isinstance(node, str) else None
-        if match is None or not 1 <= int(match.group(2)) <= 16:  # checked whatever the budget: a typo is one
-            raise ValueError(f"node must be GPUxCOUNT with 1 to 16 GPUs (e.g. H100x8), got {node!r}")
+        node_gpus(node)  # checked whatever the budget: a typo is one
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         try:

@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
+from edgepop.outputs import move_into_place, output_folder
 from sim.grid import Grid, load_grid, only_deployments, with_size
 from sim.plots import pyplot
-from sim.sweep import run_sweep
+from sim.sweep import SWEEP_OUTPUTS, run_sweep
 
+ABLATION_OUTPUTS = frozenset({"ablation.csv", "ablation.png", "ablation.json"})  # what it writes beside the sweep's
 FIGURES = ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",
            "batch_completion_p50_s", "batch_completion_p95_s", "gpus_placed", "gpu_busy_hours")
 DELTA_OF = ("ttft_p95_ms", "itl_p99_ms", "e2e_p95_ms", "tpot_p50_ms")
@@ -84,12 +89,20 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
     g = one_deployment(g)
     g = with_size(g, requests=requests)  # checked as the grid's own size is, before any variant runs
     same_arrivals(g)
-    result = run_sweep(g, engine=engine, workers=workers, out=out, progress=progress)
-    table = ablation_table(result.summary, g.baseline, g.deployments[0])
-    write_ablation(table, result.path, {"grid": g.source, "base": g.base, "baseline": g.baseline,
-                                        "deployment": g.deployments[0], "seeds": list(g.seeds),
-                                        "wall_s": round(result.wall_s, 2)})
-    return table, result
+    out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
+    # The sweep's files and the table are staged together and moved once: an interrupted run leaves the
+    # earlier run's outputs whole, never new sweep files beside an old table.
+    tmp = Path(tempfile.mkdtemp(prefix=".edgepop-ablation-", dir=out.parent))
+    try:
+        result = run_sweep(g, engine=engine, workers=workers, progress=progress, staging=tmp)
+        table = ablation_table(result.summary, g.baseline, g.deployments[0])
+        write_ablation(table, tmp, {"grid": g.source, "base": g.base, "baseline": g.baseline,
+                                    "deployment": g.deployments[0], "seeds": list(g.seeds),
+                                    "wall_s": round(result.wall_s, 2)})
+        move_into_place(tmp, out, SWEEP_OUTPUTS | ABLATION_OUTPUTS)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return table, replace(result, path=out)
 
 
 def same_arrivals(g: Grid) -> None:

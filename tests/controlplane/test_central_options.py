@@ -40,3 +40,17 @@ def test_the_solver_figures_name_the_rack_or_node_used(topo, options, used):
     problem = PlacementProblem.build(topo, total_rps=50.0, mix={"@cf/baai/bge-base-en-v1.5": 1.0})
     p = get_policy("central", baseline="us-east", **options).place(problem, np.random.default_rng(0))
     assert p.solver == {"baseline": "us-east", "budget": options.get("budget", "gpus"), "scale": 1.0, **used}
+
+
+@pytest.mark.parametrize("node", ["H100x17", "H100x0"])
+def test_a_node_count_out_of_range_fails_when_the_scenario_or_grid_is_read(tmp_path, node):
+    from sim.grid import parse_grid
+    from sim.scenario import load_scenario
+
+    path = tmp_path / "n.toml"
+    path.write_text('[workload]\nkind = "poisson"\nrequests = 100\nrps = 10.0\n'
+                    f'[central]\nbaseline = "big3"\nnode = "{node}"\n')
+    with pytest.raises(UserError, match=rf"^n\.toml \[central\]: node must be GPUxCOUNT with 1 to 16 GPUs .*'{node}'$"):
+        load_scenario(path)
+    with pytest.raises(UserError, match=rf"\[central\]: node must be GPUxCOUNT with 1 to 16 GPUs .*'{node}'"):
+        parse_grid({"base": "small", "axes": {"central.node": [node]}}, "g.toml")

@@ -80,3 +80,15 @@ def test_a_new_output_folder_gets_the_umask_mode_not_the_temporary_folders(tmp_p
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--requests", "100"], ["sweep", "--grid", "policies"], ["ablation"],
+                                  ["frontier"]])
+def test_a_tilde_naming_no_user_is_one_line(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--out", "~nosuchuser-edgepop/x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edgepop: error: --out ~nosuchuser-edgepop/x: cannot expand '~'") and "\n" not in err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UserError, match=r"^--table ~nosuchuser-edgepop/t\.csv: cannot expand '~'"):
+        output_file("~nosuchuser-edgepop/t.csv", "--table")

@@ -257,3 +257,20 @@ def test_the_lora_note_says_no_adapter_requests_rather_than_a_nan_wait():
     rows = pd.DataFrame({"deployment": "edge", "variant_name": ["baseline", "lora"], "requests": 1,
                          "adapter_requests": [math.nan, 0], "adapter_load_ms": [math.nan, math.nan]})
     assert list(ablation_table(rows, "baseline").note) == ["", "no adapter requests"]
+
+
+def test_an_interrupted_ablation_leaves_the_earlier_run_whole(tmp_path, monkeypatch):
+    import sim.techniques.ablation as ablation
+
+    out = tmp_path / "abl"
+    run_ablation("ablation", requests=100, workers=1, out=out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def interrupted(*args, **kwargs):  # as a SIGTERM would, once the sweep is done and the table not yet written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ablation, "write_ablation", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_ablation("ablation", requests=60, workers=1, out=out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no new sweep files beside the old table
+    assert [p.name for p in tmp_path.iterdir()] == ["abl"]  # and no staging folder left behind

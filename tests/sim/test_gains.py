@@ -329,3 +329,15 @@ def test_country_gain_leaves_async_batch_rows_out():
     assert g.loc["DE", "n"] == 3 and g.loc["DE", "ttft_edge"] == 60.0 and g.loc["DE", "ttft_central"] == 100.0
     assert g.loc["DE", "gain_pct"] == pytest.approx(40.0)
     assert len(interactive(edge)) == 3 and len(interactive(edge.drop(columns="batch"))) == 6
+
+
+def test_loss_sentence_claims_no_loss_only_over_figures_with_an_interval():
+    none = {"ci95": {key: None for key, _ in HEADLINE_LOSSES},
+            "by_prompt_tokens": {"<=256": {"ttft_p50_reduction_pct": 5.0, "ttft_p50_ci95": None}}}
+    text = loss_sentence(none)
+    assert "loses nowhere" not in text and text.startswith("no loss can be shown in this run")
+    some = {"ci95": {**none["ci95"], "ttft_ms_p50_reduction_pct": [10.0, 20.0]}, "ttft_ms_p50_reduction_pct": 15.0}
+    text = loss_sentence(some)
+    assert f"of the 1 headline figure with one ({len(HEADLINE_LOSSES) - 1} had none)" in text
+    every = {"ci95": {key: [1.0, 2.0] for key, _ in HEADLINE_LOSSES}, **{key: 1.5 for key, _ in HEADLINE_LOSSES}}
+    assert loss_sentence(every).startswith("the edge loses nowhere in this run: no headline figure")

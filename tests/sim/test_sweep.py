@@ -489,3 +489,16 @@ def test_a_fault_no_deployment_of_a_variant_applied_is_warned_and_in_the_summary
     rows = s.set_index(["variant", "deployment"]).faults_skipped
     assert rows[0, "edge"] == "" and rows[0, "central"] == "pop:FRA@1+5: central users do not enter through PoPs"
     assert rows[1, "edge"].startswith("node:FRA-999@1+1: no node 'FRA-999' in the edge fleet; pop:LHR@99999+5: ")
+
+
+def test_gain_interval_columns_are_there_when_no_variant_has_an_interval(tmp_path):
+    from sim.sweep_variant import GAINS
+
+    g = parse_grid({"base": "small", "requests": 20, "seeds": [1], "axes": {"workload.rps": [20.0]}}, "g2.toml")
+    run_sweep(g, workers=1, out=tmp_path / "s", progress=False)
+    summary = pd.read_parquet(tmp_path / "s" / "sweep_summary.parquet")  # 20 requests: too few for any interval
+    for k in (k for k in GAINS if k != "e2e_ms_p50_reduction_pct"):
+        for end in ("lo", "hi"):
+            col = summary[f"gain_{k}_ci95_{end}"]
+            assert col.isna().all() and col.dtype == float, (k, end)
+    assert "gain_e2e_ms_p50_reduction_pct_ci95_lo" not in summary  # the one headline figure with no interval
