@@ -96,8 +96,6 @@ def gateway_config(args: argparse.Namespace):
         over["default_location"] = parse_location(args.default_location, "--default-location")
     if args.no_delay:
         over["delay"] = False
-    if args.no_auth:
-        over["no_auth"] = True
     if args.no_rate_limit:
         over["rate_limit"] = False
     if args.open_ops:
@@ -107,7 +105,8 @@ def gateway_config(args: argparse.Namespace):
     except UserError as exc:
         raise UserError(name_flags(str(exc), flags)) from None
     tokens = {**cfg.tokens, **load_tokens(args.tokens)}
-    cfg = cfg.with_overrides(tokens=tokens)
+    # (who may call is no value a later config error is about: --no-auth and tokens keep the file's own name)
+    cfg = cfg.with_overrides(tokens=tokens, no_auth=True if args.no_auth else None, source=cfg.source)
     cfg.validate("edgepop serve")
     return cfg
 

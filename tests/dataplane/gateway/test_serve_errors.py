@@ -31,3 +31,20 @@ def test_a_port_in_use_names_another_server():
         busy.listen()
         with pytest.raises(UserError, match="another server on that port"):
             check_bindable("127.0.0.1", busy.getsockname()[1])
+
+
+def test_auth_flags_do_not_make_the_files_own_values_command_line_overrides(tmp_path, capsys, monkeypatch):
+    from edgepop.cli import main
+
+    bad = tmp_path / "p.toml"
+    bad.write_text('pops = ["XXX"]\n')
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text('[tokens]\n"tok-alice-0001" = "alice"\n')
+    for env, args in (("", ["--no-auth"]), ("tok-bob-00000001:bob", []), ("", ["--tokens", str(tokens)])):
+        monkeypatch.setenv("EDGEPOP_TOKENS", env)
+        assert main(["serve", "--config", str(bad), *args, "--port", "18851", "--no-warm"]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and f"{bad}: field 'pops': unknown PoP id(s) 'XXX'" in lines[0], (args, lines)
+    monkeypatch.setenv("EDGEPOP_TOKENS", "")
+    assert main(["serve", "--config", str(bad), "--no-auth", "--threads", "1", "--port", "18851", "--no-warm"]) == 2
+    assert f"{bad} with its command-line overrides: field 'pops'" in capsys.readouterr().err  # a real override
