@@ -177,9 +177,10 @@ def test_a_fixed_last_mile_beside_another_mode_is_refused():
 
 def test_a_scenario_replaces_only_the_config_file_values_it_sets(tmp_path, gateway_topo, monkeypatch):
     """`--config` then `--scenario`: the scenario's own keys win; its defaults do not replace the file's values."""
+    from kit.gateway import _serve
+
     from dataplane.gateway.cli import gateway_config
     from edgepop.cli import build_parser
-    from kit.gateway import _serve
 
     scenario = tmp_path / "s.toml"
     scenario.write_text('[workload]\nkind = "poisson"\nrequests = 5\nrps = 1.0\n[edge]\nplacement = "per-pop"\n'

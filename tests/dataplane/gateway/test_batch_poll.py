@@ -113,9 +113,10 @@ def test_a_poll_says_running_only_while_items_run_or_the_runner_here_will_take_t
 
 def test_a_poll_through_an_unserved_models_url_of_a_half_done_job_says_queued(tmp_path, gateway_topo):
     """A restart with other models: the job's done items stay done, the rest wait, and nothing runs."""
+    from kit.gateway import EMB, TOKENS, _serve
+
     from dataplane.gateway import GatewayConfig
     from dataplane.gateway.batch_store import BatchStore
-    from kit.gateway import EMB, TOKENS, _serve
 
     db = tmp_path / "b.sqlite"
     store = BatchStore(db)  # what the first server left: 1 of 3 items done, 2 queued
