@@ -57,9 +57,10 @@ class Backend:
             if m not in full:
                 raise UserError(f"{cfg.source}: field 'models': {m!r} is not in the catalog "
                                 "(`edgepop place --list-models` or controlplane/data/catalog.toml lists them)")
-        for m in list(cfg.placement) + list(cfg.stand_ins) + list(cfg.lora_adapters):
-            if m not in cfg.models:
-                raise UserError(f"{cfg.source}: {m!r} is configured but not listed in 'models'")
+        for name in ("placement", "stand_ins", "lora_adapters"):
+            for m in getattr(cfg, name):
+                if m not in cfg.models:
+                    raise UserError(f"{cfg.source}: field {name!r}: {m!r} is configured but not listed in 'models'")
         known = set(self.topo.pops.id)
         unknown = [p for p in cfg.pops if p not in known]
         if unknown:  # (the fleet's own check would not name the config field)
@@ -69,13 +70,13 @@ class Backend:
         self.stand_in: dict[str, str] = {}
         for spec in catalog:
             name = cfg.stand_ins.get(spec.id, spec.stand_in)
+            at = f"{cfg.source}: field 'stand_ins'" if spec.id in cfg.stand_ins else cfg.source  # (or the catalog's)
             try:
                 card = registry.get_card(name)
             except Exception as exc:
-                raise UserError(f"{cfg.source}: stand-in of {spec.id!r}: {exc}") from None
+                raise UserError(f"{at}: stand-in of {spec.id!r}: {exc}") from None
             if card.task != spec.task:
-                raise UserError(f"{cfg.source}: stand-in {name!r} serves {card.task}, but {spec.id!r} is "
-                                f"{spec.task}")
+                raise UserError(f"{at}: stand-in {name!r} serves {card.task}, but {spec.id!r} is {spec.task}")
             self.stand_in[spec.id] = name
         self.dp = DataPlane(DataPlaneConfig(
             session=SessionConfig(provider=cfg.provider, intra_op_threads=cfg.threads),

@@ -86,17 +86,20 @@ class BatchService:
                 raise bad_input(f"requests[{i}].external_reference must be a string, got {type(ref).__name__}")
         return reqs
 
-    async def poll(self, account: str, request_id) -> dict:
-        """The job's status, or all its responses once every item is done (404 for another account's job)."""
+    async def poll(self, account: str, request_id, served: bool = True) -> dict:
+        """The job's status, or all its responses once every item is done (404 for another account's job).
+        ``served``: whether this server runs the job's model (a job of a model it does not serve only waits)."""
         if not isinstance(request_id, str) or not request_id:
             raise bad_input("field 'request_id' must be a non-empty string")
         head = await self._db(self.store.progress, account, request_id)
         if head is None:
             raise GatewayError(404, NOT_FOUND, f"no batch request {request_id!r} for this account")
-        model, total, done, started = head
-        if done < total:
-            return {"status": "running" if started else "queued", "request_id": request_id, "model": model,
-                    "completed": done, "total": total}
+        model, total, done, running = head
+        if done < total:  # (a failed item is done too: its response says success false)
+            # running: an item runs now, or some are done and the runner here will take the rest; queued: items
+            # wait and none runs (nothing claimed yet, or a model this server does not serve)
+            status = "running" if running or (done and served) else "queued"
+            return {"status": status, "request_id": request_id, "model": model, "completed": done, "total": total}
         rows = await self._db(self.store.results, request_id)
         # 10,000 results can be tens of MB of JSON: decoded and added up on a worker thread, not the event loop
         return await asyncio.to_thread(_done, request_id, model, rows)
@@ -113,7 +116,7 @@ class BatchService:
             return None  # (a lone surrogate has no UTF-8 for SQLite; no id the store made is unprintable)
         if await self._db(self.store.model_of, account, rid) != model:
             return None
-        return await self.poll(account, rid)
+        return await self.poll(account, rid, served=False)
 
     def _served(self) -> list[str]:
         return self.gw.backend.catalog.ids

@@ -161,15 +161,15 @@ class BatchStore:
                            "attempts": i[5], "completions": i[6]} for i in items]}
 
     def progress(self, account: str, job: str) -> tuple[str, int, int, int] | None:
-        """``(model, items, done, started)`` of ``account``'s job (started: not queued), counted without reading a
-        result; None if there is no such job for that account."""
+        """``(model, items, done, running)`` of ``account``'s job, counted without reading a result; None if there is
+        no such job for that account."""
         row = self.db.execute("SELECT model FROM jobs WHERE id = ? AND account = ?", (job, account)).fetchone()
         if row is None:
             return None
-        total, done, started = self.db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(status = 'done'), 0), COALESCE(SUM(status != 'queued'), 0) FROM items "
+        total, done, running = self.db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(status = 'done'), 0), COALESCE(SUM(status = 'running'), 0) FROM items "
             "WHERE job = ?", (job,)).fetchone()
-        return row[0], total, done, started
+        return row[0], total, done, running
 
     def results(self, job: str) -> list[tuple]:
         """Each item's ``(idx, result as stored JSON text, success, external_reference)``, in order, undecoded."""

@@ -73,19 +73,7 @@ def gateway_config(args: argparse.Namespace):
     cfg = load_config(args.config)
     over = {}
     if args.scenario:
-        from sim.scenario import load_scenario
-
-        sc = load_scenario(args.scenario)
-        e = sc.edge
-        over.update(scenario=sc.name, seed=sc.seed, last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile,
-                    gpu_inventory_scale=sc.gpu_inventory_scale, anycast_misroute=sc.anycast_misroute,
-                    placement_policy=e.placement,
-                    placement_options=dict(e.placement_options), router=e.router,
-                    router_options=dict(e.router_options), autoscaler=e.autoscaler,
-                    autoscaler_options=dict(e.autoscaler_options), queue_limit=e.queue_limit,
-                    queue_timeout_s=e.queue_timeout_s)
-        if e.pops:
-            over["pops"] = list(e.pops)
+        over.update(scenario_fields(args.scenario, args.config))
     flags = dict(pops=_csv(args.pops), models=_csv(args.models), db=args.db, slots=args.slots,
                  queue_timeout_s=args.queue_timeout, request_timeout_s=args.request_timeout, router=args.router,
                  seed=args.seed, delay_scale=args.delay_scale, threads=args.threads, provider=args.provider,
@@ -96,8 +84,6 @@ def gateway_config(args: argparse.Namespace):
         over["default_location"] = parse_location(args.default_location, "--default-location")
     if args.no_delay:
         over["delay"] = False
-    if args.no_auth:
-        over["no_auth"] = True
     if args.no_rate_limit:
         over["rate_limit"] = False
     if args.open_ops:
@@ -107,9 +93,35 @@ def gateway_config(args: argparse.Namespace):
     except UserError as exc:
         raise UserError(name_flags(str(exc), flags)) from None
     tokens = {**cfg.tokens, **load_tokens(args.tokens)}
-    cfg = cfg.with_overrides(tokens=tokens)
+    # (who may call is no value a later config error is about: --no-auth and tokens keep the file's own name)
+    cfg = cfg.with_overrides(tokens=tokens, no_auth=True if args.no_auth else None, source=cfg.source)
     cfg.validate("edgepop serve")
     return cfg
+
+
+def scenario_fields(scenario: str, config: str | None) -> dict:
+    """The GatewayConfig fields ``--scenario`` sets: every one its file sets, and the scenario's defaults of the
+    others (the simulator's deployment) unless the gateway file ``config`` sets that field itself."""
+    import tomllib
+    from pathlib import Path
+
+    from sim.scenario import SCENARIO_DIR, parse_scenario, read_named_toml
+
+    doc, path = read_named_toml(scenario, SCENARIO_DIR, "scenario")
+    sc = parse_scenario(doc, path.name, base_dir=path.parent)
+    e, edge = sc.edge, doc.get("edge", {})
+    # gateway field -> (whether the scenario file sets it, its value)
+    values = {name: (name in doc, getattr(sc, name))
+              for name in ("seed", "last_mile_ms", "last_mile", "gpu_inventory_scale", "anycast_misroute")}
+    values["placement_policy"] = ("placement" in edge, e.placement)
+    values.update({name: (name in edge, getattr(e, name)) for name in (
+        "router", "autoscaler", "queue_limit", "queue_timeout_s")})
+    # a policy's options go with it: a scenario setting the router sets its options too (none, if it names none)
+    values.update({f"{name}_options": (name in edge or f"{name}_options" in edge, dict(getattr(e, f"{name}_options")))
+                   for name in ("placement", "router", "autoscaler")})
+    values["pops"] = ("pops" in edge, list(e.pops) if e.pops else None)
+    in_file = set(tomllib.loads(Path(config).read_text())) if config else set()  # (load_config read it already)
+    return {"scenario": sc.name, **{k: v for k, (given, v) in values.items() if given or k not in in_file}}
 
 
 def name_flags(text: str, flags: dict) -> str:

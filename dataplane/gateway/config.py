@@ -256,8 +256,10 @@ class GatewayConfig:
         try:
             self.deployment_config().check(where)
         except UserError as exc:  # (DeploymentConfig calls it 'placement'; this file spells it 'placement_policy')
-            raise UserError(str(exc).replace(f"{where}: field 'placement':", f"{where}: field 'placement_policy':",
-                                             1)) from None
+            text = str(exc).replace(f"{where}: field 'placement':", f"{where}: field 'placement_policy':", 1)
+            for name in ("placement_options", "router_options", "autoscaler_options"):  # (named as the others are)
+                text = text.replace(f"{where} {name}:", f"{where}: field {name!r}:", 1)
+            raise UserError(text) from None
 
     def deployment_config(self) -> DeploymentConfig:
         """The deployment part of this config, as the simulator's ``[edge]`` table would give it."""

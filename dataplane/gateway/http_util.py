@@ -9,7 +9,7 @@ import sys
 
 from starlette.requests import ClientDisconnect
 
-from dataplane.gateway.errors import GatewayError, bad_input
+from dataplane.gateway.errors import GatewayError, bad_input, client_gone
 from dataplane.runtime import SYNTHETIC_NOTE
 
 BINARY_FIELD = {"image-classification": "image", "automatic-speech-recognition": "audio"}
@@ -40,8 +40,8 @@ async def read_body(request, limit: int, idle_timeout_s: float | None = None) ->
             if size > limit:
                 raise GatewayError(413, 3006, f"Request is too large: body over {limit} bytes")
             chunks.append(chunk)
-    except ClientDisconnect:  # the client went away mid-body: its mistake (or its network's), not the server's
-        raise bad_input("the client disconnected before sending the whole body") from None
+    except ClientDisconnect:  # gone mid-body: no one reads an answer, so it counts as any client that left (499)
+        raise client_gone() from None
     except TimeoutError:
         raise GatewayError(408, 3007, f"Request timeout: the body stopped arriving ({size} bytes received, "
                            f"nothing more for {idle_timeout_s:g} s)") from None

@@ -173,3 +173,30 @@ def test_a_fixed_last_mile_beside_another_mode_is_refused():
     with pytest.raises(UserError, match="field 'last_mile_ms': 25 applies with last_mile = \"fixed\" only"):
         GatewayConfig(last_mile="country", last_mile_ms=25)
     assert GatewayConfig(last_mile="country").last_mile_ms == 10.0
+
+
+def test_a_scenario_replaces_only_the_config_file_values_it_sets(tmp_path, gateway_topo, monkeypatch):
+    """`--config` then `--scenario`: the scenario's own keys win; its defaults do not replace the file's values."""
+    from kit.gateway import _serve
+
+    from dataplane.gateway.cli import gateway_config
+    from edgepop.cli import build_parser
+
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[workload]\nkind = "poisson"\nrequests = 5\nrps = 1.0\n[edge]\nplacement = "per-pop"\n'
+                        'router = "nearest-balanced"\n[central]\nenabled = false\n')
+    config = tmp_path / "gw.toml"
+    config.write_text(f'pops = ["FRA"]\nmodels = ["{GEN}"]\ndelay = false\nno_auth = true\nopen_ops = true\n'
+                      f'queue_timeout_s = 5\nqueue_limit = 3\nrouter = "p2c"\nrouter_options = {{ k = 3 }}\n'
+                      f'seed = 42\ndb = "{tmp_path / "b.sqlite"}"\n')
+    monkeypatch.setenv("EDGEPOP_TOKENS", "")
+    cfg = gateway_config(build_parser().parse_args(["serve", "--config", str(config), "--scenario", str(scenario)]))
+    server, _ = _serve(cfg, gateway_topo)
+    try:
+        d = httpx.get(f"{server.url}/edgepop/deployment", timeout=30).json()
+    finally:
+        server.stop()
+    assert (d["queue_limit"], d["queue_timeout_s"], d["seed"], d["pops"]) == (3, 5, 42, ["FRA"])  # the file's
+    # the scenario sets the router, and so its options (none): p2c's k = 3 goes with the file's p2c
+    assert (d["router"], d["router_options"], d["placement_policy"], d["scenario"]) == (
+        "nearest-balanced", {}, "per-pop", "s")

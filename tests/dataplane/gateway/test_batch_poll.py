@@ -80,3 +80,56 @@ def test_the_piecewise_encoding_is_the_whole_encoding():
     assert _encode(content) == _dumps(content)
     assert json.loads(_encode(content)) == content
     assert _encode({"result": {"status": "queued"}}) == _dumps({"result": {"status": "queued"}})
+
+
+def test_a_poll_says_running_only_while_items_run_or_the_runner_here_will_take_them(tmp_path):
+    """Every mix of done (failed ones included), running and queued items, for a served model and an unserved one."""
+    service = BatchService(None, tmp_path / "b.sqlite")
+    store = service.store
+    job = store.create("alice", GEN, [{"prompt": str(i)} for i in range(3)], 1.0, 2.0)
+
+    async def status(served: bool) -> str:
+        return (await service.poll("alice", job, served=served))["status"]
+
+    async def main():
+        try:
+            seen = [(await status(True), await status(False))]  # all queued
+            first, second = store.claim(2)
+            seen.append((await status(True), await status(False)))  # 2 running, 1 queued
+            store.complete(first["job"], first["idx"], {"errors": ["boom"]}, False)  # a failed item is done too
+            seen.append((await status(True), await status(False)))  # 1 done, 1 running, 1 queued
+            store.requeue(second["job"], second["idx"], 0.0)
+            seen.append((await status(True), await status(False)))  # 1 done, 2 queued: only a runner here runs them
+            for item in store.claim(2):
+                store.complete(item["job"], item["idx"], {"result": {}}, True)
+            seen.append((await status(True), await status(False)))
+            return seen
+        finally:
+            await service.stop()
+
+    assert asyncio.run(main()) == [("queued", "queued"), ("running", "running"), ("running", "running"),
+                                   ("running", "queued"), ("done", "done")]
+
+
+def test_a_poll_through_an_unserved_models_url_of_a_half_done_job_says_queued(tmp_path, gateway_topo):
+    """A restart with other models: the job's done items stay done, the rest wait, and nothing runs."""
+    from kit.gateway import EMB, TOKENS, _serve
+
+    from dataplane.gateway import GatewayConfig
+    from dataplane.gateway.batch_store import BatchStore
+
+    db = tmp_path / "b.sqlite"
+    store = BatchStore(db)  # what the first server left: 1 of 3 items done, 2 queued
+    job = store.create("alice", GEN, [{"prompt": str(i)} for i in range(3)], 1.0, 2.0)
+    item = store.claim(1)[0]
+    store.complete(item["job"], item["idx"], {"result": {"response": "x"}}, True)
+    store.close()
+    server, _ = _serve(GatewayConfig(pops=["FRA"], models=[EMB], tokens=TOKENS, delay=False, db=str(db)),
+                       gateway_topo)
+    try:
+        r = httpx.post(run_url(server.url, GEN) + "?queueRequest=true", json={"request_id": job}, headers=headers(),
+                       timeout=30)
+    finally:
+        server.stop()
+    assert r.status_code == 200, r.text
+    assert r.json()["result"] == {"status": "queued", "request_id": job, "model": GEN, "completed": 1, "total": 3}

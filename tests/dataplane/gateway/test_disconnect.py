@@ -189,3 +189,30 @@ def test_streams_dropped_mid_generation_return_their_kv_reservation(tmp_path, ga
         assert reserved() == 0
     finally:
         server.stop()
+
+
+def test_a_body_the_client_cuts_short_counts_as_499_not_400(tmp_path, gateway_topo):
+    """Content-Length 100, 17 bytes, then the client shuts its sending side: it gets no answer (the server sees it
+    gone), so the request counts as 499 like any other client that left, not as a 400 nobody received."""
+    from kit.gateway import TOKENS, _serve
+
+    from dataplane.gateway import GatewayConfig
+
+    cfg = GatewayConfig(pops=["FRA"], models=[GEN], tokens=TOKENS, delay=False, db=str(tmp_path / "b.sqlite"))
+    server, app = _serve(cfg, gateway_topo)
+    try:
+        gw = app.state.gateway
+        parts = urlsplit(server.url)
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers(**{"content-type": "application/json"}).items())
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:  # (a hang guard)
+            sock.sendall(f"POST /client/v4/accounts/alice/ai/run/{GEN} HTTP/1.1\r\nhost: {parts.netloc}\r\n{head}"
+                         "content-length: 100\r\n\r\n".encode() + b'{"prompt":"hello"')
+            sock.shutdown(socket.SHUT_WR)
+            received = b""
+            while chunk := sock.recv(4096):
+                received += chunk
+        assert received == b""  # the client got nothing
+        _until(lambda: _count(gw, "run", "499") == 1, "the cut-short request counted as 499")
+        assert _count(gw, "run", "400") == 0
+    finally:
+        server.stop()

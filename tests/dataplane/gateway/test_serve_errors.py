@@ -31,3 +31,38 @@ def test_a_port_in_use_names_another_server():
         busy.listen()
         with pytest.raises(UserError, match="another server on that port"):
             check_bindable("127.0.0.1", busy.getsockname()[1])
+
+
+def test_auth_flags_do_not_make_the_files_own_values_command_line_overrides(tmp_path, capsys, monkeypatch):
+    from edgepop.cli import main
+
+    bad = tmp_path / "p.toml"
+    bad.write_text('pops = ["XXX"]\n')
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text('[tokens]\n"tok-alice-0001" = "alice"\n')
+    for env, args in (("", ["--no-auth"]), ("tok-bob-00000001:bob", []), ("", ["--tokens", str(tokens)])):
+        monkeypatch.setenv("EDGEPOP_TOKENS", env)
+        assert main(["serve", "--config", str(bad), *args, "--port", "18851", "--no-warm"]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and f"{bad}: field 'pops': unknown PoP id(s) 'XXX'" in lines[0], (args, lines)
+    monkeypatch.setenv("EDGEPOP_TOKENS", "")
+    assert main(["serve", "--config", str(bad), "--no-auth", "--threads", "1", "--port", "18851", "--no-warm"]) == 2
+    assert f"{bad} with its command-line overrides: field 'pops'" in capsys.readouterr().err  # a real override
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('[placement]\n"@cf/nope" = ["FRA"]\n', "field 'placement': '@cf/nope' is configured but not listed in 'models'"),
+    ('[stand_ins]\n"@cf/nope" = "gpt2-tiny"\n', "field 'stand_ins': '@cf/nope' is configured but not listed"),
+    ('[stand_ins]\n"@edgepop/gpt2-tiny" = "nope"\n', "field 'stand_ins': stand-in of '@edgepop/gpt2-tiny'"),
+    ('router = "p2c"\nrouter_options = { nope = 1 }\n', "field 'router_options': routing policy 'p2c' has no option"),
+    ('autoscaler_options = { nope = 1 }\n', "field 'autoscaler_options': "),
+    ('placement_options = { nope = 1 }\n', "field 'placement_options': ")])
+def test_config_errors_about_tables_name_the_field(tmp_path, capsys, monkeypatch, text, needle):
+    from edgepop.cli import main
+
+    config = tmp_path / "c.toml"
+    config.write_text('pops = ["FRA"]\nmodels = ["@edgepop/gpt2-tiny"]\nno_auth = true\n' + text)
+    monkeypatch.setenv("EDGEPOP_TOKENS", "")
+    assert main(["serve", "--config", str(config), "--port", "18852", "--no-warm"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"{config}: {needle}" in lines[0], lines
