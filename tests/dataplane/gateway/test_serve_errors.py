@@ -9,6 +9,14 @@ from dataplane.gateway.cli import check_bindable
 from edgepop.errors import UserError
 
 
+def _free_port() -> str:
+    """A port nothing listens on now (these runs stop at a config error; a busy fixed port would fail them first,
+    at the bind check, with another message)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 def test_a_tokens_file_whose_account_is_not_a_string_says_so(tmp_path):
     f = tmp_path / "tokens.toml"
     f.write_text('[tokens]\n"tok-alice-0001" = 5\n')
@@ -42,11 +50,11 @@ def test_auth_flags_do_not_make_the_files_own_values_command_line_overrides(tmp_
     tokens.write_text('[tokens]\n"tok-alice-0001" = "alice"\n')
     for env, args in (("", ["--no-auth"]), ("tok-bob-00000001:bob", []), ("", ["--tokens", str(tokens)])):
         monkeypatch.setenv("EDGEPOP_TOKENS", env)
-        assert main(["serve", "--config", str(bad), *args, "--port", "18851", "--no-warm"]) == 2, args
+        assert main(["serve", "--config", str(bad), *args, "--port", _free_port(), "--no-warm"]) == 2, args
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and f"{bad}: field 'pops': unknown PoP id(s) 'XXX'" in lines[0], (args, lines)
     monkeypatch.setenv("EDGEPOP_TOKENS", "")
-    assert main(["serve", "--config", str(bad), "--no-auth", "--threads", "1", "--port", "18851", "--no-warm"]) == 2
+    assert main(["serve", "--config", str(bad), "--no-auth", "--threads", "1", "--port", _free_port(), "--no-warm"]) == 2
     assert f"{bad} with its command-line overrides: field 'pops'" in capsys.readouterr().err  # a real override
 
 
@@ -63,6 +71,6 @@ def test_config_errors_about_tables_name_the_field(tmp_path, capsys, monkeypatch
     config = tmp_path / "c.toml"
     config.write_text('pops = ["FRA"]\nmodels = ["@edgepop/gpt2-tiny"]\nno_auth = true\n' + text)
     monkeypatch.setenv("EDGEPOP_TOKENS", "")
-    assert main(["serve", "--config", str(config), "--port", "18852", "--no-warm"]) == 2
+    assert main(["serve", "--config", str(config), "--port", _free_port(), "--no-warm"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and f"{config}: {needle}" in lines[0], lines
