@@ -102,7 +102,9 @@ def gpu_table(gpus: pd.DataFrame) -> dict[str, GPU]:
     """
     out = {}
     for i, r in enumerate(gpus.itertuples(), start=2):  # (load_gpus fills arch; a frame built in code may not)
-        arch = getattr(r, "arch", "") or gpu_arch(r.gpu, str(getattr(r, "notes", "") or ""), "", ("<GPU table>", i))
+        given = getattr(r, "arch", "")  # (a frame's empty cell may be NaN: not an architecture)
+        arch = gpu_arch(r.gpu, str(getattr(r, "notes", "") or ""), given if isinstance(given, str) else "",
+                        ("<GPU table>", i))
         out[r.gpu] = GPU(r.gpu, r.memory_gb * 1e9, r.mem_bw_gbps * 1e9, r.bf16_tflops * 1e12,
                          r.fp8_int8_tflops * 1e12, r.interconnect_gbps * 1e9 / 2, arch, arch in FP8_ARCHS,
                          "hbm" if r.mem_bw_gbps >= HBM_MIN_BW_GBPS else "gddr",

@@ -389,7 +389,8 @@ class ControlPlane:
         lost, evicted = [], []
         for node in np.flatnonzero(self.state.node_site == site):
             a, b = self.set_node_up(int(node), up, now)
-            lost, evicted = lost + a, evicted + b
+            lost += a
+            evicted += b
         return lost, evicted
 
     # ---------------------------------------------------------------- reporting

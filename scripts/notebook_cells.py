@@ -34,13 +34,14 @@ per-country TTFT gain, the gain per continent, and how far the gains move when t
 """),
     ("params", """
 import os
+import re
 
 
 def env_int(name, default, least):
     \"\"\"``name`` from the environment, or ``default``: a value that is not a whole number >= ``least`` stops here,
     naming the variable (not as an error cells later).\"\"\"
     text = os.environ.get(name, default)
-    value = int(text) if text.strip().lstrip("+-").isdigit() else None
+    value = int(text) if re.fullmatch(r"\\s*[+-]?\\d+\\s*", text) else None
     if value is None or value < least:
         raise ValueError(f"{name}={text!r}: expected a whole number >= {least}")
     return value

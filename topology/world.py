@@ -220,4 +220,3 @@ def _user_coords(lat, lon, where: str) -> tuple[np.ndarray, np.ndarray]:
         raise UserError(f"{where}: lat and lon must be 1-D and of one length, got shapes {lat.shape} and {lon.shape}")
     _check_coords(lat, lon, where)
     return lat, lon
-

@@ -133,3 +133,14 @@ def test_an_override_out_of_range_is_refused(topo, name, value):
     with pytest.raises(UserError, match=rf"roofline parameter {name}\S* must be a finite number") as err:
         Roofline.from_topology(topo, **{name: value})
     assert "\n" not in str(err.value)
+
+
+def test_an_empty_arch_cell_in_a_frame_built_in_code_is_not_an_architecture():
+    """A frame's empty ``arch`` cell reads as NaN (truthy): the known type's architecture still applies."""
+    import numpy as np
+
+    table = load_gpus()
+    table["arch"] = table["arch"].astype(object)
+    table.loc[table.gpu == "H100", "arch"] = np.nan
+    h100 = gpu_table(table)["H100"]
+    assert h100.arch == "hopper" and h100.has_fp8

@@ -32,15 +32,23 @@ def small(lm):
     eng.close()
 
 
-def _started(eng: LMEngine):
-    h = eng.submit("hello world", LONG)
+def _started(eng: LMEngine, on_token=None):
+    h = eng.submit("hello world", LONG, on_token=on_token)
     _until(lambda: h.token_ids, "a first token")
     return h
 
 
+def _held(eng: LMEngine):
+    """A request that has its first token and cannot make another until ``release.set()``: the engine thread waits
+    in its token callback, so the request cannot run to its end before the test cancels it (a fast machine, or a
+    test thread paused on a loaded one, would otherwise race it)."""
+    release = threading.Event()
+    return _started(eng, on_token=lambda tok, text: release.wait(60)), release
+
+
 def _budget_is_whole_again(eng: LMEngine) -> None:
     _until(lambda: eng._reserved == 0 and not eng.active, "the reservations to come back")
-    fresh = [eng.submit("hello world", LONG) for _ in range(3)]  # all three fit only in a whole budget
+    fresh = [eng.submit("hello world", LONG) for _ in range(3)]  # (a leak would keep some of them waiting)
     _until(lambda: all(h.token_ids for h in fresh), "three fresh requests admitted together")
     assert [h.result(60).finish_reason for h in fresh] == ["length"] * 3
     assert eng._reserved == 0
@@ -48,17 +56,19 @@ def _budget_is_whole_again(eng: LMEngine) -> None:
 
 def test_gateway_style_cancel_returns_the_reservation(small):
     for _ in range(4):  # the gateway on a disconnect: cancel the handle, then the future itself
-        h = _started(small)
+        h, release = _held(small)
         h.cancel()
-        h.future.cancel()
+        assert h.future.cancel()
+        release.set()
         _until(lambda: not small.active, "the cancelled row to leave")
     _budget_is_whole_again(small)
 
 
 def test_cancelling_only_the_future_stops_the_request_and_returns_the_reservation(small):
     for _ in range(4):  # more than the budget holds at once
-        h = _started(small)
+        h, release = _held(small)
         assert h.future.cancel() and h.cancelled
+        release.set()
         _until(lambda: not small.active, "the cancelled row to leave")
         assert len(h.token_ids) < 100  # stopped early, not run to max_tokens
     _budget_is_whole_again(small)
@@ -66,13 +76,17 @@ def test_cancelling_only_the_future_stops_the_request_and_returns_the_reservatio
 
 def test_cancelled_await_of_wrap_future_returns_the_reservation(small):
     async def main():
-        h = small.submit("hello world", LONG)
+        release = threading.Event()
+        h = small.submit("hello world", LONG, on_token=lambda tok, text: release.wait(60))  # (see _held)
         task = asyncio.ensure_future(asyncio.wrap_future(h.future))
         while not h.token_ids:
             await asyncio.sleep(0.005)
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            release.set()
         return h
 
     for _ in range(3):
@@ -82,7 +96,11 @@ def test_cancelled_await_of_wrap_future_returns_the_reservation(small):
 
 
 def test_cancel_while_queued_and_stream_iterators_end(small):
-    running = [_started(small) for _ in range(3)]  # the budget is full: the next one queues
+    hold, release = threading.Event(), threading.Event()
+    # once all three run, the engine waits in their token callback until released: none can end before it is
+    # cancelled, so the budget stays full and the fourth stays queued
+    running = [_started(small, on_token=lambda tok, text: hold.is_set() and release.wait(60)) for _ in range(3)]
+    hold.set()
     queued = small.submit("hello world", LONG)
     assert queued.future.cancel()
     done = threading.Event()
@@ -95,7 +113,8 @@ def test_cancel_while_queued_and_stream_iterators_end(small):
 
     threading.Thread(target=drain, daemon=True).start()
     for h in running:
-        h.future.cancel()
+        assert h.future.cancel()
+    release.set()
     assert done.wait(60)  # the stream of a request whose future was cancelled still ends
     _budget_is_whole_again(small)
     assert not queued.token_ids

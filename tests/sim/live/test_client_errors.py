@@ -39,4 +39,4 @@ def test_a_refused_operations_call_names_the_gateways_reason(status, hint):
         server.server_close()
     text = str(err.value)
     assert text.startswith(f"{url}: /edgepop/deployment answered {status}: Authentication error")
-    assert text.endswith(hint)
+    assert text.endswith(hint) if hint else "--token" not in text  # (only auth refusals point at the token)
