@@ -19,6 +19,30 @@ TINY = {"@edgepop/bert-small-classify": "bert-tiny-classify", "@edgepop/bert-sma
         "@cf/microsoft/resnet-50": "resnet-tiny", "@cf/openai/whisper": "ctc-tiny"}
 
 
+
+def wav_bytes(seconds: float = 1.0, rate: int = 16000) -> bytes:
+    """A real 16-bit mono WAV file of a 440 Hz tone (speech tasks' input)."""
+    import struct
+
+    import numpy as np
+
+    t = np.arange(int(seconds * rate)) / rate
+    pcm = (np.sin(2 * np.pi * 440 * t) * 8000).astype("<i2").tobytes()
+    return (b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate,
+            rate * 2, 2, 16) + b"data" + struct.pack("<I", len(pcm)) + pcm)
+
+
+def png_bytes() -> bytes:
+    """A real 60x40 PNG of seeded noise (image tasks' input)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 60, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
 def headers(token: str = ALICE, **extra) -> dict:
     return {"authorization": f"Bearer {token}", **extra}
 

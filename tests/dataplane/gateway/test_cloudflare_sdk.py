@@ -5,35 +5,17 @@ SDK's exception classes carrying the Workers AI error envelope."""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import struct
 import time
 
 import cloudflare
-import numpy as np
 import pytest
 from cloudflare import AsyncCloudflare, Cloudflare
-from kit.gateway import ALICE, BOB, EMB, GEN, MODELS
+from kit.gateway import ALICE, BOB, EMB, GEN, MODELS, png_bytes, wav_bytes
 
 
 def client(url: str, token: str = ALICE) -> Cloudflare:
     return Cloudflare(api_token=token, base_url=f"{url}/client/v4", max_retries=0, timeout=30)
-
-
-def _wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    pcm = (np.sin(2 * np.pi * 440 * t) * 8000).astype("<i2").tobytes()
-    return (b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate,
-            rate * 2, 2, 16) + b"data" + struct.pack("<I", len(pcm)) + pcm)
-
-
-def _png() -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 60, 3), dtype=np.uint8)).save(buf, "PNG")
-    return buf.getvalue()
 
 
 def test_sdk_names_the_resource_client_ai():
@@ -88,9 +70,9 @@ def test_image_and_speech_as_byte_lists(gateway):
     """The SDK types ``image`` and ``audio`` as lists of byte values, as Workers AI's JSON form takes them."""
     url, _ = gateway
     c = client(url)
-    top = c.ai.run("@cf/microsoft/resnet-50", account_id="alice", image=list(_png()))
+    top = c.ai.run("@cf/microsoft/resnet-50", account_id="alice", image=list(png_bytes()))
     assert len(top) == 5 and isinstance(top[0].label, str) and 0 <= top[0].score <= 1
-    speech = c.ai.run("@cf/openai/whisper", account_id="alice", audio=list(_wav()))
+    speech = c.ai.run("@cf/openai/whisper", account_id="alice", audio=list(wav_bytes()))
     assert isinstance(speech["text"], str) and "word_count" in speech
 
 

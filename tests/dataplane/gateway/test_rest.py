@@ -4,29 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 
 import httpx
 import numpy as np
 import pytest
-from kit.gateway import EMB, GEN, headers, run_url
+from kit.gateway import EMB, GEN, headers, png_bytes, run_url, wav_bytes
 
 from dataplane.gateway.sse import DONE, parse_events
-
-
-def _wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    pcm = (np.sin(2 * np.pi * 440 * t) * 8000).astype("<i2").tobytes()
-    return (b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate,
-            rate * 2, 2, 16) + b"data" + struct.pack("<I", len(pcm)) + pcm)
-
-
-def _png() -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 60, 3), dtype=np.uint8)).save(buf, "PNG")
-    return buf.getvalue()
 
 
 def test_every_task_answers_in_the_workers_ai_envelope(gateway):
@@ -38,8 +22,8 @@ def test_every_task_answers_in_the_workers_ai_envelope(gateway):
                                                                                                   "POSITIVE"}),
         ("@edgepop/bert-small-rerank", {"query": "q", "contexts": [{"text": "a"}, {"text": "b"}], "top_k": 1},
          lambda r: len(r["response"]) == 1 and 0 <= r["response"][0]["score"] <= 1),
-        ("@cf/microsoft/resnet-50", {"image": list(_png())}, lambda r: len(r) == 5),
-        ("@cf/openai/whisper", {"audio": list(_wav())}, lambda r: "text" in r and "word_count" in r),
+        ("@cf/microsoft/resnet-50", {"image": list(png_bytes())}, lambda r: len(r) == 5),
+        ("@cf/openai/whisper", {"audio": list(wav_bytes())}, lambda r: "text" in r and "word_count" in r),
     ]
     for model, body, check in cases:
         r = httpx.post(run_url(url, model), json=body, headers=headers(), timeout=30)
@@ -54,7 +38,7 @@ def test_every_task_answers_in_the_workers_ai_envelope(gateway):
 
 def test_raw_binary_body_for_image_models(gateway):
     url, _ = gateway
-    r = httpx.post(run_url(url, "@cf/microsoft/resnet-50"), content=_png(),
+    r = httpx.post(run_url(url, "@cf/microsoft/resnet-50"), content=png_bytes(),
                    headers=headers(**{"content-type": "image/png"}), timeout=30)
     assert r.status_code == 200 and len(r.json()["result"]) == 5
 
@@ -199,12 +183,12 @@ def test_a_streamed_wav_an_unknown_model_and_embedding_fields_workers_ai_checks(
     was refused as longer than 30 s); an image sent to an unknown model is a 5007, not 'not valid JSON'; an
     empty text and a 'cls' pooling are refused (these encoders pool by the mean: the vector was the same)."""
     url, _ = gateway
-    wav = bytearray(_wav(2.0))
+    wav = bytearray(wav_bytes(2.0))
     wav[4:8] = wav[40:44] = b"\xff\xff\xff\xff"
     r = httpx.post(run_url(url, "@cf/openai/whisper"), content=bytes(wav),
                    headers=headers(**{"content-type": "audio/wav"}), timeout=60)
     assert r.status_code == 200 and "text" in r.json()["result"], r.text
-    r = httpx.post(run_url(url, "@cf/microsoft/resnet-5"), content=_png(),
+    r = httpx.post(run_url(url, "@cf/microsoft/resnet-5"), content=png_bytes(),
                    headers=headers(**{"content-type": "image/png"}), timeout=30)
     assert (r.status_code, r.json()["errors"][0]["code"]) == (400, 5007), r.text
     for body, needle in (({"text": ""}, "field 'text' is empty"), ({"text": "a", "pooling": "cls"}, "field 'pooling'")):
@@ -222,11 +206,11 @@ def test_malformed_binaries_are_400s(gateway):
     buf = io.BytesIO()
     Image.new("L", (7_000, 7_000)).save(buf, "PNG")  # 49 Mpixel decompression bomb, ~50 kB compressed
     bomb = buf.getvalue()
-    wav = _wav()
-    cases = [("@cf/microsoft/resnet-50", rng.bytes(5000), 400), ("@cf/microsoft/resnet-50", _png()[:60], 400),
+    wav = wav_bytes()
+    cases = [("@cf/microsoft/resnet-50", rng.bytes(5000), 400), ("@cf/microsoft/resnet-50", png_bytes()[:60], 400),
              ("@cf/microsoft/resnet-50", bomb, 413), ("@cf/openai/whisper", rng.bytes(5000), 400),
              ("@cf/openai/whisper", wav[:44], 400), ("@cf/openai/whisper", wav[:22] + b"\x00\x00" + wav[24:], 400),
-             ("@cf/openai/whisper", _wav(40.0, rate=2000), 400),  # longer than the model's 30 s
+             ("@cf/openai/whisper", wav_bytes(40.0, rate=2000), 400),  # longer than the model's 30 s
              ("@cf/openai/whisper", wav[:16] + (10**6).to_bytes(4, "little") + wav[20:], 400)]  # fmt runs past the end
     for model, data, status in cases:
         r = httpx.post(run_url(url, model), content=data, headers=headers(**{"content-type": "application/octet-stream"}),
