@@ -11,37 +11,9 @@ Run: python benchmarks/decode_context_bias.py [--gpus H100 L4] [--output 7000]. 
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 
-LLAMA = "@cf/meta/llama-3.1-8b-instruct"
-
-
-def decode_bias(gpu: str, n: int = 4, prompt: int = 100, output: int = 7000, perf=None) -> dict:
-    """Simulated and step-by-step E2E (s) of ``n`` identical sequences decoding together on one ``gpu``."""
-    from controlplane.catalog import default_catalog
-    from controlplane.perf import Roofline, gpu_table
-    from sim.engine import ReplicaEngine, Seq
-    from topology.gpus import load_gpus
-
-    spec = default_catalog()[LLAMA]
-    perf = perf or Roofline(gpu_table(load_gpus()))  # the calibrated roofline, as the simulator's default
-    timers: list = []
-    ends: list = []
-    eng = ReplicaEngine(spec, gpu, perf, lambda e, t, v: heapq.heappush(timers, (t, v)), lambda s, t: None,
-                        lambda s, t: ends.append(t))
-    for i in range(n):
-        eng.join(Seq(i, prompt, output), 0.0)
-    while timers:
-        t, v = heapq.heappop(timers)
-        eng.wake(t, v)
-    simulated = max(ends)
-    prefill = perf.prefill_batch_ms(spec, gpu, [prompt] * n) / 1e3
-    # token k (k = 2..output) is made by a step over contexts of prompt + k - 1 tokens
-    steps = sum(perf.decode_step_ms(spec, gpu, n, float(prompt + k - 1)) for k in range(2, output + 1)) / 1e3
-    exact = prefill + steps
-    return {"gpu": gpu, "simulated_s": round(simulated, 2), "stepwise_s": round(exact, 2),
-            "short_pct": round(100.0 * (exact - simulated) / exact, 1)}
+from sim.decode_bias import decode_bias
 
 
 def main() -> None:

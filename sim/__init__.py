@@ -7,7 +7,7 @@ Reading guide:
 * :mod:`sim.run`: **start here**: ``run_scenario`` prepares a scenario, builds each deployment with
   :func:`controlplane.deployment.build_deployment` and simulates it on the same arrivals;
 * :mod:`sim.simulator` (the request path as SimPy processes) and :mod:`sim.engine` (continuous batching on one
-  replica, advanced analytically between batch changes);
+  replica, advanced analytically between batch changes; :mod:`sim.decode_bias` measures what that costs);
 * :mod:`sim.metrics`, :mod:`sim.report` and :mod:`sim.plots` (summary.json, report.md, plots);
 * :mod:`sim.grid`, :mod:`sim.sweep` (+ :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`): parameter sweeps;
 * :mod:`sim.techniques`: serving techniques behind one seam; :mod:`sim.faults`: PoP, node and link failures;

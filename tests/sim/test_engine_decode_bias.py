@@ -3,7 +3,7 @@ documented in docs/simulate.md with these figures (benchmarks/decode_context_bia
 
 import pytest
 
-from benchmarks.decode_context_bias import decode_bias
+from sim.decode_bias import decode_bias
 
 
 @pytest.mark.parametrize("gpu, short_pct", [("H100", 8.5), ("L4", 10.5)])
