@@ -82,7 +82,8 @@ def bench_routing(topo, n_sites: int, router: str, decisions: int, seed: int = 0
     return {"sites": n_sites, "router": router, "busy": busy, "p50_us": round(float(np.percentile(warm, 50)), 2),
             "p99_us": round(float(np.percentile(warm, 99)), 2), "p99.9_us": round(float(np.percentile(warm, 99.9)), 2),
             "mean_us": round(float(warm.mean()), 2),
-            "precompute_s": round(precompute_s, 2), **{f"n_{k}": v for k, v in cp.counts.items() if not k.endswith("_loads")}}
+            "precompute_s": round(precompute_s, 2),
+            **{f"n_{k}": v for k, v in cp.counts.items() if not k.endswith("_loads")}}
 
 
 def main() -> None:

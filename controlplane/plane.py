@@ -83,7 +83,8 @@ class ControlPlane:
         self._forgets = type(self.router).forget is not Router.forget
         self._pins: dict = {}  # request -> replica whose prefix blocks it pins (prefix caching on)
         self._limits: dict = {}  # model -> admission limits (check() runs once per request)
-        self._deadlines: deque = deque()  # (deadline, request, enqueued_at: a retry's stale ones differ); FIFO: one timeout
+        # (deadline, request, enqueued_at: a retry's stale entries differ); FIFO because the timeout is one constant
+        self._deadlines: deque = deque()
         self._ingresses = len(self.state.rtt)  # valid ingress keys: the RTT matrix's rows
         self.counts = dict.fromkeys(("submitted", "started", "queued", "rejected", "expired", "cold_loads",
                                      "router_loads"), 0)

@@ -171,8 +171,8 @@ class PrefixIndex:
     """The prefix index of one deployment, one :class:`ReplicaPrefixIndex` per replica, created on first use.
 
     ``fraction``: optional cap on the share of each replica's KV pool that unpinned cached blocks may hold beside
-    the pinned ones (1.0: all of the pool's free space); ``None`` makes every cache unbounded (ignoring the pool). Routers read them through
-    ``ClusterState.prefix`` (None when prefix caching is off). ``track_computing``: the driver reports prefill
+    the pinned ones (1.0: all of the pool's free space); ``None`` makes every cache unbounded (ignoring the pool).
+    Routers read them through ``ClusterState.prefix`` (None when prefix caching is off). ``track_computing``: the driver reports prefill
     completions (:meth:`computed`), so blocks are hits only once computed (set before the first request starts).
     """
 

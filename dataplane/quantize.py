@@ -214,7 +214,8 @@ def quantize_and_measure(name: str, out_dir: str | Path, repeats: int = 20, thre
     if card.family not in ("gpt2", "bert", "resnet"):
         raise InvalidInputError(f"model '{name}': quantize supports gpt2, bert and resnet models, not "
                                 f"'{card.family}'")
-    out_dir = output_folder(out_dir)  # ('~' expanded) before loading and quantizing, once the inputs are known to be good
+    # ('~' expanded) checked before loading and quantizing, once the inputs are known to be good
+    out_dir = output_folder(out_dir)
     config = SessionConfig(provider="cpu", intra_op_threads=threads)
     fp32 = registry.load(name, config)
     rng = np.random.default_rng(seed)

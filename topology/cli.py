@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pops", type=Path, help="custom PoP CSV (columns id, city, continent, lat, lon, tz, metro_pop; "
                    "optional cc, an ISO country code, and tier)")
     p.add_argument("--gpus", type=Path, help="custom GPU spec CSV (see topology/data/gpus.csv)")
-    p.add_argument("--regions", type=Path, help="custom cloud region CSV (id, provider, code, lat, lon; optional name, cc)")
+    p.add_argument("--regions", type=Path,
+                   help="custom cloud region CSV (id, provider, code, lat, lon; optional name, cc)")
     p.add_argument("--tiers", type=Path, help="custom tier CSV (tier, min_metro_pop, nodes)")
     p.add_argument("--last-mile-ms", type=float, default=0.0,
                    help="access-network RTT added to every user before coverage is computed (default 0)")
