@@ -62,6 +62,11 @@ SHARED = [("gemm_half_tokens", 1.0, 2048.0), ("fp8_gemm_factor", 0.3, 1.0), ("we
 BY_BOARD = [("gemm_efficiency", "arch", 0.15, 0.95), ("bw_efficiency", "memory_kind", 0.4, 0.98),
             ("link_efficiency", "link_kind", 0.1, 1.0)]
 PRIOR_SPREAD = 0.1
+# Architectures' GEMM efficiencies are pulled the same way towards their common (geometric) mean: the tensor cores
+# of each generation reach a similar share of their dense peak under cuBLAS-class kernels, and an architecture
+# seen in a few rows (Ada: four L40S FP8 first-token latencies) must not run to a bound and carry that value to
+# boards no row measured (the L4, the L40S at 16 bit).
+ARCH_SPREAD = 0.1
 # A board's (and its architecture's) GEMM efficiency is fitted only on passes with at least this many GEMM rows
 # (prefills, large batches, kernel passes): below it a pass is bound by streaming the weights and hardly depends
 # on the tensor cores, so a board measured only there (H200: small-batch decode) would let its architecture's
@@ -229,9 +234,15 @@ def fit(rows: Rows, start: RooflineParams | None = None) -> RooflineParams:
     board, kind = np.array([a for a, _ in pairs], dtype=int), np.array([b for _, b in pairs], dtype=int)
     prior_weight = 0.1 / PRIOR_SPREAD  # a PRIOR_SPREAD departure weighs as a 10% miss on one engine's rows
 
+    archs = np.array([i for i, name in enumerate(shared) if name in {f"gemm_efficiency.{a}" for a in ARCH_KEYS}],
+                     dtype=int)
+    arch_weight = 0.1 / ARCH_SPREAD if len(archs) > 1 else 0.0
+
     def residuals(x):
         fit_part = weights * (np.log(rows.predict(unpack(x))) - measured)
-        return np.concatenate([fit_part, prior_weight * np.log(x[board] / x[kind])])
+        log_arch = np.log(x[archs])
+        return np.concatenate([fit_part, prior_weight * np.log(x[board] / x[kind]),
+                               arch_weight * (log_arch - log_arch.mean())])
 
     result = least_squares(residuals, np.array(x0), bounds=(lower, upper), x_scale="jac")
     return unpack(result.x)
