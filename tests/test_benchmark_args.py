@@ -78,6 +78,14 @@ def test_frontier_idle_estimate_uses_the_processes_that_compute():
     assert est(100.0, None, 1) == (100.0, 1)
 
 
+def test_frontier_meets_goal_only_for_the_goals_run():
+    """It said true for any quick run under 600 s (--requests 500, one seed) though the goal is the default run."""
+    meets = _module("bench_frontier").meets_goal
+    assert meets(500.0, None, [1, 2, 3]) is True and meets(700.0, None, [1, 2, 3]) is False
+    assert meets(30.0, 500, [1, 2, 3]) is None  # shortened runs
+    assert meets(30.0, None, [1]) is None and meets(900.0, None, [1, 2, 3, 4]) is None
+
+
 def test_quant_lora_quick_keeps_explicit_models_and_repeats():
     options = _module("bench_quant_lora").options
     assert options(["--quick"]) == (["minilm-l6-v2", "gpt2-tiny", "resnet-tiny"], 5)
