@@ -11,7 +11,7 @@ and one integer count per (node group, model). Within ``time_limit_s`` the polic
 3. branch-and-bound: on large problems (more than ``exact_max_integers`` integers) first a third of the node
    budget on the relaxation's neighbourhood (every count between the floor and ceiling of its relaxed value,
    widened to hold the starts: RENS, a standard MIP heuristic), then the full MILP from the best plan so far;
-   small problems go straight to the full MILP and are solved to proven optimality (``mip_rel_gap``).
+   small problems go straight to the full MILP, solved to optimality within HiGHS's relative gap ``mip_rel_gap``.
 
 Every candidate plan (starts and the MILP's) is scored by the shared evaluator and the best is returned (memory
 decides only among plans within :data:`EQUAL_OBJECTIVE_REL` of the best objective), with the phases, the lower
