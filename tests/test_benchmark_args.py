@@ -38,6 +38,9 @@ BAD = [
     ("bench_engine_lock.py", ["--model", "nosuch"], "--model"),
     ("loadtest_gateway.py", ["--threads", "0"], "--threads"),
     ("loadtest_gateway.py", ["--malformed-fraction", "2"], "malformed-fraction"),
+    ("decode_context_bias.py", ["--output", "0"], "--output"),
+    ("decode_context_bias.py", ["--output", "-5"], "--output"),
+    ("decode_context_bias.py", ["--gpus", "XYZ"], "--gpus: unknown GPU type 'XYZ'"),
 ]
 
 
