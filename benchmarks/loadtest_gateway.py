@@ -14,13 +14,13 @@ refused with 429 waits what ``retry-after-ms`` (else ``Retry-After``) says befor
 ``server-timing`` says, shed rate (429s over all answers), goodput (200s per second inside the level's window, which
 ends early when ``--step-requests`` answers came first), the share of 429s carrying ``Retry-After``, other errors,
 and the CPU share the client and (own server, Linux) the server got: on a shared machine that share moves goodput
-more than anything the gateway does. Summary: the unloaded p99 (1 client), the bound 2 x unloaded p99 + max wait and
-whether every level's admitted p99 stays under it, and the lowest goodput from the peak level on as a fraction of
-the peak. The server runs with rate limits off (they would cap one account long before the engines saturate), no WAN
-delay and one onnxruntime thread; client and server share the machine's cores, so absolute figures are a floor and
-noisy. The sweep's clients are a minimal keep-alive HTTP/1.1 client (``benchmarks/http_light.py``, about 0.1 ms of
-CPU per request against httpx's 0.9 ms), so the load generator takes little of the cores the server needs;
-``--client httpx`` runs the same sweep with httpx.
+more than anything the gateway does. Summary: the unloaded p99 (of the 1-client level, which ``--levels`` must
+list, wherever it lists it), the bound 2 x unloaded p99 + max wait and whether every level's admitted p99 stays under
+it, and the lowest goodput from the peak level on as a fraction of the peak. The server runs with rate limits off
+(they would cap one account long before the engines saturate), no WAN delay and one onnxruntime thread; client and
+server share the machine's cores, so absolute figures are a floor and noisy. The sweep's clients are a minimal
+keep-alive HTTP/1.1 client (``benchmarks/http_light.py``, about 0.1 ms of CPU per request against httpx's 0.9 ms),
+so the load generator takes little of the cores the server needs; ``--client httpx`` runs the same sweep with httpx.
 
 Mixed: ``--requests`` requests (at most ``--duration`` s) at ``--concurrency``, 70% valid and 30% malformed; status
 counts, 5xx (must be 0), unexpected statuses, latency per kind, server memory before and after.
@@ -185,7 +185,7 @@ async def run_sweep(url: str, token: str, account: str, kind: str, levels, secon
     finally:
         for c in pool:
             await c.aclose()
-    unloaded = rows[0]["p99_ms"]
+    unloaded = unloaded_p99(rows)
     bound = 2 * unloaded + max_wait_s * 1e3 if unloaded is not None else None
     worst = max((r["p99_ms"] for r in rows if r["p99_ms"] is not None), default=None)
     goodput = [r["goodput_rps"] for r in rows]
@@ -201,6 +201,11 @@ async def run_sweep(url: str, token: str, account: str, kind: str, levels, secon
             "per_cpu_goodput_after_peak_min_fraction": per_cpu_fraction(rows),
             "shed_total": sheds, "retry_after_on_all_429": with_retry == sheds,
             "errors_other": sum(sum(r["other"].values()) for r in rows)}
+
+
+def unloaded_p99(rows: list[dict]) -> float | None:
+    """Admitted p99 of the level with the fewest clients (1: --levels must list it), wherever it is listed."""
+    return min(rows, key=lambda r: r["clients"])["p99_ms"]
 
 
 def per_cpu_fraction(rows: list[dict]) -> float | None:
@@ -348,6 +353,8 @@ def main() -> dict:
             or not 1 <= args.step_requests <= 100_000 or not args.malformed_fraction <= 1):
         ap.error("requests in [1, 100000], duration in (0, 600] s, concurrency and levels in [1, 256], "
                  "step-seconds in (0, 120], step-requests in [1, 100000], malformed-fraction in [0, 1]")
+    if 1 not in levels:  # the summary's unloaded p99 (and the bound built on it) is the 1-client level's
+        ap.error(f"--levels must include 1 (the unloaded level), got {args.levels!r}")
     if args.keepalive_probe:
         return run_keepalive(args.token, args.account)
     proc = None

@@ -38,6 +38,7 @@ BAD = [
     ("bench_engine_lock.py", ["--model", "nosuch"], "--model"),
     ("loadtest_gateway.py", ["--threads", "0"], "--threads"),
     ("loadtest_gateway.py", ["--malformed-fraction", "2"], "malformed-fraction"),
+    ("loadtest_gateway.py", ["--levels", "4,2"], "--levels must include 1 (the unloaded level), got '4,2'"),
     ("decode_context_bias.py", ["--output", "0"], "--output"),
     ("decode_context_bias.py", ["--output", "-5"], "--output"),
     ("decode_context_bias.py", ["--gpus", "XYZ"], "--gpus: unknown GPU type 'XYZ'"),
@@ -87,6 +88,13 @@ def test_frontier_meets_goal_only_for_the_goals_run():
     assert meets(500.0, None, [1, 2, 3]) is True and meets(700.0, None, [1, 2, 3]) is False
     assert meets(30.0, 500, [1, 2, 3]) is None  # shortened runs
     assert meets(30.0, None, [1]) is None and meets(900.0, None, [1, 2, 3, 4]) is None
+
+
+def test_loadtest_unloaded_p99_is_the_fewest_clients_level(monkeypatch):
+    """It took the first level listed, so --levels 8,1 called the 8-client p99 unloaded."""
+    monkeypatch.syspath_prepend(str(BENCH))  # (it imports http_light from beside it, as when run as a script)
+    rows = [{"clients": 8, "p99_ms": 90.0}, {"clients": 1, "p99_ms": 12.0}, {"clients": 2, "p99_ms": 20.0}]
+    assert _module("loadtest_gateway").unloaded_p99(rows) == 12.0
 
 
 def test_quant_lora_quick_keeps_explicit_models_and_repeats():
