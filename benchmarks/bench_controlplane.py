@@ -7,8 +7,8 @@ Routing: a fleet with one 8-GPU node per site, every site hosting the chat model
 from population-weighted ingresses; running requests finish at random so replicas sit near 80% busy and some
 decisions must spill over or queue. Candidate lists are precomputed (as a deployment would at start-up), so the
 figures are per-decision costs. Goal: p99 <= 50 us at the 339 sites.
-Placement figures come from ``benchmarks/placement_figures.py`` (ILP solve time at 300 PoPs x 20 models, greedy vs
-ILP objective). The last line printed is one JSON object.
+Placement figures come from ``benchmarks/placement_figures.py`` (ILP solve time on the full topology, 339 PoP sites
+of which 338 are ingress PoPs, x 20 models; greedy vs ILP objective). The last line printed is one JSON object.
 """
 
 from __future__ import annotations
