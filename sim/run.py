@@ -132,12 +132,18 @@ class Setup:
         return float(self.frame.arrival_s.max()) if len(self.frame) else 0.0
 
 
+def scenario_topology(sc: Scenario, topo=None) -> Topology:
+    """``topo`` (default: the shipped world) shaped as ``sc`` runs it: last mile, GPU inventory scale, anycast
+    misroute (what planning outside a run uses). Shape an unshaped world: shaping twice scales the GPUs twice."""
+    # a topology given (custom PoPs, one shared by many runs) takes the scenario's last mile, as a loaded one does
+    return (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).shaped(
+        sc.last_mile_ms, sc.last_mile, sc.gpu_inventory_scale, sc.anycast_misroute, seed=sc.seed)
+
+
 def prepare(sc: Scenario, topo=None) -> Setup:
     """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
     release_large_blocks()  # large runs free many arrays of a few MB: give them back, do not keep holes
-    # a topology given (custom PoPs, one shared by many runs) takes the scenario's last mile, as a loaded one does
-    topo = (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).shaped(
-        sc.last_mile_ms, sc.last_mile, sc.gpu_inventory_scale, sc.anycast_misroute, seed=sc.seed)
+    topo = scenario_topology(sc, topo)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = scenario_catalog(sc, tech)
     perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))

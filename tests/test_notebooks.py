@@ -48,8 +48,15 @@ def test_notebook_runs_headless_and_draws_its_figures(name, monkeypatch, tmp_pat
     if name == "edge_vs_central":  # a last cell reads the per-continent chart's notes back from the kernel
         nb.cells.append(nbformat.v4.new_code_cell(
             'print("CHECK", [t.get_text() for t in b.texts].count("n<30"), int(continent_gain.isna().sum()))'))
+    if name == "placement_policies":  # the planning problem's fleet against the one the simulations ran
+        nb.cells.append(nbformat.v4.new_code_cell('print("CHECK", int(problem.fleet.nodes.gpus.sum()), '
+                                                  '*{r.summary["deployments"]["edge"]["gpus"] for r in runs.values() '
+                                                  'if "edge" in r.summary["deployments"]})'))
     NotebookClient(nb, kernel_name="python3", timeout=240, resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    if name == "placement_policies":  # (it planned for the full inventory, ten times the scenario's GPUs)
+        check = next(o.text for o in outputs if o.output_type == "stream" and "CHECK" in o.text).split()
+        assert check[1:] == ["228", "228"], check  # planned for = simulated (one count over every run)
     if name == "edge_vs_central":
         check = next(o.text for o in outputs if o.output_type == "stream" and "CHECK" in o.text).split()
         assert int(check[1]) == int(check[2]) > 0  # (300 requests: some continent has under 30) each one marked
@@ -96,3 +103,41 @@ def test_a_bad_parameter_stops_the_notebook_at_the_top_naming_it(variable, value
               if o.output_type == "error"]
     assert len(errors) == 1 and errors[0][0] == 1  # the parameters cell
     assert errors[0][1].evalue == f"{variable}={value!r}: expected a whole number >= 1"
+
+
+def params_cell(name):
+    return next(c.source for c in nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4).cells
+                if c.metadata.get("tags") == ["parameters"])
+
+
+@pytest.mark.parametrize(("name", "variable", "value", "want"), [
+    ("capacity_planning", "EDGEPOP_NB_LOADS", "25,,100", "comma-separated finite numbers > 0"),
+    ("capacity_planning", "EDGEPOP_NB_LOADS", "25,-100", "comma-separated finite numbers > 0"),
+    ("capacity_planning", "EDGEPOP_NB_PLAN_RPS", "x", "a finite number > 0"),
+    ("capacity_planning", "EDGEPOP_NB_PLAN_RPS", "nan", "a finite number > 0"),
+    ("capacity_planning", "EDGEPOP_NB_REQUESTS", "2e3", "a whole number >= 1"),
+    ("capacity_planning", "EDGEPOP_NB_WORKERS", "-1", "a whole number >= 0"),
+    ("placement_policies", "EDGEPOP_NB_REQUESTS", "abc", "a whole number >= 1"),
+    ("placement_policies", "EDGEPOP_NB_SEED", "-1", "a whole number >= 0"),
+    ("placement_policies", "EDGEPOP_NB_DEMAND_RPS", "0", "a finite number > 0"),
+    ("placement_policies", "EDGEPOP_NB_ILP_TIME_S", "inf", "a finite number > 0"),
+])
+def test_parameters_cell_names_a_bad_value(name, variable, value, want, monkeypatch):
+    """Bad values gave bare ValueErrors (float('x')), or passed the parameters cell and failed cells later
+    (WORKERS=-1): each now stops that cell with one line naming the variable and its value."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError) as err:
+        exec(params_cell(name), {})
+    assert str(err.value) == f"{variable}={value!r}: expected {want}"
+
+
+def test_parameters_cells_read_good_values(monkeypatch):
+    for key, value in {**SMALL, "EDGEPOP_NB_LOADS": " 25, 1e3", "EDGEPOP_NB_PLAN_RPS": "2.5",
+                       "EDGEPOP_NB_WORKERS": "0"}.items():
+        monkeypatch.setenv(key, value)
+    capacity, placement = {}, {}
+    exec(params_cell("capacity_planning"), capacity)
+    exec(params_cell("placement_policies"), placement)
+    assert (capacity["LOADS"], capacity["PLAN_RPS"], capacity["REQUESTS"], capacity["WORKERS"]) == \
+        ([25.0, 1000.0], 2.5, 300, None)
+    assert (placement["DEMAND_RPS"], placement["ILP_TIME_S"], placement["SEED"]) == (2000.0, 6.0, 3)
