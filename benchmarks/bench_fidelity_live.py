@@ -55,7 +55,7 @@ from edgepop.outputs import folder_arg, output_folder
 from edgepop.rng import seed_arg
 from sim.live import decompose
 from sim.live.client import fetch_deployment
-from sim.live.fidelity import compare, live_repeatability, mirror_topology, simulate_like
+from sim.live.fidelity import admitted, compare, live_repeatability, mirror_topology, simulate_like
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.matrix import LOADS, bursty_trace, capacity_rps, replay_cell, simulate_cell, trace_rate
 from sim.live.pooling import pooled_engine_rows, pooled_host_rows, with_engine_rows, with_host_rows
@@ -230,7 +230,7 @@ def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: fl
     cell's ``sim.parquet``, just written by ``simulate_cell`` with the same rows) over ``draws`` draws."""
     desc = json.loads((folder / "deployment.json").read_text())
     cores = json.loads((folder / "host.json").read_text()).get("cores")
-    live = pd.read_parquet(folder / "live.parquet")  # the requests simulate_cell simulated, its result beside them
+    live = admitted(pd.read_parquet(folder / "live.parquet"))  # what simulate_cell simulated; its result beside
     base = pd.read_parquet(folder / "sim.parquet")
     rng = np.random.default_rng(0)
     worst: dict[str, float] = {}

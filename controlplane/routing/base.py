@@ -136,6 +136,38 @@ class Router:
 ROUTERS = Registry("routing policy", skip=2)
 
 
+def drawing_routers(router: Router) -> list[Router]:
+    """``router`` and the routers it wraps (a fallback, a base), depth first, that draw from the seeded RNG."""
+    out, todo, seen = [], [router], set()
+    while todo:
+        r = todo.pop(0)
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        if hasattr(r, "draws"):
+            out.append(r)
+        todo[:0] = [v for v in vars(r).values() if isinstance(v, Router)]
+    return out
+
+
+def router_draws(router: Router) -> list[int]:
+    """How many times each drawing router in ``router`` has drawn (a live gateway reports it, so that a simulated
+    mirror built from the same seed can start where the live router is; see :func:`advance_draws`)."""
+    return [r.draws for r in drawing_routers(router)]
+
+
+def advance_draws(router: Router, draws: list[int]) -> None:
+    """Make ``router``'s drawing routers draw until each has drawn ``draws`` times (a fresh router on the same
+    seed then draws next what the live one does; exact with one drawing router, since several share one RNG)."""
+    routers = drawing_routers(router)
+    if len(draws) != len(routers):
+        raise ValueError(f"draw counts {draws} do not match the router's {len(routers)} drawing router(s)")
+    for r, n in zip(routers, draws, strict=True):
+        if n < r.draws:
+            raise ValueError(f"cannot go back to draw {n}: the router has drawn {r.draws} times")
+        r.skip(n - r.draws)
+
+
 def router_names() -> list[str]:
     return ROUTERS.names()
 

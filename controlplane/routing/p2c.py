@@ -19,6 +19,7 @@ class PowerOfTwoChoices(Router):
         self.check_options(k)
         self.k = k
         self._u: list[float] = []
+        self.draws = 0  # pairs drawn: a live gateway reports it, the simulated mirror skips as many
 
     @staticmethod
     def check_options(k: int = 4) -> None:
@@ -30,9 +31,15 @@ class PowerOfTwoChoices(Router):
         """Two distinct indices below n from the seeded RNG (uniforms drawn in blocks: numpy calls cost ~us)."""
         if len(self._u) < 2:
             self._u = self.rng.random(4096).tolist()
+        self.draws += 1
         a = int(self._u.pop() * n)
         b = int(self._u.pop() * (n - 1))
         return a, b + (b >= a)
+
+    def skip(self, n: int) -> None:
+        """Draw ``n`` pairs and drop them (a pair takes two uniforms whatever the candidates' count)."""
+        for _ in range(n):
+            self._two(2)
 
     def route(self, req: Request, now: float) -> Decision:
         cands, rtts = self.state.candidates(req.ingress, req.model)

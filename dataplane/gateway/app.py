@@ -35,6 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from controlplane.routing.base import router_draws
 from dataplane.gateway import catalog_api, standins
 from dataplane.gateway import openai_compat as oai
 from dataplane.gateway.asgi import SSEStream, StatusCounter, disconnected
@@ -379,7 +380,9 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
     @app.get("/edgepop/timings")
     async def timings(request: Request):
         operator(request)
-        return gw.timelines.describe(request.query_params.get("trace", ""))
+        # with the router's draws so far: a replay's simulated mirror starts its router where this one is
+        return {**gw.timelines.describe(request.query_params.get("trace", "")),
+                "router_draws": router_draws(gw.backend.plane.router)}
 
     @app.api_route("/healthz", methods=["GET", "HEAD"])  # (load balancers' probes often send HEAD)
     async def healthz():

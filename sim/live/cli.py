@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--profile-source", default=None, choices=("host", "gateway", "engine"),
                    help="what to measure when no --profile is given: the live-host profile (the engine alone, "
                         "engines sharing the host, the gateway's own costs; default), service times through the "
-                        "live gateway, or the bare LM engine")
+                        "live gateway, or the bare LM engine (these two measure no host rows: --host-model off)")
     r.add_argument("--profile-repeats", type=int, default=None,
                    help="measure the profile N times back to back and use each row's median (one measurement "
                         "scatters by 10-40%%; default 1)")

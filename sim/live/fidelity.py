@@ -22,6 +22,7 @@ The goal: simulated vs live TTFT, TPOT and E2E within 5% at p50 and 10% at p95.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,13 +34,14 @@ from controlplane.deployment import Deployment, DeploymentConfig, deployment_fro
 from controlplane.fleet import edge_fleet
 from controlplane.perf_profile import MeasuredProfile
 from controlplane.prefix_index import PrefixIndex
+from controlplane.routing.base import advance_draws
 from dataplane import profiler, registry
 from dataplane.engine_profile import engine_profile
 from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 from edgepop.rng import streams
 from edgepop.stats import finite, percentile
-from sim.live.host_model import HostParams, LiveHost
+from sim.live.host_model import HostParams, LiveHost, require_host_rows
 from sim.simulator import Simulation
 
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -148,6 +150,51 @@ def workload_from_live(live: pd.DataFrame, scale: float) -> pd.DataFrame:
     return w
 
 
+# Refusals before the control plane saw the request (bad input, auth, no such model, too long, the rate limits):
+# never admitted, so left out of the simulation. Everything else the gateway answered (a queue timeout 408, a
+# capacity refusal 429/3040, a failure after it started) was admitted, and is simulated.
+REFUSED_STATUSES = frozenset({400, 401, 403, 404, 413})
+RATE_LIMIT_CODES = frozenset({3021, 3036})  # 429s of the per-minute limit and the daily budget; 3040 is capacity
+
+
+def error_code(text) -> int | None:
+    """The Workers AI code of a gateway error envelope (the start of the body the client kept), if any."""
+    m = re.search(r'"code":\s*(\d+)', text) if isinstance(text, str) else None
+    return int(m.group(1)) if m else None
+
+
+def left_out(live: pd.DataFrame) -> pd.Series:
+    """Why each live request stays out of the simulation: ``refused`` (before admission), ``no answer`` (status 0:
+    a connection error, the gateway may never have seen it) or '' (simulated)."""
+    status = pd.to_numeric(live.status, errors="coerce").fillna(0).astype(int)
+    codes = live.error.map(error_code) if "error" in live else pd.Series(None, index=live.index)
+    refused = status.isin(REFUSED_STATUSES) | ((status == 429) & codes.isin(RATE_LIMIT_CODES))
+    return pd.Series(np.where(status == 0, "no answer", np.where(refused, "refused", "")), index=live.index)
+
+
+def admitted(live: pd.DataFrame) -> pd.DataFrame:
+    """The requests the simulation runs (``edgepop replay`` and the matrix alike): all the gateway admitted."""
+    return live[left_out(live) == ""]
+
+
+def live_outcomes(live: pd.DataFrame) -> pd.Series:
+    """Each live request as the simulator's outcomes: ``ok``, ``rejected`` (never started: a queue timeout, no
+    capacity, a refusal) or ``failed`` (started, then an error: in the stream, a 5xx, no answer)."""
+    status = pd.to_numeric(live.status, errors="coerce").fillna(0).astype(int)
+    ok = (status == 200) & (live.error.fillna("") == "")
+    return pd.Series(np.where(ok, "ok", np.where((status >= 400) & (status < 500), "rejected", "failed")),
+                     index=live.index)
+
+
+def outcome_counts(sim: pd.DataFrame, live: pd.DataFrame) -> dict:
+    """Both sides' ok / rejected / failed over the simulated requests, and what was left out and why."""
+    why = left_out(live)
+    ran = live[why == ""]
+    count = lambda o: {k: int((o == k).sum()) for k in ("ok", "rejected", "failed")}  # noqa: E731
+    return {"simulated": len(ran), "left_out": {k: int((why == k).sum()) for k in ("refused", "no answer")},
+            "live": count(live_outcomes(ran)), "sim": count(sim.outcome if len(sim) else pd.Series([], dtype=str))}
+
+
 def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None, progress=None,
                   host_model: bool = False, host_cores: float | None = None) -> pd.DataFrame:
     """The simulator's per-request frame (``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ...) for the live requests.
@@ -157,9 +204,17 @@ def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None,
     ``host_cores``: the cores of the machine that served the requests (default: the deployment's
     ``host_cores``, else this machine's, for a gateway on loopback); saved runs simulated elsewhere need it."""
     dep, scale = mirror_deployment(on_replay_clock(desc, live), topo)
+    draws = live.attrs.get("router_draws")
+    if draws is not None:  # the live router had drawn for earlier requests (a probe, a profile, earlier replays)
+        try:
+            advance_draws(dep.plane.router, [int(n) for n in draws])
+        except ValueError as exc:
+            raise UserError(f"mirror: the live router's draws do not fit the mirror's router ({exc})") from None
     if perf is None:
         stand_ins = [desc["stand_ins"][m] for m in set(live.model)]
         perf = load_perf(profile, stand_ins, progress)
+        if host_model:  # a table without the host's rows would make those parts free (0 ms)
+            require_host_rows(perf.table, profile if isinstance(profile, str | Path) else "the profile")
     work = workload_from_live(live, scale)
     seam = None
     if host_model:
@@ -208,7 +263,8 @@ def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int =
     """One row per metric and percentile: simulated, live, relative difference (sim vs live), its 90% interval
     and the goal.
 
-    Rows are matched by ``request_id`` and only requests that succeeded on both sides are compared. The interval
+    Rows are matched by ``request_id`` and only requests that succeeded on both sides are compared, each metric
+    over the requests that have it on both sides (a one-token output has no TPOT). The interval
     (``diff_lo_pct``, ``diff_hi_pct``) is a paired moving-block bootstrap over those requests in arrival order
     (``boot`` resamples, seeded; :func:`block_draws`): a cell of 60 requests pins a p50 of a spread-out TPOT
     only loosely; both sides are resampled together because they ran the same requests; and neighbours in time
@@ -228,9 +284,9 @@ def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int =
     for m in METRICS:
         sa = pd.to_numeric(a[m], errors="coerce").to_numpy(dtype=float)
         sl = pd.to_numeric(b[m], errors="coerce").to_numpy(dtype=float)
-        xs, xl = sa[~np.isnan(sa)], sl[~np.isnan(sl)]
-        both = ~np.isnan(sa) & ~np.isnan(sl)  # the pairs the bootstrap resamples together
+        both = ~np.isnan(sa) & ~np.isnan(sl)  # the pairs: percentiles, n and the bootstrap all over them
         ps, pl = sa[both], sl[both]
+        xs, xl = ps, pl
         draw = block_draws(len(ps), boot, rng, block) if len(ps) > 1 and boot else None
         for q in (50, 95):
             s_raw, v_raw = percentile(xs, q, None), percentile(xl, q, None)
@@ -244,7 +300,7 @@ def compare(sim: pd.DataFrame, live: pd.DataFrame, boot: int = 1000, seed: int =
                 if len(d):
                     lo, hi = (round(float(x), 2) for x in np.percentile(d, [5, 95]))
             goal = GOALS.get((m, f"p{q}"))
-            rows.append({"metric": m, "percentile": f"p{q}", "n": int(min(len(xs), len(xl))), "sim_ms": s,
+            rows.append({"metric": m, "percentile": f"p{q}", "n": int(len(ps)), "sim_ms": s,
                          "live_ms": v, "diff_pct": diff, "diff_lo_pct": lo, "diff_hi_pct": hi, "goal_pct": goal,
                          "met": bool(abs(diff) <= goal) if goal is not None and diff is not None else None})
     return pd.DataFrame(rows)

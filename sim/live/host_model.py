@@ -34,6 +34,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from edgepop.errors import UserError
 from sim.live.decompose import E2E_PARTS, PER_TOKEN
 from sim.live.host_engine import LiveHostEngine
 
@@ -70,6 +71,26 @@ def share_slowdown(threads: float, lock_demand: float, cores: float, lock: float
     """
     alone = max(1.0, 1.0 / cores, lock)
     return max(1.0, threads / cores, lock_demand) / alone
+
+
+# Rows the live-host model cannot do without: a table lacking one would model that part of the host as free (0 ms).
+# (``iter_gap`` may be missing: an engine timed alone, ``--engine-profile alone``, has no loop between iterations.)
+HOST_ROWS = {"host_share": "host_share", "kv_copy": "kv_copy", "gw_*": "gw_"}
+
+
+def missing_host_rows(table: pd.DataFrame) -> list[str]:
+    """The host-model row groups (:data:`HOST_ROWS`) that ``table`` has none of."""
+    phases = pd.Series(table["phase"] if "phase" in table else [], dtype=object).astype(str)
+    return [name for name, start in HOST_ROWS.items()
+            if not (phases == start).any() and not (start.endswith("_") and phases.str.startswith(start).any())]
+
+
+def require_host_rows(table: pd.DataFrame, source) -> None:
+    """A one-line error when ``table`` (from ``source``, a path or a phrase) lacks host-model rows."""
+    missing = missing_host_rows(table)
+    if missing:
+        raise UserError(f"{source}: no {', '.join(missing)} rows, which the live-host model needs (a table of "
+                        "`edgepop replay --profile-source host`, the default, has them); or pass --host-model off")
 
 
 class HostParams:

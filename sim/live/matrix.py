@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from sim.live.decompose import live_frame, sim_components
-from sim.live.fidelity import compare, simulate_like
+from sim.live.fidelity import admitted, compare, outcome_counts, simulate_like
 from sim.live.replay import ReplayOptions, build_requests, send_all
 from sim.live.replay_plots import plot_replay
 from sim.live.run import clear_outputs, live_replay
@@ -92,7 +92,7 @@ def replay_cell(opts: ReplayOptions, desc: dict, topo, out: Path, progress=print
         (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(opts.seed)
-    live, timelines, host = live_replay(opts, desc, topo, rng, progress)
+    live, timelines, host = live_replay(opts, desc, topo, rng, progress, keep=out / "live.parquet")
     (out / "timelines.json").write_text(json.dumps(timelines))
     (out / "deployment.json").write_text(json.dumps(desc))
     live.to_parquet(out / "live.parquet", index=False)
@@ -106,7 +106,7 @@ def simulate_cell(out: Path, topo, profile: pd.DataFrame) -> dict:
     timelines = json.loads((out / "timelines.json").read_text())
     host = json.loads((out / "host.json").read_text())
     live = pd.read_parquet(out / "live.parquet")
-    sim = simulate_like(desc, live, topo, profile, host_model=True, host_cores=host.get("cores"))
+    sim = simulate_like(desc, admitted(live), topo, profile, host_model=True, host_cores=host.get("cores"))
     table = compare(sim, live)
     parts_live, parts_sim = live_frame(live, timelines), sim_components(sim)
     pd.concat([parts_live.assign(side="live"), parts_sim.assign(side="sim")],
@@ -120,7 +120,7 @@ def simulate_cell(out: Path, topo, profile: pd.DataFrame) -> dict:
             "time_scale": host.get("time_scale"), "loadavg_1m_before": round(host["loadavg_before"][0], 2),
             "loadavg_1m_after": round(host["loadavg_after"][0], 2),
             "engine_cores_busy": host["cores_busy"].get("engine"),
-            "event_loop_cores_busy": host["cores_busy"].get("event-loop")}
+            "event_loop_cores_busy": host["cores_busy"].get("event-loop"), "outcomes": outcome_counts(sim, live)}
     for r in table.itertuples():
         key = f"{r.metric.removesuffix('_ms')}_{r.percentile}"
         cell[key] = {"sim_ms": r.sim_ms, "live_ms": r.live_ms, "err_pct": r.diff_pct,

@@ -2,7 +2,8 @@
 percentiles and decompositions, write everything and return the report.
 
 Outputs in ``out``: ``profile.csv`` (unless ``--profile``), ``live.parquet`` (client side), ``sim.parquet``,
-``comparison.csv`` (p50/p95 of TTFT, TPOT, E2E), ``decomposition.csv`` (every request's components, live and
+``comparison.csv`` (p50/p95 of TTFT, TPOT, E2E, over requests ok on both sides), ``outcomes.json`` (each side's
+ok / rejected / failed over the simulated requests, and those left out), ``decomposition.csv`` (every request's components, live and
 simulated, :mod:`sim.live.decompose`) and ``host.json`` (the host during the run: CPU seconds of the gateway's
 engine threads, its event loop and the replay client, wall time, cores, load average). With ``repeat_live``,
 ``repeat/`` holds a second live run of the same requests and its comparison with the first.
@@ -36,13 +37,17 @@ from sim.live.decompose import (
     sim_components,
 )
 from sim.live.fidelity import (
+    admitted,
     compare,
+    left_out,
     live_repeat_table,
     measure_profile,
     mirror_topology,
+    outcome_counts,
     simulate_like,
     summarize,
 )
+from sim.live.host_model import require_host_rows
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
 from sim.live.pooling import pooled_profile
@@ -72,19 +77,32 @@ def host_usage(before: dict, after: dict, wall_s: float, client_cpu_s: float) ->
 
 
 def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator, progress=print,
-                trace_rows: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[dict], dict]:
+                trace_rows: pd.DataFrame | None = None, keep: Path | None = None
+                ) -> tuple[pd.DataFrame, list[dict], dict]:
     """Send the trace (``trace_rows``: ``opts.trace`` already read); returns the client-side frame (with each request's
-    ``first_piece``), the gateway's timelines of its requests and the host's use during the run."""
+    ``first_piece``), the gateway's timelines of its requests and the host's use during the run. ``keep``: where
+    to write the client-side frame if the gateway does not answer after the run."""
     frame = build_requests(read_trace(opts.trace)[0] if trace_rows is None else trace_rows, topo, opts, rng)
     trace = f"replay-{uuid.uuid4().hex[:12]}:"
     progress(f"replaying {len(frame)} requests over {frame.arrival_s.max():.1f} s against {opts.url}")
-    before = fetch_timings(opts.url, trace, opts.token)["host"]
+    first = fetch_timings(opts.url, trace, opts.token)
+    before = first["host"]
     t0, c0 = time.monotonic(), time.process_time()
     started = datetime.now(UTC).isoformat()  # the simulation's time 0 (a scheduled autoscaler's clock)
     live = asyncio.run(send_all(frame, opts, rng, trace))
     live.attrs["started_utc"] = started
+    if "router_draws" in first:  # where the live router was: the mirror's starts there (probe, profile, ...)
+        live.attrs["router_draws"] = list(first["router_draws"])
     wall, client_cpu = time.monotonic() - t0, time.process_time() - c0
-    got = fetch_timings(opts.url, trace, opts.token)
+    try:
+        got = fetch_timings(opts.url, trace, opts.token)
+    except UserError as exc:  # the gateway went away: keep what the client measured
+        if keep is None:
+            raise
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        live.to_parquet(keep, index=False)
+        raise UserError(f"replay: after the live run, {exc}; kept the client side of the {len(live)} requests in "
+                        f"{keep} (no gateway timelines, no simulation)") from None
     timelines = got["requests"]
     by_trace = {t["trace"]: t for t in timelines}
     live["first_piece"] = [((by_trace.get(tr) or {}).get("engine") or {}).get("first_piece") or 1
@@ -93,7 +111,7 @@ def live_replay(opts: ReplayOptions, desc: dict, topo, rng: np.random.Generator,
 
 
 OUTPUTS = ("profile.csv", "live.parquet", "host.json", "sim.parquet", "comparison.csv", "decomposition.csv",
-           "replay.png", "repeat/live.parquet", "repeat/host.json", "repeat/comparison.csv")
+           "outcomes.json", "replay.png", "repeat/live.parquet", "repeat/host.json", "repeat/comparison.csv")
 
 
 def clear_outputs(out: Path, keep=None) -> None:
@@ -107,9 +125,33 @@ def clear_outputs(out: Path, keep=None) -> None:
             path.unlink(missing_ok=True)
 
 
-def _status(value) -> str:
-    """An HTTP status from the live frame (NaN: the request got no answer)."""
-    return f"HTTP {int(value)}" if value == value and value is not None else "no answer"
+def _status(value, error: str = "") -> str:
+    """An HTTP status from the live frame (0 or NaN: the request got no answer, ``error`` says why)."""
+    if value is None or value != value or int(value) == 0:
+        return f"no answer ({error})" if error else "no answer"
+    return f"HTTP {int(value)}" + (f": {error}" if error else "")
+
+
+def left_out_note(live: pd.DataFrame) -> str:
+    """The requests the simulation leaves out, and why ('' when none): refused before admission, no answer."""
+    why = left_out(live)
+    parts = []
+    refused = live[why == "refused"]
+    if len(refused):
+        parts.append(f"{len(refused)} the gateway refused before admitting them "
+                     f"({', '.join(sorted({_status(v) for v in refused.status}))})")
+    lost = live[why == "no answer"]
+    if len(lost):
+        errors = sorted({str(e).split(":")[0] or "?" for e in lost.error.fillna("")})
+        parts.append(f"{len(lost)} with no answer ({', '.join(errors)})")
+    return f"left out of the simulation: {'; '.join(parts)}" if parts else ""
+
+
+def outcomes_line(counts: dict) -> str:
+    """One line of both sides' outcomes over the simulated requests."""
+    side = lambda c: ", ".join(f"{c[k]} {k}" for k in ("ok", "rejected", "failed"))  # noqa: E731
+    return (f"outcomes of the {counts['simulated']} simulated requests: live {side(counts['live'])}; sim "
+            f"{side(counts['sim'])} (latencies above: requests ok on both sides)")
 
 
 def probe_request(opts: ReplayOptions) -> None:
@@ -165,19 +207,28 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     if opts.model in catalog and catalog[opts.model].task != "text-generation":
         raise UserError(f"replay: model {opts.model!r} is a {catalog[opts.model].task} model; a replay streams "
                         "generated text (choose a text-generation model)")
+    stand_in = desc["stand_ins"].get(opts.model, opts.model)
+    n_ctx = served_n_ctx(desc, stand_in)
+    if opts.max_prompt > n_ctx:  # every longer prompt would be refused (4xx) after minutes of profiling
+        raise UserError(f"replay: --max-prompt {opts.max_prompt} is over the served context of {opts.model} "
+                        f"({stand_in}: {n_ctx} tokens); pass --max-prompt {n_ctx} or less")
     probe_request(opts)
+    if opts.profile_source not in PROFILE_SOURCES:
+        raise UserError(f"replay: profile source must be one of {', '.join(PROFILE_SOURCES)}, "
+                        f"got {opts.profile_source!r}")
     if opts.profile and not opts.simulate:
         raise UserError("replay: --profile is for the simulation, which --no-sim leaves out")
     if opts.profile:  # a missing or malformed table, or one without the served stand-in, fails now, not after
         table = opts.profile  # the live run
         given = (MeasuredProfile(table, source="the profile given") if isinstance(table, pd.DataFrame)
                  else MeasuredProfile.load(table))
-        stand_in = desc.get("stand_ins", {}).get(opts.model, opts.model)
         for phase in ("prefill", "decode"):
             given.rows(stand_in, phase, of=opts.model)
-    if opts.profile_source not in PROFILE_SOURCES:
-        raise UserError(f"replay: profile source must be one of {', '.join(PROFILE_SOURCES)}, "
-                        f"got {opts.profile_source!r}")
+        if host_model:
+            require_host_rows(given.table, table if isinstance(table, str | Path) else "the profile given")
+    elif opts.simulate and host_model and opts.profile_source != "host":
+        raise UserError(f"replay: --profile-source {opts.profile_source} measures no host rows, which the live-host "
+                        "model needs; use --profile-source host or pass --host-model off")
     topo = mirror_topology(desc)
     rng = np.random.default_rng(opts.seed)
     out = Path(opts.out)
@@ -192,18 +243,18 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
             profiles.append(measure_for_replay(opts, desc, topo, progress))
         profile = pooled_profile(profiles)
         profile.to_csv(out / "profile.csv", index=False)
-    live, timelines, host = live_replay(opts, desc, topo, rng, progress, trace_rows)
+    live, timelines, host = live_replay(opts, desc, topo, rng, progress, trace_rows, keep=out / "live.parquet")
     ok = live[(live.status == 200) & (live.error == "")]
     if not len(ok):  # nothing to compare: say why instead of writing empty tables
         errors = live.error.fillna("").astype(str)
         why = live.assign(error=errors.where(errors.str.len() <= 200, errors.str.slice(0, 197) + "...")).groupby(
             ["status", "error"], dropna=False).size()
-        first = "; ".join(f"{n} x {_status(st)}{': ' + err if err else ''}" for (st, err), n in why.head(3).items())
+        first = "; ".join(f"{n} x {_status(st, err)}" for (st, err), n in why.head(3).items())
         statuses = set(live.status)
         hint = ("check --token and --account" if statuses & {401, 403} else
                 "check the gateway's rate limits and load" if 429 in statuses else
                 "check --max-prompt and --max-output against the served model" if 400 in statuses or 413 in statuses
-                else "see the errors")
+                else f"is {opts.url} still serving?" if statuses == {0} else "see the errors")
         raise UserError(f"replay: none of the {len(live)} requests succeeded ({first}); {hint}")
     live.to_parquet(out / "live.parquet", index=False)
     (out / "host.json").write_text(json.dumps(host, indent=1))
@@ -212,19 +263,20 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     parts_live = live_frame(live, timelines)
     if not opts.simulate:
         return "\n".join([summarize(ok).to_string(index=False), "", host_report(host), *repeat])
-    refused = live[live.status != 200]  # never admitted: the simulation would make them load the replicas
-    if len(refused):
-        progress(f"left out of the simulation: {len(refused)} request(s) the gateway refused "
-                 f"({', '.join(sorted({_status(v) for v in refused.status}))})")
-    sim = simulate_like(desc, live[live.status == 200], topo, profile, progress=progress, host_model=host_model)
+    note = left_out_note(live)  # never admitted: the simulation would make them load the replicas
+    if note:
+        progress(note)
+    sim = simulate_like(desc, admitted(live), topo, profile, progress=progress, host_model=host_model)
     sim.to_parquet(out / "sim.parquet", index=False)
     table = compare(sim, live)
     table.to_csv(out / "comparison.csv", index=False)
+    counts = outcome_counts(sim, live)
+    (out / "outcomes.json").write_text(json.dumps(counts, indent=1))
     parts_sim = sim_components(sim)
     pd.concat([parts_live.assign(side="live"), parts_sim.assign(side="sim")], ignore_index=True).to_csv(
         out / "decomposition.csv", index=False)
     plot_replay(sim, live, parts_sim, parts_live, out / "replay.png")
-    lines = [table.to_string(index=False), "",
+    lines = [table.to_string(index=False), outcomes_line(counts), *([note] if note else []), "",
              "where the time goes (ms; means add up to E2E, TTFT = the parts up to prefill + first_delivery):",
              side_by_side(parts_sim, parts_live).to_string(index=False)]
     if len(parts_live) and len(parts_sim):
@@ -239,7 +291,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         lines += ["", f"the machine during the live run against the profile the simulation used: requests decoding "
                       f"alone took {drift:+.1f}% per step (beyond a few %, the machine changed since its profile)"]
     lines += ["", host_report(host), *repeat, f"wrote {out}/sim.parquet, live.parquet, comparison.csv, "
-              f"decomposition.csv, {'profile.csv, ' if isinstance(profile, pd.DataFrame) else ''}host.json, replay.png "
+              f"decomposition.csv, outcomes.json, {'profile.csv, ' if isinstance(profile, pd.DataFrame) else ''}host.json, replay.png "
               "(distributions and components, both sides)"]
     return "\n".join(lines)
 
@@ -253,7 +305,7 @@ def repeat_report(opts: ReplayOptions, desc: dict, topo, trace_rows: pd.DataFram
     out.mkdir(parents=True, exist_ok=True)
     progress("the same requests again: the live system against itself")
     again, timelines_again, host = live_replay(opts, desc, topo, np.random.default_rng(opts.seed), progress,
-                                               trace_rows)
+                                               trace_rows, keep=out / "live.parquet")
     again.to_parquet(out / "live.parquet", index=False)
     (out / "host.json").write_text(json.dumps(host, indent=1))
     table = live_repeat_table(opts.out)
@@ -273,12 +325,18 @@ def host_report(host: dict) -> str:
             f"{load[0]:.2f} before): {cpu}")
 
 
+def served_n_ctx(desc: dict, stand_in: str) -> int:
+    """The context window of the stand-in the gateway serves (loaded as the gateway loads it)."""
+    session = SessionConfig(provider=desc.get("provider", "auto"), intra_op_threads=desc.get("threads", 0))
+    return int(registry.load(stand_in, session).spec.n_ctx)
+
+
 def measure_for_replay(opts: ReplayOptions, desc: dict, topo, progress=print) -> pd.DataFrame:
     """The service-time profile the simulator uses: the live-host profile (default), service times through the
     gateway, or the bare LM engine."""
     stand_in = desc["stand_ins"][opts.model]
     session = SessionConfig(provider=desc.get("provider", "auto"), intra_op_threads=desc.get("threads", 0))
-    n_ctx = registry.load(stand_in, session).spec.n_ctx
+    n_ctx = served_n_ctx(desc, stand_in)
     if opts.profile_source == "engine":
         return measure_profile([stand_in], progress, session)
     if opts.profile_source == "host":

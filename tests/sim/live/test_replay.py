@@ -109,7 +109,8 @@ def test_replay_command_end_to_end(delayed_gateway, tmp_path):
                    repeats=1).to_csv(profile, index=False)
     out = tmp_path / "out"
     code = main(["replay", "--live", url, "--trace", str(_trace(tmp_path / "t.jsonl", 4)), "--out", str(out),
-                 "--requests", "4", "--max-output", "4", "--profile", str(profile), "--repeat-live"])
+                 "--requests", "4", "--max-output", "4", "--profile", str(profile), "--repeat-live",
+                 "--host-model", "off"])  # (an engine table has no host rows)
     assert code == 0
     assert {p.name for p in out.iterdir()} >= {"live.parquet", "sim.parquet", "comparison.csv", "decomposition.csv",
                                                 "replay.png", "repeat"}
@@ -268,6 +269,8 @@ def test_replay_mistakes_fail_in_one_line_before_the_live_run(gateway, tmp_path,
     head = "model,phase,batch_size,tokens,context,ms,provider,host\n"
     other.write_text(head + "distilgpt2,prefill,1,16,0,2.0,cpu,h\ndistilgpt2,decode,1,1,16,1.0,cpu,h\n")
     prefill_only.write_text(head + "gpt2-tiny,prefill,1,16,0,2.0,cpu,h\n")
+    engine_only = tmp_path / "engine.csv"  # prefill and decode, no host rows
+    engine_only.write_text(head + "gpt2-tiny,prefill,1,16,0,2.0,cpu,h\ngpt2-tiny,decode,1,1,16,1.0,cpu,h\n")
     me = ["--token", ALICE, "--account", "alice"]
     for extra, words in [(["--token", ALICE], "got HTTP 403"),  # the default account is 'local', not alice's
                          ([*me, "--model", EMB], "is a text-embeddings model"),
@@ -276,6 +279,9 @@ def test_replay_mistakes_fail_in_one_line_before_the_live_run(gateway, tmp_path,
                          ([*me, "--profile", str(prefill_only)], "has no 'decode' rows"),
                          ([*me, "--profile", str(bad), "--no-sim"], "--profile is for the simulation"),
                          ([*me, "--no-sim", "--host-model", "off"], "--host-model is for the simulation"),
+                         ([*me, "--profile", str(engine_only)], "engine.csv: no host_share, kv_copy, gw_* rows"),
+                         ([*me, "--profile-source", "engine"], "--profile-source engine measures no host rows"),
+                         ([*me, "--max-prompt", "3000"], "--max-prompt 3000 is over the served context"),
                          ([*me, "--profile", str(other), "--profile-repeats", "3"],
                           "--profile-repeats say how to measure a profile; --profile gives one")]:
         assert main(["replay", "--live", url, "--trace", trace, "--out", str(out), *extra]) == 2, extra
@@ -299,7 +305,7 @@ def test_a_replay_clears_only_its_own_earlier_outputs(tmp_path):
 
 def test_requests_the_gateway_refused_are_not_simulated(delayed_gateway, tmp_path, capsys):
     """A request over the served context window is refused live (never admitted), so the simulation leaves it out
-    instead of loading the replicas with it."""
+    instead of loading the replicas with it; both sides' outcomes are reported."""
     from edgepop.cli import main
 
     url, _ = delayed_gateway
@@ -308,14 +314,17 @@ def test_requests_the_gateway_refused_are_not_simulated(delayed_gateway, tmp_pat
                    repeats=1).to_csv(profile, index=False)
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps({"timestamp": i * 150, "input_length": n, "output_length": 8, "hash_ids": []})
-                             + "\n" for i, n in enumerate((20, 600, 30))))
+                             + "\n" for i, n in enumerate((20, 510, 30))))
     out = tmp_path / "out"
     assert main(["replay", "--live", url, "--trace", str(trace), "--out", str(out), "--requests", "3",
-                 "--max-prompt", "600", "--max-output", "8", "--profile", str(profile)]) == 0
+                 "--max-prompt", "510", "--max-output", "8", "--profile", str(profile), "--host-model", "off"]) == 0
     live, sim = pd.read_parquet(out / "live.parquet"), pd.read_parquet(out / "sim.parquet")
-    assert (live.status != 200).sum() == 1 and len(sim) == 2
+    assert (live.status != 200).sum() == 1 and len(sim) == 2  # 510 + 8 tokens: over the 512 of the stand-in
     said = capsys.readouterr()
-    assert "left out of the simulation: 1 request(s) the gateway refused (HTTP 4" in said.out + said.err
+    assert "left out of the simulation: 1 the gateway refused before admitting them (HTTP 4" in said.out + said.err
+    assert "outcomes of the 2 simulated requests: live 2 ok, 0 rejected, 0 failed; sim 2 ok" in said.out
+    counts = json.loads((out / "outcomes.json").read_text())
+    assert counts["left_out"] == {"refused": 1, "no answer": 0} and counts["live"]["ok"] == counts["sim"]["ok"] == 2
 
 
 def test_a_description_missing_what_the_replay_reads_is_named():
