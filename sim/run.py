@@ -156,10 +156,11 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     rng = streams(sc.seed)
     try:
         workload = generate(sc.workload, topo, catalog, rng["workload"])
-    except UserError as exc:  # what only the workload's generation can check names its field, not the file
-        if not str(exc).startswith("workload "):
-            raise
-        raise UserError(f"{sc.source} [workload]: field {str(exc).removeprefix('workload ')}") from None
+    except UserError as exc:  # generation's errors name the field ("workload F: ...") or none, never the file
+        head, _, rest = str(exc).partition(": ")
+        msg = rest if head == "workload" else f"field {head.removeprefix('workload ')}: {rest}" \
+            if head.startswith("workload ") else str(exc)  # (the rest: a trace file's own errors)
+        raise UserError(f"{sc.source} [workload]: {msg}") from None
     frame = workload.requests
     if not len(frame):  # every figure of the run would be empty
         raise UserError(f"{sc.name}: the workload has no requests (a duration shorter than the gap between "

@@ -117,10 +117,11 @@ def _lognormal(where: str, raw, base: LogNormal | None, least: int = 0) -> LogNo
     sigma = number(where, "sigma", d["sigma"], 0.0, hi=MAX_SIGMA)
     lo = d.get("min", 1)
     hi = d.get("max")
-    if isinstance(lo, bool) or not isinstance(lo, int) or lo < least:
-        raise UserError(f"{where}: min must be an integer >= {least}, got {lo!r}")
-    if hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or hi < max(lo, 1)):
-        raise UserError(f"{where}: max must be an integer >= min and >= 1, got {hi!r}")
+    # (min and max bounded like the median: a draw clipped to 2**63 - 1 wraps to a negative int64)
+    if isinstance(lo, bool) or not isinstance(lo, int) or not least <= lo <= MAX_TOKENS:
+        raise UserError(f"{where}: min must be an integer >= {least}, at most {MAX_TOKENS:,}, got {lo!r}")
+    if hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or not max(lo, 1) <= hi <= MAX_TOKENS):
+        raise UserError(f"{where}: max must be an integer >= min and >= 1, at most {MAX_TOKENS:,}, got {hi!r}")
     return LogNormal(median, sigma, lo, hi)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from numbers import Real
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ def known_columns(columns) -> bool:
     rest = columns[len(COLUMNS):]
     return columns[:len(COLUMNS)] == COLUMNS and rest == tuple(c for c in OPTIONAL_COLUMNS if c in rest)
 META_KEY = b"edgepop.workload"
+MAX_SUMMARY_BINS = 1_000_000  # bins of Workload.summary's rate over time
 
 
 @dataclass
@@ -72,7 +74,12 @@ class Workload:
         by default 60 bins over the run)."""
         r = self.requests
         dur = self.duration_s
-        bin_s = bin_s or max(dur / 60.0, 1e-9)
+        if bin_s is None:
+            bin_s = max(dur / 60.0, 1e-9)
+        elif (isinstance(bin_s, bool) or not isinstance(bin_s, Real) or not np.isfinite(bin_s) or bin_s <= 0
+              or dur / bin_s > MAX_SUMMARY_BINS):  # (a tiny bin would count into billions of bins)
+            raise UserError(f"Workload.summary: bin_s must be a number of seconds > 0 that splits the "
+                            f"{dur:.6g} s run into at most {MAX_SUMMARY_BINS:,} bins, got {bin_s!r}")
         nbins = max(1, int(np.ceil(dur / bin_s))) if dur > 0 else 1
         counts = np.bincount(np.minimum((r.arrival_s.to_numpy() / bin_s).astype(np.int64), nbins - 1),
                              minlength=nbins)
@@ -162,6 +169,10 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
     Every random draw comes from ``rng`` (a Generator, or an int seed): the same seed gives the same frame.
     """
     catalog = catalog or default_catalog()
+    config.check("workload")  # (a config built or edited in Python: from a file it passes again)
+    for model in (config.mix or {}) if not config.is_trace else ():
+        if model not in catalog:
+            raise UserError(f"workload mix: no model {model!r} in the catalog ({len(catalog)} models)")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     cities = city_table(topo)
     rows = None
@@ -172,7 +183,7 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
     frame = _frame(cols, cities, catalog, config, rng)
     last = float(frame.arrival_s.max()) if len(frame) else 0.0
     if not config.is_trace and last > MAX_SPAN_S:  # (bursts that silence the first year, say)
-        raise UserError(f"[workload]: the arrivals run to {last:.3g} s, more than a year ({MAX_SPAN_S:.0f} s): check "
+        raise UserError(f"workload: the arrivals run to {last:.3g} s, more than a year ({MAX_SPAN_S:.0f} s): check "
                         "the bursts' multipliers and spans, or the rate")
     if getattr(topo, "last_mile_mode", "fixed") != "fixed":  # users straight to a region pay their own last mile
         frame["last_mile_ms"] = cities.last_mile_ms[frame.city.to_numpy()]
@@ -197,7 +208,7 @@ def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rand
     groups = Groups.build(cities, cfg)
     _check_bursts(cfg, groups)
     if cfg.requests is None and cfg.duration_s is None:
-        raise UserError("[workload]: a Poisson workload needs a size: requests (a count) or duration_s (seconds)")
+        raise UserError("workload: a Poisson workload needs a size: requests (a count) or duration_s (seconds)")
     _check_bins(cfg)
     # With sessions, start early so that conversations already under way at time 0 are present (a stationary
     # start); arrivals before 0 are dropped.

@@ -146,6 +146,11 @@ class WorkloadConfig:
         c.adapter_zipf = number(where, "adapter_zipf", d.get("adapter_zipf", 1.0), 0.0)
         return c
 
+    def check(self, where: str = "workload") -> None:
+        """Run :meth:`from_dict`'s checks on a config built or edited in Python (the constructor and
+        ``dataclasses.replace`` check nothing): the same one-line errors, naming ``where``."""
+        type(self).from_dict(self.to_dict(), where)
+
     def to_dict(self) -> dict:
         """A plain dict that ``from_dict`` reads back into an equal config (JSON/TOML-friendly). Fields edited in
         Python to what a file would hold (a time as text, a table, a list of tables) are passed on as they are, for
@@ -249,7 +254,7 @@ def _bursts(where: str, raw) -> tuple[Burst, ...]:
             if k not in b:
                 raise UserError(f"{w}: {k} is required")
         cont, cc = b.get("continent"), b.get("country")
-        if cont is not None and cont not in CONTINENTS:
+        if cont is not None and (not isinstance(cont, str) or cont not in CONTINENTS):  # (a list is unhashable)
             raise UserError(f"{w}: continent must be one of {', '.join(CONTINENTS)}, got {cont!r}")
         if cc is not None and (not isinstance(cc, str) or not re.fullmatch(r"[A-Z]{2}", cc)):
             raise UserError(f"{w}: country must be a two-letter ISO code like 'DE', got {cc!r}")

@@ -425,5 +425,5 @@ def test_summary_token_means_are_over_the_llm_requests_even_with_zero_outputs(to
 
 def test_an_empty_mix_is_an_error_not_the_default(topo):
     """``WorkloadConfig(mix={})`` from Python generated the built-in mix (a scenario file's empty mix is refused)."""
-    with pytest.raises(UserError, match="the model mix is empty"):
+    with pytest.raises(UserError, match=r"^workload: mix must be a non-empty table of model id = share, got \{\}$"):
         generate(WorkloadConfig(requests=100, rps=10.0, mix={}), topo, default_catalog(), np.random.default_rng(0))
