@@ -34,7 +34,7 @@ from sim.scenario import Scenario, check_scenario, load_scenario, with_overrides
 from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
 from sim.techniques.config import check_block_tokens
-from sim.traces import trace_kind
+from sim.traces import trace_block, trace_kind
 from sim.workload import generate
 from sim.workload_config import check_size
 from topology import Topology
@@ -334,20 +334,6 @@ def paired_gains(setup: Setup, runs: list) -> dict:
     out.update(crossovers(p, min(setup.day_s / 24.0, max(setup.span_s, 1.0) / 12.0)))
     out["edge_loses"] = loss_sentence(out)
     return out
-
-
-def trace_block(wl, workload, replayed: int) -> dict:
-    """Where a replay's arrivals came from, and which limit set their count: ``limited_by`` is ``trace`` (all
-    the file holds), ``trace_limit``, ``requests`` or ``duration_s`` (a cut in time)."""
-    held = workload.trace_rows if workload.trace_rows is not None else replayed
-    caps = {k: v for k, v in (("trace", held), ("trace_limit", wl.trace_limit), ("requests", wl.requests))
-            if v is not None}
-    asked = min((v for k, v in caps.items() if k != "trace"), default=None)
-    # fewer rows than the least count limit: the time cut ended it (a tie goes to the trace's own length)
-    by = "duration_s" if replayed < min(caps.values()) else min(caps, key=caps.get)
-    return {"file": wl.trace or workload.source,  # (no trace line: the shipped file, by the name it was read as)
-            "format": wl.kind, "speed": wl.trace_speed, "requests": replayed, "asked": asked, "held": held,
-            "duration_s": wl.duration_s, "limited_by": by}
 
 
 def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,

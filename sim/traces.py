@@ -312,3 +312,17 @@ def prefix_reuse_ratio(hash_ids: Iterable[Sequence[int]], block_tokens: int = MO
         total += length
         seen.update(ids)
     return hit / total if total else 0.0
+
+
+def trace_block(wl, workload, replayed: int) -> dict:
+    """Where a replay's arrivals came from, and which limit set their count: ``limited_by`` is ``trace`` (all
+    the file holds), ``trace_limit``, ``requests`` or ``duration_s`` (a cut in time)."""
+    held = workload.trace_rows if workload.trace_rows is not None else replayed
+    caps = {k: v for k, v in (("trace", held), ("trace_limit", wl.trace_limit), ("requests", wl.requests))
+            if v is not None}
+    asked = min((v for k, v in caps.items() if k != "trace"), default=None)
+    # fewer rows than the least count limit: the time cut ended it (a tie goes to the trace's own length)
+    by = "duration_s" if replayed < min(caps.values()) else min(caps, key=caps.get)
+    return {"file": wl.trace or workload.source,  # (no trace line: the shipped file, by the name it was read as)
+            "format": wl.kind, "speed": wl.trace_speed, "requests": replayed, "asked": asked, "held": held,
+            "duration_s": wl.duration_s, "limited_by": by}
