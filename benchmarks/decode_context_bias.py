@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     try:
         rows = [decode_bias(g, output=args.output) for g in args.gpus]
-    except UserError as exc:  # an unknown GPU type: one line naming the flag, as argparse's own errors
-        ap.error(f"--gpus: {exc}")
+    except UserError as exc:  # an unknown GPU type or too long an output: one line naming the flag
+        ap.error(f"{'--output' if 'context window' in str(exc) else '--gpus'}: {exc}")
     for r in rows:
         print(f"{r['gpu']}: simulated {r['simulated_s']} s, step by step {r['stepwise_s']} s, "
               f"{r['short_pct']}% short")

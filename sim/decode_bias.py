@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import heapq
 
+from edgepop.errors import UserError
+
 LLAMA = "@cf/meta/llama-3.1-8b-instruct"
 
 
@@ -22,6 +24,9 @@ def decode_bias(gpu: str, n: int = 4, prompt: int = 100, output: int = 7000, per
     from topology.gpus import load_gpus
 
     spec = default_catalog()[LLAMA]
+    if prompt + output > spec.context_window:  # no such sequence runs: the model's window holds prompt + output
+        raise UserError(f"decode bias: prompt {prompt} + output {output} tokens is over {LLAMA}'s context window "
+                        f"of {spec.context_window:,}")
     perf = perf or Roofline(gpu_table(load_gpus()))  # the calibrated roofline, as the simulator's default
     timers: list = []
     ends: list = []

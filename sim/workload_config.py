@@ -6,10 +6,13 @@ Every bad key, type or range raises one one-line :class:`~edgepop.errors.UserErr
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+import numpy as np
 
 from edgepop.errors import UserError
 from sim.tokens import TaskTokens, tokens_from_dict
@@ -155,7 +158,7 @@ class WorkloadConfig:
         """A plain dict that ``from_dict`` reads back into an equal config (JSON/TOML-friendly). Fields edited in
         Python to what a file would hold (a time as text, a table, a list of tables) are passed on as they are, for
         ``from_dict`` to check."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: _as_in_a_file(getattr(self, f.name)) for f in fields(self)}
         if isinstance(self.start_utc, datetime):
             d["start_utc"] = self.start_utc.isoformat().replace("+00:00", "Z")
         if isinstance(self.tokens, dict):
@@ -168,6 +171,14 @@ class WorkloadConfig:
         if not self.adapter_fraction:  # configs without adapters keep their old form
             skip = skip | {"adapter_fraction", "adapter_zipf"}
         return {k: v for k, v in d.items() if v is not None and k not in skip}
+
+
+def _as_in_a_file(value):
+    """A field's value as a file holds it: a path as text, a numpy scalar as Python's own number (a config built in
+    Python may carry either, and ``from_dict`` reads files)."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def burst_requests(rps: float, duration_s: float, bursts) -> float:

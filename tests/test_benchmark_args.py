@@ -39,9 +39,12 @@ BAD = [
     ("loadtest_gateway.py", ["--threads", "0"], "--threads"),
     ("loadtest_gateway.py", ["--malformed-fraction", "2"], "malformed-fraction"),
     ("loadtest_gateway.py", ["--levels", "4,2"], "--levels must include 1 (the unloaded level), got '4,2'"),
+    # --levels is the sweep's: the mixed run takes any (here it gets as far as the gateway's health check)
+    ("loadtest_gateway.py", ["--mixed", "--levels", "8,16", "--url", "http://127.0.0.1:9"], "no gateway answers there"),
     ("decode_context_bias.py", ["--output", "0"], "--output"),
     ("decode_context_bias.py", ["--output", "-5"], "--output"),
     ("decode_context_bias.py", ["--gpus", "XYZ"], "--gpus: unknown GPU type 'XYZ'"),
+    ("decode_context_bias.py", ["--output", "200000"], "--output: decode bias: prompt 100 + output 200000 tokens"),
 ]
 
 

@@ -211,7 +211,8 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     n_ctx = served_n_ctx(desc, stand_in)
     if opts.max_prompt > n_ctx:  # every longer prompt would be refused (4xx) after minutes of profiling
         raise UserError(f"replay: --max-prompt {opts.max_prompt} is over the served context of {opts.model} "
-                        f"({stand_in}: {n_ctx} tokens); pass --max-prompt {n_ctx} or less")
+                        f"({stand_in}: {n_ctx} tokens); a prompt and its output must fit it together: with "
+                        f"--max-output {opts.max_output}, pass --max-prompt {max(1, n_ctx - opts.max_output)} or less")
     probe_request(opts)
     if opts.profile_source not in PROFILE_SOURCES:
         raise UserError(f"replay: profile source must be one of {', '.join(PROFILE_SOURCES)}, "
@@ -263,9 +264,7 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     parts_live = live_frame(live, timelines)
     if not opts.simulate:
         return "\n".join([summarize(ok).to_string(index=False), "", host_report(host), *repeat])
-    note = left_out_note(live)  # never admitted: the simulation would make them load the replicas
-    if note:
-        progress(note)
+    note = left_out_note(live)  # never admitted: the simulation would make them load the replicas (said once, below)
     sim = simulate_like(desc, admitted(live), topo, profile, progress=progress, host_model=host_model)
     sim.to_parquet(out / "sim.parquet", index=False)
     table = compare(sim, live)

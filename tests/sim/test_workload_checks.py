@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -118,6 +119,17 @@ def test_a_checked_config_generates_as_before(topo):
     cfg = WorkloadConfig(requests=100, rps=50.0)  # the constructor's defaults pass the file's checks
     assert generate(cfg, topo, rng=3).requests.equals(
         generate(WorkloadConfig.from_dict({"requests": 100, "rps": 50}), topo, rng=3).requests)
+
+
+def test_a_path_trace_and_numpy_numbers_built_in_python_generate_as_their_plain_forms(topo):
+    # generate's check reads the config as a file would hold it: a Path is a file path, numpy numbers are numbers
+    trace = Path(__file__).resolve().parents[2] / "sim" / "data" / "mooncake_style_synthetic.jsonl"
+    as_path = WorkloadConfig(kind="mooncake", trace=trace, requests=None, trace_limit=50)
+    assert generate(as_path, topo, rng=0).requests.equals(
+        generate(replace(as_path, trace=str(trace)), topo, rng=0).requests)
+    numpy_made = replace(WorkloadConfig(requests=50, rps=10.0), requests=np.int64(50), rps=np.float64(10.0))
+    assert generate(numpy_made, topo, rng=3).requests.equals(
+        generate(WorkloadConfig(requests=50, rps=10.0), topo, rng=3).requests)
 
 
 def _scenario(tmp_path, workload: str):
