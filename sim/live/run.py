@@ -3,9 +3,9 @@ percentiles and decompositions, write everything and return the report.
 
 Outputs in ``out``: ``profile.csv`` (unless ``--profile``), ``live.parquet`` (client side), ``sim.parquet``,
 ``comparison.csv`` (p50/p95 of TTFT, TPOT, E2E, over requests ok on both sides), ``outcomes.json`` (each side's
-ok / rejected / failed over the simulated requests, and those left out), ``decomposition.csv`` (every request's components, live and
-simulated, :mod:`sim.live.decompose`) and ``host.json`` (the host during the run: CPU seconds of the gateway's
-engine threads, its event loop and the replay client, wall time, cores, load average). With ``repeat_live``,
+ok / rejected / failed over the simulated requests, and those left out), ``decomposition.csv`` (every request's
+components, live and simulated, :mod:`sim.live.decompose`) and ``host.json`` (the host during the run: CPU
+seconds of the gateway's engine threads, its event loop and the replay client, wall time, cores, load average). With ``repeat_live``,
 ``repeat/`` holds a second live run of the same requests and its comparison with the first.
 """
 
@@ -289,9 +289,10 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
     if drift is not None:
         lines += ["", f"the machine during the live run against the profile the simulation used: requests decoding "
                       f"alone took {drift:+.1f}% per step (beyond a few %, the machine changed since its profile)"]
+    measured = "profile.csv, " if isinstance(profile, pd.DataFrame) else ""
     lines += ["", host_report(host), *repeat, f"wrote {out}/sim.parquet, live.parquet, comparison.csv, "
-              f"decomposition.csv, outcomes.json, {'profile.csv, ' if isinstance(profile, pd.DataFrame) else ''}host.json, replay.png "
-              "(distributions and components, both sides)"]
+              f"decomposition.csv, outcomes.json, {measured}host.json, replay.png (distributions and components, "
+              "both sides)"]
     return "\n".join(lines)
 
 
