@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from edgepop.errors import UserError
-from edgepop.outputs import folder_arg, native_output_to_stderr, output_folder
+from edgepop.outputs import folder_arg, native_output_to_stderr, output_folder, staged_output
 from edgepop.rng import seed_arg
+
+OUTPUT_NAMES = frozenset({"placement.parquet", "summary.json"})  # what run writes into --out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from topology import Topology
 
     if args.out:
-        args.out = output_folder(args.out)  # '~/dir' expanded: written there, not to ./~/dir
+        args.out = output_folder(args.out, staged=True)  # '~/dir' expanded: written there, not to ./~/dir
     topo = Topology.load()
     problem = PlacementProblem.build(topo, catalog, total_rps=args.rps, mix=_mix(args, catalog),
                                      when_utc=_when(args.at), candidates_k=args.candidates_k,
@@ -89,10 +91,10 @@ def run(args: argparse.Namespace) -> int:
     summary = placement.summary()
     summary["seed"] = args.seed
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        placement.table.assign(gpu_index=placement.table.gpu_index.map(list)).to_parquet(
-            args.out / "placement.parquet", index=False)
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        with staged_output(args.out, OUTPUT_NAMES) as tmp:  # both files or neither
+            placement.table.assign(gpu_index=placement.table.gpu_index.map(list)).to_parquet(
+                tmp / "placement.parquet", index=False)
+            (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
