@@ -128,6 +128,12 @@ def _mix(args, catalog) -> dict[str, float] | None:
         for model, share in raw.items():
             if isinstance(share, bool) or not isinstance(share, int | float):
                 raise UserError(f"--mix {str(path)!r}: share of {model!r} is {share!r}, not a number")
+        from controlplane.forecast import normalise_mix
+
+        try:  # (checked here, where the file is known: a negative share, an unknown id, all zero)
+            normalise_mix(raw, catalog)
+        except UserError as exc:
+            raise UserError(f"--mix {str(path)!r}: {str(exc).removeprefix('model mix: ')}") from None
         return {m: float(s) for m, s in raw.items()}
     if args.catalog:  # the built-in mix names the shipped catalog's models, which another catalog may lack
         from controlplane.forecast import DEFAULT_MIX
