@@ -20,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Decide which model replicas run on which GPU node for a demand forecast and "
                                    "report the share of demand within 25/50/100 ms of a replica, per model, "
                                    "the expected RTT per request and GPU memory use.")
-    p.add_argument("--policy", help="placement policy (see --list-policies)")
+    # (not argparse-required: --list-policies and --list-models run without it; run() names the policies when missing)
+    p.add_argument("--policy", metavar="NAME",
+                   help="required (unless listing): the placement policy, one of --list-policies")
     p.add_argument("--rps", type=float, default=20_000.0, help="total demand in requests/s (default 20000)")
     mix = p.add_mutually_exclusive_group()
     mix.add_argument("--models", help="comma-separated model ids, demand split equally (default: the built-in mix)")

@@ -43,3 +43,13 @@ def test_place_writes_both_files_or_neither(tmp_path, monkeypatch, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and [p.name for p in out.iterdir()] == ["summary.json"]
     assert main(argv) == 0
     assert (out / "placement.parquet").is_file() and json.loads((out / "summary.json").read_text())["replicas"] > 0
+
+
+def test_place_help_says_the_policy_is_required(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["place", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # (argparse wraps the help at the terminal's width)
+    assert "--policy NAME required (unless listing)" in text
+    assert main(["place"]) == 2
+    assert capsys.readouterr().err.startswith("edgepop: error: --policy is required (one of: ")
