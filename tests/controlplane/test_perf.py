@@ -15,8 +15,7 @@ import pytest
 
 from controlplane import perf_arch, perf_calibration
 from controlplane.catalog import default_catalog
-from controlplane.perf import (Roofline, capacity_rps, capacity_rps_mix, clip_mix, prompt_units,
-                              with_precision)
+from controlplane.perf import Roofline, capacity_rps, capacity_rps_mix, clip_mix, prompt_units, with_precision
 from controlplane.perf_params import PARAMS_FILE, RooflineParams
 from controlplane.perf_profile import MeasuredProfile
 from edgepop.cli import main as edgepop_main
