@@ -219,8 +219,10 @@ class Roofline:
         busy = (compute ** k + memory ** k) ** (1.0 / k)
         elementwise = (cost.replicated_bytes + cost.sharded_bytes / tp) * prof.elementwise_factor
         busy += elementwise / (g.mem_bw * p.elementwise_efficiency) + cost.layers * p.layer_floor_us * 1e-6
-        if prefill and prof.dense_attention_bytes:  # the score matrix through memory, between the GEMMs
-            busy += prof.dense_attention_bytes * cost.gemm_rows ** 2 * cost.layers * (spec.heads or 0) / bw
+        # The score matrix through memory, between the GEMMs: it needs attention layers and heads, which an
+        # image or speech pass has none of here (its gemm_rows is infinite, so the product is skipped, not 0*inf).
+        if prefill and prof.dense_attention_bytes and cost.layers and spec.heads:
+            busy += prof.dense_attention_bytes * cost.gemm_rows ** 2 * cost.layers * spec.heads / bw
         comm = cost.allreduces * self.allreduce_s(g, tp, cost.allreduce_bytes)
         ms = 1e3
         return StepTime(compute * ms, memory * ms, comm * ms, overhead_ms, (busy + comm) * ms + overhead_ms)

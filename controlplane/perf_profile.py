@@ -97,6 +97,22 @@ def _checked_numbers(table: pd.DataFrame, source: str) -> pd.DataFrame:
     return table.assign(**out)
 
 
+KEY = ["host", "provider", "model", "phase", "batch_size", "tokens", "context"]  # one measurement per machine
+
+
+def _refuse_duplicates(table: pd.DataFrame, source: str) -> None:
+    """A DataFileError naming the file rows of the first measurement given twice (one machine, model, phase,
+    batch size, tokens and context): which of the two times is meant is unknown, and the grid would keep one."""
+    keys = table[KEY].reset_index(drop=True)
+    twice = keys.duplicated(keep=False).to_numpy()
+    if twice.any():
+        first = keys.iloc[int(np.flatnonzero(twice)[0])]
+        same = np.flatnonzero((keys == first).all(axis=1).to_numpy())
+        what = ", ".join(f"{k} {first[k]}" for k in KEY[2:])
+        raise DataFileError(source, None, None, f"rows {', '.join(str(i + 2) for i in same)} measure the same "
+                                                f"point twice ({what})")
+
+
 def _positive_sizes(sizes) -> bool:
     """Every size finite and positive (NaN fails the comparison; a string is no size)."""
     try:
@@ -117,6 +133,7 @@ class MeasuredProfile:
             raise DataFileError(source, None, None, f"not a profile table: columns {list(table.columns)}, "
                                                     f"expected {COLUMNS}")
         table = _checked_numbers(table, source)
+        _refuse_duplicates(table, source)
         for name, value in (("host", host), ("provider", provider)):
             if value is not None:
                 if value not in set(table[name]):

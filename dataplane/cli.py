@@ -48,6 +48,8 @@ def run_profile(args: argparse.Namespace) -> int:
              else list(profiler.DEFAULT_MODELS))
     if not names:
         raise InvalidInputError("--models is empty")
+    if repeated := sorted({n for n in names if names.count(n) > 1}):  # (it would be measured, and written, twice)
+        raise InvalidInputError(f"--models names {', '.join(repeated)} more than once")
     for name in names:
         registry.get_card(name)  # fail fast on a typo, before minutes of measuring
     if args.out:

@@ -171,12 +171,14 @@ def run_cli(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--noise must be in [0, 10], got {args.noise}")
     if args.k < 1 or args.max_tokens < 1:
         raise InvalidInputError(f"--k and --max-tokens must be positive, got {args.k} and {args.max_tokens}")
+    if not args.prompt:  # (byte tokens: no text, no token to continue from; EOS in its place only repeats EOS)
+        raise InvalidInputError("--prompt is empty: give some text to continue")
     try:
         args.prompt.encode("utf-8")  # argv bytes that are not UTF-8 arrive as lone surrogates
     except UnicodeEncodeError:
         raise InvalidInputError("--prompt is not valid UTF-8 text") from None
     target, draft = load_pair(noise=args.noise)
-    prompt = target.tokenizer.encode(args.prompt) or [target.tokenizer.eos_id]
+    prompt = target.tokenizer.encode(args.prompt)
     room = min(target.spec.n_ctx, draft.spec.n_ctx) - len(prompt)
     if room < 1:  # the prompt alone fills the context: no --max-tokens would fit
         raise InvalidInputError(f"--prompt takes {len(prompt)} tokens; the context holds "

@@ -49,6 +49,16 @@ def _pipe_closed(console) -> None:
     raise BrokenPipeError
 
 
+def _run(args) -> int:
+    try:
+        return int(args.func(args) or 0)
+    except Exception:
+        # The handler's Terminated raised inside a library can come back as another exception (an import
+        # machinery's ImportError or RuntimeError wrapping it): the flag says a SIGTERM ended the run.
+        raise_if_terminated()
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -67,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rich_handler, Console.on_broken_pipe = Console.on_broken_pipe, _pipe_closed  # (restored below)
     try:
-        code = int(args.func(args) or 0)
+        code = _run(args)
         raise_if_terminated()  # a SIGTERM whose exception a finaliser swallowed still ends with 143
         sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
         return code

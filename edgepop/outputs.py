@@ -113,6 +113,22 @@ def move_into_place(tmp: Path, out: Path, owned: frozenset[str] | set[str] = fro
 
 
 @contextlib.contextmanager
+def staged_output(out: Path, owned: frozenset[str] | set[str], prefix: str = ".edgepop-"):
+    """A temporary folder beside ``out`` for a command's files: moved into place when the block ends normally
+    (:func:`move_into_place`), removed when it raises, so ``out`` gets every file of the run or none."""
+    import shutil
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
+    try:
+        yield tmp
+        move_into_place(tmp, out, owned)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
 def native_output_to_stderr():
     """Within the block, what native libraries print to the process's standard output (HiGHS's diagnostics)
     goes to standard error: a command printing JSON on stdout keeps it parseable."""

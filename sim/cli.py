@@ -76,9 +76,12 @@ def cmd_simulate(args) -> int:
     from sim.scenario import embedded_scenarios, load_scenario
 
     if args.list_scenarios:
-        for name in embedded_scenarios():
-            sc = load_scenario(name)
-            print(f"{name:12s} {sc.description}")
+        described = {name: load_scenario(name).description for name in embedded_scenarios()}
+        if args.json:  # name -> description
+            print(json.dumps(described, indent=2))
+            return 0
+        for name, description in described.items():
+            print(f"{name:12s} {description}")
         return 0
     t_start = time.perf_counter()
     _validate_sizes(args)

@@ -26,13 +26,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-tokens", type=float, default=None, help="prompt tokens per request (default 512); "
                    "for image models images (default 1), for speech models audio minutes, fractions allowed "
                    "(default 1; 0.5 is a 30 s clip)")
-    p.add_argument("--output-tokens", type=int, default=128, help="generated tokens per request (default 128)")
+    # (language-model-only flags default to None: given to an image or speech model, they are refused, not ignored)
+    p.add_argument("--output-tokens", type=int, default=None,
+                   help="generated tokens per request (default 128; language models only)")
     p.add_argument("--context", type=float, default=None,
-                   help="KV tokens per sequence at the decode step (default: prompt + output/2)")
+                   help="KV tokens per sequence at the decode step, at least the prompt's (default: prompt + "
+                        "output/2; language models only)")
     p.add_argument("--precision", default=None,
                    help="serve at another weight precision (fp32|bf16|fp16|fp8|int8|int4; '-wo' suffix forces "
                         "weight-only, e.g. int8-wo); default: the catalog's")
-    p.add_argument("--kv-precision", default=None, help="KV-cache precision (default: the catalog's)")
+    p.add_argument("--kv-precision", default=None,
+                   help="KV-cache precision (default: the catalog's; language models only)")
     p.add_argument("--engine", default="default", help="engine profile from perf_params.json (default: default)")
     p.add_argument("--catalog", default=None, help="another catalog TOML (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -79,14 +83,26 @@ def estimate(args) -> dict:
     from topology.world import Topology
 
     for name, most in (("batch", 100_000), ("output_tokens", 100_000_000)):
-        if not 1 <= getattr(args, name) <= most:  # (no engine batches more; a larger count would only exhaust memory)
+        if getattr(args, name) is not None and not 1 <= getattr(args, name) <= most:  # (no engine batches more; a larger count would only exhaust memory)
             raise UserError(f"--{name.replace('_', '-')} must be an integer from 1 to {most:,}, got "
                             f"{getattr(args, name)}")
     if args.context is not None and not 0 <= args.context < float("inf"):  # (NaN fails too)
         raise UserError(f"--context must be a number of tokens >= 0, got {args.context}")
     weight_only = False
     spec = _spec(args)
+    if spec.unit != "token":
+        for flag, value in (("--output-tokens", args.output_tokens), ("--context", args.context),
+                            ("--kv-precision", args.kv_precision)):
+            if value is not None:
+                kind = "an image" if spec.unit == "image" else "a speech"
+                shown = f"{value:g}" if isinstance(value, float) else value
+                raise UserError(f"{flag} {shown}: applies to language models only; {spec.id} is {kind} model "
+                                "(no output tokens, no KV cache)")
+    args.output_tokens = 128 if args.output_tokens is None else args.output_tokens
     args.prompt_tokens = _prompt_size(spec, args.prompt_tokens)
+    if spec.unit == "token" and args.context is not None and args.context < args.prompt_tokens:
+        raise UserError(f"--context {args.context:g} is less than --prompt-tokens {args.prompt_tokens}: a decode "
+                        "step's context holds at least the prompt")
     if args.precision:
         base, weight_only = perf_arch.split_precision(args.precision)
         spec = with_precision(spec, base)

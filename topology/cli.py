@@ -8,6 +8,8 @@ from pathlib import Path
 
 from edgepop.outputs import folder_arg
 
+OUTPUT_NAMES = frozenset({"summary.json", "map.png"})  # what run writes into --out
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("topology", help="summarise PoPs, GPU inventory, population coverage; draw a world map",
@@ -32,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from edgepop.errors import UserError
-    from edgepop.outputs import output_folder
-    from topology.report import draw_map, summary
+    from edgepop.outputs import output_folder, staged_output
+    from topology.report import draw_map, pyplot, summary
     from topology.world import Topology
 
     if not 0 <= args.last_mile_ms <= 86_400_000:  # (up to a day, as the gateway's config takes)
@@ -41,12 +43,14 @@ def run(args: argparse.Namespace) -> int:
     if args.last_mile != "fixed" and args.last_mile_ms:
         raise UserError(f"--last-mile-ms is the fixed mode's value: it does not apply with --last-mile "
                         f"{args.last_mile}")
-    args.out = output_folder(args.out)  # '~/dir' expanded: written there, not to ./~/dir
+    args.out = output_folder(args.out, staged=True)  # '~/dir' expanded: written there, not to ./~/dir
     topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions, tiers=args.tiers)
     s = summary(topo, last_mile_ms=args.last_mile_ms, last_mile=args.last_mile)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
-    s["map"] = str(draw_map(topo, args.out / "map.png"))
+    pyplot()  # (matplotlib's import, the slow part, before any file exists)
+    with staged_output(args.out, OUTPUT_NAMES) as tmp:  # both files or neither
+        draw_map(topo, tmp / "map.png")
+        (tmp / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    s["map"] = str(args.out / "map.png")
     if args.json:
         print(json.dumps(s, indent=2))
         return 0

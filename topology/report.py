@@ -89,13 +89,20 @@ def map_latitudes(topo: Topology) -> tuple[float, float]:
     return max(-90.0, min(-60.0, float(lats.min()) - 5)), min(90.0, max(80.0, float(lats.max()) + 5))
 
 
-def draw_map(topo: Topology, path: str | Path, title: str = "edgepop: PoPs and cloud regions") -> Path:
-    """World map PNG of PoPs (size by tier) and cloud regions, drawn offline from shipped coastlines."""
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, imported on first use (``edgepop topology`` imports it
+    before it writes anything: a SIGTERM inside matplotlib's long import then finds no output half-written)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def draw_map(topo: Topology, path: str | Path, title: str = "edgepop: PoPs and cloud regions") -> Path:
+    """World map PNG of PoPs (size by tier) and cloud regions, drawn offline from shipped coastlines."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(14, 7), dpi=110)
     for xy in coastlines():
         jumps = np.where(np.abs(np.diff(xy[:, 0])) > 180)[0] + 1  # do not draw across the date line

@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from edgepop.errors import UserError
-from edgepop.outputs import folder_arg, native_output_to_stderr, output_folder
+from edgepop.outputs import folder_arg, native_output_to_stderr, output_folder, staged_output
 from edgepop.rng import seed_arg
+
+OUTPUT_NAMES = frozenset({"placement.parquet", "summary.json"})  # what run writes into --out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Decide which model replicas run on which GPU node for a demand forecast and "
                                    "report the share of demand within 25/50/100 ms of a replica, per model, "
                                    "the expected RTT per request and GPU memory use.")
-    p.add_argument("--policy", help="placement policy (see --list-policies)")
+    # (not argparse-required: --list-policies and --list-models run without it; run() names the policies when missing)
+    p.add_argument("--policy", metavar="NAME",
+                   help="required (unless listing): the placement policy, one of --list-policies")
     p.add_argument("--rps", type=float, default=20_000.0, help="total demand in requests/s (default 20000)")
     mix = p.add_mutually_exclusive_group()
     mix.add_argument("--models", help="comma-separated model ids, demand split equally (default: the built-in mix)")
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from topology import Topology
 
     if args.out:
-        args.out = output_folder(args.out)  # '~/dir' expanded: written there, not to ./~/dir
+        args.out = output_folder(args.out, staged=True)  # '~/dir' expanded: written there, not to ./~/dir
     topo = Topology.load()
     problem = PlacementProblem.build(topo, catalog, total_rps=args.rps, mix=_mix(args, catalog),
                                      when_utc=_when(args.at), candidates_k=args.candidates_k,
@@ -89,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
     summary = placement.summary()
     summary["seed"] = args.seed
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        placement.table.assign(gpu_index=placement.table.gpu_index.map(list)).to_parquet(
-            args.out / "placement.parquet", index=False)
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        with staged_output(args.out, OUTPUT_NAMES) as tmp:  # both files or neither
+            placement.table.assign(gpu_index=placement.table.gpu_index.map(list)).to_parquet(
+                tmp / "placement.parquet", index=False)
+            (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -126,6 +130,12 @@ def _mix(args, catalog) -> dict[str, float] | None:
         for model, share in raw.items():
             if isinstance(share, bool) or not isinstance(share, int | float):
                 raise UserError(f"--mix {str(path)!r}: share of {model!r} is {share!r}, not a number")
+        from controlplane.forecast import normalise_mix
+
+        try:  # (checked here, where the file is known: a negative share, an unknown id, all zero)
+            normalise_mix(raw, catalog)
+        except UserError as exc:
+            raise UserError(f"--mix {str(path)!r}: {str(exc).removeprefix('model mix: ')}") from None
         return {m: float(s) for m, s in raw.items()}
     if args.catalog:  # the built-in mix names the shipped catalog's models, which another catalog may lack
         from controlplane.forecast import DEFAULT_MIX

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from controlplane import perf_arch, perf_calibration
 from controlplane.catalog import default_catalog
-from controlplane.perf import Roofline, capacity_rps, capacity_rps_mix, clip_mix, with_precision
+from controlplane.perf import Roofline, capacity_rps, capacity_rps_mix, clip_mix, prompt_units, with_precision
 from controlplane.perf_params import PARAMS_FILE, RooflineParams
 from controlplane.perf_profile import MeasuredProfile
 from edgepop.cli import main as edgepop_main
@@ -173,6 +174,20 @@ def test_speech_capacity_is_the_clips_mean_cost_not_the_mean_clips(model, cat):
     assert capacity_rps_mix(model, spec, "L4", [(0.5, 2.0)], 0) == pytest.approx(capacity_rps(model, spec, "L4", 0.5, 0))
     with pytest.raises(UserError, match="positive share"):
         capacity_rps_mix(model, spec, "L4", [(0.5, 0.0)], 0)
+
+
+def test_every_model_and_engine_gives_finite_prefill_and_capacity(topo, cat):
+    """An image or speech pass has no attention layers or heads, so an engine's dense score-matrix term adds
+    nothing to it (its GEMM rows are unbounded: the product must not be computed as inf * 0)."""
+    engines = sorted(Roofline.from_topology(topo).params.engines)
+    assert len(engines) > 1
+    for engine in engines:
+        m = Roofline.from_topology(topo, engine=engine)
+        for spec in cat:
+            prompt = 1.0 if spec.unit != "token" else 64
+            pre = m.prefill_ms(spec, "H200", prompt_units(spec, prompt))
+            cap = capacity_rps(m, spec, "H200", prompt, 8 if spec.generative else 0, batch=4)
+            assert math.isfinite(pre) and math.isfinite(cap) and cap > 0, (engine, spec.id, pre, cap)
 
 
 # ---------------------------------------------------------------- calibration

@@ -74,6 +74,17 @@ def test_profile_warns_past_the_measured_table_once_per_axis(profile):
     assert far > inside  # (the figure is still the extrapolated one)
 
 
+def test_a_profile_measuring_one_point_twice_is_refused_naming_the_file_rows(profile, tmp_path):
+    table = profile.table
+    twice = pd.concat([table, table.iloc[[5]].assign(ms=99.0)], ignore_index=True)
+    twice.to_csv(tmp_path / "p.csv", index=False)
+    with pytest.raises(DataFileError, match=r"p\.csv: rows 7, 10 measure the same point twice \(model gpt2-tiny, "
+                                            r"phase decode, batch_size 1, tokens 0, context 128\)"):
+        MeasuredProfile.load(tmp_path / "p.csv")
+    other_host = pd.concat([table, table.assign(host="vm2")], ignore_index=True)  # two machines: no repeat
+    assert len(MeasuredProfile(other_host, host="vm2").table) == len(table)
+
+
 def test_profile_refuses_a_prompt_past_the_catalog_window(profile):
     spec = default_catalog()["@cf/meta/llama-3.2-1b-instruct"]
     with pytest.raises(UserError, match="exceeds the context window"):

@@ -20,3 +20,36 @@ def test_place_out_under_the_home_folder(tmp_path, monkeypatch, capsys, form):
     assert (home / "dir" / "placement.parquet").is_file()
     assert json.loads((home / "dir" / "summary.json").read_text()) == json.loads(capsys.readouterr().out)
     assert not (cwd / "~").exists()
+
+
+def test_place_writes_both_files_or_neither(tmp_path, monkeypatch, capsys):
+    """A failure after placement.parquet leaves no half output; a folder named like an output (the command owns
+    those names, as simulate's do) is replaced by the file."""
+    import types
+
+    from controlplane.placement import cli as place_cli
+
+    out = tmp_path / "out"
+    (out / "summary.json").mkdir(parents=True)
+    argv = ["place", "--policy", "everywhere-fits", "--rps", "1500", "--out", str(out)]
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device", str(out / "summary.json"))
+
+    with monkeypatch.context() as m:
+        m.setattr(place_cli, "json", types.SimpleNamespace(dumps=boom, loads=json.loads))
+        assert main(argv) == 1
+    assert "No space left" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and [p.name for p in out.iterdir()] == ["summary.json"]
+    assert main(argv) == 0
+    assert (out / "placement.parquet").is_file() and json.loads((out / "summary.json").read_text())["replicas"] > 0
+
+
+def test_place_help_says_the_policy_is_required(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["place", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # (argparse wraps the help at the terminal's width)
+    assert "--policy NAME required (unless listing)" in text
+    assert main(["place"]) == 2
+    assert capsys.readouterr().err.startswith("edgepop: error: --policy is required (one of: ")

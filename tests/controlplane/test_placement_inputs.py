@@ -137,6 +137,20 @@ def test_place_with_another_catalog_and_the_default_mix_names_the_mix(tmp_path, 
     assert "\n" not in err
 
 
+@pytest.mark.parametrize("mix,message", [
+    ({L8: 0.5, E: -0.5}, f"share of '{E}' must be a non-negative number, got -0.5"),
+    ({L8: 3, "nope": 1}, "no model 'nope' in the catalog"),
+    ({L8: 0, E: 0}, "shares sum to zero"),
+])
+def test_every_mix_file_error_names_the_file(tmp_path, capsys, mix, message):
+    (tmp_path / "mix.json").write_text(json.dumps(mix))
+    out = tmp_path / "out"
+    assert main(["place", "--policy", "everywhere-fits", "--mix", str(tmp_path / "mix.json"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"edgepop: error: --mix {str(tmp_path / 'mix.json')!r}: {message}") and "\n" not in err
+    assert not out.exists()
+
+
 # ------------------------------------------------------------- policy options
 @pytest.mark.parametrize(("pops", "message"), [
     ({L8: ["AMS", "FRA", "AMS", "AMS"]}, rf"pops\.{L8} names PoP\(s\) AMS more than once$"),

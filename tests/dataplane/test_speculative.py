@@ -83,3 +83,6 @@ def test_cli_speculate_prints_figures(pair, capsys):
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert figures["identical_to_greedy"] is True and figures["tokens"] == 8 and figures["k"] == 3
     assert main(["speculate", "--k", "0"]) == 2
+    capsys.readouterr()
+    assert main(["speculate", "--prompt", "", "--max-tokens", "4"]) == 2  # (was: EOS for a prompt, EOS out)
+    assert capsys.readouterr().err.strip() == "edgepop: error: --prompt is empty: give some text to continue"

@@ -234,6 +234,9 @@ def test_profile_command_user_errors_exit_2(capsys):
     err = capsys.readouterr().err
     assert err.startswith("edgepop: error: no model named 'gpt9-huge'") and "Traceback" not in err
     assert main(["profile", "--models", ","]) == 2
+    capsys.readouterr()
+    assert main(["profile", "--models", "resnet-tiny, resnet-tiny", "--quick"]) == 2  # (measured twice, written twice)
+    assert capsys.readouterr().err.strip() == "edgepop: error: --models names resnet-tiny more than once"
     assert main(["profile", "--list-models"]) == 0
     assert "minilm-l6-v2" in capsys.readouterr().out
 

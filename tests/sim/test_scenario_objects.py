@@ -208,3 +208,17 @@ def test_a_sweep_checks_every_variants_models_before_any_runs(tmp_path):
     with pytest.raises(UserError, match=r"variant 2 .* no model '@cf/meta/llama-3.1-8b-instrct'"):
         run_sweep(grid, workers=1, out=tmp_path / "o", progress=False)
     assert not (tmp_path / "o").exists()
+
+
+def test_list_scenarios_prints_json_with_json(capsys):
+    import json
+
+    from edgepop.cli import main
+    from sim.scenario import embedded_scenarios
+
+    assert main(["simulate", "--list-scenarios", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert list(listed) == list(embedded_scenarios())
+    assert listed["small"] == load_scenario("small").description
+    assert main(["simulate", "--list-scenarios"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[0] == list(listed)[0]

@@ -153,3 +153,50 @@ def test_out_under_the_home_folder(tmp_path, monkeypatch, capsys):
     assert main(["topology", "--json", "--out", "~/t"]) == 0
     assert {p.name for p in (home / "t").iterdir()} == {"summary.json", "map.png"}
     assert not (cwd / "~").exists()
+
+
+def _sigterm_wrapped(topo, path):
+    """What a SIGTERM inside matplotlib's lazy import looked like: the handler's Terminated, raised, flagged and
+    wrapped by the import machinery into another exception."""
+    from edgepop.errors import Terminated, on_sigterm
+
+    try:
+        on_sigterm()
+    except Terminated as exc:
+        raise RuntimeError("Error calling __set_name__ on '_axis_method_wrapper' instance") from exc
+
+
+def test_a_sigterm_wrapped_by_the_map_drawing_ends_with_143_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import topology.report
+    from edgepop.errors import forget_sigterm
+
+    monkeypatch.setattr(topology.report, "draw_map", _sigterm_wrapped)
+    try:
+        assert main(["topology", "--out", str(tmp_path / "out")]) == 143
+    finally:
+        forget_sigterm()
+    err = capsys.readouterr().err
+    assert err.strip() == "edgepop: terminated" and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # no summary.json without its map, no staging folder left
+
+
+def test_a_failed_map_leaves_the_earlier_outputs_and_a_folder_in_the_way_is_replaced(tmp_path, monkeypatch, capsys):
+    """Both files or neither: the summary is not written when the map fails; a folder named like an output (the
+    command owns those names, as simulate's do) is replaced by the file."""
+    import topology.report
+
+    out = tmp_path / "out"
+    (out / "map.png").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+
+    def boom(topo, path):
+        raise OSError(28, "No space left on device", str(path))
+
+    with monkeypatch.context() as m:
+        m.setattr(topology.report, "draw_map", boom)
+        assert main(["topology", "--out", str(out)]) == 1
+    assert "No space left" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in out.iterdir()) == ["map.png", "notes.txt"] and (out / "map.png").is_dir()
+    assert main(["topology", "--json", "--out", str(out)]) == 0
+    assert (out / "map.png").is_file() and (out / "summary.json").is_file() and (out / "notes.txt").exists()
