@@ -189,7 +189,8 @@ def poisson_chunks(groups: Groups, cfg: WorkloadConfig, rps: float, rng: np.rand
 
     ``stop`` is ``end`` when given, else (count mode) the first bin edge where the expected number of arrivals
     since ``start`` reaches ``expected`` (inside the bin, where it does, for a bin past ``CUT_BIN_ARRIVALS``).
-    Yields ``(t, city, stop_or_None)`` per block of bins; the last block carries ``stop``. Arrival times are unsorted within a block.
+    Yields ``(t, city, stop_or_None)`` per block of bins; the last block carries ``stop``. Arrival times are
+    unsorted within a block.
     """
     dt = bin_width_s(cfg)
     masks = [groups.burst_mask(b) for b in cfg.bursts]

@@ -82,8 +82,9 @@ def estimate(args) -> dict:
     from edgepop.errors import UserError
     from topology.world import Topology
 
+    # (no engine batches more; a larger count would only exhaust memory)
     for name, most in (("batch", 100_000), ("output_tokens", 100_000_000)):
-        if getattr(args, name) is not None and not 1 <= getattr(args, name) <= most:  # (no engine batches more; a larger count would only exhaust memory)
+        if getattr(args, name) is not None and not 1 <= getattr(args, name) <= most:
             raise UserError(f"--{name.replace('_', '-')} must be an integer from 1 to {most:,}, got "
                             f"{getattr(args, name)}")
     if args.context is not None and not 0 <= args.context < float("inf"):  # (NaN fails too)

@@ -5,8 +5,8 @@ Outputs in ``out``: ``profile.csv`` (unless ``--profile``), ``live.parquet`` (cl
 ``comparison.csv`` (p50/p95 of TTFT, TPOT, E2E, over requests ok on both sides), ``outcomes.json`` (each side's
 ok / rejected / failed over the simulated requests, and those left out), ``decomposition.csv`` (every request's
 components, live and simulated, :mod:`sim.live.decompose`) and ``host.json`` (the host during the run: CPU
-seconds of the gateway's engine threads, its event loop and the replay client, wall time, cores, load average). With ``repeat_live``,
-``repeat/`` holds a second live run of the same requests and its comparison with the first.
+seconds of the gateway's engine threads, its event loop and the replay client, wall time, cores, load average).
+With ``repeat_live``, ``repeat/`` holds a second live run of the same requests and its comparison with the first.
 """
 
 from __future__ import annotations
