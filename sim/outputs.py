@@ -4,15 +4,13 @@ into a folder all or nothing (staged in a temporary sibling, then moved into pla
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgepop.outputs import move_into_place, output_folder
+from edgepop.outputs import output_folder, staged_output
 
 if TYPE_CHECKING:
     from sim.run import RunOutput
@@ -26,9 +24,7 @@ def write_outputs(out: RunOutput, directory: str | Path) -> Path:
     from sim.report import write_report  # (matplotlib: imported when files are written)
 
     directory = output_folder(directory, "output folder", staged=True)  # (a file in the way: one line, first)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".edgepop-", dir=directory.parent))
-    try:
+    with staged_output(directory, OUTPUT_NAMES) as tmp:
         t0 = time.perf_counter()
         out.requests.to_parquet(tmp / "requests.parquet", index=False)
         out.utilisation.to_parquet(tmp / "utilisation.parquet", index=False)
@@ -38,10 +34,6 @@ def write_outputs(out: RunOutput, directory: str | Path) -> Path:
         perf["outputs_s"] = round(time.perf_counter() - t0, 2)  # parquet files, report.md and its plots
         perf["plots_s"] = round(time.perf_counter() - t1, 2)
         (tmp / "summary.json").write_text(json.dumps(out.summary, indent=2, default=json_default))
-        move_into_place(tmp, directory, OUTPUT_NAMES)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
 
 

@@ -37,6 +37,7 @@ from controlplane.prefix_index import PrefixIndex
 from controlplane.routing.base import advance_draws
 from dataplane import profiler, registry
 from dataplane.engine_profile import engine_profile
+from dataplane.gateway.errors import ACCOUNT_LIMITED, RATE_LIMITED
 from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 from edgepop.rng import streams
@@ -154,7 +155,7 @@ def workload_from_live(live: pd.DataFrame, scale: float) -> pd.DataFrame:
 # never admitted, so left out of the simulation. Everything else the gateway answered (a queue timeout 408, a
 # capacity refusal 429/3040, a failure after it started) was admitted, and is simulated.
 REFUSED_STATUSES = frozenset({400, 401, 403, 404, 413})
-RATE_LIMIT_CODES = frozenset({3021, 3036})  # 429s of the per-minute limit and the daily budget; 3040 is capacity
+RATE_LIMIT_CODES = frozenset({RATE_LIMITED, ACCOUNT_LIMITED})  # 429s of the limits; 429/3040 is capacity
 
 
 def error_code(text) -> int | None:

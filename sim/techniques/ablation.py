@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
-from edgepop.outputs import move_into_place, output_folder
+from edgepop.outputs import output_folder, staged_output
 from sim.grid import Grid, load_grid, only_deployments, with_size
 from sim.plots import pyplot
 from sim.sweep import SWEEP_OUTPUTS, run_sweep
@@ -92,16 +90,12 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
     out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
     # The sweep's files and the table are staged together and moved once: an interrupted run leaves the
     # earlier run's outputs whole, never new sweep files beside an old table.
-    tmp = Path(tempfile.mkdtemp(prefix=".edgepop-ablation-", dir=out.parent))
-    try:
+    with staged_output(out, SWEEP_OUTPUTS | ABLATION_OUTPUTS, prefix=".edgepop-ablation-") as tmp:
         result = run_sweep(g, engine=engine, workers=workers, progress=progress, staging=tmp)
         table = ablation_table(result.summary, g.baseline, g.deployments[0])
         write_ablation(table, tmp, {"grid": g.source, "base": g.base, "baseline": g.baseline,
                                     "deployment": g.deployments[0], "seeds": list(g.seeds),
                                     "wall_s": round(result.wall_s, 2)})
-        move_into_place(tmp, out, SWEEP_OUTPUTS | ABLATION_OUTPUTS)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return table, replace(result, path=out)
 
 
