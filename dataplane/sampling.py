@@ -11,6 +11,7 @@ from dataplane.errors import InvalidInputError
 # Below this a temperature is greedy decoding (vLLM's threshold too): the softmax is one-hot in float64 long
 # before, and dividing logits by a subnormal temperature such as 1e-310 overflows them to inf.
 GREEDY_BELOW = 1e-5
+MAX_TEMPERATURE = 5  # the highest temperature accepted (Workers AI's bound too)
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,9 @@ class SamplingParams:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             bad(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float) or not (
-            0 <= self.temperature <= 5
+            0 <= self.temperature <= MAX_TEMPERATURE
         ):
-            bad(f"temperature must be a number in [0, 5], got {self.temperature!r}")
+            bad(f"temperature must be a number in [0, {MAX_TEMPERATURE}], got {self.temperature!r}")
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
             bad(f"top_k must be a positive integer, got {self.top_k!r}")
         if self.top_p is not None and (

@@ -4,6 +4,7 @@ Routes (``{a}`` is the account id; every ``/client/v4`` route needs ``Authorizat
 
     POST /client/v4/accounts/{a}/ai/run/{model}                 run (SSE with "stream": true); ?queueRequest=true
     GET  /client/v4/accounts/{a}/ai/models/search               served models (catalog_api: tasks, authors too)
+    GET  /client/v4/accounts/{a}/ai/models/schema?model=X       input/output JSON Schemas of X (schemas.py)
     POST /client/v4/accounts/{a}/ai/v1/chat/completions         OpenAI chat (SSE with "stream": true)
     POST /client/v4/accounts/{a}/ai/v1/embeddings               OpenAI embeddings
     GET  /client/v4/accounts/{a}/ai/v1/models                   OpenAI model list

@@ -1,4 +1,5 @@
-"""Workers AI catalog routes: model search, task list and author list, over the served models.
+"""Workers AI catalog routes: model search, task list and author list, over the served models, and one model's
+input and output JSON Schemas (:mod:`dataplane.gateway.schemas`).
 
 Filters the ``cloudflare`` SDK sends (``client.ai.models.list``: ``search``, ``task``, ``author``, ``source``) are
 applied, never ignored: an ignored filter would answer every model as a match. ``hide_experimental`` and
@@ -11,7 +12,7 @@ import uuid
 
 from fastapi import Request
 
-from dataplane.gateway import standins
+from dataplane.gateway import schemas, standins
 from dataplane.gateway.errors import bad_input
 from dataplane.gateway.http_util import ok
 
@@ -76,7 +77,8 @@ def search_models(gw, q, page: int, per_page: int) -> tuple[list[dict], dict]:
 
 
 def register(app, gw, authenticate, prefix: str) -> None:
-    """Add ``GET {prefix}/models/search``, ``/tasks/search`` and ``/authors/search`` to ``app``."""
+    """Add ``GET {prefix}/models/search``, ``/models/schema``, ``/tasks/search`` and ``/authors/search`` to
+    ``app``."""
     @app.get(prefix + "/models/search")
     async def models_search(request: Request, account_id: str):
         authenticate(request, account_id)
@@ -89,6 +91,14 @@ def register(app, gw, authenticate, prefix: str) -> None:
             raise bad_input("page must be >= 1 and per_page in [1, 1000]")
         items, info = search_models(gw, q, page, per_page)
         return ok(items, result_info=info)
+
+    @app.get(prefix + "/models/schema")
+    async def model_schema(request: Request, account_id: str):
+        authenticate(request, account_id)
+        model = request.query_params.get("model")
+        if not model:
+            raise bad_input("missing required query parameter 'model' (a model id, e.g. ?model=@cf/meta/...)")
+        return ok(schemas.model_schema(gw, model))  # (an unknown model: 400/5007, as on /ai/run)
 
     # One entry per task / author of a served model; ``name`` is what the models list's filter takes.
     @app.get(prefix + "/tasks/search")

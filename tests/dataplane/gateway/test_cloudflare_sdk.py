@@ -166,7 +166,7 @@ def test_errors_raise_sdk_exceptions_with_the_envelope(gateway):
         c.ai.run(GEN, account_id="alice", prompt="word " * 100, max_tokens=5000)
     assert e.value.errors[0].code == 5006 and "maximum context length" in e.value.errors[0].message
     with pytest.raises(cloudflare.NotFoundError) as e:  # a path the gateway does not serve: still the envelope
-        c.ai.models.schema.get(account_id="alice", model=GEN)
+        c.get("/accounts/alice/ai/no-such-route", cast_to=object)
     assert e.value.status_code == 404 and e.value.errors
 
 

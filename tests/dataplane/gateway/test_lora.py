@@ -109,6 +109,22 @@ def test_unknown_adapter_is_a_400_in_workers_ai_format(lora_gateway):
     assert _run(base, "hello", 7).status_code == 400  # not a string
 
 
+def test_model_schema_lists_the_served_adapters(lora_gateway):
+    """``/ai/models/schema`` gives ``lora`` as the model's adapters (or null); the schema and /ai/run agree on a
+    served and an unknown one."""
+    import jsonschema
+
+    base, _ = lora_gateway
+    r = httpx.get(f"{base}/client/v4/accounts/alice/ai/models/schema", params={"model": GEN}, headers=headers())
+    assert r.status_code == 200, r.text
+    schema = jsonschema.Draft202012Validator(r.json()["result"]["input"])
+    assert r.json()["result"]["input"]["properties"]["lora"]["enum"] == ["legal", "support", None]
+    for adapter, status in (("support", 200), ("legal", 200), ("nope", 400)):
+        body = {"prompt": "Hi", "lora": adapter, "max_tokens": 2}
+        assert schema.is_valid(body) == (status == 200)
+        assert httpx.post(run_url(base, GEN), json=body, headers=headers(), timeout=60).status_code == status
+
+
 def test_prefix_cache_keeps_kv_apart_per_adapter(lora_gateway):
     base, ads = lora_gateway
     first = LONG + "Hello from FRA"  # greedy texts differ per adapter here, so borrowed KV would show
