@@ -73,7 +73,7 @@ def _validate_sizes(args) -> None:
 
 
 def cmd_simulate(args) -> int:
-    from sim.scenario import embedded_scenarios, load_scenario
+    from sim.scenario import embedded_scenarios, load_scenario, no_central
 
     if args.list_scenarios:
         described = {name: load_scenario(name).description for name in embedded_scenarios()}
@@ -117,8 +117,7 @@ def cmd_simulate(args) -> int:
                         f"({main_seed})")
     for flag, on in (("--sensitivity", args.sensitivity), ("--seeds", seeds is not None)):
         if on and sc.central is None:
-            raise UserError(f"{flag} compares edge and central: scenario {args.scenario!r} has no [central] "
-                            "deployment")
+            raise UserError(f"{flag} compares edge and central: {no_central(sc.name)}")
     console = Console(stderr=True)
     deployments = (args.only,) if args.only else ("edge", "central")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),

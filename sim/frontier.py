@@ -33,6 +33,7 @@ import numpy as np
 from edgepop.errors import UserError
 from edgepop.outputs import output_folder, staged_output
 from sim.frontier_report import summarise, within_tolerance, write_outputs
+from sim.scenario import no_central
 
 DEFAULT_BUDGETS = (0.1, 0.18, 0.32, 0.56, 1.0, 1.8)  # x the scenario's GPU inventory scale (x1.8 apart)
 HIGHER_IS_BETTER = {"slo_attainment", "goodput_rps"}
@@ -352,8 +353,7 @@ def _lines(sc, baselines, only, topo) -> list[Line]:
     if only == "edge" and baselines is not None:
         raise UserError(f"baselines {baselines!r} name central region sets, and only = 'edge' sweeps no central line")
     if baselines is not None and sc.central is None:
-        raise UserError(f"baselines {baselines!r} name central region sets, and scenario {sc.name!r} has no central "
-                        "deployment ([central] enabled = false)")
+        raise UserError(f"baselines {baselines!r} name central region sets: {no_central(sc.name)}")
     lines = [] if only == "central" else [Line("edge")]
     if only != "edge" and sc.central is not None:
         names = [sc.central.baseline] if baselines is None else baselines
@@ -365,7 +365,7 @@ def _lines(sc, baselines, only, topo) -> list[Line]:
             baseline_regions(name, topo.regions)  # one-line error for an unknown set or region id
             lines.append(Line("central", name))
     if not lines:
-        raise UserError("nothing to sweep: the scenario has no central deployment and only = 'central'")
+        raise UserError(f"only = 'central' asked for: {no_central(sc.name)}; nothing to sweep")
     return lines
 
 

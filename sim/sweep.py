@@ -85,6 +85,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     workers = None if workers is None else int(workers)
     from sim.faults import check_fault_targets
     from sim.run import check_fleet_names, scenario_catalog
+    from sim.scenario import no_central
     from topology import Topology
 
     topo = Topology.load()  # PoP, region and backbone names: the same for every variant
@@ -94,8 +95,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
             check_fleet_names(v.scenario, topo)
             check_fault_targets(v.scenario.faults, topo)
             if v.scenario.central is None and tuple(v.deployments or grid.deployments) == ("central",):
-                raise UserError("only central asked for, and it has no central deployment ([central] enabled = "
-                                "false): nothing to simulate")
+                raise UserError(f"only central asked for: {no_central(v.scenario.name)}; nothing to simulate")
         except UserError as exc:
             raise UserError(f"{grid.source}: variant {v.id} ({v.label}): {exc}") from None
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
