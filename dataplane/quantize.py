@@ -14,7 +14,9 @@ top-1 agreement.
 from __future__ import annotations
 
 import copy
+import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -107,22 +109,26 @@ def quantize_file(src: str | Path, dst: str | Path, family: str, rng: np.random.
     """
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if family != "resnet" and fold_transposes:
-        model = onnx.load(str(src))
-        if fold_constant_transposes(model):
-            src = dst.with_name(dst.stem + ".folded-fp32.onnx")
-            onnx.save(model, str(src))
-            try:
-                return quantize_file(src, dst, family, fold_transposes=False)
-            finally:
-                src.unlink()
-    if family == "resnet":
-        reader = SeededImageReader(input_name, image_size, calibration, rng or np.random.default_rng(0))
-        quantize_static(str(src), str(dst), reader, quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    else:
-        # Per-channel scales: per-tensor int8 drops MiniLM's embedding cosine to ~0.965, per-channel keeps 0.993.
-        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)
+    # Written in a folder of its own beside ``dst`` and renamed into place: a run that fails or is interrupted
+    # leaves no truncated model under the output's name (nor the folded intermediate).
+    work = Path(tempfile.mkdtemp(prefix=".edgepop-quantize-", dir=dst.parent))
+    try:
+        if family != "resnet" and fold_transposes:
+            model = onnx.load(str(src))
+            if fold_constant_transposes(model):
+                src = work / (dst.stem + ".folded-fp32.onnx")
+                onnx.save(model, str(src))
+        staged = work / dst.name
+        if family == "resnet":
+            reader = SeededImageReader(input_name, image_size, calibration, rng or np.random.default_rng(0))
+            quantize_static(str(src), str(staged), reader, quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        else:
+            # Per-channel scales: per-tensor int8 drops MiniLM's embedding cosine to ~0.965, per-channel 0.993.
+            quantize_dynamic(str(src), str(staged), weight_type=QuantType.QInt8, per_channel=True)
+        staged.replace(dst)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return dst
 
 

@@ -73,7 +73,7 @@ def _validate_sizes(args) -> None:
 
 
 def cmd_simulate(args) -> int:
-    from sim.scenario import embedded_scenarios, load_scenario
+    from sim.scenario import embedded_scenarios, load_scenario, no_central
 
     if args.list_scenarios:
         described = {name: load_scenario(name).description for name in embedded_scenarios()}
@@ -99,11 +99,15 @@ def cmd_simulate(args) -> int:
                             "(put the faults in the scenario's faults field instead)")
         if on and args.only:
             raise UserError(f"{flag} compares edge and central: it cannot run with --only")
-    args.out = output_folder(args.out, staged=True)  # before minutes of simulating, not after ('~' expanded)
+    from sim.outputs import ALWAYS_WRITTEN, FOLDERS, write_outputs
+
+    # (seeds beside --sensitivity reuse its runs: no replicates folder of their own)
+    folders = {"sensitivity"} if args.sensitivity else {"replicates"} if seeds is not None else set()
+    # before minutes of simulating, not after: a file, or a folder of the user's, where an output goes ('~' expanded)
+    args.out = output_folder(args.out, staged=True, writes=ALWAYS_WRITTEN | {FOLDERS[name] for name in folders})
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sim.outputs import write_outputs
     from sim.run import run_scenario
 
     sc = load_scenario(args.scenario)
@@ -111,13 +115,9 @@ def cmd_simulate(args) -> int:
     if seeds is not None and not set(seeds) - {main_seed}:
         raise UserError(f"--seeds {args.seeds}: an interval over seeds needs a seed other than the main run's "
                         f"({main_seed})")
-    for flag, on, folder in (("--sensitivity", args.sensitivity, "sensitivity"),
-                             ("--seeds", seeds is not None, "replicates")):
+    for flag, on in (("--sensitivity", args.sensitivity), ("--seeds", seeds is not None)):
         if on and sc.central is None:
-            raise UserError(f"{flag} compares edge and central: scenario {args.scenario!r} has no [central] "
-                            "deployment")
-        if on:  # its runs' summaries go there: a file in the way is reported now, not after the main run
-            output_folder(Path(args.out) / folder, "--out", staged=True)
+            raise UserError(f"{flag} compares edge and central: {no_central(sc.name)}")
     console = Console(stderr=True)
     deployments = (args.only,) if args.only else ("edge", "central")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
@@ -131,9 +131,9 @@ def cmd_simulate(args) -> int:
 
         out = run_scenario(sc, requests=args.requests, duration_s=args.duration, seed=args.seed, trace=args.trace,
                            faults=args.fail, progress=progress, deployments=deployments)
-    # The extra runs' folders are staged apart and moved in with the main outputs, all at the end: an interrupted
-    # run leaves the folder as it was, never new sweeps beside an earlier run's summary.
-    extra = Path(tempfile.mkdtemp(prefix="edgepop-extra-"))
+    # The extra runs' folders are staged apart (beside --out) and moved in with the main outputs, all at the end:
+    # an interrupted run leaves the folder as it was, never new sweeps beside an earlier run's summary.
+    extra = Path(tempfile.mkdtemp(prefix=".edgepop-extra-", dir=args.out.parent))
     try:
         perf = out.summary["performance"]
         if args.sensitivity:
@@ -158,13 +158,7 @@ def cmd_simulate(args) -> int:
                                                        duration_s=args.duration, out=extra / "replicates",
                                                        frame=reuse)
             perf["replicates_s"] = round(time.perf_counter() - t0, 2)
-        path = write_outputs(out, args.out)
-        for on, folder in ((args.sensitivity, "sensitivity"), (seeds is not None, "replicates")):
-            target = Path(args.out) / folder
-            if on or (target / "sweep.json").is_file():  # this run's replaces; an earlier run's (it wrote
-                shutil.rmtree(target, ignore_errors=True)  # sweep.json) goes; a file in the way was refused
-            if on and (extra / folder).exists():  # (seeds beside --sensitivity reuse its runs: no folder)
-                shutil.move(str(extra / folder), str(target))
+        path = write_outputs(out, args.out, {name: extra / name for name in folders if (extra / name).is_dir()})
     finally:
         shutil.rmtree(extra, ignore_errors=True)
     if args.json:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from edgepop.outputs import folder_arg
 
+OUTPUT_NAMES = frozenset({"fidelity.json", "fidelity.png"})  # what validate writes into --out
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="fidelity of the service-time and WAN models against the shipped data",
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     from controlplane.validation import fidelity_report, render_markdown
     from edgepop.errors import UserError
-    from edgepop.outputs import output_file, output_folder
+    from edgepop.outputs import output_file, output_folder, staged_output
     from sim import load_validation
     from sim.validate_plots import draw_fidelity
 
@@ -45,16 +47,17 @@ def run(args: argparse.Namespace) -> int:
                             f"{args.docs.with_suffix('.png').name})")
         args.docs = output_file(args.docs, "--docs")  # (the paths as checked: '~' expanded)
         output_file(args.docs.with_suffix(".png"), "--docs (its figure)")
-    args.out = output_folder(args.out)
+    args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES)
     frames: dict = {}
     with Console(stderr=True).status("validating") as status:  # (shown on a terminal only)
         rep = fidelity_report(cross_validated=not args.in_sample, frames=frames, progress=status.update)
         status.update("the simulated replica under load: replaying closed-loop benchmark runs")
         rep["under_load"] = load_validation.load_report()
         status.update("writing fidelity.json and drawing the figure")
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
-        figure = draw_fidelity(frames, args.out / "fidelity.png")
+        with staged_output(args.out, OUTPUT_NAMES) as tmp:  # both files or neither
+            (tmp / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
+            draw_fidelity(frames, tmp / "fidelity.png")
+        figure = args.out / "fidelity.png"
         if args.docs:
             args.docs.parent.mkdir(parents=True, exist_ok=True)  # (the check above left no folder behind)
             page_figure = args.docs.with_suffix(".png")

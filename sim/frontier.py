@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from edgepop.errors import UserError
-from edgepop.outputs import move_into_place, output_folder
+from edgepop.outputs import output_folder, staged_output
 from sim.frontier_report import summarise, within_tolerance, write_outputs
+from sim.scenario import no_central
 
 DEFAULT_BUDGETS = (0.1, 0.18, 0.32, 0.56, 1.0, 1.8)  # x the scenario's GPU inventory scale (x1.8 apart)
 HIGHER_IS_BETTER = {"slo_attainment", "goodput_rps"}
@@ -284,8 +284,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
                         f"decimals), got {budgets!r}: scales {scales!r}")
     if scales[-1] > 100:  # as a scenario's gpu_inventory_scale: beyond, the fleets run to millions of GPUs
         raise UserError(f"budgets: an inventory scale of {scales[-1]:g} is over 100 (x the tier ladder's GPUs)")
-    out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = output_folder(out, "out", staged=True, writes=FRONTIER_OUTPUTS)  # before the work, not after it
 
     def point(line, scale, phase):
         return Point(line, scale, *fleet_budget(sc, topo, line, scale), phase=phase)
@@ -296,42 +295,39 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     paired = {p.scale for p in feasible if p.line.deployment == "central" and p.scale in edge_scales
               and p.line == next(q for q in lines if q.deployment == "central")}
     total = (len(feasible) - len(paired)) * len(seeds) + max_steps * len(lines) * len(seeds)
-    # The rounds' sweeps run in a scratch folder of our own beside ``out`` (removed however the run ends, and
-    # never a folder of the user's); the outputs are written there too and moved into ``out`` at the end.
-    work = Path(tempfile.mkdtemp(prefix=".edgepop-frontier-", dir=out.parent))
-    ray_started, pool = False, None
-    try:
-        ray_started = _start_ray(engine, workers)
-        n_workers = workers or os.cpu_count() or 1
-        pool = local_pool(n_workers) if engine == "local" and n_workers > 1 else None  # one pool for every round
-        with progress_bar(max(total, 1), progress, "frontier", "runs") as advance:
-            runner = _Runner(base, seeds, requests, engine, workers, work, advance, pool)
-            runner.run(points)
-            for _ in range(max_steps):
-                mids = []
-                for line in lines:
-                    mid = _next_mid([p for p in points if p.line == line], slo, tolerance, sc, topo, point)
-                    if mid is not None:
-                        mids.append(mid)
-                if not mids:
-                    break
-                points += mids
-                runner.run(mids)
+    # Staged beside ``out``, moved in at the end; the rounds' sweeps run in a scratch folder removed before that.
+    with staged_output(out, FRONTIER_OUTPUTS, prefix=".edgepop-frontier-") as staged:
+        work = staged / ".rounds"
+        ray_started, pool = False, None
+        try:
+            ray_started = _start_ray(engine, workers)
+            n_workers = workers or os.cpu_count() or 1
+            pool = local_pool(n_workers) if engine == "local" and n_workers > 1 else None  # one for every round
+            with progress_bar(max(total, 1), progress, "frontier", "runs") as advance:
+                runner = _Runner(base, seeds, requests, engine, workers, work, advance, pool)
+                runner.run(points)
+                for _ in range(max_steps):
+                    mids = []
+                    for line in lines:
+                        mid = _next_mid([p for p in points if p.line == line], slo, tolerance, sc, topo, point)
+                        if mid is not None:
+                            mids.append(mid)
+                    if not mids:
+                        break
+                    points += mids
+                    runner.run(mids)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+            if ray_started:
+                import ray
+
+                ray.shutdown()
+            shutil.rmtree(work, ignore_errors=True)
         result = summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance)
         wall = time.perf_counter() - t0
         result["wall_s"] = round(wall, 1)
-        staged = work / "outputs"
-        staged.mkdir()
         write_outputs(Frontier(sc.name, slo, lines, points, result, staged, wall))
-        move_into_place(staged, out, FRONTIER_OUTPUTS)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if ray_started:
-            import ray
-
-            ray.shutdown()
-        shutil.rmtree(work, ignore_errors=True)
     return Frontier(sc.name, slo, lines, points, result, out, wall)
 
 
@@ -357,8 +353,7 @@ def _lines(sc, baselines, only, topo) -> list[Line]:
     if only == "edge" and baselines is not None:
         raise UserError(f"baselines {baselines!r} name central region sets, and only = 'edge' sweeps no central line")
     if baselines is not None and sc.central is None:
-        raise UserError(f"baselines {baselines!r} name central region sets, and scenario {sc.name!r} has no central "
-                        "deployment ([central] enabled = false)")
+        raise UserError(f"baselines {baselines!r} name central region sets: {no_central(sc.name)}")
     lines = [] if only == "central" else [Line("edge")]
     if only != "edge" and sc.central is not None:
         names = [sc.central.baseline] if baselines is None else baselines
@@ -370,7 +365,7 @@ def _lines(sc, baselines, only, topo) -> list[Line]:
             baseline_regions(name, topo.regions)  # one-line error for an unknown set or region id
             lines.append(Line("central", name))
     if not lines:
-        raise UserError("nothing to sweep: the scenario has no central deployment and only = 'central'")
+        raise UserError(f"only = 'central' asked for: {no_central(sc.name)}; nothing to sweep")
     return lines
 
 

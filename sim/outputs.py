@@ -17,14 +17,28 @@ if TYPE_CHECKING:
 
 OUTPUT_NAMES = frozenset({"requests.parquet", "utilisation.parquet", "summary.json", "report.md", "ttft_gain_map.png",
                           "ttft_cdf.png", "utilisation.png"})  # what write_outputs may write
+ALWAYS_WRITTEN = OUTPUT_NAMES - {"ttft_gain_map.png"}  # (the map needs both deployments' rows)
+# The sweeps of --sensitivity and --seeds: an earlier run's folder holds its sweep.json, a folder without it is the
+# user's (see edgepop.outputs.move_into_place).
+FOLDERS = {"sensitivity": "sensitivity/sweep.json", "replicates": "replicates/sweep.json"}
 
 
-def write_outputs(out: RunOutput, directory: str | Path) -> Path:
-    """Write requests.parquet, summary.json, report.md and plots into ``directory`` (all or nothing)."""
+def write_outputs(out: RunOutput, directory: str | Path, folders: dict[str, Path] | None = None) -> Path:
+    """Write requests.parquet, summary.json, report.md and plots into ``directory`` (all or nothing).
+
+    ``folders``: finished folders to move in with them, by name (a key of :data:`FOLDERS`) -> where they are now
+    (best beside ``directory``, where moving one is a rename); an earlier run's folder of a name not given goes.
+    """
+    import shutil
+
     from sim.report import write_report  # (matplotlib: imported when files are written)
 
-    directory = output_folder(directory, "output folder", staged=True)  # (a file in the way: one line, first)
-    with staged_output(directory, OUTPUT_NAMES) as tmp:
+    folders = folders or {}
+    directory = output_folder(directory, "output folder", staged=True,  # (a file in the way: one line, first)
+                              writes=ALWAYS_WRITTEN | {FOLDERS[name] for name in folders})
+    with staged_output(directory, OUTPUT_NAMES | set(FOLDERS.values())) as tmp:
+        for name, path in folders.items():
+            shutil.move(str(path), str(tmp / name))
         t0 = time.perf_counter()
         out.requests.to_parquet(tmp / "requests.parquet", index=False)
         out.utilisation.to_parquet(tmp / "utilisation.parquet", index=False)

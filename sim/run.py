@@ -30,7 +30,7 @@ from sim.faults import FaultHandler, check_fault_targets, fault_spec, faults_for
 from sim.metrics import deployment_summary, gains, slo_met
 from sim.perfcache import CachedPerf
 from sim.request_frame import concat_frames
-from sim.scenario import Scenario, check_scenario, load_scenario, with_overrides
+from sim.scenario import Scenario, check_scenario, load_scenario, no_central, with_overrides
 from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
 from sim.techniques.config import check_block_tokens
@@ -349,8 +349,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
         raise UserError(f"deployments must be 'edge' and/or 'central', each once, got {deployments!r}")
     sc = with_run_overrides(sc, requests=requests, duration_s=duration_s, seed=seed, trace=trace, faults=faults)
     if sc.central is None and deployments == ("central",):  # (checked before the workload is generated)
-        raise UserError(f"only central asked for, and scenario {sc.name!r} has no central deployment ([central] "
-                        "enabled = false): nothing to simulate")
+        raise UserError(f"only central asked for: {no_central(sc.name)}; nothing to simulate")
     t_wall = time.perf_counter()
     setup = prepare(sc, topo)
     prepare_s = time.perf_counter() - t_wall

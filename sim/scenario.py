@@ -206,6 +206,11 @@ def check_scenario(sc: Scenario) -> Scenario:
     return out
 
 
+def no_central(name: str) -> str:
+    """The one wording of every refusal that needs a central deployment the scenario does not have."""
+    return f"scenario {name!r} has no central deployment ([central] enabled = false)"
+
+
 def embedded_scenarios() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
 

@@ -14,11 +14,11 @@ the engine, the worker count or the order in which variants finish.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from numbers import Integral
@@ -28,12 +28,13 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import MachineError, UserError, raise_if_terminated
-from edgepop.outputs import move_into_place, output_folder
+from edgepop.outputs import output_folder, staged_output
 from sim.grid import Grid, Variant, json_value, load_grid
 from sim.sweep_variant import VariantTask, run_variant
 
 ENGINES = ("local", "ray")
-SWEEP_OUTPUTS = frozenset({"sweep.parquet", "sweep_summary.parquet", "sweep.json"})  # what a sweep writes
+SWEEP_SUMMARY = frozenset({"sweep_summary.parquet", "sweep.json"})  # what a sweep writes without its request rows
+SWEEP_OUTPUTS = SWEEP_SUMMARY | {"sweep.parquet"}  # what a sweep writes
 
 
 class SweepError(RuntimeError):
@@ -84,6 +85,7 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     workers = None if workers is None else int(workers)
     from sim.faults import check_fault_targets
     from sim.run import check_fleet_names, scenario_catalog
+    from sim.scenario import no_central
     from topology import Topology
 
     topo = Topology.load()  # PoP, region and backbone names: the same for every variant
@@ -93,20 +95,19 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
             check_fleet_names(v.scenario, topo)
             check_fault_targets(v.scenario.faults, topo)
             if v.scenario.central is None and tuple(v.deployments or grid.deployments) == ("central",):
-                raise UserError("only central asked for, and it has no central deployment ([central] enabled = "
-                                "false): nothing to simulate")
+                raise UserError(f"only central asked for: {no_central(v.scenario.name)}; nothing to simulate")
         except UserError as exc:
             raise UserError(f"{grid.source}: variant {v.id} ({v.label}): {exc}") from None
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
              for v in grid.variants]
-    if staging is not None:
-        out = tmp = Path(staging)
-    else:
-        out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".edgepop-sweep-", dir=out.parent))
+    if staging is not None:  # a caller's staging folder is the caller's to move in or remove
+        out = Path(staging)
+        staged = contextlib.nullcontext(out)
+    else:  # before the work: a file in the way would lose its results
+        out = output_folder(out, "out", staged=True, writes=SWEEP_OUTPUTS if keep_requests else SWEEP_SUMMARY)
+        staged = staged_output(out, SWEEP_OUTPUTS, prefix=".edgepop-sweep-")
     t0 = time.perf_counter()
-    try:
+    with staged as tmp:
         sink = _Sink(grid, tmp)
         with progress_bar(len(tasks), progress if advance is None else False) as bar:
             def collect(result: dict) -> None:
@@ -124,12 +125,6 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
         wall = time.perf_counter() - t0
         (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2,
                                                    default=json_value))
-        if staging is None:
-            move_into_place(tmp, out, SWEEP_OUTPUTS)
-    except BaseException:
-        if staging is None:  # a caller's staging folder is the caller's to remove
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return SweepResult(grid, summary, out, wall, sink.wall_s)
 
 

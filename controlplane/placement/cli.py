@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from topology import Topology
 
     if args.out:
-        args.out = output_folder(args.out, staged=True)  # '~/dir' expanded: written there, not to ./~/dir
+        args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES)  # ('~' expanded)
     topo = Topology.load()
     problem = PlacementProblem.build(topo, catalog, total_rps=args.rps, mix=_mix(args, catalog),
                                      when_utc=_when(args.at), candidates_k=args.candidates_k,

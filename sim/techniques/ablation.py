@@ -87,7 +87,7 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
     g = one_deployment(g)
     g = with_size(g, requests=requests)  # checked as the grid's own size is, before any variant runs
     same_arrivals(g)
-    out = output_folder(out, "out", staged=True)  # before the work: a file in the way would lose its results
+    out = output_folder(out, "out", staged=True, writes=SWEEP_OUTPUTS | ABLATION_OUTPUTS)  # before the work
     # The sweep's files and the table are staged together and moved once: an interrupted run leaves the
     # earlier run's outputs whole, never new sweep files beside an old table.
     with staged_output(out, SWEEP_OUTPUTS | ABLATION_OUTPUTS, prefix=".edgepop-ablation-") as tmp:

@@ -23,8 +23,8 @@ def test_place_out_under_the_home_folder(tmp_path, monkeypatch, capsys, form):
 
 
 def test_place_writes_both_files_or_neither(tmp_path, monkeypatch, capsys):
-    """A failure after placement.parquet leaves no half output; a folder named like an output (the command owns
-    those names, as simulate's do) is replaced by the file."""
+    """A failure after placement.parquet leaves no half output; a folder named like an output is the user's: it is
+    refused before the work and left as it is, never replaced by the file."""
     import types
 
     from controlplane.placement import cli as place_cli
@@ -32,6 +32,11 @@ def test_place_writes_both_files_or_neither(tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     (out / "summary.json").mkdir(parents=True)
     argv = ["place", "--policy", "everywhere-fits", "--rps", "1500", "--out", str(out)]
+    assert main(argv) == 2
+    assert "summary.json is a folder, where the command writes a file" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["summary.json"] and (out / "summary.json").is_dir()
+    (out / "summary.json").rmdir()
+    (out / "summary.json").write_text("earlier")
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device", str(out / "summary.json"))
@@ -41,6 +46,7 @@ def test_place_writes_both_files_or_neither(tmp_path, monkeypatch, capsys):
         assert main(argv) == 1
     assert "No space left" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and [p.name for p in out.iterdir()] == ["summary.json"]
+    assert (out / "summary.json").read_text() == "earlier"
     assert main(argv) == 0
     assert (out / "placement.parquet").is_file() and json.loads((out / "summary.json").read_text())["replicas"] > 0
 

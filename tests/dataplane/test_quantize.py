@@ -127,3 +127,19 @@ def test_out_under_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(cwd)
     fig = quantize.quantize_and_measure("resnet-tiny", "~/q", repeats=1)
     assert fig["int8_path"] == str(home / "q" / "resnet-tiny.int8.onnx") and not (cwd / "~").exists()
+
+
+def test_a_failed_quantization_leaves_no_half_written_file(tmp_path, lm, monkeypatch):
+    """The int8 file is written beside its name and renamed into place: a quantizer that fails part-way leaves
+    neither a truncated model under the output's name nor its folded intermediate."""
+    def broken(src, dst, **kw):
+        with open(dst, "wb") as fh:
+            fh.write(b"half a model")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(quantize, "quantize_dynamic", broken)
+    (tmp_path / "q.onnx").write_bytes(b"an earlier run's")
+    with pytest.raises(OSError):
+        quantize.quantize_file(lm.session.path, tmp_path / "q.onnx", "gpt2")
+    assert (tmp_path / "q.onnx").read_bytes() == b"an earlier run's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.onnx"]

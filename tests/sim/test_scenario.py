@@ -514,3 +514,20 @@ def test_with_overrides_names_an_unknown_field_or_a_bad_seed():
         with pytest.raises(UserError, match="with_overrides: seed must be an integer"):
             with_overrides(sc, seed=seed)
     assert with_overrides(sc, seed=np.int64(4)).seed == 4
+
+
+@pytest.mark.parametrize("argv, before", [
+    (["simulate", "--only", "central"], "only central asked for: "),
+    (["simulate", "--seeds", "1,2"], "--seeds compares edge and central: "),
+    (["simulate", "--sensitivity"], "--sensitivity compares edge and central: "),
+    (["frontier", "--baselines", "big3"], "baselines 'big3' name central region sets: "),
+    (["frontier", "--only", "central"], "only = 'central' asked for: ")])
+def test_a_missing_central_deployment_is_said_one_way(tmp_path, capsys, argv, before):
+    """Every option that needs the central deployment refuses a scenario without one in the same words."""
+    off = tmp_path / "off.toml"
+    off.write_text("[workload]\nrequests = 100\n\n[central]\nenabled = false\n")
+    assert main([*argv, "--scenario", str(off), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edgepop: error: " + before + "scenario 'off' has no central deployment ([central] "
+                          "enabled = false)") and "\n" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["off.toml"]

@@ -471,7 +471,8 @@ def test_sweep_manifest_holds_toml_datetimes_and_central_only_variants_are_check
     assert summary["workload.start_utc"].tolist() == axes["workload.start_utc"]
     g = parse_grid({"base": "small", "requests": 150, "deployments": ["central"],
                     "axes": {"central.enabled": [True, False]}}, source="t.toml")
-    with pytest.raises(UserError, match="variant 1 .*nothing to simulate"):
+    with pytest.raises(UserError, match=r"variant 1 \(.*\): only central asked for: scenario '.*' has no central "
+                                        r"deployment \(\[central\] enabled = false\); nothing to simulate$"):
         run_sweep(g, workers=1, out=tmp_path / "cen", progress=False)
     assert not (tmp_path / "cen").exists()  # refused before variant 0 ran
 

@@ -180,14 +180,20 @@ def test_a_sigterm_wrapped_by_the_map_drawing_ends_with_143_and_writes_nothing(t
     assert list(tmp_path.iterdir()) == []  # no summary.json without its map, no staging folder left
 
 
-def test_a_failed_map_leaves_the_earlier_outputs_and_a_folder_in_the_way_is_replaced(tmp_path, monkeypatch, capsys):
-    """Both files or neither: the summary is not written when the map fails; a folder named like an output (the
-    command owns those names, as simulate's do) is replaced by the file."""
+def test_a_failed_map_leaves_the_earlier_outputs_and_a_folder_in_the_way_is_kept(tmp_path, monkeypatch, capsys):
+    """Both files or neither: the summary is not written when the map fails; a folder named like an output is the
+    user's: refused before the work and left as it is, never replaced by the file."""
     import topology.report
 
     out = tmp_path / "out"
     (out / "map.png").mkdir(parents=True)
-    (out / "notes.txt").write_text("mine")
+    (out / "map.png" / "mine.png").write_text("mine")
+    assert main(["topology", "--out", str(out)]) == 2
+    assert "map.png is a folder, where the command writes a file" in capsys.readouterr().err
+    assert (out / "map.png" / "mine.png").read_text() == "mine"
+    (out / "map.png" / "mine.png").replace(out / "notes.txt")
+    (out / "map.png").rmdir()
+    (out / "map.png").write_text("earlier")
 
     def boom(topo, path):
         raise OSError(28, "No space left on device", str(path))
@@ -197,6 +203,7 @@ def test_a_failed_map_leaves_the_earlier_outputs_and_a_folder_in_the_way_is_repl
         assert main(["topology", "--out", str(out)]) == 1
     assert "No space left" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert sorted(p.name for p in out.iterdir()) == ["map.png", "notes.txt"] and (out / "map.png").is_dir()
+    assert sorted(p.name for p in out.iterdir()) == ["map.png", "notes.txt"]
+    assert (out / "map.png").read_text() == "earlier"
     assert main(["topology", "--json", "--out", str(out)]) == 0
     assert (out / "map.png").is_file() and (out / "summary.json").is_file() and (out / "notes.txt").exists()
