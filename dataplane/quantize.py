@@ -221,7 +221,7 @@ def quantize_and_measure(name: str, out_dir: str | Path, repeats: int = 20, thre
         raise InvalidInputError(f"model '{name}': quantize supports gpt2, bert and resnet models, not "
                                 f"'{card.family}'")
     # ('~' expanded) checked before loading and quantizing, once the inputs are known to be good
-    out_dir = output_folder(out_dir)
+    out_dir = output_folder(out_dir, writes=(f"{name}.int8.onnx",))
     config = SessionConfig(provider="cpu", intra_op_threads=threads)
     fp32 = registry.load(name, config)
     rng = np.random.default_rng(seed)

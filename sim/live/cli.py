@@ -50,10 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_replay(args: argparse.Namespace) -> int:
     from edgepop.outputs import output_folder
     from sim.live.replay import ReplayOptions
-    from sim.live.run import replay_and_compare
+    from sim.live.run import OUTPUTS, replay_and_compare
 
     check_replay_flags(args)
-    args.out = output_folder(args.out)  # '~/dir' expanded: written there, not to ./~/dir
+    # '~/dir' expanded: written there, not to ./~/dir; a folder named like an output file is refused now
+    args.out = output_folder(args.out, writes=[n for n in OUTPUTS if "/" not in n])
 
     opts = ReplayOptions(url=args.live, trace=args.trace, out=args.out, requests=args.requests,
                          time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,

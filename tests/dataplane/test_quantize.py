@@ -75,6 +75,13 @@ def test_quantize_cli_and_errors(tmp_path, capsys):
     assert "ctc-tiny" in err and "\n" not in err
     with pytest.raises(InvalidInputError, match="repeats"):
         quantize.quantize_and_measure("resnet-tiny", tmp_path, repeats=0)
+    # a folder of the user's named like the output file: refused before the model is loaded, and left alone
+    (tmp_path / "mine" / "resnet-tiny.int8.onnx").mkdir(parents=True)
+    (tmp_path / "mine" / "resnet-tiny.int8.onnx" / "keep.txt").write_text("mine")
+    assert main(["quantize", "resnet-tiny", "--out", str(tmp_path / "mine"), "--repeats", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "resnet-tiny.int8.onnx is a folder" in err and "\n" not in err, err
+    assert (tmp_path / "mine" / "resnet-tiny.int8.onnx" / "keep.txt").read_text() == "mine"
 
 
 def test_int8_base_serves_lora_adapters(tmp_path, lm):

@@ -290,6 +290,18 @@ def test_replay_mistakes_fail_in_one_line_before_the_live_run(gateway, tmp_path,
     assert not out.exists()
 
 
+def test_a_folder_named_like_a_replay_output_is_refused_before_any_request(tmp_path, capsys):
+    """clear_outputs would fail on it after the work (IsADirectoryError): refused up front, the folder kept."""
+    from edgepop.cli import main
+
+    (tmp_path / "out" / "live.parquet").mkdir(parents=True)
+    trace = str(_trace(tmp_path / "t.jsonl", 2))  # nothing listens on port 9: refused before it is asked
+    assert main(["replay", "--live", "http://127.0.0.1:9", "--trace", trace, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "live.parquet is a folder" in err and err.count("\n") == 1, err
+    assert (tmp_path / "out" / "live.parquet").is_dir()
+
+
 def test_a_replay_clears_only_its_own_earlier_outputs(tmp_path):
     """Files of an earlier replay in --out go (a --no-sim run must not sit beside an old comparison), the profile
     this run reads from there and anything else stay."""
