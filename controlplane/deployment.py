@@ -30,6 +30,7 @@ from controlplane.fleet import Fleet, edge_fleet, ingress_site_rtt
 from controlplane.plane import AdmissionConfig, ControlPlane
 from controlplane.prefix_index import PrefixIndex
 from edgepop.errors import UserError, is_real
+from edgepop.memory import collector_paused
 
 ENTRIES = ("anycast", "direct")
 
@@ -240,9 +241,12 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     rtt = (entry["rtt_builder"](topo.latency) if central else problem.rtt_for(fleet)) * rtt_scale
     # Candidate lists are built by whoever drives the plane, for the pairs it will ask for: the simulator for
     # those its workload names (``ClusterState.precompute_pairs``), the gateway for every ingress PoP.
-    plane = build_control_plane(cfg, catalog, fleet, placement.table, rtt, perf=perf, rng=rng_route,
-                                typical_tokens=typical_tokens, scenario_start=scenario_start, day_s=day_s,
-                                one_llm_per_gpu=one_llm, **plane_options)
+    # Thousands of replicas at a large edge, each with its objects: a full collection over everything alive in
+    # the middle of building them frees nothing (the simulator freezes all of it before its run).
+    with collector_paused():
+        plane = build_control_plane(cfg, catalog, fleet, placement.table, rtt, perf=perf, rng=rng_route,
+                                    typical_tokens=typical_tokens, scenario_start=scenario_start, day_s=day_s,
+                                    one_llm_per_gpu=one_llm, **plane_options)
     return Deployment(name, plane, fleet, table=placement.table, placement=placement, **entry)
 
 

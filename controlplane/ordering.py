@@ -43,6 +43,8 @@ def candidate_slots(sizes: np.ndarray, order: np.ndarray, n: int) -> tuple[np.nd
     Every group has a member, and each row names at least ``min(n, sizes.sum())`` of them."""
     rows, k = order.shape
     length = min(n, int(sizes.sum()))
+    if (sizes == 1).all():  # one member per group (a large edge: one replica of a model per PoP): no search
+        return np.broadcast_to(np.arange(length, dtype=np.int64), (rows, length)), order[:, :length]
     sz = sizes[order]
     end = np.cumsum(sz, axis=1)  # strictly increasing along each row
     # One sorted search for all rows at once: row r's ends are offset by r * stride, above every earlier row's.

@@ -17,7 +17,6 @@ from __future__ import annotations
 from controlplane.placement.takers import FirstOffers, first_entries, initial_offers, pair_ids, stale_marks
 
 _EPS = 1e-9
-_END = (None, float("inf"))  # past a pair's last candidate
 _NO_OFFERS: list = []  # the offers of a key no pair lists (never changed: offer lists are replaced, not changed)
 
 
@@ -69,6 +68,11 @@ class GreedyRouting:
         # Per pair, the stale marks of each key it lists and its RTT there, nearest first (a move marks up to a
         # dozen of them and moves run ~10^5 times). A key's marks are emptied whenever its offers are re-derived.
         self._stale, self._marks_of, self._rtts_of = stale_marks(net)
+        # Per pair, the marks of the keys it lists nearer than the penalty (by more than _EPS): where it has
+        # offers while some of its demand is unserved, a prefix of its candidates (most often all of them).
+        live = ((self.penalty - net.cand_rtt > _EPS) & (net.cand_site >= 0)).sum(axis=1).tolist()
+        self._live_of = [marks if n == len(marks) else marks[:n]
+                         for marks, n in zip(self._marks_of, live, strict=True)]
         self._initial_offers()
 
     def track_pairs(self) -> None:
@@ -151,9 +155,11 @@ class GreedyRouting:
     def summed(self, node: int, m: int) -> tuple[float, float]:
         """(rps, rps x ms saved) of all the offers to ``node``: the whole list's sums, cached with it."""
         key = self.key_base[node] + m
-        if type(self._offers.get(key)) is FirstOffers and not self._stale.get(key):
-            _, rps, total = self._sums[key]  # found with them: no need to build the entries
-            return rps, total
+        sums = self._sums.get(key)
+        if sums is not None and sums[0] is self._offers.get(key) and not self._stale.get(key):
+            # The key's offers are those summed (first offers' sums are found with them: their entries need
+            # not be built), and no move has marked them stale since.
+            return sums[1], sums[2]
         offers = self._offers_at(key)
         sums = self._sums.get(key)
         if sums is None or sums[0] is not offers:
@@ -213,8 +219,9 @@ class GreedyRouting:
         if self.journal is not None:
             self.journal.append((p, src, dst, amount, src_rtt))
         before = self.worst[p]
+        penalty = self.penalty
         if unserved[p] > _EPS:
-            worst = self.worst[p] = self.penalty
+            worst = self.worst[p] = penalty
         else:
             worst = 0.0
             for entry in served.values():  # a pair is served at one or two nodes: no generator for max()
@@ -225,6 +232,19 @@ class GreedyRouting:
         # the worse of its old and new worst can have seen them change. Candidates run nearest first: those nearer
         # than the new worst get the RTT, to re-derive p's entries at the next read; those nearer only than the old
         # one get None (p has none there now, and until its next move, which marks again where that changes).
+        if before == penalty and worst <= penalty:
+            # The usual case (p was unserved in part): the keys nearer than the old worst are those nearer
+            # than the penalty, a prefix known in advance, so no RTT need be compared to mark them None; the
+            # few nearer than the new worst are then marked again with their RTT (the same marks in the end).
+            live = self._live_of[p]
+            if worst != penalty:
+                for marks in live:
+                    marks[p] = None
+            for marks, r in zip(live, self._rtts_of[p], strict=False):  # (live: a prefix of the candidates)
+                if worst - r <= _EPS:
+                    return
+                marks[p] = r
+            return
         walk = zip(self._marks_of[p], self._rtts_of[p], strict=True)
         for marks, r in walk:
             if worst - r <= _EPS:
@@ -232,9 +252,12 @@ class GreedyRouting:
             marks[p] = r
         else:
             return
-        while before - r > _EPS:
+        if before - r > _EPS:
             marks[p] = None
-            marks, r = next(walk, _END)
+            for marks, r in walk:  # (the same iterator: the candidates after the first one not marked above)
+                if before - r <= _EPS:
+                    break
+                marks[p] = None
 
     def fill(self, node: int, max_steps: int = 20_000) -> set[int]:
         """Move the best offers onto ``node``'s replicas up to their free capacity, then refill the nodes that

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from kit.controlplane import LLAMA, TINY, make_fleet, placement
 
-from controlplane.ordering import SiteRtts, first_k_stable, window_end
+from controlplane.ordering import SiteRtts, candidate_slots, first_k_stable, window_end
 from controlplane.placement.network import Network
 from controlplane.state import ClusterState
 
@@ -40,6 +40,38 @@ def test_first_k_equals_a_stable_full_sort_with_few_ties(seed):
         k = int(rng.integers(1, max(2, cols // 4)))
         expected = np.argsort(values, axis=1, kind="stable")[:, :k]
         assert np.array_equal(first_k_stable(values, k), expected)
+
+
+def plain_slots(sizes, order, n):
+    """candidate_slots one row at a time: the groups in the row's order, each group's members in turn, up to
+    n."""
+    start = np.cumsum(sizes) - sizes
+    slots, members = [], []
+    for row in order.tolist():
+        slot, member = [], []
+        for i, g in enumerate(row):
+            for j in range(int(sizes[g])):
+                slot.append(i)
+                member.append(int(start[g]) + j)
+        slots.append(slot[:n])
+        members.append(member[:n])
+    return slots, members
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("one_each", [False, True])
+def test_candidate_slots_take_each_groups_members_in_the_rows_order(seed, one_each):
+    """With several members per group or one each (a large edge: one replica of a model per PoP), and lists
+    cut short or not."""
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        n_groups, rows = int(rng.integers(1, 60)), int(rng.integers(1, 9))
+        sizes = np.ones(n_groups, dtype=np.int64) if one_each else rng.integers(1, 4, n_groups)
+        n = int(rng.integers(1, 2 * int(sizes.sum()) + 2))
+        k = min(n_groups, n)  # the first k groups of each row always hold enough members
+        order = np.argsort(rng.random((rows, n_groups)), axis=1)[:, :k]
+        slot, member = candidate_slots(sizes, order, n)
+        assert (slot.tolist(), member.tolist()) == plain_slots(sizes, order, n)
 
 
 @pytest.mark.parametrize("seed", range(4))
