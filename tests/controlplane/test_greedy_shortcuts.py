@@ -186,7 +186,9 @@ def test_every_read_of_offers_is_a_fresh_scan(topo, seed, penalty, monkeypatch):
 
     monkeypatch.setattr(GreedyRouting, "_offers_at", checked)
     placed = place(problem(topo, seed, unserved_penalty_ms=penalty), seed)
-    assert not isinstance(placed, str) and sum(reads) > 1000
+    # (not vacuous: hundreds of offers read; the low-penalty problem reads the fewest, as summed answers from
+    # its cached sums whenever no move marked a key's offers since)
+    assert not isinstance(placed, str) and sum(reads) > 500, sum(reads)
 
 
 @pytest.mark.parametrize("seed,penalty", [(0, 1000.0), (3, 1000.0), (2, 30.0)])
