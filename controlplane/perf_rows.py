@@ -36,6 +36,8 @@ HOLDOUT_FILE = DATA / "perf_holdout.csv"  # end-to-end rows no fit ever sees: an
 HOLDOUT_NIM_FILE = DATA / "perf_holdout_nim.csv"  # a second one: another engine, prefill and decode, TP 1-8
 # a third: large-batch decode steps (static batches of 60-1,024 sequences, an edge-class L40S among the GPUs)
 HOLDOUT_STATIC_FILE = DATA / "perf_holdout_static_decode.csv"
+# a fourth: the edge-class L40S alone, a later release's static-batch decode steps, tp 1-8 over PCIe
+HOLDOUT_EDGE_FILE = DATA / "perf_holdout_edge.csv"
 COLLECTIVES_FILE = DATA / "perf_collectives.csv"
 COLUMNS = ["model", "gpu", "tp", "precision", "kv_precision", "phase", "batch", "prompt_tokens", "context",
            "measured_ms", "engine", "source", "notes"]

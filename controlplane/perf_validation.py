@@ -20,7 +20,7 @@ import pandas as pd
 
 from controlplane.perf_calibration import Rows, fit, load_rows, mape
 from controlplane.perf_params import RooflineParams
-from controlplane.perf_rows import HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE
+from controlplane.perf_rows import HOLDOUT_EDGE_FILE, HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE
 
 GROUPINGS = ("model", "gpu", "tp")
 PHASES = ("prefill", "decode", "kernel", "allreduce")
@@ -28,12 +28,14 @@ GOAL_MAPE = 0.10  # prefill and decode, each grouping, end-to-end rows
 # Held-out engine releases and the fitted profile of another release of the same engine (the other reading of an
 # engine the constants never saw is the ``default`` profile, what estimates use).
 # (``tensorrt-llm-0.5-static``: the fitted release itself, measured another way, by its static-batch throughput
-# benchmark, whose decode steps no reference row has; ``-0.6-static``: the next release, the same benchmark)
+# benchmark, whose decode steps no reference row has; ``-0.6-static`` and ``-0.9-static``: later releases, the same
+# benchmark)
 OTHER_RELEASE = {"tensorrt-llm-0.9": "tensorrt-llm-0.5", "nim-2024-tensorrt-llm": "nim-1.8-tensorrt-llm",
-                 "tensorrt-llm-0.5-static": "tensorrt-llm-0.5", "tensorrt-llm-0.6-static": "tensorrt-llm-0.5"}
+                 "tensorrt-llm-0.5-static": "tensorrt-llm-0.5", "tensorrt-llm-0.6-static": "tensorrt-llm-0.5",
+                 "tensorrt-llm-0.9-static": "tensorrt-llm-0.5"}
 HOLDOUT_BREAKDOWNS = ("phase", "gpu", "tp", "tokens", "model")
 # The external checks: tables no fit reads, each reported on its own.
-HOLDOUT_FILES = (HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE)
+HOLDOUT_FILES = (HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE, HOLDOUT_EDGE_FILE)
 
 
 def cross_validate(rows: Rows | None = None) -> pd.DataFrame:

@@ -5,8 +5,8 @@
 * ``service_time``: the roofline's errors in sample and in leave-one-group-out cross-validation by model, GPU
   type and tensor-parallel degree (``controlplane.perf_validation``), each group's MAPE by phase;
 * ``service_time_holdouts``: the shipped constants against published measurements no fit ever sees, one report
-  per table (``perf_holdout.csv``, ``perf_holdout_nim.csv``, ``perf_holdout_static_decode.csv``;
-  :func:`controlplane.perf_validation.holdout_report`);
+  per table (``perf_holdout.csv``, ``perf_holdout_nim.csv``, ``perf_holdout_static_decode.csv``,
+  ``perf_holdout_edge.csv``; :func:`controlplane.perf_validation.holdout_report`);
 * ``wan``: the WAN model's errors per data set, distance band and continent, in sample and cross-validated by
   data set and by continent (``topology.wan_fidelity``), with the goals met or missed;
 * ``jitter``: the per-path RTT distribution and how it reproduces the measured minima and maxima;

@@ -34,7 +34,8 @@ REACHED = {("tp", "prefill"): 0.12, ("gpu", "prefill"): 0.105, ("gpu", "decode")
 # change: pooling the architectures' GEMM efficiency took the static-decode set from 18.7% to 19.2%).
 HOLDOUT_REACHED = {"perf_holdout.csv": {"default": 0.14, "other_release": 0.12},
                    "perf_holdout_nim.csv": {"default": 0.18, "other_release": 0.21},
-                   "perf_holdout_static_decode.csv": {"default": 0.195, "other_release": 0.195}}
+                   "perf_holdout_static_decode.csv": {"default": 0.195, "other_release": 0.195},
+                   "perf_holdout_edge.csv": {"default": 0.105, "other_release": 0.105}}
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +174,8 @@ def test_external_check_rows_are_never_fitted_and_every_row_is_reported(report):
     checks = {h["file"]: h for h in report["service_time_holdouts"]}
     assert set(checks) == set(HOLDOUT_REACHED)
     assert {name: h["rows"] for name, h in checks.items()} == {"perf_holdout.csv": 40, "perf_holdout_nim.csv": 108,
-                                                              "perf_holdout_static_decode.csv": 7}
+                                                              "perf_holdout_static_decode.csv": 7,
+                                                              "perf_holdout_edge.csv": 5}
     ref, params = load_reference(), RooflineParams.load()
     for name, h in checks.items():
         assert h["rows"] == len(h["points"]) == len(load_reference(ROOT / "controlplane" / "data" / name))
@@ -192,6 +194,40 @@ def test_external_check_rows_are_never_fitted_and_every_row_is_reported(report):
             field = "prefill_overhead_ms" if p["phase"] == "prefill" else "step_overhead_ms"
             gap = getattr(other, field) - getattr(default, field)
             assert p["other_release_ms"] - p["default_ms"] == pytest.approx(gap, abs=0.02)
+
+
+def test_edge_check_rows_are_l40s_static_batch_decode_steps_rederived_from_their_notes(report):
+    """``perf_holdout_edge.csv``: every row one L40S decode step of TensorRT-LLM 0.9.0's static-batch throughput
+    table, its figure re-derived from the numbers its notes quote (the run less its one prefill, over 2,048 steps);
+    ``edgepop validate`` reports it beside the other external checks, within the MAPE it reaches."""
+    import csv
+
+    from controlplane.perf_rows import HOLDOUT_EDGE_FILE, reference_specs
+
+    rows, specs = list(csv.DictReader(HOLDOUT_EDGE_FILE.open())), reference_specs()
+    assert len(rows) == 5 and len({(r["model"], r["tp"]) for r in rows}) == 5
+    for r in rows:
+        assert r["model"] in specs
+        assert (r["gpu"], r["precision"], r["kv_precision"], r["phase"], r["engine"]) == (
+            "L40S", "fp8", "fp8", "decode", "tensorrt-llm-0.9-static")
+        assert r["source"] == "https://github.com/NVIDIA/TensorRT-LLM/blob/v0.9.0/docs/source/performance.md"
+        tp, batch = int(r["tp"]), int(r["batch"])
+        assert (int(r["prompt_tokens"]), int(r["context"])) == (128, 128 + 2048 // 2) and tp in (1, 4, 8)
+        quoted = re.search(r"([\d,]+) output tokens/s(?: per GPU x (\d) GPUs)? at batch (\d+)", r["notes"])
+        gpus = int(quoted[2] or 1)
+        assert (gpus, int(quoted[3])) == (tp, batch)
+        run_ms = batch * 2048 * 1000 / (float(quoted[1].replace(",", "")) * gpus)
+        first_token = float(re.search(rf"at tp {tp}, ([\d.]+) ms", r["notes"])[1])
+        prefill_ms = batch * 128 / 2048 * first_token
+        assert prefill_ms / run_ms < 0.05
+        assert float(r["measured_ms"]) == pytest.approx((run_ms - prefill_ms) / 2048, abs=0.006)
+    check = next(h for h in report["service_time_holdouts"] if h["file"] == HOLDOUT_EDGE_FILE.name)
+    assert check["engines"] == ["tensorrt-llm-0.9-static"] and check["other_release"] == {
+        "tensorrt-llm-0.9-static": "tensorrt-llm-0.5"}
+    default = check["readings"]["default"]
+    assert default["by_gpu"]["L40S"]["rows"] == 5 and set(default["by_tp"]) == {"1", "4", "8"}
+    assert default["mape"] <= HOLDOUT_REACHED[HOLDOUT_EDGE_FILE.name]["default"]
+    assert "perf_holdout_edge.csv" in render_markdown(report, figure="fidelity-models.png")
 
 
 def _percentages(text: str) -> list[float]:
@@ -223,6 +259,8 @@ def test_validate_cli_writes_json_and_refuses_docs_without_cross_validation(tmp_
     assert (tmp_path / "fidelity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"in_sample", "sets", "goals"} <= set(rep["wan"]) and "leave_one_set_out" not in rep["wan"]
     assert "held-out rows" in (out := capsys.readouterr().out) and "WAN in sample" in out
+    assert "tensorrt-llm-0.9-static" in out  # the edge check, beside the others (text and JSON)
+    assert "perf_holdout_edge.csv" in {h["file"] for h in rep["service_time_holdouts"]}
     assert main(["validate", "--in-sample", "--docs", str(tmp_path / "x.md"), "--out", str(tmp_path)]) == 2
     assert "drop --in-sample" in capsys.readouterr().err and not (tmp_path / "x.md").exists()
 
