@@ -36,6 +36,7 @@ def neurons_array(catalog: Catalog, models, input_units, output_tokens) -> np.nd
 
 
 def usd(neuron_count: float) -> float:
+    """Dollars for ``neuron_count`` neurons at the Workers AI price (no free allowance)."""
     return neuron_count * USD_PER_1000_NEURONS / 1000
 
 

@@ -103,6 +103,7 @@ def head_params(spec: ModelSpec) -> float:
 
 
 def kv_bytes_per_token(spec: ModelSpec) -> float:
+    """KV cache bytes one token of context takes (the catalog entry's ``kv_bytes_per_token``)."""
     return spec.kv_bytes_per_token
 
 

@@ -249,6 +249,7 @@ def fit(rows: Rows, start: RooflineParams | None = None) -> RooflineParams:
 
 
 def mape(pred: np.ndarray, measured: np.ndarray) -> float | None:
+    """Mean absolute percentage error of ``pred`` against ``measured``, as a fraction (None for no rows)."""
     return round(float(np.mean(np.abs(pred - measured) / measured)), 4) if len(measured) else None
 
 
@@ -271,6 +272,8 @@ def run(write: bool = True, out: Path = PARAMS_FILE) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m controlplane.perf_calibration``: refit the constants, print the fit as JSON and write
+    perf_params.json (``--check``: fit and report only)."""
     ap = argparse.ArgumentParser(prog="python -m controlplane.perf_calibration", description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="fit and report only; do not write perf_params.json")
     args = ap.parse_args(argv)

@@ -1,7 +1,9 @@
 """The control plane facade: admission, routing, queues, cold starts, faults and autoscaling over one ClusterState.
 
-A pure library: every method takes the current time ``now`` (seconds) and returns what the caller must act on.
-The simulator and the live gateway both drive it the same way::
+A pure library that reads no clock: every method whose outcome depends on the time takes it (``now``, seconds;
+``acquire_adapter``'s ``t``) and returns what the caller must act on; the rest (``check``, ``set_slots``, the
+prefix pins, ``next_wakeup``, ``snapshot``) change nothing that depends on it. The simulator and the live gateway
+both drive it the same way::
 
     d = plane.submit(req, now)          # START / QUEUE / REJECT (with a Workers AI code)
     started = plane.finish(req, now)    # requests that left a queue and start now

@@ -1,7 +1,7 @@
 """Live cluster state the control plane keeps: replicas with their slots, KV budget, queue and load status.
 
-State changes only through explicit method calls with the time passed in (no clocks, no threads), so the
-simulator and the live gateway drive the very same objects.
+State changes only through explicit method calls, the time passed in where it matters (no clocks, no threads),
+so the simulator and the live gateway drive the very same objects.
 
 Invariants (tested):
 - a replica never runs more than ``slots`` sequences nor reserves more than ``kv_capacity`` KV tokens (full-layer

@@ -42,6 +42,7 @@ class BatchConfig:
 
 @dataclass
 class BatchStats:
+    """What a batching engine has run: batches and items (``mean_batch``: items per batch)."""
     batches: int = 0
     items: int = 0
 

@@ -66,6 +66,7 @@ class GenerationResult:
 
 @dataclass
 class LMStats:
+    """What an LM engine has run: iterations, prefills, tokens and how often each batch size ran."""
     steps: int = 0
     prefills: int = 0
     tokens: int = 0

@@ -39,6 +39,8 @@ class PrefixCacheConfig:
 
 @dataclass
 class PrefixCacheStats:
+    """Counters of a prefix KV cache: lookups, hits, tokens served from cache, blocks inserted and
+    evicted."""
     lookups: int = 0
     hits: int = 0
     hit_tokens: int = 0

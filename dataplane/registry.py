@@ -60,6 +60,7 @@ def register(card: ModelCard, replace: bool = False) -> ModelCard:
 
 
 def get_card(name: str) -> ModelCard:
+    """The card of the registered model ``name``; :class:`ModelNotFoundError` naming the known ones if none."""
     try:
         return _CARDS[name]
     except KeyError:
@@ -67,6 +68,7 @@ def get_card(name: str) -> ModelCard:
 
 
 def list_models(task: str | None = None) -> list[ModelCard]:
+    """The cards of every registered model, or of those of one ``task``."""
     return [c for c in _CARDS.values() if task is None or c.task == task]
 
 

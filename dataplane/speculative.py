@@ -167,6 +167,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    """``edgepop speculate``: check the flags, generate with and without speculation and print the text
+    and one JSON line of figures."""
     if not 0 <= args.noise <= 10:
         raise InvalidInputError(f"--noise must be in [0, 10], got {args.noise}")
     if args.k < 1 or args.max_tokens < 1:

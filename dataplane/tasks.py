@@ -299,26 +299,33 @@ def submit_generation(dp, model: str, inputs, on_token=None) -> GenerationHandle
 
 # `run` bound to one task; each row's prepare_fn and shape_fn docstrings give its input and result shapes.
 def text_generation(dp, model: str, inputs):
+    """Run one ``text-generation`` request through the task table (``run`` bound to the task)."""
     return run(dp, model, inputs, "text-generation")
 
 
 def text_embeddings(dp, model: str, inputs) -> dict:
+    """Run one ``text-embeddings`` request through the task table (``run`` bound to the task)."""
     return run(dp, model, inputs, "text-embeddings")
 
 
 def text_classification(dp, model: str, inputs) -> list[dict]:
+    """Run one ``text-classification`` request through the task table (``run`` bound to the task)."""
     return run(dp, model, inputs, "text-classification")
 
 
 def text_reranking(dp, model: str, inputs) -> dict:
+    """Run one ``text-reranking`` request through the task table (``run`` bound to the task)."""
     return run(dp, model, inputs, "text-reranking")
 
 
 def image_classification(dp, model: str, inputs) -> list[dict]:
+    """Run one ``image-classification`` request through the task table (``run`` bound to the task)."""
     return run(dp, model, inputs, "image-classification")
 
 
 def speech_recognition(dp, model: str, inputs) -> dict:
+    """Run one ``automatic-speech-recognition`` request through the task table (``run`` bound to the
+    task)."""
     return run(dp, model, inputs, "automatic-speech-recognition")
 
 

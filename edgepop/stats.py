@@ -16,6 +16,7 @@ PCTS = (50, 90, 95, 99)
 
 
 def finite(x) -> np.ndarray:
+    """The finite values of ``x`` as a float64 array (NaN and infinities dropped)."""
     x = np.asarray(x, dtype=np.float64)
     return x[np.isfinite(x)]
 

@@ -154,6 +154,7 @@ class Frontier:
 
 
 def scenario_path(name_or_path: str | Path) -> Path:
+    """The file of a scenario given by embedded name or path; a one-line UserError when it is neither."""
     from sim.scenario import SCENARIO_DIR, read_named_toml
 
     if not isinstance(name_or_path, str | os.PathLike):

@@ -19,6 +19,7 @@ def _label(column: str) -> str:
 
 
 def plot_frontier(frontier, path: Path) -> Path:
+    """Draw the frontier figure of a run into ``path`` (frontier.png) and return ``path``."""
     from sim.plots import pyplot
 
     plt = pyplot()

@@ -160,6 +160,7 @@ def _answered_mean(p, column):
 
 
 def point_dict(p, slo) -> dict:
+    """One evaluated budget point as a JSON-ready dict: line, budget, feasibility, SLO met, mean figures."""
     out = {"line": p.line.key, "inventory_scale": p.scale, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour,
            "phase": p.phase, "feasible": p.feasible, "seeds": len(p.rows)}
     if not p.feasible:
@@ -226,6 +227,7 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
 
 
 def write_outputs(frontier) -> Path:
+    """Write frontier.parquet, frontier.json, frontier.png and report.md into the run's folder; returns it."""
     from sim.frontier_plot import plot_frontier
 
     out = Path(frontier.path)
@@ -251,6 +253,7 @@ def has_ratio(r: dict) -> bool:
 
 
 def report_lines(frontier) -> list[str]:
+    """The lines of the frontier's report.md."""
     r = frontier.result
     lines = [f"# edgepop frontier: {r['scenario']}", "",
              f"SLO: {r['slo']['text']}; seeds {r['seeds']}; requests per run: "
@@ -322,6 +325,7 @@ def status_text(d: dict) -> str:
 
 
 def missing_lines(r: dict, baseline: str) -> list[str]:
+    """Of the edge and ``baseline``, the lines that never met the SLO (so no ratio between them)."""
     return [k for k in ("edge", baseline) if k in r["deployments"] and k in not_met_lines(r)]
 
 

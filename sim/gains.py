@@ -121,11 +121,14 @@ class Bootstrap:
 
 
 def reduction(edge, central):
+    """Percentage by which ``edge`` is below ``central`` (positive: the edge is better); NaN where central
+    is 0."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return 100.0 * (np.asarray(central) - np.asarray(edge)) / np.asarray(central)
 
 
 def interval(samples) -> list | None:
+    """The 95% percentile interval of bootstrap ``samples`` (finite ones), rounded; None under 10 samples."""
     s = np.asarray(samples, dtype=float)
     s = s[np.isfinite(s)]
     if s.size < 10:
@@ -235,6 +238,7 @@ def _groups(p: Paired, keys: np.ndarray, names) -> dict:
 
 
 def prompt_bin(tokens: np.ndarray) -> np.ndarray:
+    """The ``PROMPT_BINS`` name of each prompt size in ``tokens``."""
     out = np.empty(len(tokens), dtype=object)
     for name, lo, hi in PROMPT_BINS:
         out[(tokens >= lo) & (tokens <= hi)] = name

@@ -130,6 +130,8 @@ class Grid:
 
 
 def column_value(value, axis_values: list):
+    """An axis value as a sweep table column holds it: scalars as they are (ints as floats when the axis
+    mixes them), dates and times as ISO text, anything else as sorted JSON."""
     if isinstance(value, bool) or isinstance(value, str):
         return value
     if isinstance(value, int | float):
@@ -147,6 +149,7 @@ def json_value(value):
 
 
 def embedded_grids() -> list[str]:
+    """The names of the grids shipped in ``sim/scenarios/grids/``."""
     return sorted(p.stem for p in GRID_DIR.glob("*.toml"))
 
 

@@ -149,6 +149,7 @@ def predict(table: pd.DataFrame, engine: str = "default", params: RooflineParams
 
 
 def band(concurrency: int) -> str:
+    """The name of the ``BANDS`` concurrency band ``concurrency`` falls in."""
     return next(name for lo, hi, name in BANDS if lo <= concurrency <= hi)
 
 

@@ -137,6 +137,8 @@ def cold_start_block(frame: pd.DataFrame) -> dict:
 
 
 def per_group(frame: pd.DataFrame, col: str, slo) -> dict:
+    """Per value of column ``col``: requests, ok ones, TTFT p50/p95 (interactive text generation), median network
+    RTT and SLO attainment of its rows."""
     out = {}
     met = slo_met(frame, slo)
     # the columns read below only: each group is a copy of its rows

@@ -94,6 +94,7 @@ def ttft_cdf_figure(requests):
 
 
 def plot_ttft_cdf(requests, path: Path) -> Path:
+    """Draw the edge-vs-central TTFT CDFs into ``path`` and return ``path``."""
     fig = ttft_cdf_figure(requests)
     fig.savefig(path)
     pyplot().close(fig)
@@ -120,6 +121,7 @@ def utilisation_figure(util):
 
 
 def plot_utilisation(util, path: Path) -> Path:
+    """Draw utilisation over time into ``path`` and return ``path``."""
     fig = utilisation_figure(util)
     fig.savefig(path)
     pyplot().close(fig)

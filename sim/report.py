@@ -171,6 +171,7 @@ def _fmt(v):
 
 
 def title_line(s: dict) -> str:
+    """The one-line title of a run from its summary: scenario, requests, seed, inventory, baseline."""
     deps = s.get("deployments") or {}
     base = f", central {s['baseline']}" if s.get("baseline") and (not deps or "central" in deps) else ""
     only = f", {next(iter(deps))} only" if len(deps) == 1 else ""

@@ -252,6 +252,8 @@ def central_config(sc: Scenario):
 
 @dataclass
 class DeploymentRun:
+    """One simulated deployment of a scenario run: its deployment, request and utilisation frames,
+    its summary.json block and run statistics."""
     name: str
     deployment: Deployment
     requests: pd.DataFrame

@@ -212,6 +212,7 @@ def no_central(name: str) -> str:
 
 
 def embedded_scenarios() -> list[str]:
+    """The names of the scenarios shipped in ``sim/scenarios/``."""
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
 
 

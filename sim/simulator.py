@@ -49,6 +49,8 @@ class ConservationError(RuntimeError):
 
 @dataclass
 class SimResult:
+    """What a simulation hands back: the per-request and utilisation frames, the control plane's counters
+    and the simulated time it ended at."""
     deployment: str
     requests: pd.DataFrame
     utilisation: pd.DataFrame

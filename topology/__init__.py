@@ -1,4 +1,4 @@
-"""edgepop topology: PoPs, GPU nodes, cloud regions, user demand and the WAN latency model.
+"""edgepop topology: PoPs, GPU nodes, cloud regions, user demand and the WAN latency model (docs/topology.md).
 
 Public API::
 
@@ -7,6 +7,20 @@ Public API::
     core_rtt_ms(51.5, -0.1, 40.7, -74.0)        # London - New York, data centre to data centre (ms)
     topo.user_pop_rtt(lat, lon)                 # users x PoPs matrix with last mile
     topo.ingress(lat, lon)                      # anycast ingress PoP per user
+
+Reading guide (start at :mod:`topology.world`: ``Topology``, the world an experiment runs in):
+
+* what is where: :mod:`topology.pops` (PoP cities and their tiers), :mod:`topology.gpus` (GPU types and the
+  nodes each PoP holds), :mod:`topology.regions` (cloud regions and the baseline sets), :mod:`topology.demand`
+  (demand cities and the diurnal curve); every table read through :mod:`topology.tables` (validated CSV
+  loading);
+* latency: :mod:`topology.geo` (geodesy and constants), :mod:`topology.latency` (the backbone model),
+  :mod:`topology.borders` (borders no terrestrial link crosses), :mod:`topology.last_mile` (the access network's
+  round trip), :mod:`topology.jitter` (per-request RTT variability), :mod:`topology.rtt_cache` (derived RTT
+  matrices cached in memory and on disk);
+* its fit: :mod:`topology.rtt_sets` (the measured RTT sets), :mod:`topology.calibration` (the fit and its
+  cross-validation), :mod:`topology.wan_fidelity` (the tables ``edgepop validate`` prints);
+* :mod:`topology.report` (summaries and the map) and :mod:`topology.cli` (``edgepop topology``).
 """
 
 from topology.demand import demand_rates, diurnal_factor, load_demand_points, local_hour

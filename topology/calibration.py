@@ -174,6 +174,7 @@ def fit(m: pd.DataFrame, start: LatencyParams | None = None, backbone: Backbone 
 
 
 def predict(model: LatencyModel, m: pd.DataFrame) -> np.ndarray:
+    """The model's core RTT (ms) for every measured pair of ``m`` (columns lat_a, lon_a, lat_b, lon_b)."""
     return np.asarray(model.core_rtt_ms(m.lat_a, m.lon_a, m.lat_b, m.lon_b))
 
 

@@ -47,6 +47,7 @@ def country_continents() -> dict[str, str]:
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The median of ``values`` weighted by ``weights``."""
     order = np.argsort(values)
     cum = np.cumsum(weights[order])
     return float(values[order][np.searchsorted(cum, cum[-1] / 2)])

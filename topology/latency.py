@@ -132,6 +132,7 @@ class Backbone:
 
 
 def load_landing_points() -> pd.DataFrame:
+    """The shipped submarine-cable landing points (``data/landing_points.csv``), backbone nodes."""
     return pd.read_csv(DATA_DIR / "landing_points.csv")
 
 

@@ -92,6 +92,7 @@ def model_digest(model) -> str:
 
 
 def matrix_key(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarray) -> str:
+    """The cache key of an RTT matrix: a hash of the latency model, the cities' coordinates and the sites."""
     h = hashlib.sha256(model_digest(model).encode())
     for a, dtype in ((lat, np.float64), (lon, np.float64), (site_nodes, np.int64)):
         h.update(np.ascontiguousarray(a, dtype=dtype))

@@ -31,6 +31,7 @@ class Field:
 
 
 def number(text: str) -> float:
+    """A cell parsed as a finite number (ValueError otherwise)."""
     value = float(text)
     if math.isnan(value) or math.isinf(value):
         raise ValueError("not a finite number")
@@ -38,6 +39,7 @@ def number(text: str) -> float:
 
 
 def integer(text: str) -> int:
+    """A cell parsed as a whole number (``3`` or ``3.0``; ValueError otherwise)."""
     value = float(text)
     if not value.is_integer():
         raise ValueError("not an integer")
@@ -45,10 +47,12 @@ def integer(text: str) -> int:
 
 
 def in_range(lo: float, hi: float) -> Callable[[object], str | None]:
+    """A check that a value lies in [lo, hi]: None, or what is wrong with it."""
     return lambda v: None if lo <= v <= hi else f"{v} is outside [{lo}, {hi}]"  # type: ignore[operator]
 
 
 def non_empty(v: object) -> str | None:
+    """A check that a value is not blank: None, or what is wrong with it."""
     return None if str(v).strip() else "is empty"
 
 

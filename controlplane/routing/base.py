@@ -35,6 +35,7 @@ class Decision:
 
 
 def reject(code: int = Code.OUT_OF_CAPACITY) -> Decision:
+    """A decision to reject the request with Workers AI error ``code`` (default: out of capacity)."""
     return Decision(REJECT, code=int(code))
 
 
@@ -169,6 +170,7 @@ def advance_draws(router: Router, draws: list[int]) -> None:
 
 
 def router_names() -> list[str]:
+    """The names of the registered routing policies."""
     return ROUTERS.names()
 
 

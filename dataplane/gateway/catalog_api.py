@@ -20,6 +20,7 @@ SOURCE = 1  # the only model source here: Workers AI's own catalog (``source`` o
 
 
 def task_title(task: str) -> str:
+    """A task's display name: ``text-generation`` -> ``Text Generation``."""
     return task.replace("-", " ").title()
 
 

@@ -101,6 +101,7 @@ class GatewayError(Exception):
 
 
 def bad_input(message: str) -> GatewayError:
+    """A 400 with Workers AI's bad-input code and ``message``."""
     return GatewayError(400, BAD_INPUT, message)
 
 
@@ -160,6 +161,7 @@ def retried(err: GatewayError) -> bool:
 
 
 def unknown_model(model: str) -> GatewayError:
+    """The error for a model this gateway does not serve (Workers AI's no-such-model code)."""
     return from_code(Code.NO_SUCH_MODEL, f"{model!r} is not served here (GET .../ai/models/search lists them)")
 
 

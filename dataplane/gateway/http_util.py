@@ -124,6 +124,7 @@ def envelope(result, model: str, task: str, stand_in: str, synthetic: bool, emul
 
 
 def ok(result, **extra) -> dict:
+    """The Workers AI success envelope around ``result`` (``extra`` keys added at the top level)."""
     return {"result": result, "success": True, "errors": [], "messages": [], **extra}
 
 

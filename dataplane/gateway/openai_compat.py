@@ -140,6 +140,7 @@ def openai_usage(usage: dict) -> dict:
 
 
 def finish_reason(usage: dict) -> str:
+    """OpenAI's ``finish_reason``: ``length`` when generation hit its token limit, else ``stop``."""
     return "length" if usage.get("finish_reason") == "length" else "stop"
 
 

@@ -17,6 +17,7 @@ PROJECTIONS = ("attn", "proj", "fc", "fc_proj")
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (GPT-2's ``gelu_new``)."""
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 

@@ -52,6 +52,7 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def spec_from_config(directory: Path) -> BertSpec:
+    """The encoder spec of a checkpoint folder, read from its Hugging Face ``config.json``."""
     cfg = json.loads((directory / "config.json").read_text())
     return BertSpec(
         n_layer=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], n_head=cfg["num_attention_heads"],
@@ -62,6 +63,7 @@ def spec_from_config(directory: Path) -> BertSpec:
 
 
 def max_seq_length(directory: Path) -> int:
+    """The checkpoint's maximum sequence length (``sentence_bert_config.json``; 256 without it)."""
     path = directory / "sentence_bert_config.json"
     return int(json.loads(path.read_text()).get("max_seq_length", 256)) if path.exists() else 256
 

@@ -19,6 +19,7 @@ ALPHABET = ("<blank>", " ", "'", *"abcdefghijklmnopqrstuvwxyz")
 
 @dataclass(frozen=True)
 class SpeechSpec:
+    """Shape of a speech model: encoder layers, width, heads, mel bands, the most frames, weight seed."""
     n_layer: int
     width: int
     n_head: int

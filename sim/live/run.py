@@ -319,6 +319,7 @@ def repeat_report(opts: ReplayOptions, desc: dict, topo, trace_rows: pd.DataFram
 
 
 def host_report(host: dict) -> str:
+    """One line on the host during the live run: wall time, cores, load average, CPU seconds per part."""
     cpu = ", ".join(f"{k} {v:.2f} s ({host['cores_busy'].get(k, 0):.2f} cores)" for k, v in host["cpu_s"].items())
     load = host.get("loadavg_before") or [float("nan")]
     return (f"host during the run ({host['wall_s']:.1f} s, {host['cores']} cores, load average "

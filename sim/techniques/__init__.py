@@ -8,6 +8,8 @@ technique: :mod:`~sim.techniques.caching` (prefix caching, LoRA adapters), :mod:
 prefill). :mod:`~sim.techniques.runtime` composes the
 enabled ones for a run; :mod:`~sim.techniques.metrics` computes the figures they are compared on and
 :mod:`~sim.techniques.ablation` runs the ablation (every technique alone against the same arrivals) as a sweep.
+:mod:`~sim.techniques.adapters` draws the LoRA adapter each request names (the workload's ``adapter`` column).
+docs/techniques.md says what each technique models.
 
 A new technique: subclass :class:`~sim.techniques.base.Technique`, register it with a switch, import its module
 below.

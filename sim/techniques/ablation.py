@@ -158,6 +158,7 @@ def plot_ablation(df: pd.DataFrame, baseline: str | None, path: str | Path) -> P
 
 
 def print_table(df: pd.DataFrame, title: str) -> None:
+    """Print the ablation's table (one row per technique) under ``title``."""
     from rich.console import Console
     from rich.table import Table
 
