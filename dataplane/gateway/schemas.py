@@ -4,15 +4,24 @@
 The schemas are built from the constants the validators read (:mod:`dataplane.task_inputs`: the text-generation
 fields, the neutral-only and plain-only fields, the chat roles, the batch bound; :mod:`dataplane.sampling`: the
 temperature bound; the route's ``options`` flag words) and from the served deployment (the model's context window
-as :meth:`Gateway.context_window` gives it, its LoRA adapters, its embedding size), and
-``tests/dataplane/gateway/test_model_schema.py`` sends bodies on both sides of every bound to ``/ai/run`` and to the
-schema, so the two cannot drift apart unnoticed.
+as :meth:`Gateway.context_window` gives it, the KV budget its engines were started with, its LoRA adapters, its
+embedding size), and ``tests/dataplane/gateway/test_model_schema.py`` and ``test_model_schema_bounds.py`` send
+bodies on both sides of every bound to ``/ai/run`` and to the schema, so the two cannot drift apart unnoticed.
 
 What a schema cannot say, and the gateway still checks: prompt tokens (413 beyond the stand-in's context, 400 when
-prompt plus ``max_tokens`` passes the window: the schema bounds ``max_tokens`` alone, by the window less the
-one-token shortest prompt), an embedding text longer than the served window without ``truncate_inputs`` (413),
-image and audio bytes that do not decode, strings holding a lone UTF-16 surrogate, and JSON's single number type
-(``5.0`` is an integer to JSON Schema; the gateway wants ``5`` where it takes an integer).
+prompt plus ``max_tokens`` passes the window, 413 when it passes the engines' KV budget: the schema bounds
+``max_tokens`` alone, by the tighter of the two less the one-token shortest prompt, and cannot see the default 256
+of a body without it), an embedding text longer than the served window without ``truncate_inputs`` (413), image
+and audio bytes that do not decode, images of more than 40,000,000 pixels (413), bodies over the served
+``max_body_bytes`` (10 MiB unless configured; 413), integers of more than 4,300 digits (Python's
+``sys.get_int_max_str_digits()``: the JSON parser refuses them, 400), strings holding a lone UTF-16 surrogate, and
+JSON's single number type (``5.0`` is an integer to JSON Schema; the gateway wants ``5`` where it takes an
+integer).
+
+The SDK's typed reading of the answer wants ``type``, ``description`` and a boolean ``additionalProperties`` at the
+top of ``input`` and ``output``; every schema here has them. A text generation's ``output`` is its JSON
+``result`` (an object); with ``stream: true`` the body is ``$defs/stream`` instead, a ``text/event-stream`` whose
+``data:`` lines each hold a ``$defs/stream_event`` (its ``contentSchema``, an annotation), then ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -33,10 +42,30 @@ def _any_case(word: str) -> str:
     return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
 
 
-# ``options.rejectIfBusy``: a boolean or one of the words :func:`http_util.flag` reads, in any case
+# What ``str.strip()`` removes (the characters ``str.isspace()`` holds; a test checks the two agree). ``\s`` means
+# another set in each regex dialect (Python's includes U+001C-U+001F and U+0085; ECMA-262's, the one JSON Schema
+# names, includes U+FEFF instead), so the pattern spells the class out in ``\uXXXX`` escapes, read alike by both.
+WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200b)))
+              + "\u2028\u2029\u202f\u205f\u3000")
+
+
+def char_class(chars: str) -> str:
+    """A regex character class of exactly ``chars`` (runs as ranges), in escapes Python and ECMA-262 read alike."""
+    codes, runs = sorted(set(map(ord, chars))), []
+    for c in codes:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return "[" + "".join(f"\\u{a:04x}" + (f"-\\u{b:04x}" if b > a else "") for a, b in runs) + "]"
+
+
+# ``options.rejectIfBusy``: a boolean or one of the words :func:`http_util.flag` reads, in any case, with the
+# whitespace ``str.strip()`` removes around it
+_WS = char_class(WHITESPACE)
 FLAG = {"anyOf": [{"type": ["boolean", "null"]}, {
     "type": "string",
-    "pattern": r"^\s*(" + "|".join(_any_case(w) for w in TRUE_WORDS + FALSE_WORDS if w) + r")?\s*$"}]}
+    "pattern": f"^{_WS}*(" + "|".join(_any_case(w) for w in TRUE_WORDS + FALSE_WORDS if w) + f")?{_WS}*$"}]}
 OPTIONS = _nullable({"type": "object", "properties": {"rejectIfBusy": FLAG},
                      "description": "read by the route: rejectIfBusy refuses (429) instead of queueing"})
 SCORE = {"type": "number", "minimum": 0, "maximum": 1}
@@ -49,8 +78,8 @@ USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "t
          "additionalProperties": False}
 ERROR = {"type": "object", "required": ["code", "message"],
          "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}
-LABELS = {"type": "object", "required": ["label", "score"], "properties": {"label": {"type": "string"},
-                                                                           "score": SCORE}}
+LABELS = {"type": "object", "required": ["label", "score"], "additionalProperties": False,
+          "properties": {"label": {"type": "string"}, "score": SCORE}}
 
 
 def _lora(adapters) -> dict:
@@ -61,7 +90,7 @@ def _lora(adapters) -> dict:
     return {"enum": [*names, None], "description": "the LoRA adapter to apply (served ones only)"}
 
 
-def _generation_field(name: str, window: int, adapters) -> dict:
+def _generation_field(name: str, window: int, budget: int, adapters) -> dict:
     """The schema of one of :data:`GENERATION_FIELDS` (a KeyError for a field without one: a test reads them all)."""
     neutral, plain = dict(NEUTRAL_ONLY), dict(PLAIN_ONLY)
     if name in neutral:
@@ -73,9 +102,10 @@ def _generation_field(name: str, window: int, adapters) -> dict:
         "messages": _nullable({"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["role", "content"],
             "properties": {"role": {"enum": list(ROLES)}, "content": {"type": "string"}}}}),
-        "max_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": window - 1,
+        "max_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": min(window, budget) - 1,
                                  "description": f"tokens to generate (default 256); prompt + max_tokens must fit "
-                                                f"the context window of {window} tokens"}),
+                                                f"the context window of {window} tokens and the KV budget of "
+                                                f"{budget} tokens"}),
         "temperature": _nullable({"type": "number", "minimum": 0, "maximum": MAX_TEMPERATURE}),
         "top_k": _nullable({"type": "integer", "minimum": 1}),
         "top_p": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
@@ -87,25 +117,32 @@ def _generation_field(name: str, window: int, adapters) -> dict:
     }[name]
 
 
-def _generation(window: int, adapters) -> tuple[dict, dict]:
-    props = {name: _generation_field(name, window, adapters) for name in GENERATION_FIELDS}
+def _generation(window: int, budget: int, adapters) -> tuple[dict, dict]:
+    """Text generation's (input, output) for a served context ``window`` and engine KV ``budget`` (tokens)."""
+    props = {name: _generation_field(name, window, budget, adapters) for name in GENERATION_FIELDS}
     props["stop"] = {"enum": [None, [], ""], "description": "stop sequences are not supported"}
     props["options"] = OPTIONS
+    # Other fields are taken as null only: said by the allOf, so that the top can say additionalProperties as a
+    # boolean (what the SDK's typed reading wants) without overriding it.
     inp = {"description": "Text generation: exactly one of prompt or messages; fields not listed must be null",
-           "type": "object", "properties": props, "unevaluatedProperties": {"type": "null"},
+           "type": "object", "properties": props, "additionalProperties": True,
+           "allOf": [{"properties": dict.fromkeys(props, True), "additionalProperties": {"type": "null"}}],
            "oneOf": [{"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
                      {"required": ["messages"], "properties": {"messages": {"type": "array"}}}]}
-    result = {"type": "object", "required": ["response", "usage"],
-              "properties": {"response": {"type": "string"}, "usage": USAGE}, "additionalProperties": False}
     event = {"type": "object", "minProperties": 1, "additionalProperties": False,
              "properties": {"response": {"type": "string"},
                             "usage": {"anyOf": [USAGE, {"type": "object", "maxProperties": 0}]}, "error": ERROR},
              "anyOf": [{"required": ["response"]}, {"required": ["error"]}]}
-    out = {"description": "The result (JSON), or with stream: true a text/event-stream body: 'data: ' lines each "
-                          "holding a JSON event ($defs/stream_event: text pieces, then one with usage, or an error "
-                          "once the 200 is sent), then 'data: [DONE]'",
-           "oneOf": [result, {"type": "string", "contentMediaType": "text/event-stream"}],
-           "$defs": {"stream_event": event}}
+    stream = {"description": "With stream: true, the body instead of a result: 'data: ' lines each holding a JSON "
+                             "$defs/stream_event (text pieces, then one with usage, or an error once the 200 is "
+                             "sent), then 'data: [DONE]'; contentSchema is what each data line holds",
+              "type": "string", "contentMediaType": "text/event-stream",
+              "contentSchema": {"$ref": "#/$defs/stream_event"}}
+    out = {"description": "The generated text and its token counts (with stream: true the body is $defs/stream "
+                          "instead, whose data lines are $defs/stream_event)",
+           "type": "object", "required": ["response", "usage"],
+           "properties": {"response": {"type": "string"}, "usage": USAGE}, "additionalProperties": False,
+           "$defs": {"stream": stream, "stream_event": event}}
     return inp, out
 
 
@@ -133,8 +170,9 @@ def _embeddings(hidden: int, window: int) -> tuple[dict, dict]:
 def _classification() -> tuple[dict, dict]:
     inp = {"description": "Text classification", "type": "object", "required": ["text"],
            "properties": {"text": {"type": "string"}}, "additionalProperties": True}
+    # (additionalProperties says nothing of an array; it is there for the SDK, and true of the items' objects)
     out = {"description": "Every label with its probability, best first", "type": "array", "minItems": 1,
-           "items": LABELS}
+           "items": LABELS, "additionalProperties": False}
     return inp, out
 
 
@@ -163,7 +201,8 @@ def _binary(task: str) -> dict:
 
 def _image() -> tuple[dict, dict]:
     return _binary("image-classification"), {"description": "The top 5 labels, best first", "type": "array",
-                                             "minItems": 1, "maxItems": 5, "items": LABELS}
+                                             "minItems": 1, "maxItems": 5, "items": LABELS,
+                                             "additionalProperties": False}
 
 
 def _speech() -> tuple[dict, dict]:
@@ -172,9 +211,15 @@ def _speech() -> tuple[dict, dict]:
     return _binary("automatic-speech-recognition"), out
 
 
+def kv_budget(gw) -> int:
+    """Tokens (prompt + max_tokens) one generation may reserve in the served engines' KV budget: the engine
+    refuses more (413); with a one-token prompt, ``max_tokens`` up to this less one is served."""
+    return gw.backend.dp.config.lm.kv_budget_tokens
+
+
 # task -> (gw, model, catalog entry) -> (input, output); every row of dataplane.tasks.TASKS has one (a test checks)
 BY_TASK = {
-    "text-generation": lambda gw, model, spec: _generation(gw.context_window(model),
+    "text-generation": lambda gw, model, spec: _generation(gw.context_window(model), kv_budget(gw),
                                                            gw.backend.adapters.get(model, {})),
     "text-embeddings": lambda gw, model, spec: _embeddings(spec.hidden, spec.context_window),
     "text-classification": lambda *_: _classification(),
