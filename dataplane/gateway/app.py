@@ -292,6 +292,9 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         account = authenticate(request, account_id)
         counting(request, "chat")
         body = parse_json(await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s))
+        named = body.get("model") if isinstance(body, dict) else None
+        if isinstance(named, str):  # a refused field is counted under the model named (an unserved one: _unknown)
+            counting(request, "chat-stream" if body.get("stream") is True else "chat", named.rsplit(":", 1)[0])
         model, inputs, stream, include_usage = oai.chat_inputs(body)
         counting(request, "chat-stream" if stream else "chat", model)
         reject = reject_if_busy(request, body.get("options"))
@@ -333,6 +336,9 @@ def create_app(config: GatewayConfig | None = None, topo=None, warm: bool = True
         account = authenticate(request, account_id)
         counting(request, "embeddings")
         body = parse_json(await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s))
+        named = body.get("model") if isinstance(body, dict) else None
+        if isinstance(named, str):
+            counting(request, "embeddings", named)
         model, inputs, fmt, dims = oai.embedding_inputs(body)
         counting(request, "embeddings", model)
         reject = reject_if_busy(request, body.get("options"))

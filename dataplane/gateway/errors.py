@@ -62,8 +62,13 @@ class GatewayError(Exception):
         self.counted = False  # in edgepop_requests_total already (Metrics.rejected): each request is counted once
 
     def headers(self) -> dict[str, str]:
-        """Response headers: ``Retry-After`` and ``retry-after-ms`` when a retry can succeed later."""
+        """Response headers: ``Retry-After`` and ``retry-after-ms`` when a retry can succeed later;
+        ``x-should-retry: false`` on a timeout after an engine ran the request (clients would run it again)."""
         out = dict(self.extra_headers)
+        if self.status == 408 and self.code == 3007 and not self.never_ran:
+            # An engine ran it past the request timeout, and it was charged: the openai and cloudflare clients
+            # resend a 408 unless told not to, which would run (and charge) the same work again.
+            out.setdefault("x-should-retry", "false")
         if self.retry_after_s is not None:
             out["retry-after"] = str(max(1, math.ceil(self.retry_after_s)))
             out["retry-after-ms"] = str(max(1, math.ceil(self.retry_after_s * 1e3)))

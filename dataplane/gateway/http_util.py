@@ -43,8 +43,10 @@ async def read_body(request, limit: int, idle_timeout_s: float | None = None) ->
     except ClientDisconnect:  # gone mid-body: no one reads an answer, so it counts as any client that left (499)
         raise client_gone() from None
     except TimeoutError:
-        raise GatewayError(408, 3007, f"Request timeout: the body stopped arriving ({size} bytes received, "
-                           f"nothing more for {idle_timeout_s:g} s)") from None
+        err = GatewayError(408, 3007, f"Request timeout: the body stopped arriving ({size} bytes received, "
+                           f"nothing more for {idle_timeout_s:g} s)")
+        err.never_ran = True  # (nothing ran: sending it again is safe)
+        raise err from None
     return b"".join(chunks)
 
 

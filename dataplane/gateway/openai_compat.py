@@ -5,8 +5,9 @@ Chat: ``model``, ``messages`` (string content or a list of ``{"type": "text", "t
 or ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stream``, ``stream_options.include_usage``,
 the vLLM extension ``ignore_eos``, and ``model = "<id>:<adapter>"`` for a LoRA adapter; ``n`` must be 1 and
 ``stop`` is refused (400) rather than ignored, as are tools and function calls, ``response_format`` other than
-text, ``logprobs``/``top_logprobs``, ``logit_bias`` and non-zero presence or frequency penalties (fields that would
-change what the answer is). Other OpenAI fields (``user``, ``metadata``, ``store``, ...) are accepted and ignored.
+text, ``logprobs``/``top_logprobs``, ``logit_bias``, non-zero presence or frequency penalties, ``modalities`` other
+than text, ``audio`` and ``web_search_options`` (fields that would change what the answer is). Other OpenAI fields
+(``user``, ``metadata``, ``store``, ``prediction``, ...) are accepted and ignored.
 Embeddings: ``model``, ``input`` (a string or a list of strings), ``encoding_format`` (``float`` or ``base64``:
 little-endian float32, which is what the ``openai`` client asks for by default), ``dimensions`` (only the model's
 own size) and Workers AI's ``truncate_inputs`` (a text longer than the served model's window is refused, 413,
@@ -115,7 +116,8 @@ def chat_inputs(body) -> tuple[str, dict, bool, bool]:
 _REFUSED = (("tools", (None, [])), ("tool_choice", (None, "none", "auto")), ("functions", (None, [])),
             ("function_call", (None, "none", "auto")), ("response_format", (None, {"type": "text"})),
             ("logprobs", (None, False)), ("top_logprobs", (None, 0)), ("logit_bias", (None, {})),
-            ("presence_penalty", (None, 0)), ("frequency_penalty", (None, 0)))
+            ("presence_penalty", (None, 0)), ("frequency_penalty", (None, 0)), ("modalities", (None, ["text"])),
+            ("audio", (None,)), ("web_search_options", (None,)))
 
 
 def _short(value, limit: int = 60) -> str:

@@ -96,12 +96,15 @@ def test_fields_that_would_change_the_answer_are_refused_not_ignored(gateway):
     assert len(str(e.value)) < 1000 and "message cut" in str(e.value)
     for field, value in (("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
                          ("response_format", {"type": "json_object"}), ("logprobs", True), ("top_logprobs", 3),
-                         ("logit_bias", {"50256": -100}), ("presence_penalty", 0.5), ("frequency_penalty", -1.0)):
+                         ("logit_bias", {"50256": -100}), ("presence_penalty", 0.5), ("frequency_penalty", -1.0),
+                         ("modalities", ["text", "audio"]), ("audio", {"voice": "alloy", "format": "wav"}),
+                         ("web_search_options", {"search_context_size": "high"})):
         with pytest.raises(openai.BadRequestError, match=f"field '{field}'"):
             c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, **{field: value})
     # what asks for nothing beyond plain text is served: zero penalties, no tools, a text format
     ok = c.chat.completions.create(model=GEN, messages=msgs, max_tokens=2, presence_penalty=0, frequency_penalty=0,
-                                   tool_choice="none", response_format={"type": "text"}, logprobs=False)
+                                   tool_choice="none", response_format={"type": "text"}, logprobs=False,
+                                   modalities=["text"])
     assert ok.object == "chat.completion"
 
 

@@ -86,6 +86,28 @@ def test_a_stream_past_the_request_timeout_is_counted_and_charged(strict_gateway
     assert gw.budget.spent("alice", time.time()) > spent  # its prompt and the tokens sampled were charged
 
 
+def test_a_request_past_the_request_timeout_is_not_sent_again_by_the_client(strict_gateway):
+    """The engine ran (and charged) it: the 408 says x-should-retry: false, so the openai client, which resends a
+    408 by default, sends it once."""
+    url, _ = strict_gateway
+    before = _count(url, "chat", "408", SLOW)
+    c = openai.OpenAI(base_url=f"{url}/client/v4/accounts/alice/ai/v1", api_key=ALICE, max_retries=2, timeout=60)
+    with pytest.raises(openai.APIStatusError) as e:
+        c.chat.completions.create(model=SLOW, messages=[{"role": "user", "content": "go"}], max_tokens=900,
+                                  extra_body={"ignore_eos": True})
+    assert e.value.status_code == 408 and e.value.response.headers.get("x-should-retry") == "false"
+    assert _count(url, "chat", "408", SLOW) == before + 1
+
+
+def test_a_refused_chat_field_is_counted_under_the_model_named(strict_gateway):
+    url, _ = strict_gateway
+    c = client(url)
+    before = _count(url, "chat-stream", "400", TINY_GEN)
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model=TINY_GEN, messages=[{"role": "user", "content": "x"}], n=2, stream=True)
+    assert _count(url, "chat-stream", "400", TINY_GEN) == before + 1
+
+
 def test_embeddings_usage_counts_the_served_models_tokens(strict_gateway):
     """The stand-in reads 256 tokens at most; the served model (bge-base, 512) reads all of a 302-token text."""
     url, _ = strict_gateway
