@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import os
 import sys
 import tempfile
@@ -19,6 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from edgepop.errors import UserError, raise_if_terminated
+
+MARKER = ".edgepop-output"  # in a folder a command writes inside --out: the command and the files it wrote there
 
 
 def folder_arg(text: str) -> Path:
@@ -33,8 +36,9 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
                   writes: Iterable[str] = ()) -> Path:
     """``path`` as a Path, once a folder there is known to be writable.
 
-    ``staged``: the output is assembled in a temporary folder beside ``path`` (in its parent) and moved into
-    place at the end, all or nothing (:func:`staged_output`): then the parent must take a folder too.
+    ``staged``: the output is assembled in a temporary folder beside ``path`` (in the parent of the folder it names,
+    links followed) and moved into place at the end, all or nothing (:func:`staged_output`): then that parent must
+    take a folder too.
     ``writes``: the names the command will write into it (a folder as ``name/marker``, see :func:`move_into_place`);
     one that is there already as the wrong kind (a folder where a file goes, a file or a folder of the user's where
     a folder goes) is refused now, not after the work.
@@ -42,9 +46,13 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
     if not str(path).strip():  # Path("") is the current folder: outputs would land among whatever is there
         raise UserError(f"{flag}: empty; name a folder (e.g. {flag} out)")
     p = _expanded(path, flag)
+    if p.is_symlink() and not p.exists():  # (a dangling link: the run would write through it, or fail to)
+        raise UserError(f"{flag} {path}: is a link to {os.readlink(p)}, which does not exist (create it, or name "
+                        f"another {flag})")
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {path}: exists and is not a folder")
-    _check(p, path, flag, (p.parent, p) if staged and p.is_dir() else (p.parent,) if staged else (p,))
+    parent = _real(p).parent  # where staged_output stages: on the file system of the folder it names
+    _check(p, path, flag, (parent, p) if staged and p.is_dir() else (parent,) if staged else (p,))
     if p.is_dir():
         for name, marker in sorted(_kinds(writes).items()):
             if why := _in_the_way(p / name, marker, folder=marker is not None):
@@ -112,13 +120,16 @@ def move_into_place(tmp: Path, out: Path, owned: Iterable[str] = frozenset()) ->
     ``marker`` is an earlier run's, replaced by this run's (or removed when this run wrote none); without it, it is
     the user's and stays. A produced file never replaces a folder, nor a produced folder a file or a folder of the
     user's: every such conflict is found before anything moves, and then nothing moves; the results are kept beside
-    ``out`` as ``<out>.edgepop-results-<n>`` and :class:`OutputConflict` names both.
+    ``out`` as ``<out>.edgepop-results-<n>`` and :class:`OutputConflict` names both. An earlier run's folder
+    holding a file its marker does not list (one the user added) is such a conflict too; one this run does not
+    write again loses only the files its marker lists (:func:`mark_folder`).
 
     A SIGTERM that arrived during the work (see :func:`edgepop.errors.on_sigterm`) ends it here instead: nothing is
     moved."""
     import shutil
 
     raise_if_terminated()
+    out = _real(out)  # (``.`` has no name to keep the results beside; a link's target is where they go)
     folders = {name: marker for name, marker in _kinds(owned).items() if marker is not None}
     produced = sorted(tmp.iterdir())
     in_the_way = [(out, "is a file", True)] if _exists(out) and not out.is_dir() else []
@@ -138,15 +149,15 @@ def move_into_place(tmp: Path, out: Path, owned: Iterable[str] = frozenset()) ->
         return
     for p in produced:
         target = out / p.name
-        if target.is_dir() and not target.is_symlink():  # an earlier run's folder (checked above)
+        if target.is_dir() and not target.is_symlink():  # an earlier run's folder, nothing else in it (checked above)
             shutil.rmtree(target)
         p.replace(target)
     tmp.rmdir()
     for name in set(_kinds(owned)) - {p.name for p in produced}:
         stale = out / name
         if name in folders:
-            if stale.is_dir() and not stale.is_symlink() and (stale / folders[name]).is_file():
-                shutil.rmtree(stale)
+            if stale.is_dir() and not stale.is_symlink():
+                _remove_earlier_runs(stale, folders[name])
         elif stale.is_file() or stale.is_symlink():
             stale.unlink()
 
@@ -160,6 +171,60 @@ def _exists(p: Path) -> bool:
     return p.exists() or p.is_symlink()
 
 
+def _real(p: Path) -> Path:
+    """``p`` absolute, links followed (``.`` gets a name and a parent; a link's target its own file system)."""
+    return Path(os.path.realpath(p))
+
+
+def mark_folder(folder: Path, command: str) -> None:
+    """Mark ``folder`` as the output of ``command``: the file :data:`MARKER` in it names the command and every file
+    in the folder now. A later run replaces or removes such a folder (see :func:`move_into_place`), but never one
+    without it, and never a file the listing does not name (one the user added)."""
+    files = sorted(q.relative_to(folder).as_posix() for q in folder.rglob("*") if not q.is_dir())
+    (folder / MARKER).write_text(json.dumps({"command": command, "files": files}, indent=2) + "\n")
+
+
+def _listed(folder: Path, marker: str) -> set[str] | None:
+    """The files the marker ``folder/marker`` lists (None when it is absent or not one :func:`mark_folder` wrote)."""
+    try:
+        files = json.loads((folder / marker).read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return set(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else None
+
+
+def _not_an_earlier_runs(target: Path, marker: str | None) -> str | None:
+    """Why the folder ``target`` is not an earlier run's whole (None when it is: marked, nothing else in it)."""
+    listed = _listed(target, marker) if marker else None
+    if listed is None:
+        return "is a folder that is not an earlier run's" + (f" (no {marker})" if marker else "")
+    for q in sorted(target.rglob("*")):
+        name = q.relative_to(target).as_posix()
+        if name != marker and name not in listed and not (q.is_dir() and not q.is_symlink()):
+            return f"holds {q}, which no earlier run wrote"
+    return None
+
+
+def _remove_earlier_runs(folder: Path, marker: str) -> None:
+    """Remove an earlier run's ``folder``: the files its marker lists, and the folder once empty; the user's files
+    in it (any the marker does not name) stay, and so does the folder that holds them."""
+    import shutil
+
+    listed = _listed(folder, marker)
+    if listed is None:
+        return
+    if _not_an_earlier_runs(folder, marker) is None:
+        shutil.rmtree(folder)
+        return
+    for name in sorted(listed | {marker}):
+        q = folder / name
+        if q.is_file() or q.is_symlink():
+            q.unlink()
+    for q in sorted((q for q in folder.rglob("*") if q.is_dir() and not q.is_symlink()), reverse=True):
+        with contextlib.suppress(OSError):
+            q.rmdir()  # (an emptied sub-folder)
+
+
 def _in_the_way(target: Path, marker: str | None, folder: bool) -> str | None:
     """Why ``target`` cannot take a produced file (``folder`` false) or folder (an earlier run's holds ``marker``;
     ``""`` or None: no folder of that name is); None when it can."""
@@ -170,9 +235,7 @@ def _in_the_way(target: Path, marker: str | None, folder: bool) -> str | None:
         return None
     if not real_dir:
         return "is a file"
-    if not marker or not (target / marker).is_file():
-        return "is a folder that is not an earlier run's" + (f" (no {marker})" if marker else "")
-    return None
+    return _not_an_earlier_runs(target, marker)
 
 
 def _umask_mode(folder: Path) -> None:
@@ -193,19 +256,39 @@ def _keep(tmp: Path, out: Path) -> Path:
     raise AssertionError("unreachable")
 
 
+def staging_folder(out: Path, prefix: str = ".edgepop-") -> Path:
+    """A new private temporary folder beside the folder ``out`` names (links followed: on its file system, so
+    moving from it into ``out`` is a rename), its parent folders created first."""
+    parent = _real(out).parent
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
 @contextlib.contextmanager
 def staged_output(out: Path, owned: Iterable[str], prefix: str = ".edgepop-"):
-    """A temporary folder beside ``out`` for a command's files: moved into place when the block ends normally
-    (:func:`move_into_place`), removed when it raises, so ``out`` gets every file of the run or none. Results that
-    could not be moved (:class:`OutputConflict`) are kept where the error says, never removed."""
+    """A temporary folder beside ``out`` for a command's files (:func:`staging_folder`): moved into place when the
+    block ends normally (:func:`move_into_place`), removed when it raises, so ``out`` gets every file of the run or
+    none. Results that could not be moved (:class:`OutputConflict`, or an OSError while moving) are kept where the
+    error says, never removed."""
     import shutil
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
+    tmp = staging_folder(out, prefix)
     try:
         yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
         move_into_place(tmp, out, owned)
-    except BaseException:  # (after a conflict ``tmp`` is kept under another name: nothing is removed here)
+    except OutputConflict:  # (``tmp`` is kept under another name)
+        raise
+    except OSError as exc:  # the work is done: keep what was not moved, and say where
+        kept = tmp
+        with contextlib.suppress(OSError):
+            kept = _keep(tmp, _real(out))
+        raise OutputConflict(f"{out}: could not move the results into place ({exc}); the results not moved are "
+                             f"in {kept}", kept) from None
+    except BaseException:  # (SIGTERM: nothing moved)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from edgepop.errors import UserError
-from edgepop.outputs import output_folder
+from edgepop.outputs import output_folder, staging_folder
 from edgepop.rng import seed_arg
 from sim.sensitivity import HELP as SENSITIVITY_HELP
 
@@ -99,12 +97,13 @@ def cmd_simulate(args) -> int:
                             "(put the faults in the scenario's faults field instead)")
         if on and args.only:
             raise UserError(f"{flag} compares edge and central: it cannot run with --only")
-    from sim.outputs import ALWAYS_WRITTEN, FOLDERS, write_outputs
+    from sim.outputs import FOLDERS, OUTPUT_NAMES, write_outputs
 
     # (seeds beside --sensitivity reuse its runs: no replicates folder of their own)
     folders = {"sensitivity"} if args.sensitivity else {"replicates"} if seeds is not None else set()
     # before minutes of simulating, not after: a file, or a folder of the user's, where an output goes ('~' expanded)
-    args.out = output_folder(args.out, staged=True, writes=ALWAYS_WRITTEN | {FOLDERS[name] for name in folders})
+    # (the gain map too, though only a run with both deployments draws it: a folder of that name is refused now)
+    args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES | {FOLDERS[name] for name in folders})
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -133,7 +132,7 @@ def cmd_simulate(args) -> int:
                            faults=args.fail, progress=progress, deployments=deployments)
     # The extra runs' folders are staged apart (beside --out) and moved in with the main outputs, all at the end:
     # an interrupted run leaves the folder as it was, never new sweeps beside an earlier run's summary.
-    extra = Path(tempfile.mkdtemp(prefix=".edgepop-extra-", dir=args.out.parent))
+    extra = staging_folder(args.out, ".edgepop-extra-")  # (its parent folders created: the check left none)
     try:
         perf = out.summary["performance"]
         if args.sensitivity:

@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgepop.outputs import output_folder, staged_output
+from edgepop.outputs import MARKER, mark_folder, output_folder, staged_output
 
 if TYPE_CHECKING:
     from sim.run import RunOutput
 
 OUTPUT_NAMES = frozenset({"requests.parquet", "utilisation.parquet", "summary.json", "report.md", "ttft_gain_map.png",
                           "ttft_cdf.png", "utilisation.png"})  # what write_outputs may write
-ALWAYS_WRITTEN = OUTPUT_NAMES - {"ttft_gain_map.png"}  # (the map needs both deployments' rows)
-# The sweeps of --sensitivity and --seeds: an earlier run's folder holds its sweep.json, a folder without it is the
-# user's (see edgepop.outputs.move_into_place).
-FOLDERS = {"sensitivity": "sensitivity/sweep.json", "replicates": "replicates/sweep.json"}
+# The sweeps of --sensitivity and --seeds: an earlier simulate's folder holds the marker write_outputs adds (its
+# sweep.json alone does not tell it from the user's own `edgepop sweep --out`), listing the files it wrote; a folder
+# without it is the user's (see edgepop.outputs.move_into_place).
+FOLDERS = {"sensitivity": f"sensitivity/{MARKER}", "replicates": f"replicates/{MARKER}"}
+FLAGS = {"sensitivity": "--sensitivity", "replicates": "--seeds"}  # (named in the marker)
 
 
 def write_outputs(out: RunOutput, directory: str | Path, folders: dict[str, Path] | None = None) -> Path:
@@ -35,10 +36,11 @@ def write_outputs(out: RunOutput, directory: str | Path, folders: dict[str, Path
 
     folders = folders or {}
     directory = output_folder(directory, "output folder", staged=True,  # (a file in the way: one line, first)
-                              writes=ALWAYS_WRITTEN | {FOLDERS[name] for name in folders})
+                              writes=OUTPUT_NAMES | {FOLDERS[name] for name in folders})
     with staged_output(directory, OUTPUT_NAMES | set(FOLDERS.values())) as tmp:
         for name, path in folders.items():
             shutil.move(str(path), str(tmp / name))
+            mark_folder(tmp / name, f"edgepop simulate {FLAGS[name]}")
         t0 = time.perf_counter()
         out.requests.to_parquet(tmp / "requests.parquet", index=False)
         out.utilisation.to_parquet(tmp / "utilisation.parquet", index=False)

@@ -97,11 +97,14 @@ def test_a_tilde_naming_no_user_is_one_line(tmp_path, capsys, monkeypatch, argv)
 def _staged(tmp_path, **files) -> Path:
     import tempfile
 
+    from edgepop.outputs import mark_folder
+
     tmp = Path(tempfile.mkdtemp(prefix=".edgepop-", dir=tmp_path))
     for name, text in files.items():
         if text is None:
             (tmp / name).mkdir()
             (tmp / name / "sweep.json").write_text("{}")
+            mark_folder(tmp / name, "edgepop simulate --seeds")
         else:
             (tmp / name).write_text(text)
     return tmp
@@ -135,22 +138,22 @@ def test_a_users_folder_named_like_an_output_file_is_never_deleted(tmp_path):
 def test_folders_replace_only_an_earlier_runs_folder(tmp_path):
     """A produced folder replaces an earlier run's folder of an owned name (``name/marker``: it holds the marker),
     never a user's file or a folder that is not an earlier run's; an earlier run's folder not produced again goes."""
-    from edgepop.outputs import move_into_place
+    from edgepop.outputs import mark_folder, move_into_place
 
     out = tmp_path / "out"
-    (out / "sensitivity").mkdir(parents=True)
-    (out / "sensitivity" / "sweep.json").write_text("old")
-    (out / "replicates").mkdir()
-    (out / "replicates" / "sweep.json").write_text("old")
-    owned = {"summary.json", "sensitivity/sweep.json", "replicates/sweep.json"}
+    for name in ("sensitivity", "replicates"):
+        (out / name).mkdir(parents=True)
+        (out / name / "sweep.json").write_text("old")
+        mark_folder(out / name, "edgepop simulate")
+    owned = {"summary.json", "sensitivity/.edgepop-output", "replicates/.edgepop-output"}
     move_into_place(_staged(tmp_path, **{"summary.json": "{}", "sensitivity": None}), out, owned)
     assert sorted(p.name for p in out.iterdir()) == ["sensitivity", "summary.json"]
     assert (out / "sensitivity" / "sweep.json").read_text() == "{}"
 
     (out / "replicates").mkdir()
-    (out / "replicates" / "notes.txt").write_text("mine")  # no sweep.json: the user's folder
+    (out / "replicates" / "notes.txt").write_text("mine")  # no marker: the user's folder
     (out / "extra").write_text("mine")
-    for name, why in (("replicates", r"is a folder that is not an earlier run's \(no sweep\.json\)"),
+    for name, why in (("replicates", r"is a folder that is not an earlier run's \(no \.edgepop-output\)"),
                       ("extra", "is a file")):
         with pytest.raises(UserError, match=f"{name}: {why}, where this run writes a folder; nothing was moved"):
             move_into_place(_staged(tmp_path, **{"summary.json": "[]", name: None}), out, owned)
@@ -167,12 +170,16 @@ def test_output_folder_refuses_a_wrong_kind_up_front(tmp_path):
                                         r"file \(move it away or choose another --out\)$"):
         output_folder(tmp_path / "out", staged=True, writes={"report.md", "summary.json"})
     with pytest.raises(UserError, match=r"sensitivity is a file, where the command writes a folder"):
-        output_folder(tmp_path / "out", staged=True, writes={"sensitivity/sweep.json"})
+        output_folder(tmp_path / "out", staged=True, writes={"sensitivity/.edgepop-output"})
     (tmp_path / "out" / "replicates").mkdir()
-    with pytest.raises(UserError, match=r"replicates is a folder that is not an earlier run's \(no sweep\.json\)"):
-        output_folder(tmp_path / "out", staged=True, writes={"replicates/sweep.json"})
-    (tmp_path / "out" / "replicates" / "sweep.json").write_text("{}")
-    output_folder(tmp_path / "out", staged=True, writes={"report.md", "replicates/sweep.json"})
+    (tmp_path / "out" / "replicates" / "sweep.json").write_text("{}")  # a sweep's, not a simulate's
+    with pytest.raises(UserError, match=r"replicates is a folder that is not an earlier run's "
+                                        r"\(no \.edgepop-output\)"):
+        output_folder(tmp_path / "out", staged=True, writes={"replicates/.edgepop-output"})
+    from edgepop.outputs import mark_folder
+
+    mark_folder(tmp_path / "out" / "replicates", "edgepop simulate --seeds")
+    output_folder(tmp_path / "out", staged=True, writes={"report.md", "replicates/.edgepop-output"})
 
 
 @pytest.mark.parametrize("argv", [["simulate", "--requests", "100"], ["topology"], ["sweep", "--grid", "policies"],
@@ -192,3 +199,118 @@ def test_commands_refuse_a_folder_named_like_their_output_before_working(tmp_pat
     assert (tmp_path / "out" / name / "mine.txt").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [name]
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--scenario", "small", "--requests", "300"],
+    ["simulate", "--scenario", "small", "--requests", "300", "--seeds", "1,2"],
+    ["sweep", "--grid", "GRID", "--workers", "1"],
+    ["frontier", "--scenario", "small", "--requests", "300", "--budgets", "0.001,0.004", "--max-steps", "0",
+     "--workers", "1"],
+    ["ablation", "--requests", "200", "--workers", "1"],
+    ["topology"],
+    ["place", "--policy", "everywhere-fits", "--rps", "1500"],
+    ["validate", "--in-sample"],
+], ids=["simulate", "simulate-seeds", "sweep", "frontier", "ablation", "topology", "place", "validate"])
+def test_every_staging_command_writes_a_nested_out_that_does_not_exist(tmp_path, capsys, argv):
+    """The check removes the folders it probed; staging creates them again (simulate's extra runs too)."""
+    grid = tmp_path / "g.toml"
+    grid.write_text('base = "small"\nrequests = 60\ndeployments = ["edge"]\n[axes]\n"slo.ttft_ms" = [200.0]\n')
+    argv = [str(grid) if a == "GRID" else a for a in argv]
+    assert main([*argv, "--out", str(tmp_path / "t1" / "new" / "sub")]) == 0, capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "t1").iterdir()] == ["new"]  # no staging folder left behind
+    assert [p.name for p in (tmp_path / "t1" / "new").iterdir()] == ["sub"]
+    assert any((tmp_path / "t1" / "new" / "sub").iterdir())
+
+
+def test_a_users_sweep_folder_is_not_simulates_and_stays(tmp_path, capsys):
+    """A folder named like simulate's holding a sweep.json (the user's own `edgepop sweep --out out/sensitivity`)
+    is not an earlier simulate's: a plain run leaves it whole, a --sensitivity run refuses it up front."""
+    out = tmp_path / "r6"
+    (out / "sensitivity").mkdir(parents=True)
+    (out / "sensitivity" / "sweep.json").write_text("{}")
+    (out / "sensitivity" / "mine.txt").write_text("mine")
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", str(out)]) == 0
+    assert sorted(p.name for p in (out / "sensitivity").iterdir()) == ["mine.txt", "sweep.json"]
+    capsys.readouterr()
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--seeds", "1,2", "--sensitivity",
+                 "--out", str(out)]) == 2
+    assert "sensitivity is a folder that is not an earlier run's (no .edgepop-output)" in capsys.readouterr().err
+
+
+def test_an_earlier_runs_folder_holding_a_users_file_is_never_removed(tmp_path):
+    """A file the marker does not list is the user's: replacing its folder is a conflict (results kept, the file
+    named); a run that writes no such folder removes only the files the marker lists."""
+    from edgepop.outputs import OutputConflict, mark_folder, move_into_place, output_folder
+
+    out = tmp_path / "out"
+    (out / "replicates").mkdir(parents=True)
+    (out / "replicates" / "sweep.json").write_text("old")
+    mark_folder(out / "replicates", "edgepop simulate --seeds")
+    (out / "replicates" / "notes.txt").write_text("mine")
+    owned = {"summary.json", "replicates/.edgepop-output"}
+    notes = out / "replicates" / "notes.txt"
+    with pytest.raises(UserError, match=f"replicates holds {notes}, which no earlier run wrote, where the command"):
+        output_folder(out, staged=True, writes=owned)
+    with pytest.raises(OutputConflict, match=f"replicates: holds {notes}, which no earlier run wrote, where this "
+                                             "run writes a folder; nothing was moved"):
+        move_into_place(_staged(tmp_path, **{"summary.json": "{}", "replicates": None}), out, owned)
+    move_into_place(_staged(tmp_path, **{"summary.json": "{}"}), out, owned)
+    assert sorted(p.name for p in (out / "replicates").iterdir()) == ["notes.txt"]  # the earlier run's files went
+    assert notes.read_text() == "mine"
+
+
+def test_out_dot_works_on_the_resolved_path(tmp_path, monkeypatch, capsys):
+    from edgepop.outputs import staged_output
+
+    (tmp_path / "dot").mkdir()
+    monkeypatch.chdir(tmp_path / "dot")
+    with staged_output(Path("."), {"summary.json"}) as tmp:
+        (tmp / "summary.json").write_text("{}")
+    assert (tmp_path / "dot" / "summary.json").read_text() == "{}"
+    (tmp_path / "dot" / "report.md").mkdir()
+    with pytest.raises(UserError, match=r"nothing was moved into .*dot: the results are in .*dot\.edgepop-results-1"):
+        with staged_output(Path("."), {"report.md"}) as tmp:
+            (tmp / "report.md").write_text("new")
+    (tmp_path / "dot" / "report.md").rmdir()
+    (tmp_path / "dot" / "ttft_gain_map.png").mkdir()  # written only by some runs: still refused up front
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", "."]) == 2
+    assert "ttft_gain_map.png is a folder, where the command writes a file" in capsys.readouterr().err
+
+
+def test_a_dangling_link_as_out_is_refused_up_front(tmp_path):
+    (tmp_path / "d1").symlink_to("d1target")
+    with pytest.raises(UserError, match=r"^--out .*d1: is a link to d1target, which does not exist"):
+        output_folder(tmp_path / "d1", staged=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d1"]
+
+
+def test_a_link_as_out_stages_beside_its_target(tmp_path):
+    from edgepop.outputs import staged_output
+
+    (tmp_path / "fs2" / "x").mkdir(parents=True)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "x1").symlink_to(tmp_path / "fs2" / "x")
+    with staged_output(tmp_path / "here" / "x1", {"summary.json"}) as tmp:
+        assert tmp.parent == tmp_path / "fs2"  # the target's file system: the move is a rename
+        (tmp / "summary.json").write_text("{}")
+    assert (tmp_path / "fs2" / "x" / "summary.json").read_text() == "{}"
+
+
+def test_an_os_error_while_moving_keeps_the_results(tmp_path, monkeypatch):
+    from edgepop.outputs import OutputConflict, staged_output
+
+    real_replace = Path.replace
+
+    def cross_device(self, target):
+        if Path(target).name == "summary.json":
+            raise OSError(18, "Invalid cross-device link")
+        return real_replace(self, target)
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(Path, "replace", cross_device)
+    with pytest.raises(OutputConflict, match=r"Invalid cross-device link.*the results not moved are in "
+                                             r".*out\.edgepop-results-1$") as err:
+        with staged_output(tmp_path / "out", {"summary.json"}) as tmp:
+            (tmp / "summary.json").write_text("{}")
+    assert (err.value.kept / "summary.json").read_text() == "{}"

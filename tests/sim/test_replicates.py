@@ -102,10 +102,10 @@ def test_seeds_refused_before_the_run_without_central_or_with_a_file_in_the_way(
     assert "replicates is a file, where the command writes a folder" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["replicates"]  # nothing ran, nothing written
     (out / "replicates").unlink()
-    (out / "replicates").mkdir()  # a folder of the user's (no sweep.json: not an earlier run's) is kept
+    (out / "replicates").mkdir()  # a folder of the user's (no marker: not an earlier run's) is kept
     (out / "replicates" / "notes.txt").write_text("mine")
     assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", str(out), "--seeds", "1,2"]) == 2
-    assert "replicates is a folder that is not an earlier run's (no sweep.json)" in capsys.readouterr().err
+    assert "replicates is a folder that is not an earlier run's (no .edgepop-output)" in capsys.readouterr().err
     assert (out / "replicates" / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "solo.toml"]
 
