@@ -20,6 +20,19 @@ from dataplane.gateway.server import spawn_serve
 from dataplane.gateway.sse import DONE, parse_events
 
 
+def _post(*args, **kw) -> httpx.Response:
+    """httpx.post with a 60 s read timeout unless given: a hang guard (httpx's 5 s default failed a first request
+    to a server just started on a loaded 2-core machine)."""
+    kw.setdefault("timeout", 60)
+    return httpx.post(*args, **kw)
+
+
+def _get(*args, **kw) -> httpx.Response:
+    """httpx.get with the same hang guard."""
+    kw.setdefault("timeout", 60)
+    return httpx.get(*args, **kw)
+
+
 @contextmanager
 def _serving(args: list[str], env: dict, log):
     """``edgepop serve`` started with ``args`` (its process and URL), killed on the way out if still running."""
@@ -33,7 +46,7 @@ def _serving(args: list[str], env: dict, log):
 
 
 def _status(url: str, rid: str) -> dict:
-    r = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"request_id": rid}, headers=headers(), timeout=10)
+    r = _post(run_url(url, GEN) + "?queueRequest=true", json={"request_id": rid}, headers=headers(), timeout=10)
     assert r.status_code == 200, r.text
     return r.json()["result"]
 
@@ -59,7 +72,7 @@ def test_sigterm_drains_in_flight_work_keeps_the_queue_and_exits_0(tmp_path):
     n = 10
     with _serving(args, env, log) as (proc, url):
         reqs = [{"prompt": f"job {i}", "max_tokens": 200, "ignore_eos": True, "seed": i} for i in range(n)]
-        rid = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs},
+        rid = _post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs},
                          headers=headers()).json()["result"]["request_id"]
         body, first = [], threading.Event()
 
@@ -78,7 +91,7 @@ def test_sigterm_drains_in_flight_work_keeps_the_queue_and_exits_0(tmp_path):
         deadline = time.monotonic() + 120  # a hang guard, not a timing goal: the loop ends at the first refusal
         while True:
             try:
-                httpx.get(f"{url}/healthz", timeout=5)
+                _get(f"{url}/healthz", timeout=5)
             except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
                 break  # refused, or reset: a connection still in the listen backlog when the listener closed
             assert time.monotonic() < deadline, "still accepting connections after SIGTERM"
@@ -112,7 +125,7 @@ def test_a_second_sigint_stops_running_batch_items_at_once_and_the_restart_runs_
     n = 3
     with _serving(["--config", str(slow), "--db", str(db), "--no-warm"], env, log) as (proc, url):
         reqs = [{"prompt": f"job {i}", "max_tokens": 5, "seed": i} for i in range(n)]
-        rid = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs},
+        rid = _post(run_url(url, GEN) + "?queueRequest=true", json={"requests": reqs},
                          headers=headers(**{"x-edgepop-client-city": "Sydney"})).json()["result"]["request_id"]
         deadline = time.monotonic() + 120  # hang guards below, not timing goals
         while _items(db).get("running", 0) < 2:
@@ -155,14 +168,14 @@ def test_a_second_sigint_ends_open_streams_and_requests_with_the_shutdown_error_
                     first.set()
 
         def plain():
-            out["plain"] = httpx.post(run_url(url, SLOW), json=body, headers=headers(), timeout=120)
+            out["plain"] = _post(run_url(url, SLOW), json=body, headers=headers(), timeout=120)
 
         threads = [threading.Thread(target=stream), threading.Thread(target=plain)]
         for t in threads:
             t.start()
         assert first.wait(60)
         deadline = time.monotonic() + 60  # hang guards below, not timing goals
-        while 'edgepop_cp_requests{state="running"} 2.0' not in httpx.get(f"{url}/metrics", headers=headers()).text:
+        while 'edgepop_cp_requests{state="running"} 2.0' not in _get(f"{url}/metrics", headers=headers()).text:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
@@ -193,15 +206,15 @@ def test_queued_items_of_a_model_a_restart_no_longer_serves_wait_for_one_that_do
         return ["--config", str(path), "--db", str(db), "--no-warm"]
 
     def poll(url: str, model: str, rid: str) -> httpx.Response:
-        return httpx.post(run_url(url, model) + "?queueRequest=true", json={"request_id": rid}, headers=headers(),
+        return _post(run_url(url, model) + "?queueRequest=true", json={"request_id": rid}, headers=headers(),
                           timeout=10)
 
     # Both served, the one slot held by a far client's item delayed for minutes: the EMB job stays queued.
     with _serving(config("both", [GEN, EMB], "delay = true\ndelay_scale = 1000\ndrain_timeout_s = 0.5\n"),
                   env, log) as (proc, url):
-        gen = httpx.post(run_url(url, GEN) + "?queueRequest=true", json={"requests": [{"prompt": "a", "max_tokens": 3}]},
+        gen = _post(run_url(url, GEN) + "?queueRequest=true", json={"requests": [{"prompt": "a", "max_tokens": 3}]},
                          headers=headers(**{"x-edgepop-client-city": "Sydney"})).json()["result"]["request_id"]
-        emb = httpx.post(run_url(url, EMB) + "?queueRequest=true", json={"requests": [{"text": "x"}, {"text": "y"}]},
+        emb = _post(run_url(url, EMB) + "?queueRequest=true", json={"requests": [{"text": "x"}, {"text": "y"}]},
                          headers=headers()).json()["result"]["request_id"]
         deadline = time.monotonic() + 120  # hang guards, not timing goals
         while _items(db).get("running", 0) < 1:
@@ -270,14 +283,14 @@ MAX_RETRY_S = 60 * (1 + 1 / 5)
 def test_per_minute_rate_limit_per_account_on_both_apis(limited_server):
     url = limited_server
     body = {"prompt": "x", "max_tokens": 1}
-    codes = [httpx.post(run_url(url, GEN), json=body, headers=headers()).status_code for _ in range(5)]
+    codes = [_post(run_url(url, GEN), json=body, headers=headers()).status_code for _ in range(5)]
     assert codes == [200] * 5
-    r = httpx.post(run_url(url, GEN), json=body, headers=headers())
+    r = _post(run_url(url, GEN), json=body, headers=headers())
     assert r.status_code == 429 and r.json()["errors"][0]["code"] == 3021 and _retry_after(r) <= MAX_RETRY_S
     assert r.headers["x-ratelimit-limit-requests"] == "5"
     # The OpenAI route counts against the same task limit and answers in OpenAI's 429 shape.
     oai = f"{url}/client/v4/accounts/alice/ai/v1/chat/completions"
-    r = httpx.post(oai, json={"model": GEN, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
+    r = _post(oai, json={"model": GEN, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
                    headers=headers())
     assert r.status_code == 429 and _retry_after(r) <= MAX_RETRY_S
     assert r.json()["error"]["code"] == "rate_limit_exceeded" and r.json()["error"]["type"] == "requests"
@@ -285,16 +298,16 @@ def test_per_minute_rate_limit_per_account_on_both_apis(limited_server):
     with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model=GEN, messages=[{"role": "user", "content": "x"}], max_tokens=1)
     # Another account has its own budget.
-    assert httpx.post(run_url(url, GEN, "bob"), json=body, headers=headers(BOB)).status_code == 200
+    assert _post(run_url(url, GEN, "bob"), json=body, headers=headers(BOB)).status_code == 200
 
 
 def test_repeated_failed_auth_is_refused_unchecked(limited_server):
     url = limited_server
     u = run_url(url, GEN, "bob")
     body = {"prompt": "x", "max_tokens": 1}
-    wrong = [httpx.post(u, json=body, headers=headers("tok-guess-000000")) for _ in range(30)]
+    wrong = [_post(u, json=body, headers=headers("tok-guess-000000")) for _ in range(30)]
     assert [r.status_code for r in wrong[:4]] == [401] * 4
     assert all(r.status_code == 429 and r.json()["errors"][0]["code"] == 10000 for r in wrong[4:])
     assert all(_retry_after(r) > 0 for r in wrong[4:])
     # While the brake is on, this client's requests are not checked at all, right token or not.
-    assert httpx.post(u, json=body, headers=headers(BOB)).status_code == 429
+    assert _post(u, json=body, headers=headers(BOB)).status_code == 429
