@@ -197,8 +197,11 @@ def test_kv_transfers_the_run_end_cuts_off_are_not_counted(roof):
     seam, part = disagg(prefill_fraction=0.5, kv_link_gbps=0.01)
     drain = 1.5 * transfer_s
     sim = Simulation(deployment(cat, spec.id, 2, [[0.0]], sites=[0, 0]), w, roof, techniques=seam, drain_s=drain)
-    req = sim.run().requests
+    res = sim.run()
+    req = res.requests
     assert (req.outcome == "ok").sum() == 1 and (req.error_code == 3007).sum() == 2
+    # the run ends at its drain horizon, not at the last ok completion (the window GPU utilisation divides by)
+    assert res.sim_end_s == pytest.approx(drain) and req.e2e_ms.max() / 1e3 < 0.9 * drain
     st = part.factories["edge"].stats()
     assert st["kv_transfers"] == 1 and st["kv_link_queued"] == 0
     assert st["kv_link_wait_ms_max"] == 0.0 and st["kv_link_wait_ms_mean"] == 0.0
