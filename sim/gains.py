@@ -153,9 +153,10 @@ class Paired:
         if not np.array_equal(edge.request_id.to_numpy(), central.request_id.to_numpy()):
             central = central.set_index("request_id").loc[edge.request_id.to_numpy()].reset_index()
         self.e, self.c = edge.reset_index(drop=True), central.reset_index(drop=True)
-        # When each user sent the request: the same on both sides, except a batch row a policy held to a later
-        # time on one side (the night policy, edge only), whose arrival_s is then its release. Blocks and load
-        # windows are of the users' clock (held rows at their release put every other request in block 0).
+        # When each user sent the request: the same on both sides (a batch row the night policy held keeps its
+        # send time in arrival_s, the hold in held_s; the earlier side is taken should a frame carry its release).
+        # Blocks and load windows are of the users' clock (held rows at their release put every other request in
+        # block 0).
         self.arrival = np.minimum(self.e.arrival_s.to_numpy(dtype=float), self.c.arrival_s.to_numpy(dtype=float))
         self.boot = Bootstrap(self.arrival, seed)
         batch = self.e.batch.to_numpy(dtype=bool) if "batch" in self.e else np.zeros(len(self.e), bool)

@@ -33,6 +33,7 @@ from sim.request_frame import concat_frames
 from sim.scenario import Scenario, check_scenario, load_scenario, no_central, with_overrides
 from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
+from sim.techniques.batch_policy import with_send_times
 from sim.techniques.config import check_block_tokens
 from sim.traces import trace_block, trace_kind
 from sim.workload import generate
@@ -312,6 +313,8 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
         block["placement"]["deterministic"] = bool(solver["deterministic"])
     if techniques_block is not None:
         block["techniques"] = techniques_block
+    if sc.techniques.batch_policy != "none":  # the frame written: send times, holds (the figures above: releases)
+        req = with_send_times(req, frame.arrival_s.to_numpy(dtype=float))
     # (wall times go to the performance block only: the rest of summary.json is the same for the same seed)
     stats = {"build_s": round(build_s, 2), "sim_wall_s": round(run_s, 3), "sim_requests_per_wall_s": round(len(frame) / run_s, 1),
              "placement_from_cache": dep.placement is not None and dep.placement.from_cache}

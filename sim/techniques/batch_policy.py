@@ -10,7 +10,8 @@ site is at night, and it is not lightly loaded, the request is *held* until the 
 Interactive rows never move.
 
 The request's network path is charged honestly: its access RTT grows by the backbone RTT from its own PoP to the
-chosen site. Completion latency of a batch request is measured from its original arrival (hold included).
+chosen site. Completion latency of a batch request is measured from its original arrival (hold included); the
+request frame keeps that arrival in ``arrival_s`` and the hold in ``held_s`` (:func:`with_send_times`).
 """
 
 from __future__ import annotations
@@ -144,6 +145,18 @@ def apply_night_policy(frame: pd.DataFrame, topo, fleet, table: pd.DataFrame, st
     info = {"batch_requests": int(batch.sum()), "moved": moved, "held": held, "day_side_low_load": low,
             "sites_used": int((used > 0).sum())}
     return out, orig, info
+
+
+def with_send_times(requests: pd.DataFrame, sent_s) -> pd.DataFrame:
+    """``requests`` (a deployment's request frame, rows in workload order, ``arrival_s`` when each request entered
+    the simulation) with ``arrival_s`` set to ``sent_s``, when its user sent it (the same for every deployment),
+    and a ``held_s`` column after it: the seconds a batch policy held the request before releasing it (0 for every
+    row it did not hold). The latency columns stay measured from the release, ``arrival_s + held_s``."""
+    release = requests.arrival_s.to_numpy(dtype=np.float64)
+    sent = np.asarray(sent_s, dtype=np.float64)
+    requests["arrival_s"] = sent
+    requests.insert(requests.columns.get_loc("arrival_s") + 1, "held_s", release - sent)
+    return requests
 
 
 def night_share(requests: pd.DataFrame, batch, fleet, start_utc, day_s: float, arrival_s) -> float:

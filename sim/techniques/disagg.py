@@ -37,7 +37,10 @@ def kv_transfer_s(spec, prompt_tokens: float, gbps: float) -> float:
 
 
 class KvLink:
-    """A site's KV-transfer link: one transfer at a time, FIFO, at ``gbps``."""
+    """A site's KV-transfer link: one transfer at a time, FIFO, at ``gbps``.
+
+    A transfer is booked when its prefill ends (its slot on the link) and counted when it lands: one still
+    waiting for the link or on it when the run ends (the drain horizon) never happened, nor did its wait."""
 
     def __init__(self, gbps: float):
         self.gbps, self.free_at = gbps, 0.0
@@ -48,12 +51,15 @@ class KvLink:
         dt = kv_transfer_s(spec, prompt_tokens, self.gbps)
         wait = max(0.0, self.free_at - now)
         self.free_at = now + wait + dt
+        return wait, dt
+
+    def landed(self, wait: float, dt: float) -> None:
+        """Count a transfer :meth:`send` booked, once its KV has landed."""
         self.transfers += 1
         self.queued += wait > 0
         self.wait_s += wait
         self.max_wait_s = max(self.max_wait_s, wait)
         self.busy_s += dt
-        return wait, dt
 
 
 class DisaggPool:
@@ -150,13 +156,15 @@ class DisaggPool:
         seq, i = proxy.rec
         self.p_tokens[i] -= seq.prompt - getattr(seq, "cached", 0)
         wait, dt = self.link.send(self.spec, seq.prompt, self.sim.env.now)
-        self.kv_transfers += 1
-        self.kv_transfer_s += dt
-        self._later(wait + dt, self._kv_arrived, seq)
+        self._later(wait + dt, self._kv_arrived, seq, wait, dt)
         if self.wait_p:
             self._later(0.0, lambda: self._admit_prefill(self.sim.env.now))
 
-    def _kv_arrived(self, seq: Seq) -> None:
+    def _kv_arrived(self, seq: Seq, wait: float, dt: float) -> None:
+        # counted here, not when booked: a transfer the run's end cuts off (its slot past the horizon) never landed
+        self.link.landed(wait, dt)
+        self.kv_transfers += 1
+        self.kv_transfer_s += dt
         if seq.done or self.dead:
             return
         t = self.sim.env.now

@@ -274,3 +274,52 @@ def test_an_interrupted_ablation_leaves_the_earlier_run_whole(tmp_path, monkeypa
         run_ablation("ablation", requests=60, workers=1, out=out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no new sweep files beside the old table
     assert [p.name for p in tmp_path.iterdir()] == ["abl"]  # and no staging folder left behind
+
+
+HELD = """seed = 7
+gpu_inventory_scale = 0.1
+[workload]
+kind = "poisson"
+requests = 900
+rps = 25.0
+day_compression = 600
+start_utc = "2024-03-20T12:00:00+00:00"
+batch_fraction = 0.5
+[edge]
+placement = "greedy-demand"
+router = "nearest-balanced"
+pops = ["FRA", "LHR", "AMS", "CDG", "MAD", "MXP"]
+[central]
+baseline = "big3"
+placement = "central"
+router = "nearest-balanced"
+[techniques]
+batch_policy = "night"
+"""
+
+
+def test_requests_parquet_alone_gives_the_batch_completion_of_held_rows(tmp_path, topo):
+    # European PoPs at noon UTC: no host is at night, so the night policy holds batch rows for minutes. The frame
+    # keeps when each user sent the request (the same on both sides) and says how long it was held.
+    from edgepop.stats import percentiles
+    from sim.outputs import write_outputs
+    from sim.run import run_scenario
+
+    path = tmp_path / "held.toml"
+    path.write_text(HELD)
+    write_outputs(run_scenario(str(path), topo=topo), tmp_path / "out")
+    df = pd.read_parquet(tmp_path / "out" / "requests.parquet")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    edge = df[df.deployment == "edge"].set_index("request_id")
+    central = df[df.deployment == "central"].set_index("request_id").loc[edge.index]
+    assert summary["deployments"]["edge"]["techniques"]["batch_policy"]["held"] > 50
+    assert (edge.held_s > 0).sum() == summary["deployments"]["edge"]["techniques"]["batch_policy"]["held"]
+    assert (edge.held_s[~edge.batch] == 0).all() and (central.held_s == 0).all()
+    np.testing.assert_array_equal(edge.arrival_s.to_numpy(), central.arrival_s.to_numpy())
+    for name, g in (("edge", edge), ("central", central)):
+        ok = (g.outcome == "ok") & g.batch
+        got = percentiles((g.held_s + g.e2e_ms / 1e3)[ok])
+        want = summary["deployments"][name]["batch_completion_s"]
+        assert got["n"] == want["n"] > 0
+        for k in ("p50", "p90", "p95", "p99", "mean"):
+            assert got[k] == pytest.approx(want[k], abs=1.5e-3), (name, k)

@@ -184,3 +184,25 @@ def test_disaggregation_splits_every_gpu_type_and_decodes_where_steps_are_shorte
     h100 = roof.decode_step_ms(spec, "H100", 2, 544.0)
     l40s = roof.decode_step_ms(spec, "L40S", 1, 544.0)
     assert out.tpot_ms.max() < (h100 + l40s) / 2 < l40s
+
+
+def test_kv_transfers_the_run_end_cuts_off_are_not_counted(roof):
+    # One prefill and one decode replica, a link so slow that each transfer takes minutes: the first lands, the
+    # two booked behind it would land after the drain horizon. Only the one that landed counts, and no wait
+    # reported outlasts the run.
+    cat, spec = llama()
+    w = workload([0.0, 0.0, 0.0], spec.id, "text-generation", 2000, output=20)
+    transfer_s = kv_transfer_s(spec, 2000, 0.01)
+    assert 100 < transfer_s < 400
+    seam, part = disagg(prefill_fraction=0.5, kv_link_gbps=0.01)
+    drain = 1.5 * transfer_s
+    sim = Simulation(deployment(cat, spec.id, 2, [[0.0]], sites=[0, 0]), w, roof, techniques=seam, drain_s=drain)
+    res = sim.run()
+    req = res.requests
+    assert (req.outcome == "ok").sum() == 1 and (req.error_code == 3007).sum() == 2
+    # the run ends at its drain horizon, not at the last ok completion (the window GPU utilisation divides by)
+    assert res.sim_end_s == pytest.approx(drain) and req.e2e_ms.max() / 1e3 < 0.9 * drain
+    st = part.factories["edge"].stats()
+    assert st["kv_transfers"] == 1 and st["kv_link_queued"] == 0
+    assert st["kv_link_wait_ms_max"] == 0.0 and st["kv_link_wait_ms_mean"] == 0.0
+    assert st["kv_transfer_ms_mean"] == pytest.approx(transfer_s * 1e3, abs=1e-3)
