@@ -270,7 +270,9 @@ class ReplicaEngine:
                 self.ctx_sum += s.prompt
                 self.join_sum += steps
                 heapq.heappush(self.heap, (finish, next(self._order), s))
-        self._finish_due(t)
+        heap = self.heap
+        if heap and heap[0][0] <= self.steps + 1e-6:  # (what _finish_due tests first: often nothing is due)
+            self._finish_due(t)
 
     def _prefilled(self, s: Seq, t: float) -> None:
         """``s``'s prompt is through: its first token now, then decoding (or done, with one token to make)."""
