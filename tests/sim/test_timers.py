@@ -77,7 +77,8 @@ def _engine_run(push: bool) -> list:
     eng = _engine(env, log, push)
     for k, (at, prompt, output) in enumerate([(0.1, 900, 7), (0.13, 300, 40), (0.7, 2000, 3), (1.1, 50, 90),
                                               (1.1, 700, 1), (2.3, 1200, 25)]):
-        env.timeout(at).callbacks.append(lambda _ev, s=Seq(k, prompt, output): eng.join(s, env.now))
+        seq = Seq(k, prompt, output)
+        env.timeout(at).callbacks.append(lambda _ev, s=seq: eng.join(s, env.now))
     env.run()
     return log
 
