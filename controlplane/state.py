@@ -166,7 +166,8 @@ class Replica:
         self.active += 1
         if self.active >= self.slots:
             stats.free_set.discard(self)
-        self.kv_used += req.kv_tokens
+        kv = req.kv_charge  # req.kv_tokens, inlined (once per request)
+        self.kv_used += kv if kv >= 0 else req.prompt_tokens + req.output_tokens
         self.running[req] = None
         self.last_busy = now
         req.replica, req.started_at = self, now
@@ -180,7 +181,8 @@ class Replica:
         if self.up and self.status == READY and self.active < self.slots:
             stats.free += 1
             stats.free_set.add(self)
-        self.kv_used -= req.kv_tokens
+        kv = req.kv_charge  # req.kv_tokens, inlined (once per request)
+        self.kv_used -= kv if kv >= 0 else req.prompt_tokens + req.output_tokens
         self.last_busy = now
 
 

@@ -15,6 +15,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from heapq import heappush
+
+from simpy.events import NORMAL
+
+from sim.timers import Timer
 
 
 def prefill_after_prefix(perf, spec, gpu: str):
@@ -72,7 +77,8 @@ class ReplicaEngine:
     __slots__ = ("spec", "gpu", "perf", "arm", "on_first_token", "on_finish", "pending", "prefilling",
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
-                 "dead", "_prefill_fn", "_batch_fn", "_after_fn", "_order", "meter", "gpu_ids", "lookup")
+                 "dead", "_prefill_fn", "_batch_fn", "_after_fn", "_order", "meter", "gpu_ids", "lookup", "env",
+                 "wake_cb")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -111,6 +117,13 @@ class ReplicaEngine:
         # Sequences due at the same step finish in the order they entered decode (an object's id() would make the
         # order, and what it starts next, differ from run to run).
         self._order = itertools.count()
+        # Set by :meth:`push_timers`: wake-ups go straight onto that SimPy environment's queue, not through ``arm``.
+        self.env = self.wake_cb = None
+
+    def push_timers(self, env, wake_cb) -> None:
+        """Push each wake-up onto ``env``'s event queue as the ``sim.timers.Timer`` of ``wake_cb`` (value: this
+        engine and the version), as an ``arm`` callback doing that would, without the call."""
+        self.env, self.wake_cb = env, wake_cb
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -139,7 +152,7 @@ class ReplicaEngine:
         """Re-arm the wake-up for the next change: prefill end, or the next sequence finishing."""
         self.version = version = self.version + 1
         if self.prefill_end >= 0:
-            self.arm(self, self.prefill_end, version)
+            at = self.prefill_end
         elif self.heap:
             # self._step_time(), inlined (once or twice per request)
             heap, steps = self.heap, self.steps
@@ -150,12 +163,22 @@ class ReplicaEngine:
             if step_s is None:
                 step_s = self._step_time()
             self.step_s = step_s
-            self.arm(self, t + max(0.0, heap[0][0] - steps) * step_s, version)
-        elif self.busy_since >= 0:
-            self.busy_s += t - self.busy_since
-            self.busy_since = -1.0
-            if self.meter is not None:
-                self.meter.stop(self.gpu_ids, t)
+            at = t + max(0.0, heap[0][0] - steps) * step_s
+        else:
+            if self.busy_since >= 0:
+                self.busy_s += t - self.busy_since
+                self.busy_since = -1.0
+                if self.meter is not None:
+                    self.meter.stop(self.gpu_ids, t)
+            return
+        env = self.env
+        if env is None:
+            self.arm(self, at, version)
+        else:  # the arm callback's timer, pushed here (once or twice per request)
+            now = env._now
+            delay = at - now  # (the delay and the sum exactly as env.timeout(max(0.0, at - now)) computes them)
+            heappush(env._queue, (now + (delay if delay > 0.0 else 0.0), NORMAL, next(env._eid),
+                                  Timer(self.wake_cb, (self, version))))
 
     # ---------------------------------------------------------------- events
     def join(self, seq: Seq, t: float) -> None:
@@ -231,9 +254,25 @@ class ReplicaEngine:
     def _end_prefill(self, t: float) -> None:
         batch, self.prefilling, self.prefill_end = self.prefilling, [], -1.0
         self.t_ref = t
-        for s in batch:
-            self._prefilled(s, t)
-        self._finish_due(t)
+        on_first_token, generative = self.on_first_token, self.generative
+        for s in batch:  # self._prefilled(s, t) and self._enter_decode(s), inlined: once per request
+            s.first_token_at = t
+            on_first_token(s, t)
+            if not generative or s.output <= 1:
+                s.stalls_at_end = (0.0, 0)  # it never decoded: no stalls
+                s.done = True
+                self.on_finish(s, t)
+            else:
+                steps = self.steps
+                s.join_step = steps
+                s.finish_step = finish = steps + (s.output - 1)
+                s.stall_mark, s.stall_count_mark = self.stall_s, self.stall_count
+                self.ctx_sum += s.prompt
+                self.join_sum += steps
+                heapq.heappush(self.heap, (finish, next(self._order), s))
+        heap = self.heap
+        if heap and heap[0][0] <= self.steps + 1e-6:  # (what _finish_due tests first: often nothing is due)
+            self._finish_due(t)
 
     def _prefilled(self, s: Seq, t: float) -> None:
         """``s``'s prompt is through: its first token now, then decoding (or done, with one token to make)."""

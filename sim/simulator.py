@@ -124,6 +124,7 @@ class Simulation(NodeFaults, Readouts):
             codes.astype(np.int64), self.key, self.prompt, self.output, self.arrival, self.session, self.rib))
         self._units = memoryview(np.ascontiguousarray(self.units))
         self.engines: dict[int, ReplicaEngine] = {}
+        self._plain_stalls = True  # every engine's seq_stalls is ReplicaEngine's (read inline by _flush)
         self.gpu_meter = GpuBusyMeter(deployment.fleet)
         self._engine_caches: dict[tuple, tuple[dict, dict]] = {}  # (model, GPU) -> its engines' shared caches
         self.reqs: list[Request | None] = [None] * n
@@ -176,6 +177,10 @@ class Simulation(NodeFaults, Readouts):
             self.engines[replica.id] = eng
         if self.hash_ids is not None and hasattr(eng, "lookup"):
             eng.lookup = self._prefix_lookup
+        if getattr(type(eng), "seq_stalls", None) is not ReplicaEngine.seq_stalls:
+            self._plain_stalls = False  # its stalls are not (only) those the sequence froze when it finished
+        if isinstance(eng, ReplicaEngine) and eng.arm == self._arm and eng.env is None:
+            eng.push_timers(self.env, self._wake_cb)  # what self._arm does, without the call
         if isinstance(eng, ReplicaEngine) and eng.meter is None:
             self.gpu_meter.bind(eng, replica)
         return eng
@@ -218,14 +223,27 @@ class Simulation(NodeFaults, Readouts):
     def _flush(self) -> None:
         """Complete finished sequences outside the engine's own call (their slots may start queued requests)."""
         buf, env, reqs, engines, finish = self._finished_buffer, self.env, self.reqs, self.engines, self.plane.finish
+        plain = self._plain_stalls and self.adapters is None
         while buf:
             seq = buf.pop()
             k = seq.rec
             now = env._now
             self.finished[k] = now
             req = reqs[k]
-            self.stall_s[k], self.stalls[k] = engines[req.replica.id].seq_stalls(seq)
-            self._end(k, OUT_OK)
+            if plain and seq.stalls_at_end is not None:
+                # (what ReplicaEngine.seq_stalls returns for a finished sequence) and self._end(k, OUT_OK), inlined:
+                # once per request
+                self.stall_s[k], self.stalls[k] = seq.stalls_at_end
+                if self.outcome[k] != OUT_NONE:
+                    raise ConservationError(f"request {k} ended twice ({self.outcome[k]} then {OUT_OK})")
+                self.outcome[k], self.code[k] = OUT_OK, 0
+                reqs[k] = self.seqs[k] = None
+                self.remaining -= 1
+                if self.remaining == 0 and self.arrivals_done and not self.done.triggered:
+                    self.done.succeed()
+            else:
+                self.stall_s[k], self.stalls[k] = engines[req.replica.id].seq_stalls(seq)
+                self._end(k, OUT_OK)
             for started in finish(req, now):
                 self._start(started, now)
 
@@ -293,7 +311,19 @@ class Simulation(NodeFaults, Readouts):
             if got is None:
                 return
             at = self._adapter_ready(k, *got)
-        self._join(req, seq, at, now)
+            self._join(req, seq, at, now)
+            return
+        # self._join(req, seq, at, now), inlined: once per request
+        eng = self.engines.get(r.id) or self._engine(r)
+        if at > now:
+            self.joined[k] = at
+            heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid),
+                                   Timer(self._reach_node_cb, (eng, seq))))
+        else:
+            self.joined[k] = now
+            eng.join(seq, now)
+            if self._finished_buffer:
+                self._flush()
 
     def _adapter_ready(self, k: int, ready: float, loaded: bool) -> float:
         self.adapter_wait_s[k], self.adapter_loaded[k] = ready - self.arrived[k], loaded

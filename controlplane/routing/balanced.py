@@ -19,8 +19,9 @@ for a less loaded replica (ties still go to the nearer).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
-from controlplane.ordering import window_end
+from controlplane.ordering import SiteRtts
 from controlplane.routing.base import ROUTERS, START, Decision, Router
 from controlplane.state import Request
 
@@ -42,7 +43,9 @@ class NearestBalanced(Router):
             raise ValueError(f"window_ms must be in [0, 1000] ms, got {window_ms!r}")
 
     def route(self, req: Request, now: float) -> Decision:
-        cands, rtts = self.state.candidates(req.ingress, req.model)
+        state = self.state
+        hit = state._cand.get((req.ingress, req.model, False))  # state.candidates(...), the cache hit inlined
+        cands, rtts = hit if hit is not None else state.candidates(req.ingress, req.model)
         d = self._balanced(req, cands, rtts)
         if d is None and len(cands) < len(self.state.by_model.get(req.model, ())):
             cands, rtts = self.state.candidates(req.ingress, req.model, full=True)
@@ -64,7 +67,7 @@ class NearestBalanced(Router):
         else:
             return None
         if self.window_ms > 0:
-            return self._windowed(req, cands, rtts, best, free)
+            return self._windowed(req, cands, rtts, best, free, kv)
         site, best_load = r.site, (r.active + 1) * (r.est_request_ms or 1.0)
         for i in range(best + 1, len(cands)):
             r = cands[i]
@@ -80,16 +83,25 @@ class NearestBalanced(Router):
             return self._least_work(req, full, full_rtts, site=site) or Decision(START, cands[best], rtts[best])
         return Decision(START, cands[best], rtts[best])
 
-    def _windowed(self, req: Request, cands, rtts, first: int, free) -> Decision:
-        """The least expected work among the replicas that can start ``req`` within ``window_ms`` of
-        ``cands[first]``, the nearest that can (the lists are in RTT order; ties go to the nearer)."""
-        kv, limit, n = req.kv_tokens, rtts[first] + self.window_ms, len(cands)
+    def _windowed(self, req: Request, cands, rtts, first: int, free, kv: int) -> Decision:
+        """The least expected work among the replicas that can start ``req`` (``kv``: its KV tokens) within
+        ``window_ms`` of ``cands[first]``, the nearest that can (the lists are in RTT order; ties go to the nearer)."""
+        n = len(cands)
         # The window's end found by bisection, not by reading every RTT in it: a region's dozens of replicas share
-        # one RTT, and a central deployment's RTT lists read each value through its site (SiteRtts).
-        end = window_end(rtts, limit, first + 1, n)
-        best, best_load = first, _work(cands[first])
-        for i in range(first + 1, end):
-            r = cands[i]
+        # one RTT, and a central deployment's RTT lists read each value through its site (SiteRtts: read here
+        # without its methods, as window_end and indexing would).
+        if type(rtts) is SiteRtts:
+            site_rtt, pos = rtts.site_rtt, rtts.pos
+            limit = site_rtt[pos[first]] + self.window_ms
+            end = bisect_right(pos, limit, first + 1, n, key=site_rtt.__getitem__)
+        else:
+            limit = rtts[first] + self.window_ms
+            end = bisect_right(rtts, limit, first + 1, n)
+        r = cands[first]
+        best, best_load = first, (r.active + 1) * (r.est_request_ms or 1.0)
+        i = first
+        for r in cands[first + 1:end]:  # (a slice iterated: no index read per replica)
+            i += 1
             if r in free and r.kv_used + kv <= r.kv_capacity:
                 load = (r.active + 1) * (r.est_request_ms or 1.0)
                 if load < best_load:
@@ -97,7 +109,7 @@ class NearestBalanced(Router):
         if end == n and n < len(self.state.by_model.get(req.model, ())):  # the truncated list ended in the window
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
             return self._least_work(req, full, full_rtts, limit=limit) or Decision(START, cands[best], rtts[best])
-        return Decision(START, cands[best], rtts[best])
+        return Decision(START, cands[best], site_rtt[pos[best]] if type(rtts) is SiteRtts else rtts[best])
 
     @staticmethod
     def _least_work(req: Request, cands, rtts, site=None, limit: float = math.inf) -> Decision | None:

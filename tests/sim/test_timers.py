@@ -42,3 +42,63 @@ def test_run_until_raises_a_failed_events_error_and_needs_its_until():
     call_later(env, 1.0, lambda ev: None)
     with pytest.raises(RuntimeError, match="until"):
         run_until(env, env.event())
+
+
+
+def _engine(env, log, push: bool):
+    """A replica engine on ``env`` whose wake-ups go through an ``arm`` callback making SimPy timeouts, or
+    (``push``) are pushed by the engine itself; ``log`` records what happened when."""
+    from controlplane.catalog import default_catalog
+    from controlplane.perf import Roofline
+    from controlplane.perf_rows import reference_gpus
+    from sim.engine import ReplicaEngine
+
+    spec = default_catalog()["@cf/meta/llama-3.1-8b-instruct"]
+
+    def wake(version):
+        log.append(("wake", env.now, version))
+        eng.wake(env.now, version)
+
+    def arm(_eng, t, version):
+        env.timeout(max(0.0, t - env.now)).callbacks.append(lambda _ev: wake(version))
+
+    eng = ReplicaEngine(spec, "H100", Roofline(reference_gpus()), arm,
+                        lambda s, t: log.append(("first", s.rec, t)), lambda s, t: log.append(("done", s.rec, t)))
+    if push:
+        eng.push_timers(env, lambda ev: wake(ev._value[1]))
+    return eng
+
+
+def _engine_run(push: bool) -> list:
+    """Prompts reaching the engine at awkward times, some together; returns what happened when."""
+    from sim.engine import Seq
+
+    env, log = simpy.Environment(), []
+    eng = _engine(env, log, push)
+    for k, (at, prompt, output) in enumerate([(0.1, 900, 7), (0.13, 300, 40), (0.7, 2000, 3), (1.1, 50, 90),
+                                              (1.1, 700, 1), (2.3, 1200, 25)]):
+        seq = Seq(k, prompt, output)
+        env.timeout(at).callbacks.append(lambda _ev, s=seq: eng.join(s, env.now))
+    env.run()
+    return log
+
+
+def _queued_after_join(push: bool, t: float) -> tuple[list, float]:
+    """The queue's (time, priority, id) entries after a prompt joins an idle engine at ``t``, and its prefill's
+    end."""
+    from sim.engine import Seq
+
+    env = simpy.Environment(t)
+    env.timeout(0.0)  # an id drawn before: the wake-up must draw the next one
+    eng = _engine(env, [], push)
+    eng.join(Seq(0, 900, 7), t)
+    return [e[:3] for e in sorted(env._queue)], eng.prefill_end
+
+
+def test_an_engine_pushing_its_own_wake_ups_queues_them_as_its_arm_callbacks_timeouts():
+    """Same times (``now + (t - now)``, as a timeout computes them), same priority, same ids, hence the same run."""
+    want, got = _engine_run(push=False), _engine_run(push=True)
+    assert got == want and sum(e[0] == "done" for e in got) == 6
+    for i in range(50):
+        t = 0.1 + i * 0.0137
+        assert _queued_after_join(True, t) == _queued_after_join(False, t)
