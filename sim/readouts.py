@@ -1,4 +1,5 @@
-"""What a finished run hands back: the per-request frame, the utilisation samples and the GPU busy time.
+"""What a run hands back and how it is checked: the per-request frame, the utilisation samples (and their
+sampler), the GPU busy time, and the every-request-ends-exactly-once invariant.
 
 A mixin of :class:`sim.simulator.Simulation` (it reads the simulation's per-request arrays, its samples, engines
 and GPU meter).
@@ -6,9 +7,15 @@ and GPU meter).
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import pandas as pd
 
-from sim.request_frame import request_frame
+from sim.request_frame import OUT_NONE, request_frame
+
+
+class ConservationError(RuntimeError):
+    """The every-request-ends-exactly-once invariant was violated (a simulator bug, never a user error)."""
 
 
 class Readouts:
@@ -47,3 +54,22 @@ class Readouts:
     def gpu_busy_seconds(self) -> float:
         """GPU-seconds during which a GPU had work (see :meth:`gpu_busy_seconds_by_type`)."""
         return float(sum(self.gpu_busy_seconds_by_type().values()))
+
+    def _sampler(self):
+        """A SimPy process: one utilisation sample every ``sample_s`` simulated seconds."""
+        env = self.env
+        state = self.plane.state
+        reps, since = state.replicas, attrgetter("busy_since")
+        while True:
+            # The control plane's running totals, not a pass over every replica and queue (thousands of each at
+            # 3,000 PoPs): slots count READY, up replicas only (a failed node's serve none).
+            running, waiting, slots = state.totals()
+            busy = len(self.engines) - list(map(since, self.engines.values())).count(-1.0)
+            self.samples.append((env.now, running, waiting, slots, busy, len(reps)))
+            yield env.timeout(self.sample_s)
+
+    def check_conservation(self) -> None:
+        """Raise :class:`ConservationError` unless every request ended (ok, rejected or failed)."""
+        never = self.outcome.count(OUT_NONE)
+        if never or self.remaining != 0:
+            raise ConservationError(f"{never} requests never ended")

@@ -9,8 +9,8 @@ Actors are SimPy processes (the control plane's clock, faults, the utilisation s
 (``sim.timers``: the same event order as SimPy timeouts, at a fraction of the cost); each engine has one re-armable
 timer (see ``sim.engine``), so events scale with requests, not tokens.
 
-Invariant (checked at the end of every run, also under faults): every arrival ends exactly once -- ok, rejected
-or failed.
+Invariant (checked at the end of every run, also under faults; ``sim.readouts``): every arrival ends exactly once
+-- ok, rejected or failed.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from heapq import heappush
-from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -36,15 +35,11 @@ from sim.engine import ReplicaEngine, Seq
 from sim.faults import FAULT_POLICIES
 from sim.gpu_busy import GpuBusyMeter
 from sim.node_faults import NodeFaults
-from sim.readouts import Readouts
+from sim.readouts import ConservationError, Readouts
 from sim.request_frame import OUT_FAILED, OUT_NONE, OUT_OK, OUT_REJECTED
 from sim.timers import Timer, call_later, run_until
 
 NAN = float("nan")
-
-
-class ConservationError(RuntimeError):
-    """The every-request-ends-exactly-once invariant was violated (a simulator bug, never a user error)."""
 
 
 @dataclass
@@ -369,18 +364,6 @@ class Simulation(NodeFaults, Readouts):
             nxt = min(self.plane.next_wakeup(), env.now + 1.0)
             yield env.timeout(max(nxt - env.now, 1e-3))
 
-    def _sampler(self):
-        env = self.env
-        state = self.plane.state
-        reps, since = state.replicas, attrgetter("busy_since")
-        while True:
-            # The control plane's running totals, not a pass over every replica and queue (thousands of each at
-            # 3,000 PoPs): slots count READY, up replicas only (a failed node's serve none).
-            running, waiting, slots = state.totals()
-            busy = len(self.engines) - list(map(since, self.engines.values())).count(-1.0)
-            self.samples.append((env.now, running, waiting, slots, busy, len(reps)))
-            yield env.timeout(self.sample_s)
-
     # ---------------------------------------------------------------- run
     def run(self) -> SimResult:
         env = self.env
@@ -414,8 +397,3 @@ class Simulation(NodeFaults, Readouts):
                 self._end(k, OUT_FAILED if streamed else OUT_REJECTED, int(Code.TIMEOUT))
         self.check_conservation()
         return SimResult(self.dep.name, self.frame(), self.utilisation_frame(), dict(self.plane.counts), end)
-
-    def check_conservation(self) -> None:
-        never = self.outcome.count(OUT_NONE)
-        if never or self.remaining != 0:
-            raise ConservationError(f"{never} requests never ended")
