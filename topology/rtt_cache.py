@@ -29,6 +29,7 @@ import hashlib
 import inspect
 import os
 import tempfile
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 
@@ -40,6 +41,11 @@ MIN_CELLS = 200_000  # below this much work a matrix is cheaper to compute than 
 _MEMORY: OrderedDict = OrderedDict()
 _MEMORY_ENTRIES = 8
 _CODE_DIGESTS: dict = {}
+
+
+# What reading a damaged cache file raises (then it is recomputed): an empty file (a crash or a full disk after the
+# rename) is EOFError, a truncated .npz BadZipFile, a missing array KeyError, a bad header ValueError.
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
 
 def cache_dir() -> Path | None:
@@ -120,7 +126,7 @@ def cached_matrix(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarra
     if path is not None and path.is_file():
         try:
             m = np.load(path, allow_pickle=False)
-        except (OSError, ValueError):
+        except UNREADABLE:
             m = None
         if m is not None and (m.shape != shape or m.dtype != np.float32):
             m = None
@@ -158,7 +164,7 @@ def _float64_file(path: Path, shape: tuple, compute) -> np.ndarray:
             m = np.load(path, allow_pickle=False)
             if m.shape == shape and m.dtype == np.float64:
                 return m
-        except (OSError, ValueError):
+        except UNREADABLE:
             pass
     m = compute()
     _write(path, m)
@@ -203,7 +209,7 @@ def cached_argmin(model, lat: np.ndarray, lon: np.ndarray, site_nodes: np.ndarra
                 index, value = z["index"], z["value"]
             if index.shape == value.shape == (n,) and index.dtype == np.int64 and value.dtype == np.float32:
                 return index, value
-        except (OSError, ValueError, KeyError):
+        except UNREADABLE:
             pass
     index, value = compute()
     _write(path, {"index": np.asarray(index, np.int64), "value": np.asarray(value, np.float32)})
@@ -236,7 +242,7 @@ def cached_links(nodes, cables, options: tuple, compute):
                 cols = {c: z[c] for c in LINK_COLUMNS}
             if len({len(v) for v in cols.values()}) == 1 and len(cols["i"]):
                 return pd.DataFrame({c: v.astype(object) if v.dtype.kind == "U" else v for c, v in cols.items()})
-        except (OSError, ValueError, KeyError):
+        except UNREADABLE:
             pass
     links = compute()
     if len(links) and not links[["kind", "system"]].isna().any().any():  # text round-trips; a missing value would not

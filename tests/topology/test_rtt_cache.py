@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from topology import rtt_cache
@@ -222,3 +223,21 @@ def test_node_rtts_come_from_disk_and_a_copy_with_another_backbone_is_hashed_aga
     slower.node_ms = topo.latency.node_ms + 1.0
     assert not np.array_equal(slower.node_rtt_matrix(a, b), computed)
     assert len(list(cache.glob("*.nodes.npy"))) == 2
+
+
+@pytest.mark.parametrize("damage", ["empty", "halved"])
+def test_every_damaged_cache_file_is_recomputed_not_a_crash(tmp_path, cache, damage):
+    """An empty file (a crash or a full disk after the rename) raised EOFError and a truncated .npz BadZipFile,
+    which no reader caught: every command reading the cache failed with a traceback."""
+    from sim.run import run_scenario
+
+    def run():
+        rtt_cache.clear_memory()
+        return run_scenario("small", requests=300).requests
+
+    first = run()
+    files = [p for p in (tmp_path / "rtt").rglob("*") if p.is_file()]
+    assert {".npy", ".npz"} <= {p.suffix for p in files}
+    for p in files:
+        p.write_bytes(b"" if damage == "empty" else p.read_bytes()[: p.stat().st_size // 2])
+    pd.testing.assert_frame_equal(run(), first)
