@@ -95,12 +95,19 @@ def load_pops(path: str | Path | None = None, tiers: pd.DataFrame | None = None)
     ``path`` defaults to the shipped table derived from the public Cloudflare colo list (see ATTRIBUTION.md).
     A custom file needs at least the columns id, city, continent, lat, lon, tz, metro_pop. Its optional ``tier``
     column is honoured where given (a tier of the ladder); an empty cell or no column: the tier its metro_pop
-    reaches (:func:`assign_tiers`).
+    reaches (:func:`assign_tiers`). Its sites are checked against the shipped city table
+    (:func:`topology.pop_sites.check_sites`: no point far from every city, no ``cc`` the coordinates contradict,
+    no site twice); the shipped file, which passes, is not re-checked on each load.
     """
-    path = Path(path) if path else DATA_DIR / "pops.csv"
+    shipped = DATA_DIR / "pops.csv"
+    path = Path(path) if path else shipped
     lines: list[int] = []
     pops = read_table(path, POP_FIELDS + [Field("tier", integer, required=False, default=-1)], unique="id",
                       lines_out=lines)
+    if path.resolve() != shipped.resolve():
+        from topology.pop_sites import check_sites
+
+        check_sites(pops, path, lines)
     tiers = tiers if tiers is not None else load_tiers()
     given = pops.tier.to_numpy(dtype=np.int64)
     bad = np.flatnonzero((given != -1) & ~np.isin(given, tiers.tier.to_numpy()))
