@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError, is_real
-from topology.pops import CONTINENTS
+from topology.geo import CONTINENTS
 
 
 def load_demand_points(min_population: int = 30_000) -> pd.DataFrame:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# Continent codes of the PoP, region and demand tables (here, a leaf module, so the tables' modules can share it
+# without importing each other).
+CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America", "OC": "Oceania",
+              "SA": "South America", "AN": "Antarctica"}
+
 EARTH_RADIUS_KM = 6371.0088
 # Light in silica fibre travels at ~c/1.47, i.e. about 204 km per millisecond; 200 is the usual round figure.
 FIBRE_KM_PER_MS = 200.0

@@ -10,10 +10,8 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import DataFileError
+from topology.geo import CONTINENTS
 from topology.tables import DATA_DIR, Field, in_range, integer, number, read_table
-
-CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America", "OC": "Oceania",
-              "SA": "South America", "AN": "Antarctica"}
 
 
 @lru_cache(maxsize=1024)  # PoPs share a few hundred zones; ZoneInfo re-reads a zone file once it is collected
