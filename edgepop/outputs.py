@@ -51,7 +51,7 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
                         f"another {flag})")
     if p.exists() and not p.is_dir():
         raise UserError(f"{flag} {path}: exists and is not a folder")
-    parent = _real(p).parent  # where staged_output stages: on the file system of the folder it names
+    parent = _stage_in(p)  # where staged_output stages: on the file system of the folder it names
     _check(p, path, flag, (parent, p) if staged and p.is_dir() else (parent,) if staged else (p,))
     if p.is_dir():
         for name, marker in sorted(_kinds(writes).items()):
@@ -259,9 +259,28 @@ def _keep(tmp: Path, out: Path) -> Path:
 def staging_folder(out: Path, prefix: str = ".edgepop-") -> Path:
     """A new private temporary folder beside the folder ``out`` names (links followed: on its file system, so
     moving from it into ``out`` is a rename), its parent folders created first."""
-    parent = _real(out).parent
+    parent = _stage_in(out)
     parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def _stage_in(out: Path) -> Path:
+    """The folder to stage ``out``'s files in: its parent (links followed), or ``out`` itself when that is an
+    existing folder whose parent cannot take one (``--out .`` in a home folder under a root-owned ``/home``); the
+    files then move out of a hidden folder inside it."""
+    real = _real(out)
+    if real.is_dir() and real.parent.is_dir() and not _can_stage_in(real.parent):
+        return real
+    return real.parent
+
+
+def _can_stage_in(folder: Path) -> bool:
+    """Whether a temporary folder can be made (and removed) in the existing ``folder``."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".edgepop-probe-", dir=folder))
+    except OSError:
+        return False
+    return True
 
 
 @contextlib.contextmanager

@@ -48,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    from edgepop.errors import UserError
     from edgepop.outputs import output_folder
     from sim.live.replay import ReplayOptions
     from sim.live.run import OUTPUTS, replay_and_compare
@@ -55,6 +56,9 @@ def run_replay(args: argparse.Namespace) -> int:
     check_replay_flags(args)
     # '~/dir' expanded: written there, not to ./~/dir; a folder named like an output file is refused now
     args.out = output_folder(args.out, writes=[n for n in OUTPUTS if "/" not in n])
+    if args.repeat_live and (args.out / "repeat").exists() and not (args.out / "repeat").is_dir():
+        raise UserError(f"--out {args.out}: {args.out / 'repeat'} is a file, where --repeat-live writes a folder "
+                        f"(move it away or choose another --out)")
 
     opts = ReplayOptions(url=args.live, trace=args.trace, out=args.out, requests=args.requests,
                          time_scale=args.time_scale, model=args.model, max_prompt=args.max_prompt,

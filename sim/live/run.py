@@ -121,7 +121,7 @@ def clear_outputs(out: Path, keep=None) -> None:
     kept = Path(keep).resolve() if isinstance(keep, str | Path) else None
     for name in OUTPUTS:
         path = out / name
-        if path.resolve() != kept:
+        if path.parent.is_dir() and path.resolve() != kept:  # (``repeat`` may be absent, or a file of the user's)
             path.unlink(missing_ok=True)
 
 

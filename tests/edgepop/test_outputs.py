@@ -278,6 +278,27 @@ def test_out_dot_works_on_the_resolved_path(tmp_path, monkeypatch, capsys):
     assert "ttft_gain_map.png is a folder, where the command writes a file" in capsys.readouterr().err
 
 
+def test_an_out_folder_whose_parent_takes_no_folder_stages_inside_itself(tmp_path, monkeypatch):
+    """``--out .`` in a home folder under a root-owned /home: the parent cannot take the staging folder, so the
+    files are staged in a hidden folder inside ``--out`` and moved out of it (refused before, after the work)."""
+    from edgepop import outputs
+
+    out = tmp_path / "home"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine")
+    monkeypatch.setattr(outputs, "_can_stage_in", lambda folder: Path(folder) != tmp_path)
+    assert outputs.output_folder(out, staged=True) == out
+    assert main(["topology", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["map.png", "mine.txt", "summary.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+    (out / "summary.json").unlink()
+    (out / "summary.json").mkdir()  # a conflict: nothing moves, the results are kept where the message says
+    with pytest.raises(outputs.OutputConflict, match=r"the results (not moved )?are in") as e:
+        with outputs.staged_output(out, {"summary.json"}) as tmp:
+            (tmp / "summary.json").write_text("{}")
+    assert (e.value.kept / "summary.json").read_text() == "{}" and (out / "summary.json").is_dir()
+
+
 def test_a_dangling_link_as_out_is_refused_up_front(tmp_path):
     (tmp_path / "d1").symlink_to("d1target")
     with pytest.raises(UserError, match=r"^--out .*d1: is a link to d1target, which does not exist"):

@@ -300,6 +300,17 @@ def test_a_folder_named_like_a_replay_output_is_refused_before_any_request(tmp_p
     err = capsys.readouterr().err
     assert "live.parquet is a folder" in err and err.count("\n") == 1, err
     assert (tmp_path / "out" / "live.parquet").is_dir()
+    # a file named like the folder --repeat-live writes: refused too (clear_outputs failed on it: NotADirectoryError)
+    (tmp_path / "out" / "live.parquet").rmdir()
+    (tmp_path / "out" / "repeat").write_text("mine")
+    assert main(["replay", "--live", "http://127.0.0.1:9", "--trace", trace, "--out", str(tmp_path / "out"),
+                 "--repeat-live"]) == 2
+    err = capsys.readouterr().err
+    assert "repeat is a file, where --repeat-live writes a folder" in err and err.count("\n") == 1, err
+    from sim.live.run import clear_outputs
+
+    clear_outputs(tmp_path / "out")  # (a run without --repeat-live clears its files and leaves the user's)
+    assert (tmp_path / "out" / "repeat").read_text() == "mine"
 
 
 def test_a_replay_clears_only_its_own_earlier_outputs(tmp_path):
