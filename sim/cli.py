@@ -104,10 +104,8 @@ def cmd_simulate(args) -> int:
     # before minutes of simulating, not after: a file, or a folder of the user's, where an output goes ('~' expanded)
     # (the gain map too, though only a run with both deployments draws it: a folder of that name is refused now)
     args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES | {FOLDERS[name] for name in folders})
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from sim.run import run_scenario
+    from sim.run_progress import simulation_progress
 
     sc = load_scenario(args.scenario)
     main_seed = args.seed if args.seed is not None else sc.seed
@@ -117,17 +115,8 @@ def cmd_simulate(args) -> int:
     for flag, on in (("--sensitivity", args.sensitivity), ("--seeds", seeds is not None)):
         if on and sc.central is None:
             raise UserError(f"{flag} compares edge and central: {no_central(sc.name)}")
-    console = Console(stderr=True)
     deployments = (args.only,) if args.only else ("edge", "central")
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
-        tasks = {}
-
-        def progress(name, i, n):
-            if name not in tasks:
-                tasks[name] = bar.add_task(f"simulating {name}", total=n)
-            bar.update(tasks[name], completed=i)
-
+    with simulation_progress("auto") as progress:  # a bar per deployment when stderr is a terminal
         out = run_scenario(sc, requests=args.requests, duration_s=args.duration, seed=args.seed, trace=args.trace,
                            faults=args.fail, progress=progress, deployments=deployments)
     # The extra runs' folders are staged apart (beside --out) and moved in with the main outputs, all at the end:

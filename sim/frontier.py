@@ -32,6 +32,7 @@ import numpy as np
 
 from edgepop.errors import UserError
 from edgepop.outputs import output_folder, staged_output
+from sim.frontier_args import checked_arguments
 from sim.frontier_report import summarise, within_tolerance, write_outputs
 from sim.scenario import no_central
 
@@ -72,6 +73,8 @@ class SLOTarget:
 
 def parse_slo(text: str) -> SLOTarget:
     """``ttft_p95_ms=500`` or ``slo_attainment=0.99`` (one-line error otherwise)."""
+    if not isinstance(text, str):
+        raise UserError(f"slo must be METRIC=VALUE text (e.g. 'ttft_p95_ms=500') or an SLOTarget, got {text!r}")
     metric, sep, value = str(text).partition("=")
     metric = metric.strip()
     try:
@@ -262,23 +265,26 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     ``budgets``: multiples of the scenario's ``gpu_inventory_scale`` (``absolute=True``: inventory scales as
     given). ``baselines``: central region sets to sweep (default: the scenario's). ``only``: ``edge`` or
     ``central``. ``requests`` overrides the scenario's request count. ``seeds`` default to the scenario's seed.
+    Every argument is checked before any work (:func:`sim.frontier_args.checked_arguments`: one-line
+    ``UserError``s; numpy numbers taken). An interrupt ends the pool's workers (:func:`sim.pool_worker.stop_pool`).
     """
+    from sim.pool_worker import stop_pool
     from sim.scenario import load_scenario
     from sim.sweep import local_pool, progress_bar
     from topology import Topology
 
     t0 = time.perf_counter()
+    args = checked_arguments(budgets=budgets, seeds=seeds, engine=engine, workers=workers,
+                             requests=requests, baselines=baselines, tolerance=tolerance, max_steps=max_steps,
+                             out=out, progress=progress, absolute=absolute)
+    budgets, workers, requests, tolerance, max_steps = (args[k] for k in ("budgets", "workers", "requests",
+                                                                          "tolerance", "max_steps"))
     slo = slo if isinstance(slo, SLOTarget) else parse_slo(slo)
     base = scenario_path(scenario)
     sc = load_scenario(str(base))
-    budgets = _checked_budgets(budgets)
-    if not (0 <= tolerance < 1):
-        raise UserError(f"tolerance must be in [0, 1), got {tolerance}")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
-        raise UserError(f"max-steps must be a non-negative integer, got {max_steps!r}")
     topo = Topology.load(last_mile_ms=sc.last_mile_ms)
     lines = _lines(sc, baselines, only, topo)
-    seeds = tuple(seeds) if seeds else (sc.seed,)
+    seeds = args["seeds"] or (sc.seed,)
     scales = sorted({round(b if absolute else b * sc.gpu_inventory_scale, 9) for b in budgets})
     if len(scales) < 2 or scales[0] <= 0:  # checked as run: inventory scales to 9 decimals
         raise UserError(f"budgets must be at least two different positive numbers (as inventory scales to 9 "
@@ -299,7 +305,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     # Staged beside ``out``, moved in at the end; the rounds' sweeps run in a scratch folder removed before that.
     with staged_output(out, FRONTIER_OUTPUTS, prefix=".edgepop-frontier-") as staged:
         work = staged / ".rounds"
-        ray_started, pool = False, None
+        ray_started, pool, stopped_by = False, None, None
         try:
             ray_started = _start_ray(engine, workers)
             n_workers = workers or os.cpu_count() or 1
@@ -317,9 +323,12 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
                         break
                     points += mids
                     runner.run(mids)
+        except BaseException as exc:
+            stopped_by = exc  # an interrupt: the pool's workers are ended, not waited for
+            raise
         finally:
             if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+                stop_pool(pool, stopped_by)
             if ray_started:
                 import ray
 
@@ -330,18 +339,6 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
         result["wall_s"] = round(wall, 1)
         write_outputs(Frontier(sc.name, slo, lines, points, result, staged, wall))
     return Frontier(sc.name, slo, lines, points, result, out, wall)
-
-
-def _checked_budgets(budgets) -> list[float]:
-    if isinstance(budgets, str):
-        try:
-            budgets = [float(b) for b in budgets.split(",") if b.strip()]
-        except ValueError:
-            raise UserError(f"bad --budgets {budgets!r}: expected comma-separated positive numbers") from None
-    budgets = list(budgets)
-    if len(set(budgets)) < 2 or any(not np.isfinite(b) or b <= 0 for b in budgets):
-        raise UserError(f"budgets must be at least two different positive numbers, got {budgets!r}")
-    return budgets
 
 
 def _lines(sc, baselines, only, topo) -> list[Line]:

@@ -54,7 +54,7 @@ from pathlib import Path
 from controlplane.deployment import DeploymentConfig
 from edgepop.errors import UserError
 from edgepop.rng import MAX_INT
-from sim.grid_keys import canonical, check_absent_tables, check_overlaps, check_repeats
+from sim.grid_keys import canonical, check_absent_tables, check_overlaps, check_repeats, plain
 from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
 from sim.techniques.config import Techniques
 from sim.workload_config import MAX_REQUESTS, WorkloadConfig
@@ -101,7 +101,7 @@ class Variant:
     @property
     def label(self) -> str:
         """``edge.placement='ilp', workload.rps=20.0, seed=1``: how errors and progress name the variant."""
-        parts = ([f"{self.name}"] if self.name else []) + [f"{k}={v!r}" for k, v in self.values.items()]
+        parts = ([f"{self.name}"] if self.name else []) + [f"{k}={plain(v)!r}" for k, v in self.values.items()]
         return ", ".join(parts + [f"seed={self.seed}"])
 
 
@@ -347,6 +347,7 @@ def _axes(raw, source: str, table: str = " [axes]") -> dict:
                             f"{', '.join(tables)}; the seed is swept with seeds = [...])")
         if key in RESERVED_COLUMNS:
             raise UserError(f"{source}{table}: axis {key!r} would shadow an output column")
+        values = plain(values) if isinstance(values, list | tuple) or type(values).__module__ == "numpy" else values
         if not isinstance(values, list) or not values:
             raise UserError(f"{source}{table}: axis {key!r} must be a non-empty list of values, got {values!r}")
         seen = [canonical(v) for v in values]  # (20 and 20.0 run the same variant)
@@ -369,7 +370,7 @@ def _named(raw, source: str) -> dict[str, dict]:
             raise UserError(f"{source} [[variants]][{i}]: a non-empty 'name' is required")
         if name in out:
             raise UserError(f"{source} [[variants]]: variant name {name!r} repeats")
-        over = {k: x for k, x in v.items() if k != "name"}
+        over = {k: plain(x) for k, x in v.items() if k != "name"}
         for k, x in over.items():
             # An unquoted dotted key (edge.placement = "...") arrives as a nested table under a key with no dot; a
             # quoted one keeps its dots, and its table value sets that field as a whole, as an axis value does.

@@ -26,6 +26,20 @@ def overlap(a: str, b: str) -> bool:
     return pa[:n] == pb[:n]
 
 
+def plain(value):
+    """``value`` with numpy scalars (``np.int64(32)``, ``np.float64(20.0)``, ``np.bool_``) and arrays turned into
+    Python ones, in lists and tables too: a grid built in Python from ``np.arange`` holds what a TOML file would,
+    checked, labelled and stored the same way."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    tolist = getattr(value, "tolist", None)  # a numpy scalar or array (.item() of a scalar, nested lists of one)
+    if callable(tolist) and type(value).__module__ == "numpy":
+        return plain(tolist())
+    return value
+
+
 def canonical(value):
     """A hashable form under which equal values compare equal: 20 and 20.0 are one value; true is not 1 (a bool is
     not a number here); tables compare whatever their key order."""

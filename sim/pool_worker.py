@@ -37,6 +37,25 @@ def quiet_on_interrupt() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def stop_pool(pool, exc: BaseException | None = None) -> None:
+    """Shut ``pool`` down, starting no more of its work; on the way out of an interrupt, without waiting for the
+    running work. A Ctrl-C in a terminal reaches the workers too (the whole process group), but an interrupt sent
+    to this process alone (a Jupyter kernel's, ``kill -INT <pid>``) does not: on ``KeyboardInterrupt`` the workers
+    are sent SIGINT (they end quietly, :func:`quiet_on_interrupt`), on :class:`edgepop.errors.Terminated` SIGTERM;
+    otherwise the running work ends first."""
+    from edgepop.errors import Terminated
+
+    sig = (signal.SIGINT if isinstance(exc, KeyboardInterrupt) else
+           signal.SIGTERM if isinstance(exc, Terminated) else None)
+    if sig is not None:
+        # the pool's record of its workers (a private attribute: without it, the shutdown below waits for them)
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):  # (ended meanwhile, or already reaped)
+                if proc.is_alive():
+                    os.kill(proc.pid, sig)
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def why_workers_died(exitcodes) -> str:
     """What the exit codes of a broken pool's workers say (``None``: not ended yet), for the error message. The
     pool terminates the survivors itself (SIGTERM) once one dies, so any other cause is named first."""

@@ -185,7 +185,7 @@ def check_scenario(sc: Scenario) -> Scenario:
         raise UserError(f"expected a Scenario (or a scenario name or path), got {type(sc).__name__}")
     where = f"scenario {sc.name!r}"
     tables = ("workload", "edge", "central", "slo", "techniques", "faults", "source")
-    typed(Scenario, {f.name: getattr(sc, f.name) for f in fields(Scenario) if f.name not in tables}, where)
+    top = typed(Scenario, {f.name: getattr(sc, f.name) for f in fields(Scenario) if f.name not in tables}, where)
     for name, cls, value in (("workload", WorkloadConfig, sc.workload), ("edge", DeploymentConfig, sc.edge),
                              ("slo", SLO, sc.slo), ("techniques", Techniques, sc.techniques)):
         if not isinstance(value, cls):
@@ -195,13 +195,16 @@ def check_scenario(sc: Scenario) -> Scenario:
     # the workload as a file would give it, read back by the file's own checks (a start time in another zone comes
     # back in UTC, as a file's does; a string, a table or a list given where an object belongs is checked as text)
     workload = WorkloadConfig.from_dict(sc.workload.to_dict(), where=f"{where} [workload]")
-    for name, dep in (("edge", sc.edge), ("central", sc.central)):
-        if dep is not None:
-            typed(DeploymentConfig, {f.name: getattr(dep, f.name) for f in fields(dep)}, f"{where} [{name}]")
-    typed(SLO, {f.name: getattr(sc.slo, f.name) for f in fields(SLO)}, f"{where} [slo]")
+    # (the checked copies: a numpy number given in Python is stored as a plain int or float)
+    edge, central = (None if dep is None else typed(DeploymentConfig, {f.name: getattr(dep, f.name) for f in
+                                                                      fields(dep)}, f"{where} [{name}]")
+                     for name, dep in (("edge", sc.edge), ("central", sc.central)))
+    slo = typed(SLO, {f.name: getattr(sc.slo, f.name) for f in fields(SLO)}, f"{where} [slo]")
     parse_techniques({f.name: getattr(sc.techniques, f.name) for f in fields(Techniques)},
                      f"{where} [techniques]", sc.workload)
-    out = replace(sc, workload=workload, faults=list(sc.faults) if isinstance(sc.faults, list) else sc.faults)
+    out = replace(sc, **{f.name: getattr(top, f.name) for f in fields(Scenario) if f.name not in tables},
+                  workload=workload, edge=edge, central=central, slo=slo,
+                  faults=list(sc.faults) if isinstance(sc.faults, list) else sc.faults)
     check_values(out, where)
     return out
 

@@ -144,7 +144,7 @@ def local_pool(workers: int):
 def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None) -> None:
     import contextlib
 
-    from sim.pool_worker import sigint_blocked, why_workers_died
+    from sim.pool_worker import sigint_blocked, stop_pool, why_workers_died
 
     workers = min(workers or os.cpu_count() or 1, len(tasks))
     if workers <= 1 and pool is None:
@@ -155,10 +155,10 @@ def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None
     from concurrent.futures.process import BrokenProcessPool
 
     with (contextlib.nullcontext(pool) if pool is not None else local_pool(workers)) as pool:
-        with sigint_blocked():  # a spawn pool starts its workers in submit(), in this thread
-            pending = {pool.submit(run_variant, t) for t in tasks}
         failed = None  # (variant id, error) of the lowest failing variant: reported whatever finished first
-        try:
+        try:  # (a Ctrl-C held back while the workers start is raised as the block ends: inside the try)
+            with sigint_blocked():  # a spawn pool starts its workers in submit(), in this thread
+                pending = {pool.submit(run_variant, t) for t in tasks}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=lambda f: f.result()["id"]):
@@ -176,8 +176,8 @@ def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None
             workers = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=True)
             raise WorkersDied(why_workers_died([p.exitcode for p in workers])) from None
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)  # let running variants end; start no more
+        except BaseException as exc:
+            stop_pool(pool, exc)  # start no more; on an interrupt, end the running ones too
             raise
         if failed is not None:
             raise failed[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
+from numbers import Integral, Real
 
 from edgepop.errors import UserError
 from edgepop.rng import MAX_INT
@@ -11,7 +12,7 @@ from edgepop.rng import MAX_INT
 
 def number(where: str, name: str, value, lo: float, lo_open: bool = False, hi: float | None = None) -> float:
     """A finite number >= ``lo`` (> ``lo`` if ``lo_open``) and <= ``hi`` when given, as float."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
         raise UserError(f"{where}: {name} must be a number, got {value!r}")
     if value < lo or (lo_open and value == lo) or (hi is not None and value > hi):
         bound = (f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]" if hi is not None
@@ -31,12 +32,12 @@ def fraction(where: str, name: str, value) -> float:
 
 
 def opt_integer(where: str, name: str, value, lo: int) -> int | None:
-    """None, or an integer (not a bool, not a float) >= ``lo``."""
+    """None, or an integer (not a bool, not a float; a numpy integer is taken, as int) >= ``lo``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < lo:
         raise UserError(f"{where}: {name} must be an integer >= {lo}, got {value!r}")
-    return value
+    return int(value)
 
 
 def boolean(where: str, name: str, value) -> bool:
@@ -49,7 +50,7 @@ def boolean(where: str, name: str, value) -> bool:
 def typed(cls, raw: dict, where: str):
     """Build dataclass ``cls`` from ``raw``, checking names and basic types (one-line errors): a field takes its
     default's type, or the type its annotation names when the default is None or built by a factory (numbers
-    finite and not negative, integers whole)."""
+    finite and not negative, integers whole). Numpy numbers are taken and stored as Python ints and floats."""
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a table")
     known = {f.name: f for f in fields(cls) if f.name != "source"}  # (where a config came from: set by edgepop)
@@ -63,7 +64,7 @@ def typed(cls, raw: dict, where: str):
         elif kind == "bool" and not isinstance(value, bool):
             raise UserError(f"{where}: field {key!r} must be true or false, got {value!r}")
         elif kind in ("int", "float"):
-            if isinstance(value, bool) or not isinstance(value, int if kind == "int" else int | float) \
+            if isinstance(value, bool) or not isinstance(value, Integral if kind == "int" else Real) \
                     or not math.isfinite(value):
                 what = "a whole number" if kind == "int" else "a finite number"
                 raise UserError(f"{where}: field {key!r} must be {what}, got {value!r}")
@@ -71,6 +72,7 @@ def typed(cls, raw: dict, where: str):
                 raise UserError(f"{where}: field {key!r} must not be negative, got {value!r}")
             if kind == "int" and value > MAX_INT:  # beyond a 64-bit integer: no table column could hold it
                 raise UserError(f"{where}: field {key!r} must be at most 2**63 - 1, got {value!r}")
+            value = int(value) if isinstance(value, Integral) else float(value)
         elif kind == "str" and not isinstance(value, str):
             raise UserError(f"{where}: field {key!r} must be a string, got {value!r}")
         elif kind == "list" and not isinstance(value, list):

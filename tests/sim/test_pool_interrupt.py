@@ -132,3 +132,90 @@ def test_dead_workers_are_described_by_their_exit_codes():
     assert why_workers_died([-signal.SIGTERM]) == "a sweep worker process was killed by signal SIGTERM"
     assert why_workers_died([1]).startswith("a sweep worker process exited with status 1 (a status, not a signal")
     assert "out of memory, killed" in why_workers_died([None, 0])
+
+
+_SWEEP_FROM_PYTHON = """
+import sys
+from pathlib import Path
+
+import sim.sweep_variant
+
+_run_variant = sim.sweep_variant.run_variant
+
+
+def endless_variant(task):  # (also run in the workers, which import this file as their main module)
+    while True:  # the real variant, again and again: one that runs far longer than any hang guard
+        _run_variant(task)
+
+
+sim.sweep_variant.run_variant = endless_variant  # before sim.sweep takes it
+
+from sim.frontier import run_frontier
+from sim.grid import parse_grid
+from sim.sweep import run_sweep
+
+if __name__ == "__main__":
+    grid = parse_grid({"base": "small", "requests": 2000, "seeds": [1, 2], "deployments": ["edge"]}, source="g")
+    out = Path(sys.argv[1]) / "out"
+    try:
+        if sys.argv[2] == "sweep":
+            run_sweep(grid, workers=2, out=out, progress=False)
+        else:
+            run_frontier("small", requests=2000, only="edge", budgets=[0.5, 1.0], workers=2, out=out, progress=False)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+"""
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (0 once it is gone)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("entry", ["sweep", "frontier"])
+def test_an_interrupt_of_the_python_process_alone_ends_a_running_sweep(tmp_path, entry):
+    """A Jupyter kernel's interrupt is SIGINT to the kernel's process only: the workers never saw it, and
+    ``run_sweep`` raised KeyboardInterrupt only once the running variants had finished (minutes at real sizes).
+    The workers are now sent SIGINT themselves: the sweep ends without waiting for them, leaving no worker and no
+    staging folder (``run_sweep``, and ``run_frontier``, whose pool serves every round). The variants here simulate
+    again and again, without end: only the interrupt ends them.
+    """
+    script = tmp_path / "sweep.py"
+    script.write_text(_SWEEP_FROM_PYTHON)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), entry], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (see _start)
+    try:
+        workers = _wait_for_workers(proc)
+        deadline = time.monotonic() + HANG_GUARD_S
+        while min(_cpu_s(w) for w in workers) < 6.0:  # past their imports, into the variants
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the workers did not get going"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGINT)  # this process only, as a kernel interrupt sends it
+        out, err = proc.communicate(timeout=60)  # a hang guard: the variants alone take minutes
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and out.strip() == "interrupted", err
+    assert "Traceback" not in err, err
+    deadline = time.monotonic() + 30
+    while any(_alive(w) for w in workers):  # (reaped by the pool's shutdown; ended, never left running)
+        assert time.monotonic() < deadline, "a worker process was left running"
+        time.sleep(0.1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.py"]  # no output, no staging folder
