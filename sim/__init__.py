@@ -4,7 +4,8 @@ Reading guide (each docs page's "Where the code is" says more: docs/simulate.md,
 docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fidelity-models.md):
 
 * :mod:`sim.run`: **start here**: ``run_scenario`` prepares a scenario, builds each deployment with
-  :func:`controlplane.deployment.build_deployment` and simulates it on the same arrivals;
+  :func:`controlplane.deployment.build_deployment` and simulates it on the same arrivals (its progress bar:
+  :mod:`sim.run_progress`);
 * scenarios: :mod:`sim.scenario` (a scenario file: workload, ``[edge]``/``[central]`` deployments, SLOs,
   techniques, faults), its checks :mod:`sim.validate`;
 * workloads: :mod:`sim.workload` (the requests, generated or replayed), :mod:`sim.workload_config` (the
@@ -23,7 +24,8 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
   (the headline under other assumptions, and over seeds);
 * sweeps: :mod:`sim.grid` (+ :mod:`sim.grid_keys`, its key checks), :mod:`sim.sweep` (+
   :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's workers);
-  :mod:`sim.frontier` (least budget per SLO, + :mod:`sim.frontier_report`, :mod:`sim.frontier_plot`);
+  :mod:`sim.frontier` (least budget per SLO, + :mod:`sim.frontier_args`, its argument checks,
+  :mod:`sim.frontier_report`, :mod:`sim.frontier_plot`);
 * :mod:`sim.techniques`: serving techniques behind one seam;
 * :mod:`sim.live`: the simulator checked against the live gateway; :mod:`sim.load_validation`: one simulated
   replica checked against published closed-loop benchmark runs (``edgepop validate``, with its figure
