@@ -90,7 +90,7 @@ def _check(p: Path, path, flag: str, folders: tuple[Path, ...]) -> None:
         created = [q for q in (folder, *folder.parents) if not q.exists()]
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            os.rmdir(tempfile.mkdtemp(prefix=".edgepop-probe-", dir=folder))
+            _probe(folder)
         except OSError as exc:
             raise UserError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
         finally:
@@ -277,10 +277,16 @@ def _stage_in(out: Path) -> Path:
 def _can_stage_in(folder: Path) -> bool:
     """Whether a temporary folder can be made (and removed) in the existing ``folder``."""
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".edgepop-probe-", dir=folder))
+        _probe(folder)
     except OSError:
         return False
     return True
+
+
+def _probe(folder: Path) -> None:
+    """Make and remove a temporary folder in ``folder`` (OSError where that cannot be done: permissions, a
+    read-only or pseudo file system)."""
+    os.rmdir(tempfile.mkdtemp(prefix=".edgepop-probe-", dir=folder))
 
 
 @contextlib.contextmanager
