@@ -108,6 +108,12 @@ def build_nodes(pops: pd.DataFrame, tiers: pd.DataFrame, gpus: pd.DataFrame,
     return pd.DataFrame(rows, columns=["node_id", "pop_id", "gpu", "gpus", "memory_gb", "lat", "lon"])
 
 
+def check_scale(scale) -> None:
+    """A GPU inventory scale is a positive finite number (not a bool, which compares equal to 1)."""
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not np.isfinite(scale) or scale <= 0:
+        raise UserError(f"GPU inventory scale must be a positive number, got {scale!r}")
+
+
 def scale_inventory(nodes: pd.DataFrame, pops: pd.DataFrame, scale: float) -> pd.DataFrame:
     """The node table with ``scale`` x the GPUs, deterministically (the edge GPU inventory knob).
 
@@ -119,8 +125,7 @@ def scale_inventory(nodes: pd.DataFrame, pops: pd.DataFrame, scale: float) -> pd
     the count, the last one possibly with fewer GPUs than its type's box. Node ids stay ``<POP>-<n>`` in that
     order, so a PoP's first node keeps its id at any scale.
     """
-    if isinstance(scale, bool) or not isinstance(scale, int | float) or not np.isfinite(scale) or scale <= 0:
-        raise UserError(f"GPU inventory scale must be a positive number, got {scale!r}")
+    check_scale(scale)
     if scale == 1.0 or nodes.empty:
         return nodes
     per_pop = nodes.groupby("pop_id", sort=False).gpus.sum()

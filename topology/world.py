@@ -12,7 +12,7 @@ import pandas as pd
 
 from edgepop.errors import UserError
 from topology.demand import load_demand_points
-from topology.gpus import build_nodes, load_gpus, scale_inventory
+from topology.gpus import build_nodes, check_scale, load_gpus, scale_inventory
 from topology.last_mile import LastMile
 from topology.latency import LatencyModel, LatencyParams, build_backbone, site_table
 from topology.latency import check_coords as _check_coords
@@ -91,6 +91,7 @@ class Topology:
     def with_gpu_scale(self, scale: float) -> Topology:
         """The same world with ``scale`` x the GPU nodes in its PoPs (see :func:`topology.gpus.scale_inventory`);
         everything else (tables, latency model) is shared, so this is cheap."""
+        check_scale(scale)  # (first: True == 1.0 would return the world unscaled)
         if scale == 1.0:
             return self
         return replace(self, nodes=scale_inventory(self.nodes, self.pops, scale))

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     # (not argparse-required: --list-policies and --list-models run without it; run() names the policies when missing)
     p.add_argument("--policy", metavar="NAME",
                    help="required (unless listing): the placement policy, one of --list-policies")
-    p.add_argument("--rps", type=float, default=20_000.0, help="total demand in requests/s (default 20000)")
+    p.add_argument("--rps", type=float, default=20_000.0, help="total demand in requests/s, up to 1e9 (default 20000)")
     mix = p.add_mutually_exclusive_group()
     mix.add_argument("--models", help="comma-separated model ids, demand split equally (default: the built-in mix)")
     mix.add_argument("--mix", type=Path, help="JSON or TOML file mapping model id -> share of requests")
@@ -109,6 +109,8 @@ def _mix(args, catalog) -> dict[str, float] | None:
         ids = [m.strip() for m in args.models.split(",") if m.strip()]
         if not ids:
             raise UserError("--models: no model ids given")
+        if repeated := sorted({m for m in ids if ids.count(m) > 1}):  # (split equally: a repeat would get no more)
+            raise UserError(f"--models names {', '.join(repeated)} more than once: give shares with --mix")
         for m in ids:
             catalog[m]
         return {m: 1.0 for m in ids}

@@ -159,6 +159,8 @@ class GatewayConfig:
         if not isinstance(self.models, list | tuple) or not self.models or not all(
                 isinstance(m, str) and m for m in self.models):
             bad("models", f"{self.models!r} is not a non-empty list of catalog model ids")
+        if len(set(self.models)) != len(self.models):  # (one deployment per model: a second would be served as the first)
+            bad("models", f"{self.models!r} names a model twice")
         if not isinstance(self.placement, dict):
             bad("placement", "must be a table of model id -> list of PoP ids")
         for model, pops in self.placement.items():

@@ -451,6 +451,11 @@ def test_other_commands_name_the_mistake_in_one_line(tmp_path, capsys):
                          (["serve", "--pops", "FRA", "--threads", "100000"], "field 'threads'"),
                          (["serve", "--pops", ""], "--pops (field 'pops'): [] is not a non-empty list"),  # (not defaults)
                          (["serve", "--pops", "FRA,FRA"], "names a PoP twice"),
+                         (["serve", "--pops", "FRA", "--models", "@cf/meta/llama-3.2-1b-instruct,"
+                           "@cf/meta/llama-3.2-1b-instruct"], "names a model twice"),
+                         # (split equally: a repeat got no more demand, 'A,A' planned A alone as if named once)
+                         (["place", "--policy", "greedy-demand", "--models", "@cf/meta/llama-3.2-1b-instruct,"
+                           "@cf/meta/llama-3.2-1b-instruct"], "more than once: give shares with --mix"),
                          (["serve", "--pops", "FRA", "--delay-scale", "1e300"], "is over 1000"),
                          (["serve", "--pops", "FRA", "--request-timeout", "1e300"], "is over 86400"),
                          (["lora-check", "--alpha", "nan"], "--alpha must be a finite number"),

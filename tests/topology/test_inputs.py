@@ -149,3 +149,11 @@ def test_a_baseline_set_whose_region_the_file_lacks_names_that_region():
     assert "'aws:us-east-1'" in msg and "choose one of" not in msg
     with pytest.raises(UserError, match="unknown baseline 'nowhere'"):
         baseline("nowhere", regions)
+
+
+@pytest.mark.parametrize("scale", [True, False, 0, -0.5, float("nan"), float("inf"), "1"])
+def test_a_gpu_scale_that_is_no_positive_number_is_refused(topo, scale):
+    """True compares equal to 1.0: it was taken as 'unscaled' instead of refused as a scale."""
+    with pytest.raises(UserError, match="GPU inventory scale must be a positive number"):
+        topo.with_gpu_scale(scale)
+    assert topo.with_gpu_scale(1) is topo and topo.with_gpu_scale(1.0) is topo
