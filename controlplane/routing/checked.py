@@ -85,7 +85,8 @@ class CheckedRouter(Router):
                 return f"rejected it with code {d.code!r}; a REJECT's code is a Workers AI code (an integer) or None"
             return None
         if r is None:
-            return f"{d.action.upper()} with replica None; {START!r} and {QUEUE!r} name a replica of the request's model"
+            return (f"{d.action.upper()} with replica None; {START!r} and {QUEUE!r} name a replica of the request's "
+                    "model")
         replicas = self.state.replicas
         rid = getattr(r, "id", None)
         if not (isinstance(r, Replica) and type(rid) is int and 0 <= rid < len(replicas) and replicas[rid] is r):
