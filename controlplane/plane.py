@@ -35,6 +35,7 @@ from controlplane.outcomes import Code
 from controlplane.prefix_index import PrefixIndex
 from controlplane.routing import QUEUE, REJECT, START, Decision, make_router
 from controlplane.routing.base import Router, reject
+from controlplane.routing.checked import check_outside
 from controlplane.state import COLD, INF, LOADING, READY, ClusterState, Replica, Request, bad_request
 from edgepop.errors import UserError
 
@@ -77,7 +78,8 @@ class ControlPlane:
         for r in self.state.replicas:
             self._estimate(r)
         self.state.prefix, self.state.adapters = prefix, adapters
-        self.router = make_router(router, self.state, rng, **(router_options or {}))
+        # A router edgepop does not ship is checked: each of its decisions must keep the routing contract.
+        self.router = check_outside(make_router(router, self.state, rng, **(router_options or {})), self.state)
         if adapters is not None and adapter_routing and self.router.name != "adapter-aware":
             self.router = make_router("adapter-aware", self.state, rng, base=self.router)
         self.autoscaler = autoscaler

@@ -30,6 +30,7 @@ from controlplane.placement.base import (
     PLACEMENTS,
     TASK_REQUEST_SHAPE,
     InfeasiblePlacementError,
+    InvalidPlacementError,
     ModelTooLargeError,
     PlacementError,
     PlacementPolicy,
@@ -43,7 +44,7 @@ from controlplane.placement.evaluate import Evaluation, evaluate
 from controlplane.placement.result import TABLE_COLUMNS, Placement
 
 __all__ = [
-    "TABLE_COLUMNS", "TASK_REQUEST_SHAPE", "Evaluation", "InfeasiblePlacementError", "ModelTooLargeError",
-    "Placement", "PlacementError", "PlacementPolicy", "PlacementProblem", "UnknownPolicyError", "evaluate",
+    "TABLE_COLUMNS", "TASK_REQUEST_SHAPE", "Evaluation", "InfeasiblePlacementError", "InvalidPlacementError",
+    "ModelTooLargeError", "Placement", "PlacementError", "PlacementPolicy", "PlacementProblem", "UnknownPolicyError", "evaluate",
     "PLACEMENTS", "check_policy_name", "get_policy", "policy_names",
 ]

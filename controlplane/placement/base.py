@@ -5,7 +5,8 @@ node. Every policy receives the same :class:`PlacementProblem` and returns a
 :class:`~controlplane.placement.result.Placement` scored by the shared evaluator
 (:mod:`controlplane.placement.evaluate`), so policies are compared on one objective.
 
-Invariant (checked by :meth:`Placement.check_memory` and tested for every policy): on every GPU the sum of
+Invariant (checked on every plan when its :class:`~controlplane.placement.result.Placement` is built, and by
+:meth:`Placement.check_memory`): on every GPU the sum of
 ``bytes_per_gpu`` of the replicas it holds is at most the GPU's memory times :attr:`PlacementProblem.memory_factor`,
 which is 1 unless the problem was built with ``overcommit=True``; a replica of a model with ``tensor_parallel=k``
 occupies exactly ``k`` distinct GPUs of one node.
@@ -42,6 +43,11 @@ class ModelTooLargeError(PlacementError):
 
 class InfeasiblePlacementError(PlacementError):
     """Demand exists that no placement in this fleet can give a replica."""
+
+
+class InvalidPlacementError(PlacementError):
+    """A policy returned a plan that breaks the placement rules (a node, model or GPU index out of range, or GPU
+    memory over its limit; see :mod:`controlplane.placement.validate`)."""
 
 
 # Mean request shape per task when the caller gives none: prompt units (tokens, images, audio minutes) and

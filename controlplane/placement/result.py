@@ -11,6 +11,7 @@ import pandas as pd
 from controlplane.fleet import Fleet
 from controlplane.placement.base import InfeasiblePlacementError, PlacementProblem
 from controlplane.placement.evaluate import Evaluation, evaluate
+from controlplane.placement.validate import checked_plan
 
 TABLE_COLUMNS = ["replica_id", "model", "node", "node_id", "site", "site_id", "gpu", "gpu_index", "memory_gb"]
 
@@ -18,8 +19,11 @@ TABLE_COLUMNS = ["replica_id", "model", "node", "node_id", "site", "site_id", "g
 class Placement:
     """Replicas of a policy's decision on ``fleet``, one row each in :attr:`table`, and their evaluation.
 
-    ``placed``: (node row, model index into ``problem.models``, GPU indices) per replica. ``dropped``: replicas a
-    policy decided but could not pack onto GPUs, as (site_id, gpu, model) — reported, not placed. Raises
+    ``placed``: (node row of ``fleet.nodes``, model index into ``problem.models``, GPU indices on that node) per
+    replica, integers. ``dropped``: replicas a policy decided but could not pack onto GPUs, as (site_id, gpu,
+    model) — reported, not placed. Raises :class:`~controlplane.placement.base.InvalidPlacementError` for a plan
+    that breaks the placement rules (an index out of range, GPU indices that are not ``tensor_parallel`` distinct
+    GPUs of the node, a GPU's memory over its limit: :func:`controlplane.placement.validate.checked_plan`) and
     :class:`InfeasiblePlacementError` when a demanded model ends up with no replica at all.
     """
 
@@ -30,7 +34,7 @@ class Placement:
                  solver: dict | None = None):
         self.problem, self.fleet, self.policy = problem, fleet, policy
         self.net = problem.network(fleet)
-        placed = sorted((int(n), int(m), tuple(int(g) for g in gpus)) for n, m, gpus in placed)
+        placed = sorted(checked_plan(self.net, policy, placed))
         self.dropped = list(dropped)
         self.solver = dict(solver or {})
         self.counts = np.zeros((self.net.n_nodes, self.net.n_models), dtype=int)
@@ -138,7 +142,9 @@ class Placement:
         return usage
 
     def check_memory(self) -> None:
-        """Assert the packing invariant (see :mod:`controlplane.placement.base`); raises ``AssertionError``."""
+        """Assert the packing invariant (see :mod:`controlplane.placement.base`) on :attr:`table` again, written
+        independently of the check every plan passes when it is built (the tests' reference, e.g. after the table
+        was edited); raises ``AssertionError``."""
         tp = {m: self.problem.catalog[m].tensor_parallel for m in self.problem.models}
         for row in self.table.itertuples():
             gpus = row.gpu_index

@@ -54,7 +54,20 @@ class SessionPins(OrderedDict):
 
 
 class Router:
-    """Base class: subclasses implement :meth:`route`. ``state`` is shared with the control plane."""
+    """Base class: subclasses implement :meth:`route`. ``state`` is shared with the control plane.
+
+    The contract (docs/routing.md): :meth:`route` returns a :class:`Decision` the control plane can apply as given:
+
+    * START: ``replica`` is one of ``state.replicas``, of the request's model, up and READY, and can start the
+      request now (``replica.can_start(req.kv_tokens)``);
+    * QUEUE: ``replica`` is one of ``state.replicas``, of the request's model (it may be COLD, and then loads for
+      the request, or LOADING);
+    * REJECT: no replica (``code``: a Workers AI code, or None for 3040);
+
+    and for START and QUEUE, ``rtt_ms`` is ``state.rtt[req.ingress, replica.site]``. A router whose class is
+    defined outside :mod:`controlplane.routing` is checked against it on every decision
+    (:mod:`controlplane.routing.checked`); the shipped ones are tested to keep it.
+    """
 
     name = "?"
 
