@@ -36,8 +36,9 @@ def is_file_spec(spec: str) -> bool:
 
 
 def load_plugin(spec: str, where: str = "--plugin"):
-    """Import the plugin ``spec`` (a module name, or the path of a ``.py`` file, imported under its stem) and
-    return the module; remembered for sweep workers. Any failure is one UserError naming ``where`` and ``spec``:
+    """Import the plugin ``spec`` (a module name, or the path of a ``.py`` file, imported under its stem, its
+    folder added at the end of ``sys.path`` so that it can import the modules beside it) and return the module;
+    remembered for sweep workers. Any failure is one UserError naming ``where`` and ``spec``:
     a missing module or file, a SyntaxError (with file:line), an exception raised while importing it."""
     label = f"{where} {spec!r}"
     spec = spec.strip()
@@ -97,6 +98,8 @@ def _load_file(spec: str, label: str):
             found.origin or "a package")
     if other is not None:  # (imported under that name, it would stand in for the other module everywhere)
         raise UserError(f"{label}: its name {name!r} is that of another module ({other}): rename the file")
+    if str(path.parent) not in sys.path:  # the modules beside it import, as beside a script (last: no shadowing)
+        sys.path.append(str(path.parent))
     return _exec_file(name, path)
 
 

@@ -132,3 +132,12 @@ def test_a_shipped_policys_own_errors_are_not_rewrapped():
 
     with pytest.raises(KeyError):
         run_policy(get_policy("everywhere-fits"), Problem(), np.random.default_rng(0))
+
+
+def test_a_plugin_file_imports_the_modules_beside_it(tmp_path, capsys):
+    write_module(tmp_path, "plug_base")
+    (tmp_path / "plug_more.py").write_text("from controlplane.placement import PLACEMENTS\nfrom plug_base import "
+                                           "BusiestSites\n\nPLACEMENTS.register('busiest-more')("
+                                           "type('BusiestMore', (BusiestSites,), {}))\n")
+    assert main(["--plugin", str(tmp_path / "plug_more.py"), "place", "--list-policies", "--json"]) == 0
+    assert {"busiest-sites", "busiest-more"} <= set(json.loads(capsys.readouterr().out))

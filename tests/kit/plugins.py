@@ -29,7 +29,7 @@ def write_module(folder: Path, name: str, extra: str = "") -> Path:
 
 @pytest.fixture
 def isolated_registries():
-    """Undo, after the test, every registration and plugin import it made in this process."""
+    """Undo, after the test, every registration and plugin import it made in this process (and sys.path)."""
     from controlplane.placement import PLACEMENTS
     from controlplane.routing import ROUTERS
     from edgepop.registry import Registry
@@ -37,7 +37,7 @@ def isolated_registries():
     plugins = importlib.import_module("edgepop.plugins") if importlib.util.find_spec("edgepop.plugins") else None
     registries = getattr(Registry, "instances", [PLACEMENTS, ROUTERS])  # (every registry made)
     saved = [(r, dict(r._entries)) for r in registries]
-    count, modules = len(registries), set(sys.modules)
+    count, modules, path = len(registries), set(sys.modules), list(sys.path)
     loaded = list(plugins._loaded) if plugins else []
     yield
     for registry, entries in saved:
@@ -49,3 +49,4 @@ def isolated_registries():
             del sys.modules[name]
     if plugins:
         plugins._loaded[:] = loaded
+    sys.path[:] = path
