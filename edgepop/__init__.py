@@ -19,7 +19,8 @@ This package itself holds what every layer shares; start at :mod:`edgepop.cli`:
 * :mod:`edgepop.cli`: the ``edgepop`` command, each sub-command registered by the package that owns it
   (``python -m edgepop`` runs it through :mod:`edgepop.__main__`);
 * :mod:`edgepop.errors`: the one-line user error; :mod:`edgepop.registry`: the registry every pluggable policy
-  uses, with typed options;
+  uses, with typed options; :mod:`edgepop.plugins`: users' modules that register policies (``edgepop --plugin``,
+  ``EDGEPOP_PLUGINS``), and what a sweep's workers import of them;
 * :mod:`edgepop.rng`: the seeded random streams, one per concern; :mod:`edgepop.stats`: the percentile convention;
 * :mod:`edgepop.outputs`: output paths checked before the work starts, and written all or nothing;
   :mod:`edgepop.memory`: how glibc's malloc treats freed blocks, per process role; :mod:`edgepop.argtypes`:

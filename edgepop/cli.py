@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Edge AI inference research toolkit: topology, placement, routing, simulation, real inference.",
     )
     parser.add_argument("--version", action="version", version=f"edgepop {__version__}")
+    parser.add_argument("--plugin", action="append", metavar="MODULE_OR_FILE.py",
+                        help="import a module (a name on the Python path, or a .py file) that registers your own "
+                             "policies, before the command runs; repeatable, and read from EDGEPOP_PLUGINS "
+                             "(comma-separated) too (docs/extending.md)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -59,7 +63,38 @@ def _run(args) -> int:
         raise
 
 
+def plugin_args(argv: list[str]) -> list[str]:
+    """The ``--plugin`` values given before the command (``edgepop --plugin x.py place ...``): read ahead of the
+    parser, since a plugin's policies must be registered before a command's options are checked."""
+    values, i = [], 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        if argv[i] == "--plugin" and i + 1 < len(argv):
+            values.append(argv[i + 1])
+            i += 1
+        elif argv[i].startswith("--plugin="):
+            values.append(argv[i].removeprefix("--plugin="))
+        i += 1
+    return values
+
+
+def _error(exc: BaseException) -> None:
+    """One line on stderr; with EDGEPOP_TRACEBACK=1, the whole chained traceback before it."""
+    if os.environ.get("EDGEPOP_TRACEBACK", "") not in ("", "0"):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"edgepop: error: {exc}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from edgepop.plugins import load_plugins
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        load_plugins(plugin_args(argv))
+    except UserError as exc:
+        _error(exc)
+        return 2
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # the sub-command's usage, not the top level's: that is where the flag was looked for
@@ -85,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print("edgepop: terminated", file=sys.stderr)
         return 143  # 128 + SIGTERM
     except UserError as exc:
-        print(f"edgepop: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     except BrokenPipeError:  # the reader went away (``edgepop ... | head``): nothing more to say, and nowhere to
         # say it; stdout is pointed at /dev/null so the interpreter's own flush at exit does not complain either

@@ -70,19 +70,56 @@ def merge_forwarded(loose: dict, nested: dict | None, key: str) -> dict:
     return {**loose, **(nested or {})}
 
 
+# The top-level packages edgepop ships: an entry whose target is defined outside them is a user's (a plugin).
+SHIPPED_PACKAGES = frozenset({"edgepop", "topology", "controlplane", "dataplane", "sim"})
+
+
+def is_shipped(module: str | None) -> bool:
+    """True for a module of edgepop's own packages (``controlplane.routing.p2c``), False for a user's."""
+    return bool(module) and module.split(".", 1)[0] in SHIPPED_PACKAGES
+
+
+def check_name(kind: str, name) -> None:
+    """ValueError unless ``name`` can name an entry: a non-empty str without whitespace, commas or control
+    characters (names are listed comma-separated in errors, given on command lines and in TOML files)."""
+    if not isinstance(name, str) or not name or any(c.isspace() or c == "," or not c.isprintable() for c in name):
+        raise ValueError(f"{kind} name must be a non-empty string without whitespace, commas or control "
+                         f"characters, got {name!r}")
+
+
+def _identity(target) -> tuple[str | None, str | None]:
+    return getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+
+
 class Registry:
-    """Named implementations of one kind (``kind`` names it in errors, e.g. "routing policy")."""
+    """Named implementations of one kind (``kind`` names it in errors, e.g. "routing policy").
+
+    Every registry made is listed in :attr:`instances` (the sweep looks there for entries its worker processes
+    must import)."""
+
+    instances: list[Registry] = []
 
     def __init__(self, kind: str, skip: int = 0):
         self.kind, self.skip = kind, skip
         self._entries: dict[str, Entry] = {}
+        Registry.instances.append(self)
 
     # ------------------------------------------------------------------ registration
     def register(self, name: str, *, forward: tuple[str, str] | None = None, **extra):
-        """Decorator adding a class or function under ``name``; ``extra`` is kept on the entry for callers."""
+        """Decorator adding a class or function under ``name``; ``extra`` is kept on the entry for callers.
+
+        ``name`` must be a non-empty str without whitespace, commas or control characters (ValueError). A name
+        already taken is refused (ValueError) unless the new target has the same ``__module__`` and
+        ``__qualname__`` as the registered one: the same definition run again (a notebook cell re-run,
+        ``importlib.reload``), which replaces the entry. A shipped entry is never replaced by a user's target."""
+        check_name(self.kind, name)
+
         def add(target):
-            if name in self._entries:
-                raise ValueError(f"{self.kind} {name!r} registered twice")
+            old = self._entries.get(name)
+            if old is not None and (_identity(old.target) != _identity(target) or None in _identity(target)):
+                whose = "shipped with edgepop" if is_shipped(_identity(old.target)[0]) else "taken"
+                raise ValueError(f"{self.kind} {name!r} registered twice: the name is {whose} "
+                                 f"({'.'.join(map(str, _identity(old.target)))}); pick another name")
             options, takes_any = _options(target, self.skip)
             doc = (inspect.getdoc(target) or "").split("\n\n")[0].replace("\n", " ")
             self._entries[name] = Entry(name, target, options, doc, forward, takes_any and forward is None, extra)
@@ -93,7 +130,12 @@ class Registry:
 
     # ------------------------------------------------------------------ lookup
     def names(self) -> list[str]:
+        """Registered names, sorted."""
         return sorted(self._entries)
+
+    def entries(self) -> list[Entry]:
+        """Every entry, in name order."""
+        return [self._entries[n] for n in self.names()]
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

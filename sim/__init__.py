@@ -23,7 +23,8 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
   (requests.parquet, summary.json, report.md, all or nothing); :mod:`sim.sensitivity` and :mod:`sim.replicates`
   (the headline under other assumptions, and over seeds);
 * sweeps: :mod:`sim.grid` (+ :mod:`sim.grid_keys`, its key checks), :mod:`sim.sweep` (+
-  :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's workers);
+  :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's workers;
+  :mod:`sim.sweep_plugins`: users' policies in the workers);
   :mod:`sim.frontier` (least budget per SLO, + :mod:`sim.frontier_args`, its argument checks,
   :mod:`sim.frontier_report`, :mod:`sim.frontier_plot`);
 * :mod:`sim.techniques`: serving techniques behind one seam;

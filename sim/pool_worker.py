@@ -1,7 +1,9 @@
 """Ctrl-C and the sweep's process pool: how a worker starts and what a dead worker's exit code means.
 
-Kept free of heavy imports on purpose: a spawned worker imports this module (to run :func:`quiet_on_interrupt`,
-the pool's initializer) before anything else of the project, while it still has SIGINT blocked.
+Kept free of heavy imports on purpose: a spawned worker imports this module (to run :func:`start_worker`, the
+pool's initializer) before anything else of the project, while it still has SIGINT blocked. The initializer then
+imports the users' modules that register policies the sweep may use (:mod:`edgepop.plugins`), and the pool runs
+each variant through :func:`run_task`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,29 @@ def quiet_on_interrupt() -> None:
         signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     if hasattr(signal, "pthread_sigmask"):  # a Ctrl-C that came while the worker started is delivered now
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+_import_problems: list[str] = []  # in a worker: the users' modules its initializer could not import
+
+
+def start_worker(modules=()) -> None:
+    """The pool's initializer: :func:`quiet_on_interrupt`, then import ``modules``, the (module name, file) pairs
+    of :func:`edgepop.plugins.worker_modules` (the parent's registered policies from outside edgepop). A module
+    that fails is noted, and named by :func:`run_task` should a policy the sweep uses then be missing."""
+    quiet_on_interrupt()
+    if modules:
+        from edgepop.plugins import import_worker_modules
+
+        _import_problems.extend(import_worker_modules(modules))
+
+
+def run_task(task, expected=(), run=None) -> dict:
+    """Run one sweep variant in a pool worker: :func:`sim.sweep_plugins.run_prepared`, which first checks that
+    the users' entries the variant uses (``expected``: (registry kind, name) pairs) are registered here, then calls
+    ``run`` (default :func:`sim.sweep_variant.run_variant`)."""
+    from sim.sweep_plugins import run_prepared
+
+    return run_prepared(task, (), expected, run, _import_problems)
 
 
 def stop_pool(pool, exc: BaseException | None = None) -> None:

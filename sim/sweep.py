@@ -30,6 +30,7 @@ import pandas as pd
 from edgepop.errors import MachineError, UserError, raise_if_terminated
 from edgepop.outputs import output_folder, staged_output
 from sim.grid import Grid, Variant, json_value, load_grid
+from sim.sweep_plugins import check_grid_entries
 from sim.sweep_variant import VariantTask, run_variant
 
 ENGINES = ("local", "ray")
@@ -100,6 +101,9 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
             raise UserError(f"{grid.source}: variant {v.id} ({v.label}): {exc}") from None
     tasks = [VariantTask(v, grid.requests, grid.duration_s, v.deployments or grid.deployments, keep_requests)
              for v in grid.variants]
+    # users' policies the variants use: one no worker process could import is refused here, before any variant
+    leaves = engine == "ray" or pool is not None or min(workers or os.cpu_count() or 1, len(tasks)) > 1
+    expected = check_grid_entries(grid, leaves)
     if staging is not None:  # a caller's staging folder is the caller's to move in or remove
         out = Path(staging)
         staged = contextlib.nullcontext(out)
@@ -118,9 +122,9 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
             if engine == "ray":
                 from sim.sweep_ray import run_on_ray  # Ray is optional: imported only when asked for
 
-                run_on_ray(tasks, workers, collect)
+                run_on_ray(tasks, workers, collect, expected)
             else:
-                _run_local(tasks, workers, collect, pool)
+                _run_local(tasks, workers, collect, pool, expected)
         summary = sink.finish()
         wall = time.perf_counter() - t0
         (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2,
@@ -131,20 +135,22 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
 def local_pool(workers: int):
     """A process pool for the local engine. Spawn, not fork: a forked child would inherit threads (rich's
     refresher, BLAS pools) in unknown states. Its initializer lives in a module of its own with no heavy imports
-    (see :mod:`sim.pool_worker`)."""
+    (see :mod:`sim.pool_worker`); it imports the modules of the policies registered from outside edgepop so far
+    (:func:`edgepop.plugins.worker_modules`)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from sim.pool_worker import quiet_on_interrupt
+    from edgepop.plugins import worker_modules
+    from sim.pool_worker import start_worker
 
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=quiet_on_interrupt)
+                               initializer=start_worker, initargs=(worker_modules(),))
 
 
-def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None) -> None:
+def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None, expected=()) -> None:
     import contextlib
 
-    from sim.pool_worker import sigint_blocked, stop_pool, why_workers_died
+    from sim.pool_worker import run_task, sigint_blocked, stop_pool, why_workers_died
 
     workers = min(workers or os.cpu_count() or 1, len(tasks))
     if workers <= 1 and pool is None:
@@ -158,7 +164,8 @@ def _run_local(tasks: list[VariantTask], workers: int | None, collect, pool=None
         failed = None  # (variant id, error) of the lowest failing variant: reported whatever finished first
         try:  # (a Ctrl-C held back while the workers start is raised as the block ends: inside the try)
             with sigint_blocked():  # a spawn pool starts its workers in submit(), in this thread
-                pending = {pool.submit(run_variant, t) for t in tasks}
+                pending = {pool.submit(run_task, t, expected[i] if expected else (), run_variant)
+                           for i, t in enumerate(tasks)}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=lambda f: f.result()["id"]):

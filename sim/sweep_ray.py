@@ -13,7 +13,8 @@ import signal
 import threading
 
 from edgepop.errors import UserError
-from sim.sweep_variant import run_variant
+from edgepop.plugins import worker_modules
+from sim.sweep_plugins import run_prepared
 
 
 def _ray():
@@ -68,18 +69,22 @@ def _answers(address: str) -> None:
         raise ConnectionError(f"nothing answers at {host}:{port} ({exc.strerror or type(exc).__name__})") from None
 
 
-def run_on_ray(tasks: list, workers: int | None, collect) -> None:
+def run_on_ray(tasks: list, workers: int | None, collect, expected=()) -> None:
     """Run :func:`sim.sweep_variant.run_variant` on every task, at most ``workers`` in flight when given;
-    ``collect`` each result as it arrives (the caller orders them)."""
+    ``collect`` each result as it arrives (the caller orders them). Each Ray worker first imports the modules of
+    the policies registered from outside edgepop and checks that those a variant uses (``expected``, per variant)
+    are there (:func:`sim.sweep_plugins.run_prepared`)."""
     ray = _ray()
     started = start_ray(workers)
+    modules = worker_modules()
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_variant)
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_prepared)
         limit = workers or len(tasks)
         queue, pending = list(tasks), []
         while queue or pending:
             while queue and len(pending) < limit:
-                pending.append(remote.remote(queue.pop(0)))
+                task = queue.pop(0)
+                pending.append(remote.remote(task, modules, expected[task.variant.id] if expected else ()))
             done, pending = signal_safe(ray.wait, pending, num_returns=1)
             for ref in done:
                 collect(signal_safe(ray.get, ref))

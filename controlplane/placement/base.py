@@ -360,6 +360,23 @@ def check_policy_name(name: str) -> None:
         raise UnknownPolicyError(f"unknown placement policy {name!r} (known: {', '.join(policy_names())})")
 
 
+def run_policy(policy: PlacementPolicy, problem: PlacementProblem, rng: np.random.Generator):  # -> Placement
+    """``policy.place(problem, rng)``. A policy from outside edgepop (its class defined outside
+    ``controlplane.placement``) that fails with anything but a UserError fails with one UserError naming it and
+    the error, chained to it (``EDGEPOP_TRACEBACK=1`` prints the whole chain at the command line)."""
+    try:
+        return policy.place(problem, rng)
+    except UserError:
+        raise
+    except Exception as exc:
+        cls = type(policy)
+        if cls.__module__.split(".")[:2] == ["controlplane", "placement"] or isinstance(exc, MemoryError):
+            raise
+        text = (str(exc).strip().splitlines() or [""])[0]
+        raise UserError(f"placement policy {getattr(policy, 'name', '?')!r} ({cls.__module__}.{cls.__qualname__}) "
+                        f"failed: {type(exc).__name__}: {text} (EDGEPOP_TRACEBACK=1 shows where)") from exc
+
+
 def get_policy(name: str, **options) -> PlacementPolicy:
     """An instance of the policy called ``name`` with ``options`` as its dataclass fields."""
     check_policy_name(name)

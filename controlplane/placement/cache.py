@@ -114,17 +114,18 @@ def placement_key(policy, problem, rng: np.random.Generator) -> str | None:
 
 
 def cached_place(policy, problem, rng: np.random.Generator):
-    """``policy.place(problem, rng)``, or the same placement from the disk cache (``cacheable`` policies only).
+    """``policy.place(problem, rng)`` (through :func:`~controlplane.placement.base.run_policy`: a user's policy
+    that fails is one UserError naming it), or the same placement from the disk cache (``cacheable`` policies only).
 
     The returned placement's ``from_cache`` says which."""
-    from controlplane.placement.base import PlacementError
+    from controlplane.placement.base import PlacementError, run_policy
     from controlplane.placement.result import Placement
 
     folder = placement_dir()
     key = None if folder is None or not getattr(policy, "cacheable", False) else placement_key(policy, problem, rng)
     if key is None:
         with collector_paused():
-            return policy.place(problem, rng)
+            return run_policy(policy, problem, rng)
     path = folder / f"{key}.json"
     entry = _read(path)
     if entry is not None:
@@ -139,7 +140,7 @@ def cached_place(policy, problem, rng: np.random.Generator):
             placement.from_cache = True
             return placement
     with collector_paused():
-        placement = policy.place(problem, rng)
+        placement = run_policy(policy, problem, rng)
     if placement.fleet is problem.fleet:  # a policy that built a fleet of its own is not keyed by it
         rows, model_index = placement.table, {}
         for i, m in enumerate(problem.models):  # (list.index's answer: the first, were a name listed twice)

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=float, help="seconds for --policy ilp (default 60): its warm start may take half, the LP "
                    "relaxation and the solver are stopped at the limit (within about a second; docs/placement.md)")
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed handed to the policy (default 0; the "
-                   "shipped policies are deterministic and draw nothing from it, a registered policy may)")
+                   "shipped policies are deterministic and draw nothing from it; one of yours, loaded with edgepop --plugin, may)")
     p.add_argument("--out", type=folder_arg, help="folder for placement.parquet and summary.json")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     p.add_argument("--list-policies", action="store_true", help="list the placement policies and exit")
@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from controlplane.catalog import Catalog, default_catalog
     from controlplane.placement import PlacementProblem, check_policy_name, get_policy, policy_names
+    from controlplane.placement.base import run_policy
 
     catalog = Catalog.load(args.catalog) if args.catalog else default_catalog()
     if args.list_policies:
@@ -84,12 +85,12 @@ def run(args: argparse.Namespace) -> int:
                                      utilisation_cap=args.utilisation_cap)
     if args.json:
         with native_output_to_stderr():  # (the solver's own prints would break the JSON on stdout)
-            placement = policy.place(problem, np.random.default_rng(args.seed))
+            placement = run_policy(policy, problem, np.random.default_rng(args.seed))
     else:
         from rich.console import Console
 
         with Console(stderr=True).status(f"placing {len(problem.models)} models with {args.policy}..."):
-            placement = policy.place(problem, np.random.default_rng(args.seed))
+            placement = run_policy(policy, problem, np.random.default_rng(args.seed))
     summary = placement.summary()
     summary["seed"] = args.seed
     if args.out:
