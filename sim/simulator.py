@@ -175,7 +175,7 @@ class Simulation(NodeFaults, Readouts):
         if getattr(type(eng), "seq_stalls", None) is not ReplicaEngine.seq_stalls:
             self._plain_stalls = False  # its stalls are not (only) those the sequence froze when it finished
         if isinstance(eng, ReplicaEngine) and eng.arm == self._arm and eng.env is None:
-            eng.push_timers(self.env, self._wake_cb)  # what self._arm does, without the call
+            eng.push_timers(self.env, self._finished_buffer, self._flush)  # what self._arm and _wake do, uncalled
         if isinstance(eng, ReplicaEngine) and eng.meter is None:
             self.gpu_meter.bind(eng, replica)
         return eng
