@@ -168,7 +168,8 @@ class ReplicaEngine:
             if step_s is None:
                 step_s = self._step_time()
             self.step_s = step_s
-            at = t + max(0.0, heap[0][0] - steps) * step_s
+            due = heap[0][0] - steps
+            at = t + (due if due > 0.0 else 0.0) * step_s  # (max(0.0, due) without the call)
         else:
             if self.busy_since >= 0:
                 self.busy_s += t - self.busy_since
@@ -277,15 +278,19 @@ class ReplicaEngine:
         if ev._value != self.version or self.dead:
             return
         t = self.env._now
-        if self.prefill_end >= 0 and t >= self.prefill_end - 1e-9:
-            self._end_prefill(t)
+        prefill_end = self.prefill_end
+        if prefill_end >= 0:
+            if t >= prefill_end - 1e-9:
+                self._end_prefill(t)
+            else:
+                self.t_ref = t  # (decode is frozen while a prefill runs: _advance moves no step)
+                self._finish_due(t)
         else:
-            if self.heap and self.prefill_end < 0 and self.step_s > 0:
+            if self.heap and self.step_s > 0:
                 self.steps += (t - self.t_ref) / self.step_s
             self.t_ref = t
             self._finish_due(t)
-        if self.prefill_end < 0 and self.pending:
-            self._advance(t)
+        if self.prefill_end < 0 and self.pending:  # (wake's _advance(t) here moves no step: t_ref is t already)
             self._start_prefill(t)
         self._schedule(t)
         if self.finished:

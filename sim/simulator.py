@@ -293,13 +293,13 @@ class Simulation(NodeFaults, Readouts):
         self.node[k] = r.node  # a site queue's head may start on any of the site's replicas
         # Its cold start is the load of the replica it starts on, not of the one it queued at: another replica of
         # the site may have freed a slot before that load ended.
-        cold = r.ready_at - self.at_node[k]
+        at = self.at_node[k]
+        cold = r.ready_at - at
         self.cold_ms[k] = cold * 1e3 if cold > 0.0 else 0.0
         self.seqs[k] = seq = Seq(k, self._units[k], self._fields[3][k])
         self.cached[k] = cached = req.cached_tokens
         if cached:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)
             seq.cached = min(cached, max(0, seq.prompt - 1))
-        at = self.at_node[k]
         if req.adapter:  # LoRA: wait for the adapter's copy, or for a free adapter slot (None: joins later)
             self.arrived[k] = at = max(at, now)
             got = self.plane.acquire_adapter(req, at)
