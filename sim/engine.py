@@ -81,7 +81,7 @@ class ReplicaEngine:
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
                  "dead", "_prefill_fn", "_batch_fn", "_after_fn", "_order", "meter", "gpu_ids", "lookup", "env",
-                 "timer", "_fire_cb", "finished", "flush")
+                 "timer", "_fire_cb", "_fire_cbs", "finished", "flush")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -121,14 +121,15 @@ class ReplicaEngine:
         # order, and what it starts next, differ from run to run).
         self._order = itertools.count()
         # Set by :meth:`push_timers`: wake-ups go straight onto that SimPy environment's queue, not through ``arm``.
-        self.env = self._fire_cb = self.finished = self.flush = None
-        self.timer = _NO_TIMER  # the wake-up pushed last (see join)
+        self.env = self._fire_cb = self._fire_cbs = self.finished = self.flush = None
+        self.timer = _NO_TIMER  # the wake-up pushed last (see join; once popped, _schedule pushes it again)
 
     def push_timers(self, env, finished: list, flush) -> None:
         """Push each wake-up onto ``env``'s event queue as a ``sim.timers.Timer`` of :meth:`fire` (value: the
         version), at the time, priority and id the ``arm`` callback's timeout would have, without the call; after
         a wake-up, ``flush()`` when ``finished`` (the list ``on_finish`` appends to) is not empty."""
         self.env, self._fire_cb, self.finished, self.flush = env, self.fire, finished, flush
+        self._fire_cbs = [self.fire]  # (the callbacks of a timer pushed again: nothing appends to them)
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -188,7 +189,11 @@ class ReplicaEngine:
         else:  # the arm callback's timer, pushed here (once or twice per request)
             now = env._now
             delay = at - now  # (the delay and the sum exactly as env.timeout(max(0.0, at - now)) computes them)
-            self.timer = timer = Timer(self._fire_cb, version)
+            timer = self.timer
+            if timer.callbacks is None:  # the wake-up that fired (popped: its callbacks taken), pushed once more
+                timer.callbacks, timer._value = self._fire_cbs, version
+            else:
+                self.timer = timer = Timer(self._fire_cb, version)
             heappush(env._queue, (now + (delay if delay > 0.0 else 0.0), NORMAL, next(env._eid), timer))
 
     # ---------------------------------------------------------------- events

@@ -76,7 +76,7 @@ def _engine(env, log, push: bool):
                         lambda s, t: (finished.append(s), log.append(("done", s.rec, t))))
     if push:
         eng.push_timers(env, finished, finished.clear)
-        eng._fire_cb = fire
+        eng._fire_cb, eng._fire_cbs = fire, [fire]
     return eng
 
 
