@@ -72,6 +72,10 @@ class Simulation(NodeFaults, Readouts):
         self.env = simpy.Environment()
         self._queue, self._eid = self.env._queue, self.env._eid  # where sim.timers.Timer events go
         self._wake_cb, self._reach_node_cb = self._wake, self._reach_node  # bound once, used per event
+        # Timers of hops to the node that fired, and the callbacks such a timer gets when pushed again (nothing
+        # appends to them): a timer object fewer to make per hop.
+        self._spare_timers: list[Timer] = []
+        self._reach_node_cbs = [self._reach_node]
         self.faults, self.fault_handler = list(faults), fault_handler
         self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
@@ -312,8 +316,13 @@ class Simulation(NodeFaults, Readouts):
         eng = self.engines.get(r.id) or self._engine(r)
         if at > now:
             self.joined[k] = at
-            heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid),
-                                   Timer(self._reach_node_cb, (eng, seq))))
+            spare = self._spare_timers
+            if spare:  # a hop's timer that fired, pushed once more
+                timer = spare.pop()
+                timer.callbacks, timer._value = self._reach_node_cbs, (eng, seq)
+            else:
+                timer = Timer(self._reach_node_cb, (eng, seq))
+            heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid), timer))
         else:
             self.joined[k] = now
             eng.join(seq, now)
@@ -341,6 +350,7 @@ class Simulation(NodeFaults, Readouts):
 
     def _reach_node(self, ev) -> None:
         eng, seq = ev._value
+        self._spare_timers.append(ev)  # popped (its callbacks taken): _start may push it again
         eng.join(seq, self.env._now)
         if self._finished_buffer:
             self._flush()
