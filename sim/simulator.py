@@ -72,10 +72,8 @@ class Simulation(NodeFaults, Readouts):
         self.env = simpy.Environment()
         self._queue, self._eid = self.env._queue, self.env._eid  # where sim.timers.Timer events go
         self._wake_cb, self._reach_node_cb = self._wake, self._reach_node  # bound once, used per event
-        # Timers of hops to the node that fired, and the callbacks such a timer gets when pushed again (nothing
-        # appends to them): a timer object fewer to make per hop.
-        self._spare_timers: list[Timer] = []
-        self._reach_node_cbs = [self._reach_node]
+        # Hops' timers that fired, pushed again with these callbacks (nothing appends to them): no new one per hop
+        self._spare_timers, self._reach_node_cbs = [], [self._reach_node]
         self.faults, self.fault_handler = list(faults), fault_handler
         self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
@@ -316,9 +314,8 @@ class Simulation(NodeFaults, Readouts):
         eng = self.engines.get(r.id) or self._engine(r)
         if at > now:
             self.joined[k] = at
-            spare = self._spare_timers
-            if spare:  # a hop's timer that fired, pushed once more
-                timer = spare.pop()
+            if self._spare_timers:  # a hop's timer that fired, pushed once more
+                timer = self._spare_timers.pop()
                 timer.callbacks, timer._value = self._reach_node_cbs, (eng, seq)
             else:
                 timer = Timer(self._reach_node_cb, (eng, seq))
