@@ -279,7 +279,8 @@ class ReplicaEngine:
 
     def fire(self, ev) -> None:
         """A wake-up pushed by this engine (``push_timers``) fired: :meth:`wake` at the queue's clock, inlined (once
-        or twice per request), then the caller's ``flush`` if sequences finished."""
+        or twice per request; a subclass that changes ``wake`` changes this too), then the caller's ``flush`` if
+        sequences finished."""
         if ev._value != self.version or self.dead:
             return
         t = self.env._now
