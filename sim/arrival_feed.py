@@ -27,6 +27,7 @@ class ArrivalFeed:
         self.t_dec = t_dec.tolist()
         self.next = 0  # position in ``order`` of the next request to submit
         self._arrive_cb = self._arrive  # bound once, used per arrival
+        self._arrive_cbs = [self._arrive]  # the callbacks of its timer pushed again (nothing appends to them)
 
     def start(self) -> None:
         env = self.env
@@ -48,7 +49,9 @@ class ArrivalFeed:
                         env._now = at  # every queued event comes later: no timer needed
                     else:
                         self.next = i
-                        heappush(queue, (at, NORMAL, next(env._eid), Timer(self._arrive_cb, True)))
+                        # this timer (popped: its callbacks taken) waits for the next arrival: no new one
+                        ev.callbacks, ev._value = self._arrive_cbs, True
+                        heappush(queue, (at, NORMAL, next(env._eid), ev))
                         return
             waited = False
             submit(k, env._now)

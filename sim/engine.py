@@ -52,6 +52,9 @@ def prefill_after_prefix(perf, spec, gpu: str):
     return ms
 
 
+_NO_TIMER = Timer(None, None)  # what ReplicaEngine.timer holds before its first wake-up is pushed
+
+
 class Seq:
     """A request on a replica (times in simulated seconds); ``rec`` is the simulator's handle for it."""
 
@@ -78,7 +81,7 @@ class ReplicaEngine:
                  "prefill_end", "heap", "steps", "t_ref", "step_s", "ctx_sum", "join_sum", "stall_s",
                  "stall_count", "version", "busy_s", "busy_since", "_step_cache", "_prefill_cache", "generative",
                  "dead", "_prefill_fn", "_batch_fn", "_after_fn", "_order", "meter", "gpu_ids", "lookup", "env",
-                 "wake_cb")
+                 "timer", "_fire_cb", "_fire_cbs", "finished", "flush")
 
     def __init__(self, spec, gpu: str, perf, arm, on_first_token, on_finish, caches: tuple[dict, dict] | None = None):
         self.spec, self.gpu, self.perf = spec, gpu, perf
@@ -118,12 +121,15 @@ class ReplicaEngine:
         # order, and what it starts next, differ from run to run).
         self._order = itertools.count()
         # Set by :meth:`push_timers`: wake-ups go straight onto that SimPy environment's queue, not through ``arm``.
-        self.env = self.wake_cb = None
+        self.env = self._fire_cb = self._fire_cbs = self.finished = self.flush = None
+        self.timer = _NO_TIMER  # the wake-up pushed last (see join; once popped, _schedule pushes it again)
 
-    def push_timers(self, env, wake_cb) -> None:
-        """Push each wake-up onto ``env``'s event queue as the ``sim.timers.Timer`` of ``wake_cb`` (value: this
-        engine and the version), as an ``arm`` callback doing that would, without the call."""
-        self.env, self.wake_cb = env, wake_cb
+    def push_timers(self, env, finished: list, flush) -> None:
+        """Push each wake-up onto ``env``'s event queue as a ``sim.timers.Timer`` of :meth:`fire` (value: the
+        version), at the time, priority and id the ``arm`` callback's timeout would have, without the call; after
+        a wake-up, ``flush()`` when ``finished`` (the list ``on_finish`` appends to) is not empty."""
+        self.env, self._fire_cb, self.finished, self.flush = env, self.fire, finished, flush
+        self._fire_cbs = [self.fire]  # (the callbacks of a timer pushed again: nothing appends to them)
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -163,13 +169,19 @@ class ReplicaEngine:
             if step_s is None:
                 step_s = self._step_time()
             self.step_s = step_s
-            at = t + max(0.0, heap[0][0] - steps) * step_s
+            due = heap[0][0] - steps
+            at = t + (due if due > 0.0 else 0.0) * step_s  # (max(0.0, due) without the call)
         else:
             if self.busy_since >= 0:
                 self.busy_s += t - self.busy_since
                 self.busy_since = -1.0
-                if self.meter is not None:
-                    self.meter.stop(self.gpu_ids, t)
+                meter = self.meter
+                if meter is not None:  # meter.stop(self.gpu_ids, t), inlined: once per busy period
+                    active = meter.active
+                    for g in self.gpu_ids:
+                        active[g] -= 1
+                        if not active[g]:
+                            meter.busy[g] += t - meter.since[g]
             return
         env = self.env
         if env is None:
@@ -177,8 +189,12 @@ class ReplicaEngine:
         else:  # the arm callback's timer, pushed here (once or twice per request)
             now = env._now
             delay = at - now  # (the delay and the sum exactly as env.timeout(max(0.0, at - now)) computes them)
-            heappush(env._queue, (now + (delay if delay > 0.0 else 0.0), NORMAL, next(env._eid),
-                                  Timer(self.wake_cb, (self, version))))
+            timer = self.timer
+            if timer.callbacks is None:  # the wake-up that fired (popped: its callbacks taken), pushed once more
+                timer.callbacks, timer._value = self._fire_cbs, version
+            else:
+                self.timer = timer = Timer(self._fire_cb, version)
+            heappush(env._queue, (now + (delay if delay > 0.0 else 0.0), NORMAL, next(env._eid), timer))
 
     # ---------------------------------------------------------------- events
     def join(self, seq: Seq, t: float) -> None:
@@ -188,12 +204,22 @@ class ReplicaEngine:
         seq.joined_at = t
         if self.busy_since < 0:
             self.busy_since = t
-            if self.meter is not None:
-                self.meter.start(self.gpu_ids, t)
+            meter = self.meter
+            if meter is not None:  # meter.start(self.gpu_ids, t), inlined: once per busy period
+                active = meter.active
+                for g in self.gpu_ids:
+                    if not active[g]:
+                        meter.since[g] = t
+                    active[g] += 1
         self.pending.append(seq)
         if self.prefill_end < 0:
-            if self.heap and self.step_s > 0:  # self._advance(t), inlined: this runs once per request
-                self.steps += (t - self.t_ref) / self.step_s
+            if self.heap:
+                if self.step_s > 0:  # self._advance(t), inlined: this runs once per request
+                    self.steps += (t - self.t_ref) / self.step_s
+                # The wake-up pending for the next sequence to finish is superseded by the prefill's (_schedule
+                # below): with no callbacks, the event loop pops it without a call (its version would make it a
+                # no-op anyway).
+                self.timer.callbacks = ()
             self.t_ref = t
             self._start_prefill(t)
             self._schedule(t)
@@ -250,6 +276,31 @@ class ReplicaEngine:
             self._advance(t)
             self._start_prefill(t)
         self._schedule(t)
+
+    def fire(self, ev) -> None:
+        """A wake-up pushed by this engine (``push_timers``) fired: :meth:`wake` at the queue's clock, inlined (once
+        or twice per request; a subclass that changes ``wake`` changes this too), then the caller's ``flush`` if
+        sequences finished."""
+        if ev._value != self.version or self.dead:
+            return
+        t = self.env._now
+        prefill_end = self.prefill_end
+        if prefill_end >= 0:
+            if t >= prefill_end - 1e-9:
+                self._end_prefill(t)
+            else:
+                self.t_ref = t  # (decode is frozen while a prefill runs: _advance moves no step)
+                self._finish_due(t)
+        else:
+            if self.heap and self.step_s > 0:
+                self.steps += (t - self.t_ref) / self.step_s
+            self.t_ref = t
+            self._finish_due(t)
+        if self.prefill_end < 0 and self.pending:  # (wake's _advance(t) here moves no step: t_ref is t already)
+            self._start_prefill(t)
+        self._schedule(t)
+        if self.finished:
+            self.flush()
 
     def _end_prefill(self, t: float) -> None:
         batch, self.prefilling, self.prefill_end = self.prefilling, [], -1.0

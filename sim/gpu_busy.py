@@ -42,7 +42,7 @@ class GpuBusyMeter:
         engine.meter = self
 
     def start(self, ids: tuple, t: float) -> None:
-        """An engine on GPUs ``ids`` got work at ``t``."""
+        """An engine on GPUs ``ids`` got work at ``t`` (``ReplicaEngine.join`` writes this out where it runs)."""
         active = self.active
         for g in ids:
             if not active[g]:
@@ -50,7 +50,8 @@ class GpuBusyMeter:
             active[g] += 1
 
     def stop(self, ids: tuple, t: float) -> None:
-        """An engine on GPUs ``ids`` ran out of work (or its node failed) at ``t``."""
+        """An engine on GPUs ``ids`` ran out of work (or its node failed) at ``t`` (``ReplicaEngine._schedule``
+        writes this out where it runs)."""
         active = self.active
         for g in ids:
             active[g] -= 1

@@ -72,6 +72,8 @@ class Simulation(NodeFaults, Readouts):
         self.env = simpy.Environment()
         self._queue, self._eid = self.env._queue, self.env._eid  # where sim.timers.Timer events go
         self._wake_cb, self._reach_node_cb = self._wake, self._reach_node  # bound once, used per event
+        # Hops' timers that fired, pushed again with these callbacks (nothing appends to them): no new one per hop
+        self._spare_timers, self._reach_node_cbs = [], [self._reach_node]
         self.faults, self.fault_handler = list(faults), fault_handler
         self.retry_unstreamed = FAULT_POLICIES.create(fault_policy)
         self.sample_s, self.progress, self.drain_s = sample_s, progress, drain_s
@@ -175,7 +177,7 @@ class Simulation(NodeFaults, Readouts):
         if getattr(type(eng), "seq_stalls", None) is not ReplicaEngine.seq_stalls:
             self._plain_stalls = False  # its stalls are not (only) those the sequence froze when it finished
         if isinstance(eng, ReplicaEngine) and eng.arm == self._arm and eng.env is None:
-            eng.push_timers(self.env, self._wake_cb)  # what self._arm does, without the call
+            eng.push_timers(self.env, self._finished_buffer, self._flush)  # what self._arm and _wake do, uncalled
         if isinstance(eng, ReplicaEngine) and eng.meter is None:
             self.gpu_meter.bind(eng, replica)
         return eng
@@ -293,13 +295,13 @@ class Simulation(NodeFaults, Readouts):
         self.node[k] = r.node  # a site queue's head may start on any of the site's replicas
         # Its cold start is the load of the replica it starts on, not of the one it queued at: another replica of
         # the site may have freed a slot before that load ended.
-        cold = r.ready_at - self.at_node[k]
+        at = self.at_node[k]
+        cold = r.ready_at - at
         self.cold_ms[k] = cold * 1e3 if cold > 0.0 else 0.0
         self.seqs[k] = seq = Seq(k, self._units[k], self._fields[3][k])
         self.cached[k] = cached = req.cached_tokens
         if cached:  # prefix-cache hit: prefill skips it, but computes at least one token (its logits)
             seq.cached = min(cached, max(0, seq.prompt - 1))
-        at = self.at_node[k]
         if req.adapter:  # LoRA: wait for the adapter's copy, or for a free adapter slot (None: joins later)
             self.arrived[k] = at = max(at, now)
             got = self.plane.acquire_adapter(req, at)
@@ -312,8 +314,12 @@ class Simulation(NodeFaults, Readouts):
         eng = self.engines.get(r.id) or self._engine(r)
         if at > now:
             self.joined[k] = at
-            heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid),
-                                   Timer(self._reach_node_cb, (eng, seq))))
+            if self._spare_timers:  # a hop's timer that fired, pushed once more
+                timer = self._spare_timers.pop()
+                timer.callbacks, timer._value = self._reach_node_cbs, (eng, seq)
+            else:
+                timer = Timer(self._reach_node_cb, (eng, seq))
+            heappush(self._queue, (self.env._now + (at - now), NORMAL, next(self._eid), timer))
         else:
             self.joined[k] = now
             eng.join(seq, now)
@@ -341,6 +347,7 @@ class Simulation(NodeFaults, Readouts):
 
     def _reach_node(self, ev) -> None:
         eng, seq = ev._value
+        self._spare_timers.append(ev)  # popped (its callbacks taken): _start may push it again
         eng.join(seq, self.env._now)
         if self._finished_buffer:
             self._flush()

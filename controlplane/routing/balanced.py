@@ -53,7 +53,9 @@ class NearestBalanced(Router):
         return d if d is not None else self.nearest_with_capacity(req, cands, rtts)
 
     def _balanced(self, req: Request, cands, rtts) -> Decision | None:
-        kv = req.kv_tokens
+        kv = req.kv_charge  # req.kv_tokens, inlined (once or twice per request)
+        if kv < 0:
+            kv = req.prompt_tokens + req.output_tokens
         stats = cands[0].stats if cands else None
         if stats is not None and stats.free <= 0:
             return None  # a saturated model: no replica can start it
