@@ -215,7 +215,8 @@ def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None,
         stand_ins = [desc["stand_ins"][m] for m in set(live.model)]
         perf = load_perf(profile, stand_ins, progress)
         if host_model:  # a table without the host's rows would make those parts free (0 ms)
-            require_host_rows(perf.table, profile if isinstance(profile, str | Path) else "the profile")
+            engines = sum(1 for p in desc["placement"] if p["model"] in set(live.model))
+            require_host_rows(perf.table, profile if isinstance(profile, str | Path) else "the profile", engines)
     work = workload_from_live(live, scale)
     seam = None
     if host_model:

@@ -85,9 +85,13 @@ def missing_host_rows(table: pd.DataFrame) -> list[str]:
             if not (phases == start).any() and not (start.endswith("_") and phases.str.startswith(start).any())]
 
 
-def require_host_rows(table: pd.DataFrame, source) -> None:
-    """A one-line error when ``table`` (from ``source``, a path or a phrase) lacks host-model rows."""
+def require_host_rows(table: pd.DataFrame, source, engines: int = 2) -> None:
+    """A one-line error when ``table`` (from ``source``, a path or a phrase) lacks host-model rows. ``engines``:
+    the replicas of the replayed model sharing the host; with one, there is no sharing to measure (a served
+    profile has no ``host_share`` rows then) and none is asked for."""
     missing = missing_host_rows(table)
+    if engines < 2:
+        missing = [name for name in missing if name != "host_share"]
     if missing:
         raise UserError(f"{source}: no {', '.join(missing)} rows, which the live-host model needs (a table of "
                         "`edgepop replay --profile-source host`, the default, has them); or pass --host-model off")

@@ -226,7 +226,8 @@ def replay_and_compare(opts: ReplayOptions, progress=print, host_model: bool = T
         for phase in ("prefill", "decode"):
             given.rows(stand_in, phase, of=opts.model)
         if host_model:
-            require_host_rows(given.table, table if isinstance(table, str | Path) else "the profile given")
+            require_host_rows(given.table, table if isinstance(table, str | Path) else "the profile given",
+                              sum(1 for p in desc["placement"] if p["model"] == opts.model))
     elif opts.simulate and host_model and opts.profile_source != "host":
         raise UserError(f"replay: --profile-source {opts.profile_source} measures no host rows, which the live-host "
                         "model needs; use --profile-source host or pass --host-model off")

@@ -173,3 +173,16 @@ def test_a_profile_without_host_rows_is_refused_with_the_host_model_on(tmp_path)
     with pytest.raises(UserError, match=r"p\.csv: no host_share, kv_copy rows.*--host-model off"):
         require_host_rows(table, tmp_path / "p.csv")
     require_host_rows(pd.DataFrame({"phase": ["host_share", "kv_copy", "gw_http_in"]}), "fine")
+
+
+def test_a_one_engine_profile_needs_no_host_sharing_rows(tmp_path):
+    """A served profile of a model with one replica measures no host_share rows (no engines to share the host with):
+    the one-PoP matrix and replays were refused after their live runs for lacking them."""
+    from sim.live.host_model import require_host_rows
+
+    one = pd.DataFrame({"phase": ["prefill", "decode", "kv_copy", "gw_http_in"], "ms": 1.0})
+    require_host_rows(one, "one engine", engines=1)
+    with pytest.raises(UserError, match=r"p\.csv: no host_share rows"):
+        require_host_rows(one, tmp_path / "p.csv", engines=2)
+    with pytest.raises(UserError, match=r"no kv_copy rows"):  # the other rows are needed all the same
+        require_host_rows(one[one.phase != "kv_copy"], "one engine", engines=1)
