@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # the sub-command's usage, not the top level's: that is where the flag was looked for
         chosen = parser.commands.get(args.command) if args.command else None
+        if any(x == "--plugin" or x.startswith("--plugin=") for x in extra):  # (read before the command only)
+            (chosen or parser).error("--plugin goes before the command: edgepop --plugin FILE.py "
+                                     f"{args.command or 'COMMAND'} ...")
         (chosen or parser).error(f"unrecognized arguments: {' '.join(extra)}")  # (exits 2)
     if not getattr(args, "func", None):
         parser.print_help()

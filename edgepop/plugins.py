@@ -124,8 +124,9 @@ def _first_line(exc: BaseException) -> str:
 def unshippable(module: str | None) -> bool:
     """True when a worker process cannot import ``module``: ``__main__`` without a file (a notebook, ``python
     -c``, standard input) or a module that is gone from ``sys.modules``."""
-    if module == "__main__":
-        return not getattr(sys.modules.get("__main__"), "__file__", None)
+    if module == "__main__":  # (standard input's __file__ is '<stdin>', no file a worker can run again)
+        path = getattr(sys.modules.get("__main__"), "__file__", None)
+        return not path or path.startswith("<") or not os.path.isfile(path)
     return module is None or module not in sys.modules
 
 

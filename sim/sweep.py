@@ -140,9 +140,17 @@ def local_pool(workers: int):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from edgepop.plugins import worker_modules
+    from edgepop.plugins import unshippable, worker_modules
     from sim.pool_worker import start_worker
 
+    main = sys.modules.get("__main__")
+    if getattr(main, "__file__", None) and getattr(getattr(main, "__spec__", None), "name", None) is None \
+            and unshippable("__main__"):
+        # A script read from standard input: spawned workers would run __main__ again from its '<stdin>' path
+        # and die (a misleading "missing __main__ guard" then), whatever the grid uses.
+        raise UserError(f"a sweep with {workers} worker processes cannot start from a script read from standard "
+                        f"input (its workers would run it again, and it has no file): run the script from a file, "
+                        "or with workers=1")
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=start_worker, initargs=(worker_modules(),))
 

@@ -56,7 +56,8 @@ class CheckedRouter(Router):
         except UserError:
             raise
         except Exception as exc:  # noqa: BLE001  (any failure of code edgepop does not ship: one line, chained)
-            raise UserError(f"{self.label} failed on request {req.id}: {type(exc).__name__}: {exc}") from exc
+            raise UserError(f"{self.label} failed on request {req.id}: {type(exc).__name__}: {exc} "
+                            "(EDGEPOP_TRACEBACK=1 shows where)") from exc
         problem = self.violation(req, d)
         if problem is not None:
             raise UserError(f"{self.label} on request {req.id} (model {req.model}): {problem}")

@@ -104,7 +104,7 @@ def test_a_router_that_raises_is_one_user_error_naming_it(catalog, register):
     with pytest.raises(UserError) as err:
         cp.submit(Request(5, TINY, 0, 10, 1), 0.0)
     assert str(err.value) == (f"router 't-raises' ({__name__}.Raises) failed on request 5: RuntimeError: my router "
-                              "blew up")
+                              "blew up (EDGEPOP_TRACEBACK=1 shows where)")
     assert isinstance(err.value.__cause__, RuntimeError)
 
 

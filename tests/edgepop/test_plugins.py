@@ -141,3 +141,28 @@ def test_a_plugin_file_imports_the_modules_beside_it(tmp_path, capsys):
                                            "type('BusiestMore', (BusiestSites,), {}))\n")
     assert main(["--plugin", str(tmp_path / "plug_more.py"), "place", "--list-policies", "--json"]) == 0
     assert {"busiest-sites", "busiest-more"} <= set(json.loads(capsys.readouterr().out))
+
+
+def test_a_plugin_given_after_the_command_is_told_where_it_goes(capsys):
+    """argparse said only 'unrecognized arguments: --plugin x.py'."""
+    with pytest.raises(SystemExit) as exc:
+        main(["place", "--plugin", "x.py", "--policy", "greedy-demand"])
+    assert exc.value.code == 2
+    assert "--plugin goes before the command: edgepop --plugin FILE.py place ..." in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path, refused", [("<stdin>", True), (None, True), ("/no/such/script.py", True),
+                                           (__file__, False)])
+def test_a_main_module_read_from_standard_input_is_no_file_a_worker_can_run(monkeypatch, path, refused):
+    """``python - < script.py``: __main__'s __file__ is '<stdin>', which spawned workers failed to run again (and
+    the error blamed a missing __main__ guard) instead of the sweep refusing it up front."""
+    import sys
+    import types
+
+    from edgepop.plugins import unshippable
+
+    main_module = types.ModuleType("__main__")
+    if path is not None:
+        main_module.__file__ = path
+    monkeypatch.setitem(sys.modules, "__main__", main_module)
+    assert unshippable("__main__") is refused

@@ -136,3 +136,18 @@ def test_a_worker_imports_a_module_off_its_path_from_its_file(tmp_path, isolated
     assert PLACEMENTS.get("busiest-sites").__module__ == "plug_off_path"
     problems = import_worker_modules([("plug_gone", str(tmp_path / "plug_gone.py"))])
     assert len(problems) == 1 and problems[0].startswith("a worker could not import 'plug_gone' (")
+
+
+def test_a_sweep_with_workers_from_a_script_on_standard_input_is_refused_before_a_pool_starts(monkeypatch):
+    """``python - < script.py``: spawned workers ran __main__ again from '<stdin>' and died, and the error blamed a
+    missing __main__ guard, whatever the grid used (shipped routers too)."""
+    import sys
+    import types
+
+    from sim.sweep import local_pool
+
+    stdin_main = types.ModuleType("__main__")
+    stdin_main.__file__, stdin_main.__spec__ = "<stdin>", None
+    monkeypatch.setitem(sys.modules, "__main__", stdin_main)
+    with pytest.raises(UserError, match=r"cannot start from a script read from standard input .*workers=1$"):
+        local_pool(2)
