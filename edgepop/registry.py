@@ -79,6 +79,13 @@ def is_shipped(module: str | None) -> bool:
     return bool(module) and module.split(".", 1)[0] in SHIPPED_PACKAGES
 
 
+def defined_in(obj, package: str) -> bool:
+    """Whether ``obj``'s class is defined in ``package`` or one of its modules (``controlplane.routing``: a
+    shipped router; a subclass defined elsewhere is not)."""
+    module = type(obj).__module__ or ""
+    return module == package or module.startswith(package + ".")
+
+
 def check_name(kind: str, name) -> None:
     """ValueError unless ``name`` can name an entry: a non-empty str without whitespace, commas or control
     characters (names are listed comma-separated in errors, given on command lines and in TOML files)."""

@@ -25,7 +25,7 @@ from controlplane.fleet import Fleet, edge_fleet, ingress_site_rtt
 from controlplane.forecast import ingress_demand
 from controlplane.perf import PerfModel, Roofline
 from edgepop.errors import UserError, is_real
-from edgepop.registry import Registry
+from edgepop.registry import Registry, defined_in
 from topology import Topology
 
 
@@ -370,7 +370,7 @@ def run_policy(policy: PlacementPolicy, problem: PlacementProblem, rng: np.rando
         raise
     except Exception as exc:
         cls = type(policy)
-        if cls.__module__.split(".")[:2] == ["controlplane", "placement"] or isinstance(exc, MemoryError):
+        if defined_in(policy, "controlplane.placement") or isinstance(exc, MemoryError):
             raise
         text = (str(exc).strip().splitlines() or [""])[0]
         raise UserError(f"placement policy {getattr(policy, 'name', '?')!r} ({cls.__module__}.{cls.__qualname__}) "

@@ -24,14 +24,14 @@ import math
 from controlplane.routing.base import QUEUE, REJECT, START, Decision, Router
 from controlplane.state import READY, Replica, Request
 from edgepop.errors import UserError
+from edgepop.registry import defined_in
 
 SHIPPED_PACKAGE = "controlplane.routing"
 
 
 def is_shipped(router: Router) -> bool:
     """Whether ``router``'s class is defined in the :mod:`controlplane.routing` package (shipped with edgepop)."""
-    module = type(router).__module__ or ""
-    return module == SHIPPED_PACKAGE or module.startswith(SHIPPED_PACKAGE + ".")
+    return defined_in(router, SHIPPED_PACKAGE)
 
 
 def describe(router: Router) -> str:
