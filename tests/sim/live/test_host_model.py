@@ -213,3 +213,24 @@ def test_replay_takes_the_earliest_requests_of_a_trace_out_of_time_order(tmp_pat
     sim = generate(WorkloadConfig.from_dict({"kind": "mooncake", "trace": str(path), "trace_limit": 5}), topo)
     assert live.prompt_tokens.tolist() == sim.requests.prompt_tokens.tolist() == [110, 111, 112, 113, 114]
     assert live.arrival_s.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_engines_take_the_measured_host_share_curve_not_the_fit():
+    """Four engines on two cores measured 2.57x one engine's step: more than sharing two cores explains, which a
+    cores-and-lock fit cannot follow. The engines' pace is the measured ratio (interpolated in k), the event
+    loop's the fit's; past the largest k measured the ratio grows as the fit does; the cores bound it below."""
+    ratios = np.array([1.0, 1.296, 1.733, 2.566])
+    table = pd.DataFrame({"phase": "host_share", "batch_size": [1, 2, 3, 4], "tokens": 1, "context": 128,
+                          "ms": 2.99 * ratios})
+    params = HostParams(table, max_cores=2.0)
+    assert [params.slowdown(k) for k in (1, 2, 3, 4)] == pytest.approx(ratios)
+    fitted = [share_slowdown(k, k * params.lock, params.cores, params.lock)
+              / share_slowdown(1, params.lock, params.cores, params.lock) for k in (2, 4)]
+    assert fitted != pytest.approx(ratios[[1, 3]], rel=0.03)  # what the fit alone would give
+    assert params.slowdown(2, 1) == pytest.approx(share_slowdown(3, 2 * params.lock + 1, params.cores, params.lock)
+                                                  / max(1.0, 1 / params.cores, params.lock))
+    assert params.slowdown(6) > params.slowdown(4)
+    assert params.slowdown(6) == pytest.approx(ratios[3] * params._fitted(6, 0) / params._fitted(4, 0))
+    flat = pd.DataFrame({"phase": "host_share", "batch_size": [1, 2], "tokens": 1, "context": 128, "ms": 2.0})
+    assert HostParams(flat, max_cores=1.0).slowdown(2) == pytest.approx(2.0)  # two engines cannot share one core
+    assert HostParams(flat, max_cores=16.0).slowdown(2) == pytest.approx(1.0)
