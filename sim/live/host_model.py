@@ -106,7 +106,7 @@ class HostParams:
     of an engine's time it holds the interpreter lock, for what the rows do not measure: the event loop's pace
     beside the engines, and more engines than were measured. (The two-figure fit alone could not follow the
     measured curve: on two cores the step of 4 engines at once is 2.2-2.6x that of one, more than the 2x that
-    sharing two cores explains, and the fit, splitting the difference, read k = 2 and k = 4 6-16% too fast.)"""
+    sharing two cores explains, and the fit, splitting the difference, read k = 2 9-16% and k = 4 2-14% too fast.)"""
 
     def __init__(self, table: pd.DataFrame, max_batch: int = 32, kv_budget_tokens: int = 32768,
                  max_cores: float = 2.0):
