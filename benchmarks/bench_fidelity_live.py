@@ -10,7 +10,9 @@ and p95 (goal: within 10%). Prompts are capped at 256 tokens and outputs at 32, 
 
 Every row of the profiles is pooled over the deployment's cells, per row the median (``--host-rows cell`` and
 ``--engine-rows cell``: each cell's own host-sharing or engine rows), so the cells are simulated once the
-deployment's last cell has been replayed. ``--resimulate DIR`` simulates the saved cells of an earlier run again
+deployment's last cell has been replayed. ``--host-share fitted``: engines sharing the host slow each other as the
+profile's cores-and-lock fit says rather than as its ``host_share`` rows measured (``sim.live.host_model``), to
+compare the two readings. ``--resimulate DIR`` simulates the saved cells of an earlier run again
 with the current code (no live part); with ``--arrival-jitter-ms J`` it also simulates every cell five more times
 with each request's arrival moved by up to J ms (uniform, seeded) and reports how far each figure moves from the
 unperturbed simulation (``sim_jitter_pct``: the largest of the five): how sensitive the cell's batching is to
@@ -26,7 +28,8 @@ minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells; ski
 
     python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
         [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]
-        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--repeat-live] [--resimulate DIR
+        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--host-share measured|fitted] [--repeat-live]
+        [--resimulate DIR
         [--arrival-jitter-ms J]]
 
 Last stdout line: one JSON object.
@@ -56,6 +59,7 @@ from edgepop.rng import seed_arg
 from sim.live import decompose
 from sim.live.client import fetch_deployment
 from sim.live.fidelity import admitted, compare, live_repeatability, mirror_topology, simulate_like
+from sim.live.host_model import SHARE_READINGS
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.matrix import LOADS, bursty_trace, capacity_rps, replay_cell, simulate_cell, trace_rate
 from sim.live.pooling import pooled_engine_rows, pooled_host_rows, with_engine_rows, with_host_rows
@@ -88,6 +92,9 @@ def main() -> int:
     ap.add_argument("--engine-rows", choices=("pooled", "cell"), default="pooled",
                     help="engine and gateway rows pooled over the deployment's profiles, per row the median "
                          "(default), or each cell's own")
+    ap.add_argument("--host-share", choices=SHARE_READINGS, default="measured",
+                    help="how engines sharing the host slow each other: the profile's measured host_share ratios "
+                         "(default) or its cores-and-lock fit alone")
     ap.add_argument("--repeat-live", action="store_true",
                     help="replay every cell twice and report the second live run against the first (the live "
                          "system's own repeatability)")
@@ -122,7 +129,7 @@ def main() -> int:
     result = {"benchmark": "fidelity_live", "model": MODEL, "stand_in": "gpt2-tiny", "threads": 1,
               "cores": os.cpu_count(), "requests_per_cell": args.requests, "cells": cells, "skipped": skipped,
               "profile_every": args.profile_every, "engine_profile": args.engine_profile,
-              "host_rows": args.host_rows, "engine_rows": args.engine_rows,
+              "host_rows": args.host_rows, "engine_rows": args.engine_rows, "host_share": args.host_share,
               "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells), "wall_s": round(time.monotonic() - t_start, 1)}
     if args.repeat_live:
         result["repeats_met"] = sum(c["live_repeat"]["met"] for c in cells if "live_repeat" in c)
@@ -186,11 +193,11 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows)
+    simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, host_share=args.host_share)
 
 
 def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_rows: str = "pooled",
-                   jitter_ms: float = 0.0) -> None:
+                   jitter_ms: float = 0.0, host_share: str = "measured") -> None:
     """Simulate replayed cells ``(folder, profile, meta)`` of one deployment, the host-sharing and the engine
     rows each pooled over their profiles unless ``host_rows`` / ``engine_rows`` is "cell" (appended to
     ``cells``); with ``jitter_ms``, each cell's sensitivity to its arrival times too."""
@@ -199,8 +206,8 @@ def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_row
     engines = pooled_engine_rows(profiles) if engine_rows == "pooled" and replayed else None
     for folder, profile, meta in replayed:
         rows = with_engine_rows(with_host_rows(profile, pooled), engines)
-        cell = simulate_cell(folder, topo, rows)
-        cell.update(meta, host_rows=host_rows, engine_rows=engine_rows)
+        cell = simulate_cell(folder, topo, rows, host_share)
+        cell.update(meta, host_rows=host_rows, engine_rows=engine_rows, host_share=host_share)
         timelines = read_timelines(folder)
         # the machine during the live run against the profile the simulation used (one PoP: with several, an
         # engine decoding alone also shares the host with the others, which is the host model's to predict)
@@ -213,7 +220,7 @@ def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_row
                      for t in (timelines, read_timelines(folder / "repeat"))]
             cell["live_repeat"] = dict(repeat, alone_step_ms=steps)
         if jitter_ms > 0:
-            cell["sim_jitter_pct"] = arrival_sensitivity(folder, topo, rows, jitter_ms)
+            cell["sim_jitter_pct"] = arrival_sensitivity(folder, topo, rows, jitter_ms, host_share=host_share)
         cells.append(cell)
         log(summary_line(cell))
 
@@ -224,7 +231,8 @@ def read_timelines(folder: Path) -> list[dict] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: float, draws: int = 5) -> dict:
+def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: float, draws: int = 5,
+                        host_share: str = "measured") -> dict:
     """How far a saved cell's simulated figures move when every request's arrival moves by up to ``jitter_ms``
     (uniform, seeded): per figure, the largest absolute difference (%) from the unperturbed simulation (the
     cell's ``sim.parquet``, just written by ``simulate_cell`` with the same rows) over ``draws`` draws."""
@@ -236,7 +244,8 @@ def arrival_sensitivity(folder: Path, topo, profile: pd.DataFrame, jitter_ms: fl
     worst: dict[str, float] = {}
     for _ in range(draws):
         moved = live.assign(arrival_s=live.arrival_s.to_numpy() + rng.uniform(-jitter_ms, jitter_ms, len(live)) / 1e3)
-        table = compare(simulate_like(desc, moved, topo, profile, host_model=True, host_cores=cores), base, boot=0)
+        table = compare(simulate_like(desc, moved, topo, profile, host_model=True, host_cores=cores,
+                                      host_share=host_share), base, boot=0)
         for r in table.itertuples():
             key = f"{r.metric.removesuffix('_ms')}_{r.percentile}"
             worst[key] = round(max(worst.get(key, 0.0), abs(r.diff_pct)), 2)
@@ -278,14 +287,16 @@ def resimulate(root: Path, args) -> int:
             loads = list(LOADS)
             replayed.sort(key=lambda r: (order.get(r[2].get("trace"), 99),
                                          loads.index(r[2]["load"]) if r[2].get("load") in loads else len(loads)))
-            simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, args.arrival_jitter_ms)
+            simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, args.arrival_jitter_ms,
+                           args.host_share)
     if not cells:
         print(f"bench_fidelity_live: error: no saved cells under {root} matching --pops, --traces and --loads "
               "(expected pops*/CELL/live.parquet)",
               file=sys.stderr)
         return 2
     result = {"benchmark": "fidelity_live", "resimulated": str(root), "host_rows": args.host_rows,
-              "engine_rows": args.engine_rows, "arrival_jitter_ms": args.arrival_jitter_ms, "cells": cells,
+              "engine_rows": args.engine_rows, "host_share": args.host_share,
+              "arrival_jitter_ms": args.arrival_jitter_ms, "cells": cells,
               "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells)}
     for c in cells:
         print(summary_line(c))

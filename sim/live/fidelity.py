@@ -197,13 +197,16 @@ def outcome_counts(sim: pd.DataFrame, live: pd.DataFrame) -> dict:
 
 
 def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None, progress=None,
-                  host_model: bool = False, host_cores: float | None = None) -> pd.DataFrame:
+                  host_model: bool = False, host_cores: float | None = None,
+                  host_share: str = "measured") -> pd.DataFrame:
     """The simulator's per-request frame (``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ...) for the live requests.
 
     ``host_model``: model the live host (:mod:`sim.live.host_model`) from the ``host_share``, ``kv_copy`` and
     ``gw_*`` rows of ``profile`` (a table or a path); the frame then has every component as ``c_<name>``.
     ``host_cores``: the cores of the machine that served the requests (default: the deployment's
-    ``host_cores``, else this machine's, for a gateway on loopback); saved runs simulated elsewhere need it."""
+    ``host_cores``, else this machine's, for a gateway on loopback); saved runs simulated elsewhere need it.
+    ``host_share``: how engines sharing the host slow each other, "measured" (the profile's ``host_share`` ratios)
+    or "fitted" (its cores-and-lock fit alone; :class:`sim.live.host_model.HostParams`)."""
     dep, scale = mirror_deployment(on_replay_clock(desc, live), topo)
     draws = live.attrs.get("router_draws")
     if draws is not None:  # the live router had drawn for earlier requests (a probe, a profile, earlier replays)
@@ -224,7 +227,8 @@ def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None,
         params = HostParams(table if table is not None else pd.DataFrame(columns=["phase", "batch_size", "tokens",
                                                                                   "ms"]),
                             desc.get("lm_max_batch", 32), desc.get("lm_kv_budget_tokens", 32768),
-                            max_cores=float(host_cores or desc.get("host_cores") or os.cpu_count() or 1))
+                            max_cores=float(host_cores or desc.get("host_cores") or os.cpu_count() or 1),
+                            share=host_share)
         client = work.arrival_s.to_numpy().copy()
         # The control plane sees a request once the gateway has read, validated and tokenized it.
         work["arrival_s"] = client + np.array([params.front_ms(int(n)) for n in work.prompt_tokens]) / 1e3

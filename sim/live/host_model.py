@@ -74,6 +74,10 @@ def share_slowdown(threads: float, lock_demand: float, cores: float, lock: float
     return max(1.0, threads / cores, lock_demand) / alone
 
 
+# How the engines' pace is read off the host_share rows: the rows themselves, or the cores-and-lock fit alone (the
+# reading used before the rows were read directly; kept to reproduce and compare).
+SHARE_READINGS = ("measured", "fitted")
+
 # Rows the live-host model cannot do without: a table lacking one would model that part of the host as free (0 ms).
 # (``iter_gap`` may be missing: an engine timed alone, ``--engine-profile alone``, has no loop between iterations.)
 HOST_ROWS = {"host_share": "host_share", "kv_copy": "kv_copy", "gw_*": "gw_"}
@@ -109,14 +113,17 @@ class HostParams:
     sharing two cores explains, and the fit, splitting the difference, read k = 2 9-16% and k = 4 2-14% too fast.)"""
 
     def __init__(self, table: pd.DataFrame, max_batch: int = 32, kv_budget_tokens: int = 32768,
-                 max_cores: float = 2.0):
+                 max_cores: float = 2.0, share: str = "measured"):
+        if share not in SHARE_READINGS:
+            raise UserError(f"host share reading: unknown {share!r} (known: {', '.join(SHARE_READINGS)})")
         self.max_batch, self.kv_budget = int(max_batch), int(kv_budget_tokens)
-        share = table[table.phase == "host_share"].groupby("batch_size").ms.median().sort_index()
+        reading, share = share, table[table.phase == "host_share"].groupby("batch_size").ms.median().sort_index()
         self.cores, self.lock, self.max_cores = float(max_cores), 0.0, float(max_cores)
         self._share = None  # (k, measured slowdown of k engines at once, ratio to k = 1)
         if len(share) > 1 and 1 in share.index:
             share = share.loc[1:]
-            self._share = (share.index.to_numpy(float), share.to_numpy() / share.loc[1])
+            if reading == "measured":
+                self._share = (share.index.to_numpy(float), share.to_numpy() / share.loc[1])
             beside = {name: table[table.phase == f"host_share_{name}"].groupby("batch_size").ms.median()
                       .reindex(share.index).fillna(0.0).to_numpy() / 1e3 for name in ("loop", "client")}
             self.cores, self.lock = fit_host_share(share.index.to_numpy(float), share.to_numpy() / share.loc[1],

@@ -99,14 +99,16 @@ def replay_cell(opts: ReplayOptions, desc: dict, topo, out: Path, progress=print
     (out / "host.json").write_text(json.dumps(dict(host, time_scale=opts.time_scale), indent=1))
 
 
-def simulate_cell(out: Path, topo, profile: pd.DataFrame) -> dict:
+def simulate_cell(out: Path, topo, profile: pd.DataFrame, host_share: str = "measured") -> dict:
     """The simulated half of a saved cell (``out``): simulate its requests with the live-host model and
-    ``profile``, compare, write the comparison files. Returns the cell's figures."""
+    ``profile`` (``host_share``: as :func:`sim.live.fidelity.simulate_like`), compare, write the comparison files.
+    Returns the cell's figures."""
     desc = json.loads((out / "deployment.json").read_text())
     timelines = json.loads((out / "timelines.json").read_text())
     host = json.loads((out / "host.json").read_text())
     live = pd.read_parquet(out / "live.parquet")
-    sim = simulate_like(desc, admitted(live), topo, profile, host_model=True, host_cores=host.get("cores"))
+    sim = simulate_like(desc, admitted(live), topo, profile, host_model=True, host_cores=host.get("cores"),
+                        host_share=host_share)
     table = compare(sim, live)
     parts_live, parts_sim = live_frame(live, timelines), sim_components(sim)
     pd.concat([parts_live.assign(side="live"), parts_sim.assign(side="sim")],

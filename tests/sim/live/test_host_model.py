@@ -13,6 +13,7 @@ from kit.gateway import GEN
 
 from dataplane.gateway.backend import Backend
 from dataplane.gateway.config import GatewayConfig
+from edgepop.errors import UserError
 from sim.live.decompose import E2E_PARTS, TTFT_PARTS, sim_components
 from sim.live.fidelity import simulate_like
 from sim.live.host_model import HostParams, fit_host_share, share_slowdown
@@ -231,6 +232,10 @@ def test_engines_take_the_measured_host_share_curve_not_the_fit():
                                                   / max(1.0, 1 / params.cores, params.lock))
     assert params.slowdown(6) > params.slowdown(4)
     assert params.slowdown(6) == pytest.approx(ratios[3] * params._fitted(6, 0) / params._fitted(4, 0))
+    fit_only = HostParams(table, max_cores=2.0, share="fitted")
+    assert [fit_only.slowdown(k) for k in (2, 4)] == pytest.approx(fitted)
+    with pytest.raises(UserError, match="unknown 'fit'"):
+        HostParams(table, share="fit")
     flat = pd.DataFrame({"phase": "host_share", "batch_size": [1, 2], "tokens": 1, "context": 128, "ms": 2.0})
     assert HostParams(flat, max_cores=1.0).slowdown(2) == pytest.approx(2.0)  # two engines cannot share one core
     assert HostParams(flat, max_cores=16.0).slowdown(2) == pytest.approx(1.0)
