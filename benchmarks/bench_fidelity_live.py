@@ -59,7 +59,7 @@ from edgepop.rng import seed_arg
 from sim.live import decompose
 from sim.live.client import fetch_deployment
 from sim.live.fidelity import admitted, compare, live_repeatability, mirror_topology, simulate_like
-from sim.live.host_model import SHARE_READINGS
+from sim.live.host_params import SHARE_READINGS
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.matrix import LOADS, bursty_trace, capacity_rps, replay_cell, simulate_cell, trace_rate
 from sim.live.pooling import pooled_engine_rows, pooled_host_rows, with_engine_rows, with_host_rows

@@ -12,7 +12,8 @@ time into the same components on both sides.
 The profile: by default the live-host profile of :mod:`sim.live.host_profile` (the stand-in's engine, engines
 sharing the host and the gateway's own costs; the engine rows read by :mod:`sim.live.served_profile` from the
 gateway's timelines), which :mod:`sim.live.host_model` runs on (the live host modelled: engine iterations,
-shared cores, the gateway's costs; one replica's engine in :mod:`sim.live.host_engine`). The alternatives
+shared cores, the gateway's costs; one replica's engine in :mod:`sim.live.host_engine`, the figures it reads off
+the profile in :mod:`sim.live.host_params`). The alternatives
 (``--profile-source``): service times through the gateway (:mod:`sim.live.live_profile`) or the bare engine
 (:mod:`dataplane.engine_profile`). :mod:`sim.live.pooling` pools several profiles per row;
 :mod:`sim.live.matrix` runs traces x loads on one deployment (``benchmarks/bench_fidelity_live.py``).

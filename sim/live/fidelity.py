@@ -42,7 +42,8 @@ from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 from edgepop.rng import streams
 from edgepop.stats import finite, percentile
-from sim.live.host_model import HostParams, LiveHost, require_host_rows
+from sim.live.host_model import LiveHost
+from sim.live.host_params import HostParams, require_host_rows
 from sim.simulator import Simulation
 
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -206,7 +207,7 @@ def simulate_like(desc: dict, live: pd.DataFrame, topo, profile=None, perf=None,
     ``host_cores``: the cores of the machine that served the requests (default: the deployment's
     ``host_cores``, else this machine's, for a gateway on loopback); saved runs simulated elsewhere need it.
     ``host_share``: how engines sharing the host slow each other, "measured" (the profile's ``host_share`` ratios)
-    or "fitted" (its cores-and-lock fit alone; :class:`sim.live.host_model.HostParams`)."""
+    or "fitted" (its cores-and-lock fit alone; :class:`sim.live.host_params.HostParams`)."""
     dep, scale = mirror_deployment(on_replay_clock(desc, live), topo)
     draws = live.attrs.get("router_draws")
     if draws is not None:  # the live router had drawn for earlier requests (a probe, a profile, earlier replays)

@@ -47,7 +47,7 @@ from sim.live.fidelity import (
     simulate_like,
     summarize,
 )
-from sim.live.host_model import require_host_rows
+from sim.live.host_params import require_host_rows
 from sim.live.host_profile import measure_host_profile, pop_locations
 from sim.live.live_profile import gateway_profile
 from sim.live.pooling import pooled_profile

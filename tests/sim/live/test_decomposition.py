@@ -19,7 +19,7 @@ from dataplane.gateway.server import spawn_serve
 from sim.live.client import fetch_deployment, fetch_timings
 from sim.live.decompose import E2E_PARTS, TTFT_PARTS, live_frame, side_by_side, sim_components
 from sim.live.fidelity import simulate_like
-from sim.live.host_model import HostParams
+from sim.live.host_params import HostParams
 from sim.live.host_profile import gateway_costs
 from sim.live.replay import ReplayOptions, build_requests, send_all
 from sim.traces import read_trace

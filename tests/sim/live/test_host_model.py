@@ -16,7 +16,7 @@ from dataplane.gateway.config import GatewayConfig
 from edgepop.errors import UserError
 from sim.live.decompose import E2E_PARTS, TTFT_PARTS, sim_components
 from sim.live.fidelity import simulate_like
-from sim.live.host_model import HostParams, fit_host_share, share_slowdown
+from sim.live.host_params import HostParams, fit_host_share, share_slowdown
 from sim.live.replay import ReplayOptions, build_requests
 from sim.traces import read_trace
 

@@ -166,7 +166,7 @@ def test_the_client_side_is_kept_when_the_gateway_goes_away(tmp_path, monkeypatc
 
 
 def test_a_profile_without_host_rows_is_refused_with_the_host_model_on(tmp_path):
-    from sim.live.host_model import missing_host_rows, require_host_rows
+    from sim.live.host_params import missing_host_rows, require_host_rows
 
     table = pd.DataFrame({"phase": ["prefill", "decode", "host_share_loop", "gw_piece"], "ms": 1.0})
     assert missing_host_rows(table) == ["host_share", "kv_copy"]
@@ -178,7 +178,7 @@ def test_a_profile_without_host_rows_is_refused_with_the_host_model_on(tmp_path)
 def test_a_one_engine_profile_needs_no_host_sharing_rows(tmp_path):
     """A served profile of a model with one replica measures no host_share rows (no engines to share the host with):
     the one-PoP matrix and replays were refused after their live runs for lacking them."""
-    from sim.live.host_model import require_host_rows
+    from sim.live.host_params import require_host_rows
 
     one = pd.DataFrame({"phase": ["prefill", "decode", "kv_copy", "gw_http_in"], "ms": 1.0})
     require_host_rows(one, "one engine", engines=1)
