@@ -174,7 +174,7 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
         raise UserError(f"{source}: 'base' is required (an embedded scenario name or a scenario file)")
     base_path = _base_path(doc["base"], source, base_dir)
     try:
-        base_doc = tomllib.loads(base_path.read_text())
+        base_doc = tomllib.loads(base_path.read_text(encoding="utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{source}: base {base_path.name}: not valid TOML: {exc}") from None
     requests, duration = doc.get("requests"), doc.get("duration_s")

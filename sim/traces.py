@@ -92,9 +92,12 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
         raise TraceFileError(path, None, None, f"not a readable CSV file ({' '.join(str(exc).split())})") from None
     except (UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise TraceFileError(path, None, None, f"not a readable CSV file ({' '.join(str(exc).split())})") from None
+    header = [str(c) for c in raw.columns]
+    raw.columns = [c.strip() for c in header]  # (values are stripped, so are the names: 'TIMESTAMP, ContextTokens')
     for col in AZURE_COLUMNS:
         if col not in raw.columns:
-            raise TraceFileError(path, 1, col, f"missing column in the header (need {','.join(AZURE_COLUMNS)})")
+            raise TraceFileError(path, 1, col, f"missing column in the header (need {','.join(AZURE_COLUMNS)}; "
+                                 f"the header reads {','.join(header)!r})")
     _check_header_once(path)
     raw = raw[~raw.fillna("").apply(lambda col: col.str.strip() == "").all(axis=1)]
     if raw.empty:
@@ -135,7 +138,7 @@ def _check_header_once(path: Path) -> None:
     with open(path, newline="", encoding="utf-8-sig") as fh:
         header = next(csv.reader(fh), [])
     for col in AZURE_COLUMNS:
-        at = [i for i, name in enumerate(header, start=1) if name == col]
+        at = [i for i, name in enumerate(header, start=1) if name.strip() == col]
         if len(at) > 1:
             raise TraceFileError(path, 1, col, f"{col!r} names columns {at[0]} and {at[1]} of the header: which "
                                  "one to read is unclear, keep one")
@@ -178,7 +181,16 @@ def _first_bad(path: Path, values: pd.Series, bad: np.ndarray, field: str, probl
         raise TraceFileError(path, line, field, f"{values.iloc[i]!r} {problem}")
 
 
+def _missing_key(path, line, rec: dict, name: str) -> None:
+    """A JSON line without the key ``name``: say so, and list the keys the line has."""
+    if name not in rec:
+        keys = ", ".join(repr(k) for k in rec) or "none"
+        raise TraceFileError(path, line, name, f"missing key {name!r} (the line has keys: {keys})")
+
+
 def _int_field(path, line, rec, name, required=True):
+    if required:
+        _missing_key(path, line, rec, name)
     v = rec.get(name)
     if v is None and not required:
         return None
@@ -224,6 +236,7 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
             raise TraceFileError(path, line, None, f"not valid JSON ({exc.msg})") from None
         if not isinstance(rec, dict):
             raise TraceFileError(path, line, None, "expected a JSON object")
+        _missing_key(path, line, rec, "timestamp")
         ts = rec.get("timestamp")
         if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
             raise TraceFileError(path, line, "timestamp", f"{ts!r} is not a non-negative number of milliseconds")
