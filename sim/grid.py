@@ -57,6 +57,7 @@ from edgepop.rng import MAX_INT
 from sim.grid_keys import canonical, check_absent_tables, check_overlaps, check_repeats, plain
 from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
 from sim.techniques.config import Techniques
+from sim.traces import check_variant_traces
 from sim.workload_config import MAX_REQUESTS, WorkloadConfig
 
 MAX_VARIANTS = 10_000  # simulations a sweep runs, at most
@@ -233,6 +234,7 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
                 raise (blamed[0] if blamed else exc) from None
             for seed in seeds:
                 variants.append(Variant(len(variants), values, seed, sc, name))
+    check_variant_traces(source, variants)  # every distinct trace file read once, before any variant runs
     return Grid(source=source, base=str(doc["base"]), axes=axes, seeds=seeds, requests=requests,
                 duration_s=None if duration is None else float(duration), deployments=deployments,
                 variants=tuple(variants), description=str(doc.get("description", "")), names=tuple(named),

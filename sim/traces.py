@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from edgepop.errors import DataFileError
+from edgepop.errors import DataFileError, UserError
 from edgepop.registry import Registry
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -339,3 +339,49 @@ def trace_block(wl, workload, replayed: int) -> dict:
     return {"file": wl.trace or workload.source,  # (no trace line: the shipped file, by the name it was read as)
             "format": wl.kind, "speed": wl.trace_speed, "requests": replayed, "asked": asked, "held": held,
             "duration_s": wl.duration_s, "limited_by": by}
+
+
+# Trace files a grid's up-front check has read, by (path, format): the (size, mtime) seen then, and the error the
+# reader raised (None: it read). A file changed since is read again; a grid of many variants on one trace reads it
+# once.
+_CHECKED: dict[tuple[str, str], tuple[tuple[int, int], TraceFileError | None]] = {}
+
+
+def check_trace_file(path: str | Path, kind: str) -> None:
+    """Read the trace file ``path`` as ``kind`` with the run's own reader, raising its :class:`TraceFileError`;
+    a file already read unchanged (same size and modification time) is not read again."""
+    p = Path(path)
+    try:
+        st = p.stat()
+        stamp = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = None  # (missing or unreadable: the reader says which)
+    key = (str(p.resolve()), kind)
+    if stamp is not None and key in _CHECKED and _CHECKED[key][0] == stamp:
+        error = _CHECKED[key][1]
+    else:
+        try:
+            TRACE_FORMATS.entry(kind).target(p)
+            error = None
+        except TraceFileError as exc:
+            error = exc
+        if stamp is not None:
+            _CHECKED[key] = (stamp, error)
+    if error is not None:
+        raise error
+
+
+def check_variant_traces(source: str, variants) -> None:
+    """Every distinct trace file the ``variants`` (of a grid read from ``source``) replay, read once with the run's
+    reader before any variant runs, so that a bad file stops a sweep before its first variant rather than at the
+    first variant that names it (after the ones before it ran). The error is the run's, with the variant's name."""
+    first = {}
+    for v in variants:
+        wl = v.scenario.workload
+        if wl.is_trace and wl.trace is not None:  # (the shipped traces are known good)
+            first.setdefault((wl.trace, wl.kind), v)
+    for (trace, kind), v in first.items():
+        try:
+            check_trace_file(trace, kind)
+        except TraceFileError as exc:  # as the run would say it, with the first variant it would stop
+            raise UserError(f"{source}: variant {v.id} ({v.label}): {v.scenario.source} [workload]: {exc}") from None
