@@ -57,7 +57,7 @@ from edgepop.rng import MAX_INT
 from sim.grid_keys import canonical, check_absent_tables, check_overlaps, check_repeats, plain
 from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
 from sim.techniques.config import Techniques
-from sim.traces import check_variant_traces
+from sim.trace_files import check_variant_traces
 from sim.workload_config import MAX_REQUESTS, WorkloadConfig
 
 MAX_VARIANTS = 10_000  # simulations a sweep runs, at most

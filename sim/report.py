@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sim.plots import plot_gain_map, plot_ttft_cdf, plot_utilisation
+from sim.rejections import not_ok_lines
 
 HEADLINE = (
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ttft_ms_p50_reduction_pct", "ttft_ms_p50_reduction_pct"),
@@ -117,6 +118,7 @@ def notes(summary: dict) -> list[str]:
     elif trace and trace.get("asked") and trace["requests"] < trace["asked"]:
         out.append(f"The trace {trace['file']} holds {trace['requests']:,} requests, fewer than the "
                    f"{trace['asked']:,} asked for: all of them were replayed.")
+    out += not_ok_lines(summary)  # why requests did not end ok, by error code
     misroute = (summary.get("network") or {}).get("anycast_misroute") or 0.0
     if misroute:
         out.append(f"Imperfect anycast: {misroute:.0%} of the user cities enter the edge at their second-nearest PoP "

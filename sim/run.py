@@ -36,7 +36,8 @@ from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
 from sim.techniques.batch_policy import with_send_times
 from sim.techniques.config import check_block_tokens
-from sim.traces import TraceFileError, trace_block, trace_kind
+from sim.trace_files import trace_block
+from sim.traces import TraceFileError, trace_kind
 from sim.workload import generate
 from sim.workload_config import check_size
 from topology import Topology

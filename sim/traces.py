@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from edgepop.errors import DataFileError, UserError
+from edgepop.errors import DataFileError
 from edgepop.registry import Registry
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -56,9 +57,28 @@ def _check_span(span_s: float, path, field: str) -> None:
                              f"({MAX_SPAN_S:.0f} s): check the timestamps' unit and outliers")
 
 
+# A trace whose mean rate is past this over its whole span (or more than MIN_WARN_REQUESTS in under a second) most
+# likely has timestamps in another unit than its format's (seconds read as milliseconds): warned, not refused.
+MAX_MEAN_RPS = 2_000.0
+MIN_WARN_REQUESTS = 100
+_WARNED: set[tuple[str, float]] = set()  # (file, span) warned about in this process: once, not per variant
+
+
+def _check_rate(arrival_s: np.ndarray, path, unit: str) -> None:
+    n, span = len(arrival_s), float(np.max(arrival_s)) if len(arrival_s) else 0.0
+    if n < 2 or not (n / max(span, 1e-9) > MAX_MEAN_RPS or (span < 1.0 and n > MIN_WARN_REQUESTS)):
+        return
+    key = (str(path), span)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        print(f"warning: {path}: {n:,} requests in {span:.3g} s ({n / max(span, 1e-9):,.0f} requests/s): the "
+              f"format reads its timestamps as {unit}; check their unit", file=sys.stderr)
+
+
 def _frame(arrival_s: np.ndarray, prompt, output, hash_ids, path=None, field: str = "timestamp") -> pd.DataFrame:
     if len(arrival_s):
         _check_span(float(np.max(arrival_s)), path, field)
+        _check_rate(arrival_s, path, "milliseconds" if field == "timestamp" else "ISO times (date and time of day)")
     return pd.DataFrame({"arrival_s": arrival_s, "prompt_tokens": np.asarray(prompt, np.int64),
                          "output_tokens": np.asarray(output, np.int64), "hash_ids": hash_ids})
 
@@ -325,63 +345,3 @@ def prefix_reuse_ratio(hash_ids: Iterable[Sequence[int]], block_tokens: int = MO
         total += length
         seen.update(ids)
     return hit / total if total else 0.0
-
-
-def trace_block(wl, workload, replayed: int) -> dict:
-    """Where a replay's arrivals came from, and which limit set their count: ``limited_by`` is ``trace`` (all
-    the file holds), ``trace_limit``, ``requests`` or ``duration_s`` (a cut in time)."""
-    held = workload.trace_rows if workload.trace_rows is not None else replayed
-    caps = {k: v for k, v in (("trace", held), ("trace_limit", wl.trace_limit), ("requests", wl.requests))
-            if v is not None}
-    asked = min((v for k, v in caps.items() if k != "trace"), default=None)
-    # fewer rows than the least count limit: the time cut ended it (a tie goes to the trace's own length)
-    by = "duration_s" if replayed < min(caps.values()) else min(caps, key=caps.get)
-    return {"file": wl.trace or workload.source,  # (no trace line: the shipped file, by the name it was read as)
-            "format": wl.kind, "speed": wl.trace_speed, "requests": replayed, "asked": asked, "held": held,
-            "duration_s": wl.duration_s, "limited_by": by}
-
-
-# Trace files a grid's up-front check has read, by (path, format): the (size, mtime) seen then, and the error the
-# reader raised (None: it read). A file changed since is read again; a grid of many variants on one trace reads it
-# once.
-_CHECKED: dict[tuple[str, str], tuple[tuple[int, int], TraceFileError | None]] = {}
-
-
-def check_trace_file(path: str | Path, kind: str) -> None:
-    """Read the trace file ``path`` as ``kind`` with the run's own reader, raising its :class:`TraceFileError`;
-    a file already read unchanged (same size and modification time) is not read again."""
-    p = Path(path)
-    try:
-        st = p.stat()
-        stamp = (st.st_size, st.st_mtime_ns)
-    except OSError:
-        stamp = None  # (missing or unreadable: the reader says which)
-    key = (str(p.resolve()), kind)
-    if stamp is not None and key in _CHECKED and _CHECKED[key][0] == stamp:
-        error = _CHECKED[key][1]
-    else:
-        try:
-            TRACE_FORMATS.entry(kind).target(p)
-            error = None
-        except TraceFileError as exc:
-            error = exc
-        if stamp is not None:
-            _CHECKED[key] = (stamp, error)
-    if error is not None:
-        raise error
-
-
-def check_variant_traces(source: str, variants) -> None:
-    """Every distinct trace file the ``variants`` (of a grid read from ``source``) replay, read once with the run's
-    reader before any variant runs, so that a bad file stops a sweep before its first variant rather than at the
-    first variant that names it (after the ones before it ran). The error is the run's, with the variant's name."""
-    first = {}
-    for v in variants:
-        wl = v.scenario.workload
-        if wl.is_trace and wl.trace is not None:  # (the shipped traces are known good)
-            first.setdefault((wl.trace, wl.kind), v)
-    for (trace, kind), v in first.items():
-        try:
-            check_trace_file(trace, kind)
-        except TraceFileError as exc:  # as the run would say it, with the first variant it would stop
-            raise UserError(f"{source}: variant {v.id} ({v.label}): {v.scenario.source} [workload]: {exc}") from None
