@@ -214,7 +214,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
                            "ttft_p50_ms": {k: _num(p.mean("ttft_p50_ms")) for k, p in at.items() if p.rows},
                            "ttft_p95_ms_all": {k: _answered_mean(p, "ttft_p95_ms_all") for k, p in at.items()
                                                if p.rows}})
-    return {"scenario": sc.name, "trace": trace_source(sc.workload) if sc.workload.is_trace else None, "slo": {"metric": slo.metric, "column": slo.column, "threshold": slo.threshold,
+    wl = getattr(sc, "workload", None)  # (the trace file a replaying scenario reads, named as simulate names it)
+    return {"scenario": sc.name, "trace": trace_source(wl) if wl is not None and wl.is_trace else None, "slo": {"metric": slo.metric, "column": slo.column, "threshold": slo.threshold,
                                          "text": slo.text},
             "seeds": list(seeds), "requests": requests, "engine": engine,
             "budget": sc.central.budget if sc.central is not None else "gpus",

@@ -39,7 +39,7 @@ from sim.techniques.config import check_block_tokens
 from sim.trace_files import trace_block
 from sim.traces import TraceFileError, trace_kind
 from sim.workload import generate
-from sim.workload_config import check_size
+from sim.workload_config import TRACE_START, check_size
 from topology import Topology
 from topology.jitter import fit as fit_jitter
 
@@ -187,7 +187,9 @@ def prepare(sc: Scenario, topo=None, trace_option: str | None = None) -> Setup:
              "prompt_mix": {m: clip_mix(catalog[m], u) for m, u in units[audio].groupby(frame.model[audio])}}
     return Setup(sc, topo, catalog, perf, tech, rng, workload, mean_rps,
                  frame.model.value_counts(normalize=True).to_dict(), typical, shape,
-                 getattr(sc.workload, "start_utc", None),
+                 # start_utc = "trace": the day starts at the trace's own first timestamp
+                 workload.trace_first_utc.to_pydatetime() if sc.workload.start_utc == TRACE_START
+                 else getattr(sc.workload, "start_utc", None),
                  # A replayed trace keeps its own clock, sped up by trace_speed, whatever day_compression says.
                  86_400.0 / sc.workload.trace_speed if sc.workload.is_trace
                  else float(getattr(sc.workload, "day_compression", None) or 86_400.0))

@@ -22,7 +22,9 @@ def trace_block(wl, workload, replayed: int) -> dict:
     # fewer rows than the least count limit: the time cut ended it (a tie goes to the trace's own length)
     by = "duration_s" if replayed < min(caps.values()) else min(caps, key=caps.get)
     return {**trace_source(wl, workload.source), "speed": wl.trace_speed, "requests": replayed, "asked": asked,
-            "held": held, "duration_s": wl.duration_s, "limited_by": by}
+            "held": held, "duration_s": wl.duration_s, "limited_by": by,
+            # the trace's own first timestamp (absolute times only), beside the day's start_utc the run used
+            "first_utc": first.isoformat() if (first := workload.trace_first_utc) is not None else None}
 
 
 _DIGESTS: dict[str, tuple[tuple[int, int], str]] = {}  # path -> ((size, mtime), sha256): hashed once unchanged

@@ -150,7 +150,9 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
         tokens.append(counts)
     empty = np.empty(len(raw), object)
     empty.fill(())
-    return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path, "TIMESTAMP")
+    frame = _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path, "TIMESTAMP")
+    frame.attrs["first_utc"] = pd.Timestamp(int(ns.min()), unit="ns", tz="UTC")  # (the absolute start of its times)
+    return frame
 
 
 def _check_header_once(path: Path) -> None:

@@ -97,3 +97,34 @@ def test_timestamps_in_another_unit_warn_once_naming_file_span_and_unit(tmp_path
 def test_the_shipped_traces_do_not_warn(path, reader, capsys):
     reader(path)
     assert capsys.readouterr().err == ""
+
+
+def test_a_replay_states_the_traces_own_first_timestamp_beside_the_start_utc_used(tmp_path, topo):
+    from sim.report import notes
+    from sim.run import run_scenario
+
+    path = _csv(tmp_path / "a.csv", 20)
+    s = run_scenario("small", topo=topo, trace=str(path), deployments="edge").summary
+    assert s["trace"]["first_utc"] == "2023-11-16T18:15:00+00:00"
+    assert s["day"]["start_utc"] == "2024-03-20T12:00:00+00:00"  # the default: the scenario's, not the trace's
+    assert ("The trace's own first timestamp is 2023-11-16 18:15:00 UTC; the run's day starts at the scenario's "
+            "start_utc, 2024-03-20 12:00:00 UTC") in " ".join(notes(s))
+    (tmp_path / "t.toml").write_text('name = "t"\n[workload]\nkind = "azure"\ntrace = "a.csv"\nstart_utc = "trace"\n')
+    s = run_scenario(tmp_path / "t.toml", topo=topo, deployments="edge").summary
+    assert s["day"]["start_utc"] == s["trace"]["first_utc"] == "2023-11-16T18:15:00+00:00"
+    assert "the run's day starts there (start_utc = \"trace\")" in " ".join(notes(s))
+
+
+def test_start_utc_trace_needs_a_trace_with_absolute_times(tmp_path, topo):
+    from edgepop.errors import UserError
+    from sim.run import run_scenario
+
+    (tmp_path / "t.toml").write_text('name = "t"\n[workload]\nkind = "azure"\nstart_utc = "trace"\n')
+    with pytest.raises(UserError, match=r'^t.toml \[workload\]: field start_utc: "trace" needs a trace with absolute '
+                                        r"times \(an Azure CSV's\); the mooncake trace mooncake_style_synthetic.jsonl "
+                                        r"holds times relative to its first request: give an ISO time$"):
+        run_scenario(tmp_path / "t.toml", topo=topo, trace=str(MOONCAKE_EXAMPLE))
+    (tmp_path / "p.toml").write_text('name = "p"\n[workload]\nrequests = 10\nstart_utc = "trace"\n')
+    with pytest.raises(UserError, match=r'start_utc = "trace" starts the day at a replayed trace\'s first timestamp: '
+                                        r"it needs a trace"):
+        run_scenario(tmp_path / "p.toml", topo=topo)
