@@ -270,8 +270,8 @@ class Catalog:
         """Read and validate a catalog TOML file (the shipped one by default)."""
         path = Path(path) if path else CATALOG_FILE
         try:
-            with open(path, "rb") as fh:
-                doc = tomllib.load(fh)
+            # (utf-8-sig: a file saved with a byte-order mark, as some editors do, is still TOML)
+            doc = tomllib.loads(path.read_text(encoding="utf-8-sig"))
         except FileNotFoundError:
             raise CatalogError(f"catalog file {str(path)!r} not found") from None
         except IsADirectoryError:

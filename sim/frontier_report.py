@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim.trace_files import trace_source
+
 CONTINENT_METRICS = ("ttft_p50_ms", "ttft_p95_ms", "slo_attainment")
 MIN_CONTINENT_REQUESTS = 100  # per run: fewer and a continent's percentile is too noisy to decide on
 
@@ -212,7 +214,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
                            "ttft_p50_ms": {k: _num(p.mean("ttft_p50_ms")) for k, p in at.items() if p.rows},
                            "ttft_p95_ms_all": {k: _answered_mean(p, "ttft_p95_ms_all") for k, p in at.items()
                                                if p.rows}})
-    return {"scenario": sc.name, "slo": {"metric": slo.metric, "column": slo.column, "threshold": slo.threshold,
+    wl = getattr(sc, "workload", None)  # (the trace file a replaying scenario reads, named as simulate names it)
+    return {"scenario": sc.name, "trace": trace_source(wl) if wl is not None and wl.is_trace else None, "slo": {"metric": slo.metric, "column": slo.column, "threshold": slo.threshold,
                                          "text": slo.text},
             "seeds": list(seeds), "requests": requests, "engine": engine,
             "budget": sc.central.budget if sc.central is not None else "gpus",

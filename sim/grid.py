@@ -57,6 +57,7 @@ from edgepop.rng import MAX_INT
 from sim.grid_keys import canonical, check_absent_tables, check_overlaps, check_repeats, plain
 from sim.scenario import SCENARIO_DIR, SLO, Scenario, embedded_scenarios, parse_scenario, read_named_toml
 from sim.techniques.config import Techniques
+from sim.trace_files import check_variant_traces
 from sim.workload_config import MAX_REQUESTS, WorkloadConfig
 
 MAX_VARIANTS = 10_000  # simulations a sweep runs, at most
@@ -174,7 +175,7 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
         raise UserError(f"{source}: 'base' is required (an embedded scenario name or a scenario file)")
     base_path = _base_path(doc["base"], source, base_dir)
     try:
-        base_doc = tomllib.loads(base_path.read_text())
+        base_doc = tomllib.loads(base_path.read_text(encoding="utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{source}: base {base_path.name}: not valid TOML: {exc}") from None
     requests, duration = doc.get("requests"), doc.get("duration_s")
@@ -233,6 +234,7 @@ def parse_grid(doc: dict, source: str = "<grid>", base_dir: str | Path | None = 
                 raise (blamed[0] if blamed else exc) from None
             for seed in seeds:
                 variants.append(Variant(len(variants), values, seed, sc, name))
+    check_variant_traces(source, variants)  # every distinct trace file read once, before any variant runs
     return Grid(source=source, base=str(doc["base"]), axes=axes, seeds=seeds, requests=requests,
                 duration_s=None if duration is None else float(duration), deployments=deployments,
                 variants=tuple(variants), description=str(doc.get("description", "")), names=tuple(named),

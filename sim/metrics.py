@@ -9,6 +9,7 @@ from controlplane.billing import USD_PER_1000_NEURONS, fleet_cost, neurons_array
 from controlplane.outcomes import Code
 from edgepop.stats import finite, percentiles
 from sim.gains import MIN_BIN
+from sim.rejections import not_ok_codes
 from sim.techniques.metrics import ITL_COLUMNS, itl_percentiles
 
 
@@ -52,6 +53,7 @@ def deployment_summary(frame: pd.DataFrame, util: pd.DataFrame, fleet, duration_
         "requests": int(len(frame)),
         "outcomes": {k: int(counts.get(k, 0)) for k in ("ok", "rejected", "failed")},
         "error_codes": {str(int(k)): int(v) for k, v in errors.items()},
+        "not_ok": not_ok_codes(frame, catalog),  # the same by outcome, with each code's meaning
         "ttft_ms": percentiles(frame.ttft_ms[ok & gen]),
         "ttft_ms_all_tasks": percentiles(frame.ttft_ms[ok]),
         "ttft_ms_counting_failures": counting_failures(frame.ttft_ms[gen & ~batch].to_numpy(dtype=float),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sim.plots import plot_gain_map, plot_ttft_cdf, plot_utilisation
+from sim.rejections import not_ok_lines
 
 HEADLINE = (
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ttft_ms_p50_reduction_pct", "ttft_ms_p50_reduction_pct"),
@@ -117,6 +118,13 @@ def notes(summary: dict) -> list[str]:
     elif trace and trace.get("asked") and trace["requests"] < trace["asked"]:
         out.append(f"The trace {trace['file']} holds {trace['requests']:,} requests, fewer than the "
                    f"{trace['asked']:,} asked for: all of them were replayed.")
+    out += not_ok_lines(summary)  # why requests did not end ok, by error code
+    if trace and trace.get("first_utc"):  # the trace's own day beside the one the run's clock used
+        used, own = (summary.get("day") or {}).get("start_utc"), trace["first_utc"]
+        out.append(f"The trace's own first timestamp is {_utc(own)}; the run's day starts "
+                   + ("there (start_utc = \"trace\")." if used and _utc(used) == _utc(own) else
+                      f"at the scenario's start_utc, {_utc(used)} (only the trace's relative times are kept; "
+                      "start_utc = \"trace\" starts the day at its own)."))
     misroute = (summary.get("network") or {}).get("anycast_misroute") or 0.0
     if misroute:
         out.append(f"Imperfect anycast: {misroute:.0%} of the user cities enter the edge at their second-nearest PoP "
@@ -265,6 +273,17 @@ def wall_text(perf: dict, total_s: float | None = None) -> str:
         return f"wall time of the run {perf.get('wall_s', 0)} s"
     total = perf.get("wall_s", 0) + perf.get("sensitivity_s", 0) + perf.get("replicates_s", 0)
     return f"wall time {total:.2f} s before writing these files ({', '.join(parts)})"
+
+
+def _utc(iso: str | None) -> str:
+    """``2023-11-16 18:15:46.680 UTC`` from an ISO time in UTC (milliseconds kept, zeros dropped)."""
+    if not iso:
+        return "none"
+    import pandas as pd
+
+    t = pd.Timestamp(iso).tz_convert("UTC")
+    text = t.strftime("%Y-%m-%d %H:%M:%S") + (f".{t.microsecond // 1000:03d}" if t.microsecond else "")
+    return text + " UTC"
 
 
 def _day_text(s: dict) -> str:

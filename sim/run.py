@@ -36,9 +36,10 @@ from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
 from sim.techniques.batch_policy import with_send_times
 from sim.techniques.config import check_block_tokens
-from sim.traces import trace_block, trace_kind
+from sim.trace_files import trace_block
+from sim.traces import TraceFileError, trace_kind
 from sim.workload import generate
-from sim.workload_config import check_size
+from sim.workload_config import TRACE_START, check_size
 from topology import Topology
 from topology.jitter import fit as fit_jitter
 
@@ -142,8 +143,9 @@ def scenario_topology(sc: Scenario, topo=None) -> Topology:
         sc.last_mile_ms, sc.last_mile, sc.gpu_inventory_scale, sc.anycast_misroute, seed=sc.seed)
 
 
-def prepare(sc: Scenario, topo=None) -> Setup:
-    """Load what the scenario needs and generate its workload (the ``workload`` random stream)."""
+def prepare(sc: Scenario, topo=None, trace_option: str | None = None) -> Setup:
+    """Load what the scenario needs and generate its workload (the ``workload`` random stream). ``trace_option``:
+    the command-line option that named the trace (``--trace``), which its file's errors then name."""
     release_large_blocks()  # large runs free many arrays of a few MB: give them back, do not keep holes
     topo = scenario_topology(sc, topo)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
@@ -158,10 +160,12 @@ def prepare(sc: Scenario, topo=None) -> Setup:
     rng = streams(sc.seed)
     try:
         workload = generate(sc.workload, topo, catalog, rng["workload"])
+    except TraceFileError as exc:  # a trace file's own errors name it; the option, if it came from one
+        raise UserError(f"{trace_option} {exc}" if trace_option else f"{sc.source} [workload]: {exc}") from None
     except UserError as exc:  # generation's errors name the field ("workload F: ...") or none, never the file
         head, _, rest = str(exc).partition(": ")
         msg = rest if head == "workload" else f"field {head.removeprefix('workload ')}: {rest}" \
-            if head.startswith("workload ") else str(exc)  # (the rest: a trace file's own errors)
+            if head.startswith("workload ") else str(exc)
         raise UserError(f"{sc.source} [workload]: {msg}") from None
     frame = workload.requests
     if not len(frame):  # every figure of the run would be empty
@@ -183,7 +187,9 @@ def prepare(sc: Scenario, topo=None) -> Setup:
              "prompt_mix": {m: clip_mix(catalog[m], u) for m, u in units[audio].groupby(frame.model[audio])}}
     return Setup(sc, topo, catalog, perf, tech, rng, workload, mean_rps,
                  frame.model.value_counts(normalize=True).to_dict(), typical, shape,
-                 getattr(sc.workload, "start_utc", None),
+                 # start_utc = "trace": the day starts at the trace's own first timestamp
+                 workload.trace_first_utc.to_pydatetime() if sc.workload.start_utc == TRACE_START
+                 else getattr(sc.workload, "start_utc", None),
                  # A replayed trace keeps its own clock, sped up by trace_speed, whatever day_compression says.
                  86_400.0 / sc.workload.trace_speed if sc.workload.is_trace
                  else float(getattr(sc.workload, "day_compression", None) or 86_400.0))
@@ -360,7 +366,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     if sc.central is None and deployments == ("central",):  # (checked before the workload is generated)
         raise UserError(f"only central asked for: {no_central(sc.name)}; nothing to simulate")
     t_wall = time.perf_counter()
-    setup = prepare(sc, topo)
+    setup = prepare(sc, topo, "--trace" if trace is not None else None)
     prepare_s = time.perf_counter() - t_wall
     runs = []
     with simulation_progress(progress) as report:

@@ -229,7 +229,7 @@ def read_named_toml(name_or_path: str | Path, folder: Path, kind: str) -> tuple[
         raise UserError(f"{kind} {str(name_or_path)!r} not found: not a file and not one of the embedded "
                         f"{kind}s ({', '.join(embedded) or 'none'})")
     try:
-        return tomllib.loads(path.read_text()), path
+        return tomllib.loads(path.read_text(encoding="utf-8-sig")), path
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # (not UTF-8: not TOML either)
         raise UserError(f"{path.name}: not valid TOML: {exc}") from None
 

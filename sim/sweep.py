@@ -32,6 +32,7 @@ from edgepop.outputs import output_folder, staged_output
 from sim.grid import Grid, Variant, json_value, load_grid
 from sim.sweep_plugins import check_grid_entries
 from sim.sweep_variant import VariantTask, run_variant
+from sim.trace_files import trace_source
 
 ENGINES = ("local", "ray")
 SWEEP_SUMMARY = frozenset({"sweep_summary.parquet", "sweep.json"})  # what a sweep writes without its request rows
@@ -285,6 +286,10 @@ def _manifest(grid: Grid, engine: str, workers: int | None, wall: float, walls: 
             "deployments": list(grid.deployments), "seeds": list(grid.seeds), "axes": grid.axes,
             "wall_s": round(wall, 2),
             "names": list(grid.names), "baseline": grid.baseline,
+            # the trace files the variants replay (each once), named and hashed as simulate's summary.json does
+            "traces": [trace_source(w) for w in {(w.trace, w.kind): w for w in (v.scenario.workload
+                                                                                 for v in grid.variants)
+                                                 if w.is_trace}.values()],
             "variants": [{"variant": v.id, "name": v.name, "seed": v.seed, "values": v.values, "wall_s": w}
                          for v, w in zip(grid.variants, walls, strict=True)]}
 

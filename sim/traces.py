@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -56,9 +57,28 @@ def _check_span(span_s: float, path, field: str) -> None:
                              f"({MAX_SPAN_S:.0f} s): check the timestamps' unit and outliers")
 
 
+# A trace whose mean rate is past this over its whole span (or more than MIN_WARN_REQUESTS in under a second) most
+# likely has timestamps in another unit than its format's (seconds read as milliseconds): warned, not refused.
+MAX_MEAN_RPS = 2_000.0
+MIN_WARN_REQUESTS = 100
+_WARNED: set[tuple[str, float]] = set()  # (file, span) warned about in this process: once, not per variant
+
+
+def _check_rate(arrival_s: np.ndarray, path, unit: str) -> None:
+    n, span = len(arrival_s), float(np.max(arrival_s)) if len(arrival_s) else 0.0
+    if n < 2 or not (n / max(span, 1e-9) > MAX_MEAN_RPS or (span < 1.0 and n > MIN_WARN_REQUESTS)):
+        return
+    key = (str(path), span)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        print(f"warning: {path}: {n:,} requests in {span:.3g} s ({n / max(span, 1e-9):,.0f} requests/s): the "
+              f"format reads its timestamps as {unit}; check their unit", file=sys.stderr)
+
+
 def _frame(arrival_s: np.ndarray, prompt, output, hash_ids, path=None, field: str = "timestamp") -> pd.DataFrame:
     if len(arrival_s):
         _check_span(float(np.max(arrival_s)), path, field)
+        _check_rate(arrival_s, path, "milliseconds" if field == "timestamp" else "ISO times (date and time of day)")
     return pd.DataFrame({"arrival_s": arrival_s, "prompt_tokens": np.asarray(prompt, np.int64),
                          "output_tokens": np.asarray(output, np.int64), "hash_ids": hash_ids})
 
@@ -92,9 +112,12 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
         raise TraceFileError(path, None, None, f"not a readable CSV file ({' '.join(str(exc).split())})") from None
     except (UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise TraceFileError(path, None, None, f"not a readable CSV file ({' '.join(str(exc).split())})") from None
+    header = [str(c) for c in raw.columns]
+    raw.columns = [c.strip() for c in header]  # (values are stripped, so are the names: 'TIMESTAMP, ContextTokens')
     for col in AZURE_COLUMNS:
         if col not in raw.columns:
-            raise TraceFileError(path, 1, col, f"missing column in the header (need {','.join(AZURE_COLUMNS)})")
+            raise TraceFileError(path, 1, col, f"missing column in the header (need {','.join(AZURE_COLUMNS)}; "
+                                 f"the header reads {','.join(header)!r})")
     _check_header_once(path)
     raw = raw[~raw.fillna("").apply(lambda col: col.str.strip() == "").all(axis=1)]
     if raw.empty:
@@ -127,7 +150,9 @@ def read_azure_trace(path: str | Path) -> pd.DataFrame:
         tokens.append(counts)
     empty = np.empty(len(raw), object)
     empty.fill(())
-    return _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path, "TIMESTAMP")
+    frame = _frame((ns - ns.min()) / 1e9, tokens[0], tokens[1], empty, path, "TIMESTAMP")
+    frame.attrs["first_utc"] = pd.Timestamp(int(ns.min()), unit="ns", tz="UTC")  # (the absolute start of its times)
+    return frame
 
 
 def _check_header_once(path: Path) -> None:
@@ -135,7 +160,7 @@ def _check_header_once(path: Path) -> None:
     with open(path, newline="", encoding="utf-8-sig") as fh:
         header = next(csv.reader(fh), [])
     for col in AZURE_COLUMNS:
-        at = [i for i, name in enumerate(header, start=1) if name == col]
+        at = [i for i, name in enumerate(header, start=1) if name.strip() == col]
         if len(at) > 1:
             raise TraceFileError(path, 1, col, f"{col!r} names columns {at[0]} and {at[1]} of the header: which "
                                  "one to read is unclear, keep one")
@@ -178,7 +203,16 @@ def _first_bad(path: Path, values: pd.Series, bad: np.ndarray, field: str, probl
         raise TraceFileError(path, line, field, f"{values.iloc[i]!r} {problem}")
 
 
+def _missing_key(path, line, rec: dict, name: str) -> None:
+    """A JSON line without the key ``name``: say so, and list the keys the line has."""
+    if name not in rec:
+        keys = ", ".join(repr(k) for k in rec) or "none"
+        raise TraceFileError(path, line, name, f"missing key {name!r} (the line has keys: {keys})")
+
+
 def _int_field(path, line, rec, name, required=True):
+    if required:
+        _missing_key(path, line, rec, name)
     v = rec.get(name)
     if v is None and not required:
         return None
@@ -224,6 +258,7 @@ def read_mooncake_trace(path: str | Path) -> pd.DataFrame:
             raise TraceFileError(path, line, None, f"not valid JSON ({exc.msg})") from None
         if not isinstance(rec, dict):
             raise TraceFileError(path, line, None, "expected a JSON object")
+        _missing_key(path, line, rec, "timestamp")
         ts = rec.get("timestamp")
         if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
             raise TraceFileError(path, line, "timestamp", f"{ts!r} is not a non-negative number of milliseconds")
@@ -312,17 +347,3 @@ def prefix_reuse_ratio(hash_ids: Iterable[Sequence[int]], block_tokens: int = MO
         total += length
         seen.update(ids)
     return hit / total if total else 0.0
-
-
-def trace_block(wl, workload, replayed: int) -> dict:
-    """Where a replay's arrivals came from, and which limit set their count: ``limited_by`` is ``trace`` (all
-    the file holds), ``trace_limit``, ``requests`` or ``duration_s`` (a cut in time)."""
-    held = workload.trace_rows if workload.trace_rows is not None else replayed
-    caps = {k: v for k, v in (("trace", held), ("trace_limit", wl.trace_limit), ("requests", wl.requests))
-            if v is not None}
-    asked = min((v for k, v in caps.items() if k != "trace"), default=None)
-    # fewer rows than the least count limit: the time cut ended it (a tie goes to the trace's own length)
-    by = "duration_s" if replayed < min(caps.values()) else min(caps, key=caps.get)
-    return {"file": wl.trace or workload.source,  # (no trace line: the shipped file, by the name it was read as)
-            "format": wl.kind, "speed": wl.trace_speed, "requests": replayed, "asked": asked, "held": held,
-            "duration_s": wl.duration_s, "limited_by": by}

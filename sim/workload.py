@@ -31,7 +31,7 @@ from sim.sessions import (
 )
 from sim.tokens import draw_sizes
 from sim.traces import MAX_SPAN_S, read_trace
-from sim.workload_config import WorkloadConfig
+from sim.workload_config import TRACE_START, WorkloadConfig
 
 COLUMNS = ("request_id", "arrival_s", "city", "user_lat", "user_lon", "user_country", "user_continent", "ingress",
            "ingress_pop", "access_rtt_ms", "model", "task", "prompt_tokens", "output_tokens", "session_id",
@@ -61,6 +61,8 @@ class Workload:
     meta: dict = field(default_factory=dict)
     # requests the replayed trace file holds, before trace_limit and the cuts (not stored in parquet files)
     trace_rows: int | None = None
+    # the replayed trace's own first timestamp (UTC), when its format holds absolute times (Azure's); else None
+    trace_first_utc: pd.Timestamp | None = None
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -175,9 +177,9 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
             raise UserError(f"workload mix: no model {model!r} in the catalog ({len(catalog)} models)")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     cities = city_table(topo)
-    rows = None
+    rows = first_utc = None
     if config.is_trace:
-        cols, source, rows = _replay(config, catalog, cities, rng)
+        cols, source, rows, first_utc = _replay(config, catalog, cities, rng)
     else:
         cols, source = _poisson(config, catalog, cities, rng), "poisson"
     frame = _frame(cols, cities, catalog, config, rng)
@@ -187,7 +189,7 @@ def generate(config: WorkloadConfig, topo, catalog: Catalog | None = None,
                         "the bursts' multipliers and spans, or the rate")
     if getattr(topo, "last_mile_mode", "fixed") != "fixed":  # users straight to a region pay their own last mile
         frame["last_mile_ms"] = cities.last_mile_ms[frame.city.to_numpy()]
-    return Workload(frame, config, _seed_of(rng), source, trace_rows=rows)
+    return Workload(frame, config, _seed_of(rng), source, trace_rows=rows, trace_first_utc=first_utc)
 
 
 def _poisson(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.random.Generator) -> dict:
@@ -310,7 +312,7 @@ def _check_bursts(cfg: WorkloadConfig, groups: Groups) -> None:
 
 
 def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.random.Generator
-            ) -> tuple[dict, str, int]:
+            ) -> tuple[dict, str, int, pd.Timestamp | None]:
     try:
         spec = catalog[cfg.trace_model]
     except UserError as exc:
@@ -319,7 +321,10 @@ def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rando
         raise UserError(f"workload trace_model: {cfg.trace_model!r} is a {spec.task} model; traces replay "
                         "LLM requests, so it must be a text-generation model")
     trace, name = read_trace(cfg.trace, cfg.kind)
-    rows = len(trace)
+    rows, first_utc = len(trace), trace.attrs.get("first_utc")
+    if cfg.start_utc == TRACE_START and first_utc is None:
+        raise UserError(f'workload start_utc: "trace" needs a trace with absolute times (an Azure CSV\'s); the '
+                        f"{cfg.kind} trace {name} holds times relative to its first request: give an ISO time")
     order = np.argsort(trace.arrival_s.to_numpy(), kind="stable")
     if cfg.trace_limit is not None:
         order = order[:cfg.trace_limit]
@@ -332,7 +337,7 @@ def _replay(cfg: WorkloadConfig, catalog: Catalog, cities: Cities, rng: np.rando
     return {"t": t, "city": cities.draw_by_population(rng, n), "model": np.zeros(n, np.int64),
             "models": [cfg.trace_model],
             "prompt": trace.prompt_tokens.to_numpy(), "output": trace.output_tokens.to_numpy(),
-            "session": np.full(n, -1, np.int64), "hash_ids": trace.hash_ids.to_numpy()}, name, rows
+            "session": np.full(n, -1, np.int64), "hash_ids": trace.hash_ids.to_numpy()}, name, rows, first_utc
 
 
 def _frame(cols: dict, cities: Cities, catalog: Catalog, cfg: WorkloadConfig, rng: np.random.Generator

@@ -21,6 +21,7 @@ from sim.validate import boolean, fraction, number, opt_integer, opt_number
 from topology.pops import CONTINENTS
 
 KINDS = ("poisson", *TRACE_FORMATS.names())  # generated arrivals, or a trace format of sim.traces
+TRACE_START = "trace"  # start_utc = "trace": the day starts at the replayed trace's own first timestamp
 DEFAULT_START_UTC = "2024-03-20T12:00:00Z"  # equinox noon UTC: Asia's evening, Europe's afternoon, US morning
 DEFAULT_TRACE_MODEL = "@cf/meta/llama-3.1-8b-instruct"
 MAX_REQUESTS = 100_000_000  # one run's requests: far past what fits in memory (about 1 KB each), a clear error
@@ -112,7 +113,12 @@ class WorkloadConfig:
         rate = None if c.is_trace else c.rps  # (a trace has no rps: its own arrivals set the count)
         check_size(where, c.requests, c.duration_s, rate)
         if "start_utc" in d:
-            c.start_utc = _parse_time("start_utc", d["start_utc"], where)
+            # "trace": the replayed trace's own first timestamp (known once the file is read)
+            c.start_utc = TRACE_START if d["start_utc"] == TRACE_START else _parse_time("start_utc", d["start_utc"],
+                                                                                         where)
+            if c.start_utc == TRACE_START and not c.is_trace:
+                raise UserError(f'{where}: start_utc = "trace" starts the day at a replayed trace\'s first timestamp: '
+                                f'it needs a trace (kind = "azure"), not kind = {kind!r}')
         comp = opt_number(where, "day_compression", d.get("day_compression"), 0.0)
         if comp and comp < MIN_DAY_COMPRESSION_S:
             raise UserError(f"{where}: day_compression must be 0 (real time) or >= {MIN_DAY_COMPRESSION_S:g} "

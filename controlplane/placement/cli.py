@@ -118,7 +118,7 @@ def _mix(args, catalog) -> dict[str, float] | None:
     if args.mix:
         path = args.mix
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8-sig")
         except OSError as exc:
             raise UserError(f"--mix {str(path)!r}: cannot read ({exc.strerror})") from None
         except UnicodeDecodeError as exc:

@@ -62,7 +62,7 @@ def load_tokens_file(path: str | Path) -> dict[str, str]:
     """token -> account from a TOML or JSON file with a ``tokens`` table."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UserError(f"tokens file {str(path)!r} not found") from None
     except UnicodeDecodeError as exc:

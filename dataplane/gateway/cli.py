@@ -120,7 +120,7 @@ def scenario_fields(scenario: str, config: str | None) -> dict:
     values.update({f"{name}_options": (name in edge or f"{name}_options" in edge, dict(getattr(e, f"{name}_options")))
                    for name in ("placement", "router", "autoscaler")})
     values["pops"] = ("pops" in edge, list(e.pops) if e.pops else None)
-    in_file = set(tomllib.loads(Path(config).read_text())) if config else set()  # (load_config read it already)
+    in_file = set(tomllib.loads(Path(config).read_text(encoding="utf-8-sig"))) if config else set()  # (load_config read it already)
     return {"scenario": sc.name, **{k: v for k, (given, v) in values.items() if given or k not in in_file}}
 
 

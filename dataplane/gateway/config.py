@@ -294,7 +294,7 @@ def load_config(path: str | Path | None) -> GatewayConfig:
         return GatewayConfig()
     path = Path(path)
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise UserError(f"gateway config {str(path)!r} not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -197,3 +197,44 @@ def test_grid_refuses_a_variant_value_an_axis_would_overwrite():
            "variants": [{"name": "a", "edge.router": "prefix-aware"}, {"name": "b"}]}
     with pytest.raises(UserError, match="variant 'a' sets 'edge.router', which \\[axes\\] also varies"):
         parse_grid(doc, source="t.toml")
+
+
+TRACE_ROWS = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,100,10\n2023-11-16 18:15:47.00,200,20\n"
+
+
+def _trace_grid(tmp_path, traces):
+    (tmp_path / "good.csv").write_text(TRACE_ROWS)
+    (tmp_path / "bad.csv").write_text(TRACE_ROWS + "2023-11-16 18:15:48,x,1\n")
+    (tmp_path / "s.toml").write_text('name = "s"\n[workload]\nkind = "azure"\ntrace = "good.csv"\n')
+    (tmp_path / "g.toml").write_text(f'base = "s.toml"\nseeds = [1, 2]\n[axes]\n"workload.trace" = {traces}\n'
+                                     '"workload.trace_speed" = [1.0, 2.0]\n')
+    return tmp_path / "g.toml"
+
+
+@pytest.mark.parametrize("second, message", [
+    ("nope.csv", r"g.toml: variant 4 \(workload.trace='nope.csv', workload.trace_speed=1.0, seed=1\): s.toml "
+                 r"\[workload\]: .*nope.csv: no such file$"),
+    ("bad.csv", r"g.toml: variant 4 .*: s.toml \[workload\]: .*bad.csv, line 4, field 'ContextTokens': 'x' is not")])
+def test_every_trace_file_of_a_grid_is_read_before_any_variant_runs(tmp_path, second, message):
+    with pytest.raises(UserError, match=message):
+        load_grid(_trace_grid(tmp_path, f'["good.csv", "{second}"]'))
+
+
+def test_a_grid_reads_each_trace_file_once_and_again_when_it_changes(tmp_path, monkeypatch):
+    import os
+
+    import sim.traces as traces
+
+    reads = []
+    entry = traces.TRACE_FORMATS.entry("azure")
+    monkeypatch.setattr(entry, "target", lambda p, _read=entry.target: reads.append(p.name) or _read(p))
+    path = _trace_grid(tmp_path, '["good.csv", "./good.csv"]')
+    assert len(load_grid(path).variants) == 8 and reads == ["good.csv"]  # (8 variants, one file)
+    load_grid(path)
+    assert reads == ["good.csv"]  # unchanged: not read again
+    good = tmp_path / "good.csv"
+    good.write_text(TRACE_ROWS.replace(",x,", ",1,") + "2023-11-16 18:15:48,x,1\n")
+    os.utime(good, ns=(good.stat().st_atime_ns, good.stat().st_mtime_ns + 10**9))
+    with pytest.raises(UserError, match="good.csv, line 4"):
+        load_grid(path)
+    assert reads == ["good.csv", "good.csv"]

@@ -3,6 +3,7 @@ characters, a trace's own clock, and the command line's size over a trace scenar
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 
@@ -104,7 +105,9 @@ def test_a_trace_run_names_its_trace_and_says_when_it_held_fewer_requests_than_a
     printed = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trace"] == {"file": str(trace), "format": "azure", "speed": 1.0, "requests": 20, "asked": 50,
-                                "held": 20, "duration_s": None, "limited_by": "trace"}
+                                "held": 20, "duration_s": None, "limited_by": "trace",
+                                "bytes": trace.stat().st_size, "sha256": hashlib.sha256(trace.read_bytes()).hexdigest(),
+                                "first_utc": summary["trace"]["first_utc"]}
     report = (out / "report.md").read_text()
     assert "replaying short.csv" in report.splitlines()[0]
     note = "holds 20 requests, fewer than the 50 asked for"
@@ -169,7 +172,9 @@ def test_a_replay_of_the_shipped_trace_names_it_and_says_the_duration_cut_it(tmp
                  str(out)]) == 0
     trace = json.loads((out / "summary.json").read_text())["trace"]
     assert trace == {"file": "azure_llm_conv_2023.csv", "format": "azure", "speed": 4.0, "requests": 89,
-                     "asked": 300, "held": 19_366, "duration_s": 10.0, "limited_by": "duration_s"}
+                     "asked": 300, "held": 19_366, "duration_s": 10.0, "limited_by": "duration_s", "bytes": 719_188,
+                     "sha256": "2f1e5b666d4e3055fdbba98598ce2ec307767b9064e03e2fa46676dbcc7d0bf8",
+                     "first_utc": "2023-11-16T18:15:46.680590+00:00"}
     report = (out / "report.md").read_text()
     assert "replaying azure_llm_conv_2023.csv" in report.splitlines()[0] and "None" not in report
     assert ("duration_s = 10 s cut the replay of azure_llm_conv_2023.csv to 89 requests of the 300 asked for (the "
