@@ -10,7 +10,8 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
   techniques, faults), its checks :mod:`sim.validate`;
 * workloads: :mod:`sim.workload` (the requests, generated or replayed), :mod:`sim.workload_config` (the
   ``[workload]`` table), :mod:`sim.arrivals` (the Poisson process over demand cities), :mod:`sim.sessions`
-  (chat sessions and prefix blocks), :mod:`sim.tokens` (request sizes), :mod:`sim.traces` (trace readers);
+  (chat sessions and prefix blocks), :mod:`sim.tokens` (request sizes), :mod:`sim.traces` (trace readers),
+  :mod:`sim.trace_files` (which trace files a run read, as outputs name them; a grid's up-front read of them);
 * the simulation: :mod:`sim.simulator` (the request path as SimPy processes, with its mixins
   :mod:`sim.node_faults` (faults on nodes and PoPs) and :mod:`sim.readouts` (what a finished run hands back),
   fed by :mod:`sim.arrival_feed` on the timers of :mod:`sim.timers`) and :mod:`sim.engine` (continuous
@@ -20,7 +21,8 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
 * results: :mod:`sim.metrics` (summaries), :mod:`sim.capacity` (GPUs, replicas, capacity, cost),
   :mod:`sim.gains` (paired gains with intervals), :mod:`sim.breakdown` (per model and GPU type),
   :mod:`sim.report` and :mod:`sim.plots` (report.md and its plots), all written by :mod:`sim.outputs`
-  (requests.parquet, summary.json, report.md, all or nothing); :mod:`sim.sensitivity` and :mod:`sim.replicates`
+  (requests.parquet, summary.json, report.md, all or nothing), :mod:`sim.rejections` (why requests did not end ok,
+  by error code); :mod:`sim.sensitivity` and :mod:`sim.replicates`
   (the headline under other assumptions, and over seeds);
 * sweeps: :mod:`sim.grid` (+ :mod:`sim.grid_keys`, its key checks), :mod:`sim.sweep` (+
   :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's workers;
