@@ -177,6 +177,7 @@ class ReplicaEngine:
                 self.busy_since = -1.0
                 meter = self.meter
                 if meter is not None:  # meter.stop(self.gpu_ids, t), inlined: once per busy period
+                    meter.engines_busy -= 1
                     active = meter.active
                     for g in self.gpu_ids:
                         active[g] -= 1
@@ -206,6 +207,7 @@ class ReplicaEngine:
             self.busy_since = t
             meter = self.meter
             if meter is not None:  # meter.start(self.gpu_ids, t), inlined: once per busy period
+                meter.engines_busy += 1
                 active = meter.active
                 for g in self.gpu_ids:
                     if not active[g]:
