@@ -12,14 +12,16 @@ A list is the model's replicas sorted by (RTT from the ingress, site index, repl
   a central deployment answers directly, tens of thousands of pairs over a handful of sites.
 
 A model held at a few sites has few site orders: its lists are shared per order, each ingress's RTTs read through
-its site row (:class:`controlplane.ordering.SiteRtts`) rather than copied per list.
+its site row (:class:`controlplane.ordering.SiteRtts`) rather than copied per list. The lists :meth:`precompute`
+cuts from sorted rows hold their RTTs as C doubles (:class:`controlplane.ordering.RttRow`), one block per
+ingress, not a float object per candidate.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from controlplane.ordering import SiteRtts, candidate_slots, first_k_stable
+from controlplane.ordering import RttRow, SiteRtts, candidate_slots, first_k_stable
 from edgepop.memory import collector_paused
 
 FEW_SITES = 24  # up to this many sites, lists are shared per site order; beyond, each is cut from its own row
@@ -146,7 +148,7 @@ class CandidateLists:
         order = first_k_stable(rt, k)
         slot, replica = candidate_slots(sizes, order, n)
         # the RTT lists are the same for these models too: one list per ingress, shared (read-only)
-        rtts = np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot, axis=1).tolist()
+        rtts = RttRow.rows(np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot, axis=1))
         for m in models:
             rows = rows_of[m]
             at = np.searchsorted(union, rows)
