@@ -30,6 +30,8 @@ class GpuBusyMeter:
         # instead of every engine's flag: thousands at 3,000 PoPs).
         self.bound = 0
         self.engines_busy = 0
+        # GPUs with at least one engine busy on them, and with more than one (what the GPU-busy samples count)
+        self.gpus_busy = self.gpus_shared = 0
 
     @property
     def total(self) -> int:
@@ -51,9 +53,13 @@ class GpuBusyMeter:
         self.engines_busy += 1
         active = self.active
         for g in ids:
-            if not active[g]:
+            a = active[g]
+            if not a:
                 self.since[g] = t
-            active[g] += 1
+                self.gpus_busy += 1
+            elif a == 1:
+                self.gpus_shared += 1
+            active[g] = a + 1
 
     def stop(self, ids: tuple, t: float) -> None:
         """An engine on GPUs ``ids`` ran out of work (or its node failed) at ``t`` (``ReplicaEngine._schedule``
@@ -61,9 +67,12 @@ class GpuBusyMeter:
         self.engines_busy -= 1
         active = self.active
         for g in ids:
-            active[g] -= 1
-            if not active[g]:
+            a = active[g] = active[g] - 1
+            if not a:
                 self.busy[g] += t - self.since[g]
+                self.gpus_busy -= 1
+            elif a == 1:
+                self.gpus_shared -= 1
 
     def seconds(self, t: float) -> np.ndarray:
         """Busy seconds of each GPU up to ``t``."""

@@ -4,7 +4,7 @@ queueing, time-outs, node faults (queues evicted, replicas reloaded) and scale-t
 
 import numpy as np
 import pytest
-from kit.sim import TokenClock, deployment, one_slot_catalog, poisson, workload
+from kit.sim import TokenClock, deployment, fleet, one_slot_catalog, poisson, workload
 
 from controlplane.autoscale import Reactive
 from controlplane.state import ClusterState
@@ -119,3 +119,50 @@ def test_busy_engines_of_disaggregated_replicas_are_read_one_by_one(monkeypatch)
     assert len(seen) == len(res.utilisation) > 10
     # (before the first request no engine exists, and the meter's total of none answers)
     assert not any(fast for c, fast in seen if c) and max(c for c, _ in seen) >= 1
+
+
+def test_busy_and_shared_gpu_counts_of_the_meter_equal_a_recount(monkeypatch):
+    """The GPU-busy samples read the meter's running counts of GPUs with work and of GPUs with more than one busy
+    engine: the same as counting its per-GPU engine counts at every sample, with replicas sharing a GPU, through
+    node failures."""
+    import pandas as pd
+
+    from controlplane.deployment import Deployment
+    from controlplane.plane import AdmissionConfig, ControlPlane
+    from sim.capacity import GpuBusySampler
+    from sim.gpu_busy import GpuBusyMeter
+
+    seen = []
+    original = GpuBusySampler._run
+
+    def run(self):
+        meter = self.sim.gpu_meter
+        for step in original(self):
+            counts = meter.counts()
+            assert (self.busy[-1], self.shared[-1]) == (np.count_nonzero(counts), np.count_nonzero(counts > 1))
+            seen.append((self.busy[-1], self.shared[-1]))
+            yield step
+
+    monkeypatch.setattr(GpuBusySampler, "_run", run)
+    rng = np.random.default_rng(7)
+    catalog, model = one_slot_catalog("@edgepop/gpt2-tiny", max_batch=2)
+    f = fleet(2, None, gpu="H100")
+    table = pd.DataFrame({"model": [model] * 4, "node": [0, 0, 1, 1]})  # two replicas per node
+    rtt = np.array([[0.0, 10.0], [10.0, 0.0]])
+    plane = ControlPlane(catalog, f, table, rtt, router="nearest-balanced",
+                         admission=AdmissionConfig(queue_limit=8, queue_timeout_s=5.0))
+    shares = {r.node: set() for r in plane.state.replicas}
+    for r in plane.state.replicas:
+        shares[r.node] |= set(r.gpu_index)
+    dep = Deployment("edge", plane, f, ingress_col="ingress", access_col="access_rtt_ms")
+    n = 1500
+    frame = workload(poisson(25.0, n, rng), model, "text-generation", rng.integers(1000, 30_000, n),
+                     rng.integers(1, 40, n), ingress=rng.integers(0, 2, n), access_ms=5.0)
+    sim = Simulation(dep, frame, TokenClock(step_ms=15.0), faults=[Fault("node", "1", 15.0, 10.0)],
+                     fault_policy="retry", fault_handler=NodeFaults(), sample_s=0.25)
+    GpuBusySampler(sim, 0.25)
+    sim.run()
+    assert isinstance(sim.gpu_meter, GpuBusyMeter) and len(seen) > 100
+    assert max(b for b, _ in seen) >= 1 and min(b for b, _ in seen) == 0
+    assert all(len(g) == 1 for g in shares.values())  # a node's two replicas on its one GPU: shared at times
+    assert max(s for _, s in seen) >= 1
