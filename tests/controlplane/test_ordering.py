@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from kit.controlplane import LLAMA, TINY, make_fleet, placement
 
+from controlplane import candidates
 from controlplane.candidates import FEW_SITES
 from controlplane.ordering import RttRow, SiteRtts, candidate_slots, first_k_stable, window_end
 from controlplane.placement.network import Network
@@ -171,9 +172,12 @@ def test_rtt_rows_read_as_the_lists_they_stand_for():
         hash(rows[0])
 
 
-def test_lists_of_models_on_many_sites_precompute_their_rtts_as_rows(catalog):
-    """Models on more than FEW_SITES sites get their lists cut from sorted rows, with RttRow RTTs: the same values
-    as the lists one ingress's lookup builds."""
+@pytest.mark.parametrize("rows_from", [0, 10**9])
+def test_lists_of_models_on_many_sites_precompute_their_rtts_as_rows(catalog, monkeypatch, rows_from):
+    """Models on more than FEW_SITES sites get their lists cut from sorted rows, with RttRow RTTs where a layout's
+    lists hold RTT_ROWS_FROM or more (lists of floats below): the same values as the lists one ingress's lookup
+    builds."""
+    monkeypatch.setattr(candidates, "RTT_ROWS_FROM", rows_from)
     rng = np.random.default_rng(11)
     n_sites, n_ingress = FEW_SITES + 16, 9
     fleet = make_fleet([8] * n_sites, sites=list(range(n_sites)))
@@ -185,7 +189,8 @@ def test_lists_of_models_on_many_sites_precompute_their_rtts_as_rows(catalog):
     for ingress in range(n_ingress):
         for m in (TINY, LLAMA):
             got, expected = eager._cand[(ingress, m, False)], lazy.candidates(ingress, m)
-            assert type(got[1]) is RttRow and [r.id for r in got[0]] == [r.id for r in expected[0]]
+            assert type(got[1]) is (RttRow if rows_from == 0 else list)
+            assert [r.id for r in got[0]] == [r.id for r in expected[0]]
             assert list(got[1]) == list(expected[1]) and len(got[1]) == 16
 
 
