@@ -12,17 +12,23 @@ A list is the model's replicas sorted by (RTT from the ingress, site index, repl
   a central deployment answers directly, tens of thousands of pairs over a handful of sites.
 
 A model held at a few sites has few site orders: its lists are shared per order, each ingress's RTTs read through
-its site row (:class:`controlplane.ordering.SiteRtts`) rather than copied per list.
+its site row (:class:`controlplane.ordering.SiteRtts`) rather than copied per list. The lists :meth:`precompute`
+cuts from sorted rows hold their RTTs as C doubles (:class:`controlplane.ordering.RttRow`), one block per
+ingress, not a float object per candidate, where they are many (:data:`RTT_ROWS_FROM`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from controlplane.ordering import SiteRtts, candidate_slots, first_k_stable
+from controlplane.ordering import RttRow, SiteRtts, candidate_slots, first_k_stable
 from edgepop.memory import collector_paused
 
 FEW_SITES = 24  # up to this many sites, lists are shared per site order; beyond, each is cut from its own row
+# From this many RTTs in the lists of one site layout (ingresses x candidates: about 200,000 at 3,000 PoPs, 20,000 at
+# 300) they are kept as RttRows: a million float objects made every routing decision read scattered memory, while
+# at a few hundred PoPs they stay in the CPU's caches and a list reads faster (an RttRow makes a float per read).
+RTT_ROWS_FROM = 100_000
 
 
 class CandidateLists:
@@ -146,7 +152,8 @@ class CandidateLists:
         order = first_k_stable(rt, k)
         slot, replica = candidate_slots(sizes, order, n)
         # the RTT lists are the same for these models too: one list per ingress, shared (read-only)
-        rtts = np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot, axis=1).tolist()
+        rtts = np.take_along_axis(np.take_along_axis(rt, order, axis=1), slot, axis=1)
+        rtts = RttRow.rows(rtts) if rtts.size >= RTT_ROWS_FROM else rtts.tolist()
         for m in models:
             rows = rows_of[m]
             at = np.searchsorted(union, rows)

@@ -238,7 +238,9 @@ def build_deployment(name: str, cfg: DeploymentConfig, topo, catalog: Catalog, *
     fleet = placement.fleet
     entry = _entry(name, central, topo, fleet)
     # An edge fleet's matrix is the placement problem's own (same function, topology and fleet): not built twice.
-    rtt = (entry["rtt_builder"](topo.latency) if central else problem.rtt_for(fleet)) * rtt_scale
+    rtt = entry["rtt_builder"](topo.latency) if central else problem.rtt_for(fleet)
+    if rtt_scale != 1.0:  # (x 1.0 would copy a PoPs x sites matrix, 72 MB at 3,000 PoPs, to the same values)
+        rtt = rtt * rtt_scale
     # Candidate lists are built by whoever drives the plane, for the pairs it will ask for: the simulator for
     # those its workload names (``ClusterState.precompute_pairs``), the gateway for every ingress PoP.
     # Thousands of replicas at a large edge, each with its objects: a full collection over everything alive in

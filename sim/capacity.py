@@ -47,7 +47,8 @@ class GpuBusySampler:
         # the GPUs counted with numpy. Engines are created on first use, so their number grows through the run:
         # the GPU index is extended with the new ones only (a dict keeps insertion order; none is ever removed).
         # Engines that report their busy periods to the simulation's GPU meter (sim.gpu_busy) are read from its
-        # per-GPU counts; any other engine (the live-host model) by its own busy flag on its replica's GPUs.
+        # per-GPU counts (when they are all there is, from its running counts of busy and shared GPUs); any other
+        # engine (the live-host model) by its own busy flag on its replica's GPUs.
         env, engines, meter = self.sim.env, self.sim.engines, self.sim.gpu_meter
         since = operator.attrgetter("busy_since")
         seen, engs, counts, gpus = 0, [], [], []
@@ -63,13 +64,16 @@ class GpuBusySampler:
                 seen = len(engines)
                 per_engine = np.array(counts, dtype=np.int64)
                 flat = np.array(gpus, dtype=np.int64)
-            per_gpu = meter.counts()
+            self.t.append(env.now)
             if engs:
+                per_gpu = meter.counts()
                 busy = np.fromiter(map(since, engs), dtype=float, count=len(engs)) >= 0
                 per_gpu = per_gpu + np.bincount(flat[np.repeat(busy, per_engine)], minlength=len(per_gpu))
-            self.t.append(env.now)
-            self.busy.append(int(np.count_nonzero(per_gpu)))
-            self.shared.append(int(np.count_nonzero(per_gpu > 1)))
+                self.busy.append(int(np.count_nonzero(per_gpu)))
+                self.shared.append(int(np.count_nonzero(per_gpu > 1)))
+            else:  # the meter's running counts of the same (a 3,000-PoP fleet's GPUs are not read one by one)
+                self.busy.append(meter.gpus_busy)
+                self.shared.append(meter.gpus_shared)
             yield env.timeout(self.dt)
 
     def figures(self, span_s: float, hour_s: float) -> dict:

@@ -177,11 +177,15 @@ class ReplicaEngine:
                 self.busy_since = -1.0
                 meter = self.meter
                 if meter is not None:  # meter.stop(self.gpu_ids, t), inlined: once per busy period
+                    meter.engines_busy -= 1
                     active = meter.active
                     for g in self.gpu_ids:
-                        active[g] -= 1
-                        if not active[g]:
+                        a = active[g] = active[g] - 1
+                        if not a:
                             meter.busy[g] += t - meter.since[g]
+                            meter.gpus_busy -= 1
+                        elif a == 1:
+                            meter.gpus_shared -= 1
             return
         env = self.env
         if env is None:
@@ -206,11 +210,16 @@ class ReplicaEngine:
             self.busy_since = t
             meter = self.meter
             if meter is not None:  # meter.start(self.gpu_ids, t), inlined: once per busy period
+                meter.engines_busy += 1
                 active = meter.active
                 for g in self.gpu_ids:
-                    if not active[g]:
+                    a = active[g]
+                    if not a:
                         meter.since[g] = t
-                    active[g] += 1
+                        meter.gpus_busy += 1
+                    elif a == 1:
+                        meter.gpus_shared += 1
+                    active[g] = a + 1
         self.pending.append(seq)
         if self.prefill_end < 0:
             if self.heap:

@@ -26,6 +26,12 @@ class GpuBusyMeter:
         self.active = [0] * n
         self.since = [0.0] * n
         self.busy = [0.0] * n
+        # Engines bound here, and how many of them are busy now (a fleet-wide count the utilisation samples read
+        # instead of every engine's flag: thousands at 3,000 PoPs).
+        self.bound = 0
+        self.engines_busy = 0
+        # GPUs with at least one engine busy on them, and with more than one (what the GPU-busy samples count)
+        self.gpus_busy = self.gpus_shared = 0
 
     @property
     def total(self) -> int:
@@ -40,23 +46,33 @@ class GpuBusyMeter:
         """Have ``engine`` (a ReplicaEngine computing for ``replica``) report its busy periods here."""
         engine.gpu_ids = self.ids(replica)
         engine.meter = self
+        self.bound += 1
 
     def start(self, ids: tuple, t: float) -> None:
         """An engine on GPUs ``ids`` got work at ``t`` (``ReplicaEngine.join`` writes this out where it runs)."""
+        self.engines_busy += 1
         active = self.active
         for g in ids:
-            if not active[g]:
+            a = active[g]
+            if not a:
                 self.since[g] = t
-            active[g] += 1
+                self.gpus_busy += 1
+            elif a == 1:
+                self.gpus_shared += 1
+            active[g] = a + 1
 
     def stop(self, ids: tuple, t: float) -> None:
         """An engine on GPUs ``ids`` ran out of work (or its node failed) at ``t`` (``ReplicaEngine._schedule``
         writes this out where it runs)."""
+        self.engines_busy -= 1
         active = self.active
         for g in ids:
-            active[g] -= 1
-            if not active[g]:
+            a = active[g] = active[g] - 1
+            if not a:
                 self.busy[g] += t - self.since[g]
+                self.gpus_busy -= 1
+            elif a == 1:
+                self.gpus_shared -= 1
 
     def seconds(self, t: float) -> np.ndarray:
         """Busy seconds of each GPU up to ``t``."""

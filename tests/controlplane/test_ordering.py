@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from kit.controlplane import LLAMA, TINY, make_fleet, placement
 
-from controlplane.ordering import SiteRtts, candidate_slots, first_k_stable, window_end
+from controlplane import candidates
+from controlplane.candidates import FEW_SITES
+from controlplane.ordering import RttRow, SiteRtts, candidate_slots, first_k_stable, window_end
 from controlplane.placement.network import Network
 from controlplane.state import ClusterState
 
@@ -150,6 +152,46 @@ def test_site_rtts_reads_as_the_list_it_stands_for():
     assert view[1:4] == plain[1:4] and view[:0] == []
     assert all(bisect_right(view, x) == bisect_right(plain, x) for x in (0.0, 1.0, 2.0, 3.0, 9.0))
     assert view != [1.0] and list(zip(view, "abcde", strict=True))[2] == (3.0, "c")
+
+
+def test_rtt_rows_read_as_the_lists_they_stand_for():
+    """An RttRow (RTTs as C doubles) gives the same floats as the list it replaces: index, slice, iterate, bisect,
+    compare equal either way round."""
+    values = np.array([[0.0, 1.0, 2.5, 2.5, 1e-300, 7.0], [3.0, 0.1 + 0.2, 4.0, 4.0, 5.0, 9.5]])
+    values[0] = np.sort(values[0])
+    rows = RttRow.rows(values)
+    assert len(rows) == 2 and RttRow.rows(np.zeros((3, 0))) == [[], [], []]
+    for row, plain in zip(rows, values.tolist(), strict=True):
+        assert type(row) is RttRow and len(row) == len(plain) and list(row) == plain and row == plain
+        assert plain == row and not row != plain and row != plain[:-1]
+        assert all(type(row[i]) is float and row[i] == plain[i] for i in range(len(plain)))
+        assert list(row[1:4]) == plain[1:4] and row[-1] == plain[-1]
+        assert all(bisect_right(row, x) == bisect_right(plain, x) for x in (0.0, 1.0, 2.5, 4.0, 9.5, 10.0))
+        assert all(window_end(row, x, 1, 5) == bisect_right(plain, x, 1, 5) for x in (0.0, 2.5, 5.0))
+    with pytest.raises(TypeError):
+        hash(rows[0])
+
+
+@pytest.mark.parametrize("rows_from", [0, 10**9])
+def test_lists_of_models_on_many_sites_precompute_their_rtts_as_rows(catalog, monkeypatch, rows_from):
+    """Models on more than FEW_SITES sites get their lists cut from sorted rows, with RttRow RTTs where a layout's
+    lists hold RTT_ROWS_FROM or more (lists of floats below): the same values as the lists one ingress's lookup
+    builds."""
+    monkeypatch.setattr(candidates, "RTT_ROWS_FROM", rows_from)
+    rng = np.random.default_rng(11)
+    n_sites, n_ingress = FEW_SITES + 16, 9
+    fleet = make_fleet([8] * n_sites, sites=list(range(n_sites)))
+    table = placement([(m, n) for n in range(n_sites) for m in (TINY, LLAMA)])
+    rtt = rng.integers(0, 40, (n_ingress, n_sites)) * 0.7
+    lazy = ClusterState(catalog, fleet, table, rtt, max_candidates=16)
+    eager = ClusterState(catalog, fleet, table, rtt, max_candidates=16)
+    eager.precompute_pairs(np.arange(n_ingress).repeat(2), np.tile([0, 1], n_ingress), [TINY, LLAMA])
+    for ingress in range(n_ingress):
+        for m in (TINY, LLAMA):
+            got, expected = eager._cand[(ingress, m, False)], lazy.candidates(ingress, m)
+            assert type(got[1]) is (RttRow if rows_from == 0 else list)
+            assert [r.id for r in got[0]] == [r.id for r in expected[0]]
+            assert list(got[1]) == list(expected[1]) and len(got[1]) == 16
 
 
 def test_window_end_bisects_lists_and_site_views_alike():
