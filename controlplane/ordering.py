@@ -106,7 +106,8 @@ class RttRow(array):
     """An ascending list of RTTs (ms) held as C doubles (``array("d")``): one block of memory per candidate list
     rather than a list of float objects, which a router reads a few of per request (an index, ``bisect``). At
     3,000 PoPs the precomputed lists hold about a million RTTs, and as floats their scattered objects made every
-    routing decision slower. Indexing gives the same float values; it compares equal to a list of them.
+    routing decision slower. Indexing gives the same float values; it compares equal to a list of them (its slices
+    and copies are plain arrays, which do not).
     """
 
     __slots__ = ()

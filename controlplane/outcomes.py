@@ -32,5 +32,6 @@ MESSAGES = {Code.TOO_LARGE: "Request is too large", Code.TIMEOUT: "Request timeo
 
 # What each code means in this system, as a report says it (after the Workers AI message above).
 MEANINGS = {Code.TOO_LARGE: "prompt + output over the model's context window or KV pool",
-            Code.TIMEOUT: "waited in a queue past its timeout", Code.OUT_OF_CAPACITY: "no replica had room for it",
+            Code.TIMEOUT: "waited in a queue past its timeout, or was still waiting when the run ended",
+            Code.OUT_OF_CAPACITY: "no replica had room for it",
             Code.INTERNAL: "lost when its node failed", Code.NO_SUCH_MODEL: "a model the deployment does not serve"}

@@ -8,6 +8,10 @@ import pandas as pd
 
 from controlplane.outcomes import MEANINGS, MESSAGES, Code
 
+# A request that had streamed tokens and was still running when the run ended (its last arrival plus the drain
+# time) fails with 3007: not a queue's timeout.
+STILL_STREAMING = "still streaming when the run ended (the last arrival plus the drain time)"
+
 
 def _too_large(rows: pd.DataFrame, catalog) -> str:
     """3006's meaning for these rows: the context window, named with its size, when every row is over its model's
@@ -33,8 +37,12 @@ def not_ok_codes(frame: pd.DataFrame, catalog) -> list[dict]:
         rows = frame[(frame.outcome == outcome).to_numpy() & (frame.error_code.to_numpy() > 0)]
         for code, n in rows.error_code.value_counts().items():
             code = Code(int(code))
-            meaning = _too_large(rows[rows.error_code == code], catalog) if code == Code.TOO_LARGE \
-                else MEANINGS[code]
+            if code == Code.TOO_LARGE:
+                meaning = _too_large(rows[rows.error_code == code], catalog)
+            elif code == Code.TIMEOUT and outcome == "failed":  # (a queue's timeout ends a request rejected)
+                meaning = STILL_STREAMING
+            else:
+                meaning = MEANINGS[code]
             out.append({"outcome": outcome, "code": int(code), "requests": int(n), "message": MESSAGES[code],
                         "meaning": meaning})
     return out

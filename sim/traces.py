@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
@@ -57,20 +58,23 @@ def _check_span(span_s: float, path, field: str) -> None:
                              f"({MAX_SPAN_S:.0f} s): check the timestamps' unit and outliers")
 
 
-# A trace whose mean rate is past this over its whole span (or more than MIN_WARN_REQUESTS in under a second) most
-# likely has timestamps in another unit than its format's (seconds read as milliseconds): warned, not refused.
+# A trace of more than MIN_WARN_REQUESTS requests whose mean rate is past MAX_MEAN_RPS over its whole span (or
+# that spans under a second) most likely has timestamps in another unit than its format's (seconds read as
+# milliseconds): warned, not refused. (A few requests at one instant are a plausible burst.)
 MAX_MEAN_RPS = 2_000.0
 MIN_WARN_REQUESTS = 100
-_WARNED: set[tuple[str, float]] = set()  # (file, span) warned about in this process: once, not per variant
+# Files warned about: once, not per variant; the environment carries them to a sweep's workers, started later.
+_WARNED_ENV = "EDGEPOP_WARNED_TRACES"
 
 
 def _check_rate(arrival_s: np.ndarray, path, unit: str) -> None:
     n, span = len(arrival_s), float(np.max(arrival_s)) if len(arrival_s) else 0.0
-    if n < 2 or not (n / max(span, 1e-9) > MAX_MEAN_RPS or (span < 1.0 and n > MIN_WARN_REQUESTS)):
+    if n <= MIN_WARN_REQUESTS or not (n / max(span, 1e-9) > MAX_MEAN_RPS or span < 1.0):
         return
-    key = (str(path), span)
-    if key not in _WARNED:
-        _WARNED.add(key)
+    key = f"{path}|{span!r}"
+    warned = os.environ.get(_WARNED_ENV, "").split("\n")
+    if key not in warned:
+        os.environ[_WARNED_ENV] = "\n".join([*filter(None, warned), key])
         print(f"warning: {path}: {n:,} requests in {span:.3g} s ({n / max(span, 1e-9):,.0f} requests/s): the "
               f"format reads its timestamps as {unit}; check their unit", file=sys.stderr)
 

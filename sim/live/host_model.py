@@ -14,9 +14,9 @@ an event loop. With ``host_model`` on, the fidelity mirror (:mod:`sim.live.fidel
   others prefill (prefill/decode interference);
 * **the shared host** (:class:`HostCPU`): every engine iteration and every piece the event loop streams is a job
   on one processor-sharing host. k busy engines each run at the measured ``host_share`` slowdown of k engines
-  decoding at once in one process (interpolated in k); the event loop, and engine counts beyond the measured
-  ones, at the pace of the scarcer of the cores the process gets and the interpreter lock (an engine holds it
-  part of its time, the event loop all of it), both fitted to the same rows
+  decoding at once in one process (interpolated in k; past the largest k measured, grown as the fit grows); the
+  event loop at the pace of the scarcer of the cores the process gets and the interpreter lock (an engine holds
+  it part of its time, the event loop all of it), both fitted to the same rows
   (:func:`sim.live.host_params.fit_host_share`);
 * **the gateway's own costs**: per request the HTTP hop in, validation and tokenizing, the control plane's
   decision, the hand-off to the engine; per piece the event loop's CPU (a FIFO job on the host) and its

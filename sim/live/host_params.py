@@ -48,8 +48,8 @@ def share_slowdown(threads: float, lock_demand: float, cores: float, lock: float
     return max(1.0, threads / cores, lock_demand) / alone
 
 
-# How the engines' pace is read off the host_share rows: the rows themselves, or the cores-and-lock fit alone (the
-# reading used before the rows were read directly; kept to reproduce and compare).
+# How the engines' pace is read off the host_share rows: the rows themselves, or the cores-and-lock fit alone (kept
+# to compare the two readings on the same cells).
 SHARE_READINGS = ("measured", "fitted")
 
 # Rows the live-host model cannot do without: a table lacking one would model that part of the host as free (0 ms).

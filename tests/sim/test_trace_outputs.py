@@ -79,7 +79,8 @@ def test_simulate_summary_names_the_trace_file_with_its_hash(tmp_path, topo):
     assert {k: trace[k] for k in ("file", "format", "bytes", "sha256")} == _identity(path)
 
 
-def test_timestamps_in_another_unit_warn_once_naming_file_span_and_unit(tmp_path, capsys):
+def test_timestamps_in_another_unit_warn_once_naming_file_span_and_unit(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EDGEPOP_WARNED_TRACES", "")
     p = tmp_path / "s.jsonl"  # Mooncake timestamps written in seconds: 800 requests read as 0.8 s
     p.write_text("".join(json.dumps({"timestamp": i * 0.2, "input_length": 10, "output_length": 1}) + "\n"
                          for i in range(800)))
@@ -128,3 +129,39 @@ def test_start_utc_trace_needs_a_trace_with_absolute_times(tmp_path, topo):
     with pytest.raises(UserError, match=r'start_utc = "trace" starts the day at a replayed trace\'s first timestamp: '
                                         r"it needs a trace"):
         run_scenario(tmp_path / "p.toml", topo=topo)
+
+
+def test_a_few_requests_at_one_instant_do_not_warn_and_workers_are_not_warned_again(tmp_path, capsys, monkeypatch):
+    """A burst of three requests at one millisecond is plausible, not a unit error; a sweep's workers (processes
+    started after the parent read the file) do not repeat the parent's warning."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("EDGEPOP_WARNED_TRACES", "")
+    tiny = tmp_path / "tiny.jsonl"
+    tiny.write_text("".join(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 1}) + "\n"
+                            for _ in range(3)))
+    read_mooncake_trace(tiny)
+    assert capsys.readouterr().err == ""
+    p = tmp_path / "s.jsonl"
+    p.write_text("".join(json.dumps({"timestamp": i * 0.2, "input_length": 10, "output_length": 1}) + "\n"
+                         for i in range(800)))
+    read_mooncake_trace(p)
+    assert "800 requests in 0.16 s" in capsys.readouterr().err
+    worker = [sys.executable, "-c", f"from sim.traces import read_mooncake_trace; read_mooncake_trace({str(p)!r})"]
+    assert subprocess.run(worker, capture_output=True, text=True, check=True).stderr == ""
+
+
+def test_requests_open_when_the_run_ends_are_not_called_queue_timeouts():
+    """3007 ends both a queue's timeout (rejected) and a request still streaming at the run's horizon (failed):
+    the failed ones are said to have been streaming when the run ended."""
+    import pandas as pd
+
+    from controlplane.outcomes import MEANINGS, Code
+    from sim.rejections import STILL_STREAMING, not_ok_codes
+
+    frame = pd.DataFrame({"outcome": ["failed", "rejected", "rejected"], "error_code": [3007, 3007, 3007],
+                          "model": "m", "prompt_tokens": 10, "output_tokens": 5})
+    got = {(c["outcome"], c["code"]): c["meaning"] for c in not_ok_codes(frame, None)}
+    assert got == {("rejected", 3007): MEANINGS[Code.TIMEOUT], ("failed", 3007): STILL_STREAMING}
+    assert "queue" not in STILL_STREAMING and "when the run ended" in MEANINGS[Code.TIMEOUT]
