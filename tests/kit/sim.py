@@ -69,6 +69,18 @@ def poisson(rate, n, rng):
     return np.cumsum(rng.exponential(1.0 / rate, size=n))
 
 
+def three_site_lm(n, seed, **deployment_kw):
+    """A small language model on one 4-slot node at each of three sites 10 ms apart (queues of 8, 5 s timeout),
+    and ``n`` Poisson requests at 30/s from the three sites (5 ms access): the set-up of the fault tests.
+    Returns (model, workload frame, deployment); ``deployment_kw`` go to :func:`deployment`."""
+    rng = np.random.default_rng(seed)
+    catalog, model = one_slot_catalog("@edgepop/gpt2-tiny", max_batch=4)
+    frame = workload(poisson(30.0, n, rng), model, "text-generation", rng.integers(1000, 60_000, n),
+                     rng.integers(1, 40, n), ingress=rng.integers(0, 3, n), access_ms=5.0)
+    rtt = 10.0 * np.abs(np.subtract.outer(np.arange(3), np.arange(3)))
+    return model, frame, deployment(catalog, model, 3, rtt, queue_limit=8, timeout=5.0, **deployment_kw)
+
+
 def simulate(build, w, perf, techniques=None, name="edge"):
     """Run ``w`` on ``build(**plane_options)`` with ``techniques`` switched on, as ``run_scenario`` wires them.
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from kit.sim import TokenClock, deployment, one_slot_catalog, poisson, workload
+from kit.sim import TokenClock, deployment, one_slot_catalog, poisson, three_site_lm, workload
 
 from controlplane.catalog import default_catalog
 from sim.simulator import Simulation
@@ -119,13 +119,8 @@ class NodeFaults:
 def test_every_request_ends_exactly_once_under_faults(policy):
     from sim.faults import Fault
 
-    rng = np.random.default_rng(4)
-    catalog, model = one_slot_catalog("@edgepop/gpt2-tiny", max_batch=4)
     n = 4000
-    frame = workload(poisson(30.0, n, rng), model, "text-generation", rng.integers(1000, 60_000, n),
-                     rng.integers(1, 40, n), ingress=rng.integers(0, 3, n), access_ms=5.0)
-    rtt = 10.0 * np.abs(np.subtract.outer(np.arange(3), np.arange(3)))
-    dep = deployment(catalog, model, 3, rtt, queue_limit=8, timeout=5.0)
+    model, frame, dep = three_site_lm(n, seed=4)
     faults = [Fault("node", "0", 20.0, 30.0), Fault("node", "1", 40.0, 20.0), Fault("node", "0", 100.0, 5.0)]
     sim = Simulation(dep, frame, TokenClock(step_ms=15.0), faults=faults, fault_policy=policy,
                      fault_handler=NodeFaults())

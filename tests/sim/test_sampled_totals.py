@@ -4,7 +4,7 @@ queueing, time-outs, node faults (queues evicted, replicas reloaded) and scale-t
 
 import numpy as np
 import pytest
-from kit.sim import TokenClock, deployment, fleet, one_slot_catalog, poisson, workload
+from kit.sim import TokenClock, deployment, fleet, one_slot_catalog, poisson, three_site_lm, workload
 
 from controlplane.autoscale import Reactive
 from controlplane.state import ClusterState
@@ -33,15 +33,8 @@ def test_sampled_totals_equal_a_recount_at_every_sample(monkeypatch, policy):
 
     original = ClusterState.totals
     monkeypatch.setattr(ClusterState, "totals", checked)
-    rng = np.random.default_rng(4)
-    catalog, model = one_slot_catalog("@edgepop/gpt2-tiny", max_batch=4)
-    n = 3000
-    frame = workload(poisson(30.0, n, rng), model, "text-generation", rng.integers(1000, 60_000, n),
-                     rng.integers(1, 40, n), ingress=rng.integers(0, 3, n), access_ms=5.0)
+    _, frame, dep = three_site_lm(3000, seed=4, autoscaler=Reactive(interval_s=1.0, idle_s=20.0))
     frame.loc[frame.arrival_s > 70, "arrival_s"] += 60.0  # a quiet minute: idle replicas scale to zero
-    rtt = 10.0 * np.abs(np.subtract.outer(np.arange(3), np.arange(3)))
-    dep = deployment(catalog, model, 3, rtt, queue_limit=8, timeout=5.0,
-                     autoscaler=Reactive(interval_s=1.0, idle_s=20.0))
     faults = [Fault("node", "0", 20.0, 30.0), Fault("node", "1", 40.0, 20.0), Fault("node", "0", 150.0, 5.0)]
     sim = Simulation(dep, frame, TokenClock(step_ms=15.0), faults=faults, fault_policy=policy,
                      fault_handler=NodeFaults(), sample_s=0.25)
@@ -75,13 +68,7 @@ def test_busy_engines_from_the_meter_equal_a_recount_through_faults(monkeypatch)
     """The sampled busy-engine count comes from the GPU meter's running total: the same as reading every engine's
     flag at every sample, through busy periods, node failures (engines killed mid-work) and revivals."""
     seen = _checked_busy_counts(monkeypatch)
-    rng = np.random.default_rng(5)
-    catalog, model = one_slot_catalog("@edgepop/gpt2-tiny", max_batch=4)
-    n = 2000
-    frame = workload(poisson(30.0, n, rng), model, "text-generation", rng.integers(1000, 60_000, n),
-                     rng.integers(1, 40, n), ingress=rng.integers(0, 3, n), access_ms=5.0)
-    rtt = 10.0 * np.abs(np.subtract.outer(np.arange(3), np.arange(3)))
-    dep = deployment(catalog, model, 3, rtt, queue_limit=8, timeout=5.0)
+    _, frame, dep = three_site_lm(2000, seed=5)
     faults = [Fault("node", "0", 20.0, 10.0), Fault("node", "2", 35.0, 10.0)]
     sim = Simulation(dep, frame, TokenClock(step_ms=15.0), faults=faults, fault_policy="retry",
                      fault_handler=NodeFaults(), sample_s=0.25)
