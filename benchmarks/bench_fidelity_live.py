@@ -24,11 +24,16 @@ live system's own repeatability, the floor under the goal. ``machine_vs_profile_
 1-minute load average before and after it and the cores the gateway's engine threads and event loop kept busy:
 figures from a loaded machine are not the quiet-machine figures the goal is about. The live-host profile is
 re-measured before every cell (``--profile-every cell``; the other jobs on a shared machine change its speed within
-minutes). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells; skipped cells are listed.
+minutes), and a probe of the host's speed (``sim.live.host_speed``: the stand-in's engine decoding one sequence in
+this process, about a second, the gateway idle) is taken before and after every profile and replay: by default
+(``--host-speed probe``) the profiles are brought to one speed before pooling and each cell's rows to the speed of
+its replay (``host_speed_change_pct`` in each cell: the replay's probes against its own profile's);
+``--host-speed none`` uses the profiles as measured (and is what cells saved without probes get). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells; skipped cells are listed.
 
     python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
         [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]
-        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--host-share measured|fitted] [--repeat-live]
+        [--host-rows pooled|cell] [--engine-rows pooled|cell] [--host-share measured|fitted]
+        [--host-speed probe|none] [--repeat-live]
         [--resimulate DIR
         [--arrival-jitter-ms J]]
 
@@ -61,6 +66,7 @@ from sim.live.client import fetch_deployment
 from sim.live.fidelity import admitted, compare, live_repeatability, mirror_topology, simulate_like
 from sim.live.host_params import SHARE_READINGS
 from sim.live.host_profile import measure_host_profile, pop_locations
+from sim.live.host_speed import HostSpeedProbe, at_speed, common_speed, replay_speed, speed_change_pct
 from sim.live.matrix import LOADS, bursty_trace, capacity_rps, replay_cell, simulate_cell, trace_rate
 from sim.live.pooling import pooled_engine_rows, pooled_host_rows, with_engine_rows, with_host_rows
 from sim.live.replay import ReplayOptions
@@ -95,6 +101,9 @@ def main() -> int:
     ap.add_argument("--host-share", choices=SHARE_READINGS, default="measured",
                     help="how engines sharing the host slow each other: the profile's measured host_share ratios "
                          "(default) or its cores-and-lock fit alone")
+    ap.add_argument("--host-speed", choices=("probe", "none"), default="probe",
+                    help="rescale the profiles to the host's speed during each replay, by a probe taken beside "
+                         "every profile and replay (default), or use them as measured")
     ap.add_argument("--repeat-live", action="store_true",
                     help="replay every cell twice and report the second live run against the first (the live "
                          "system's own repeatability)")
@@ -130,7 +139,8 @@ def main() -> int:
               "cores": os.cpu_count(), "requests_per_cell": args.requests, "cells": cells, "skipped": skipped,
               "profile_every": args.profile_every, "engine_profile": args.engine_profile,
               "host_rows": args.host_rows, "engine_rows": args.engine_rows, "host_share": args.host_share,
-              "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells), "wall_s": round(time.monotonic() - t_start, 1)}
+              "host_speed": args.host_speed, "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells),
+              "wall_s": round(time.monotonic() - t_start, 1)}
     if args.repeat_live:
         result["repeats_met"] = sum(c["live_repeat"]["met"] for c in cells if "live_repeat" in c)
     for c in cells:
@@ -152,6 +162,7 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
     proc, url = spawn_serve(["--no-auth", "--no-rate-limit", "--max-wait", "0", "--threads", "1",
                              "--pops", ",".join(pops), "--models", MODEL, "--db", str(tmp / "batch.sqlite")],
                             log=tmp / "serve.log")
+    probe = None
     try:
         desc = fetch_deployment(url)
         topo = mirror_topology(desc)
@@ -159,14 +170,18 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
         session = SessionConfig(intra_op_threads=1)
         n_ctx = registry.load(stand_in, session).spec.n_ctx
 
+        probe = HostSpeedProbe(stand_in, session, seed=args.seed)  # the host's speed beside each profile and replay
+
         def measure(tag: str):
             t0 = time.monotonic()
+            before = probe.probe()
             table = measure_host_profile(url, MODEL, stand_in, session, pop_locations(desc, topo, MODEL),
                                          seed=args.seed, progress=log, n_ctx=n_ctx, engine=args.engine_profile)
             table.to_csv(tmp / f"profile-{tag}.csv", index=False)
-            return table, round(time.monotonic() - t0, 1)
+            return table, round(time.monotonic() - t0, 1), [before, probe.probe()]
 
-        profile, profile_s = measure("deployment") if args.profile_every == "deployment" else (None, 0.0)
+        profile, profile_s, at_profile = (measure("deployment") if args.profile_every == "deployment"
+                                          else (None, 0.0, None))
         replayed = []
         for name in args.traces.split(","):
             base = ReplayOptions(url=url, trace=traces[name], requests=args.requests, model=MODEL, seed=args.seed)
@@ -181,33 +196,49 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
                     skipped.append(f"{n_pops} PoP / {name} / {load}")
                     continue
                 if args.profile_every == "cell":
-                    profile, profile_s = measure(f"{name}-{load}")
+                    profile, profile_s, at_profile = measure(f"{name}-{load}")
                 opts = replace(base, time_scale=LOADS[load] * cap / rate)
+                before = at_profile[1] if args.profile_every == "cell" else probe.probe()
                 replay_cell(opts, desc, topo, tmp / f"{name}-{load}", log)
+                probes = {"profile": at_profile, "replay": [before, probe.probe()]}
                 if args.repeat_live:  # the same requests again, at once: the live side's own scatter
                     replay_cell(opts, desc, topo, tmp / f"{name}-{load}" / "repeat", log)
                 meta = dict(pops=n_pops, trace=name, load=load, rho=LOADS[load], capacity_rps=round(cap, 3),
-                            profile_s=profile_s)
+                            profile_s=profile_s, host_probe_ms=probes)
                 (tmp / f"{name}-{load}" / "cell.json").write_text(json.dumps(meta))
                 replayed.append((tmp / f"{name}-{load}", profile, meta))
     finally:
+        if probe is not None:
+            probe.close()
         proc.terminate()
         proc.wait(timeout=60)
-    simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, host_share=args.host_share)
+    simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, host_share=args.host_share,
+                   host_speed=args.host_speed)
 
 
 def simulate_cells(replayed: list, topo, host_rows: str, cells: list, engine_rows: str = "pooled",
-                   jitter_ms: float = 0.0, host_share: str = "measured") -> None:
+                   jitter_ms: float = 0.0, host_share: str = "measured", host_speed: str = "probe") -> None:
     """Simulate replayed cells ``(folder, profile, meta)`` of one deployment, the host-sharing and the engine
     rows each pooled over their profiles unless ``host_rows`` / ``engine_rows`` is "cell" (appended to
-    ``cells``); with ``jitter_ms``, each cell's sensitivity to its arrival times too."""
+    ``cells``); with ``jitter_ms``, each cell's sensitivity to its arrival times too. ``host_speed`` "probe":
+    every profile is brought to one speed before pooling, and each cell's rows to its replay's speed, by the
+    probes saved beside them (``sim.live.host_speed``; cells saved without probes: as measured)."""
+    speed = "probe" if host_speed == "probe" and replayed and all(m.get("host_probe_ms") for *_, m in replayed) \
+        else "none" if host_speed == "none" else "none (no probes saved)"
+    if speed == "probe":
+        matched, ref = common_speed([p for _, p, _ in replayed], [m["host_probe_ms"] for *_, m in replayed])
+        replayed = [(f, p, m) for (f, _, m), p in zip(replayed, matched, strict=True)]
     profiles = [p for _, p, _ in replayed]
     pooled = pooled_host_rows(profiles) if host_rows == "pooled" and replayed else None
     engines = pooled_engine_rows(profiles) if engine_rows == "pooled" and replayed else None
     for folder, profile, meta in replayed:
         rows = with_engine_rows(with_host_rows(profile, pooled), engines)
+        if speed == "probe":
+            rows = at_speed(rows, ref, replay_speed(meta["host_probe_ms"]))
         cell = simulate_cell(folder, topo, rows, host_share)
-        cell.update(meta, host_rows=host_rows, engine_rows=engine_rows, host_share=host_share)
+        cell.update(meta, host_rows=host_rows, engine_rows=engine_rows, host_share=host_share, host_speed=speed)
+        if meta.get("host_probe_ms"):  # the host's speed during the replay against during its own profile
+            cell["host_speed_change_pct"] = speed_change_pct(meta["host_probe_ms"])
         timelines = read_timelines(folder)
         # the machine during the live run against the profile the simulation used (one PoP: with several, an
         # engine decoding alone also shares the host with the others, which is the host model's to predict)
@@ -288,7 +319,7 @@ def resimulate(root: Path, args) -> int:
             replayed.sort(key=lambda r: (order.get(r[2].get("trace"), 99),
                                          loads.index(r[2]["load"]) if r[2].get("load") in loads else len(loads)))
             simulate_cells(replayed, topo, args.host_rows, cells, args.engine_rows, args.arrival_jitter_ms,
-                           args.host_share)
+                           args.host_share, args.host_speed)
     if not cells:
         print(f"bench_fidelity_live: error: no saved cells under {root} matching --pops, --traces and --loads "
               "(expected pops*/CELL/live.parquet)",
@@ -296,7 +327,7 @@ def resimulate(root: Path, args) -> int:
         return 2
     result = {"benchmark": "fidelity_live", "resimulated": str(root), "host_rows": args.host_rows,
               "engine_rows": args.engine_rows, "host_share": args.host_share,
-              "arrival_jitter_ms": args.arrival_jitter_ms, "cells": cells,
+              "host_speed": args.host_speed, "arrival_jitter_ms": args.arrival_jitter_ms, "cells": cells,
               "cells_met": sum(c["met"] for c in cells), "cells_run": len(cells)}
     for c in cells:
         print(summary_line(c))
@@ -311,6 +342,8 @@ def summary_line(c: dict) -> str:
             f"load {c['loadavg_1m_before']}->{c['loadavg_1m_after']}  {'met' if c['met'] else 'missed'}")
     if c.get("machine_vs_profile_pct") is not None:
         line += f"  machine vs profile {c['machine_vs_profile_pct']:+.1f}%"
+    if c.get("host_speed_change_pct") is not None:
+        line += f"  host probe vs profile's {c['host_speed_change_pct']:+.1f}%"
     moved = c.get("sim_jitter_pct")
     if moved:
         line += "\n    sim with arrivals jittered, largest move: " + " ".join(f"{k} {v:.1f}%" for k, v in moved.items())

@@ -46,7 +46,8 @@ CONTEXTS = (32, 128, 256, 384)
 HOST_ENGINES = (1, 2, 3, 4)
 
 
-def _prompts(rng: np.random.Generator, n: int, count: int) -> list[list[int]]:
+def byte_prompts(rng: np.random.Generator, n: int, count: int) -> list[list[int]]:
+    """``count`` prompts of ``n`` token ids drawn from ``rng``."""
     return [rng.integers(32, 127, n).tolist() for _ in range(count)]  # printable ASCII bytes
 
 
@@ -69,7 +70,7 @@ def engine_profile(stand_in: str, prompt_tokens=PROMPT_TOKENS, decode_batch=DECO
                 times = []
                 for _ in range(repeats + 1):
                     t0 = time.perf_counter()
-                    for h in _submit_together(eng, _prompts(rng, n, b), 1):
+                    for h in _submit_together(eng, byte_prompts(rng, n, b), 1):
                         h.result()
                     times.append(time.perf_counter() - t0)
                 rows.append((stand_in, "prefill", b, n, 0, float(np.median(times[1:])) * 1e3))
@@ -77,7 +78,7 @@ def engine_profile(stand_in: str, prompt_tokens=PROMPT_TOKENS, decode_batch=DECO
             for c in (x for x in contexts if x + steps + 1 < n_ctx):
                 gaps = []
                 for _ in range(repeats):
-                    gaps += _decode_gaps(eng, _prompts(rng, c, b), steps)
+                    gaps += decode_gaps(eng, byte_prompts(rng, c, b), steps)
                 rows.append((stand_in, "decode", b, 1, c, float(np.median(gaps)) * 1e3))
     finally:
         eng.close()
@@ -109,7 +110,7 @@ def _submit_together(eng: LMEngine, prompts: list[list[int]], max_tokens: int, o
                 for i, p in enumerate(prompts)]
 
 
-def _decode_gaps(eng: LMEngine, prompts: list[list[int]], steps: int) -> list[float]:
+def decode_gaps(eng: LMEngine, prompts: list[list[int]], steps: int) -> list[float]:
     """Token gaps (s) while every one of ``prompts`` is decoding in the same batch."""
     stamps: list[list[float]] = [[] for _ in prompts]
     handles = _submit_together(eng, prompts, steps + 1, lambda i: stamps[i].append(time.perf_counter()))
@@ -134,9 +135,9 @@ def _host_share(model, stand_in: str, engines, context: int, steps: int, repeats
             gaps: list[float] = []
             for _ in range(repeats):
                 out: list[list[float]] = [[] for _ in range(k)]
-                prompts = [_prompts(rng, context, 2) for _ in range(k)]  # drawn here: one generator, one thread
+                prompts = [byte_prompts(rng, context, 2) for _ in range(k)]  # drawn here: one generator, one thread
                 threads = [threading.Thread(target=lambda i=i, out=out, prompts=prompts: out[i].extend(
-                    _decode_gaps(pool[i], prompts[i], steps * 2))) for i in range(k)]
+                    decode_gaps(pool[i], prompts[i], steps * 2))) for i in range(k)]
                 for t in threads:
                     t.start()
                 for t in threads:

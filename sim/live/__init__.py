@@ -16,7 +16,8 @@ shared cores, the gateway's costs; one replica's engine in :mod:`sim.live.host_e
 the profile in :mod:`sim.live.host_params`). The alternatives
 (``--profile-source``): service times through the gateway (:mod:`sim.live.live_profile`) or the bare engine
 (:mod:`dataplane.engine_profile`). :mod:`sim.live.pooling` pools several profiles per row;
-:mod:`sim.live.matrix` runs traces x loads on one deployment (``benchmarks/bench_fidelity_live.py``).
+:mod:`sim.live.matrix` runs traces x loads on one deployment (``benchmarks/bench_fidelity_live.py``), with
+:mod:`sim.live.host_speed` probing the host's speed beside every profile and replay.
 
 This is the only part of ``sim`` that imports ``dataplane``.
 """
