@@ -99,15 +99,15 @@ class NearestBalanced(Router):
         else:
             limit = rtts[first] + self.window_ms
             end = bisect_right(rtts, limit, first + 1, n)
-        r = cands[first]
-        best, best_load = first, (r.active + 1) * (r.est_request_ms or 1.0)
-        i = first
+        chosen = r = cands[first]
+        best_load = (r.active + 1) * (r.est_request_ms or 1.0)
+        # A replica is taken when it has less work than the best so far and can start the request: the cheap load
+        # comparison first, which most replicas of a central region's window fail (the same choice in either order).
         for r in cands[first + 1:end]:  # (a slice iterated: no index read per replica)
-            i += 1
-            if r in free and r.kv_used + kv <= r.kv_capacity:
-                load = (r.active + 1) * (r.est_request_ms or 1.0)
-                if load < best_load:
-                    best, best_load = i, load
+            if (load := (r.active + 1) * (r.est_request_ms or 1.0)) < best_load and r in free \
+                    and r.kv_used + kv <= r.kv_capacity:
+                chosen, best_load = r, load
+        best = first if chosen is cands[first] else cands.index(chosen, first + 1, end)  # (each replica once)
         if end == n and n < len(self.state.by_model.get(req.model, ())):  # the truncated list ended in the window
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
             return self._least_work(req, full, full_rtts, limit=limit) or Decision(START, cands[best], rtts[best])
