@@ -44,7 +44,11 @@ class NearestBalanced(Router):
 
     def route(self, req: Request, now: float) -> Decision:
         state = self.state
-        hit = state._cand.get((req.ingress, req.model, False))  # state.candidates(...), the cache hit inlined
+        near = state._near.get(req.model)  # state.candidates(...), the cache hit inlined (read by ingress row)
+        try:
+            hit = near[req.ingress]
+        except (TypeError, IndexError):  # no list of that model yet, or an ingress that is not a row index
+            hit = None
         cands, rtts = hit if hit is not None else state.candidates(req.ingress, req.model)
         d = self._balanced(req, cands, rtts)
         if d is None and len(cands) < len(self.state.by_model.get(req.model, ())):
