@@ -99,7 +99,12 @@ class NearestBalanced(Router):
         if type(rtts) is SiteRtts:
             site_rtt, pos = rtts.site_rtt, rtts.pos
             limit = site_rtt[pos[first]] + self.window_ms
-            end = bisect_right(pos, limit, first + 1, n, key=site_rtt.__getitem__)
+            if not first and rtts.end_limit == limit:  # the window from the nearest replica, found before
+                end = rtts.end
+            else:
+                end = bisect_right(pos, limit, first + 1, n, key=site_rtt.__getitem__)
+                if not first:  # (a central deployment's list: one per user city, read again by its next request)
+                    rtts.end_limit, rtts.end = limit, end
         else:
             limit = rtts[first] + self.window_ms
             end = bisect_right(rtts, limit, first + 1, n)
