@@ -19,6 +19,8 @@ ingress, not a float object per candidate, where they are many (:data:`RTT_ROWS_
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from controlplane.ordering import RttRow, SiteRtts, candidate_slots, first_k_stable
@@ -39,6 +41,10 @@ class CandidateLists:
     def __init__(self, state):
         self.state = state
         self.cache: dict[tuple[int, str, bool], tuple[list, list[float]]] = {}
+        # The same (not full) lists by model, then indexed by ingress row (None: not built yet): a router's hot path
+        # reads one with a list index instead of hashing a key tuple into a dict of tens of thousands of pairs (a
+        # central deployment's user cities), whose scattered keys make most lookups miss the CPU's caches.
+        self.near: dict[str, list] = {}
         # (model, full, site order) -> (candidates, the site position of each): a model on a few sites (a central
         # deployment) has few site orders but thousands of ingress cities, each a candidate-list miss.
         self._by_order: dict[tuple, tuple[list, list[int]]] = {}
@@ -49,17 +55,36 @@ class CandidateLists:
 
     def replica_added(self, model: str) -> None:
         self.cache.clear()
+        self.near.clear()
         self._by_order.clear()
         self._groups.pop(model, None)
 
     def rtt_changed(self) -> None:
         self.cache.clear()
+        self.near.clear()
         self._rows.clear()
 
     def build(self, ingress: int, model: str, full: bool) -> tuple[list, list[float]]:
         """The list of ``(ingress, model, full)``, built and cached (a cache miss of ``ClusterState.candidates``)."""
-        hit = self.cache[(ingress, model, full)] = self._nearest_replicas(ingress, model, full)
+        hit = self._nearest_replicas(ingress, model, full)
+        self._store(ingress, model, full, hit)
         return hit
+
+    def _store(self, ingress: int, model: str, full: bool, hit: tuple) -> None:
+        """Cache ``hit``, the list of ``(ingress, model, full)``, and the not full ones in :attr:`near` too."""
+        self.cache[(ingress, model, full)] = hit
+        if full:
+            return
+        try:
+            row = operator.index(ingress)  # (a numpy integer: its row)
+        except TypeError:
+            return
+        rows = self.state.rtt.shape[0]
+        if 0 <= row < rows:  # (a row of the matrix, as the plane checks)
+            near = self.near.get(model)
+            if near is None:
+                near = self.near[model] = [None] * rows
+            near[row] = hit
 
     def _nearest_replicas(self, ingress: int, model: str, full: bool) -> tuple[list, list[float]]:
         # Replicas are grouped by site: order the model's sites by (RTT, site index), then take each site's
@@ -165,7 +190,7 @@ class CandidateLists:
             for ingress, c, i in zip(rows.tolist(), cands, at.tolist(), strict=True):
                 key = (ingress, m, False)
                 if key not in self.cache:
-                    self.cache[key] = (c, rtts[i])
+                    self._store(ingress, m, False, (c, rtts[i]))
 
     def precompute_pairs(self, ingresses, codes, names) -> None:
         """Build the (not full) lists of the pairs ``(ingresses[i], names[codes[i]])`` up front: those a workload
@@ -206,6 +231,6 @@ class CandidateLists:
                     shared = (rl, tuple(order))
                     if every_site:
                         self._rows[ingress] = shared
-                self.cache[(ingress, m, False)] = self._shared(m, members, False, *shared)
+                self._store(ingress, m, False, self._shared(m, members, False, *shared))
         if many:
             self._precompute(many)

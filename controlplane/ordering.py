@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_right
 
@@ -69,10 +70,13 @@ class SiteRtts:
     as long as the candidates (tens of thousands of them, built while the simulation runs).
     """
 
-    __slots__ = ("site_rtt", "pos")
+    __slots__ = ("site_rtt", "pos", "end_limit", "end")
 
     def __init__(self, site_rtt: list[float], pos: list[int]):
         self.site_rtt, self.pos = site_rtt, pos
+        # A router's memo: ``end`` is ``bisect_right(self, end_limit, 1, len(self))``, the end of a window that
+        # starts at the nearest candidate (the values never change, nor does the limit a router asks for them)
+        self.end_limit, self.end = math.nan, 0
 
     def __len__(self) -> int:
         return len(self.pos)

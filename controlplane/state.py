@@ -211,6 +211,7 @@ class ClusterState:
         self.by_model: dict[str, list[Replica]] = {}
         self.candidate_lists = CandidateLists(self)
         self._cand = self.candidate_lists.cache  # (ingress, model, full) -> (replicas, RTTs)
+        self._near = self.candidate_lists.near  # model -> [the not full list of each ingress row, or None]
         self.site_queues: dict[tuple[int, str], SiteQueue] = {}
         self.queued = 0  # requests in all site queues (kept by the ControlPlane, which alone queues and dequeues)
         self.stats: dict[str, ModelStats] = {}

@@ -44,7 +44,11 @@ class NearestBalanced(Router):
 
     def route(self, req: Request, now: float) -> Decision:
         state = self.state
-        hit = state._cand.get((req.ingress, req.model, False))  # state.candidates(...), the cache hit inlined
+        near = state._near.get(req.model)  # state.candidates(...), the cache hit inlined (read by ingress row)
+        try:
+            hit = near[req.ingress]
+        except (TypeError, IndexError):  # no list of that model yet, or an ingress that is not a row index
+            hit = None
         cands, rtts = hit if hit is not None else state.candidates(req.ingress, req.model)
         d = self._balanced(req, cands, rtts)
         if d is None and len(cands) < len(self.state.by_model.get(req.model, ())):
@@ -95,19 +99,24 @@ class NearestBalanced(Router):
         if type(rtts) is SiteRtts:
             site_rtt, pos = rtts.site_rtt, rtts.pos
             limit = site_rtt[pos[first]] + self.window_ms
-            end = bisect_right(pos, limit, first + 1, n, key=site_rtt.__getitem__)
+            if not first and rtts.end_limit == limit:  # the window from the nearest replica, found before
+                end = rtts.end
+            else:
+                end = bisect_right(pos, limit, first + 1, n, key=site_rtt.__getitem__)
+                if not first:  # (a central deployment's list: one per user city, read again by its next request)
+                    rtts.end_limit, rtts.end = limit, end
         else:
             limit = rtts[first] + self.window_ms
             end = bisect_right(rtts, limit, first + 1, n)
-        r = cands[first]
-        best, best_load = first, (r.active + 1) * (r.est_request_ms or 1.0)
-        i = first
+        chosen = r = cands[first]
+        best_load = (r.active + 1) * (r.est_request_ms or 1.0)
+        # A replica is taken when it has less work than the best so far and can start the request: the cheap load
+        # comparison first, which most replicas of a central region's window fail (the same choice in either order).
         for r in cands[first + 1:end]:  # (a slice iterated: no index read per replica)
-            i += 1
-            if r in free and r.kv_used + kv <= r.kv_capacity:
-                load = (r.active + 1) * (r.est_request_ms or 1.0)
-                if load < best_load:
-                    best, best_load = i, load
+            if (load := (r.active + 1) * (r.est_request_ms or 1.0)) < best_load and r in free \
+                    and r.kv_used + kv <= r.kv_capacity:
+                chosen, best_load = r, load
+        best = first if chosen is cands[first] else cands.index(chosen, first + 1, end)  # (each replica once)
         if end == n and n < len(self.state.by_model.get(req.model, ())):  # the truncated list ended in the window
             full, full_rtts = self.state.candidates(req.ingress, req.model, full=True)
             return self._least_work(req, full, full_rtts, limit=limit) or Decision(START, cands[best], rtts[best])

@@ -141,6 +141,42 @@ def test_precomputed_candidates_equal_the_per_ingress_lists(catalog, seed):
                 for got in built:
                     assert [r.id for r in got[0]] == [r.id for r in expected[0]]
                     assert list(got[1]) == list(expected[1])
+        for state in (lazy, eager, pairs):
+            assert_near_mirrors_the_cache(state)
+
+
+def assert_near_mirrors_the_cache(state) -> None:
+    """The routers' by-row index of the not full lists holds exactly the cache's entries, the same objects."""
+    cached = {(int(i), m): hit for (i, m, full), hit in state._cand.items() if not full}
+    indexed = {(i, m): hit for m, row in state._near.items() for i, hit in enumerate(row) if hit is not None}
+    assert cached.keys() == indexed.keys() and all(indexed[k] is cached[k] for k in cached)
+    assert all(len(row) == len(state.rtt) for row in state._near.values())
+
+
+def test_the_by_row_index_follows_the_cache_through_builds_and_clears(catalog):
+    """Lists built on demand (full or not, an ingress given as a numpy integer), cut for every ingress or for a
+    workload's pairs appear in the routers' by-row index as in the cache; a replica added or an RTT change clears
+    both, and the lists built again are the new ones."""
+    fleet = make_fleet([8] * 4, sites=[0, 1, 2, 2])
+    rtt = np.array([[1.0, 5.0, 9.0], [9.0, 1.0, 5.0], [5.0, 9.0, 1.0]])
+    state = ClusterState(catalog, fleet, placement([(TINY, n) for n in range(3)]), rtt, max_candidates=2)
+    state.candidates(1, TINY)
+    state.candidates(2, TINY, full=True)
+    state.candidates(np.int64(0), TINY)
+    assert_near_mirrors_the_cache(state)
+    assert state._near[TINY][1] is state._cand[(1, TINY, False)] and state._near[TINY][2] is None
+    state.precompute()
+    assert_near_mirrors_the_cache(state)
+    state.add_replica(catalog[TINY], 3)
+    assert state._cand == {} and state._near == {}
+    state.precompute_pairs([0, 2], [0, 0], [TINY])
+    assert_near_mirrors_the_cache(state)
+    assert [r.site for r in state._near[TINY][2][0]] == [2, 2]
+    state.set_rtt(rtt[::-1].copy())
+    assert state._cand == {} and state._near == {}
+    state.candidates(0, TINY)
+    assert_near_mirrors_the_cache(state)
+    assert [r.site for r in state._near[TINY][0][0]] == [2, 2]
 
 
 def test_site_rtts_reads_as_the_list_it_stands_for():

@@ -136,10 +136,11 @@ def _balanced_case(catalog, data, n_sites: int, max_replicas: int, min_sites: in
     cp.state.refresh()
     req = Request(1, TINY, data.draw(st.integers(0, 1)), data.draw(st.integers(1, 400)), data.draw(st.integers(0, 50)))
     want_action, want = brute_force_balanced(cp.state, req, window)
-    got = cp.router.route(req, 0.0)
-    assert (got.action, got.replica) == (want_action, want)
-    if want is not None:
-        assert got.rtt_ms == cp.state.rtt[req.ingress, want.site]
+    for _ in range(2):  # the second reads the window's end its list remembered from the first
+        got = cp.router.route(req, 0.0)
+        assert (got.action, got.replica) == (want_action, want)
+        if want is not None:
+            assert got.rtt_ms == cp.state.rtt[req.ingress, want.site]
     return cp
 
 
