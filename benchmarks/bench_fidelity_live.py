@@ -176,7 +176,8 @@ def run_deployment(n_pops: str, args, traces: dict, out: Path, t_start: float, c
             t0 = time.monotonic()
             before = probe.probe()
             table = measure_host_profile(url, MODEL, stand_in, session, pop_locations(desc, topo, MODEL),
-                                         seed=args.seed, progress=log, n_ctx=n_ctx, engine=args.engine_profile)
+                                         seed=args.seed, progress=log, n_ctx=n_ctx, engine=args.engine_profile,
+                                         decode_steps=ReplayOptions.max_output - 1)
             table.to_csv(tmp / f"profile-{tag}.csv", index=False)
             return table, round(time.monotonic() - t0, 1), [before, probe.probe()]
 

@@ -29,7 +29,7 @@ from dataplane.profiler import COLUMNS
 from dataplane.session import SessionConfig
 from sim.live.client import event_loop_cpu_s, fetch_timings, prompt_text, stream_once
 from sim.live.decompose import live_components
-from sim.live.served_profile import served_engine_profile
+from sim.live.served_profile import DECODE_STEPS, served_engine_profile
 
 
 async def _traced(url: str, model: str, headers: dict, prompts: list[str], max_tokens: int, trace: str) -> list:
@@ -85,16 +85,19 @@ def gateway_costs(url: str, model: str, stand_in: str, token: str | None = None,
 
 def measure_host_profile(url: str, model: str, stand_in: str, session: SessionConfig,
                          pop_locations: list[tuple[float, float]], token: str | None = None, account: str = "local",
-                         seed: int = 0, progress=None, n_ctx: int = 512, engine: str = "served") -> pd.DataFrame:
+                         seed: int = 0, progress=None, n_ctx: int = 512, engine: str = "served",
+                         decode_steps: int = DECODE_STEPS) -> pd.DataFrame:
     """The whole live-host profile of ``model`` (served by ``stand_in``) for a deployment whose replicas of it
     sit at ``pop_locations`` (one client location per PoP): the engine's rows, ``kv_copy`` rows and the
     gateway's costs. ``engine``: ``served`` reads the engine's stamps inside the live gateway
     (:mod:`sim.live.served_profile`; the gateway's process is where the engines run), ``alone`` times an engine
-    in this process (:func:`dataplane.engine_profile.engine_profile`)."""
+    in this process (:func:`dataplane.engine_profile.engine_profile`). ``decode_steps``: the steps of each
+    served ``decode`` row's generations (the replayed requests' longest output, less its first token)."""
     if progress:
         progress(f"measuring {stand_in}'s engine ({engine}; {len(pop_locations)} replicas sharing the host)")
     if engine == "served":
-        parts = [served_engine_profile(url, model, stand_in, pop_locations, n_ctx, token, account, seed),
+        parts = [served_engine_profile(url, model, stand_in, pop_locations, n_ctx, token, account, seed,
+                                       decode_steps=decode_steps),
                  kv_copy_profile(stand_in, session)[list(COLUMNS[:6])]]
         eng = pd.concat(parts, ignore_index=True)
     elif engine == "alone":

@@ -343,7 +343,8 @@ def measure_for_replay(opts: ReplayOptions, desc: dict, topo, progress=print) ->
         return measure_profile([stand_in], progress, session)
     if opts.profile_source == "host":
         return measure_host_profile(opts.url, opts.model, stand_in, session, pop_locations(desc, topo, opts.model),
-                                    opts.token, opts.account, opts.seed, progress, n_ctx=n_ctx)
+                                    opts.token, opts.account, opts.seed, progress, n_ctx=n_ctx,
+                                    decode_steps=max(opts.max_output - 1, 1))
     progress(f"measuring {opts.model} ({stand_in}) through the gateway (pass --profile to reuse a table)")
     scale = float(desc["delay_scale"]) if desc["delay"] else 0.0
     return gateway_profile(opts.url, opts.model, stand_in, scale, opts.token, opts.account, max_context=n_ctx,

@@ -9,8 +9,9 @@ neither HTTP nor the injected delays enter the figures:
 * ``prefill`` (``batch_size`` prompts of ``tokens`` tokens, ``max_tokens=1``, sent together while a blocker keeps
   the engine busy, so it admits them in one iteration): last first token - admission; bursts the engine still
   split over iterations are dropped;
-* ``decode`` (``batch_size`` streams of ``context``-token prompts admitted together): the mean decode step of the
-  requests whose every step ran at that batch size (the median over at least ``3 x repeats`` requests);
+* ``decode`` (``batch_size`` streams of ``context``-token prompts admitted together, ``decode_steps`` steps each): the
+  mean decode step of the requests whose every step ran at that batch size (the median over at least
+  ``3 x repeats`` requests);
 * ``iter_gap`` (by batch size): the mean time between two decode iterations of those requests (the engine
   loop's bookkeeping, a piece handed to the event loop per row, and waiting for a core or the interpreter lock
   when the host is busy);
@@ -39,6 +40,11 @@ PROMPT_TOKENS = (8, 32, 64, 128, 256, 384)
 PREFILL_BATCH = (1, 2, 4, 8)
 DECODE_BATCH = (1, 2, 4, 8, 16)
 CONTEXTS = (32, 128, 256, 384)
+# A generation's mean decode step falls with its length (its first steps cost more: 3.2 ms over 16 steps against
+# 2.9 over 32 at 128 tokens of context, one engine on the development VM, the same in paced lone requests), so the
+# rows are measured over as many steps as a replayed request of the longest output decodes (ReplayOptions'
+# max_output, 32 tokens: 31 steps after the first token).
+DECODE_STEPS = 31
 
 
 class _Gateway:
@@ -95,7 +101,7 @@ def _loop_cpu_s(gw: _Gateway) -> float:
 
 
 async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, steps: int, prompt_tokens,
-                   prefill_batch, decode_batch, contexts, host_engines) -> list[tuple]:
+                   prefill_batch, decode_batch, contexts, host_engines, decode_steps: int) -> list[tuple]:
     import httpx
 
     rows = []
@@ -115,12 +121,12 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
                     rows.append(("prefill", b, n, 0, float(np.median(ms))))
         gaps: dict[int, list[float]] = {}
         for b in decode_batch:
-            for ctx in (x for x in contexts if x + steps + 1 < n_ctx):
+            for ctx in (x for x in contexts if x + decode_steps + 1 < n_ctx):
                 ms = []
                 # Small batches give few samples per burst: at least 3 x repeats per row (batch 1 is most of
                 # a light load's steps, and a median of three was seen 10-20% off the live engine's steps).
                 for _ in range(max(repeats, -(-3 * repeats // b))):
-                    eng = await gw.burst(c, [ctx] * b, steps + 1, where[:1] * b)
+                    eng = await gw.burst(c, [ctx] * b, decode_steps + 1, where[:1] * b)
                     clean = [e for e in eng if e["steps"] and e["batch_sum"] == b * e["steps"]]
                     ms += [e["decode_s"] / e["steps"] * 1e3 for e in clean]
                     gaps.setdefault(b, []).extend(
@@ -152,16 +158,21 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
                           n_ctx: int = 512, token: str | None = None, account: str = "local", seed: int = 0,
                           repeats: int = 3, steps: int = 16, prompt_tokens=PROMPT_TOKENS,
                           prefill_batch=PREFILL_BATCH, decode_batch=DECODE_BATCH, contexts=CONTEXTS,
-                          host_engines=None) -> pd.DataFrame:
+                          host_engines=None, decode_steps: int = DECODE_STEPS) -> pd.DataFrame:
     """``prefill``, ``decode`` and ``host_share`` rows of ``model`` (named after ``stand_in``) measured inside
     the live gateway at ``url``; ``pop_locations``: one client location at each PoP serving the model (the
-    first serves the prefill and decode rows), ``host_engines``: the k values (default 1..PoPs, when several)."""
+    first serves the prefill and decode rows), ``host_engines``: the k values (default 1..PoPs, when several).
+    ``decode_steps``: the decode steps of each ``decode`` row's generations (a request's mean step falls with
+    its length, so the rows are measured at the length the replayed requests have: ``max_output - 1``);
+    ``steps``: the ``host_share`` rows' (twice that), whose ratios to one engine do not depend on it."""
     where = [f"{lat:.5f},{lon:.5f}" for lat, lon in pop_locations]
     if host_engines is None:
         host_engines = tuple(range(1, len(where) + 1)) if len(where) > 1 else ()
     gw = _Gateway(url, model, token, account, seed, n_ctx)
+    if decode_steps < 1:
+        raise ValueError(f"decode_steps must be at least 1, got {decode_steps}")
     rows = asyncio.run(_measure(gw, where, n_ctx, repeats, steps, prompt_tokens, prefill_batch, decode_batch,
-                                contexts, host_engines))
+                                contexts, host_engines, decode_steps))
     table = pd.DataFrame([(stand_in, *r) for r in rows], columns=COLUMNS[:6])
     table["ms"] = table.ms.round(4)
     return table
