@@ -28,7 +28,9 @@ minutes), and a probe of the host's speed (``sim.live.host_speed``: the stand-in
 this process, about a second, the gateway idle) is taken before and after every profile and replay: by default
 (``--host-speed probe``) the profiles are brought to one speed before pooling and each cell's rows to the speed of
 its replay (``host_speed_change_pct`` in each cell: the replay's probes against its own profile's);
-``--host-speed none`` uses the profiles as measured (and is what cells saved without probes get). Bounded: ``--budget-s`` (default 2700 s) stops starting new cells; skipped cells are listed.
+``--host-speed none`` uses the profiles as measured (and is what cells saved without probes get). The profiles'
+decode rows are measured over as many steps as a replayed request of the longest output decodes (31).
+Bounded: ``--budget-s`` (default 2700 s) stops starting new cells; skipped cells are listed.
 
     python benchmarks/bench_fidelity_live.py [--requests 60] [--pops 1,4] [--traces azure,mooncake,bursty]
         [--loads light,near-saturation] [--out out/bench_fidelity_live] [--budget-s 2700] [--profile-every cell]

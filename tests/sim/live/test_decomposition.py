@@ -152,3 +152,45 @@ def test_alone_vs_profile_reads_the_profile_at_the_length_each_request_attended_
     both = pd.concat([profile.assign(model="tiny"), profile.assign(model="small", ms=profile.ms * 4)])
     assert alone_vs_profile([tl(1.8, 10, 10, 200)], both, stand_in="tiny") == 20.0
     assert alone_vs_profile([tl(6.0, 10, 10, 200)], both, stand_in="small") == 0.0
+
+
+def test_served_decode_rows_are_measured_over_the_replays_output_length(served):
+    # A generation's mean step falls with its length, so the decode rows' generations decode as many steps as
+    # the replay's longest request; the host_share rows keep their own (their ratios do not depend on it).
+    from sim.live import served_profile
+
+    url, _ = served
+    asked = []
+    burst = served_profile._Gateway.burst
+
+    async def recording(self, client, sizes, max_tokens, locations):
+        got = await burst(self, client, sizes, max_tokens, locations)
+        asked.append((len(sizes), max_tokens, [e["steps"] for e in got]))
+        return got
+
+    served_profile._Gateway.burst = recording
+    try:
+        table = served_profile.served_engine_profile(
+            url, GEN, "gpt2-tiny", [(50.11, 8.68), (1.35, 103.82)], prompt_tokens=(8,), prefill_batch=(1,),
+            decode_batch=(1,), contexts=(32,), repeats=1, steps=3, host_engines=(1,), decode_steps=7)
+    finally:
+        served_profile._Gateway.burst = burst
+    assert set(table.phase) >= {"prefill", "decode", "host_share"}
+    decode_bursts = [a for a in asked if a[0] == 1 and a[1] == 8]
+    assert decode_bursts and all(steps == [7] for _, _, steps in decode_bursts)  # 8 tokens: 7 decode steps
+    assert any(a[0] == 2 and a[1] == 7 for a in asked)  # host_share at k = 1: two streams of 2 x 3 steps
+    with pytest.raises(ValueError, match="decode_steps"):
+        served_profile.served_engine_profile(url, GEN, "gpt2-tiny", [(50.11, 8.68)], decode_steps=0)
+
+
+def test_replay_profiles_decode_at_its_longest_output(monkeypatch):
+    from sim.live import run
+
+    seen = {}
+    monkeypatch.setattr(run, "measure_host_profile", lambda *a, **kw: seen.update(kw) or pd.DataFrame())
+    monkeypatch.setattr(run, "served_n_ctx", lambda desc, stand_in: 512)
+    monkeypatch.setattr(run, "pop_locations", lambda desc, topo, model: [(50.11, 8.68)])
+    desc = {"stand_ins": {GEN: "gpt2-tiny"}, "placement": []}
+    opts = ReplayOptions(url="http://127.0.0.1:1", trace="t.csv", model=GEN, max_output=20)
+    run.measure_for_replay(opts, desc, None, progress=lambda _m: None)
+    assert seen["decode_steps"] == 19
