@@ -121,12 +121,15 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
                     rows.append(("prefill", b, n, 0, float(np.median(ms))))
         gaps: dict[int, list[float]] = {}
         for b in decode_batch:
-            for ctx in (x for x in contexts if x + decode_steps + 1 < n_ctx):
+            for ctx in contexts:
+                n = min(decode_steps, n_ctx - ctx - 2)  # (fewer steps where the window leaves less room)
+                if n < 1:
+                    continue
                 ms = []
                 # Small batches give few samples per burst: at least 3 x repeats per row (batch 1 is most of
                 # a light load's steps, and a median of three was seen 10-20% off the live engine's steps).
                 for _ in range(max(repeats, -(-3 * repeats // b))):
-                    eng = await gw.burst(c, [ctx] * b, decode_steps + 1, where[:1] * b)
+                    eng = await gw.burst(c, [ctx] * b, n + 1, where[:1] * b)
                     clean = [e for e in eng if e["steps"] and e["batch_sum"] == b * e["steps"]]
                     ms += [e["decode_s"] / e["steps"] * 1e3 for e in clean]
                     gaps.setdefault(b, []).extend(
@@ -163,7 +166,8 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
     the live gateway at ``url``; ``pop_locations``: one client location at each PoP serving the model (the
     first serves the prefill and decode rows), ``host_engines``: the k values (default 1..PoPs, when several).
     ``decode_steps``: the decode steps of each ``decode`` row's generations (a request's mean step falls with
-    its length, so the rows are measured at the length the replayed requests have: ``max_output - 1``);
+    its length, so the rows are measured at the length the replayed requests have: ``max_output - 1``; fewer at
+    a context the model's window leaves less room after);
     ``steps``: the ``host_share`` rows' (twice that), whose ratios to one engine do not depend on it."""
     where = [f"{lat:.5f},{lon:.5f}" for lat, lon in pop_locations]
     if host_engines is None:

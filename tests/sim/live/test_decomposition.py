@@ -179,6 +179,17 @@ def test_served_decode_rows_are_measured_over_the_replays_output_length(served):
     decode_bursts = [a for a in asked if a[0] == 1 and a[1] == 8]
     assert decode_bursts and all(steps == [7] for _, _, steps in decode_bursts)  # 8 tokens: 7 decode steps
     assert any(a[0] == 2 and a[1] == 7 for a in asked)  # host_share at k = 1: two streams of 2 x 3 steps
+    # Longer generations than the window leaves room for after a context: as many steps as it does
+    asked.clear()
+    served_profile._Gateway.burst = recording
+    try:
+        long = served_profile.served_engine_profile(
+            url, GEN, "gpt2-tiny", [(50.11, 8.68)], n_ctx=40, prompt_tokens=(8,), prefill_batch=(1,),
+            decode_batch=(1,), contexts=(8, 32), repeats=1, decode_steps=100)
+    finally:
+        served_profile._Gateway.burst = burst
+    assert sorted(long[long.phase == "decode"].context) == [8, 32]
+    assert {a[1] for a in asked if a[0] == 1} >= {31, 7}  # 40 - 8 - 2 = 30 steps, 40 - 32 - 2 = 6
     with pytest.raises(ValueError, match="decode_steps"):
         served_profile.served_engine_profile(url, GEN, "gpt2-tiny", [(50.11, 8.68)], decode_steps=0)
 
