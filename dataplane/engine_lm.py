@@ -355,7 +355,14 @@ class LMEngine:
             self._running, self._past, self._mask = list(seqs), present, mask
             return
         self._host_past()
+        t0 = time.monotonic()
+        (b_old, p_old), (b_new, p_new) = self._mask.shape, mask.shape
         self._past, self._mask = merge_rows(self._past, self._mask, present, mask)
+        dt, p_all = time.monotonic() - t0, max(p_old, p_new)
+        padded = b_old if p_new > p_old else b_new if p_old > p_new else 0
+        for s in seqs:  # what the joiners cost the batch beyond their prefill call (inside their prefill_s)
+            tm = s.h.timing
+            tm.merge_s, tm.merge_tokens, tm.merge_pad_tokens = dt, (b_old + b_new) * p_all, padded * p_all
         self._running.extend(seqs)
 
     def _retire(self, rows: list[int], reason: str | None) -> None:

@@ -83,6 +83,10 @@ class LMTiming:
     requests joined in that iteration, the time of their prefill (forward call, first-token sampling, merging
     their KV into the batch's) to ``stall_s``: prefill/decode interference. What is left of
     ``last_token - first_token`` is the engine loop's own bookkeeping between iterations.
+
+    ``merge_s``: merging its KV into a running batch's after its prefill (part of ``prefill_s``; 0 when it started
+    a batch): ``merge_tokens`` positions written into the merged arrays (rows x the common padded length), of which
+    ``merge_pad_tokens`` first padded to that length in a copy of their own (the shorter side's rows).
     """
 
     submitted: float = math.nan
@@ -90,6 +94,9 @@ class LMTiming:
     prefill_s: float = 0.0  # the prefill call its prompt was computed in (shared with the requests joining with it)
     prefill_rows: int = 0  # requests prefilled in that call
     prefill_len: int = 0  # the call's (left-padded) length: its longest prompt
+    merge_s: float = 0.0
+    merge_tokens: int = 0
+    merge_pad_tokens: int = 0
     first_token: float = math.nan
     last_token: float = math.nan
     first_piece: int = 0  # tokens it took to produce the first non-empty text piece (a UTF-8 character may span

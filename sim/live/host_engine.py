@@ -1,7 +1,8 @@
 """One replica's engine in the live-host model (:mod:`sim.live.host_model`), iterating as the live
 :class:`dataplane.engine_lm.LMEngine` does: a request that arrives mid-iteration waits for it to end; prompts
 admitted together are prefilled in one call left padded to the longest; every iteration then decodes every running
-sequence padded to the longest context; joining prompts copy the batch's KV arrays and stall it; leaving rows are
+sequence padded to the longest context; joining prompts' KV is merged into the batch's (``kv_merge`` rows), which
+stalls it; leaving rows are
 trimmed; between iterations the loop pauses for the measured gap of the running batch size. Every iteration is a
 job on the shared host (:class:`sim.live.host_model.HostCPU`), every streamed piece goes to its event loop.
 """
@@ -106,11 +107,22 @@ class LiveHostEngine:
             if r.rec.produced >= r.seq.output:
                 self._finish(r, now)
         stalled = list(self.running)
-        if stalled and keep:  # their KV joins the running batch's: one concatenation of both
-            mib = self._kv_mib(stalled + keep, max(r.length for r in stalled + keep))
-            self.m.host.run(self.p.copy_ms(mib) / 1e3, lambda: self._merged(stalled, keep, t0))
+        if stalled and keep:  # their KV joins the running batch's
+            self.m.host.run(self._merge_ms(stalled, keep, max(r.seq.prompt for r in joiners)) / 1e3,
+                            lambda: self._merged(stalled, keep, t0))
         else:
             self._merged(stalled, keep, t0)
+
+    def _merge_ms(self, stalled: list[_Row], keep: list[_Row], joined_len: int) -> float:
+        """The live merge: both sides left padded to the longer past (the shorter side first, in a copy of its
+        own), then concatenated; from the ``kv_merge`` rows, else one concatenation at the ``kv_copy`` rows' rate."""
+        past = max(r.length for r in stalled)
+        longest = max(past, joined_len)
+        pad = len(stalled) if joined_len > past else len(keep) if past > joined_len else 0
+        ms = self.p.merge_ms((len(stalled) + len(keep)) * longest, pad * longest)
+        if ms is None:
+            ms = self.p.copy_ms(self._kv_mib(stalled + keep, longest))
+        return ms
 
     def _merged(self, stalled: list[_Row], keep: list[_Row], t0: float) -> None:
         dt = self.env.now - t0

@@ -10,8 +10,9 @@ an event loop. With ``host_model`` on, the fidelity mirror (:mod:`sim.live.fidel
   :class:`dataplane.engine_lm.LMEngine`): a request that arrives mid-iteration waits for it to end; prompts
   admitted together are prefilled in one call left padded to the longest (``prefill`` rows by batch and length);
   the iteration then runs one decode step for every running sequence, padded to the longest context (``decode``
-  rows); prompts joining a running batch copy its KV cache (``kv_copy``), and running sequences stall while
-  others prefill (prefill/decode interference);
+  rows); prompts joining a running batch merge their KV into its (``kv_merge`` rows, measured inside the live
+  engine; ``kv_copy`` rows' copying rate without them), and running sequences stall while others prefill and
+  merge (prefill/decode interference);
 * **the shared host** (:class:`HostCPU`): every engine iteration and every piece the event loop streams is a job
   on one processor-sharing host. k busy engines each run at the measured ``host_share`` slowdown of k engines
   decoding at once in one process (interpolated in k; past the largest k measured, grown as the fit grows); the

@@ -1,7 +1,8 @@
 """The live host's figures, read off a measured profile table: what :mod:`sim.live.host_model` runs on.
 
 :class:`HostParams` reads a table's host rows (``host_share`` and the event loop's and client's cores beside it,
-``iter_gap``, ``kv_copy``, ``gw_*``); :func:`fit_host_share` and :func:`share_slowdown` are the cores-and-lock
+``iter_gap``, ``kv_copy``, ``kv_merge``, ``gw_*``); :func:`fit_merge` reads the merge rows as a fixed cost
+and two per-position rates; :func:`fit_host_share` and :func:`share_slowdown` are the cores-and-lock
 model of threads sharing one process's cores and interpreter lock; :func:`require_host_rows` refuses a table
 that lacks what the model needs.
 """
@@ -37,6 +38,20 @@ def fit_host_share(k: np.ndarray, slowdown: np.ndarray, max_cores: float, loop: 
             if err < best[0] - 1e-12:
                 best = (err, float(cores), float(lock))
     return best[1], best[2]
+
+
+def fit_merge(tokens: np.ndarray, pad_tokens: np.ndarray, ms: np.ndarray) -> np.ndarray:
+    """(fixed ms, ms per position written, ms per position padded first) closest in least squares to measured
+    merges, none negative (the best of the fits over every subset of the three terms whose terms are all >= 0)."""
+    x = np.c_[np.ones(len(ms)), tokens, pad_tokens]
+    best, coef = np.inf, np.zeros(3)
+    for use in ((0, 1, 2), (1, 2), (0, 1), (1,), (0, 2), (2,), (0,)):
+        c = np.linalg.lstsq(x[:, use], ms, rcond=None)[0]
+        err = float(np.sum((x[:, use] @ c - ms) ** 2))
+        if (c >= 0).all() and err < best - 1e-12:
+            best, coef = err, np.zeros(3)
+            coef[list(use)] = c
+    return coef
 
 
 def share_slowdown(threads: float, lock_demand: float, cores: float, lock: float) -> float:
@@ -106,6 +121,9 @@ class HostParams:
         self._gap = (gap.index.to_numpy(float), gap.to_numpy(float)) if len(gap) else None
         copy = table[table.phase == "kv_copy"].groupby("tokens").ms.median().sort_index()
         self._copy = (copy.index.to_numpy(float), copy.to_numpy(float)) if len(copy) else None
+        merge = table[table.phase == "kv_merge"]
+        self._merge = fit_merge(merge.tokens.to_numpy(float), merge.context.to_numpy(float),
+                                merge.ms.to_numpy(float)) if len(merge) else None
         self.gw: dict[str, float] = {}
         self._prepare = None
         for part in GW_PARTS:
@@ -156,6 +174,13 @@ class HostParams:
         if mib <= xs[-1]:
             return float(np.interp(mib, xs, ys))
         return float(ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (mib - xs[-1]))
+
+    def merge_ms(self, tokens: float, pad_tokens: float) -> float | None:
+        """Merging joiners' KV into a running batch's: ``tokens`` positions written, ``pad_tokens`` of them first
+        padded in a copy of their own (the fit of the ``kv_merge`` rows); None without such rows."""
+        if self._merge is None:
+            return None
+        return float(self._merge @ np.array([1.0, tokens, pad_tokens]))
 
     def prepare_ms(self, prompt_tokens: int) -> float:
         if self._prepare is None:

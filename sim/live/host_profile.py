@@ -4,8 +4,8 @@ One table in the format of ``edgepop profile`` (``dataplane.profiler.COLUMNS``):
 
 * the stand-in's engine as the live gateway runs it (:mod:`sim.live.served_profile`, from the engine's stamps in
   the gateway's timelines): ``prefill`` by prompts admitted together and their (padded) length, ``decode`` by
-  batch and context, ``host_share`` (the decode step while k of the deployment's engines decode at once); and
-  ``kv_copy`` (copying KV arrays, :func:`dataplane.engine_profile.kv_copy_profile`);
+  batch and context, ``kv_merge`` (a prompt's KV merged into a decoding batch's), ``host_share`` (the decode step
+  while k of the deployment's engines decode at once); and ``kv_copy`` (copying KV arrays, :func:`dataplane.engine_profile.kv_copy_profile`);
 * the gateway's own costs (``gw_*`` rows, ``batch_size`` 1), from the timelines of a few traced requests sent
   one at a time to the live gateway (:mod:`dataplane.gateway.timeline`): ``gw_http_in``, ``gw_prepare`` (by
   prompt tokens), ``gw_admission``, ``gw_dispatch``, ``gw_piece`` (a streamed piece's latency beyond the

@@ -12,6 +12,9 @@ neither HTTP nor the injected delays enter the figures:
 * ``decode`` (``batch_size`` streams of ``context``-token prompts admitted together, ``decode_steps`` steps each): the
   mean decode step of the requests whose every step ran at that batch size (the median over at least
   ``3 x repeats`` requests);
+* ``kv_merge`` (``batch_size`` streams decoding, one prompt joining them): the engine's own time for merging the
+  joiner's KV into the batch's (``LMTiming.merge_s``), ``tokens`` the positions written, ``context`` those first
+  padded in a copy of their own (the shorter side's); what a join costs the running batch beyond the prefill rows;
 * ``iter_gap`` (by batch size): the mean time between two decode iterations of those requests (the engine
   loop's bookkeeping, a piece handed to the event loop per row, and waiting for a core or the interpreter lock
   when the host is busy);
@@ -45,6 +48,10 @@ CONTEXTS = (32, 128, 256, 384)
 # rows are measured over as many steps as a replayed request of the longest output decodes (ReplayOptions'
 # max_output, 32 tokens: 31 steps after the first token).
 DECODE_STEPS = 31
+# (running rows, their prompts' tokens, the joining prompt's tokens) of the kv_merge rows: a joiner shorter and
+# longer than the batch's past (the shorter side's padding is a copy of its own), small and large batches, short
+# and long pasts (no two shapes write the same positions: rows are keyed by them).
+MERGE_SHAPES = tuple((b, ctx, n) for b in (2, 8) for ctx, n in ((64, 32), (64, 256), (320, 32), (320, 448)))
 
 
 class _Gateway:
@@ -59,9 +66,12 @@ class _Gateway:
         self.prefix = f"served-{time.monotonic_ns()}-"
         self.n = 0
 
-    async def burst(self, client, sizes: list[int], max_tokens: int, locations: list[str]) -> list[dict]:
+    async def burst(self, client, sizes: list[int], max_tokens: int, locations: list[str],
+                    late: tuple[int, float] | None = None) -> list[dict]:
         """Send one request per size at once (from ``locations``) while a blocker keeps each engine busy, so that
-        the engine admits them together when the blocker's iteration ends; their engine records."""
+        the engine admits them together when the blocker's iteration ends; their engine records. ``late`` = (prompt
+        tokens, delay s): one more request (two tokens) sent that long after the others, from the first location;
+        its record comes last."""
         self.n += 1
         group = f"{self.prefix}{self.n}:"
         blockers = []
@@ -79,6 +89,8 @@ class _Gateway:
                     "ignore_eos": True, "seed": i}
             headers = {**self.headers, TRACE_HEADER: f"{group}{i}", "x-edgepop-client-location": loc}
             jobs.append(stream_once(client, self.url, headers, body))
+        if late is not None:
+            jobs.append(self._late(client, group, late, locations[0]))
         recs = await asyncio.gather(*jobs)
         await asyncio.gather(*blockers)
         refused = next((r for r in recs if r["status"] == 429), None)
@@ -90,8 +102,16 @@ class _Gateway:
             return []
         token = self.headers.get("authorization", "").removeprefix("Bearer ") or None
         got = fetch_timings(self.base_url, group, token)["requests"]
+        got.sort(key=lambda t: t["trace"].removeprefix(group) == "late")
         return [t["engine"] for t in got if not t["trace"].removeprefix(group).startswith("b")
                 and t.get("engine") and t["engine"].get("first_token") is not None]
+
+    async def _late(self, client, group: str, late: tuple[int, float], loc: str) -> dict:
+        n, delay = late
+        await asyncio.sleep(delay)
+        body = {"prompt": prompt_text(n, self.rng), "max_tokens": 2, "stream": True, "ignore_eos": True}
+        headers = {**self.headers, TRACE_HEADER: f"{group}late", "x-edgepop-client-location": loc}
+        return await stream_once(client, self.url, headers, body)
 
 
 def _loop_cpu_s(gw: _Gateway) -> float:
@@ -100,8 +120,40 @@ def _loop_cpu_s(gw: _Gateway) -> float:
     return event_loop_cpu_s(fetch_timings(gw.base_url, "-", token)["host"])
 
 
+async def _merges(gw: _Gateway, c, where: str, n_ctx: int, repeats: int, shapes, rows: list[tuple]) -> list[tuple]:
+    """``kv_merge`` rows: ``b`` streams of ``ctx``-token prompts decode, a prompt of ``n`` tokens joins them a few
+    steps in; the engine's own record of that merge (``merge_s`` and the positions it wrote)."""
+    pre = {(r[1], r[2]): r[4] for r in rows if r[0] == "prefill"}
+    dec = {r[1]: r[4] for r in rows if r[0] == "decode"}
+
+    def prefill_ms(b: int, n: int) -> float:  # the nearest measured row, as a delay's estimate
+        return pre[min(pre, key=lambda k: (abs(k[0] - b), abs(k[1] - n)))] if pre else 10.0 * b * n / 32
+
+    out: dict[tuple, list[float]] = {}
+    for b, ctx, n in shapes:
+        steps = min(48, n_ctx - ctx - 2)
+        if n > n_ctx - 2 or steps < 16:
+            continue
+        block = min(n_ctx - 2, 96 + 24 * b)
+        step = dec.get(b, dec.get(1, 5.0)) if dec else 5.0
+        # The joiner arrives after the blocker and the batch's prefill, a few of the batch's steps in.
+        delay = 0.02 + 1.3 * (prefill_ms(1, block) + prefill_ms(b, ctx)) / 1e3 + 4 * step / 1e3
+        got = []
+        for _ in range(repeats * 2):
+            eng = await gw.burst(c, [ctx] * b, steps, [where] * b, late=(n, delay))
+            if eng and eng[-1].get("merge_s"):
+                got.append(eng[-1])
+            if len(got) == repeats:
+                break
+        if got:
+            tokens, pad, ms = np.median([(e["merge_tokens"], e["merge_pad_tokens"], e["merge_s"]) for e in got], axis=0)
+            out.setdefault((b, round(tokens), round(pad)), []).append(max(ms * 1e3, 1e-3))
+    return [("kv_merge", *key, float(np.median(ms))) for key, ms in out.items()]  # one row per point
+
+
 async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, steps: int, prompt_tokens,
-                   prefill_batch, decode_batch, contexts, host_engines, decode_steps: int) -> list[tuple]:
+                   prefill_batch, decode_batch, contexts, host_engines, decode_steps: int,
+                   merge_shapes=()) -> list[tuple]:
     import httpx
 
     rows = []
@@ -139,6 +191,7 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
                     rows.append(("decode", b, 1, ctx, float(np.median(ms))))
         for b, g in sorted(gaps.items()):  # the mean: rare long waits for a core are what it is about
             rows.append(("iter_gap", b, 0, 0, max(float(np.mean(g)), 0.0)))
+        rows += await _merges(gw, c, where[0], n_ctx, repeats, merge_shapes, rows)
         for k in host_engines:
             ms = []
             h0, c0, t0 = _loop_cpu_s(gw), time.process_time(), time.monotonic()
@@ -161,7 +214,8 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
                           n_ctx: int = 512, token: str | None = None, account: str = "local", seed: int = 0,
                           repeats: int = 3, steps: int = 16, prompt_tokens=PROMPT_TOKENS,
                           prefill_batch=PREFILL_BATCH, decode_batch=DECODE_BATCH, contexts=CONTEXTS,
-                          host_engines=None, decode_steps: int = DECODE_STEPS) -> pd.DataFrame:
+                          host_engines=None, decode_steps: int = DECODE_STEPS,
+                          merge_shapes=MERGE_SHAPES) -> pd.DataFrame:
     """``prefill``, ``decode`` and ``host_share`` rows of ``model`` (named after ``stand_in``) measured inside
     the live gateway at ``url``; ``pop_locations``: one client location at each PoP serving the model (the
     first serves the prefill and decode rows), ``host_engines``: the k values (default 1..PoPs, when several).
@@ -176,7 +230,7 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
     if decode_steps < 1:
         raise ValueError(f"decode_steps must be at least 1, got {decode_steps}")
     rows = asyncio.run(_measure(gw, where, n_ctx, repeats, steps, prompt_tokens, prefill_batch, decode_batch,
-                                contexts, host_engines, decode_steps))
+                                contexts, host_engines, decode_steps, merge_shapes))
     table = pd.DataFrame([(stand_in, *r) for r in rows], columns=COLUMNS[:6])
     table["ms"] = table.ms.round(4)
     return table

@@ -67,6 +67,32 @@ def test_timing_counts_the_padded_length_each_decode_step_attends_over(lm):
         eng.close()
 
 
+@pytest.mark.parametrize("joiner", ["Continuous batching lets sequences join and leave the batch", "x"])
+def test_timing_records_what_merging_a_joiners_kv_into_the_batch_wrote(lm, joiner):
+    # The batch's rows and the joiner's are left padded to the longer past, the shorter side first in a copy.
+    eng = LMEngine(lm, LMEngineConfig(max_batch=4, kv_budget_tokens=4096))
+    try:
+        decoding = threading.Event()
+        batch = [eng.submit(p, SamplingParams(max_tokens=40, seed=i), lambda *_: decoding.set())
+                 for i, p in enumerate(["Hello there", "GPU edge"])]
+        assert decoding.wait(60)
+        late = eng.submit(joiner, SamplingParams(max_tokens=3, seed=7))
+        late.result(60)
+        for h in batch:
+            h.result(60)
+        tm, first = late.timing, batch[0].timing
+        assert first.merge_s == 0.0 and first.merge_tokens == 0  # it started the batch
+        assert tm.merge_tokens > 0  # joined a running batch: it had 39 steps left when the joiner came
+        longest = tm.merge_tokens // 3  # three rows at the common padded length
+        assert tm.merge_tokens == 3 * longest and 0.0 < tm.merge_s <= tm.prefill_s
+        if len(late.prompt_ids) > len(batch[1].prompt_ids) + 40:  # longer than the batch's past: the batch padded
+            assert longest == len(late.prompt_ids) and tm.merge_pad_tokens == 2 * longest
+        else:  # shorter: the joiner alone padded, to the batch's past
+            assert longest > len(late.prompt_ids) and tm.merge_pad_tokens == longest
+    finally:
+        eng.close()
+
+
 def test_device_resident_kv_cache_gives_the_same_tokens(lm, solo):
     # The KV cache kept in the provider's memory between steps (on by default on CUDA) runs the same
     # IO-binding code on CPU, so this checks its bookkeeping here: rows join and leave, results unchanged.

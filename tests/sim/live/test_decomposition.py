@@ -163,8 +163,8 @@ def test_served_decode_rows_are_measured_over_the_replays_output_length(served):
     asked = []
     burst = served_profile._Gateway.burst
 
-    async def recording(self, client, sizes, max_tokens, locations):
-        got = await burst(self, client, sizes, max_tokens, locations)
+    async def recording(self, client, sizes, max_tokens, locations, late=None):
+        got = await burst(self, client, sizes, max_tokens, locations, late)
         asked.append((len(sizes), max_tokens, [e["steps"] for e in got]))
         return got
 
@@ -172,7 +172,7 @@ def test_served_decode_rows_are_measured_over_the_replays_output_length(served):
     try:
         table = served_profile.served_engine_profile(
             url, GEN, "gpt2-tiny", [(50.11, 8.68), (1.35, 103.82)], prompt_tokens=(8,), prefill_batch=(1,),
-            decode_batch=(1,), contexts=(32,), repeats=1, steps=3, host_engines=(1,), decode_steps=7)
+            decode_batch=(1,), contexts=(32,), repeats=1, steps=3, host_engines=(1,), decode_steps=7, merge_shapes=())
     finally:
         served_profile._Gateway.burst = burst
     assert set(table.phase) >= {"prefill", "decode", "host_share"}
@@ -185,13 +185,33 @@ def test_served_decode_rows_are_measured_over_the_replays_output_length(served):
     try:
         long = served_profile.served_engine_profile(
             url, GEN, "gpt2-tiny", [(50.11, 8.68)], n_ctx=40, prompt_tokens=(8,), prefill_batch=(1,),
-            decode_batch=(1,), contexts=(8, 32), repeats=1, decode_steps=100)
+            decode_batch=(1,), contexts=(8, 32), repeats=1, decode_steps=100, merge_shapes=())
     finally:
         served_profile._Gateway.burst = burst
     assert sorted(long[long.phase == "decode"].context) == [8, 32]
     assert {a[1] for a in asked if a[0] == 1} >= {31, 7}  # 40 - 8 - 2 = 30 steps, 40 - 32 - 2 = 6
     with pytest.raises(ValueError, match="decode_steps"):
         served_profile.served_engine_profile(url, GEN, "gpt2-tiny", [(50.11, 8.68)], decode_steps=0)
+
+
+def test_served_merge_rows_read_the_engines_own_merges(served):
+    # A prompt joins a decoding batch: its KV is merged into the batch's. The row is the engine's own record of
+    # that merge: the positions written (all rows at the longer past) and those the shorter side padded first.
+    from sim.live import served_profile
+
+    url, _ = served
+    table = served_profile.served_engine_profile(
+        url, GEN, "gpt2-tiny", [(50.11, 8.68)], prompt_tokens=(8, 128), prefill_batch=(1, 2), decode_batch=(2,),
+        contexts=(32,), repeats=1, decode_steps=3, merge_shapes=((2, 24, 160), (2, 160, 24)))
+    merge = table[table.phase == "kv_merge"].set_index("tokens")
+    assert len(merge) == 2 and (merge.batch_size == 2).all() and (merge.ms > 0).all()
+    # the joiner longer than the batch's past: both batch rows padded to its 160 positions; 3 rows written
+    longer = merge[merge.context > 0].iloc[0]
+    assert longer.name == 3 * 160 and longer.context == 2 * 160
+    # the joiner shorter: it alone is padded, to the batch's past (its 160-token prompts and the steps so far)
+    shorter = merge.loc[[t for t in merge.index if t != 3 * 160]].iloc[0]
+    past = shorter.name // 3
+    assert shorter.name == 3 * past and shorter.context == past and 160 < past < 160 + 48
 
 
 def test_replay_profiles_decode_at_its_longest_output(monkeypatch):

@@ -82,6 +82,30 @@ def test_iterations_mirror_the_live_engine(desc, topo, tmp_path):
     assert np.allclose(sim.tpot_ms, tpot)
 
 
+def test_a_join_stalls_the_batch_for_its_prefill_and_the_measured_merge(desc, topo, tmp_path):
+    # B (10 tokens) joins A (40 tokens, 2 tokens decoded): both rows at A's 41-token past, B padded to it first.
+    merge = pd.DataFrame({"phase": "kv_merge", "batch_size": 1, "tokens": [100, 400, 800], "context": [0, 100, 400],
+                          "ms": [0.5 + 0.01 * 100, 0.5 + 0.01 * 400 + 0.02 * 100, 0.5 + 0.01 * 800 + 0.02 * 400]})
+    params = HostParams(merge)
+    assert params.merge_ms(82, 41) == pytest.approx(0.5 + 0.01 * 82 + 0.02 * 41)
+    assert HostParams(merge.iloc[:0]).merge_ms(82, 41) is None  # no rows: the kv_copy rows' rate instead
+    live = _live(tmp_path, topo, [(0.0, 40, 5), (0.0415, 10, 3)])
+    sim = simulate_like(desc, live, topo, perf=ConstPerf(merge), host_model=True)
+    parts = sim_components(sim).set_index(sim.request_id)
+    assert parts.loc[0, "stall"] == pytest.approx(10.0 + params.merge_ms(2 * 41, 41))
+    assert parts.loc[1, "prefill"] == pytest.approx(10.0)  # its first token comes before the merge
+
+
+def test_merge_fit_keeps_every_term_non_negative():
+    from sim.live.host_params import fit_merge
+
+    tokens, pad = np.array([100.0, 400, 800, 1600]), np.array([0.0, 400, 0, 1600])
+    assert fit_merge(tokens, pad, 1.0 + 0.004 * tokens + 0.002 * pad) == pytest.approx([1.0, 0.004, 0.002])
+    # a fall with the positions written is noise, not a negative rate: the fit drops the term
+    coef = fit_merge(tokens, pad, np.array([5.0, 4.8, 4.0, 3.9]))
+    assert (coef >= 0).all() and coef[0] > 0
+
+
 def test_shared_host_slows_engines_busy_at_once(desc, topo, tmp_path):
     """Two replicas decoding at once on a host fitted to one core: each step takes twice as long."""
     table = pd.DataFrame({"phase": ["host_share", "host_share"], "batch_size": [1, 2], "tokens": [1, 1],
