@@ -10,8 +10,7 @@ length (:mod:`dataplane.padded_kv`).
 
 KV budget: a request reserves ``prompt + max_tokens`` tokens when admitted and releases them when it
 ends, however it ends (finished, failed, cancelled, or its future cancelled by the caller), so admitted work never
-has to be pre-empted. A request that can never fit is refused at
-``submit`` with :class:`CapacityError`.
+has to be pre-empted. A request that can never fit is refused at ``submit`` with :class:`CapacityError`.
 
 Timing: every handle carries an :class:`~dataplane.lm_handle.LMTiming` (when it was submitted, admitted, got
 its first and last token; its decode steps and the stalls other requests' prefills caused), so a caller can say
@@ -44,7 +43,7 @@ from dataplane.lm_handle import (
     TokenCallback,
 )
 from dataplane.lora import Adapter, LoraLanguageModel, adapter_salt
-from dataplane.padded_kv import keep_rows, merge_rows
+from dataplane.padded_kv import keep_rows, merge_positions, merge_rows
 from dataplane.prefix_cache import PrefixCache
 from dataplane.runtime import DeviceKV, LanguageModel, left_pad_prompts
 from dataplane.sampling import SamplingParams, sample_token
@@ -355,14 +354,11 @@ class LMEngine:
             self._running, self._past, self._mask = list(seqs), present, mask
             return
         self._host_past()
-        t0 = time.monotonic()
-        (b_old, p_old), (b_new, p_new) = self._mask.shape, mask.shape
+        t0, (written, padded) = time.monotonic(), merge_positions(self._mask, mask)
         self._past, self._mask = merge_rows(self._past, self._mask, present, mask)
-        dt, p_all = time.monotonic() - t0, max(p_old, p_new)
-        padded = b_old if p_new > p_old else b_new if p_old > p_new else 0
         for s in seqs:  # what the joiners cost the batch beyond their prefill call (inside their prefill_s)
-            tm = s.h.timing
-            tm.merge_s, tm.merge_tokens, tm.merge_pad_tokens = dt, (b_old + b_new) * p_all, padded * p_all
+            s.h.timing.merge_s, s.h.timing.merge_tokens, s.h.timing.merge_pad_tokens = (
+                time.monotonic() - t0, written, padded)
         self._running.extend(seqs)
 
     def _retire(self, rows: list[int], reason: str | None) -> None:
@@ -378,7 +374,11 @@ class LMEngine:
             self._past = self._mask = None
             return
         self._host_past()
+        t0 = time.monotonic()
         self._past, self._mask = keep_rows(self._past, self._mask, keep)
+        dt = time.monotonic() - t0
+        for s in self._running:  # the rows that stay are copied out: part of this iteration's decode time
+            s.h.timing.add_trim(dt, self._mask.size)
 
     def _finish(self, s: _Seq, reason: str | None = None, error: BaseException | None = None) -> None:
         """Finalise a request once: return its KV reservation, end its stream, resolve its future. The

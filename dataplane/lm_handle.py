@@ -86,7 +86,9 @@ class LMTiming:
 
     ``merge_s``: merging its KV into a running batch's after its prefill (part of ``prefill_s``; 0 when it started
     a batch): ``merge_tokens`` positions written into the merged arrays (rows x the common padded length), of which
-    ``merge_pad_tokens`` first padded to that length in a copy of their own (the shorter side's rows).
+    ``merge_pad_tokens`` first padded to that length in a copy of their own (the shorter side's rows). ``trims``
+    times other rows left the batch while it decoded, its rows then copied out: ``trim_s`` and ``trim_tokens``
+    (positions written) summed over them (part of ``decode_s``).
     """
 
     submitted: float = math.nan
@@ -97,6 +99,9 @@ class LMTiming:
     merge_s: float = 0.0
     merge_tokens: int = 0
     merge_pad_tokens: int = 0
+    trims: int = 0
+    trim_s: float = 0.0
+    trim_tokens: int = 0
     first_token: float = math.nan
     last_token: float = math.nan
     first_piece: int = 0  # tokens it took to produce the first non-empty text piece (a UTF-8 character may span
@@ -109,6 +114,11 @@ class LMTiming:
     # cost follows that length, not this request's own (mean padded length = kv_len_sum / steps)
     kv_len_sum: int = 0
     finished: float = math.nan  # finalised: the decoder's last bytes flushed (a streamed tail is produced now)
+
+    def add_trim(self, seconds: float, positions: int) -> None:
+        self.trims += 1
+        self.trim_s += seconds
+        self.trim_tokens += positions
 
     def as_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}

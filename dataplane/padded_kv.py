@@ -30,8 +30,18 @@ def merge_rows(past: list[np.ndarray], mask: np.ndarray, present: list[np.ndarra
     return merged, np.concatenate([lpad(mask, p_all - p_old, 1), lpad(new_mask, p_all - p_new, 1)], axis=0)
 
 
+def merge_positions(mask: np.ndarray, new_mask: np.ndarray) -> tuple[int, int]:
+    """(positions :func:`merge_rows` writes into the merged arrays, those of them the shorter side's rows are first
+    padded to in a copy of their own) for a batch ``mask`` and joining rows ``new_mask``."""
+    (b_old, p_old), (b_new, p_new) = mask.shape, new_mask.shape
+    p_all = max(p_old, p_new)
+    return (b_old + b_new) * p_all, (b_old if p_new > p_old else b_new if p_old > p_new else 0) * p_all
+
+
 def keep_rows(past: list[np.ndarray], mask: np.ndarray, keep: list[int]) -> tuple[list[np.ndarray], np.ndarray]:
     """Rows ``keep`` of the batch ``past`` / ``mask``, less the leading columns that are padding for all of them."""
     mask = mask[keep]
     lead = int(np.argmax(mask.any(axis=0)))  # columns left of this are padding for every row
-    return [a[keep][:, :, lead:] for a in past], mask[:, lead:]
+    # One indexing expression: a single contiguous copy (indexing rows, then slicing columns off, left a view the
+    # next forward call had to copy again).
+    return [a[keep, :, lead:] for a in past], mask[:, lead:]

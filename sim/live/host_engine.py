@@ -2,9 +2,9 @@
 :class:`dataplane.engine_lm.LMEngine` does: a request that arrives mid-iteration waits for it to end; prompts
 admitted together are prefilled in one call left padded to the longest; every iteration then decodes every running
 sequence padded to the longest context; joining prompts' KV is merged into the batch's (``kv_merge`` rows), which
-stalls it; leaving rows are
-trimmed; between iterations the loop pauses for the measured gap of the running batch size. Every iteration is a
-job on the shared host (:class:`sim.live.host_model.HostCPU`), every streamed piece goes to its event loop.
+stalls it; the rows that stay when others leave are copied out of the batch's arrays (``kv_trim`` rows); between
+iterations the loop pauses for the measured gap of the running batch size. Every iteration is a job on the shared
+host (:class:`sim.live.host_model.HostCPU`), every streamed piece goes to its event loop.
 """
 
 from __future__ import annotations
@@ -159,8 +159,11 @@ class LiveHostEngine:
             self._finish(r, now)
         self.running = [r for r in self.running if r.rec.produced < r.seq.output]
         if self.running:  # the rows that stay are copied out of the batch's arrays (trimmed): part of their step
-            mib = self._kv_mib(self.running, max(r.length for r in self.running))
-            self.m.host.run(self.p.copy_ms(mib) / 1e3, lambda: self._trimmed(list(self.running), now))
+            longest = max(r.length for r in self.running)
+            ms = self.p.trim_ms(len(self.running) * longest)
+            if ms is None:  # (no kv_trim rows: one copy at the kv_copy rows' rate)
+                ms = self.p.copy_ms(self._kv_mib(self.running, longest))
+            self.m.host.run(ms / 1e3, lambda: self._trimmed(list(self.running), now))
         else:
             self._next_iteration()
 

@@ -1,8 +1,8 @@
 """The live host's figures, read off a measured profile table: what :mod:`sim.live.host_model` runs on.
 
 :class:`HostParams` reads a table's host rows (``host_share`` and the event loop's and client's cores beside it,
-``iter_gap``, ``kv_copy``, ``kv_merge``, ``gw_*``); :func:`fit_merge` reads the merge rows as a fixed cost
-and two per-position rates; :func:`fit_host_share` and :func:`share_slowdown` are the cores-and-lock
+``iter_gap``, ``kv_copy``, ``kv_merge``, ``kv_trim``, ``gw_*``); :func:`fit_merge` reads the merge rows as a
+fixed cost and two per-position rates (the trim rows as a fixed cost and one); :func:`fit_host_share` and :func:`share_slowdown` are the cores-and-lock
 model of threads sharing one process's cores and interpreter lock; :func:`require_host_rows` refuses a table
 that lacks what the model needs.
 """
@@ -121,6 +121,9 @@ class HostParams:
         self._gap = (gap.index.to_numpy(float), gap.to_numpy(float)) if len(gap) else None
         copy = table[table.phase == "kv_copy"].groupby("tokens").ms.median().sort_index()
         self._copy = (copy.index.to_numpy(float), copy.to_numpy(float)) if len(copy) else None
+        trim = table[table.phase == "kv_trim"]
+        self._trim = fit_merge(trim.tokens.to_numpy(float), np.zeros(len(trim)), trim.ms.to_numpy(float)) \
+            if len(trim) else None
         merge = table[table.phase == "kv_merge"]
         self._merge = fit_merge(merge.tokens.to_numpy(float), merge.context.to_numpy(float),
                                 merge.ms.to_numpy(float)) if len(merge) else None
@@ -181,6 +184,13 @@ class HostParams:
         if self._merge is None:
             return None
         return float(self._merge @ np.array([1.0, tokens, pad_tokens]))
+
+    def trim_ms(self, tokens: float) -> float | None:
+        """Copying the rows that stay out of the batch's arrays when others leave: ``tokens`` positions written
+        (the fit of the ``kv_trim`` rows); None without such rows."""
+        if self._trim is None:
+            return None
+        return float(self._trim @ np.array([1.0, tokens, 0.0]))
 
     def prepare_ms(self, prompt_tokens: int) -> float:
         if self._prepare is None:

@@ -15,6 +15,8 @@ neither HTTP nor the injected delays enter the figures:
 * ``kv_merge`` (``batch_size`` streams decoding, one prompt joining them): the engine's own time for merging the
   joiner's KV into the batch's (``LMTiming.merge_s``), ``tokens`` the positions written, ``context`` those first
   padded in a copy of their own (the shorter side's); what a join costs the running batch beyond the prefill rows;
+* ``kv_trim`` (``batch_size`` rows staying when one leaves): the engine's own time for copying them out of the
+  batch's arrays (``LMTiming.trim_s``), ``tokens`` the positions written;
 * ``iter_gap`` (by batch size): the mean time between two decode iterations of those requests (the engine
   loop's bookkeeping, a piece handed to the event loop per row, and waiting for a core or the interpreter lock
   when the host is busy);
@@ -52,6 +54,8 @@ DECODE_STEPS = 31
 # longer than the batch's past (the shorter side's padding is a copy of its own), small and large batches, short
 # and long pasts (no two shapes write the same positions: rows are keyed by them).
 MERGE_SHAPES = tuple((b, ctx, n) for b in (2, 8) for ctx, n in ((64, 32), (64, 256), (320, 32), (320, 448)))
+# (rows, their prompts' tokens) of the kv_trim rows: one of the rows leaves after 8 tokens, the others stay.
+TRIM_SHAPES = tuple((b, ctx) for b in (2, 4, 8) for ctx in (64, 320))
 
 
 class _Gateway:
@@ -66,10 +70,11 @@ class _Gateway:
         self.prefix = f"served-{time.monotonic_ns()}-"
         self.n = 0
 
-    async def burst(self, client, sizes: list[int], max_tokens: int, locations: list[str],
+    async def burst(self, client, sizes: list[int], max_tokens: int | list[int], locations: list[str],
                     late: tuple[int, float] | None = None) -> list[dict]:
         """Send one request per size at once (from ``locations``) while a blocker keeps each engine busy, so that
-        the engine admits them together when the blocker's iteration ends; their engine records. ``late`` = (prompt
+        the engine admits them together when the blocker's iteration ends; their engine records (``max_tokens``:
+        one for all, or one per request). ``late`` = (prompt
         tokens, delay s): one more request (two tokens) sent that long after the others, from the first location;
         its record comes last."""
         self.n += 1
@@ -85,7 +90,8 @@ class _Gateway:
         await asyncio.sleep(0.02)
         jobs = []
         for i, (n, loc) in enumerate(zip(sizes, locations, strict=True)):
-            body = {"prompt": prompt_text(n, self.rng), "max_tokens": max_tokens, "stream": True,
+            asked = max_tokens[i] if isinstance(max_tokens, list) else max_tokens
+            body = {"prompt": prompt_text(n, self.rng), "max_tokens": asked, "stream": True,
                     "ignore_eos": True, "seed": i}
             headers = {**self.headers, TRACE_HEADER: f"{group}{i}", "x-edgepop-client-location": loc}
             jobs.append(stream_once(client, self.url, headers, body))
@@ -151,9 +157,26 @@ async def _merges(gw: _Gateway, c, where: str, n_ctx: int, repeats: int, shapes,
     return [("kv_merge", *key, float(np.median(ms))) for key, ms in out.items()]  # one row per point
 
 
+async def _trims(gw: _Gateway, c, where: str, n_ctx: int, repeats: int, shapes) -> list[tuple]:
+    """``kv_trim`` rows: ``b`` streams of ``ctx``-token prompts decode, one of them ends early and the others are
+    copied out of the batch's arrays; the engine's own record of that copy (``trim_s`` and the positions written)."""
+    out: dict[tuple, list[float]] = {}
+    for b, ctx in shapes:
+        if n_ctx - ctx - 2 < 24:
+            continue
+        got = []
+        for _ in range(repeats):
+            eng = await gw.burst(c, [ctx] * b, [8] + [24] * (b - 1), [where] * b)
+            got += [e for e in eng if e.get("trims") == 1]
+        if got:
+            tokens, ms = np.median([(e["trim_tokens"], e["trim_s"]) for e in got], axis=0)
+            out.setdefault((b - 1, round(tokens)), []).append(max(ms * 1e3, 1e-3))
+    return [("kv_trim", b, tokens, 0, float(np.median(ms))) for (b, tokens), ms in out.items()]
+
+
 async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, steps: int, prompt_tokens,
                    prefill_batch, decode_batch, contexts, host_engines, decode_steps: int,
-                   merge_shapes=()) -> list[tuple]:
+                   merge_shapes=(), trim_shapes=()) -> list[tuple]:
     import httpx
 
     rows = []
@@ -192,6 +215,7 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
         for b, g in sorted(gaps.items()):  # the mean: rare long waits for a core are what it is about
             rows.append(("iter_gap", b, 0, 0, max(float(np.mean(g)), 0.0)))
         rows += await _merges(gw, c, where[0], n_ctx, repeats, merge_shapes, rows)
+        rows += await _trims(gw, c, where[0], n_ctx, repeats, trim_shapes)
         for k in host_engines:
             ms = []
             h0, c0, t0 = _loop_cpu_s(gw), time.process_time(), time.monotonic()
@@ -215,7 +239,7 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
                           repeats: int = 3, steps: int = 16, prompt_tokens=PROMPT_TOKENS,
                           prefill_batch=PREFILL_BATCH, decode_batch=DECODE_BATCH, contexts=CONTEXTS,
                           host_engines=None, decode_steps: int = DECODE_STEPS,
-                          merge_shapes=MERGE_SHAPES) -> pd.DataFrame:
+                          merge_shapes=MERGE_SHAPES, trim_shapes=TRIM_SHAPES) -> pd.DataFrame:
     """``prefill``, ``decode`` and ``host_share`` rows of ``model`` (named after ``stand_in``) measured inside
     the live gateway at ``url``; ``pop_locations``: one client location at each PoP serving the model (the
     first serves the prefill and decode rows), ``host_engines``: the k values (default 1..PoPs, when several).
@@ -230,7 +254,7 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
     if decode_steps < 1:
         raise ValueError(f"decode_steps must be at least 1, got {decode_steps}")
     rows = asyncio.run(_measure(gw, where, n_ctx, repeats, steps, prompt_tokens, prefill_batch, decode_batch,
-                                contexts, host_engines, decode_steps, merge_shapes))
+                                contexts, host_engines, decode_steps, merge_shapes, trim_shapes))
     table = pd.DataFrame([(stand_in, *r) for r in rows], columns=COLUMNS[:6])
     table["ms"] = table.ms.round(4)
     return table

@@ -93,6 +93,33 @@ def test_timing_records_what_merging_a_joiners_kv_into_the_batch_wrote(lm, joine
         eng.close()
 
 
+def test_leaving_rows_copy_the_others_out_once_into_contiguous_arrays(lm):
+    from dataplane.padded_kv import keep_rows
+
+    rng = np.random.default_rng(0)
+    past = [rng.random((3, 2, 5, 4)).astype(np.float32) for _ in range(2)]
+    mask = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    kept, kept_mask = keep_rows(past, mask, [0, 1])  # the column only the leaving row used goes
+    assert kept_mask.tolist() == [[0, 1, 1, 1], [1, 1, 1, 1]]
+    for a, k in zip(past, kept, strict=True):
+        assert k.flags["C_CONTIGUOUS"] and np.array_equal(k, a[:2, :, 1:])  # no second copy by the next step
+    # The engine stamps the copy on the rows that stay: once per row that left while they decoded.
+    eng = LMEngine(lm, LMEngineConfig(max_batch=4, kv_budget_tokens=4096))
+    try:
+        with eng._cond:  # admitted in one iteration: one leaves after 4 tokens, the other two stay for 12
+            hs = [eng.submit(p, SamplingParams(max_tokens=m, seed=i))
+                  for i, (p, m) in enumerate([("Hello", 4), ("GPU edge", 12), ("tokens per second", 12)])]
+        for h in hs:
+            h.result(60)
+        first, stay = hs[0].timing, [h.timing for h in hs[1:]]
+        assert first.trims == 0 and first.trim_s == 0.0
+        # their past when the first left: the longer prompt and 3 decode steps (the first token came from the prefill)
+        width = max(len(h.prompt_ids) for h in hs[1:]) + 3
+        assert all(t.trims == 1 and 0.0 < t.trim_s <= t.decode_s and t.trim_tokens == 2 * width for t in stay)
+    finally:
+        eng.close()
+
+
 def test_device_resident_kv_cache_gives_the_same_tokens(lm, solo):
     # The KV cache kept in the provider's memory between steps (on by default on CUDA) runs the same
     # IO-binding code on CPU, so this checks its bookkeeping here: rows join and leave, results unchanged.

@@ -202,7 +202,8 @@ def test_served_merge_rows_read_the_engines_own_merges(served):
     url, _ = served
     table = served_profile.served_engine_profile(
         url, GEN, "gpt2-tiny", [(50.11, 8.68)], prompt_tokens=(8, 128), prefill_batch=(1, 2), decode_batch=(2,),
-        contexts=(32,), repeats=1, decode_steps=3, merge_shapes=((2, 24, 160), (2, 160, 24)))
+        contexts=(32,), repeats=1, decode_steps=3, merge_shapes=((2, 24, 160), (2, 160, 24)),
+        trim_shapes=((3, 40),))
     merge = table[table.phase == "kv_merge"].set_index("tokens")
     assert len(merge) == 2 and (merge.batch_size == 2).all() and (merge.ms > 0).all()
     # the joiner longer than the batch's past: both batch rows padded to its 160 positions; 3 rows written
@@ -212,6 +213,9 @@ def test_served_merge_rows_read_the_engines_own_merges(served):
     shorter = merge.loc[[t for t in merge.index if t != 3 * 160]].iloc[0]
     past = shorter.name // 3
     assert shorter.name == 3 * past and shorter.context == past and 160 < past < 160 + 48
+    # One of three rows leaves after 8 tokens: the two that stay are copied out at their 40 + 7 positions.
+    trim = table[table.phase == "kv_trim"]
+    assert trim[["batch_size", "tokens", "context"]].values.tolist() == [[2, 2 * 47, 0]] and (trim.ms > 0).all()
 
 
 def test_replay_profiles_decode_at_its_longest_output(monkeypatch):

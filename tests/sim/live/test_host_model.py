@@ -96,6 +96,20 @@ def test_a_join_stalls_the_batch_for_its_prefill_and_the_measured_merge(desc, to
     assert parts.loc[1, "prefill"] == pytest.approx(10.0)  # its first token comes before the merge
 
 
+def test_rows_that_stay_pay_the_measured_trim_in_their_step(desc, topo, tmp_path):
+    # A (8 tokens, 3 out) and B (20 tokens, 6 out) arrive together: A leaves after 2 steps, B is copied out at
+    # its 22 positions, and that copy is part of B's third step.
+    trim = pd.DataFrame({"phase": "kv_trim", "batch_size": [1, 2], "tokens": [100, 400], "context": 0,
+                         "ms": [0.3 + 0.002 * 100, 0.3 + 0.002 * 400]})
+    params = HostParams(trim)
+    assert params.trim_ms(22) == pytest.approx(0.3 + 0.002 * 22) and HostParams(trim.iloc[:0]).trim_ms(22) is None
+    sim = simulate_like(desc, _live(tmp_path, topo, [(0.0, 8, 3), (0.0, 20, 6)]), topo, perf=ConstPerf(trim),
+                        host_model=True)
+    parts = sim_components(sim).set_index(sim.request_id)
+    assert parts.loc[0, "decode"] == pytest.approx(2 * STEP_MS)
+    assert parts.loc[1, "decode"] == pytest.approx(5 * STEP_MS + params.trim_ms(22))
+
+
 def test_merge_fit_keeps_every_term_non_negative():
     from sim.live.host_params import fit_merge
 
