@@ -246,7 +246,9 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
     ``decode_steps``: the decode steps of each ``decode`` row's generations (a request's mean step falls with
     its length, so the rows are measured at the length the replayed requests have: ``max_output - 1``; fewer at
     a context the model's window leaves less room after);
-    ``steps``: the ``host_share`` rows' (twice that), whose ratios to one engine do not depend on it."""
+    ``steps``: the ``host_share`` rows' (twice that), whose ratios to one engine do not depend on it;
+    ``merge_shapes`` and ``trim_shapes``: the ``kv_merge`` and ``kv_trim`` rows' (:data:`MERGE_SHAPES`,
+    :data:`TRIM_SHAPES`; empty: none)."""
     where = [f"{lat:.5f},{lon:.5f}" for lat, lon in pop_locations]
     if host_engines is None:
         host_engines = tuple(range(1, len(where) + 1)) if len(where) > 1 else ()
