@@ -1,10 +1,10 @@
 """The live host's figures, read off a measured profile table: what :mod:`sim.live.host_model` runs on.
 
 :class:`HostParams` reads a table's host rows (``host_share`` and the event loop's and client's cores beside it,
-``iter_gap``, ``kv_copy``, ``kv_merge``, ``kv_trim``, ``gw_*``); :func:`fit_merge` reads the merge rows as a
-fixed cost and two per-position rates (the trim rows as a fixed cost and one); :func:`fit_host_share` and :func:`share_slowdown` are the cores-and-lock
-model of threads sharing one process's cores and interpreter lock; :func:`require_host_rows` refuses a table
-that lacks what the model needs.
+``iter_gap``, ``kv_copy``, ``kv_merge``, ``kv_trim``, ``gw_*``); :func:`fit_merge` reads the merge rows as a fixed
+cost and two per-position rates (the trim rows as a fixed cost and one); :func:`fit_host_share` and
+:func:`share_slowdown` are the cores-and-lock model of threads sharing one process's cores and interpreter lock;
+:func:`require_host_rows` refuses a table that lacks what the model needs.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def require_host_rows(table: pd.DataFrame, source, engines: int = 2) -> None:
 
 
 class HostParams:
-    """The host-model figures of one profile table (``host_share``, ``kv_copy`` and ``gw_*`` rows).
+    """The host-model figures of one profile table (``host_share``, ``kv_copy``, ``kv_merge``, ``kv_trim`` and
+    ``gw_*`` rows).
 
     ``host_share`` rows give the slowdown of k engines decoding at once. The engines' pace is read off them
     directly (:meth:`slowdown`); :func:`fit_host_share` reads them as the cores this process gets and the share
