@@ -14,6 +14,7 @@ from dataplane.cache import cached_model
 from dataplane.engine_batch import BatchConfig, BatchingEngine
 from dataplane.engine_lm import LMEngine, LMEngineConfig
 from dataplane.errors import CapacityError, InvalidInputError
+from dataplane.models import gpt2
 from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.sampling import SamplingParams, sample_token
 from dataplane.service import DataPlaneConfig
@@ -191,7 +192,10 @@ def test_cancel_and_failure_do_not_disturb_the_batch(engine, solo):
 def test_stops_on_eos(lm, solo):
     tokens = solo["Hello"]
     k = next(i for i in range(2, len(tokens)) if tokens[i] not in tokens[:i])
-    path = cached_model("gpt2-tiny", lm.spec.key(), lambda: None)  # already built: reuse the same file
+    # The same file as gpt2-tiny's (built here if this session's cache does not hold it yet: a model loaded before
+    # the session fixture set the cache directory lives in another one)
+    path = cached_model("gpt2-tiny", lm.spec.key(), lambda: gpt2.build_graph(
+        lm.spec, gpt2.random_weights(lm.spec, np.random.default_rng(lm.spec.seed))))
     model = runtime.LanguageModel("gpt2-eos", lm.spec, path)
     model.tokenizer.eos_id = tokens[k]  # pretend that token is <|endoftext|>
     eng = LMEngine(model)
