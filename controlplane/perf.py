@@ -25,7 +25,10 @@ Per pass the roofline charges, on each of the ``tp`` GPUs of a replica:
   and low-latency protocols (small messages: a shorter latency at half the bandwidth);
 * a fixed overhead per prefill and per decode step (scheduling, sampling, kernel launches); an engine that
   leaves each prompt's last token to a decode step (``EngineProfile.first_token_decode``) pays that step,
-  overhead included, in its time to first token.
+  overhead included, in its time to first token;
+* for a stack whose tensor-parallel workers launch their kernels each from its own host, unsynchronised, a wait
+  at every all-reduce for the last worker to arrive (``EngineProfile.barrier_jitter_us`` times
+  :func:`straggler_factor`).
 
 The per-layer all-reduce latency and the step overhead are why decode does not speed up like 1/tp: a 70B model
 at tp 8 still pays 160 all-reduces and the step floor. Hardware constants are shared; the overheads and the
@@ -35,12 +38,14 @@ they are properties of the serving software, not of the GPU.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import astuple, dataclass, field, fields, replace
 from typing import ClassVar, Protocol
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from controlplane import perf_arch
 from controlplane.catalog import PRECISION_BYTES, RUNTIME_OVERHEAD_BYTES, ModelSpec
@@ -91,6 +96,18 @@ class GPU:
         if which == "flops32":
             return self.flops16 * FP32_SHARE[self.arch in TF32_ARCHS]
         return {"flops8": self.flops8, "flops16": self.flops16}[which]
+
+
+@functools.lru_cache(maxsize=64)
+def straggler_factor(n: int) -> float:
+    """Expected maximum of ``n`` independent standard normal variables (0 for one; 0.56, 1.03, 1.42 for 2, 4, 8):
+    how many standard deviations after the typical worker the last of ``n`` reaches a barrier."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-12.0, 12.0, 24001)
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    cdf = special.ndtr(x)
+    return float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
 
 
 def gpu_table(gpus: pd.DataFrame) -> dict[str, GPU]:
@@ -223,7 +240,8 @@ class Roofline:
         # image or speech pass has none of here (its gemm_rows is infinite, so the product is skipped, not 0*inf).
         if prefill and prof.dense_attention_bytes and cost.layers and spec.heads:
             busy += prof.dense_attention_bytes * cost.gemm_rows ** 2 * cost.layers * spec.heads / bw
-        comm = cost.allreduces * self.allreduce_s(g, tp, cost.allreduce_bytes)
+        comm = cost.allreduces * (self.allreduce_s(g, tp, cost.allreduce_bytes)
+                                  + prof.barrier_jitter_us * 1e-6 * straggler_factor(tp))
         ms = 1e3
         return StepTime(compute * ms, memory * ms, comm * ms, overhead_ms, (busy + comm) * ms + overhead_ms)
 

@@ -49,9 +49,11 @@ from controlplane.perf_rows import (  # noqa: F401 (the tables and the rows are 
 
 # Engines kept out of the ``default`` profile, with the evidence (their fitted profile shows it).
 LEGACY_ENGINES = {"splitwise-2023": "2023 research stack: decode bound by host overhead (does not speed up with "
-                                    "TP); prefill super-linear in the pass's total tokens, not per prompt (8 x 512 "
-                                    "costs what 1 x 4,096 does) and not shrinking with TP: a dense score matrix "
-                                    "through memory (dense_attention_bytes)"}
+                                    "TP), and every all-reduce waits for the last worker to reach it (a constant "
+                                    "overhead left decode 11-18% too slow at tp 2 and 10% too fast at tp 8, on "
+                                    "A100 and H100 alike: barrier_jitter_us); prefill super-linear in the pass's "
+                                    "total tokens, not per prompt (8 x 512 costs what 1 x 4,096 does) and not "
+                                    "shrinking with TP: a dense score matrix through memory (dense_attention_bytes)"}
 # (name, lower, upper) of the shared constants; "a.b" is key b of dict constant a.
 SHARED = [("gemm_half_tokens", 1.0, 2048.0), ("fp8_gemm_factor", 0.3, 1.0), ("weight_only_bw_efficiency", 0.3, 1.0),
           ("elementwise_efficiency", 0.05, 1.0), ("layer_floor_us", 0.0, 200.0), ("overlap_exponent", 2.0, 16.0),
@@ -74,12 +76,16 @@ ARCH_SPREAD = 0.1
 COMPUTE_MIN_ROWS = 128
 ARCH_KEYS = ("ampere", "hopper", "ada", "turing")
 OVERHEAD_BOUNDS = (0.0, 60.0)
+# Spread of the workers' arrival at an all-reduce (microseconds): a host-launched layer's kernels take tens to
+# hundreds of microseconds to issue.
+JITTER_BOUNDS = (0.0, 1000.0)
 # Bytes per score element of a materialised attention matrix: written and read back at most a few times in fp32.
 DENSE_ATTENTION_BOUNDS = (0.0, 64.0)
 # Dense whole-pass attention is fitted only for legacy engines with passes this long (below it is a few % of a
 # pass, which no row can tell from the linear terms); modern engines use fused per-sequence kernels.
 DENSE_MIN_TOKENS = 4096
 ENGINE_BOUNDS = {"prefill_overhead_ms": OVERHEAD_BOUNDS, "step_overhead_ms": OVERHEAD_BOUNDS,
+                 "barrier_jitter_us": JITTER_BOUNDS,
                  "dense_attention_bytes": DENSE_ATTENTION_BOUNDS}
 ELEMENTWISE_BOUNDS = (0.0, 1.0)  # fusion can only remove element-wise traffic, never add it
 
@@ -169,7 +175,9 @@ def fallbacks(params: RooflineParams, fitted: list[str]) -> RooflineParams:
 
 
 def engine_unknowns(rows: Rows) -> list[tuple[str, str]]:
-    """(engine, field) pairs the training rows identify: an overhead needs end-to-end rows of its phase."""
+    """(engine, field) pairs the training rows identify: an overhead needs end-to-end rows of its phase; a legacy
+    engine's barrier jitter, rows at two tensor-parallel degrees or more (modern engines launch captured or
+    lockstep kernels and pay none)."""
     out = []
     e2e = rows.kind == "e2e"
     for engine in sorted(set(rows.engine[e2e])):
@@ -180,6 +188,8 @@ def engine_unknowns(rows: Rows) -> list[tuple[str, str]]:
             out.append((engine, "step_overhead_ms"))
         if engine in LEGACY_ENGINES and (mine & rows.prefill & (rows.gemm_rows >= DENSE_MIN_TOKENS)).any():
             out.append((engine, "dense_attention_bytes"))
+        if engine in LEGACY_ENGINES and len(set(rows.tp[mine])) > 1:  # a wait growing with tp needs two sizes
+            out.append((engine, "barrier_jitter_us"))
     return out
 
 
@@ -216,7 +226,7 @@ def fit(rows: Rows, start: RooflineParams | None = None) -> RooflineParams:
     counts = pd.Series(rows.engine).value_counts()
     weights = 1.0 / np.sqrt(counts[rows.engine].to_numpy(dtype=float))
     x0 = ([min(max(_start(params, rows, n), bounds[n][0]), bounds[n][1]) for n in shared] + [0.5]
-          + [4.0 if f == "dense_attention_bytes" else 2.0 for _, f in unknowns])
+          + [{"dense_attention_bytes": 4.0, "barrier_jitter_us": 20.0}.get(f, 2.0) for _, f in unknowns])
     lower = [bounds[n][0] for n in shared] + [ELEMENTWISE_BOUNDS[0]] + [ENGINE_BOUNDS[f][0] for _, f in unknowns]
     upper = [bounds[n][1] for n in shared] + [ELEMENTWISE_BOUNDS[1]] + [ENGINE_BOUNDS[f][1] for _, f in unknowns]
     n = len(shared)

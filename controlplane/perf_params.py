@@ -48,7 +48,11 @@ class EngineProfile:
     moves after fusing them into its GEMMs and into each other. ``dense_attention_bytes`` is for stacks that
     materialise attention as one dense masked score matrix over the whole pass (every prompt of a batch
     against every other, every head on every GPU of the group): bytes moved through memory per score element
-    per head and layer, 0 for engines with fused, per-sequence, head-sharded kernels. ``first_token_decode``: the
+    per head and layer, 0 for engines with fused, per-sequence, head-sharded kernels. ``barrier_jitter_us`` is for
+    stacks whose tensor-parallel workers each launch their kernels from their own host thread, unsynchronised
+    (eager multi-process stacks): the spread (standard deviation) of when the workers reach an all-reduce, which
+    waits for the last of them, on average :func:`controlplane.perf.straggler_factor` (tp) spreads after the
+    typical one; 0 for engines whose workers run captured or lockstep launches. ``first_token_decode``: the
     engine's prefill stops one token short of each prompt and the first token comes out of a decode step that
     processes the last prompt token (TurboMind 0.1's ``ContextDecode`` "skip[s] the last input token (will
     process with decoder later)"), so its time to first token is a prefill over ``n - 1`` tokens (none for a
@@ -60,6 +64,7 @@ class EngineProfile:
     attn_efficiency: float = 0.5
     elementwise_factor: float = 1.0
     dense_attention_bytes: float = 0.0
+    barrier_jitter_us: float = 0.0
     first_token_decode: bool = False
     description: str = ""
 

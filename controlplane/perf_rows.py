@@ -23,6 +23,7 @@ from controlplane.perf import (
     Roofline,
     RooflineParams,
     gpu_table,
+    straggler_factor,
     with_precision,
 )
 from edgepop.errors import DataFileError
@@ -97,6 +98,7 @@ class Rows:
         self.kv_bytes = np.array([x.kv_bytes for x in c]) * np.array(kvrep)
         self.heads = np.array([float(s.heads or 0) if s is not None else 0.0 for s in self.specs])
         self.allreduces = np.array([x.allreduces for x in c], dtype=float) * (self.tp > 1)
+        self.straggler = np.array([straggler_factor(int(tp)) for tp in self.tp])
 
     def subset(self, mask: np.ndarray) -> Rows:
         idx = np.flatnonzero(mask)
@@ -151,7 +153,9 @@ class Rows:
         link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self.gpus])
         ring = 2.0 * (self.tp - 1) / self.tp * self.allreduce_bytes / link
         one = np.minimum(lat + ring, p.allreduce_ll_latency_us * 1e-6 + ring / LL_BANDWIDTH_SHARE)
-        comm = self.allreduces * one
+        jitter = np.array([profiles[e].barrier_jitter_us if k == "e2e" else 0.0
+                           for k, e in zip(self.kind, self.engine, strict=True)]) * 1e-6
+        comm = self.allreduces * (one + jitter * self.straggler)
         out = (busy + comm) * 1e3
         coll = self.kind == "collective"
         out[coll] = (one * 1e3)[coll]

@@ -2,9 +2,9 @@
 mixed batches, and ``edgepop validate`` with the docs page it generates.
 
 The leave-one-group-out goal is prefill and decode MAPE <= 10% in every grouping. Where the shipped model meets
-it, the test asserts the goal; where it does not (prefill with a tensor-parallel degree held out: 11.4%; prefill
-and decode with a GPU type held out: 10.0% and 10.3%), the test asserts the bound the model reaches today, so a
-change can only make it better, and the docs page says the goal is missed (see docs/perf-model.md for why).
+it, the test asserts the goal; where it does not (prefill with a tensor-parallel degree held out: 10.3%), the test
+asserts the bound the model reaches today, so a change can only make it better, and the docs page says the goal
+is missed (see docs/perf-model.md for why).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from controlplane.catalog import default_catalog
-from controlplane.perf import Roofline, with_precision
+from controlplane.perf import Roofline, straggler_factor, with_precision
 from controlplane.perf_calibration import FIRST_TOKEN_DECODE, LEGACY_ENGINES
 from controlplane.perf_params import RooflineParams
 from controlplane.perf_validation import GOAL_MAPE
@@ -26,14 +26,14 @@ from controlplane.validation import fidelity_report, render_markdown
 ROOT = Path(__file__).resolve().parents[2]
 L8 = "@cf/meta/llama-3.1-8b-instruct"
 L70 = "@cf/meta/llama-3.3-70b-instruct-fp8-fast"
-# What the shipped model reaches where it misses the goal (pooled MAPE, held-out predictions). GPU type held out:
-# met (9.7% / 10.0%) only while Ada's GEMM efficiency sat at the fit's bound, which also raised Hopper's fallback
-# with the H100 held out; architectures pooled towards their mean give 10.0% / 10.3%.
-REACHED = {("tp", "prefill"): 0.12, ("gpu", "prefill"): 0.105, ("gpu", "decode"): 0.105}
+# What the shipped model reaches where it misses the goal (pooled MAPE, held-out predictions): tp 1 held out
+# takes every single-GPU row away, the L40S's with them (docs/perf-model.md).
+REACHED = {("tp", "prefill"): 0.105}
 # What the shipped constants reach on each external check set (pooled MAPE; raised only with a documented model
-# change: pooling the architectures' GEMM efficiency took the static-decode set from 18.7% to 19.2%).
+# change: pooling the architectures' GEMM efficiency took the static-decode set from 18.7% to 19.2%; the legacy
+# stack's barrier wait, refitting the shared constants, NIM's default reading from 17.6% to 18.2%).
 HOLDOUT_REACHED = {"perf_holdout.csv": {"default": 0.14, "other_release": 0.12},
-                   "perf_holdout_nim.csv": {"default": 0.18, "other_release": 0.21},
+                   "perf_holdout_nim.csv": {"default": 0.185, "other_release": 0.21},
                    "perf_holdout_static_decode.csv": {"default": 0.195, "other_release": 0.195},
                    "perf_holdout_edge.csv": {"default": 0.105, "other_release": 0.105}}
 
@@ -148,6 +148,43 @@ def test_dense_attention_is_a_legacy_engine_property_following_the_pass_not_the_
         return legacy.prefill_ms(spec, "H100", 8192, tp=tp) - plain.prefill_ms(spec, "H100", 8192, tp=tp)
 
     assert dense_ms(2) > 100 and dense_ms(8) == pytest.approx(dense_ms(2), rel=1e-6)
+
+
+def test_straggler_factor_is_the_expected_maximum_of_normals():
+    assert straggler_factor(1) == 0.0
+    assert straggler_factor(2) == pytest.approx(1 / np.sqrt(np.pi), abs=1e-6)  # E max of two: 1/sqrt(pi)
+    draws = np.random.default_rng(7).standard_normal((200_000, 8)).max(axis=1).mean()
+    assert straggler_factor(8) == pytest.approx(draws, abs=0.01)
+    assert all(straggler_factor(n) < straggler_factor(2 * n) for n in (1, 2, 4, 8))
+
+
+def test_barrier_wait_is_a_legacy_engine_property_paid_at_every_all_reduce(topo):
+    """Only the legacy stack, whose workers launch their own kernels, waits at each all-reduce for the last
+    worker; the wait grows with the workers, is nothing on one GPU, and takes its decode rows' bias by tensor
+    parallelism away (a constant overhead left them 11-18% too slow at tp 2 and 10% too fast at tp 8)."""
+    from controlplane.perf_calibration import load_rows
+
+    params = RooflineParams.load()
+    assert all((p.barrier_jitter_us > 0) == (name in LEGACY_ENGINES) for name, p in params.engines.items())
+    name = next(iter(LEGACY_ENGINES))
+    legacy = Roofline.from_topology(topo, engine=name)
+    plain = Roofline(legacy.gpus, replace(params, engines={**params.engines, name: replace(
+        params.engines[name], barrier_jitter_us=0.0)}), name)
+    spec = with_precision(default_catalog()[L70], "bf16", "bf16")
+    wait = {tp: legacy.decode_step_ms(spec, "H100", 8, 512, tp=tp) - plain.decode_step_ms(spec, "H100", 8, 512, tp=tp)
+            for tp in (1, 2, 4, 8)}
+    layers_allreduces = 2 * spec.layers
+    assert wait[1] == 0.0
+    for tp in (2, 4, 8):
+        expected = layers_allreduces * params.engines[name].barrier_jitter_us * 1e-3 * straggler_factor(tp)
+        assert wait[tp] == pytest.approx(expected, rel=1e-9)
+    rows = load_rows(("e2e",))
+    mine = (rows.engine == name) & ~rows.prefill
+    err = rows.predict(params)[mine] / rows.measured[mine] - 1.0
+    for tp in (2, 4, 8):
+        for gpu in ("A100-80GB", "H100"):
+            at = (rows.tp[mine] == tp) & (rows.gpu_name[mine] == gpu)
+            assert at.sum() >= 2 and abs(err[at].mean()) < 0.10, (tp, gpu, err[at])
 
 
 def test_first_token_decode_engine_prefills_all_but_the_last_token_then_decodes_it(topo):
