@@ -20,7 +20,7 @@ sliding-window footprint), so a prefix shared by two *concurrent* requests is bu
 sliding-window model's cached blocks are counted at full-layer size (conservative too). ``fraction`` optionally
 caps the unpinned blocks at a share of the pool minus the pinned ones (``cap - pinned``, at least 0): pinned
 blocks belong to running requests and cannot be evicted, so the held blocks (pinned + unpinned) can exceed the cap
-whenever running requests pin more than it (at a 0.2 cap on one busy PoP, on 6,217 of 6,294 checks, up to 5.6x).
+whenever running requests pin more than it (at a 0.2 cap on one busy PoP, on 6,464 of 6,476 checks, up to 5.7x).
 
 Computed blocks: a block pinned by a request whose prefill has not ended holds no KV yet. When the index's driver
 reports prefill completions (``track_computing``; the simulator does, through :meth:`PrefixIndex.computed`), such a

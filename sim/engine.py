@@ -29,7 +29,7 @@ def prefill_after_prefix(perf, spec, gpu: str):
     New tokens after a cached prefix (a prefix-cache hit, an earlier chunk of the same prompt) attend to it: its
     keys and values are read and QK^T / PV run over it as well (``4 L H d t o`` FLOPs for ``t`` new tokens after
     ``o``), so a hit costs more than a fresh prompt of its new tokens (1,000 new tokens of Llama-3.1-8B on an
-    H100: 18% more after 4,000 cached ones, 135% more after 30,000). A roofline model counts that itself
+    H100: 18% more after 4,000 cached ones, 134% more after 30,000). A roofline model counts that itself
     (``prior``); a measured profile knows fresh prompts only, ``T(x)``, so each hit adds what its new tokens
     cost beyond a fresh prompt's, ``T(o + t) - T(o) - T(t) + T(0)`` with ``T(0)`` extrapolated as
     ``2 T(1) - T(2)`` (exact when ``T`` is linear in the tokens, within two tokens' attention when it is

@@ -6,7 +6,7 @@ import pytest
 from sim.decode_bias import decode_bias
 
 
-@pytest.mark.parametrize("gpu, short_pct", [("H100", 8.5), ("L4", 10.5)])
+@pytest.mark.parametrize("gpu, short_pct", [("H100", 8.7), ("L4", 10.5)])
 def test_engine_decode_of_a_long_steady_batch_is_short_by_the_documented_bias(gpu, short_pct):
     r = decode_bias(gpu, n=4, prompt=100, output=7000)
     assert r["simulated_s"] < r["stepwise_s"]  # the step is timed at the 100-token context it started with
