@@ -354,7 +354,7 @@ class LMEngine:
             self._running, self._past, self._mask = list(seqs), present, mask
             return
         self._host_past()
-        t0, (written, padded) = time.monotonic(), merge_positions(self._mask, mask)
+        t0, (written, padded) = time.monotonic(), merge_positions(self._mask.shape, mask.shape)
         self._past, self._mask = merge_rows(self._past, self._mask, present, mask)
         for s in seqs:  # what the joiners cost the batch beyond their prefill call (inside their prefill_s)
             s.h.timing.merge_s, s.h.timing.merge_tokens, s.h.timing.merge_pad_tokens = (

@@ -30,10 +30,11 @@ def merge_rows(past: list[np.ndarray], mask: np.ndarray, present: list[np.ndarra
     return merged, np.concatenate([lpad(mask, p_all - p_old, 1), lpad(new_mask, p_all - p_new, 1)], axis=0)
 
 
-def merge_positions(mask: np.ndarray, new_mask: np.ndarray) -> tuple[int, int]:
+def merge_positions(shape: tuple[int, int], new_shape: tuple[int, int]) -> tuple[int, int]:
     """(positions :func:`merge_rows` writes into the merged arrays, those of them the shorter side's rows are first
-    padded to in a copy of their own) for a batch ``mask`` and joining rows ``new_mask``."""
-    (b_old, p_old), (b_new, p_new) = mask.shape, new_mask.shape
+    padded to in a copy of their own) for a batch of mask shape ``shape`` (rows, positions) and joining rows of
+    ``new_shape``; the live-host model charges merges by the same count."""
+    (b_old, p_old), (b_new, p_new) = shape, new_shape
     p_all = max(p_old, p_new)
     return (b_old + b_new) * p_all, (b_old if p_new > p_old else b_new if p_old > p_new else 0) * p_all
 

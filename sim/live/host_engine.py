@@ -12,6 +12,8 @@ from __future__ import annotations
 import collections
 import math
 
+from dataplane.padded_kv import merge_positions
+
 
 class _Row:
     __slots__ = ("seq", "rec", "length")
@@ -117,11 +119,10 @@ class LiveHostEngine:
         """The live merge: both sides left padded to the longer past (the shorter side first, in a copy of its
         own), then concatenated; from the ``kv_merge`` rows, else one concatenation at the ``kv_copy`` rows' rate."""
         past = max(r.length for r in stalled)
-        longest = max(past, joined_len)
-        pad = len(stalled) if joined_len > past else len(keep) if past > joined_len else 0
-        ms = self.p.merge_ms((len(stalled) + len(keep)) * longest, pad * longest)
+        written, padded = merge_positions((len(stalled), past), (len(keep), joined_len))
+        ms = self.p.merge_ms(written, padded)
         if ms is None:
-            ms = self.p.copy_ms(self._kv_mib(stalled + keep, longest))
+            ms = self.p.copy_ms(self._kv_mib(stalled + keep, max(past, joined_len)))
         return ms
 
     def _merged(self, stalled: list[_Row], keep: list[_Row], t0: float) -> None:
