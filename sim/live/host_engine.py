@@ -111,7 +111,7 @@ class LiveHostEngine:
         stalled = list(self.running)
         if stalled and keep:  # their KV joins the running batch's
             self.m.host.run(self._merge_ms(stalled, keep, max(r.seq.prompt for r in joiners)) / 1e3,
-                            lambda: self._merged(stalled, keep, t0))
+                            lambda: self._merged(stalled, keep, t0), copy=True)
         else:
             self._merged(stalled, keep, t0)
 
@@ -164,7 +164,7 @@ class LiveHostEngine:
             ms = self.p.trim_ms(len(self.running) * longest)
             if ms is None:  # (no kv_trim rows: one copy at the kv_copy rows' rate)
                 ms = self.p.copy_ms(self._kv_mib(self.running, longest))
-            self.m.host.run(ms / 1e3, lambda: self._trimmed(list(self.running), now))
+            self.m.host.run(ms / 1e3, lambda: self._trimmed(list(self.running), now), copy=True)
         else:
             self._next_iteration()
 

@@ -15,7 +15,9 @@ an event loop. With ``host_model`` on, the fidelity mirror (:mod:`sim.live.fidel
   merge (prefill/decode interference);
 * **the shared host** (:class:`HostCPU`): every engine iteration and every piece the event loop streams is a job
   on one processor-sharing host. k busy engines each run at the measured ``host_share`` slowdown of k engines
-  decoding at once in one process (interpolated in k; past the largest k measured, grown as the fit grows); the
+  decoding at once in one process (interpolated in k; past the largest k measured, grown as the fit grows), a
+  merge or a trim at the measured ``host_share_merge`` slowdown of one merge beside k - 1 decoding engines (a short
+  copy after a wait is scheduled sooner than threads that compute all along, so it slows down less); the
   event loop at the pace of the scarcer of the cores the process gets and the interpreter lock (an engine holds
   it part of its time, the event loop all of it), both fitted to the same rows
   (:func:`sim.live.host_params.fit_host_share`);
@@ -41,31 +43,35 @@ from sim.live.decompose import E2E_PARTS, PER_TOKEN
 from sim.live.host_engine import LiveHostEngine
 from sim.live.host_params import HostParams
 
+ENGINE, LOOP, COPY = 0, 1, 2  # the kinds of HostCPU's jobs (indices of its rates)
+
 
 class HostCPU:
     """Processor sharing of the live host among its busy threads (engines, the event loop), each at ``1 /
-    slowdown`` of its measured speed. ``run(work_s, done)`` calls ``done()`` when the job's work is through."""
+    slowdown`` of its measured speed. ``run(work_s, done)`` calls ``done()`` when the job's work is through; a
+    ``copy`` job (an engine merging or trimming KV) is an engine's thread at :meth:`HostParams.copy_slowdown`."""
 
     def __init__(self, sim, params: HostParams):
         self.sim, self.env, self.params = sim, sim.env, params
-        self.jobs: dict[int, list] = {}  # id -> [work left (s), done, is the event loop's]
+        self.jobs: dict[int, list] = {}  # id -> [work left (s), done, kind: ENGINE, LOOP or COPY]
         self.loops = 0
         self.t = 0.0
         self.version = 0
         self._ids = itertools.count()
 
-    def run(self, work_s: float, done, loop: bool = False) -> None:
+    def run(self, work_s: float, done, loop: bool = False, copy: bool = False) -> None:
         self._advance()
-        self.jobs[next(self._ids)] = [max(work_s, 0.0), done, loop]
+        self.jobs[next(self._ids)] = [max(work_s, 0.0), done, LOOP if loop else COPY if copy else ENGINE]
         self.loops += loop
         self._plan()
 
-    def _rates(self) -> tuple[float, float]:
-        """(engine, event loop) speeds now. An engine's measured step already includes the event loop's work on
-        its own batch's pieces (the profile is read inside the gateway), so engines slow down for each other
-        only; the loop slows down for everything."""
+    def _rates(self) -> tuple[float, float, float]:
+        """(engine, event loop, copy) speeds now. An engine's measured step already includes the event loop's
+        work on its own batch's pieces (the profile is read inside the gateway), so engines slow down for each
+        other only; the loop slows down for everything; a copy is an engine's thread, at its own pace."""
         engines = len(self.jobs) - self.loops
-        return 1.0 / self.params.slowdown(engines), 1.0 / self.params.slowdown(engines, self.loops)
+        return (1.0 / self.params.slowdown(engines), 1.0 / self.params.slowdown(engines, self.loops),
+                1.0 / self.params.copy_slowdown(engines))
 
     def _advance(self) -> None:
         now = self.env.now
@@ -90,7 +96,7 @@ class HostCPU:
         self._advance()
         done = [jid for jid, job in self.jobs.items() if job[0] <= 1e-9]
         jobs = [self.jobs.pop(jid) for jid in done]
-        self.loops -= sum(j[2] for j in jobs)
+        self.loops -= sum(j[2] == LOOP for j in jobs)
         fns = [j[1] for j in jobs]
         for fn in fns:
             fn()

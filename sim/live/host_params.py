@@ -1,8 +1,8 @@
 """The live host's figures, read off a measured profile table: what :mod:`sim.live.host_model` runs on.
 
 :class:`HostParams` reads a table's host rows (``host_share`` and the event loop's and client's cores beside it,
-``iter_gap``, ``kv_copy``, ``kv_merge``, ``kv_trim``, ``gw_*``); :func:`fit_merge` reads the merge rows as a fixed
-cost and two per-position rates (the trim rows as a fixed cost and one); :func:`fit_host_share` and
+``host_share_merge``, ``iter_gap``, ``kv_copy``, ``kv_merge``, ``kv_trim``, ``gw_*``); :func:`fit_merge` reads the
+merge rows as a fixed cost and two per-position rates (the trim rows as a fixed cost and one); :func:`fit_host_share` and
 :func:`share_slowdown` are the cores-and-lock model of threads sharing one process's cores and interpreter lock;
 :func:`require_host_rows` refuses a table that lacks what the model needs.
 """
@@ -92,8 +92,8 @@ def require_host_rows(table: pd.DataFrame, source, engines: int = 2) -> None:
 
 
 class HostParams:
-    """The host-model figures of one profile table (``host_share``, ``kv_copy``, ``kv_merge``, ``kv_trim`` and
-    ``gw_*`` rows).
+    """The host-model figures of one profile table (``host_share``, ``host_share_merge``, ``kv_copy``,
+    ``kv_merge``, ``kv_trim`` and ``gw_*`` rows).
 
     ``host_share`` rows give the slowdown of k engines decoding at once. The engines' pace is read off them
     directly (:meth:`slowdown`); :func:`fit_host_share` reads them as the cores this process gets and the share
@@ -118,6 +118,11 @@ class HostParams:
                       .reindex(share.index).fillna(0.0).to_numpy() / 1e3 for name in ("loop", "client")}
             self.cores, self.lock = fit_host_share(share.index.to_numpy(float), share.to_numpy() / share.loc[1],
                                                    max_cores, beside["loop"], beside["client"])
+        merge_share = table[table.phase == "host_share_merge"].groupby("batch_size").ms.median().sort_index()
+        self._copy_share = None  # (k, a merge's slowdown with k engines busy, ratio to k = 1)
+        if len(merge_share) > 1 and 1 in merge_share.index:
+            merge_share = merge_share.loc[1:]
+            self._copy_share = (merge_share.index.to_numpy(float), merge_share.to_numpy() / merge_share.loc[1])
         gap = table[table.phase == "iter_gap"].groupby("batch_size").ms.mean().sort_index()
         self._gap = (gap.index.to_numpy(float), gap.to_numpy(float)) if len(gap) else None
         copy = table[table.phase == "kv_copy"].groupby("tokens").ms.median().sort_index()
@@ -162,6 +167,20 @@ class HostParams:
                 measured = float(ratios[-1]) * self._fitted(engines, 0) / self._fitted(int(ks[-1]), 0)
             return max(measured, share_slowdown(engines, 0.0, self.max_cores, 0.0), 1.0)
         return self._fitted(engines, loops)
+
+    def copy_slowdown(self, engines: int) -> float:
+        """Slowdown of a KV merge or trim with ``engines`` engine threads busy (its own included): the measured
+        ``host_share_merge`` ratio (interpolated in k; past the largest k measured, grown as the fit grows; never
+        below 1). A short copy that follows a wait is scheduled ahead of threads that compute all along, so it
+        slows down less than a decode step. Without those rows, an engine's :meth:`slowdown`."""
+        if self._copy_share is None:
+            return self.slowdown(engines)
+        if engines <= 1:
+            return 1.0
+        ks, ratios = self._copy_share
+        if engines <= ks[-1]:
+            return max(float(np.interp(engines, ks, ratios)), 1.0)
+        return max(float(ratios[-1]) * self._fitted(engines, 0) / self._fitted(int(ks[-1]), 0), 1.0)
 
     def _fitted(self, engines: int, loops: int) -> float:
         if engines + loops <= 1:

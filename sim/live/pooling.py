@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-HOST_ROWS = ("host_share", "host_share_loop", "host_share_client")
+HOST_ROWS = ("host_share", "host_share_loop", "host_share_client", "host_share_merge")
 _KEY = ["model", "phase", "batch_size", "tokens", "context"]
 
 

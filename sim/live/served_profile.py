@@ -23,7 +23,11 @@ neither HTTP nor the injected delays enter the figures:
 * ``host_share`` (``batch_size`` = k replicas, each decoding two streams at once): the mean decode step while k
   of the deployment's engines decode together (one per emulated PoP, clients placed at each PoP), with
   ``host_share_loop`` and ``host_share_client`` rows: the cores (``ms`` = CPU ms per wall second) the gateway's
-  event loop and this measuring client kept busy meanwhile, which the host model's fit counts as busy threads.
+  event loop and this measuring client kept busy meanwhile, which the host model's fit counts as busy threads;
+* ``host_share_merge`` (``batch_size`` = k): the engine's own time for one merge (:data:`SHARED_MERGE`: a prompt
+  joining two decoding streams) while the other k - 1 engines decode, whose ratios to k = 1 are how much a merge
+  or a trim slows down on a busy host: a short copy after a wait gets a core sooner than an engine that computes
+  all along (measured on the 2-core VM: 1.46x at k = 4 against 2.73x for a decode step).
 
 Medians over ``repeats``.
 """
@@ -56,6 +60,9 @@ DECODE_STEPS = 31
 MERGE_SHAPES = tuple((b, ctx, n) for b in (2, 8) for ctx, n in ((64, 32), (64, 256), (320, 32), (320, 448)))
 # (rows, their prompts' tokens) of the kv_trim rows: one of the rows leaves after 8 tokens, the others stay.
 TRIM_SHAPES = tuple((b, ctx) for b in (2, 4, 8) for ctx in (64, 320))
+# (running rows, their prompts' tokens, the joining prompt's tokens) of the host_share_merge rows: one of the
+# kv_merge shapes, the same at every k, so that only the other engines' load differs.
+SHARED_MERGE = (2, 320, 448)
 
 
 class _Gateway:
@@ -174,6 +181,37 @@ async def _trims(gw: _Gateway, c, where: str, n_ctx: int, repeats: int, shapes) 
     return [("kv_trim", b, tokens, 0, float(np.median(ms))) for (b, tokens), ms in out.items()]
 
 
+async def _shared_merges(gw: _Gateway, c, where: list[str], n_ctx: int, repeats: int, host_engines,
+                         rows: list[tuple]) -> list[tuple]:
+    """``host_share_merge`` rows: the :data:`SHARED_MERGE` merge at the first engine while k - 1 others decode two
+    streams each (for long enough to outlast it); the engine's own record of the merge, the median per k."""
+    b, ctx, n = SHARED_MERGE
+    ctx, n = min(ctx, n_ctx // 2), min(n, n_ctx - 2)
+    steps = min(48, n_ctx - ctx - 2)
+    pre = {(r[1], r[2]): r[4] for r in rows if r[0] == "prefill"}
+    est = (lambda bb, nn: pre[min(pre, key=lambda q: (abs(q[0] - bb), abs(q[1] - nn)))]) if pre else \
+        (lambda bb, nn: 10.0 * bb * nn / 32)
+    out = []
+    for k in host_engines:
+        if k > len(where):
+            continue
+        step = {r[1]: r[4] for r in rows if r[0] == "decode"}.get(b, 5.0) * k
+        delay = 0.02 + 1.3 * (est(1, min(n_ctx - 2, 96 + 24 * b)) + est(b, ctx)) / 1e3 + 4 * step / 1e3
+        others = [loc for loc in where[1:k] for _ in (0, 1)]
+        busy = min(n_ctx - 130, 2 * steps)  # the others decode on past the merge
+        got = []
+        for _ in range(repeats * 2):
+            eng = await gw.burst(c, [ctx] * b + [128] * len(others), [steps] * b + [busy] * len(others),
+                                 [where[0]] * b + others, late=(n, delay))
+            if eng and eng[-1].get("merge_s"):
+                got.append(eng[-1]["merge_s"] * 1e3)
+            if len(got) == repeats:
+                break
+        if got:
+            out.append(("host_share_merge", k, n, 0, max(float(np.median(got)), 1e-3)))
+    return out
+
+
 async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, steps: int, prompt_tokens,
                    prefill_batch, decode_batch, contexts, host_engines, decode_steps: int,
                    merge_shapes=(), trim_shapes=()) -> list[tuple]:
@@ -231,6 +269,8 @@ async def _measure(gw: _Gateway, where: list[str], n_ctx: int, repeats: int, ste
                 rows.append(("host_share", k, 1, 128, float(np.median(ms))))
                 rows += [("host_share_loop", k, 0, 0, max(loop_mc, 1e-3)),  # profile rows must be positive
                          ("host_share_client", k, 0, 0, max(client_mc, 1e-3))]
+        if merge_shapes and host_engines:
+            rows += await _shared_merges(gw, c, where, n_ctx, repeats, host_engines, rows)
     return rows
 
 
@@ -248,7 +288,7 @@ def served_engine_profile(url: str, model: str, stand_in: str, pop_locations: li
     a context the model's window leaves less room after);
     ``steps``: the ``host_share`` rows' (twice that), whose ratios to one engine do not depend on it;
     ``merge_shapes`` and ``trim_shapes``: the ``kv_merge`` and ``kv_trim`` rows' (:data:`MERGE_SHAPES`,
-    :data:`TRIM_SHAPES`; empty: none)."""
+    :data:`TRIM_SHAPES`; empty: none; with merge shapes and several PoPs, ``host_share_merge`` rows too)."""
     where = [f"{lat:.5f},{lon:.5f}" for lat, lon in pop_locations]
     if host_engines is None:
         host_engines = tuple(range(1, len(where) + 1)) if len(where) > 1 else ()

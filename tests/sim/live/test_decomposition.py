@@ -229,3 +229,24 @@ def test_replay_profiles_decode_at_its_longest_output(monkeypatch):
     opts = ReplayOptions(url="http://127.0.0.1:1", trace="t.csv", model=GEN, max_output=20)
     run.measure_for_replay(opts, desc, None, progress=lambda _m: None)
     assert seen["decode_steps"] == 19
+
+
+def test_served_profile_measures_a_merge_while_the_other_engines_decode(served):
+    # With two PoPs the profile times one merge at the first engine alone (k = 1) and while the second engine
+    # decodes two streams (k = 2): the engine's own record of the same merge, so only the host's load differs.
+    from sim.live import served_profile
+
+    url, _ = served
+    table = served_profile.served_engine_profile(
+        url, GEN, "gpt2-tiny", [(50.11, 8.68), (1.35, 103.82)], prompt_tokens=(8, 128), prefill_batch=(1,),
+        decode_batch=(2,), contexts=(32,), repeats=1, decode_steps=3, steps=3, host_engines=(1, 2),
+        merge_shapes=((2, 24, 160),), trim_shapes=())
+    shared = table[table.phase == "host_share_merge"].set_index("batch_size")
+    assert sorted(shared.index) == [1, 2] and (shared.ms > 0).all()
+    assert shared.tokens.nunique() == 1  # the same joiner at every k
+    assert HostParams(table).copy_slowdown(2) >= 1.0
+    none = served_profile.served_engine_profile(
+        url, GEN, "gpt2-tiny", [(50.11, 8.68), (1.35, 103.82)], prompt_tokens=(8,), prefill_batch=(1,),
+        decode_batch=(1,), contexts=(32,), repeats=1, decode_steps=3, steps=3, host_engines=(1, 2),
+        merge_shapes=(), trim_shapes=())
+    assert not (none.phase == "host_share_merge").any()  # no merge rows asked: none under load either
