@@ -16,8 +16,7 @@ an event loop. With ``host_model`` on, the fidelity mirror (:mod:`sim.live.fidel
 * **the shared host** (:class:`HostCPU`): every engine iteration and every piece the event loop streams is a job
   on one processor-sharing host. k busy engines each run at the measured ``host_share`` slowdown of k engines
   decoding at once in one process (interpolated in k; past the largest k measured, grown as the fit grows), a
-  merge or a trim at the measured ``host_share_merge`` slowdown of one merge beside k - 1 decoding engines (a short
-  copy after a wait is scheduled sooner than threads that compute all along, so it slows down less); the
+  merge or a trim at the measured ``host_share_merge`` slowdown of one merge beside k - 1 decoding engines; the
   event loop at the pace of the scarcer of the cores the process gets and the interpreter lock (an engine holds
   it part of its time, the event loop all of it), both fitted to the same rows
   (:func:`sim.live.host_params.fit_host_share`);

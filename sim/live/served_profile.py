@@ -26,8 +26,8 @@ neither HTTP nor the injected delays enter the figures:
   event loop and this measuring client kept busy meanwhile, which the host model's fit counts as busy threads;
 * ``host_share_merge`` (``batch_size`` = k): the engine's own time for one merge (:data:`SHARED_MERGE`: a prompt
   joining two decoding streams) while the other k - 1 engines decode, whose ratios to k = 1 are how much a merge
-  or a trim slows down on a busy host: a short copy after a wait gets a core sooner than an engine that computes
-  all along (measured on the 2-core VM: 1.46x at k = 4 against 2.73x for a decode step).
+  or a trim slows down on a busy host, which need not be what a decode step does (on the 2-core VM at k = 4:
+  1.46x and 2.44x in two measurements against 2.73x and 2.85x for a decode step).
 
 Medians over ``repeats``.
 """
