@@ -2,8 +2,8 @@
 
 :class:`HostParams` reads a table's host rows (``host_share`` and the event loop's and client's cores beside it,
 ``host_share_merge``, ``iter_gap``, ``kv_copy``, ``kv_merge``, ``kv_trim``, ``gw_*``); :func:`fit_merge` reads the
-merge rows as a fixed cost and two per-position rates (the trim rows as a fixed cost and one); :func:`fit_host_share` and
-:func:`share_slowdown` are the cores-and-lock model of threads sharing one process's cores and interpreter lock;
+merge rows as a fixed cost and two per-position rates (the trim rows as a fixed cost and one);
+:func:`fit_host_share` and :func:`share_slowdown` are the cores-and-lock model of threads sharing one process's cores and interpreter lock;
 :func:`require_host_rows` refuses a table that lacks what the model needs.
 """
 

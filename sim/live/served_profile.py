@@ -133,15 +133,21 @@ def _loop_cpu_s(gw: _Gateway) -> float:
     return event_loop_cpu_s(fetch_timings(gw.base_url, "-", token)["host"])
 
 
+def _prefill_estimate(rows: list[tuple]):
+    """``(b, n) -> ms`` of a prefill of ``b`` prompts of ``n`` tokens: the nearest measured row, as a delay's
+    estimate (a guess of 10 ms per 32 tokens and prompt without rows)."""
+    pre = {(r[1], r[2]): r[4] for r in rows if r[0] == "prefill"}
+
+    def prefill_ms(b: int, n: int) -> float:
+        return pre[min(pre, key=lambda k: (abs(k[0] - b), abs(k[1] - n)))] if pre else 10.0 * b * n / 32
+    return prefill_ms
+
+
 async def _merges(gw: _Gateway, c, where: str, n_ctx: int, repeats: int, shapes, rows: list[tuple]) -> list[tuple]:
     """``kv_merge`` rows: ``b`` streams of ``ctx``-token prompts decode, a prompt of ``n`` tokens joins them a few
     steps in; the engine's own record of that merge (``merge_s`` and the positions it wrote)."""
-    pre = {(r[1], r[2]): r[4] for r in rows if r[0] == "prefill"}
+    prefill_ms = _prefill_estimate(rows)
     dec = {r[1]: r[4] for r in rows if r[0] == "decode"}
-
-    def prefill_ms(b: int, n: int) -> float:  # the nearest measured row, as a delay's estimate
-        return pre[min(pre, key=lambda k: (abs(k[0] - b), abs(k[1] - n)))] if pre else 10.0 * b * n / 32
-
     out: dict[tuple, list[float]] = {}
     for b, ctx, n in shapes:
         steps = min(48, n_ctx - ctx - 2)
@@ -188,9 +194,7 @@ async def _shared_merges(gw: _Gateway, c, where: list[str], n_ctx: int, repeats:
     b, ctx, n = SHARED_MERGE
     ctx, n = min(ctx, n_ctx // 2), min(n, n_ctx - 2)
     steps = min(48, n_ctx - ctx - 2)
-    pre = {(r[1], r[2]): r[4] for r in rows if r[0] == "prefill"}
-    est = (lambda bb, nn: pre[min(pre, key=lambda q: (abs(q[0] - bb), abs(q[1] - nn)))]) if pre else \
-        (lambda bb, nn: 10.0 * bb * nn / 32)
+    est = _prefill_estimate(rows)
     out = []
     for k in host_engines:
         if k > len(where):
