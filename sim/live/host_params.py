@@ -3,7 +3,8 @@
 :class:`HostParams` reads a table's host rows (``host_share`` and the event loop's and client's cores beside it,
 ``host_share_merge``, ``iter_gap``, ``kv_copy``, ``kv_merge``, ``kv_trim``, ``gw_*``); :func:`fit_merge` reads the
 merge rows as a fixed cost and two per-position rates (the trim rows as a fixed cost and one);
-:func:`fit_host_share` and :func:`share_slowdown` are the cores-and-lock model of threads sharing one process's cores and interpreter lock;
+:func:`fit_host_share` and :func:`share_slowdown` are the cores-and-lock model of threads sharing one process's
+cores and interpreter lock;
 :func:`require_host_rows` refuses a table that lacks what the model needs.
 """
 
@@ -160,13 +161,16 @@ class HostParams:
         if engines + loops <= 1:
             return 1.0
         if loops == 0 and self._share is not None:
-            ks, ratios = self._share
-            if engines <= ks[-1]:
-                measured = float(np.interp(engines, ks, ratios))
-            else:
-                measured = float(ratios[-1]) * self._fitted(engines, 0) / self._fitted(int(ks[-1]), 0)
-            return max(measured, share_slowdown(engines, 0.0, self.max_cores, 0.0), 1.0)
+            return max(self._along(self._share, engines), share_slowdown(engines, 0.0, self.max_cores, 0.0), 1.0)
         return self._fitted(engines, loops)
+
+    def _along(self, curve: tuple[np.ndarray, np.ndarray], engines: int) -> float:
+        """A measured slowdown curve (k, ratio to k = 1) at ``engines``: interpolated in k; past the largest k
+        measured, its last ratio grown as the cores-and-lock fit grows."""
+        ks, ratios = curve
+        if engines <= ks[-1]:
+            return float(np.interp(engines, ks, ratios))
+        return float(ratios[-1]) * self._fitted(engines, 0) / self._fitted(int(ks[-1]), 0)
 
     def copy_slowdown(self, engines: int) -> float:
         """Slowdown of a KV merge or trim with ``engines`` engine threads busy (its own included): the measured
@@ -177,10 +181,7 @@ class HostParams:
             return self.slowdown(engines)
         if engines <= 1:
             return 1.0
-        ks, ratios = self._copy_share
-        if engines <= ks[-1]:
-            return max(float(np.interp(engines, ks, ratios)), 1.0)
-        return max(float(ratios[-1]) * self._fitted(engines, 0) / self._fitted(int(ks[-1]), 0), 1.0)
+        return max(self._along(self._copy_share, engines), 1.0)
 
     def _fitted(self, engines: int, loops: int) -> float:
         if engines + loops <= 1:

@@ -133,30 +133,28 @@ def _loop_cpu_s(gw: _Gateway) -> float:
     return event_loop_cpu_s(fetch_timings(gw.base_url, "-", token)["host"])
 
 
-def _prefill_estimate(rows: list[tuple]):
-    """``(b, n) -> ms`` of a prefill of ``b`` prompts of ``n`` tokens: the nearest measured row, as a delay's
-    estimate (a guess of 10 ms per 32 tokens and prompt without rows)."""
+def _join_delay(rows: list[tuple], n_ctx: int, b: int, ctx: int, slower: float = 1.0) -> float:
+    """Seconds after a burst's start at which a joiner finds its ``b`` streams of ``ctx``-token prompts decoding,
+    a few steps in: after the blocker's and the batch's prefills (the nearest measured rows of ``rows``; 10 ms per
+    32 tokens and prompt without them) and four decode steps, each ``slower`` times the measured one."""
     pre = {(r[1], r[2]): r[4] for r in rows if r[0] == "prefill"}
+    dec = {r[1]: r[4] for r in rows if r[0] == "decode"}
 
-    def prefill_ms(b: int, n: int) -> float:
-        return pre[min(pre, key=lambda k: (abs(k[0] - b), abs(k[1] - n)))] if pre else 10.0 * b * n / 32
-    return prefill_ms
+    def prefill_ms(bb: int, n: int) -> float:
+        return pre[min(pre, key=lambda k: (abs(k[0] - bb), abs(k[1] - n)))] if pre else 10.0 * bb * n / 32
+    step = dec.get(b, dec.get(1, 5.0)) * slower
+    return 0.02 + 1.3 * (prefill_ms(1, min(n_ctx - 2, 96 + 24 * b)) + prefill_ms(b, ctx)) / 1e3 + 4 * step / 1e3
 
 
 async def _merges(gw: _Gateway, c, where: str, n_ctx: int, repeats: int, shapes, rows: list[tuple]) -> list[tuple]:
     """``kv_merge`` rows: ``b`` streams of ``ctx``-token prompts decode, a prompt of ``n`` tokens joins them a few
     steps in; the engine's own record of that merge (``merge_s`` and the positions it wrote)."""
-    prefill_ms = _prefill_estimate(rows)
-    dec = {r[1]: r[4] for r in rows if r[0] == "decode"}
     out: dict[tuple, list[float]] = {}
     for b, ctx, n in shapes:
         steps = min(48, n_ctx - ctx - 2)
         if n > n_ctx - 2 or steps < 16:
             continue
-        block = min(n_ctx - 2, 96 + 24 * b)
-        step = dec.get(b, dec.get(1, 5.0)) if dec else 5.0
-        # The joiner arrives after the blocker and the batch's prefill, a few of the batch's steps in.
-        delay = 0.02 + 1.3 * (prefill_ms(1, block) + prefill_ms(b, ctx)) / 1e3 + 4 * step / 1e3
+        delay = _join_delay(rows, n_ctx, b, ctx)
         got = []
         for _ in range(repeats * 2):
             eng = await gw.burst(c, [ctx] * b, steps, [where] * b, late=(n, delay))
@@ -194,13 +192,11 @@ async def _shared_merges(gw: _Gateway, c, where: list[str], n_ctx: int, repeats:
     b, ctx, n = SHARED_MERGE
     ctx, n = min(ctx, n_ctx // 2), min(n, n_ctx - 2)
     steps = min(48, n_ctx - ctx - 2)
-    est = _prefill_estimate(rows)
     out = []
     for k in host_engines:
         if k > len(where):
             continue
-        step = {r[1]: r[4] for r in rows if r[0] == "decode"}.get(b, 5.0) * k
-        delay = 0.02 + 1.3 * (est(1, min(n_ctx - 2, 96 + 24 * b)) + est(b, ctx)) / 1e3 + 4 * step / 1e3
+        delay = _join_delay(rows, n_ctx, b, ctx, slower=k)  # (steps slow down with k engines busy)
         others = [loc for loc in where[1:k] for _ in (0, 1)]
         busy = min(n_ctx - 130, 2 * steps)  # the others decode on past the merge
         got = []
