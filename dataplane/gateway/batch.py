@@ -36,6 +36,7 @@ MAX_REQUESTS = 10_000
 RETRY_S = 0.25
 IDLE_POLL_S = 0.5
 STORE_RETRY_S = 1.0
+STOP_CLAIM_S = 5.0  # how long stop waits for the runner to finish a claim under way
 log = logging.getLogger("edgepop.gateway")
 
 
@@ -58,6 +59,7 @@ class BatchService:
         self._inflight: dict[asyncio.Task, dict] = {}  # running item tasks -> their item
         self.requeued_at_stop = 0
         self._forced = asyncio.Event()  # a forced exit: stop waits no longer for running items
+        self._draining = False  # claim no more; a claim under way finishes and its items run
         self.store_errors = 0  # rounds of the runner that the store failed (logged; the runner retried)
 
     async def _db(self, fn, *args):
@@ -127,9 +129,12 @@ class BatchService:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="edgepop-batch")
 
     def drain(self) -> None:
-        """Claim no more items (the ones running go on)."""
-        if self._task is not None:
-            self._task.cancel()
+        """Claim no more items (the ones running go on). The runner is told, not cancelled: a cancel that landed
+        while a claim committed left its items marked running with no task, put back in the queue at stop instead
+        of running in the drain as the others do."""
+        self._draining = True
+        if self._wake is not None:
+            self._wake.set()
 
     def force(self) -> None:
         """A forced exit (a second SIGINT): :meth:`stop` cancels the running items now instead of waiting."""
@@ -139,6 +144,10 @@ class BatchService:
         """Stop claiming, give running items ``timeout_s`` to finish (less if :meth:`force` comes first), cancel
         and requeue the rest, close the store."""
         if self._task is not None:
+            self.drain()
+            # The runner ends at its next step; one held up by a failing store (retries back off up to 30 s) is
+            # cancelled after a while.
+            await asyncio.wait({self._task}, timeout=STOP_CLAIM_S)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
@@ -172,7 +181,7 @@ class BatchService:
 
     async def _loop(self) -> None:
         failures = 0
-        while True:
+        while not self._draining:
             try:
                 await self._claim_and_wait()
                 failures = 0
@@ -218,6 +227,8 @@ class BatchService:
         if claimed and len(self._inflight) < self.concurrency:
             return
         self._wake.clear()
+        if self._draining:  # (a drain during the claim set the wake-up just cleared)
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=IDLE_POLL_S)
 

@@ -163,3 +163,48 @@ def test_items_a_shutdown_claimed_but_never_ran_go_back_to_the_queue(tmp_path):
     again = BatchStore(tmp_path / "b.sqlite")
     assert again.recovered == 0 and again.counts() == {"queued": 2, "running": 0, "done": 0}
     again.close()
+
+
+def test_a_drain_during_a_claim_lets_the_claimed_items_run(tmp_path):
+    """A drain used to cancel the runner; one that came while a claim committed left the claimed items with no
+    task (put back in the queue at stop, never waited for). The runner is now told to stop: the claim under way
+    finishes, its items run in the drain as the others do, and nothing goes back to the queue."""
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from dataplane.gateway.batch import BatchService
+
+    ran = []
+
+    async def infer(model, inputs, place, **kw):
+        ran.append(inputs["prompt"])
+        return None, SimpleNamespace(result={"response": "ok"}, usage={"prompt_tokens": 1, "completion_tokens": 1})
+
+    gw = SimpleNamespace(backend=SimpleNamespace(catalog=SimpleNamespace(ids=[GEN])), infer=infer,
+                         locator=SimpleNamespace(at=lambda lat, lon, why: (lat, lon)))
+    service = BatchService(gw, tmp_path / "b.sqlite", concurrency=2)
+    job = service.store.create("alice", GEN, [{"prompt": "a"}, {"prompt": "b"}], 1.0, 2.0)
+    in_claim, go_on, real_claim = threading.Event(), threading.Event(), service.store.claim
+
+    def claim(limit, now=None, models=None):
+        got = real_claim(limit, now, models)  # committed: the items are 'running' in the store
+        in_claim.set()
+        assert go_on.wait(60), "the test never let the claim return"  # a hang guard
+        return got
+
+    service.store.claim = claim
+
+    async def main():
+        service.start()
+        assert await asyncio.to_thread(in_claim.wait, 60)
+        service.drain()  # (the gateway's first SIGINT) while the claim is under way
+        go_on.set()
+        await service.stop(timeout_s=60)
+
+    asyncio.run(main())
+    assert sorted(ran) == ["a", "b"] and service.requeued_at_stop == 0
+    again = BatchStore(tmp_path / "b.sqlite")
+    assert again.counts() == {"queued": 0, "running": 0, "done": 2}
+    assert [it["status"] for it in again.job("alice", job)["items"]] == ["done", "done"]
+    again.close()
