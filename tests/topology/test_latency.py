@@ -103,6 +103,22 @@ def test_ingress_is_lowest_rtt_pop_and_matrices_include_last_mile(topo):
     assert paris == "CDG"
 
 
+def test_the_site_matrix_is_the_pair_model_whatever_its_blocks(topo):
+    """The users x sites matrix is computed in blocks of rows, one shared distance pass and one entry node at a time:
+    the blocks do not show, and each entry is :meth:`core_rtt_ms` of its pair less at most the one hop that the
+    pair model spends attaching the site's own coordinates to its node (a 0 km link), inflated as the path is."""
+    d = topo.demand.iloc[::41]
+    lat, lon = d.lat.to_numpy(), d.lon.to_numpy()
+    sites = np.concatenate([topo.pop_nodes[::7], topo.region_nodes(list(topo.regions.id[:5]))])
+    m = topo.latency._site_rtt_matrix(lat, lon, sites)
+    assert np.array_equal(m, topo.latency._site_rtt_matrix(lat, lon, sites, chunk=37))
+    slat, slon = topo.latency.node_lat[sites], topo.latency.node_lon[sites]
+    pairs = topo.latency.core_rtt_ms(lat[:, None], lon[:, None], slat[None, :], slon[None, :])
+    hop = topo.latency.params.hop_ms * topo.latency.inflation(haversine_km(lat[:, None], lon[:, None], slat, slon))
+    assert np.all(pairs - m >= -1e-4) and np.all(pairs - m <= hop + 1e-4)
+    assert np.median(pairs - m) > 0.5 * topo.latency.params.hop_ms  # (the hop, not a different model)
+
+
 def test_haversine_agrees_with_geopy_great_circle():
     from geopy.distance import great_circle
 
