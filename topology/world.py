@@ -175,8 +175,7 @@ class Topology:
         key = (len(self.pops), lat.tobytes(), lon.tobytes(), lm.tobytes(), self.anycast_misroute, self.anycast_seed)
         hit = getattr(self, "_ingress_memo", None)
         if hit is None or hit[0] is not self.latency or hit[1] != key:
-            idx, rtt = cached_argmin(self.latency, lat, lon, self.pop_nodes, lm,
-                                     lambda: self._ingress(lat, lon, last_mile_ms))
+            idx, rtt = cached_argmin(self.latency, lat, lon, self.pop_nodes, lm, lambda: self._ingress(lat, lon, lm))
             if self.anycast_misroute > 0 and len(self.pops) > 1:
                 self._misroute(lat, lon, lm, idx, rtt)
             hit = self._ingress_memo = (self.latency, key, idx, rtt)
@@ -192,10 +191,19 @@ class Topology:
         idx[sel] = second
         rtt[sel] = m[np.arange(len(sel)), second]
 
-    def _ingress(self, lat, lon, last_mile_ms) -> tuple[np.ndarray, np.ndarray]:
-        m = self.user_pop_rtt(lat, lon, last_mile_ms)
-        idx = np.argmin(m, axis=1)
-        return idx, m[np.arange(len(idx)), idx]
+    def _ingress(self, lat, lon, lm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The lowest-RTT PoP of each user and that RTT (``lm``: each user's last mile), as the argmin of
+        :meth:`user_pop_rtt`'s matrix, a block of rows at a time: the matrix with the last mile added is never
+        whole in memory (tens of MB at the default demand, a fresh allocation as costly as the sums)."""
+        m = self.latency.site_rtt_matrix(lat, lon, self.pop_nodes)
+        lm = lm.astype(np.float32)[:, None]
+        idx, rtt = np.empty(len(lat), dtype=np.intp), np.empty(len(lat), dtype=np.float32)
+        step = max(1, (1 << 20) // max(1, m.shape[1]))
+        for s in range(0, len(lat), step):
+            block = m[s:s + step] + lm[s:s + step]
+            idx[s:s + step] = np.argmin(block, axis=1)
+            rtt[s:s + step] = block[np.arange(len(block)), idx[s:s + step]]
+        return idx, rtt
 
 
 def location_hash(lat: np.ndarray, lon: np.ndarray, seed: int) -> np.ndarray:

@@ -23,7 +23,7 @@ def test_the_last_answer_is_reused_only_for_the_same_query(topo, monkeypatch):
         np.testing.assert_array_equal(got, want)
     first[0][:] = -1  # callers own what they get
     with monkeypatch.context() as m:
-        m.setattr(Topology, "user_pop_rtt", lambda *a, **k: pytest.fail("recomputed the same query"))
+        m.setattr(Topology, "_ingress", lambda *a, **k: pytest.fail("recomputed the same query"))
         again = topo.ingress(lat.copy(), lon.copy(), np.full(len(lat), topo.last_mile_ms))  # equal values
     np.testing.assert_array_equal(again[0], _fresh(topo, lat, lon)[0])
     # Other points, another last mile, another latency model or PoP table: computed again.
