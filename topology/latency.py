@@ -338,7 +338,8 @@ class LatencyModel:
         # the cost of the arithmetic (2.1 s against 0.8 s for the default demand cities x PoPs).
         chunk = chunk or max(256, (1 << 20) // len(self.node_lat))
         # The same points against other sites (users x PoPs, then users x regions) attach as before: kept.
-        key = (self.params, lat.tobytes(), lon.tobytes())
+        key = (self.params, lat.tobytes(), lon.tobytes(), self.node_lat.tobytes(), self.node_lon.tobytes(),
+               np.asarray(self.node_codes).tobytes())
         known = self._attached[1] if self._attached is not None and self._attached[0] == key else None
         attached = []
         for s in range(0, lat.size, chunk):
