@@ -12,6 +12,10 @@ CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America
 EARTH_RADIUS_KM = 6371.0088
 # Light in silica fibre travels at ~c/1.47, i.e. about 204 km per millisecond; 200 is the usual round figure.
 FIBRE_KM_PER_MS = 200.0
+# Cells per block when a large points x nodes matrix is worked through a block of rows at a time: temporaries of
+# about 8 MB, which the allocator reuses from one block to the next (blocks of 26-66 MB were fresh pages each time,
+# faulted in at about the cost of the arithmetic).
+BLOCK_CELLS = 1 << 20
 
 
 def haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:

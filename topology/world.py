@@ -12,6 +12,7 @@ import pandas as pd
 
 from edgepop.errors import UserError
 from topology.demand import load_demand_points
+from topology.geo import BLOCK_CELLS
 from topology.gpus import build_nodes, check_scale, load_gpus, scale_inventory
 from topology.last_mile import LastMile
 from topology.latency import LatencyModel, LatencyParams, build_backbone, site_table
@@ -194,11 +195,11 @@ class Topology:
     def _ingress(self, lat, lon, lm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The lowest-RTT PoP of each user and that RTT (``lm``: each user's last mile), as the argmin of
         :meth:`user_pop_rtt`'s matrix, a block of rows at a time: the matrix with the last mile added is never
-        whole in memory (tens of MB at the default demand, a fresh allocation as costly as the sums)."""
+        whole in memory (tens of MB at the default demand; blocks of :data:`topology.geo.BLOCK_CELLS`)."""
         m = self.latency.site_rtt_matrix(lat, lon, self.pop_nodes)
         lm = lm.astype(np.float32)[:, None]
         idx, rtt = np.empty(len(lat), dtype=np.intp), np.empty(len(lat), dtype=np.float32)
-        step = max(1, (1 << 20) // max(1, m.shape[1]))
+        step = max(1, BLOCK_CELLS // max(1, m.shape[1]))
         for s in range(0, len(lat), step):
             block = m[s:s + step] + lm[s:s + step]
             idx[s:s + step] = np.argmin(block, axis=1)
