@@ -99,6 +99,21 @@ class Rows:
         self.heads = np.array([float(s.heads or 0) if s is not None else 0.0 for s in self.specs])
         self.allreduces = np.array([x.allreduces for x in c], dtype=float) * (self.tp > 1)
         self.straggler = np.array([straggler_factor(int(tp)) for tp in self.tp])
+        # Each row's engine, GPU type and link kind as a code into its distinct values: a fit predicts every row
+        # hundreds of times, and the constants it reads per row are the same for every row of one engine or GPU.
+        self.e2e = self.kind == "e2e"
+        self._engines, self._engine_code = _codes(self.engine)
+        gpu_keys, self._gpu_code = _codes([(x.name, x.arch, x.memory_kind, x.link_kind) for x in g])
+        first_of = {}
+        for x, code in zip(g, self._gpu_code.tolist(), strict=True):
+            first_of.setdefault(code, x)
+        self._gpus = [first_of[i] for i in range(len(gpu_keys))]
+        self._links, self._link_code = _codes(self.link_kind)
+
+    def _per_engine(self, profiles: list, name: str, codes: np.ndarray | None = None) -> np.ndarray:
+        """Every row's value of the engine profile field ``name`` (``profiles``: per distinct engine)."""
+        values = np.array([getattr(prof, name) for prof in profiles], dtype=float)
+        return values[self._engine_code if codes is None else codes]
 
     def subset(self, mask: np.ndarray) -> Rows:
         idx = np.flatnonzero(mask)
@@ -110,12 +125,11 @@ class Rows:
         """Milliseconds of every row under ``params`` (each end-to-end row with its engine's profile, or with the
         profile ``engines`` names for it)."""
         p = params
-        engines = self.engine if engines is None else engines
-        profiles = {e: p.engines.get(e, p.engines["default"]) for e in set(engines)}
-        overhead = np.array([0.0 if k != "e2e" else (profiles[e].prefill_overhead_ms if pre else 0.0)
-                             + (profiles[e].step_overhead_ms if not pre or first else 0.0)
-                             for k, e, pre, first in zip(self.kind, engines, self.prefill, self.first_decode,
-                                                         strict=True)])
+        names, codes = (self._engines, self._engine_code) if engines is None else _codes(engines)
+        profiles = [p.engines.get(e, p.engines["default"]) for e in names]
+        pre, step = self.prefill, ~self.prefill | self.first_decode
+        overhead = np.where(self.e2e, np.where(pre, self._per_engine(profiles, "prefill_overhead_ms", codes), 0.0)
+                            + np.where(step, self._per_engine(profiles, "step_overhead_ms", codes), 0.0), 0.0)
         out = self._passes_ms(p) + overhead
         if self.before is not None:
             out[self.before_idx] += self.before._passes_ms(p)
@@ -129,19 +143,17 @@ class Rows:
             with np.errstate(invalid="ignore"):
                 return np.where(np.isfinite(rows), rows / (rows + p.gemm_half_tokens), 1.0)
 
-        profiles = {e: p.engines.get(e, p.engines["default"]) for e in set(self.engine)}
-        attn_eff = np.array([profiles[e].attn_efficiency for e in self.engine])
-        dense = np.array([profiles[e].dense_attention_bytes if k == "e2e" and pre and not first else 0.0
-                          for k, e, pre, first in zip(self.kind, self.engine, self.prefill, self.first_decode,
-                                                      strict=True)])
-        elt = np.array([1.0 if k != "e2e" else profiles[e].elementwise_factor
-                        for k, e in zip(self.kind, self.engine, strict=True)])
-        eff = np.array([p.compute_efficiency(x) for x in self.gpus])
+        profiles = [p.engines.get(e, p.engines["default"]) for e in self._engines]
+        attn_eff = self._per_engine(profiles, "attn_efficiency")
+        dense = np.where(self.e2e & self.prefill & ~self.first_decode,
+                         self._per_engine(profiles, "dense_attention_bytes"), 0.0)
+        elt = np.where(self.e2e, self._per_engine(profiles, "elementwise_factor"), 1.0)
+        eff = np.array([p.compute_efficiency(x) for x in self._gpus], dtype=float)[self._gpu_code]
         peak = self.tp * self.peak * eff * np.where(self.fp8, p.fp8_gemm_factor, 1.0)
         with np.errstate(invalid="ignore", divide="ignore"):  # collective rows have no FLOPs (0/0, replaced below)
             compute = (self.gemm_flops / (peak * ramp(self.gemm_rows)) + self.head_flops / (peak * ramp(self.seqs))
                        + self.attn_flops / (self.tp * self.flops16 * attn_eff))
-        bw = self.mem_bw * np.array([p.memory_efficiency(x) for x in self.gpus])
+        bw = self.mem_bw * np.array([p.memory_efficiency(x) for x in self._gpus], dtype=float)[self._gpu_code]
         weight_bw = bw * np.where(self.weight_only, p.weight_only_bw_efficiency, 1.0)
         memory = self.weight_bytes / (self.tp * weight_bw) + self.kv_bytes / (self.tp * bw)
         k = p.overlap_exponent
@@ -149,12 +161,11 @@ class Rows:
         busy = (busy + elt * (self.replicated_bytes + self.sharded_bytes / self.tp) / (self.mem_bw *
                                                                                        p.elementwise_efficiency)
                 + self.layers * p.layer_floor_us * 1e-6 + dense * self.gemm_rows ** 2 * self.layers * self.heads / bw)
-        lat = np.array([p.by("allreduce_latency_us", x) for x in self.link_kind]) * 1e-6
-        link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self.gpus])
+        lat = np.array([p.by("allreduce_latency_us", x) for x in self._links], dtype=float)[self._link_code] * 1e-6
+        link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self._gpus], dtype=float)[self._gpu_code]
         ring = 2.0 * (self.tp - 1) / self.tp * self.allreduce_bytes / link
         one = np.minimum(lat + ring, p.allreduce_ll_latency_us * 1e-6 + ring / LL_BANDWIDTH_SHARE)
-        jitter = np.array([profiles[e].barrier_jitter_us if k == "e2e" else 0.0
-                           for k, e in zip(self.kind, self.engine, strict=True)]) * 1e-6
+        jitter = np.where(self.e2e, self._per_engine(profiles, "barrier_jitter_us"), 0.0) * 1e-6
         comm = self.allreduces * (one + jitter * self.straggler)
         out = (busy + comm) * 1e3
         coll = self.kind == "collective"
@@ -278,3 +289,10 @@ def load_rows(kinds=("e2e", "kernel", "collective"), reference: str | Path | Non
     table = pd.concat(frames, ignore_index=True)
     table["first_decode"] = table["first_decode"].fillna(False).astype(bool)
     return Rows(table, spec_l, gpu_l, sch_l, cost_l, before_l)
+
+
+def _codes(values) -> tuple[list, np.ndarray]:
+    """(the distinct values in order of first appearance, each value's index among them)."""
+    index: dict = {}
+    codes = [index.setdefault(v, len(index)) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
+    return list(index), np.array(codes, dtype=np.intp)

@@ -55,7 +55,7 @@ def last_mile_report() -> dict:
 
 
 def fidelity_report(cross_validated: bool = True, frames: dict | None = None, progress=None) -> dict:
-    """Every fidelity table (cross-validation takes a minute or two on two cores; ``cross_validated=False``
+    """Every fidelity table (cross-validation takes 15-30 s on two cores; ``cross_validated=False``
     gives the in-sample tables only). ``frames``: a dict that receives the rows behind the tables, with their
     predictions (``service_time``: reference rows, ``fit_ms`` and when cross-validated ``cv_<grouping>_ms``;
     ``wan``: measured pairs), for plots. ``progress``: called with a line as each stage starts."""

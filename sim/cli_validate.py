@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--docs", type=Path, help="also write the markdown page here (docs/fidelity-models.md), its "
                    "figure beside it (the same name, .png)")
     p.add_argument("--in-sample", action="store_true",
-                   help="skip the cross-validation (seconds instead of a minute or two); --docs needs it")
+                   help="skip the cross-validation (a few seconds instead of 15-30); --docs needs it")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     p.set_defaults(func=run)
 

@@ -31,7 +31,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from topology.borders import barred
-from topology.geo import FIBRE_KM_PER_MS, haversine_km, pairwise_km
+from topology.geo import FIBRE_KM_PER_MS, haversine_km
 from topology.latency import Backbone, LatencyModel, LatencyParams, build_backbone, default_sites, node_codes
 from topology.rtt_sets import SETS, load_all
 
@@ -64,44 +64,97 @@ def _graph(backbone: Backbone, params: LatencyParams):
     return coo_matrix((w, (links.i.to_numpy(), links.j.to_numpy())), shape=(n, n)).tocsr()
 
 
-def find_paths(backbone: Backbone, params: LatencyParams, m: pd.DataFrame) -> Paths:
-    """The route :class:`LatencyModel` takes for every pair of ``m`` under ``params``, decomposed."""
+@dataclass(frozen=True)
+class PairGeometry:
+    """What :func:`find_paths` reads of a set of pairs and the backbone that no fitted constant changes (a fit reads
+    it ten times or more): each end's attachment nodes and their km (``attach_k``, ``max_link_km`` and the border
+    rule are the backbone's structure, never fitted), the ends' coordinates, their great-circle km, whether the
+    border rule bars a direct link between them, and the backbone's links."""
+
+    nodes_a: np.ndarray
+    km_a: np.ndarray
+    nodes_b: np.ndarray
+    km_b: np.ndarray
+    ends: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    gc_km: np.ndarray
+    barred: np.ndarray
+    links: dict[tuple[int, int], tuple[float, bool]]  # (node, node) both ways: the link's km, whether it is a cable
+
+
+def _link_table(backbone: Backbone) -> dict[tuple[int, int], tuple[float, bool]]:
+    links = backbone.links
+    kind = {}
+    for i, j, km, sea in zip(links.i.to_numpy().tolist(), links.j.to_numpy().tolist(),
+                             links.km.to_numpy(dtype=np.float64).tolist(), (links.kind == "sea").tolist(), strict=True):
+        kind[(i, j)] = kind[(j, i)] = (km, sea)
+    return kind
+
+
+def _attach_model(backbone: Backbone, params: LatencyParams) -> LatencyModel:
     model = LatencyModel.__new__(LatencyModel)  # the attach rule only; no all-pairs table needed
     model.backbone, model.params = backbone, params
     model.node_lat = backbone.nodes.lat.to_numpy(dtype=np.float64)
     model.node_lon = backbone.nodes.lon.to_numpy(dtype=np.float64)
     model.node_codes = node_codes(backbone)
-    ia, ca, pa = model._attach(m.lat_a.to_numpy(), m.lon_a.to_numpy())
-    ib, cb, pb = model._attach(m.lat_b.to_numpy(), m.lon_b.to_numpy())
-    across = barred(pa, pb)  # no direct link over a barred border
+    return model
+
+
+def pair_geometry(backbone: Backbone, params: LatencyParams, m: pd.DataFrame) -> PairGeometry:
+    """The :class:`PairGeometry` of the pairs of ``m`` on ``backbone`` (``params``: only its structure is read)."""
+    model = _attach_model(backbone, params)
+    ends = tuple(m[c].to_numpy(dtype=np.float64) for c in ("lat_a", "lon_a", "lat_b", "lon_b"))
+    ia, ka, pa = model._attach_nodes(ends[0], ends[1])
+    ib, kb, pb = model._attach_nodes(ends[2], ends[3])
+    return PairGeometry(ia, ka, ib, kb, ends, haversine_km(*ends), barred(pa, pb), _link_table(backbone))
+
+
+def find_paths(backbone: Backbone, params: LatencyParams, m: pd.DataFrame,
+               geometry: PairGeometry | None = None) -> Paths:
+    """The route :class:`LatencyModel` takes for every pair of ``m`` under ``params``, decomposed. ``geometry``:
+    :func:`pair_geometry` of the same pairs, backbone and structure, when the caller keeps it."""
+    geo = geometry or pair_geometry(backbone, params, m)
+    model = _attach_model(backbone, params)
+    land_link = np.array("land")
+    ia, ib, gc = geo.nodes_a, geo.nodes_b, geo.gc_km
+    ca, cb = model._link_ms(geo.km_a, land_link), model._link_ms(geo.km_b, land_link)
     sources = np.unique(ia)
     dist, pred = dijkstra(_graph(backbone, params), directed=False, indices=sources, return_predecessors=True)
-    row = {s: k for k, s in enumerate(sources)}
-    kind = {}
-    for e in backbone.links.itertuples():
-        kind[(int(e.i), int(e.j))] = kind[(int(e.j), int(e.i))] = (float(e.km), e.kind == "sea")
-    km_a = pairwise_km(m.lat_a, m.lon_a, model.node_lat, model.node_lon)
-    km_b = pairwise_km(m.lat_b, m.lon_b, model.node_lat, model.node_lon)
-    gc = haversine_km(m.lat_a, m.lon_a, m.lat_b, m.lon_b)
-    land, sea, links = np.zeros(len(m)), np.zeros(len(m)), np.zeros(len(m))
-    for p in range(len(m)):
-        via = ca[p][:, None] + dist[[row[s] for s in ia[p]]][:, ib[p]] + cb[p][None, :]
-        k1, k2 = np.unravel_index(np.argmin(via), via.shape)
-        direct = model._link_ms(gc[p], np.array("land")) if gc[p] <= params.max_link_km and not across[p] else np.inf
-        if direct <= via[k1, k2]:
-            land[p], links[p] = gc[p], 1
-            continue
-        s, t = int(ia[p][k1]), int(ib[p][k2])
-        land[p] = km_a[p, s] + km_b[p, t]
-        links[p] = 2
-        node = t
-        while node != s:  # walk the predecessor tree back to the source
-            prev = int(pred[row[s], node])
-            km, is_sea = kind[(prev, node)]
-            sea[p] += km if is_sea else 0.0
-            land[p] += 0.0 if is_sea else km
-            links[p] += 1
-            node = prev
+    row = np.zeros(len(backbone.nodes), dtype=np.intp)
+    row[sources] = np.arange(len(sources))
+    # Every pair's attach-node x attach-node costs at once (the same sums, in the same order, as pair by pair);
+    # the first minimum in row-major order, as argmin over each pair's matrix finds it.
+    via = (ca[:, :, None] + dist[row[ia][:, :, None], ib[:, None, :]] + cb[:, None, :]).reshape(len(gc), -1)
+    best = np.argmin(via, axis=1)
+    k1, k2 = np.unravel_index(best, ia.shape[1:] + ib.shape[1:])
+    short = (gc <= params.max_link_km) & ~geo.barred
+    direct = np.where(short, model._link_ms(gc, land_link), np.inf)
+    routed = np.flatnonzero(~(direct <= via[np.arange(len(gc)), best]))
+    land, sea, links = gc.copy(), np.zeros(len(gc)), np.ones(len(gc))
+    s = ia[routed, k1[routed]]
+    t = ib[routed, k2[routed]]
+    lat_a, lon_a, lat_b, lon_b = (x[routed] for x in geo.ends)
+    nodes = backbone.nodes
+    lat_n, lon_n = nodes.lat.to_numpy(dtype=np.float64), nodes.lon.to_numpy(dtype=np.float64)
+    ends_km = haversine_km(lat_a, lon_a, lat_n[s], lon_n[s]) + haversine_km(lat_b, lon_b, lat_n[t], lon_n[t])
+    kind = geo.links
+    walked: dict[tuple[int, int], list[tuple[float, bool]]] = {}  # (source, target): its links, target first
+    for p, a, b, km in zip(routed.tolist(), s.tolist(), t.tolist(), ends_km.tolist(), strict=True):
+        hops = walked.get((a, b))
+        if hops is None:
+            hops = walked[(a, b)] = []
+            node = b
+            while node != a:  # walk the predecessor tree back to the source
+                prev = int(pred[row[a], node])
+                hops.append(kind[(prev, node)])
+                node = prev
+        land_km = sea_km = 0.0
+        land_km += km  # (the sums in the walk's order, as the pair-by-pair loop added them)
+        for link_km, is_sea in hops:
+            if is_sea:
+                sea_km += link_km
+            else:
+                land_km += link_km
+        land[p], sea[p], links[p] = land_km, sea_km, 2 + len(hops)
     return Paths(land, sea, links, gc)
 
 
@@ -141,14 +194,15 @@ def network_weights(m: pd.DataFrame, resid: np.ndarray) -> np.ndarray:
     return per_pair
 
 
-def _alternate(m: pd.DataFrame, params: LatencyParams, backbone: Backbone, weights: np.ndarray) -> LatencyParams:
+def _alternate(m: pd.DataFrame, params: LatencyParams, backbone: Backbone, weights: np.ndarray,
+               geometry: PairGeometry) -> LatencyParams:
     """Path search and least squares in turn until the paths stop changing (see module doc)."""
     meas = np.log(m.rtt_ms.to_numpy())
     w = np.sqrt(weights)
     x = np.clip([getattr(params, f) for f in FREE], LOWER, UPPER)
     previous = None
     for _ in range(ROUNDS):
-        paths = find_paths(backbone, params, m)
+        paths = find_paths(backbone, params, m, geometry)
         key = (paths.land_km.round(1).tobytes(), paths.sea_km.round(1).tobytes())
         if key == previous:
             break
@@ -165,12 +219,13 @@ def fit(m: pd.DataFrame, start: LatencyParams | None = None, backbone: Backbone 
     holds several data sets, a refit with :func:`network_weights` read from its residuals."""
     params = start or LatencyParams.load()
     backbone = backbone or build_backbone(default_sites(), params.knn, params.max_link_km)
-    params = _alternate(m, params, backbone, band_weights(m))
+    geometry = pair_geometry(backbone, params, m)
+    params = _alternate(m, params, backbone, band_weights(m), geometry)
     if m.set.nunique() < 2:
         return params
     x = np.array([getattr(params, f) for f in FREE])
-    resid = np.log(find_paths(backbone, params, m).rtt(x)) - np.log(m.rtt_ms.to_numpy())
-    return _alternate(m, params, backbone, network_weights(m, resid))
+    resid = np.log(find_paths(backbone, params, m, geometry).rtt(x)) - np.log(m.rtt_ms.to_numpy())
+    return _alternate(m, params, backbone, network_weights(m, resid), geometry)
 
 
 def predict(model: LatencyModel, m: pd.DataFrame) -> np.ndarray:

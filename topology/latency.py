@@ -257,6 +257,13 @@ class LatencyModel:
         A point links only where a backbone link could: to nodes within ``max_link_km`` (its nearest node however
         far: a remote island still attaches to something) and across no barred border; a node out of reach
         repeats the nearest one."""
+        idx, km, pcodes = self._attach_nodes(lat, lon, d)
+        return idx, self._link_ms(km, np.array("land")), pcodes
+
+    def _attach_nodes(self, lat: np.ndarray, lon: np.ndarray,
+                      d: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_attach` before its costs: the nodes, their distances (km) and the points' codes, which depend on
+        the backbone's structure (``attach_k``, ``max_link_km``, the border rule) and not on the fitted constants."""
         k = self.params.attach_k
         d = pairwise_km(lat, lon, self.node_lat, self.node_lon) if d is None else d
         pcodes = point_codes(lat, lon)
@@ -272,7 +279,7 @@ class LatencyModel:
         if far.any():
             idx = np.where(far, np.take_along_axis(idx, first, axis=1), idx)
             km = np.where(far, nearest, km)
-        return idx, self._link_ms(km, np.array("land")), pcodes
+        return idx, km, pcodes
 
     def core_rtt_ms(self, lat1, lon1, lat2, lon2) -> np.ndarray | float:
         """Data-centre to data-centre RTT in ms (no last mile); scalars or broadcastable arrays."""
