@@ -214,15 +214,18 @@ def ingress_site_rtt(topo: Topology, fleet: Fleet, latency=None) -> np.ndarray:
     sites = fleet.sites.backbone.to_numpy()
     pop_nodes = topo.pop_nodes
     rtt = latency.node_rtt_matrix(pop_nodes, sites)
-    finite = np.isfinite(rtt)
-    if not finite.all():  # distances of the unconnected pairs only: a few isolated PoPs of thousands
-        gap = np.nonzero(~finite)
+    # (two reductions, not a mask of every cell: a 3,000 x 3,000 matrix's mask is 9 MB of fresh pages)
+    if not (np.isfinite(rtt.min()) and np.isfinite(rtt.max())):  # the unconnected pairs: a few isolated PoPs
+        gap = np.nonzero(~np.isfinite(rtt))
         a, b = pop_nodes[gap[0]], sites[gap[1]]
         km = haversine_km(latency.node_lat[a], latency.node_lon[a], latency.node_lat[b], latency.node_lon[b])
         rtt[gap] = latency.params.base_ms + 2.0 * latency.params.alpha_land * km / FIBRE_KM_PER_MS
-    rows_of: dict[int, list[int]] = {}  # backbone node -> the PoP rows on it
-    for i, node in enumerate(pop_nodes.tolist()):
-        rows_of.setdefault(node, []).append(i)
-    for j, node in enumerate(sites.tolist()):
-        rtt[rows_of.get(node, []), j] = 0.0
+    # Every (PoP row, site column) pair on the same backbone node, at once (a column at a time, the strided writes
+    # took 0.4 s at 3,000 PoPs): the PoP rows sorted by node, each site's run of them found by bisection.
+    order = np.argsort(pop_nodes, kind="stable")
+    lo = np.searchsorted(pop_nodes[order], sites, side="left")
+    counts = np.searchsorted(pop_nodes[order], sites, side="right") - lo
+    cols = np.repeat(np.arange(len(sites)), counts)
+    rows = order[np.repeat(lo, counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)]
+    rtt[rows, cols] = 0.0
     return rtt

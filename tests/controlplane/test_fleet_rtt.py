@@ -46,6 +46,24 @@ def test_unconnected_pairs_get_the_great_circle_fallback_and_the_rest_is_untouch
     assert full[i, j] == pytest.approx(topo.core_rtt_ms(pops.lat[i], pops.lon[i], pops.lat[m], pops.lon[m]), rel=1e-9)
 
 
+
+def test_serving_on_the_ingress_node_costs_nothing_for_every_pop_on_it(topo):
+    """Every (PoP, site) pair on one backbone node is 0 ms, and only those: here with several PoPs on one node (a
+    custom table's PoPs can share a city), a site on no PoP's node, and sites in another order than the PoPs."""
+    from types import SimpleNamespace
+
+    fleet = edge_fleet(topo, pops=["FRA", "LHR", "SIN", "IAD"])
+    sites = fleet.sites.backbone.to_numpy()
+    nodes = topo.pop_nodes.copy()
+    nodes[[3, 10, 20]] = sites[1]  # three more PoP rows on the second site's node
+    nodes[nodes == sites[2]] = nodes[0] if nodes[0] != sites[2] else nodes[1]  # no PoP on the third site's node
+    shared = SimpleNamespace(pop_nodes=nodes, latency=topo.latency)
+    got = ingress_site_rtt(shared, fleet)
+    on_node = nodes[:, None] == sites[None, :]
+    assert on_node.sum() >= 6 and not on_node[:, 2].any()
+    assert (got[on_node] == 0).all() and (got[~on_node] > 0).all()
+
+
 def test_central_splits_each_gpu_type_between_its_regions_by_their_users_demand(topo):
     """A central operator sizes regions by demand: each type's count is the edge's, and a region's share of it is
     its users' share of the demand within one GPU (largest remainders), whatever the edge's PoP tiers."""
