@@ -133,8 +133,7 @@ def find_paths(backbone: Backbone, params: LatencyParams, m: pd.DataFrame,
     s = ia[routed, k1[routed]]
     t = ib[routed, k2[routed]]
     lat_a, lon_a, lat_b, lon_b = (x[routed] for x in geo.ends)
-    nodes = backbone.nodes
-    lat_n, lon_n = nodes.lat.to_numpy(dtype=np.float64), nodes.lon.to_numpy(dtype=np.float64)
+    lat_n, lon_n = model.node_lat, model.node_lon
     ends_km = haversine_km(lat_a, lon_a, lat_n[s], lon_n[s]) + haversine_km(lat_b, lon_b, lat_n[t], lon_n[t])
     kind = geo.links
     walked: dict[tuple[int, int], list[tuple[float, bool]]] = {}  # (source, target): its links, target first
@@ -147,8 +146,7 @@ def find_paths(backbone: Backbone, params: LatencyParams, m: pd.DataFrame,
                 prev = int(pred[row[a], node])
                 hops.append(kind[(prev, node)])
                 node = prev
-        land_km = sea_km = 0.0
-        land_km += km  # (the sums in the walk's order, as the pair-by-pair loop added them)
+        land_km, sea_km = km, 0.0  # each link added in the walk's order
         for link_km, is_sea in hops:
             if is_sea:
                 sea_km += link_km

@@ -7,8 +7,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topology import LatencyParams, core_rtt_ms, fibre_rtt_ms, haversine_km
-from topology.calibration import band_weights, errors, network_weights, plain_distance_fit, predict
-from topology.latency import default_model
+from topology.calibration import (
+    FREE,
+    band_weights,
+    errors,
+    find_paths,
+    network_weights,
+    pair_geometry,
+    plain_distance_fit,
+    predict,
+)
+from topology.latency import LatencyModel, build_backbone, default_model, default_sites
 from topology.rtt_sets import load_all
 
 lat = st.floats(-60, 75, allow_nan=False)
@@ -42,6 +51,30 @@ def test_calibration_error_on_measured_tables_beats_distance_fit():
     # About half the error of distance alone. The fit weighs networks, not pairs, so the pooled median (71% Azure
     # pairs) sits above a pair-weighted fit's: 8.5% against 17.0% for the straight line.
     assert err["median_ape"] < 0.55 * plain_distance_fit(m)["median_ape"]
+
+
+
+@pytest.mark.parametrize("alpha_land, hop_ms", [(None, None), (2.6, 0.9)])
+def test_the_fits_path_decomposition_is_the_models_rtt(alpha_land, hop_ms):
+    """The calibration fits constants on each pair's route decomposed (land km, cable km, links): under any
+    constants, that route priced by them is the model's own core RTT for the pair, and the pairs' attachment kept
+    across a fit's rounds gives the routes found afresh."""
+    from dataclasses import replace
+
+    params = LatencyParams.load()
+    if alpha_land is not None:  # constants far from the shipped ones: other routes win
+        params = replace(params, alpha_land=alpha_land, hop_ms=hop_ms)
+    m = load_all(fitted_only=True)
+    backbone = build_backbone(default_sites(), params.knn, params.max_link_km)
+    paths = find_paths(backbone, params, m)
+    x = np.array([getattr(params, f) for f in FREE])
+    np.testing.assert_allclose(paths.rtt(x), predict(LatencyModel(backbone, params), m), rtol=1e-9)
+    assert (paths.links >= 1).all() and (paths.land_km + paths.sea_km >= paths.gc_km * (1 - 1e-9)).all()
+    sub = m.iloc[::3].reset_index(drop=True)
+    kept = find_paths(backbone, params, sub, pair_geometry(backbone, params, sub))
+    fresh = find_paths(backbone, params, sub)
+    for a, b in zip((kept.land_km, kept.sea_km, kept.links), (fresh.land_km, fresh.sea_km, fresh.links), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_network_weights_weigh_networks_not_pairs():
