@@ -103,11 +103,8 @@ class Rows:
         # hundreds of times, and the constants it reads per row are the same for every row of one engine or GPU.
         self.e2e = self.kind == "e2e"
         self._engines, self._engine_code = _codes(self.engine)
-        gpu_keys, self._gpu_code = _codes([(x.name, x.arch, x.memory_kind, x.link_kind) for x in g])
-        first_of = {}
-        for x, code in zip(g, self._gpu_code.tolist(), strict=True):
-            first_of.setdefault(code, x)
-        self._gpus = [first_of[i] for i in range(len(gpu_keys))]
+        _, self._gpu_code = _codes([f"{x.name}|{x.arch}|{x.memory_kind}|{x.link_kind}" for x in g])
+        self._gpus = [g[i] for i in np.unique(self._gpu_code, return_index=True)[1]]  # each GPU key's first row
         self._links, self._link_code = _codes(self.link_kind)
 
     def _per_engine(self, profiles: list, name: str, codes: np.ndarray | None = None) -> np.ndarray:
@@ -293,6 +290,5 @@ def load_rows(kinds=("e2e", "kernel", "collective"), reference: str | Path | Non
 
 def _codes(values) -> tuple[list, np.ndarray]:
     """(the distinct values in order of first appearance, each value's index among them)."""
-    index: dict = {}
-    codes = [index.setdefault(v, len(index)) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
-    return list(index), np.array(codes, dtype=np.intp)
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
+    return list(uniques), codes
