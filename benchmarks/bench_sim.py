@@ -32,6 +32,8 @@ memory and output time at a million requests.
    shared machine moves far less than wall time.
 4. ``edgepop simulate --requests 1000000`` with all outputs in a subprocess: peak RSS (goal <= 1.5 GB) and the time
    of all plots (goal <= 3 s); and the Quick start's ``edgepop simulate`` wall time (goal <= 20 s).
+5. Start-up: a fresh interpreter's ``edgepop --help`` (``cli_help_s``) and ``import sim.run``
+   (``import_simulator_s``), the best of three each: paid by every command and every spawned sweep worker.
 Machines are noisy: compare the ratios, which are measured in one process. The last line printed is one JSON
 object.
 """
@@ -298,7 +300,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, "-m", "edgepop", "simulate", "--out", out], capture_output=True, check=True)
     results["quick_start_simulate_s"] = round(time.perf_counter() - t0, 2)
+    results.update(start_up())
     print(json_line(results))
+
+
+def start_up(repeats: int = 3) -> dict:
+    """Seconds a fresh interpreter takes to print ``edgepop --help`` and to import the simulator (what every
+    command, and every spawned sweep worker, pays before its work starts); the best of ``repeats`` runs each."""
+    runs = {"cli_help_s": [sys.executable, "-m", "edgepop", "--help"],
+            "import_simulator_s": [sys.executable, "-c", "import sim.run"]}
+    out = {}
+    for name, argv in runs.items():
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            subprocess.run(argv, capture_output=True, check=True)
+            best = min(best, time.perf_counter() - t0)
+        out[name] = round(best, 3)
+    return out
 
 
 if __name__ == "__main__":

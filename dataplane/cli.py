@@ -1,4 +1,6 @@
-"""``edgepop profile``: time real ONNX inference on this machine and write the simulator's profile table."""
+"""``edgepop profile``: time real ONNX inference on this machine and write the simulator's profile table; the
+parsers of ``lora-check``, ``quantize`` (:mod:`dataplane.cli_live`) and ``speculate``. Commands import the runtime
+when they run, not when ``edgepop --help`` builds the parsers."""
 
 from __future__ import annotations
 
@@ -27,9 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--list-models", action="store_true", help="list registered models and exit")
     p.set_defaults(func=run_profile)
     cli_live.register(subparsers)  # lora-check and quantize live in their own module
-    from dataplane.speculative import register_cli
-
-    register_cli(subparsers)
+    register_speculate(subparsers)  # (its parser here: dataplane.speculative imports onnx and the runtime)
 
 
 def run_profile(args: argparse.Namespace) -> int:
@@ -65,3 +65,22 @@ def run_profile(args: argparse.Namespace) -> int:
     else:
         print(table.to_csv(index=False), end="")
     return 0
+
+
+def register_speculate(subparsers: argparse._SubParsersAction) -> None:
+    """``edgepop speculate``: greedy generation with and without speculation, timed, on the Net2Net pair."""
+    p = subparsers.add_parser("speculate", help="speculative decoding on the tiny draft / Net2Net target pair",
+                              description="Generate greedily from the Net2Net target with and without the tiny "
+                              "draft's speculation; prints the text and one JSON line of figures.")
+    p.add_argument("--prompt", default="Edge inference is", help="prompt text (byte tokens)")
+    p.add_argument("--k", type=int, default=2, help="draft tokens proposed per round")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--noise", type=float, default=0.2, help="target noise (lower: draft and target agree more)")
+    p.set_defaults(func=run_speculate)
+
+
+def run_speculate(args: argparse.Namespace) -> int:
+    """``edgepop speculate`` (:func:`dataplane.speculative.run_cli`)."""
+    from dataplane.speculative import run_cli
+
+    return run_cli(args)

@@ -154,18 +154,6 @@ def generate_speculative(target: LanguageModel, draft: LanguageModel, prompt: li
         pending = props[:m] + [int(choice[m])]
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``edgepop speculate``: greedy generation with and without speculation, timed, on the Net2Net pair."""
-    p = subparsers.add_parser("speculate", help="speculative decoding on the tiny draft / Net2Net target pair",
-                              description="Generate greedily from the Net2Net target with and without the tiny "
-                              "draft's speculation; prints the text and one JSON line of figures.")
-    p.add_argument("--prompt", default="Edge inference is", help="prompt text (byte tokens)")
-    p.add_argument("--k", type=int, default=2, help="draft tokens proposed per round")
-    p.add_argument("--max-tokens", type=int, default=48)
-    p.add_argument("--noise", type=float, default=0.2, help="target noise (lower: draft and target agree more)")
-    p.set_defaults(func=run_cli)
-
-
 def run_cli(args: argparse.Namespace) -> int:
     """``edgepop speculate``: check the flags, generate with and without speculation and print the text
     and one JSON line of figures."""

@@ -33,8 +33,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 from scipy.sparse import coo_matrix
@@ -45,6 +45,9 @@ from topology.borders import NO_LAND_LINK, SAME_SITE_KM, bar, barred, codes, nod
 from topology.geo import BLOCK_CELLS, FIBRE_KM_PER_MS, haversine_km, pairwise_km
 from topology.rtt_cache import cached_links, cached_matrix, cached_node_rtt, cached_paths, paths_key
 from topology.tables import DATA_DIR
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 PARAMS_FILE = DATA_DIR / "latency_params.json"
 
@@ -123,6 +126,8 @@ class Backbone:
     links: pd.DataFrame
 
     def to_networkx(self) -> nx.Graph:
+        import networkx as nx  # (only for explanation and plots: importing it costs every command 0.2 s)
+
         g = nx.Graph()
         for i, n in enumerate(self.nodes.itertuples()):
             g.add_node(i, name=n.name, lat=n.lat, lon=n.lon, kind=n.kind)
@@ -378,6 +383,8 @@ class LatencyModel:
         for _, _, e in g.edges(data=True):
             alpha = p.alpha_sea if e["kind"] == "sea" else p.alpha_land
             e["ms"] = 2 * alpha * e["km"] / FIBRE_KM_PER_MS + p.hop_ms
+        import networkx as nx
+
         nodes = nx.shortest_path(g, a, b, weight="ms")
         return [g.nodes[n]["name"] for n in nodes]
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from edgepop.errors import UserError
 
@@ -119,6 +118,8 @@ def evaluate(net, counts: np.ndarray) -> Evaluation:
                         demand_scale=k)
     upper = np.concatenate([np.full(prog.n_y + prog.n_u, np.inf),
                             k * counts[unit_node, unit_model] * net.cap[unit_node, unit_model] * util])
+    from scipy.optimize import linprog  # (here: importing scipy.optimize costs every command half a second)
+
     res = linprog(prog.cost, A_ub=prog.A_ub if prog.A_ub.shape[0] else None,
                   b_ub=prog.b_ub if prog.A_ub.shape[0] else None, A_eq=prog.A_eq, b_eq=prog.b_eq,
                   bounds=np.column_stack([np.zeros(prog.n), upper]), method="highs")

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import Bounds, milp
 
 from controlplane.placement.base import (
     PLACEMENTS,
@@ -292,6 +291,8 @@ class IlpPlacement(PlacementPolicy):
                nodes: int):
         """HiGHS on the MILP within ``[lower, upper]`` from ``x0`` until ``deadline`` (its time limit), stopped
         :data:`DEADLINE_GRACE_S` after it when HiGHS is inside a phase it does not interrupt (None then)."""
+        from scipy.optimize import Bounds, milp  # (here, not at the top: every command would pay its import)
+
         opts = {"time_limit": max(0.0, deadline - time.perf_counter()), "node_limit": int(nodes),
                 "mip_rel_gap": float(self.mip_rel_gap), "disp": bool(self.verbose)}
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from controlplane.placement.evaluate import flow_program
 
@@ -92,11 +91,17 @@ class IlpModel:
         self.unit_index[ug, um] = units
 
     @property
-    def constraints(self) -> LinearConstraint:
+    def constraints(self):
+        """The rows as a ``scipy.optimize.LinearConstraint``."""
+        # scipy.optimize is imported where it is used: importing it costs every command half a second
+        from scipy.optimize import LinearConstraint
+
         return LinearConstraint(self.A, self.lo, self.hi)
 
     def relaxation(self):
         """The LP relaxation (its optimum is a lower bound on the MILP's)."""
+        from scipy.optimize import Bounds, milp
+
         return milp(self.cost, constraints=self.constraints, bounds=Bounds(np.zeros(self.n), self.upper))
 
     def _packing_cuts(self, c_col, upper_c, gpus) -> tuple[sp.csr_matrix, np.ndarray]:
@@ -174,6 +179,8 @@ class IlpModel:
         """A full solution vector with integers fixed at ``c`` (routing solved as an LP), or None."""
         lb = np.concatenate([np.zeros(self.prog.n), c])
         ub = np.concatenate([self.upper[:self.prog.n], c])
+        from scipy.optimize import Bounds, milp
+
         res = milp(self.cost, constraints=self.constraints, bounds=Bounds(lb, ub))
         return res.x if res.status == 0 else None
 

@@ -35,6 +35,14 @@ Entry points::
 and ``edgepop serve``.
 """
 
-from dataplane.gateway.config import GatewayConfig, load_config
-
 __all__ = ["GatewayConfig", "load_config"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: the config pulls in the control plane, which ``edgepop --help`` (it imports
+    # dataplane.gateway.cli to build the ``serve`` parser) does not need.
+    if name in __all__:
+        from dataplane.gateway import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
