@@ -14,7 +14,8 @@ Reading guide (start at :mod:`topology.world`: ``Topology``, the world an experi
   nodes each PoP holds), :mod:`topology.regions` (cloud regions and the baseline sets), :mod:`topology.demand`
   (demand cities and the diurnal curve); every table read through :mod:`topology.tables` (validated CSV
   loading);
-* latency: :mod:`topology.geo` (geodesy and constants), :mod:`topology.latency` (the backbone model),
+* latency: :mod:`topology.geo` (geodesy and constants), :mod:`topology.backbone` (the graph: nodes and links),
+  :mod:`topology.latency` (the model over it),
   :mod:`topology.borders` (borders no terrestrial link crosses), :mod:`topology.last_mile` (the access network's
   round trip), :mod:`topology.jitter` (per-request RTT variability), :mod:`topology.rtt_cache` (derived RTT
   matrices cached in memory and on disk);

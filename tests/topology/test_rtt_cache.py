@@ -142,14 +142,14 @@ def test_a_model_is_keyed_without_reading_its_backbone_matrix(topo, cache):
 def test_backbone_links_come_from_disk_and_stale_ones_are_never_used(topo, cache, monkeypatch):
     import pandas as pd
 
-    from topology import latency
+    from topology import backbone, latency
 
     monkeypatch.setattr(rtt_cache, "MIN_LINK_NODES", 0)  # the shipped backbone is below the size worth caching
     sites = latency.default_sites()
     fresh = latency.build_backbone(sites).links
     assert len(list((cache / "backbone").glob("*.links.npz"))) == 1
     with monkeypatch.context() as m:  # the same input reads the file, it computes nothing
-        m.setattr(latency, "pairwise_km", lambda *a, **k: pytest.fail("recomputed cached links"))
+        m.setattr(backbone, "pairwise_km", lambda *a, **k: pytest.fail("recomputed cached links"))
         pd.testing.assert_frame_equal(latency.build_backbone(sites).links, fresh)
     # Moved sites, other options or other cables: other keys, computed again, equal to a computation without cache.
     moved = sites.assign(lat=sites.lat.where(sites.index != 3, sites.lat + 5.0))
@@ -158,7 +158,7 @@ def test_backbone_links_come_from_disk_and_stale_ones_are_never_used(topo, cache
                           ({"sites": sites}, cables.iloc[1:])):
         with monkeypatch.context() as m:
             if patch is not None:
-                m.setattr(latency.pd, "read_csv", lambda path, _c=patch, _r=pd.read_csv: (
+                m.setattr(backbone.pd, "read_csv", lambda path, _c=patch, _r=pd.read_csv: (
                     _c if str(path).endswith("backbone_links.csv") else _r(path)))
             got = latency.build_backbone(**kwargs).links
             monkeypatch.setenv("EDGEPOP_NO_CACHE", "1")
