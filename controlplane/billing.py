@@ -27,11 +27,15 @@ def neurons(spec: ModelSpec, input_units: float, output_tokens: float = 0.0) -> 
 def neurons_array(catalog: Catalog, models, input_units, output_tokens) -> np.ndarray:
     """Vectorised :func:`neurons` over arrays of model ids and token counts."""
     models = pd.Series(models)
-    known = models.isin([s.id for s in catalog])
+    # Each distinct id's rates looked up once and gathered by code (a string column's own map() visits every row
+    # in Python: 0.1-0.2 s per 150,000 requests).
+    codes, ids = pd.factorize(models)  # (a missing id: code -1)
+    specs = {s.id: s for s in catalog}
+    known = np.array([i in specs for i in ids] + [False], dtype=bool)[codes]  # (index -1: the trailing False)
     if not known.all():  # (its rate would be NaN, and NaN neurons bill nothing)
-        raise UserError(f"neurons: no model {models[~known].iloc[0]!r} in the catalog")
-    rate_in = models.map({s.id: s.neurons_per_m_input for s in catalog}).to_numpy(dtype=np.float64)
-    rate_out = models.map({s.id: s.neurons_per_m_output for s in catalog}).to_numpy(dtype=np.float64)
+        raise UserError(f"neurons: no model {models.iloc[int(np.argmin(known))]!r} in the catalog")
+    rate_in = np.array([specs[i].neurons_per_m_input for i in ids], dtype=np.float64)[codes]
+    rate_out = np.array([specs[i].neurons_per_m_output for i in ids], dtype=np.float64)[codes]
     return (np.asarray(input_units) * rate_in + np.asarray(output_tokens) * rate_out) / 1e6
 
 
