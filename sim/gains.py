@@ -19,6 +19,7 @@ import pandas as pd
 BLOCKS = 50
 RESAMPLES = 500
 MARKS = 128  # positions where quantiles() finds every resample's cumulative weight at once
+SEGMENT = 32  # quantiles() searches by bisection down to this many positions, then sums their weights in turn
 PROMPT_BINS = (("<=256", 0, 256), ("257-1k", 257, 1024), ("1k-4k", 1025, 4096), ("4k-16k", 4097, 16384),
                (">16k", 16385, np.inf))
 LOAD_LEVELS = ("low", "mid", "high")
@@ -52,22 +53,29 @@ class Bootstrap:
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xB00]))
         self.weights = rng.poisson(1.0, size=(resamples, blocks)).astype(float)
 
-    def quantiles(self, values: np.ndarray, mask: np.ndarray, qs) -> np.ndarray:
-        """(resamples, len(qs)) weighted quantiles of ``values[mask]``; NaN when empty.
+    def quantiles(self, values: np.ndarray, mask: np.ndarray, qs, order: np.ndarray | None = None) -> np.ndarray:
+        """(resamples, len(qs)) weighted quantiles of ``values[mask]``; NaN when empty. ``order``: optionally,
+        ``np.argsort(values, kind="stable")``, for a caller that asks about many subsets of one column (its
+        subsets' own stable sorts are its restrictions to them).
 
         A resample counts each request as many times as its block's weight, and its quantile is numpy's default
         (linear interpolation) over that multiset, the definition of the point estimates, so a figure and its
         interval are of one statistic (with unit weights it is ``np.percentile`` itself). The multiset's k-th
         value (from 0) is the first value, in sorted order, at which the cumulative weight exceeds k. The
         cumulative weight at a position is the sum over blocks of the block's weight times how many of its
-        requests come up to there, so a binary search over positions, all resamples at once, finds it without the
+        requests come up to there: found at ``MARKS`` checkpoints for every resample at once, then by a binary
+        search between two of them down to ``SEGMENT`` positions, whose running sum gives the answer, without the
         (resamples x requests) running sums. Weights are small integers: every sum is exact."""
-        idx = np.flatnonzero(mask & np.isfinite(values))
+        keep = mask & np.isfinite(values)
         n_res, n_blocks = self.weights.shape
         out = np.full((n_res, len(qs)), np.nan)
-        if idx.size == 0:
+        if not keep.any():
             return out
-        order = idx[np.argsort(values[idx], kind="stable")]
+        if order is None:
+            idx = np.flatnonzero(keep)
+            order = idx[np.argsort(values[idx], kind="stable")]
+        else:
+            order = order[keep[order]]
         v, blk = values[order], self.block[order]
         n = v.size
         counts = np.bincount(blk, minlength=n_blocks)
@@ -75,7 +83,8 @@ class Bootstrap:
         # Sorted positions of each block's requests, the blocks laid end to end with offsets that keep the whole
         # array ascending: one searchsorted answers "how many of block b up to position i" for every (i, b).
         offsets = np.arange(n_blocks, dtype=np.int64) * (n + 1)
-        by_block = np.argsort(blk, kind="stable") + np.repeat(offsets, counts)
+        # (sorted as the smallest integers that hold a block number: numpy sorts those stably by radix)
+        by_block = np.argsort(blk.astype(np.min_scalar_type(n_blocks)), kind="stable") + np.repeat(offsets, counts)
         total = self.weights @ counts.astype(float)
         live = total > 0
         w = self.weights[live]
@@ -87,18 +96,26 @@ class Bootstrap:
         upto_marks = np.searchsorted(by_block, marks[:, None] + offsets[None, :], side="right") - starts
         at_marks = np.einsum("rb,kb->rk", w, upto_marks.astype(float), optimize=False)
 
+        rows = np.arange(len(w))
+        step = np.arange(SEGMENT)
+
         def first_reaching(target: np.ndarray) -> np.ndarray:
             """Per live resample, the first sorted position whose cumulative weight is at least ``target``."""
             first = (at_marks >= target[:, None]).argmax(axis=1)  # reached at the last mark at the latest
             hi = marks[first]
             lo = np.where(first > 0, marks[np.maximum(first - 1, 0)] + 1, 0)
-            while np.any(open_ := lo < hi):
+            # A binary search (every resample at once) until the answer lies in at most SEGMENT positions...
+            while (hi - lo).max() >= SEGMENT:
                 mid = (lo + hi) // 2
                 upto = np.searchsorted(by_block, mid[:, None] + offsets[None, :], side="right") - starts
                 reached = (w * upto).sum(axis=1) >= target
-                hi = np.where(open_ & reached, mid, hi)
-                lo = np.where(open_ & ~reached, mid + 1, lo)
-            return lo
+                hi = np.where(reached, mid, hi)
+                lo = np.where(reached, lo, mid + 1)
+            # ...then the running sum of the block weights of those positions, from the weight before them.
+            upto = np.searchsorted(by_block, lo[:, None] - 1 + offsets[None, :], side="right") - starts
+            pos = np.minimum(lo[:, None] + step, n - 1)  # (past hi only after the answer, which is at most hi)
+            run = (w * upto).sum(axis=1)[:, None] + np.cumsum(w[rows[:, None], blk[pos]], axis=1)
+            return lo + (run >= target[:, None]).argmax(axis=1)
 
         size = total[live]
         for j, q in enumerate(np.asarray(qs, dtype=float)):
@@ -165,12 +182,21 @@ class Paired:
         self.gen, self.one_shot = gen & ~batch, ~gen & ~batch
         self.ok_e = (self.e.outcome == "ok").to_numpy(dtype=bool)
         self.ok_c = (self.c.outcome == "ok").to_numpy(dtype=bool)
+        self._columns: dict = {}  # (side, column) -> (values, stable sort order)
+
+    def _column(self, side: str, col: str) -> tuple[np.ndarray, np.ndarray]:
+        """A side's column as floats and its stable sort order, found once (every group's figure reads them)."""
+        got = self._columns.get((side, col))
+        if got is None:
+            values = getattr(self, side)[col].to_numpy(dtype=float)
+            got = self._columns[side, col] = (values, np.argsort(values, kind="stable"))
+        return got
 
     def quantile_gain(self, col: str, subset: np.ndarray, qs=(0.5,)) -> dict:
         """Point reductions and intervals at quantiles ``qs`` of ``col`` over ``subset`` (ok requests each side)."""
-        ve, vc = self.e[col].to_numpy(dtype=float), self.c[col].to_numpy(dtype=float)
+        (ve, oe), (vc, oc) = self._column("e", col), self._column("c", col)
         me, mc = subset & self.ok_e, subset & self.ok_c
-        be, bc = self.boot.quantiles(ve, me, qs), self.boot.quantiles(vc, mc, qs)
+        be, bc = self.boot.quantiles(ve, me, qs, oe), self.boot.quantiles(vc, mc, qs, oc)
         out = {}
         for j, q in enumerate(qs):
             pe, pc = _point(ve, me, q), _point(vc, mc, q)
