@@ -18,7 +18,7 @@ Reading guide (start at :mod:`topology.world`: ``Topology``, the world an experi
   :mod:`topology.latency` (the model over it),
   :mod:`topology.borders` (borders no terrestrial link crosses), :mod:`topology.last_mile` (the access network's
   round trip), :mod:`topology.jitter` (per-request RTT variability), :mod:`topology.rtt_cache` (derived RTT
-  matrices cached in memory and on disk);
+  matrices cached in memory and on disk; every disk cache's folder and atomic writes: :mod:`topology.cache_files`);
 * its fit: :mod:`topology.rtt_sets` (the measured RTT sets), :mod:`topology.calibration` (the fit and its
   cross-validation), :mod:`topology.wan_fidelity` (the tables ``edgepop validate`` prints);
 * :mod:`topology.report` (summaries and the map) and :mod:`topology.cli` (``edgepop topology``).

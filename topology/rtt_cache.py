@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
-import tempfile
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -36,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from topology import borders, geo
+from topology.cache_files import cache_dir, write_atomic
 
 MIN_CELLS = 200_000  # below this much work a matrix is cheaper to compute than to hash and look up
 _MEMORY: OrderedDict = OrderedDict()
@@ -46,17 +45,6 @@ _CODE_DIGESTS: dict = {}
 # What reading a damaged cache file raises (then it is recomputed): an empty file (a crash or a full disk after the
 # rename) is EOFError, a truncated .npz BadZipFile, a missing array KeyError, a bad header ValueError.
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
-
-
-def cache_dir() -> Path | None:
-    """Where matrices are kept on disk (None when the disk cache is off)."""
-    if os.environ.get("EDGEPOP_NO_CACHE"):
-        return None
-    base = os.environ.get("EDGEPOP_CACHE_DIR")
-    if base:
-        return Path(base) / "rtt"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "edgepop" / "rtt"
 
 
 def _code_digest(model) -> str:
@@ -248,22 +236,6 @@ def cached_links(nodes, cables, options: tuple, compute):
     if len(links) and not links[["kind", "system"]].isna().any().any():  # text round-trips; a missing value would not
         _write(path, {c: links[c].to_numpy(dtype=str if c in ("kind", "system") else None) for c in LINK_COLUMNS})
     return links
-
-
-def write_atomic(path: Path, write) -> None:
-    """``write(binary file)`` into a temporary file next to ``path``, then renamed onto it: a reader never sees
-    half a file. A cache file that cannot be written is simply not kept."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except (OSError, UnboundLocalError):
-            pass
 
 
 def _write(path: Path, m) -> None:

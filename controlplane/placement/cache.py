@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.memory import collector_paused
-from topology.rtt_cache import cache_dir, write_atomic
+from topology.cache_files import cache_dir, write_atomic
 
 _CODE: list[str] = []
 _SKIP = ("problem", "fleet")  # hashed through their parts below
