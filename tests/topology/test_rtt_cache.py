@@ -259,7 +259,7 @@ def test_the_city_table_comes_from_disk_and_a_stale_one_is_never_used(cache, tmp
 
     build = demand._all_cities.__wrapped__  # (the function under its per-process memo)
     fresh = build()
-    files = list((tmp_path / "cities").glob("*.parquet"))
+    files = list((tmp_path / "cities").glob("*.feather"))
     assert len(files) == 1
     with monkeypatch.context() as m:  # the same sources read the file, they parse nothing
         m.setattr(demand, "json", SimpleNamespace(loads=lambda _: pytest.fail("parsed the JSON of a cached table")))
@@ -275,13 +275,13 @@ def test_the_city_table_comes_from_disk_and_a_stale_one_is_never_used(cache, tmp
     monkeypatch.setattr(demand, "_city_files", lambda: [copy, countries_file])
     changed = build()
     assert changed.population.iloc[0] == fresh.population.iloc[0] + 12345
-    assert len(list((tmp_path / "cities").glob("*.parquet"))) == 2
+    assert len(list((tmp_path / "cities").glob("*.feather"))) == 2
     monkeypatch.undo()
     monkeypatch.setenv("EDGEPOP_CACHE_DIR", str(tmp_path))
-    files[0].write_bytes(b"not a parquet file")  # a broken entry is rebuilt
+    files[0].write_bytes(b"not an Arrow file")  # a broken entry is rebuilt
     pd.testing.assert_frame_equal(build(), fresh, check_exact=True)
     monkeypatch.setenv("EDGEPOP_NO_CACHE", "1")
-    for path in (tmp_path / "cities").glob("*.parquet"):
+    for path in (tmp_path / "cities").glob("*.feather"):
         path.unlink()
     pd.testing.assert_frame_equal(build(), fresh, check_exact=True)
-    assert not list((tmp_path / "cities").glob("*.parquet"))
+    assert not list((tmp_path / "cities").glob("*.feather"))
