@@ -34,6 +34,10 @@ memory and output time at a million requests.
    of all plots (goal <= 3 s); and the Quick start's ``edgepop simulate`` wall time (goal <= 20 s).
 5. Start-up: a fresh interpreter's ``edgepop --help`` (``cli_help_s``) and ``import sim.run``
    (``import_simulator_s``), the best of three each: paid by every command and every spawned sweep worker.
+6. The machine: how fast a fresh process first writes 256 MB of new numpy array (``first_touch_gb_s``, the
+   slowest and fastest of three interpreters, just before the set-up runs). A virtual machine whose host backs
+   guest memory lazily runs this at a fraction of a GB/s in some minutes and several GB/s in others; the set-up
+   figures, the 3,000-PoP ones most (they touch tens of MB more), move with it.
 Machines are noisy: compare the ratios, which are measured in one process. The last line printed is one JSON
 object.
 """
@@ -286,6 +290,7 @@ def main() -> None:
     busy = bench_routing(topo, len(topo.pops), "nearest-with-capacity", 50_000, busy=1.0)
     results.update({"route_all_busy_p50_us": busy["p50_us"], "route_all_busy_p99_us": busy["p99_us"],
                     "route_all_busy_p99.9_us": busy["p99.9_us"]})
+    results.update(first_touch())
     with tempfile.TemporaryDirectory() as cache:
         cold = child(["--child-setup", "0", "20000", cache])
         warm = child(["--child-setup", "0", "20000", cache])
@@ -302,6 +307,16 @@ def main() -> None:
     results["quick_start_simulate_s"] = round(time.perf_counter() - t0, 2)
     results.update(start_up())
     print(json_line(results))
+
+
+def first_touch(repeats: int = 3, mb: int = 256) -> dict:
+    """GB/s at which a fresh interpreter first writes ``mb`` MB of new numpy array: the slowest and fastest of
+    ``repeats`` (what the machine charges a set-up for its large arrays' fresh pages, apart from the code)."""
+    code = (f"import time, numpy as np; t = time.perf_counter(); a = np.ones({mb} * 2**17); "
+            "print(time.perf_counter() - t)")
+    rates = [mb / 1024 / float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                              check=True).stdout) for _ in range(repeats)]
+    return {"first_touch_gb_s": [round(min(rates), 2), round(max(rates), 2)]}
 
 
 def start_up(repeats: int = 3) -> dict:
