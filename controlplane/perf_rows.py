@@ -39,6 +39,9 @@ HOLDOUT_NIM_FILE = DATA / "perf_holdout_nim.csv"  # a second one: another engine
 HOLDOUT_STATIC_FILE = DATA / "perf_holdout_static_decode.csv"
 # a fourth: the edge-class L40S alone, a later release's static-batch decode steps, tp 1-8 over PCIe
 HOLDOUT_EDGE_FILE = DATA / "perf_holdout_edge.csv"
+# a fifth: image passes (ResNet-50, INT8) on the edge-class L4 and T4 and on A100, H100 and H200 at batch 1 to 2,048,
+# from MLPerf Inference: the only measurements of an L4 or a T4 the checks hold, and no row of any fit is an image pass
+HOLDOUT_IMAGE_FILE = DATA / "perf_holdout_mlperf_images.csv"
 COLLECTIVES_FILE = DATA / "perf_collectives.csv"
 COLUMNS = ["model", "gpu", "tp", "precision", "kv_precision", "phase", "batch", "prompt_tokens", "context",
            "measured_ms", "engine", "source", "notes"]
@@ -155,9 +158,15 @@ class Rows:
         memory = self.weight_bytes / (self.tp * weight_bw) + self.kv_bytes / (self.tp * bw)
         k = p.overlap_exponent
         busy = (compute ** k + memory ** k) ** (1.0 / k)
+        # The score matrix through memory needs attention layers and heads: an image or speech pass (infinite
+        # gemm_rows, no heads) has none, and is skipped rather than priced 0 * inf, as Roofline._time does.
+        scored = (dense > 0) & (self.layers > 0) & (self.heads > 0)
+        dense_s = np.zeros(len(busy))
+        dense_s[scored] = (dense[scored] * self.gemm_rows[scored] ** 2 * self.layers[scored] * self.heads[scored]
+                           / bw[scored])
         busy = (busy + elt * (self.replicated_bytes + self.sharded_bytes / self.tp) / (self.mem_bw *
                                                                                        p.elementwise_efficiency)
-                + self.layers * p.layer_floor_us * 1e-6 + dense * self.gemm_rows ** 2 * self.layers * self.heads / bw)
+                + self.layers * p.layer_floor_us * 1e-6 + dense_s)
         lat = np.array([p.by("allreduce_latency_us", x) for x in self._links], dtype=float)[self._link_code] * 1e-6
         link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self._gpus], dtype=float)[self._gpu_code]
         ring = 2.0 * (self.tp - 1) / self.tp * self.allreduce_bytes / link

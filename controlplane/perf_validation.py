@@ -20,7 +20,14 @@ import pandas as pd
 
 from controlplane.perf_calibration import Rows, fit, load_rows, mape
 from controlplane.perf_params import RooflineParams
-from controlplane.perf_rows import HOLDOUT_EDGE_FILE, HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE
+from controlplane.perf_rows import (
+    HOLDOUT_EDGE_FILE,
+    HOLDOUT_FILE,
+    HOLDOUT_IMAGE_FILE,
+    HOLDOUT_NIM_FILE,
+    HOLDOUT_STATIC_FILE,
+    load_reference,
+)
 
 GROUPINGS = ("model", "gpu", "tp")
 PHASES = ("prefill", "decode", "kernel", "allreduce")
@@ -33,9 +40,9 @@ GOAL_MAPE = 0.10  # prefill and decode, each grouping, end-to-end rows
 OTHER_RELEASE = {"tensorrt-llm-0.9": "tensorrt-llm-0.5", "nim-2024-tensorrt-llm": "nim-1.8-tensorrt-llm",
                  "tensorrt-llm-0.5-static": "tensorrt-llm-0.5", "tensorrt-llm-0.6-static": "tensorrt-llm-0.5",
                  "tensorrt-llm-0.9-static": "tensorrt-llm-0.5"}
-HOLDOUT_BREAKDOWNS = ("phase", "gpu", "tp", "tokens", "model")
+HOLDOUT_BREAKDOWNS = ("phase", "gpu", "tp", "batch", "tokens", "model")
 # The external checks: tables no fit reads, each reported on its own.
-HOLDOUT_FILES = (HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE, HOLDOUT_EDGE_FILE)
+HOLDOUT_FILES = (HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE, HOLDOUT_EDGE_FILE, HOLDOUT_IMAGE_FILE)
 
 
 def cross_validate(rows: Rows | None = None) -> pd.DataFrame:
@@ -91,12 +98,14 @@ def holdout_report(params: RooflineParams | None = None, path=None) -> dict:
     """The shipped constants (``params``; default ``perf_params.json``) against a table of published measurements
     that no fit and no cross-validation fold ever sees (``path``; default ``perf_holdout.csv``, see
     :data:`HOLDOUT_FILES`). Each row is predicted twice: with the ``default`` engine profile (an engine the fit
-    never saw) and with the fitted profile of its engine's nearest release (:data:`OTHER_RELEASE`). Returns
-    pooled and per-breakdown MAPE for both readings (``tokens``: prompt tokens) and every row's errors."""
+    never saw) and with the fitted profile of its engine's nearest release (:data:`OTHER_RELEASE`; an engine with
+    no fitted release, such as MLPerf's image harness, is read with the ``default`` profile both times). Returns
+    pooled and per-breakdown MAPE for both readings (``tokens``: prompt tokens) and every row's errors (with its
+    batch)."""
     params = params or RooflineParams.load()
     path = path or HOLDOUT_FILE
     rows = load_rows(("e2e",), reference=path)
-    t = rows.table.assign(tokens=rows.table.prompt_tokens)
+    t = rows.table.assign(tokens=rows.table.prompt_tokens, batch=load_reference(path).batch.to_numpy())
     readings = {"default": np.array(["default"] * len(t), dtype=object),
                 "other_release": np.array([OTHER_RELEASE.get(e, "default") for e in t.engine], dtype=object)}
     out = {"file": Path(path).name, "rows": int(len(t)), "engines": sorted(set(t.engine)),
@@ -116,6 +125,6 @@ def holdout_report(params: RooflineParams | None = None, path=None) -> dict:
         out["readings"][name] = entry
     for i, r in enumerate(t.itertuples()):
         out["points"].append({"model": r.model, "gpu": r.gpu, "tp": int(r.tp), "engine": r.engine, "phase": r.phase,
-                              "tokens": int(r.tokens), "context": int(r.context), "measured_ms": float(r.measured_ms),
+                              "batch": int(r.batch), "tokens": int(r.tokens), "context": int(r.context), "measured_ms": float(r.measured_ms),
                               **{f"{k}_ms": round(float(v[i]), 2) for k, v in preds.items()}})
     return out

@@ -6,7 +6,7 @@
   type and tensor-parallel degree (``controlplane.perf_validation``), each group's MAPE by phase;
 * ``service_time_holdouts``: the shipped constants against published measurements no fit ever sees, one report
   per table (``perf_holdout.csv``, ``perf_holdout_nim.csv``, ``perf_holdout_static_decode.csv``,
-  ``perf_holdout_edge.csv``; :func:`controlplane.perf_validation.holdout_report`);
+  ``perf_holdout_edge.csv``, ``perf_holdout_mlperf_images.csv``; :func:`controlplane.perf_validation.holdout_report`);
 * ``wan``: the WAN model's errors per data set, distance band and continent, in sample and cross-validated by
   data set and by continent (``topology.wan_fidelity``), with the goals met or missed;
 * ``jitter``: the per-path RTT distribution and how it reproduces the measured minima and maxima;
@@ -123,22 +123,27 @@ def _holdout_lines(checks: list[dict]) -> list[str]:
     for h in checks:
         d, o = h["readings"]["default"], h["readings"]["other_release"]
         other = ", ".join(f"`{k}` read as `{v}`" for k, v in h["other_release"].items())
-        if all(pt["default_ms"] == pt["other_release_ms"] for pt in h["points"]):
+        if not h["other_release"]:
+            other = "none (no release of this engine was fitted: both readings are the default profile's)"
+        elif all(pt["default_ms"] == pt["other_release_ms"] for pt in h["points"]):
             other += (" (whose fitted profile has no constants of its own for these rows' phase, so both readings "
                       "are the default's: one reading, not two)")
         phases = ", ".join(f"{x['rows']} {p}" for p, x in d["by_phase"].items())
+        sources = (", ".join(h["sources"]) if len(h["sources"]) <= 3
+                   else f"{len(h['sources'])} sources, each row's in the file's `source` column")
         out += [f"**`controlplane/data/{h['file']}`**: {h['rows']} rows ({phases}) of "
-                f"{', '.join(f'`{x}`' for x in h['engines'])} ({', '.join(h['sources'])}); other release: {other}. "
+                f"{', '.join(f'`{x}`' for x in h['engines'])} ({sources}); other release: {other}. "
                 f"Pooled MAPE {_pct(d['mape'])} (median {_pct(d['median_ape'])}, signed {_pct(d['mean_signed'])}) "
                 f"and {_pct(o['mape'])} (median {_pct(o['median_ape'])}, signed {_pct(o['mean_signed'])}).", "",
                 "| breakdown | group | rows | MAPE, default profile | MAPE, other release |", "|---|---|---:|---:|---:|"]
         for key in HOLDOUT_BREAKDOWNS:
             for g, x in d[f"by_{key}"].items():
                 out.append(f"| {key} | {g} | {x['rows']} | {_pct(x['mape'])} | {_pct(o[f'by_{key}'][g]['mape'])} |")
-        out += ["", "| model | GPU | tp | phase | prompt tokens | context | measured ms | default profile ms | "
-                "other release ms |", "|---|---|---:|---|---:|---:|---:|---:|---:|"]
-        out += [f"| {p['model']} | {p['gpu']} | {p['tp']} | {p['phase']} | {p['tokens']} | {p['context']} | "
-                f"{p['measured_ms']:g} | {p['default_ms']:g} | {p['other_release_ms']:g} |" for p in h["points"]]
+        out += ["", "| model | GPU | tp | phase | batch | prompt tokens | context | measured ms | default profile ms | "
+                "other release ms |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+        out += [f"| {p['model']} | {p['gpu']} | {p['tp']} | {p['phase']} | {p['batch']} | {p['tokens']} | "
+                f"{p['context']} | {p['measured_ms']:g} | {p['default_ms']:g} | {p['other_release_ms']:g} |"
+                for p in h["points"]]
         out.append("")
     return out
 

@@ -109,8 +109,10 @@ def print_tables(rep: dict) -> None:
         con.print(g)
     for h in rep.get("service_time_holdouts", []):
         d, e = h["readings"]["default"], h["readings"]["other_release"]
+        other = (f"{_pct(e['mape'])} with another release's" if h["other_release"]
+                 else "no release of this engine fitted")
         con.print(f"service time on {h['rows']} held-out rows ({', '.join(h['engines'])}, never fitted): MAPE "
-                  f"{_pct(d['mape'])} with the default profile, {_pct(e['mape'])} with another release's")
+                  f"{_pct(d['mape'])} with the default profile, {other}")
     for e in rep["under_load"]["readings"].values():
         chunk = f", prefill chunked at {e['chunked_prefill_tokens']}" if e.get("chunked_prefill_tokens") else ""
         t = Table(title=f"Simulated replica under load ({rep['under_load']['runs']} closed-loop runs, never fitted), "

@@ -35,7 +35,9 @@ REACHED = {("tp", "prefill"): 0.105}
 HOLDOUT_REACHED = {"perf_holdout.csv": {"default": 0.14, "other_release": 0.12},
                    "perf_holdout_nim.csv": {"default": 0.185, "other_release": 0.21},
                    "perf_holdout_static_decode.csv": {"default": 0.195, "other_release": 0.195},
-                   "perf_holdout_edge.csv": {"default": 0.105, "other_release": 0.105}}
+                   "perf_holdout_edge.csv": {"default": 0.105, "other_release": 0.105},
+                   # image passes: no engine profile of the fit is an image server's (docs/perf-model.md)
+                   "perf_holdout_mlperf_images.csv": {"default": 0.47, "other_release": 0.47}}
 
 
 @pytest.fixture(scope="module")
@@ -212,22 +214,26 @@ def test_external_check_rows_are_never_fitted_and_every_row_is_reported(report):
     assert set(checks) == set(HOLDOUT_REACHED)
     assert {name: h["rows"] for name, h in checks.items()} == {"perf_holdout.csv": 40, "perf_holdout_nim.csv": 108,
                                                               "perf_holdout_static_decode.csv": 7,
-                                                              "perf_holdout_edge.csv": 5}
+                                                              "perf_holdout_edge.csv": 5,
+                                                              "perf_holdout_mlperf_images.csv": 10}
     ref, params = load_reference(), RooflineParams.load()
     for name, h in checks.items():
         assert h["rows"] == len(h["points"]) == len(load_reference(ROOT / "controlplane" / "data" / name))
         for engine in h["engines"]:
             assert engine not in set(ref.engine) and engine not in params.engines  # no fit has seen it
-            assert OTHER_RELEASE[engine] in params.engines  # the other release is a fitted profile
+            if engine in OTHER_RELEASE:
+                assert OTHER_RELEASE[engine] in params.engines  # the other release is a fitted profile
+            else:  # no release fitted: both readings are the default profile's
+                assert all(p["other_release_ms"] == p["default_ms"] for p in h["points"] if p["engine"] == engine)
         for reading, bound in HOLDOUT_REACHED[name].items():
             r = h["readings"][reading]
             assert r["mape"] <= bound, (name, reading, r["mape"])
-            for key in ("phase", "tp", "gpu"):
+            for key in ("phase", "tp", "gpu", "batch"):
                 assert sum(g["rows"] for g in r[f"by_{key}"].values()) == h["rows"]
         # The two readings differ only by the engines' fixed overheads: per row, its phase's overhead apart.
         default = params.engines["default"]
         for p in h["points"]:
-            other = params.engines[OTHER_RELEASE[p["engine"]]]
+            other = params.engines[OTHER_RELEASE.get(p["engine"], "default")]
             field = "prefill_overhead_ms" if p["phase"] == "prefill" else "step_overhead_ms"
             gap = getattr(other, field) - getattr(default, field)
             assert p["other_release_ms"] - p["default_ms"] == pytest.approx(gap, abs=0.02)
@@ -265,6 +271,45 @@ def test_edge_check_rows_are_l40s_static_batch_decode_steps_rederived_from_their
     assert default["by_gpu"]["L40S"]["rows"] == 5 and set(default["by_tp"]) == {"1", "4", "8"}
     assert default["mape"] <= HOLDOUT_REACHED[HOLDOUT_EDGE_FILE.name]["default"]
     assert "perf_holdout_edge.csv" in render_markdown(report, figure="fidelity-models.png")
+
+
+def test_image_check_rows_are_mlperf_resnet50_results_rederived_from_their_notes(report):
+    """``perf_holdout_mlperf_images.csv``: every row one MLPerf Inference ResNet-50 result (NVIDIA's TensorRT
+    harness, INT8) at the commit of its summary file; latency rows hold the median latency of a query (batch 1 or
+    8) and throughput rows the time per batch (batch x 1000 / samples/s per GPU), each re-derived from the figure
+    its notes quote. The check covers the edge-class L4 and T4 at batch 1 and their largest batch, and
+    ``edgepop validate`` reports it with no other release (none was fitted)."""
+    import csv
+
+    from controlplane.perf_rows import HOLDOUT_IMAGE_FILE, load_rows
+
+    rows = list(csv.DictReader(HOLDOUT_IMAGE_FILE.open()))
+    assert len(rows) == 10 and len({(r["gpu"], r["batch"]) for r in rows}) == 10
+    for r in rows:
+        assert (r["model"], r["tp"], r["precision"], r["phase"], r["prompt_tokens"], r["engine"]) == (
+            "@cf/microsoft/resnet-50", "1", "int8", "prefill", "1", "mlperf-tensorrt-lwis")
+        assert re.fullmatch(r"https://github\.com/mlcommons/inference_results_v[\d.]+/blob/[0-9a-f]{40}/closed/"
+                            r"NVIDIA/results/[^/]+/resnet50?/(SingleStream|MultiStream|Offline)/performance/run_1/"
+                            r"mlperf_log_summary\.txt", r["source"])
+        scenario, batch = r["source"].split("/")[-4], int(r["batch"])
+        assert f", {scenario}: " in r["notes"]
+        if scenario == "Offline":
+            quoted = re.search(r"([\d,.]+) samples/s(?: on (\d) GPUs)? at gpu_batch_size (\d+)", r["notes"])
+            assert int(quoted[3]) == batch >= 32
+            per_gpu = float(quoted[1].replace(",", "")) / int(quoted[2] or 1)
+            assert float(r["measured_ms"]) == pytest.approx(batch * 1000 / per_gpu, rel=1e-4)
+        else:
+            assert batch == (8 if scenario == "MultiStream" else 1)
+            ns = int(re.search(r"median latency ([\d,]+) ns", r["notes"])[1].replace(",", ""))
+            assert float(r["measured_ms"]) == pytest.approx(ns / 1e6, abs=1e-4)
+    # The vectorised rows price an image pass as the roofline does (no attention term: it has no heads).
+    assert load_rows(("e2e",), reference=HOLDOUT_IMAGE_FILE).check(RooflineParams.load()) < 1e-9
+    covered = {(r["gpu"], r["source"].split("/")[-4]) for r in rows}
+    assert {("L4", "SingleStream"), ("L4", "Offline"), ("T4", "SingleStream"), ("T4", "Offline")} <= covered
+    check = next(h for h in report["service_time_holdouts"] if h["file"] == HOLDOUT_IMAGE_FILE.name)
+    assert check["engines"] == ["mlperf-tensorrt-lwis"] and check["other_release"] == {}
+    assert check["readings"]["default"]["mape"] <= HOLDOUT_REACHED[HOLDOUT_IMAGE_FILE.name]["default"]
+    assert "perf_holdout_mlperf_images.csv" in render_markdown(report, figure="fidelity-models.png")
 
 
 def _percentages(text: str) -> list[float]:
