@@ -87,6 +87,8 @@ def estimate_warnings(spec, g, tp: int, sch: perf_arch.Scheme, batch: int, promp
                    "(serve the model in fp16)")
     if spec.unit not in cov.units:
         out.append(f"{spec.unit} models: no reference row measures one (rows cover: {', '.join(sorted(cov.units))})")
+        if spec.unit == "image":
+            out.append(image_check_line())
         return out  # (token-count ranges below do not apply)
     fitted = cov.tp_by_link.get(g.link_kind, [])
     if tp > 1 and not any(t > 1 for t in fitted):
@@ -107,3 +109,23 @@ def estimate_warnings(spec, g, tp: int, sch: perf_arch.Scheme, batch: int, promp
         if key in cov.ranges and (line := _outside(what, value, cov.ranges[key])):
             out.append(line)
     return out
+
+
+@lru_cache(maxsize=1)
+def image_check_line() -> str:
+    """How far the shipped constants are from the external check of image passes (MLPerf ResNet-50, never fitted),
+    at small batches (1-8, where one fixed cost per pass dominates) and large ones: read from the check's rows."""
+    import numpy as np
+
+    from controlplane.perf_params import RooflineParams
+    from controlplane.perf_rows import HOLDOUT_IMAGE_FILE, load_reference, load_rows
+
+    rows = load_rows(("e2e",), reference=HOLDOUT_IMAGE_FILE)
+    err = rows.predict(RooflineParams.load(), np.array(["default"] * len(rows.measured), dtype=object))
+    err = err / rows.measured - 1.0
+    small = load_reference(HOLDOUT_IMAGE_FILE).batch.to_numpy() <= 8
+    return (f"image passes against MLPerf ResNet-50 results (INT8, {HOLDOUT_IMAGE_FILE.name}, never fitted): "
+            f"MAPE {np.abs(err).mean():.1%} over {len(err)} rows on {', '.join(sorted(set(rows.gpu_name)))}; "
+            f"mean signed {err[small].mean():+.0%} at batch 1-8, {err[~small].mean():+.0%} at larger batches "
+            "(docs/perf-model.md)")
+

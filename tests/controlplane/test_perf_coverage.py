@@ -48,6 +48,20 @@ def test_estimate_inside_the_calibration_has_no_warning_and_the_same_figures(cap
     assert outside["warnings"] and outside["prefill_ms"] == est["prefill_ms"]  # a warning changes no number
 
 
+def test_image_estimate_says_how_far_the_external_image_check_is(capsys):
+    from controlplane.perf_rows import HOLDOUT_IMAGE_FILE
+    from controlplane.perf_validation import holdout_report
+
+    assert edgepop_main(["estimate", "--model", "@cf/microsoft/resnet-50", "--gpu", "L4", "--json"]) == 0
+    lines = json.loads(capsys.readouterr().out)["warnings"]
+    assert any(w.startswith("image models: no reference row measures one") for w in lines)
+    check = next(w for w in lines if w.startswith("image passes against MLPerf ResNet-50"))
+    mape = holdout_report(path=HOLDOUT_IMAGE_FILE)["readings"]["default"]["mape"]
+    assert f"MAPE {mape:.1%} over 10 rows on A100-80GB, H100, H200, L4, T4" in check
+    # a language model's estimate names no image check
+    assert not any("MLPerf" in w for w in json.loads(_estimate(capsys, "--gpu", "L4", "--json").out)["warnings"])
+
+
 # ---------------------------------------------------------------- measured profile
 @pytest.fixture()
 def profile():
