@@ -128,4 +128,3 @@ def image_check_line() -> str:
             f"MAPE {np.abs(err).mean():.1%} over {len(err)} rows on {', '.join(sorted(set(rows.gpu_name)))}; "
             f"mean signed {err[small].mean():+.0%} at batch 1-8, {err[~small].mean():+.0%} at larger batches "
             "(docs/perf-model.md)")
-
