@@ -118,12 +118,12 @@ def image_check_line() -> str:
     import numpy as np
 
     from controlplane.perf_params import RooflineParams
-    from controlplane.perf_rows import HOLDOUT_IMAGE_FILE, load_reference, load_rows
+    from controlplane.perf_rows import HOLDOUT_IMAGE_FILE, load_rows
 
     rows = load_rows(("e2e",), reference=HOLDOUT_IMAGE_FILE)
     err = rows.predict(RooflineParams.load(), np.array(["default"] * len(rows.measured), dtype=object))
     err = err / rows.measured - 1.0
-    small = load_reference(HOLDOUT_IMAGE_FILE).batch.to_numpy() <= 8
+    small = rows.table.batch.to_numpy() <= 8
     return (f"image passes against MLPerf ResNet-50 results (INT8, {HOLDOUT_IMAGE_FILE.name}, never fitted): "
             f"MAPE {np.abs(err).mean():.1%} over {len(err)} rows on {', '.join(sorted(set(rows.gpu_name)))}; "
             f"mean signed {err[small].mean():+.0%} at batch 1-8, {err[~small].mean():+.0%} at larger batches "

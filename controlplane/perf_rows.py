@@ -273,7 +273,7 @@ def load_rows(kinds=("e2e", "kernel", "collective"), reference: str | Path | Non
         frames.append(pd.DataFrame({"kind": "e2e", "model": t.model, "gpu": t.gpu, "tp": t.tp, "phase": t.phase,
                                     "engine": t.engine,
                                     "tokens": np.where(t.phase == "prefill", t.prompt_tokens * t.batch, t.batch),
-                                    "prompt_tokens": t.prompt_tokens, "context": t.context,
+                                    "batch": t.batch, "prompt_tokens": t.prompt_tokens, "context": t.context,
                                     "measured_ms": t.measured_ms, "source": t.source,
                                     "first_decode": (t.phase == "prefill") & t.engine.isin(list(FIRST_TOKEN_DECODE))}))
     if "kernel" in kinds:

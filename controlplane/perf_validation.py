@@ -26,7 +26,6 @@ from controlplane.perf_rows import (
     HOLDOUT_IMAGE_FILE,
     HOLDOUT_NIM_FILE,
     HOLDOUT_STATIC_FILE,
-    load_reference,
 )
 
 GROUPINGS = ("model", "gpu", "tp")
@@ -105,7 +104,7 @@ def holdout_report(params: RooflineParams | None = None, path=None) -> dict:
     params = params or RooflineParams.load()
     path = path or HOLDOUT_FILE
     rows = load_rows(("e2e",), reference=path)
-    t = rows.table.assign(tokens=rows.table.prompt_tokens, batch=load_reference(path).batch.to_numpy())
+    t = rows.table.assign(tokens=rows.table.prompt_tokens)
     readings = {"default": np.array(["default"] * len(t), dtype=object),
                 "other_release": np.array([OTHER_RELEASE.get(e, "default") for e in t.engine], dtype=object)}
     out = {"file": Path(path).name, "rows": int(len(t)), "engines": sorted(set(t.engine)),
