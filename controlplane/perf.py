@@ -23,6 +23,8 @@ Per pass the roofline charges, on each of the ``tp`` GPUs of a replica:
 * interconnect: two all-reduces of the new tokens' activations per layer, each a per-call latency plus the ring's
   2(tp-1)/tp of the data over the link, both by interconnect (NVLink or PCIe), by the cheaper of NCCL's simple
   and low-latency protocols (small messages: a shorter latency at half the bandwidth);
+* image models' passes are priced with the image server's profile (``image-server``): its own fixed cost per pass
+  and its own share of the dense peak on every board (convolution nets reach less of it than large GEMMs);
 * a fixed overhead per prefill and per decode step (scheduling, sampling, kernel launches); an engine that
   leaves each prompt's last token to a decode step (``EngineProfile.first_token_decode``) pays that step,
   overhead included, in its time to first token;
@@ -53,6 +55,9 @@ from controlplane.perf_params import RANGES, EngineProfile, RooflineParams, chec
 from edgepop.errors import UserError
 from topology.gpus import ARCHS, gpu_arch  # noqa: F401  (ARCHS: the known types' generations, re-exported)
 
+# The engine profile that prices image models' passes (RooflineParams.engines; fitted by
+# controlplane.perf_calibration on MLPerf ResNet-50 results of datacenter boards).
+IMAGE_ENGINE = "image-server"
 # FP8 tensor cores exist on Hopper and Ada only.
 FP8_ARCHS = frozenset({"hopper", "ada"})
 # fp32 GEMMs: TF32 tensor cores from Ampere on, at half the 16-bit peak; Turing has none, and its CUDA cores do
@@ -163,6 +168,14 @@ class Roofline:
 
     def __post_init__(self):
         self.profile = self.params.engine(self.engine)
+        # Image models are served by an image server, not by a language-model engine: its own fixed cost per pass
+        # and share of the peak (fitted on MLPerf ResNet-50 results), when the constants have one.
+        self.image_profile = self.params.engines.get(IMAGE_ENGINE, self.profile)
+
+    def profile_for(self, spec: ModelSpec) -> EngineProfile:
+        """The engine profile that prices ``spec``'s passes: the image server's for image models (when the
+        constants hold one), this roofline's engine for every other model."""
+        return self.image_profile if spec.unit == "image" else self.profile
 
     @classmethod
     def from_topology(cls, topo, engine: str = "default", **kw) -> Roofline:
@@ -217,11 +230,14 @@ class Roofline:
     # ------------------------------------------------------------------ timing
     def _time(self, spec: ModelSpec, g: GPU, tp: int, sch: perf_arch.Scheme, cost: perf_arch.PassCost,
               prefill: bool, profile: EngineProfile | None = None) -> StepTime:
-        p, prof = self.params, profile or self.profile
+        p, prof = self.params, profile or self.profile_for(spec)
         overhead_ms = prof.prefill_overhead_ms if prefill else prof.step_overhead_ms
-        peak = tp * g.peak(sch.gemm_peak) * p.compute_efficiency(g)
-        if sch.gemm_peak == "flops8":
-            peak *= p.fp8_gemm_factor
+        if prof.gemm_efficiency is not None:  # (an engine whose kernels reach their own share of any board's peak)
+            peak = tp * g.peak(sch.gemm_peak) * prof.gemm_efficiency
+        else:
+            peak = tp * g.peak(sch.gemm_peak) * p.compute_efficiency(g)
+            if sch.gemm_peak == "flops8":
+                peak *= p.fp8_gemm_factor
 
         def ramp(rows: float) -> float:  # few GEMM rows leave tensor-core tiles partly empty
             return rows / (rows + p.gemm_half_tokens) if math.isfinite(rows) else 1.0
@@ -268,9 +284,10 @@ class Roofline:
         tp = self.check_tp(spec, tp)
         sch = self.scheme(spec, gpu, weight_only)
         units = prompts if spec.unit == "audio-minute" else [int(t) for t in prompts]  # (minutes: fractions)
-        head, step = perf_arch.first_token_passes(spec, sch, units, self.profile.first_token_decode,
+        profile = self.profile_for(spec)
+        head, step = perf_arch.first_token_passes(spec, sch, units, profile.first_token_decode,
                                                   [int(o) for o in prior] if prior else None)
-        return self._first_token(spec, self.gpu(gpu), tp, sch, head, step, self.profile)
+        return self._first_token(spec, self.gpu(gpu), tp, sch, head, step, profile)
 
     def _first_token(self, spec: ModelSpec, g: GPU, tp: int, sch: perf_arch.Scheme, head, step,
                      profile: EngineProfile) -> StepTime:

@@ -6,7 +6,9 @@ Three kinds of reference data (``controlplane/data/``, every row with its source
   of serving engines (TensorRT-LLM, LMDeploy, gpt-fast, Splitwise, NVIDIA NIM, vLLM);
 * ``perf_kernels.csv``: Vidur's operator profiles summed into one pass of the transformer body (GEMMs and
   element-wise kernels, no attention, no all-reduce, no engine overhead) on A100, H100 and A40, TP 1-8;
-* ``perf_collectives.csv``: Vidur's NVLink all-reduce timings on DGX A100 and DGX H100 by GPUs and bytes.
+* ``perf_collectives.csv``: Vidur's NVLink all-reduce timings on DGX A100 and DGX H100 by GPUs and bytes;
+* ``perf_reference_mlperf_images.csv``: MLPerf Inference ResNet-50 results (NVIDIA's TensorRT harness) on A100, H100
+  and H200, which fit the image server's profile (:func:`fit_image_server`) once the shared constants are fitted.
 
 The hardware constants of :class:`controlplane.perf_params.RooflineParams` are shared by every row; each serving engine
 adds its own prefill and step overheads (kernel and collective rows have none). The fit minimises squared log
@@ -33,6 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from controlplane.perf import IMAGE_ENGINE
 from controlplane.perf_params import PARAMS_FILE, EngineProfile, RooflineParams
 from controlplane.perf_rows import (  # noqa: F401 (the tables and the rows are part of this module's interface)
     COLLECTIVES_FILE,
@@ -40,6 +43,7 @@ from controlplane.perf_rows import (  # noqa: F401 (the tables and the rows are 
     FUSED_ATTENTION_EFFICIENCY,
     KERNELS_FILE,
     REFERENCE_FILE,
+    REFERENCE_IMAGE_FILE,
     Rows,
     load_reference,
     load_rows,
@@ -258,6 +262,33 @@ def fit(rows: Rows, start: RooflineParams | None = None) -> RooflineParams:
     return unpack(result.x)
 
 
+def fit_image_server(params: RooflineParams, rows: Rows | None = None) -> RooflineParams:
+    """``params`` with the image server's profile (:data:`controlplane.perf.IMAGE_ENGINE`): a fixed cost per pass
+    and one share of the dense peak for every board (:attr:`EngineProfile.gemm_efficiency`), fitted by least squares
+    on log errors on ``rows`` (default: ``perf_reference_mlperf_images.csv``), the other terms (weights streamed
+    at the boards' fitted bandwidth, the overlap of compute and memory) the shared constants'. Both are identified:
+    the batch-1 and batch-8 rows mostly measure the fixed cost, the large batches the share of the peak."""
+    rows = rows or load_rows(("e2e",), reference=REFERENCE_IMAGE_FILE)
+    engines = np.array([IMAGE_ENGINE] * len(rows.measured), dtype=object)
+    measured = np.log(rows.measured)
+
+    def with_profile(x) -> RooflineParams:
+        prof = EngineProfile(prefill_overhead_ms=float(x[0]), step_overhead_ms=float(x[0]),
+                             attn_efficiency=FUSED_ATTENTION_EFFICIENCY, gemm_efficiency=float(x[1]),
+                             description=IMAGE_DESCRIPTION)
+        return replace(params, engines={**params.engines, IMAGE_ENGINE: prof})
+
+    result = least_squares(lambda x: np.log(rows.predict(with_profile(x), engines)) - measured, [0.5, 0.5],
+                           bounds=([OVERHEAD_BOUNDS[0], 0.05], [OVERHEAD_BOUNDS[1], 1.0]), x_scale="jac")
+    return with_profile(result.x)
+
+
+IMAGE_DESCRIPTION = ("image server (TensorRT-class, convolution nets): its fixed cost per pass and one share of the "
+                     "dense peak of every board, fitted on MLPerf ResNet-50 results of datacenter boards "
+                     "(perf_reference_mlperf_images.csv); the edge-class L4 and T4 are the check "
+                     "(perf_holdout_mlperf_images.csv)")
+
+
 def mape(pred: np.ndarray, measured: np.ndarray) -> float | None:
     """Mean absolute percentage error of ``pred`` against ``measured``, as a fraction (None for no rows)."""
     return round(float(np.mean(np.abs(pred - measured) / measured)), 4) if len(measured) else None
@@ -271,11 +302,16 @@ def run(write: bool = True, out: Path = PARAMS_FILE) -> dict:
     pred = rows.predict(params)
     in_sample = {kind: mape(pred[rows.table.phase == kind], rows.measured[rows.table.phase == kind])
                  for kind in ("prefill", "decode", "kernel", "allreduce")}
-    report = {"rows": int(len(rows.measured)), "in_sample_mape": in_sample,
+    images = load_rows(("e2e",), reference=REFERENCE_IMAGE_FILE)
+    params = fit_image_server(params, images)
+    in_sample["image"] = mape(images.predict(params, np.array([IMAGE_ENGINE] * len(images.measured), dtype=object)),
+                              images.measured)
+    report = {"rows": int(len(rows.measured)), "image_rows": int(len(images.measured)), "in_sample_mape": in_sample,
               "cross_validation": "edgepop validate (docs/fidelity-models.md)"}
     if write:
         doc = {"params": params.to_dict(), "fitted_on": "every row of perf_reference.csv, perf_kernels.csv and "
-               "perf_collectives.csv", "fit_constants": [n for n, _, _ in constants(rows)], "metrics": report,
+               "perf_collectives.csv; the image-server profile on perf_reference_mlperf_images.csv",
+               "fit_constants": [n for n, _, _ in constants(rows)], "metrics": report,
                "refit": "python -m controlplane.perf_calibration"}
         out.write_text(json.dumps(doc, indent=2) + "\n")
     return report

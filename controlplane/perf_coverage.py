@@ -1,8 +1,8 @@
 """What the calibrated roofline's reference rows cover, and which dimensions of an estimate lie outside it.
 
 The roofline computes a figure for any GPU, tensor-parallel degree, precision and batch; its constants were fitted
-only on the end-to-end rows of ``controlplane/data/perf_reference.csv`` (and the kernel and all-reduce tables). An
-estimate outside them is an extrapolation: :func:`estimate_warnings` names each dimension and the covered range,
+only on the end-to-end rows of ``controlplane/data/perf_reference.csv`` (and the kernel and all-reduce tables), the
+image server's profile on ``perf_reference_mlperf_images.csv``. An estimate outside them is an extrapolation: :func:`estimate_warnings` names each dimension and the covered range,
 derived from the shipped tables (nothing here changes a number).
 """
 
@@ -79,16 +79,16 @@ def estimate_warnings(spec, g, tp: int, sch: perf_arch.Scheme, batch: int, promp
     sequences, ``prompt`` units, decode ``context``) that the reference rows do not cover."""
     cov = coverage()
     out = []
-    if g.name not in cov.gpus:
+    if spec.unit != "image" and g.name not in cov.gpus:  # (an image model's rows: image_lines)
         out.append(f"GPU {g.name}: no measured rows (measured: {', '.join(sorted(cov.gpus))}); its constants "
                    f"are those of its architecture ({g.arch}) and memory kind ({g.memory_kind})")
     if g.arch in NO_BF16_ARCHS and spec.precision == "bf16":
         out.append(f"bf16 on {g.name}: {g.arch} has no BF16 support; the figures are for its FP16 peak "
                    "(serve the model in fp16)")
+    if spec.unit == "image":
+        return out + image_lines(g.name, sch.precision)  # (the language-model rows' ranges below do not apply)
     if spec.unit not in cov.units:
         out.append(f"{spec.unit} models: no reference row measures one (rows cover: {', '.join(sorted(cov.units))})")
-        if spec.unit == "image":
-            out.append(image_check_line())
         return out  # (token-count ranges below do not apply)
     fitted = cov.tp_by_link.get(g.link_kind, [])
     if tp > 1 and not any(t > 1 for t in fitted):
@@ -111,20 +111,48 @@ def estimate_warnings(spec, g, tp: int, sch: perf_arch.Scheme, batch: int, promp
     return out
 
 
+def image_lines(gpu: str, precision: str) -> list[str]:
+    """An image model's estimate on ``gpu`` at ``precision``: what its profile was fitted on when the GPU or the
+    precision is not among those rows, and the external check's error (:func:`image_check_line`)."""
+    fitted = _image_reference()
+    out = []
+    if gpu not in fitted.gpu.values:
+        out.append(f"GPU {gpu}: no fitted image row (the image server's profile is fitted on "
+                   f"{', '.join(sorted(set(fitted.gpu)))}); its dense peak times the profile's share of it")
+    if precision not in set(fitted.precision):
+        out.append(f"precision {precision}: the fitted image rows run {', '.join(sorted(set(fitted.precision)))}; "
+                   "the profile's share of the peak is taken to hold at every precision")
+    return [*out, image_check_line()]
+
+
+@lru_cache(maxsize=1)
+def _image_reference():
+    from controlplane.perf_rows import REFERENCE_IMAGE_FILE, load_reference
+
+    return load_reference(REFERENCE_IMAGE_FILE)
+
+
 @lru_cache(maxsize=1)
 def image_check_line() -> str:
-    """How far the shipped constants are from the external check of image passes (MLPerf ResNet-50, never fitted),
-    at small batches (1-8, where one fixed cost per pass dominates) and large ones: read from the check's rows."""
+    """How far the image server's profile is from the external check of image passes (MLPerf ResNet-50 on the L4 and
+    T4, never fitted), at small batches (1-8, where the fixed cost per pass dominates) and large ones: read from the
+    check's rows."""
     import numpy as np
 
+    from controlplane.perf import IMAGE_ENGINE
     from controlplane.perf_params import RooflineParams
     from controlplane.perf_rows import HOLDOUT_IMAGE_FILE, load_rows
 
+    params = RooflineParams.load()
+    if IMAGE_ENGINE not in params.engines:
+        return f"image passes: the constants hold no {IMAGE_ENGINE!r} profile; the language-model default prices them"
+    prof = params.engines[IMAGE_ENGINE]
     rows = load_rows(("e2e",), reference=HOLDOUT_IMAGE_FILE)
-    err = rows.predict(RooflineParams.load(), np.array(["default"] * len(rows.measured), dtype=object))
+    err = rows.predict(params, np.array([IMAGE_ENGINE] * len(rows.measured), dtype=object))
     err = err / rows.measured - 1.0
     small = rows.table.batch.to_numpy() <= 8
-    return (f"image passes against MLPerf ResNet-50 results (INT8, {HOLDOUT_IMAGE_FILE.name}, never fitted): "
-            f"MAPE {np.abs(err).mean():.1%} over {len(err)} rows on {', '.join(sorted(set(rows.gpu_name)))}; "
-            f"mean signed {err[small].mean():+.0%} at batch 1-8, {err[~small].mean():+.0%} at larger batches "
-            "(docs/perf-model.md)")
+    return (f"image passes ({IMAGE_ENGINE} profile: {prof.prefill_overhead_ms:.2f} ms a pass + "
+            f"{prof.gemm_efficiency:.0%} of the dense peak) against MLPerf ResNet-50 results on "
+            f"{', '.join(sorted(set(rows.gpu_name)))} (INT8, {HOLDOUT_IMAGE_FILE.name}, never fitted): "
+            f"MAPE {np.abs(err).mean():.1%} over {len(err)} rows; mean signed {err[small].mean():+.0%} at batch 1-8, "
+            f"{err[~small].mean():+.0%} at larger batches (docs/perf-model.md)")

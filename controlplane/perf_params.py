@@ -56,7 +56,10 @@ class EngineProfile:
     engine's prefill stops one token short of each prompt and the first token comes out of a decode step that
     processes the last prompt token (TurboMind 0.1's ``ContextDecode`` "skip[s] the last input token (will
     process with decoder later)"), so its time to first token is a prefill over ``n - 1`` tokens (none for a
-    one-token prompt) plus one decode step, with that step's overhead too.
+    one-token prompt) plus one decode step, with that step's overhead too. ``gemm_efficiency``: the share of the
+    pass's dense peak (of its precision) this engine's passes reach on every board, replacing the boards' fitted GEMM
+    efficiencies (and the FP8 factor); None for the language-model engines, whose efficiencies are the boards'. The
+    image server's convolution nets reach a lower share than a language model's large GEMMs.
     """
 
     prefill_overhead_ms: float = 3.0
@@ -66,6 +69,7 @@ class EngineProfile:
     dense_attention_bytes: float = 0.0
     barrier_jitter_us: float = 0.0
     first_token_decode: bool = False
+    gemm_efficiency: float | None = None
     description: str = ""
 
 

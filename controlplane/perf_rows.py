@@ -39,9 +39,11 @@ HOLDOUT_NIM_FILE = DATA / "perf_holdout_nim.csv"  # a second one: another engine
 HOLDOUT_STATIC_FILE = DATA / "perf_holdout_static_decode.csv"
 # a fourth: the edge-class L40S alone, a later release's static-batch decode steps, tp 1-8 over PCIe
 HOLDOUT_EDGE_FILE = DATA / "perf_holdout_edge.csv"
-# a fifth: image passes (ResNet-50, INT8) on the edge-class L4 and T4 and on A100, H100 and H200 at batch 1 to 2,048,
-# from MLPerf Inference: the only measurements of an L4 or a T4 the checks hold, and no row of any fit is an image pass
+# a fifth: image passes (ResNet-50, INT8, MLPerf Inference) on the edge-class L4 and T4 at batch 1 to 256: the only
+# measurements of an L4 or a T4 the checks hold. The same harness's datacenter-board rows (A100, H100, H200) fit the
+# image server's profile (REFERENCE_IMAGE_FILE); no L4 or T4 row is fitted.
 HOLDOUT_IMAGE_FILE = DATA / "perf_holdout_mlperf_images.csv"
+REFERENCE_IMAGE_FILE = DATA / "perf_reference_mlperf_images.csv"
 COLLECTIVES_FILE = DATA / "perf_collectives.csv"
 COLUMNS = ["model", "gpu", "tp", "precision", "kv_precision", "phase", "batch", "prompt_tokens", "context",
            "measured_ms", "engine", "source", "notes"]
@@ -130,26 +132,34 @@ class Rows:
         pre, step = self.prefill, ~self.prefill | self.first_decode
         overhead = np.where(self.e2e, np.where(pre, self._per_engine(profiles, "prefill_overhead_ms", codes), 0.0)
                             + np.where(step, self._per_engine(profiles, "step_overhead_ms", codes), 0.0), 0.0)
-        out = self._passes_ms(p) + overhead
+        out = self._passes_ms(p, engines) + overhead
         if self.before is not None:
-            out[self.before_idx] += self.before._passes_ms(p)
+            out[self.before_idx] += self.before._passes_ms(p, None if engines is None else
+                                                           np.asarray(engines, dtype=object)[self.before_idx])
         return out
 
-    def _passes_ms(self, params: RooflineParams) -> np.ndarray:
-        """Milliseconds of every row's own pass, without the engine's fixed overheads."""
+    def _passes_ms(self, params: RooflineParams, engines: np.ndarray | None = None) -> np.ndarray:
+        """Milliseconds of every row's own pass, without the engine's fixed overheads (each end-to-end row's engine
+        its own, or the one ``engines`` names for it)."""
         p = params
+        names, codes = (self._engines, self._engine_code) if engines is None else _codes(engines)
 
         def ramp(rows):
             with np.errstate(invalid="ignore"):
                 return np.where(np.isfinite(rows), rows / (rows + p.gemm_half_tokens), 1.0)
 
-        profiles = [p.engines.get(e, p.engines["default"]) for e in self._engines]
-        attn_eff = self._per_engine(profiles, "attn_efficiency")
+        profiles = [p.engines.get(e, p.engines["default"]) for e in names]
+        attn_eff = self._per_engine(profiles, "attn_efficiency", codes)
         dense = np.where(self.e2e & self.prefill & ~self.first_decode,
-                         self._per_engine(profiles, "dense_attention_bytes"), 0.0)
-        elt = np.where(self.e2e, self._per_engine(profiles, "elementwise_factor"), 1.0)
+                         self._per_engine(profiles, "dense_attention_bytes", codes), 0.0)
+        elt = np.where(self.e2e, self._per_engine(profiles, "elementwise_factor", codes), 1.0)
         eff = np.array([p.compute_efficiency(x) for x in self._gpus], dtype=float)[self._gpu_code]
         peak = self.tp * self.peak * eff * np.where(self.fp8, p.fp8_gemm_factor, 1.0)
+        # An engine with its own share of the peak (the image server) replaces the board's efficiency and FP8 factor.
+        own = np.array([np.nan if x.gemm_efficiency is None else x.gemm_efficiency for x in profiles],
+                       dtype=float)[codes]
+        mine = self.e2e & np.isfinite(own)
+        peak = np.where(mine, self.tp * self.peak * np.where(mine, own, 1.0), peak)
         with np.errstate(invalid="ignore", divide="ignore"):  # collective rows have no FLOPs (0/0, replaced below)
             compute = (self.gemm_flops / (peak * ramp(self.gemm_rows)) + self.head_flops / (peak * ramp(self.seqs))
                        + self.attn_flops / (self.tp * self.flops16 * attn_eff))
@@ -171,30 +181,32 @@ class Rows:
         link = self.link_bw * np.array([p.link_efficiency_of(x) for x in self._gpus], dtype=float)[self._gpu_code]
         ring = 2.0 * (self.tp - 1) / self.tp * self.allreduce_bytes / link
         one = np.minimum(lat + ring, p.allreduce_ll_latency_us * 1e-6 + ring / LL_BANDWIDTH_SHARE)
-        jitter = np.where(self.e2e, self._per_engine(profiles, "barrier_jitter_us"), 0.0) * 1e-6
+        jitter = np.where(self.e2e, self._per_engine(profiles, "barrier_jitter_us", codes), 0.0) * 1e-6
         comm = self.allreduces * (one + jitter * self.straggler)
         out = (busy + comm) * 1e3
         coll = self.kind == "collective"
         out[coll] = (one * 1e3)[coll]
         return out
 
-    def check(self, params: RooflineParams) -> float:
-        """Largest relative gap between :meth:`predict` and :class:`Roofline` itself on these rows."""
+    def check(self, params: RooflineParams, engines: np.ndarray | None = None) -> float:
+        """Largest relative gap between :meth:`predict` and :class:`Roofline` itself on these rows (``engines``:
+        as for :meth:`predict`)."""
         model = Roofline({}, params)
         ref = np.empty(len(self.measured))
+        names = self.engine if engines is None else np.asarray(engines, dtype=object)
         for i, (spec, g, sch, cost) in enumerate(zip(self.specs, self.gpus, self.schemes, self.costs, strict=True)):
             tp = int(self.tp[i])
             if self.kind[i] == "collective":
                 ref[i] = model.allreduce_s(g, tp, cost.allreduce_bytes) * 1e3
                 continue
-            prof = (params.engines.get(self.engine[i], params.engines["default"]) if self.kind[i] == "e2e"
+            prof = (params.engines.get(names[i], params.engines["default"]) if self.kind[i] == "e2e"
                     else EngineProfile(0.0, 0.0, FUSED_ATTENTION_EFFICIENCY, 1.0))
             if self.first_decode[i]:
                 ref[i] = model._first_token(spec, g, tp, sch, (self.prefills or [None] * len(ref))[i], cost,
                                             prof).total_ms
             else:
                 ref[i] = model._time(spec, g, tp, sch, cost, bool(self.prefill[i]), prof).total_ms
-        return float(np.max(np.abs(self.predict(params) - ref) / ref))
+        return float(np.max(np.abs(self.predict(params, engines) - ref) / ref))
 
 
 def read_measurements(path: Path, columns: list[str], positive: tuple[str, ...]):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from controlplane.perf import IMAGE_ENGINE
 from controlplane.perf_calibration import Rows, fit, load_rows, mape
 from controlplane.perf_params import RooflineParams
 from controlplane.perf_rows import (
@@ -26,6 +27,7 @@ from controlplane.perf_rows import (
     HOLDOUT_IMAGE_FILE,
     HOLDOUT_NIM_FILE,
     HOLDOUT_STATIC_FILE,
+    REFERENCE_IMAGE_FILE,
 )
 
 GROUPINGS = ("model", "gpu", "tp")
@@ -36,9 +38,10 @@ GOAL_MAPE = 0.10  # prefill and decode, each grouping, end-to-end rows
 # (``tensorrt-llm-0.5-static``: the fitted release itself, measured another way, by its static-batch throughput
 # benchmark, whose decode steps no reference row has; ``-0.6-static`` and ``-0.9-static``: later releases, the same
 # benchmark)
+# (``mlperf-tensorrt-lwis``: the image server's profile, fitted on the same harness's datacenter-board rows.)
 OTHER_RELEASE = {"tensorrt-llm-0.9": "tensorrt-llm-0.5", "nim-2024-tensorrt-llm": "nim-1.8-tensorrt-llm",
                  "tensorrt-llm-0.5-static": "tensorrt-llm-0.5", "tensorrt-llm-0.6-static": "tensorrt-llm-0.5",
-                 "tensorrt-llm-0.9-static": "tensorrt-llm-0.5"}
+                 "tensorrt-llm-0.9-static": "tensorrt-llm-0.5", "mlperf-tensorrt-lwis": IMAGE_ENGINE}
 HOLDOUT_BREAKDOWNS = ("phase", "gpu", "tp", "batch", "tokens", "model")
 # The external checks: tables no fit reads, each reported on its own.
 HOLDOUT_FILES = (HOLDOUT_FILE, HOLDOUT_NIM_FILE, HOLDOUT_STATIC_FILE, HOLDOUT_EDGE_FILE, HOLDOUT_IMAGE_FILE)
@@ -127,3 +130,19 @@ def holdout_report(params: RooflineParams | None = None, path=None) -> dict:
                               "batch": int(r.batch), "tokens": int(r.tokens), "context": int(r.context), "measured_ms": float(r.measured_ms),
                               **{f"{k}_ms": round(float(v[i]), 2) for k, v in preds.items()}})
     return out
+
+
+def image_server_report(params: RooflineParams | None = None) -> dict:
+    """The image server's profile (shipped constants) and its fit: every row of ``perf_reference_mlperf_images.csv``
+    predicted in sample. (Its check, the L4 and T4 rows no fit sees, is :func:`holdout_report` of
+    ``perf_holdout_mlperf_images.csv``.)"""
+    params = params or RooflineParams.load()
+    if IMAGE_ENGINE not in params.engines:
+        return {}
+    prof = params.engines[IMAGE_ENGINE]
+    rows = load_rows(("e2e",), reference=REFERENCE_IMAGE_FILE)
+    pred = rows.predict(params, np.array([IMAGE_ENGINE] * len(rows.measured), dtype=object))
+    return {"file": REFERENCE_IMAGE_FILE.name, "rows": int(len(pred)), "prefill_overhead_ms": prof.prefill_overhead_ms,
+            "gemm_efficiency": prof.gemm_efficiency, "in_sample_mape": mape(pred, rows.measured),
+            "points": [{"gpu": r.gpu, "batch": int(r.batch), "measured_ms": float(r.measured_ms),
+                        "fit_ms": round(float(p), 3)} for r, p in zip(rows.table.itertuples(), pred, strict=True)]}

@@ -4,6 +4,8 @@
 
 * ``service_time``: the roofline's errors in sample and in leave-one-group-out cross-validation by model, GPU
   type and tensor-parallel degree (``controlplane.perf_validation``), each group's MAPE by phase;
+* ``service_time_image``: the image server's profile and its in-sample fit
+  (:func:`controlplane.perf_validation.image_server_report`);
 * ``service_time_holdouts``: the shipped constants against published measurements no fit ever sees, one report
   per table (``perf_holdout.csv``, ``perf_holdout_nim.csv``, ``perf_holdout_static_decode.csv``,
   ``perf_holdout_edge.csv``, ``perf_holdout_mlperf_images.csv``; :func:`controlplane.perf_validation.holdout_report`);
@@ -29,6 +31,7 @@ from controlplane.perf_validation import (
     cross_validate,
     goal_failures,
     holdout_report,
+    image_server_report,
     summary,
 )
 from topology.demand import load_demand_points
@@ -84,7 +87,7 @@ def fidelity_report(cross_validated: bool = True, frames: dict | None = None, pr
     wan = wan_report(cross_validated=cross_validated, frames=frames)
     if cross_validated:
         wan["every_provider_fitted"] = every_provider_report()
-    return {"generated_by": COMMAND, "service_time": perf,
+    return {"generated_by": COMMAND, "service_time": perf, "service_time_image": image_server_report(),
             "service_time_holdouts": [holdout_report(path=f) for f in HOLDOUT_FILES], "wan": wan,
             "wan_worst_pairs": worst_pairs(), "jitter": jitter_report(), "last_mile": last_mile_report()}
 
@@ -112,13 +115,30 @@ def _perf_groups(title: str, groups: dict, label: str = "held out") -> list[str]
     return out + [""]
 
 
+def _image_lines(image: dict) -> list[str]:
+    """The image server's profile: its two constants and the rows they were fitted on."""
+    if not image:
+        return []
+    out = ["### Image passes: the image server's profile", "",
+           f"Image models are priced with their own engine profile, `image-server`: a fixed cost per pass, "
+           f"{image['prefill_overhead_ms']:.3f} ms, and one share of the dense peak of every board, "
+           f"{image['gemm_efficiency']:.3f}, the rest (weights streamed, compute and memory combined) the shared "
+           f"constants'. Fitted on `controlplane/data/{image['file']}` ({image['rows']} MLPerf ResNet-50 rows of "
+           f"datacenter boards), in-sample MAPE {_pct(image['in_sample_mape'])}; the edge-class L4 and T4 are its "
+           "check (`perf_holdout_mlperf_images.csv`, below, the `other release` reading).", "",
+           "| GPU | batch | measured ms | fitted ms |", "|---|---:|---:|---:|"]
+    out += [f"| {p['gpu']} | {p['batch']} | {p['measured_ms']:g} | {p['fit_ms']:g} |" for p in image["points"]]
+    return out + [""]
+
+
 def _holdout_lines(checks: list[dict]) -> list[str]:
     """The external checks: the shipped constants against rows no fit sees, both readings side by side."""
     out = ["### External checks: measurements no fit sees", "",
            "Each table below is never fitted, in any fold: the shipped constants predict its rows as an engine the "
-           "fit never saw (the `default` profile, what estimates use) and as the fitted profile of its engine's "
-           "nearest release (another release, or the same one measured another way). Signed = mean of predicted / "
-           "measured - 1 (negative: the model is too fast).",
+           "fit never saw (the `default` profile, what estimates of language models use) and as the fitted "
+           "profile of its engine's nearest release (another release, or the same one measured another way; for "
+           "the image harness, the image server's profile, fitted on the same harness's datacenter boards). "
+           "Signed = mean of predicted / measured - 1 (negative: the model is too fast).",
            ""]
     for h in checks:
         d, o = h["readings"]["default"], h["readings"]["other_release"]
@@ -192,6 +212,7 @@ def render_markdown(rep: dict, service_time_extra: list[str] = (), figure: str |
         lines += _perf_groups(f"Leave one {key} out, MAPE (rows) per held-out {key}", st[f"by_{key}"]["groups"])
         lines += _perf_groups(f"Leave one {key} out, the same predictions per serving engine",
                               st[f"by_{key}"]["by_engine"], "engine")
+    lines += _image_lines(rep.get("service_time_image", {}))
     lines += _holdout_lines(rep["service_time_holdouts"])
     lines += list(service_time_extra)
     lines += ["## WAN latency (core RTT between data centres)", "",

@@ -48,16 +48,24 @@ def test_estimate_inside_the_calibration_has_no_warning_and_the_same_figures(cap
     assert outside["warnings"] and outside["prefill_ms"] == est["prefill_ms"]  # a warning changes no number
 
 
-def test_image_estimate_says_how_far_the_external_image_check_is(capsys):
+def test_image_estimate_says_what_its_profile_was_fitted_on_and_how_far_its_check_is(capsys):
     from controlplane.perf_rows import HOLDOUT_IMAGE_FILE
     from controlplane.perf_validation import holdout_report
 
     assert edgepop_main(["estimate", "--model", "@cf/microsoft/resnet-50", "--gpu", "L4", "--json"]) == 0
-    lines = json.loads(capsys.readouterr().out)["warnings"]
-    assert any(w.startswith("image models: no reference row measures one") for w in lines)
-    check = next(w for w in lines if w.startswith("image passes against MLPerf ResNet-50"))
-    mape = holdout_report(path=HOLDOUT_IMAGE_FILE)["readings"]["default"]["mape"]
-    assert f"MAPE {mape:.1%} over 10 rows on A100-80GB, H100, H200, L4, T4" in check
+    est = json.loads(capsys.readouterr().out)
+    lines = est["warnings"]
+    assert est["engine"] == "image-server"
+    assert lines[0] == ("GPU L4: no fitted image row (the image server's profile is fitted on A100-80GB, H100, "
+                        "H200); its dense peak times the profile's share of it")
+    assert lines[1].startswith("precision fp16: the fitted image rows run int8")
+    check = next(w for w in lines if w.startswith("image passes (image-server profile"))
+    mape = holdout_report(path=HOLDOUT_IMAGE_FILE)["readings"]["other_release"]["mape"]
+    assert f"MAPE {mape:.1%} over 5 rows" in check and "on L4, T4 (INT8" in check
+    # on a fitted board at the fitted precision only the check's line is left
+    assert edgepop_main(["estimate", "--model", "@cf/microsoft/resnet-50", "--gpu", "A100-80GB", "--precision",
+                         "int8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == [check]
     # a language model's estimate names no image check
     assert not any("MLPerf" in w for w in json.loads(_estimate(capsys, "--gpu", "L4", "--json").out)["warnings"])
 
