@@ -1,6 +1,6 @@
 """Fit the roofline's constants to published measurements.
 
-Three kinds of reference data (``controlplane/data/``, every row with its source; see ``ATTRIBUTION.md``):
+Four kinds of reference data (``controlplane/data/``, every row with its source; see ``ATTRIBUTION.md``):
 
 * ``perf_reference.csv``: end-to-end prefill (time to first token) and decode (time per output token) figures
   of serving engines (TensorRT-LLM, LMDeploy, gpt-fast, Splitwise, NVIDIA NIM, vLLM);
@@ -262,6 +262,12 @@ def fit(rows: Rows, start: RooflineParams | None = None) -> RooflineParams:
     return unpack(result.x)
 
 
+IMAGE_DESCRIPTION = ("image server (TensorRT-class, convolution nets): its fixed cost per pass and one share of the "
+                     "dense peak of every board, fitted on MLPerf ResNet-50 results of datacenter boards "
+                     "(perf_reference_mlperf_images.csv); the edge-class L4 and T4 are the check "
+                     "(perf_holdout_mlperf_images.csv)")
+
+
 def fit_image_server(params: RooflineParams, rows: Rows | None = None) -> RooflineParams:
     """``params`` with the image server's profile (:data:`controlplane.perf.IMAGE_ENGINE`): a fixed cost per pass
     and one share of the dense peak for every board (:attr:`EngineProfile.gemm_efficiency`), fitted by least squares
@@ -281,12 +287,6 @@ def fit_image_server(params: RooflineParams, rows: Rows | None = None) -> Roofli
     result = least_squares(lambda x: np.log(rows.predict(with_profile(x), engines)) - measured, [0.5, 0.5],
                            bounds=([OVERHEAD_BOUNDS[0], 0.05], [OVERHEAD_BOUNDS[1], 1.0]), x_scale="jac")
     return with_profile(result.x)
-
-
-IMAGE_DESCRIPTION = ("image server (TensorRT-class, convolution nets): its fixed cost per pass and one share of the "
-                     "dense peak of every board, fitted on MLPerf ResNet-50 results of datacenter boards "
-                     "(perf_reference_mlperf_images.csv); the edge-class L4 and T4 are the check "
-                     "(perf_holdout_mlperf_images.csv)")
 
 
 def mape(pred: np.ndarray, measured: np.ndarray) -> float | None:
