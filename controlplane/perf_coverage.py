@@ -2,8 +2,9 @@
 
 The roofline computes a figure for any GPU, tensor-parallel degree, precision and batch; its constants were fitted
 only on the end-to-end rows of ``controlplane/data/perf_reference.csv`` (and the kernel and all-reduce tables), the
-image server's profile on ``perf_reference_mlperf_images.csv``. An estimate outside them is an extrapolation: :func:`estimate_warnings` names each dimension and the covered range,
-derived from the shipped tables (nothing here changes a number).
+image server's profile on ``perf_reference_mlperf_images.csv``. An estimate outside them is an extrapolation:
+:func:`estimate_warnings` names each dimension and the covered range, derived from the shipped tables (nothing here
+changes a number).
 """
 
 from __future__ import annotations

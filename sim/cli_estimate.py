@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "weight-only, e.g. int8-wo); default: the catalog's")
     p.add_argument("--kv-precision", default=None,
                    help="KV-cache precision (default: the catalog's; language models only)")
-    p.add_argument("--engine", default="default", help="engine profile from perf_params.json (default: default); image models are priced with the "
-                   "image-server profile whatever this says")
+    p.add_argument("--engine", default="default", help="engine profile from perf_params.json (default: default); "
+                   "image models are priced with the image-server profile whatever this says")
     p.add_argument("--catalog", default=None, help="another catalog TOML (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
