@@ -172,6 +172,10 @@ class Roofline:
         # and share of the peak (fitted on MLPerf ResNet-50 results), when the constants have one.
         self.image_profile = self.params.engines.get(IMAGE_ENGINE, self.profile)
 
+    def engine_for(self, spec: ModelSpec) -> str:
+        """The name of the engine profile that prices ``spec``'s passes (:meth:`profile_for`)."""
+        return IMAGE_ENGINE if spec.unit == "image" and IMAGE_ENGINE in self.params.engines else self.engine
+
     def profile_for(self, spec: ModelSpec) -> EngineProfile:
         """The engine profile that prices ``spec``'s passes: the image server's for image models (when the
         constants hold one), this roofline's engine for every other model."""

@@ -275,7 +275,6 @@ def fit_image_server(params: RooflineParams, rows: Rows | None = None) -> Roofli
     at the boards' fitted bandwidth, the overlap of compute and memory) the shared constants'. Both are identified:
     the batch-1 and batch-8 rows mostly measure the fixed cost, the large batches the share of the peak."""
     rows = rows or load_rows(("e2e",), reference=REFERENCE_IMAGE_FILE)
-    engines = np.array([IMAGE_ENGINE] * len(rows.measured), dtype=object)
     measured = np.log(rows.measured)
 
     def with_profile(x) -> RooflineParams:
@@ -284,7 +283,7 @@ def fit_image_server(params: RooflineParams, rows: Rows | None = None) -> Roofli
                              description=IMAGE_DESCRIPTION)
         return replace(params, engines={**params.engines, IMAGE_ENGINE: prof})
 
-    result = least_squares(lambda x: np.log(rows.predict(with_profile(x), engines)) - measured, [0.5, 0.5],
+    result = least_squares(lambda x: np.log(rows.predict(with_profile(x), IMAGE_ENGINE)) - measured, [0.5, 0.5],
                            bounds=([OVERHEAD_BOUNDS[0], 0.05], [OVERHEAD_BOUNDS[1], 1.0]), x_scale="jac")
     return with_profile(result.x)
 
@@ -304,8 +303,7 @@ def run(write: bool = True, out: Path = PARAMS_FILE) -> dict:
                  for kind in ("prefill", "decode", "kernel", "allreduce")}
     images = load_rows(("e2e",), reference=REFERENCE_IMAGE_FILE)
     params = fit_image_server(params, images)
-    in_sample["image"] = mape(images.predict(params, np.array([IMAGE_ENGINE] * len(images.measured), dtype=object)),
-                              images.measured)
+    in_sample["image"] = mape(images.predict(params, IMAGE_ENGINE), images.measured)
     report = {"rows": int(len(rows.measured)), "image_rows": int(len(images.measured)), "in_sample_mape": in_sample,
               "cross_validation": "edgepop validate (docs/fidelity-models.md)"}
     if write:

@@ -149,7 +149,7 @@ def image_check_line() -> str:
         return f"image passes: the constants hold no {IMAGE_ENGINE!r} profile; the language-model default prices them"
     prof = params.engines[IMAGE_ENGINE]
     rows = load_rows(("e2e",), reference=HOLDOUT_IMAGE_FILE)
-    err = rows.predict(params, np.array([IMAGE_ENGINE] * len(rows.measured), dtype=object))
+    err = rows.predict(params, IMAGE_ENGINE)
     err = err / rows.measured - 1.0
     small = rows.table.batch.to_numpy() <= 8
     return (f"image passes ({IMAGE_ENGINE} profile: {prof.prefill_overhead_ms:.2f} ms a pass + "

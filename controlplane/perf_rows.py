@@ -123,10 +123,11 @@ class Rows:
                     [self.gpus[i] for i in idx], [self.schemes[i] for i in idx], [self.costs[i] for i in idx],
                     [self.prefills[i] for i in idx] if self.prefills else None)
 
-    def predict(self, params: RooflineParams, engines: np.ndarray | None = None) -> np.ndarray:
+    def predict(self, params: RooflineParams, engines: np.ndarray | str | None = None) -> np.ndarray:
         """Milliseconds of every row under ``params`` (each end-to-end row with its engine's profile, or with the
-        profile ``engines`` names for it)."""
+        profile ``engines`` names for it: one name per row, or one for every row)."""
         p = params
+        engines = self._named(engines)
         names, codes = (self._engines, self._engine_code) if engines is None else _codes(engines)
         profiles = [p.engines.get(e, p.engines["default"]) for e in names]
         pre, step = self.prefill, ~self.prefill | self.first_decode
@@ -137,6 +138,10 @@ class Rows:
             out[self.before_idx] += self.before._passes_ms(p, None if engines is None else
                                                            np.asarray(engines, dtype=object)[self.before_idx])
         return out
+
+    def _named(self, engines) -> np.ndarray | None:
+        """``engines`` as one engine name per row (a single name: the same for every row)."""
+        return np.full(len(self.measured), engines, dtype=object) if isinstance(engines, str) else engines
 
     def _passes_ms(self, params: RooflineParams, engines: np.ndarray | None = None) -> np.ndarray:
         """Milliseconds of every row's own pass, without the engine's fixed overheads (each end-to-end row's engine
@@ -188,11 +193,12 @@ class Rows:
         out[coll] = (one * 1e3)[coll]
         return out
 
-    def check(self, params: RooflineParams, engines: np.ndarray | None = None) -> float:
+    def check(self, params: RooflineParams, engines: np.ndarray | str | None = None) -> float:
         """Largest relative gap between :meth:`predict` and :class:`Roofline` itself on these rows (``engines``:
         as for :meth:`predict`)."""
         model = Roofline({}, params)
         ref = np.empty(len(self.measured))
+        engines = self._named(engines)
         names = self.engine if engines is None else np.asarray(engines, dtype=object)
         for i, (spec, g, sch, cost) in enumerate(zip(self.specs, self.gpus, self.schemes, self.costs, strict=True)):
             tp = int(self.tp[i])

@@ -108,7 +108,7 @@ def holdout_report(params: RooflineParams | None = None, path=None) -> dict:
     path = path or HOLDOUT_FILE
     rows = load_rows(("e2e",), reference=path)
     t = rows.table.assign(tokens=rows.table.prompt_tokens)
-    readings = {"default": np.array(["default"] * len(t), dtype=object),
+    readings = {"default": "default",
                 "other_release": np.array([OTHER_RELEASE.get(e, "default") for e in t.engine], dtype=object)}
     out = {"file": Path(path).name, "rows": int(len(t)), "engines": sorted(set(t.engine)),
            "sources": sorted(set(t.source)), "other_release": {e: OTHER_RELEASE[e] for e in sorted(set(t.engine))
@@ -141,7 +141,7 @@ def image_server_report(params: RooflineParams | None = None) -> dict:
         return {}
     prof = params.engines[IMAGE_ENGINE]
     rows = load_rows(("e2e",), reference=REFERENCE_IMAGE_FILE)
-    pred = rows.predict(params, np.array([IMAGE_ENGINE] * len(rows.measured), dtype=object))
+    pred = rows.predict(params, IMAGE_ENGINE)
     return {"file": REFERENCE_IMAGE_FILE.name, "rows": int(len(pred)), "prefill_overhead_ms": prof.prefill_overhead_ms,
             "gemm_efficiency": prof.gemm_efficiency, "in_sample_mape": mape(pred, rows.measured),
             "points": [{"gpu": r.gpu, "batch": int(r.batch), "measured_ms": float(r.measured_ms),

@@ -140,7 +140,7 @@ def estimate(args) -> dict:
     pre = model.prefill_breakdown(spec, args.gpu, [p_tok], **wo)
     out = {"model": spec.id, "gpu": args.gpu, "tp": tp, "gpus": tp, "precision": spec.precision,
            "kv_precision": spec.kv_precision if gen else None,
-           "execution": model.scheme(spec, args.gpu, weight_only).note, "engine": _engine_name(model, spec, args.engine),
+           "execution": model.scheme(spec, args.gpu, weight_only).note, "engine": model.engine_for(spec),
            "unit": spec.unit, "batch": batch, "prompt_tokens": p_tok, "output_tokens": o_tok if gen else 0,
            "prefill_ms": round(pre.total_ms, 3),
            "prefill_batch_ms": round(model.prefill_batch_ms(spec, args.gpu, [p_tok] * batch, **wo), 3),
@@ -239,10 +239,3 @@ def run(args: argparse.Namespace) -> int:
     for line in est["warnings"]:
         print(f"warning: extrapolation: {line}", file=sys.stderr)
     return 0
-
-
-def _engine_name(model, spec, asked: str) -> str:
-    """The profile that priced ``spec``: the image server's for an image model (whatever ``--engine`` asked for)."""
-    from controlplane.perf import IMAGE_ENGINE
-
-    return IMAGE_ENGINE if spec.unit == "image" and IMAGE_ENGINE in model.params.engines else asked
