@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from dataplane.graph import GraphBuilder
+from dataplane.graph import GraphBuilder, normal_f32
 
 BUILDER_VERSION = 1
 HEADS = ("embed", "classify", "rerank")
@@ -60,7 +60,7 @@ def random_weights(spec: BertSpec, rng: np.random.Generator) -> dict[str, np.nda
     c, f32 = spec.hidden, np.float32
 
     def n(*shape):
-        return rng.normal(0, 0.02, shape).astype(f32)
+        return normal_f32(rng, 0.02, shape)
 
     w = {
         "embeddings.word_embeddings.weight": n(spec.vocab_size, c),
@@ -86,7 +86,7 @@ def random_weights(spec: BertSpec, rng: np.random.Generator) -> dict[str, np.nda
         w[p + "output.LayerNorm.bias"] = np.zeros(c, f32)
     if spec.head != "embed":
         w["pooler.dense.weight"], w["pooler.dense.bias"] = n(c, c), np.zeros(c, f32)
-        w["classifier.weight"] = rng.normal(0, 0.5, (spec.num_labels, c)).astype(f32)
+        w["classifier.weight"] = normal_f32(rng, 0.5, (spec.num_labels, c))
         w["classifier.bias"] = np.zeros(spec.num_labels, f32)
     return w
 

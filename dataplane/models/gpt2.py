@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dataplane.graph import GraphBuilder
+from dataplane.graph import GraphBuilder, normal_f32
 
 BUILDER_VERSION = 1
 
@@ -60,8 +60,8 @@ def random_weights(spec: GPT2Spec, rng: np.random.Generator) -> dict[str, np.nda
     c, f32 = spec.n_embd, np.float32
     std, proj_std = 0.02, 0.02 / np.sqrt(2 * spec.n_layer)
     w: dict[str, np.ndarray] = {
-        "wte": rng.normal(0, std, (spec.vocab_size, c)).astype(f32),
-        "wpe": rng.normal(0, 0.01, (spec.n_ctx, c)).astype(f32),
+        "wte": normal_f32(rng, std, (spec.vocab_size, c)),
+        "wpe": normal_f32(rng, 0.01, (spec.n_ctx, c)),
         "ln_f.g": np.ones(c, f32),
         "ln_f.b": np.zeros(c, f32),
     }
@@ -69,13 +69,13 @@ def random_weights(spec: GPT2Spec, rng: np.random.Generator) -> dict[str, np.nda
         p = f"h{i}."
         w[p + "ln_1.g"], w[p + "ln_1.b"] = np.ones(c, f32), np.zeros(c, f32)
         w[p + "ln_2.g"], w[p + "ln_2.b"] = np.ones(c, f32), np.zeros(c, f32)
-        w[p + "attn.w"] = rng.normal(0, std, (c, 3 * c)).astype(f32)
+        w[p + "attn.w"] = normal_f32(rng, std, (c, 3 * c))
         w[p + "attn.b"] = np.zeros(3 * c, f32)
-        w[p + "proj.w"] = rng.normal(0, proj_std, (c, c)).astype(f32)
+        w[p + "proj.w"] = normal_f32(rng, proj_std, (c, c))
         w[p + "proj.b"] = np.zeros(c, f32)
-        w[p + "fc.w"] = rng.normal(0, std, (c, 4 * c)).astype(f32)
+        w[p + "fc.w"] = normal_f32(rng, std, (c, 4 * c))
         w[p + "fc.b"] = np.zeros(4 * c, f32)
-        w[p + "fc_proj.w"] = rng.normal(0, proj_std, (4 * c, c)).astype(f32)
+        w[p + "fc_proj.w"] = normal_f32(rng, proj_std, (4 * c, c))
         w[p + "fc_proj.b"] = np.zeros(c, f32)
     return w
 

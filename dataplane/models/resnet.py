@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dataplane.graph import GraphBuilder
+from dataplane.graph import GraphBuilder, normal_f32
 
 BUILDER_VERSION = 1
 
@@ -44,7 +44,7 @@ def build(spec: ResNetSpec, rng: np.random.Generator):
 
     def conv(x, c_in, c_out, k, stride, relu=True):
         name = f"conv{next(counter)}"
-        w = rng.normal(0, np.sqrt(2.0 / (c_in * k * k)), (c_out, c_in, k, k)).astype(np.float32)
+        w = normal_f32(rng, np.sqrt(2.0 / (c_in * k * k)), (c_out, c_in, k, k))
         y = g.op("Conv", [x, g.weight(name + ".w", w), g.weight(name + ".b", np.zeros(c_out, np.float32))],
                  kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
         return g.op("Relu", [y]) if relu else y
@@ -60,7 +60,7 @@ def build(spec: ResNetSpec, rng: np.random.Generator):
             x = g.op("Relu", [g.op("Add", [y, shortcut])])
             c_in = width
     x = g.op("Flatten", [g.op("GlobalAveragePool", [x])], axis=1)
-    fc = rng.normal(0, 1.0 / np.sqrt(c_in), (spec.num_classes, c_in)).astype(np.float32)
+    fc = normal_f32(rng, 1.0 / np.sqrt(c_in), (spec.num_classes, c_in))
     g.op("Gemm", [x, g.weight("fc.w", fc), g.weight("fc.b", np.zeros(spec.num_classes, np.float32))],
          transB=1, out="logits")
     return g.build(doc=f"edgepop ResNet {spec}")

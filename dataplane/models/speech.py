@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dataplane.graph import GraphBuilder
+from dataplane.graph import GraphBuilder, normal_f32
 
 BUILDER_VERSION = 1
 ALPHABET = ("<blank>", " ", "'", *"abcdefghijklmnopqrstuvwxyz")
@@ -53,7 +53,7 @@ def build(spec: SpeechSpec, rng: np.random.Generator):
     g.output("log_probs", np.float32, ["batch", "steps", len(ALPHABET)])
 
     def n(*shape, std=0.02):
-        return rng.normal(0, std, shape).astype(np.float32)
+        return normal_f32(rng, std, shape)
 
     def conv1d(x, c_in, stride, name):
         w = n(c, c_in, 3, std=np.sqrt(1.0 / (c_in * 3)))

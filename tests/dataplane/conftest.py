@@ -9,9 +9,13 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def _model_cache(tmp_path_factory):
-    # Tests build their models from code into a fresh cache, so they also prove the build path works.
+    # Tests build their models from code into a fresh cache, so they also prove the build path works. One cache
+    # per test run: the pytest-xdist workers of a run share it (each worker's base folder sits in the run's own),
+    # so a model is built once per run, not once per worker (the cache's lock makes the others wait for it).
     old = os.environ.get("EDGEPOP_CACHE")
-    os.environ["EDGEPOP_CACHE"] = str(tmp_path_factory.mktemp("edgepop-models"))
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    os.environ["EDGEPOP_CACHE"] = str(shared / "edgepop-models")
     yield
     if old is None:
         os.environ.pop("EDGEPOP_CACHE", None)

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from kit.plugins import ROOT
 
-from dataplane import audio, registry
+from dataplane import audio, graph, registry
 from dataplane.cache import cached_model, spec_key
 from dataplane.models import bert, gpt2, minilm, resnet, speech
 from dataplane.session import Session
@@ -82,6 +88,17 @@ def test_image_classifier_batch_equals_single():
         assert abs(row.sum() - 1) < 1e-5
 
 
+def test_blockwise_normal_weights_are_numpys_draw_bit_for_bit():
+    """normal_f32 draws a block at a time: the same float32 values as one draw cast whole, and the generator left
+    where one draw leaves it (the next weight's values do not move), over blocks and a ragged tail."""
+    shape = (3, graph.NORMAL_BLOCK // 2 + 7)
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    got, want = graph.normal_f32(a, 0.02, shape), b.normal(0, 0.02, shape).astype(np.float32)
+    assert got.dtype == np.float32 and got.shape == shape
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert a.normal() == b.normal()
+
+
 def test_cache_reuses_same_spec_and_rebuilds_changed_spec():
     spec = resnet.ResNetSpec(widths=(8, 8, 8, 8), blocks=(1, 1, 1, 1), num_classes=10)
     builds = []
@@ -97,6 +114,51 @@ def test_cache_reuses_same_spec_and_rebuilds_changed_spec():
     assert p1 == p2 != p3 and len(builds) == 2
     assert spec_key(spec.key()) != spec_key(spec2.key())
     assert Session(p3).run({"pixel_values": np.zeros((1, 3, 224, 224), np.float32)})[0].shape == (1, 11)
+
+
+_BUILDER = """
+import pathlib, sys, time
+from dataplane.cache import cached_model
+from dataplane.models import resnet
+import numpy as np
+spec, d = resnet.ResNetSpec(widths=(8, 8, 8, 8), blocks=(1, 1, 1, 1), num_classes=3), pathlib.Path(sys.argv[1])
+def build():
+    with open(d / "builds", "a") as f:
+        f.write("x")
+    (d / "building").touch()
+    deadline = time.monotonic() + 120  # a hang guard
+    while not (d / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return resnet.build(spec, np.random.default_rng(0))
+print(cached_model("t-locked", spec.key(), build))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks to see the second wait")
+def test_two_processes_asking_for_one_model_build_it_once(tmp_path):
+    """The first process builds; the second, asking while the build runs, waits on the cache's lock (seen waiting
+    in /proc/locks) and then takes the first's file: one build, one path."""
+    env = {**os.environ, "EDGEPOP_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-c", _BUILDER, str(tmp_path)]
+
+    def until(check, what):
+        deadline = time.monotonic() + 120  # a hang guard, not a timing goal
+        while not check():
+            assert time.monotonic() < deadline, f"never: {what}"
+            time.sleep(0.01)
+
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    until(lambda: (tmp_path / "building").exists(), "the first build started")
+    second = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    lock = next((tmp_path / "cache").glob("t-locked-*.lock"))
+    inode = f":{lock.stat().st_ino} "
+    until(lambda: any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines()),
+          "the second process waiting on the lock")
+    (tmp_path / "release").touch()
+    outs = [p.communicate(timeout=120)[0].strip() for p in (first, second)]
+    assert first.returncode == second.returncode == 0
+    assert outs[0] == outs[1] and Path(outs[0]).is_file()
+    assert (tmp_path / "builds").read_text() == "x"
 
 
 def test_a_cache_variable_that_names_a_file_is_one_clear_error(tmp_path, monkeypatch):
