@@ -91,17 +91,20 @@ def load_pairs(name: str) -> pd.DataFrame:
     if missing or list(raw.columns) != names:
         raise DataFileError(path, None, None, f"matrix rows and columns must name the same regions, all in "
                                               f"{spec.coords_file} (missing: {missing})")
-    rows = []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            vals = [float(v) for v in (raw.loc[a, b], raw.loc[b, a]) if pd.notna(v)]
-            if not vals:
-                continue
-            ca, cb = coords.loc[a], coords.loc[b]
-            rows.append((spec.name, spec.provider, a, b, ca.lat, ca.lon, cb.lat, cb.lon, ca.continent,
-                         cb.continent, float(np.mean(vals))))
-    out = pd.DataFrame(rows, columns=["set", "provider", "a", "b", "lat_a", "lon_a", "lat_b", "lon_b",
-                                      "continent_a", "continent_b", "rtt_ms"])
+    # Every pair once (row before column, in table order), the mean of the directions published; a pair
+    # published in neither direction is left out.
+    m = raw.to_numpy(dtype=np.float64)
+    i, j = np.triu_indices(len(names), 1)
+    there, back = m[i, j], m[j, i]
+    keep = ~(np.isnan(there) & np.isnan(back))
+    i, j, there, back = i[keep], j[keep], there[keep], back[keep]
+    rtt = np.where(np.isnan(there), back, np.where(np.isnan(back), there, (there + back) / 2))
+    at = coords.loc[names]
+    lat, lon, continent, label = (at.lat.to_numpy(dtype=np.float64), at.lon.to_numpy(dtype=np.float64),
+                                  at.continent.to_numpy(dtype=object), np.array(names, dtype=object))
+    out = pd.DataFrame({"set": [spec.name] * len(i), "provider": [spec.provider] * len(i), "a": label[i],
+                        "b": label[j], "lat_a": lat[i], "lon_a": lon[i], "lat_b": lat[j], "lon_b": lon[j],
+                        "continent_a": continent[i], "continent_b": continent[j], "rtt_ms": rtt})
     out["km"] = haversine_km(out.lat_a, out.lon_a, out.lat_b, out.lon_b)
     out["band"] = distance_band(out.km)
     return out
