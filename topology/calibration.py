@@ -78,16 +78,27 @@ class PairGeometry:
     ends: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     gc_km: np.ndarray
     barred: np.ndarray
-    links: dict[tuple[int, int], tuple[float, bool]]  # (node, node) both ways: the link's km, whether it is a cable
+    links: tuple[np.ndarray, np.ndarray]  # node x node, both ways: the link's km (0: none), whether it is a cable
+
+    def take(self, rows: np.ndarray) -> PairGeometry:
+        """The geometry of the pairs ``rows`` selects (a mask or indices): what :func:`pair_geometry` gives for
+        those pairs alone (every pair's fields are its own), without finding their attachment nodes again."""
+        return PairGeometry(self.nodes_a[rows], self.km_a[rows], self.nodes_b[rows], self.km_b[rows],
+                            tuple(e[rows] for e in self.ends), self.gc_km[rows], self.barred[rows], self.links)
 
 
-def _link_table(backbone: Backbone) -> dict[tuple[int, int], tuple[float, bool]]:
+def _link_table(backbone: Backbone) -> tuple[np.ndarray, np.ndarray]:
     links = backbone.links
     kind = {}
     for i, j, km, sea in zip(links.i.to_numpy().tolist(), links.j.to_numpy().tolist(),
                              links.km.to_numpy(dtype=np.float64).tolist(), (links.kind == "sea").tolist(), strict=True):
         kind[(i, j)] = kind[(j, i)] = (km, sea)
-    return kind
+    n = len(backbone.nodes)
+    km, sea = np.zeros((n, n)), np.zeros((n, n), dtype=bool)
+    if kind:
+        (i, j), (k, c) = zip(*kind.keys(), strict=True), zip(*kind.values(), strict=True)
+        km[i, j], sea[i, j] = k, c
+    return km, sea
 
 
 def _attach_model(backbone: Backbone, params: LatencyParams) -> LatencyModel:
@@ -135,24 +146,29 @@ def find_paths(backbone: Backbone, params: LatencyParams, m: pd.DataFrame,
     lat_a, lon_a, lat_b, lon_b = (x[routed] for x in geo.ends)
     lat_n, lon_n = model.node_lat, model.node_lon
     ends_km = haversine_km(lat_a, lon_a, lat_n[s], lon_n[s]) + haversine_km(lat_b, lon_b, lat_n[t], lon_n[t])
-    kind = geo.links
-    walked: dict[tuple[int, int], list[tuple[float, bool]]] = {}  # (source, target): its links, target first
-    for p, a, b, km in zip(routed.tolist(), s.tolist(), t.tolist(), ends_km.tolist(), strict=True):
-        hops = walked.get((a, b))
-        if hops is None:
-            hops = walked[(a, b)] = []
-            node = b
-            while node != a:  # walk the predecessor tree back to the source
-                prev = int(pred[row[a], node])
-                hops.append(kind[(prev, node)])
-                node = prev
-        land_km, sea_km = km, 0.0  # each link added in the walk's order
-        for link_km, is_sea in hops:
-            if is_sea:
-                sea_km += link_km
-            else:
-                land_km += link_km
-        land[p], sea[p], links[p] = land_km, sea_km, 2 + len(hops)
+    # Each distinct (source, target) path walked back from the target along the predecessor tree, one step for all
+    # of them at a time; then every pair adds its path's links in the walk's order (a link of the other kind, or
+    # a step past the path's end, adds 0.0, which changes no sum): the same sums, bit for bit, as pair by pair.
+    link_km, link_sea = geo.links
+    n_nodes = len(link_km)
+    uniq, inv = np.unique(s * n_nodes + t, return_inverse=True)
+    src, node = np.divmod(uniq, n_nodes)
+    src_row = row[src]
+    hops_km, hops_sea, steps = [], [], np.zeros(len(uniq), dtype=np.intp)
+    walking = node != src
+    while walking.any():
+        prev = np.where(walking, pred[src_row, node], node)
+        hops_km.append(np.where(walking, link_km[prev, node], 0.0))
+        hops_sea.append(walking & link_sea[prev, node])
+        steps += walking
+        node = prev
+        walking = node != src
+    land_r, sea_r = ends_km.copy(), np.zeros(len(routed))
+    for km_u, is_sea_u in zip(hops_km, hops_sea, strict=True):
+        km_p, is_sea_p = km_u[inv], is_sea_u[inv]
+        land_r += np.where(is_sea_p, 0.0, km_p)
+        sea_r += np.where(is_sea_p, km_p, 0.0)
+    land[routed], sea[routed], links[routed] = land_r, sea_r, 2 + steps[inv]
     return Paths(land, sea, links, gc)
 
 
@@ -212,12 +228,14 @@ def _alternate(m: pd.DataFrame, params: LatencyParams, backbone: Backbone, weigh
     return params
 
 
-def fit(m: pd.DataFrame, start: LatencyParams | None = None, backbone: Backbone | None = None) -> LatencyParams:
+def fit(m: pd.DataFrame, start: LatencyParams | None = None, backbone: Backbone | None = None,
+        geometry: PairGeometry | None = None) -> LatencyParams:
     """Constants fitted to the pairs of ``m``: a fit with every pair of a band weighted alike, then, when ``m``
-    holds several data sets, a refit with :func:`network_weights` read from its residuals."""
+    holds several data sets, a refit with :func:`network_weights` read from its residuals. ``geometry``:
+    :func:`pair_geometry` of ``m``'s pairs on ``backbone``, when the caller has it."""
     params = start or LatencyParams.load()
     backbone = backbone or build_backbone(default_sites(), params.knn, params.max_link_km)
-    geometry = pair_geometry(backbone, params, m)
+    geometry = geometry or pair_geometry(backbone, params, m)
     params = _alternate(m, params, backbone, band_weights(m), geometry)
     if m.set.nunique() < 2:
         return params
@@ -259,16 +277,17 @@ def cross_validate(m: pd.DataFrame, params: LatencyParams, backbone: Backbone | 
     backbone's structure (``knn``, ``max_link_km``)."""
     backbone = backbone or build_backbone(default_sites(), params.knn, params.max_link_km)
     start = neutral_params(params)
+    every = pair_geometry(backbone, start, m)  # each fold's pairs are some of these: found once
     out = m.copy()
     out["cv_set_ms"] = np.nan
     out["cv_continent_ms"] = np.nan
     for provider in sorted(set(m.provider)):
         test = (m.provider == provider).to_numpy()
-        p = fit(m[~test], start, backbone)
+        p = fit(m[~test], start, backbone, every.take(~test))
         out.loc[test, "cv_set_ms"] = predict(LatencyModel(backbone, p), m[test])
     for cont in sorted(set(m.continent_a) | set(m.continent_b)):
         touch = ((m.continent_a == cont) | (m.continent_b == cont)).to_numpy()
-        p = fit(m[~touch], start, backbone)
+        p = fit(m[~touch], start, backbone, every.take(~touch))
         col = f"cv_continent_{cont}_ms"
         out[col] = np.nan
         out.loc[touch, col] = predict(LatencyModel(backbone, p), m[touch])
