@@ -141,7 +141,9 @@ class Router:
                         r.status == LOADING or self.state.fits_back(r)):
                     return Decision(QUEUE, r, d, cold=True)
         for r, d in zip(cands, rtts, strict=True):
-            if r.status == READY and r.has_queue_room():
+            # r.has_queue_room(), inlined: with every slot busy this scans every replica of the model before a
+            # rejection, and the two calls per replica were most of the decision's time
+            if r.status == READY and r.up and len(q := r.queue) < r.queue_limit * len(q.replicas):
                 return Decision(QUEUE, r, d)
         return reject()
 
