@@ -92,12 +92,40 @@ class SiteQueue(deque):
     queue. Its length limit is ``queue_limit`` per sharing replica.
     """
 
-    def __init__(self):
+    def __init__(self, stats: ModelStats | None = None):
         super().__init__()
         self.replicas: list = []
+        self.stats = stats  # its model's totals: a request leaving may give room where a router found none
 
     def room(self, queue_limit: int) -> bool:
         return len(self) < queue_limit * len(self.replicas)
+
+    # Every way a request leaves the queue says so to the model's totals (ModelStats.room_epoch).
+    def popleft(self):
+        item = super().popleft()
+        self._left()
+        return item
+
+    def pop(self):
+        item = super().pop()
+        self._left()
+        return item
+
+    def remove(self, value) -> None:
+        super().remove(value)
+        self._left()
+
+    def clear(self) -> None:
+        super().clear()
+        self._left()
+
+    def __delitem__(self, index) -> None:
+        super().__delitem__(index)
+        self._left()
+
+    def _left(self) -> None:
+        if self.stats is not None:
+            self.stats.room_epoch += 1
 
 
 class ModelStats:
@@ -106,12 +134,18 @@ class ModelStats:
     ``free``: free slots over READY, up replicas; ``free_set``: those replicas (at least one free slot each);
     ``cold``: COLD or LOADING replicas that are up; ``slots``: all slots of the READY, up replicas; ``running``:
     sequences running on its replicas. Kept exact by Replica._start/_release and by :meth:`ClusterState.refresh`
-    after any status, health or slot-count change (the fleet samples read them, not thousands of replicas)."""
+    after any status, health or slot-count change (the fleet samples read them, not thousands of replicas).
 
-    __slots__ = ("free", "cold", "free_set", "slots", "running")
+    ``room_epoch`` counts the events that can give a site queue room again (a request leaving a queue, any
+    :meth:`ClusterState.refresh`: a status, health, slot or replica change); ``full_at``: the epoch at which a
+    router's scan of every replica found no READY, up one with queue room. While the two are equal no queue has
+    room, and a saturated model's requests are rejected without scanning its replicas again."""
+
+    __slots__ = ("free", "cold", "free_set", "slots", "running", "room_epoch", "full_at")
 
     def __init__(self):
-        self.free = self.cold = self.slots = self.running = 0
+        self.free = self.cold = self.slots = self.running = self.room_epoch = 0
+        self.full_at = -1
         self.free_set: set = set()
 
 
@@ -257,7 +291,8 @@ class ClusterState:
                     tuple(gpu_index), spec.max_batch, kv, self.queue_limit, status=status, ready_at=ready_at,
                     up=bool(self.node_up[node]), last_busy=ready_at)
         r.stats = self.stats.setdefault(spec.id, ModelStats())
-        r.queue = self.site_queues.setdefault((r.site, spec.id), SiteQueue())
+        q = self.site_queues.get((r.site, spec.id))
+        r.queue = q if q is not None else self.site_queues.setdefault((r.site, spec.id), SiteQueue(r.stats))
         r.queue.replicas.append(r)
         self.replicas.append(r)
         if status == LOADING:
@@ -354,6 +389,7 @@ class ClusterState:
         """Recompute the per-model totals (after status or health changes; cheap, they are rare)."""
         for m in ([model] if model is not None else list(self.by_model)):
             st = self.stats.setdefault(m, ModelStats())
+            st.room_epoch += 1  # a status, health or replica change may give a queue room
             reps = self.by_model.get(m, [])
             st.free = sum(max(0, r.slots - r.active) for r in reps if r.up and r.status == READY)
             st.free_set = {r for r in reps if r.up and r.status == READY and r.active < r.slots}

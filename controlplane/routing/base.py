@@ -140,11 +140,15 @@ class Router:
                 if r.status in (COLD, LOADING) and r.active + len(r.queue) < r.slots and r.has_queue_room() and (
                         r.status == LOADING or self.state.fits_back(r)):
                     return Decision(QUEUE, r, d, cold=True)
+        if stats is not None and stats.full_at == stats.room_epoch:
+            return reject()  # no queue of the model has had room since a scan of all its replicas found none
         for r, d in zip(cands, rtts, strict=True):
             # r.has_queue_room(), inlined: with every slot busy this scans every replica of the model before a
             # rejection, and the two calls per replica were most of the decision's time
             if r.status == READY and r.up and len(q := r.queue) < r.queue_limit * len(q.replicas):
                 return Decision(QUEUE, r, d)
+        if stats is not None and len(cands) == len(self.state.by_model.get(req.model, ())):
+            stats.full_at = stats.room_epoch  # every replica scanned (none cut by max_rtt_ms): no room anywhere
         return reject()
 
 

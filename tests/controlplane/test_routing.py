@@ -79,6 +79,46 @@ def test_nearest_with_capacity_matches_brute_force(catalog, data):
         assert got.rtt_ms == cp.state.rtt[req.ingress, want.site]
 
 
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_every_decision_of_a_saturated_plane_through_its_life_matches_brute_force(catalog, data):
+    """Submits, finishes, cancellations, queue timeouts, node failures and repairs, in random order, on a fleet
+    of one-slot replicas that saturates: every decision is the full scan's. A saturated model's rejection is
+    remembered (no queue with room) until a request leaves a queue or a status, health or replica changes; a
+    remembered rejection that outlived such an event would show here as a REJECT where a queue has room."""
+    n_sites = data.draw(st.integers(2, 4))
+    sites = data.draw(st.lists(st.integers(0, n_sites - 1), min_size=2, max_size=5))
+    cp = ControlPlane(catalog, make_fleet([1] * len(sites), sites=sites),
+                      placement([(TINY, n) for n in range(len(sites))]), line_rtt(3, n_sites),
+                      admission=AdmissionConfig(queue_limit=data.draw(st.integers(1, 2)), queue_timeout_s=5.0),
+                      max_candidates=data.draw(st.sampled_from([None, 1, 2])))
+    cp.set_slots(1)
+    now, running, rejected = 0.0, [], 0
+    for k in range(data.draw(st.integers(10, 60))):
+        op = data.draw(st.sampled_from(["submit"] * 5 + ["finish", "cancel", "poll", "node"]))
+        if op == "submit":
+            req = Request(k, TINY, data.draw(st.integers(0, 2)), data.draw(st.integers(1, 50)))
+            want_action, want = brute_force(cp.state, req)
+            d = cp.submit(req, now)
+            assert (d.action, d.replica) == (want_action, want)
+            running += [req] if d.action == START else []
+            rejected += d.action == REJECT
+        elif op == "finish" and running:
+            running += cp.finish(running.pop(data.draw(st.integers(0, len(running) - 1))), now)
+        elif op == "cancel":
+            queued = [q for queue in cp.state.site_queues.values() for q in queue]
+            if queued:
+                running += cp.cancel(queued[data.draw(st.integers(0, len(queued) - 1))], now)
+        elif op == "poll":
+            now += data.draw(st.sampled_from([1.0, 6.0, 60.0]))  # (60 s: past every cold start)
+            running += cp.poll(now)[0]
+        elif op == "node":
+            node = data.draw(st.integers(0, len(sites) - 1))
+            lost, _ = cp.set_node_up(node, not cp.state.node_up[node], now)
+            running = [r for r in running if r not in lost]
+    assert cp.counts["rejected"] == rejected
+
+
 def brute_force_balanced(state, req, window_ms):
     """Reference for nearest-balanced: among the replicas that can start ``req`` at the nearest one's site (window
     0) or within ``window_ms`` of it, the least (running + 1) x typical request time, ties by (rtt, site, id);
