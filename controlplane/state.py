@@ -291,8 +291,10 @@ class ClusterState:
                     tuple(gpu_index), spec.max_batch, kv, self.queue_limit, status=status, ready_at=ready_at,
                     up=bool(self.node_up[node]), last_busy=ready_at)
         r.stats = self.stats.setdefault(spec.id, ModelStats())
-        q = self.site_queues.get((r.site, spec.id))
-        r.queue = q if q is not None else self.site_queues.setdefault((r.site, spec.id), SiteQueue(r.stats))
+        key = (r.site, spec.id)
+        if key not in self.site_queues:
+            self.site_queues[key] = SiteQueue(r.stats)
+        r.queue = self.site_queues[key]
         r.queue.replicas.append(r)
         self.replicas.append(r)
         if status == LOADING:

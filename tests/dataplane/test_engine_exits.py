@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
+from kit.waiting import until
 
 from dataplane.engine_batch import BatchConfig, BatchingEngine, BatchResultError
 from dataplane.engine_lm import LMEngine, LMEngineConfig
@@ -19,10 +19,7 @@ LONG = SamplingParams(max_tokens=100, seed=1, stop_on_eos=False)  # "hello world
 
 def _until(cond, what: str, limit: float = 60.0) -> None:
     """Hang guard only: poll ``cond`` for a generous while."""
-    end = time.monotonic() + limit
-    while not cond():
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.005)
+    until(cond, f"gave up waiting for {what}", limit, 0.005)
 
 
 @pytest.fixture

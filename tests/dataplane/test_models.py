@@ -8,12 +8,12 @@ import re
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from kit.plugins import ROOT
+from kit.waiting import until
 
 from dataplane import audio, graph, registry
 from dataplane.cache import cached_model, spec_key
@@ -141,19 +141,13 @@ def test_two_processes_asking_for_one_model_build_it_once(tmp_path):
     env = {**os.environ, "EDGEPOP_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-c", _BUILDER, str(tmp_path)]
 
-    def until(check, what):
-        deadline = time.monotonic() + 120  # a hang guard, not a timing goal
-        while not check():
-            assert time.monotonic() < deadline, f"never: {what}"
-            time.sleep(0.01)
-
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    until(lambda: (tmp_path / "building").exists(), "the first build started")
+    until(lambda: (tmp_path / "building").exists(), "never: the first build started")
     second = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     lock = next((tmp_path / "cache").glob("t-locked-*.lock"))
     inode = f":{lock.stat().st_ino} "
     until(lambda: any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines()),
-          "the second process waiting on the lock")
+          "never: the second process waiting on the lock")
     (tmp_path / "release").touch()
     outs = [p.communicate(timeout=120)[0].strip() for p in (first, second)]
     assert first.returncode == second.returncode == 0

@@ -3,12 +3,12 @@ whose UTC time is known), and what it reports (/edgepop/deployment, /metrics) fo
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import httpx
 from kit.gateway import SLOW
+from kit.waiting import until
 
 LONDON = "51.51,-0.13"
 TINY_LM = "@edgepop/gpt2-tiny"
@@ -27,10 +27,7 @@ def _serve(tmp_path, topo, **kw):
 
 
 def _until(cond, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s  # a hang guard, not a timing goal
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+    until(cond, "condition not reached", timeout_s, 0.05)
 
 
 def _replica_gauges(url: str) -> dict[tuple, float]:

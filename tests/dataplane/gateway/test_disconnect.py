@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from kit.gateway import GEN, SLOW, headers
+from kit.waiting import until
 
 from dataplane.gateway.errors import GatewayError
 from dataplane.gateway.http_util import read_body
@@ -19,10 +20,7 @@ MAX_TOKENS = 300
 
 
 def _until(check, what: str) -> None:
-    deadline = time.monotonic() + 120  # a hang guard, not a timing goal
-    while not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.005)
+    until(check, f"never: {what}", 120, 0.005)
 
 
 def _send_and_keep_open(url: str, path: str, body: dict, **extra) -> socket.socket:

@@ -7,10 +7,10 @@ import json
 import logging
 import signal
 import threading
-import time
 
 import httpx
 from kit.gateway import SLOW, run_url
+from kit.waiting import until
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataplane.gateway.sse import parse_events
@@ -26,10 +26,7 @@ class _Records(logging.Handler):
 
 
 def _until(cond, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
+    until(cond, "condition not reached", timeout_s, 0.02)
 
 
 def test_requests_in_flight_at_the_drain_deadline_get_the_shutdown_error(tmp_path, gateway_topo):
