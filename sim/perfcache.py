@@ -1,7 +1,9 @@
 """A memoising front for any PerfModel: the simulator asks for the same few shapes millions of times.
 
 Prefill time is tabulated per (model, GPU) on a geometric grid of token counts and interpolated linearly (the
-grid's neighbours are 4% apart, where prefill time is smooth: the error is far below the model's own); decode
+grid's neighbours are 4% apart, where prefill time is smooth: the error is far below the model's own). A table's
+points are computed when first read: a run reads a few dozen of a table's 160 (its capacity estimates two or
+three), and a small run spent a tenth of its time filling whole tables. Decode
 step times are memoised per (model, GPU, batch, context) (the replica engines quantise the context to 64-token
 buckets themselves).
 """
@@ -25,14 +27,22 @@ class CachedPerf:
         self._prefill: dict = {}
         self._decode: dict = {}
 
-    def _table(self, spec, gpu):
+    def _table(self, spec, gpu) -> list:
+        """The (model, GPU)'s table: the time at 1 token, then at each grid point from the second; None where not
+        computed yet (:meth:`_point` computes it)."""
         key = (spec.id, gpu)
         t = self._prefill.get(key)
         if t is None:
-            first = self.perf.prefill_ms(spec, gpu, 1)
-            t = [first, *(self.perf.prefill_ms(spec, gpu, g) for g in self.grid[1:])]
-            self._prefill[key] = t
+            t = self._prefill[key] = [None] * len(self.grid)
         return t
+
+    def _point(self, spec, gpu, table: list, i: int) -> float:
+        """``table[i]``, computed and kept if it was not yet (each point always gets the same value: the model is
+        pure)."""
+        ms = table[i]
+        if ms is None:
+            ms = table[i] = self.perf.prefill_ms(spec, gpu, 1 if i == 0 else self.grid[i])
+        return ms
 
     def prefill_ms(self, spec, gpu, tokens) -> float:
         return self.prefill_fn(spec, gpu)(tokens)
@@ -51,18 +61,22 @@ class CachedPerf:
                 return ms
 
             return exact
-        table, grid, perf = self._table(spec, gpu), self.grid, self.perf
+        table, grid, perf, point = self._table(spec, gpu), self.grid, self.perf, self._point
         last = len(grid) - 1
 
         def prefill(tokens) -> float:
             x = float(tokens)
             i = bisect_right(grid, x) - 1
             if i <= 0:
-                return table[0] if x <= 1.0 else table[1]
+                j = 0 if x <= 1.0 else 1
+                return point(spec, gpu, table, j)
             if i >= last:
                 return perf.prefill_ms(spec, gpu, tokens)
+            a, b = table[i], table[i + 1]
+            if a is None or b is None:
+                a, b = point(spec, gpu, table, i), point(spec, gpu, table, i + 1)
             x0, x1 = grid[i], grid[i + 1]
-            return table[i] + (table[i + 1] - table[i]) * (x - x0) / (x1 - x0)
+            return a + (b - a) * (x - x0) / (x1 - x0)
 
         return prefill
 

@@ -348,6 +348,9 @@ def paired_gains(setup: Setup, runs: list) -> dict:
     return out
 
 
+COLLECT_FROM_REQUESTS = 20_000  # runs this large free each deployment's simulation as soon as it ends
+
+
 def run_scenario(scenario: Scenario | str = "default", *, requests: int | None = None,
                  duration_s: float | None = None, seed: int | None = None, trace: str | None = None,
                  faults=None, topo=None, progress=None, deployments=("edge", "central")) -> RunOutput:
@@ -372,7 +375,11 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
     with simulation_progress(progress) as report:
         for name in (n for n in deployments if (sc.edge if n == "edge" else sc.central) is not None):
             runs.append(simulate_deployment(setup, name, report))
-            gc.collect()  # a finished simulation is a web of cycles: free it, or the next run's gc.freeze() keeps it
+            if len(setup.frame) >= COLLECT_FROM_REQUESTS:
+                # A finished simulation is a web of cycles, some 1 kB a request: free it, or the next run's
+                # gc.freeze() keeps it. A full collection walks everything alive (some 60-90 ms with pandas and
+                # scipy loaded, whatever it frees): a small run's web is left to the collector's own passes.
+                gc.collect()
     blocks = {r.name: r.block for r in runs}
     summary = {"scenario": sc.name, "seed": sc.seed, "requests": int(len(setup.frame)),
                "simulated_span_s": round(setup.span_s, 2),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import pickle
 
+import numpy as np
 import pytest
 
 from controlplane.catalog import default_catalog
@@ -30,6 +31,31 @@ def test_exact_at_grid_points_and_between_neighbours_in_between():
     assert min(perf.prefill_ms(spec, "H100", lo), perf.prefill_ms(spec, "H100", hi)) <= mid
     assert mid <= max(perf.prefill_ms(spec, "H100", lo), perf.prefill_ms(spec, "H100", hi))
     assert cached.decode_step_ms(spec, "H100", 4, 640) == perf.decode_step_ms(spec, "H100", 4, 640)
+
+
+def test_a_prefill_time_does_not_depend_on_what_was_asked_before():
+    """A table's points are computed when first read: whichever lengths are asked first, every answer is the one
+    a table computed whole gives (linear between its two grid neighbours), and a few lookups compute a few points."""
+    perf, spec = _roofline(), default_catalog()[L8]
+    lengths = [1, 0.5, 3, 17.5, 100, 512, 513, 4096, 70_000, 300_000]
+    whole = CachedPerf(perf)
+    table = [perf.prefill_ms(spec, "H100", 1), *(perf.prefill_ms(spec, "H100", g) for g in whole.grid[1:])]
+
+    def from_whole(tokens):
+        i = max(0, min(int(np.searchsorted(whole.grid, tokens, side="right")) - 1, len(table) - 1))
+        if i == 0:
+            return table[0] if tokens <= 1.0 else table[1]
+        if i == len(table) - 1:
+            return perf.prefill_ms(spec, "H100", tokens)
+        x0, x1 = whole.grid[i], whole.grid[i + 1]
+        return table[i] + (table[i + 1] - table[i]) * (tokens - x0) / (x1 - x0)
+
+    for order in (lengths, lengths[::-1]):
+        cached = CachedPerf(perf)
+        got = {t: cached.prefill_ms(spec, "H100", t) for t in order}
+        assert got == {t: from_whole(t) for t in lengths}
+        computed = sum(ms is not None for ms in cached._table(spec, "H100"))
+        assert 2 <= computed <= 2 * len(lengths) < len(table)
 
 
 def test_a_decode_time_does_not_depend_on_what_was_asked_before():
