@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="gateway TOML file (see docs/gateway.md)")
     p.add_argument("--scenario", help="scenario name or file: its seed, last mile and [edge] deployment (placement, "
                    "router and options, autoscaler, queue limits, pops) are served")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8787)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8787, help="TCP port (default 8787)")
     p.add_argument("--pops", help="comma-separated PoP ids to emulate (default FRA,LHR,IAD,SJC,NRT,SIN)")
     p.add_argument("--models", help="comma-separated catalog model ids to serve")
     p.add_argument("--default-location", help="lat,lon of clients that send no location header")
@@ -59,9 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix-cache-mb", type=int,
                    help="MiB of prompt-prefix KV each LM engine keeps for reuse (0: off, the default)")
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), help="onnxruntime execution provider")
-    p.add_argument("--seed", type=seed_arg)
+    p.add_argument("--seed", type=seed_arg, help="seed of the anycast and router draws (the "
+                   "simulator's streams for the same seed; default 0)")
     p.add_argument("--no-warm", action="store_true", help="load models on first use instead of at start")
-    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                   help="the HTTP server's log level (default warning)")
     p.set_defaults(func=run_serve)
 
 

@@ -43,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--repeat-live", action="store_true",
                    help="send the same requests again after the first live run and compare the two as the "
                         "simulation is compared (the live system's own repeatability: the floor under the errors)")
-    r.add_argument("--seed", type=seed_arg, default=0)
+    r.add_argument("--seed", type=seed_arg, default=0, help="seed of the client location and prompt text drawn per "
+                   "request (default 0)")
     r.set_defaults(func=run_replay)
 
 
