@@ -86,7 +86,28 @@ def parse_slo(text: str) -> SLOTarget:
                         "and a non-negative VALUE, e.g. ttft_p95_ms=500")
     if metric == "slo_attainment" and threshold > 1:
         raise UserError(f"bad --slo {text!r}: slo_attainment is a share of requests, at most 1 (e.g. 0.99)")
+    if threshold == 0 and metric in HIGHER_IS_BETTER:
+        raise UserError(f"bad --slo {text!r}: every fleet has at least 0, so no budget would be least; give a "
+                        "positive target")
+    if threshold == 0 and not metric.startswith("queue_"):  # (no wait at all is a target a fleet can meet)
+        raise UserError(f"bad --slo {text!r}: no request takes 0 ms, so no budget would meet it; give a positive "
+                        "latency")
     return SLOTarget(metric, threshold)
+
+
+def check_slo_measured(slo: SLOTarget, sc) -> None:
+    """A TTFT or TPOT target on a workload with no text-generation model is never measured, so every budget
+    would "fail" it: refused before any run, naming the metrics that are."""
+    if not slo.metric.startswith(("ttft_", "tpot_")):
+        return
+    from controlplane.forecast import DEFAULT_MIX
+    from sim.run import scenario_catalog
+
+    catalog, wl = scenario_catalog(sc), sc.workload
+    models = [wl.trace_model] if wl.is_trace else [m for m, share in (wl.mix or DEFAULT_MIX).items() if share > 0]
+    if not any(catalog[m].task == "text-generation" for m in models if m in catalog):
+        raise UserError(f"--slo {slo.metric}: {sc.source}'s workload has no text-generation model, so no request "
+                        "has a TTFT or TPOT; use an e2e_*, queue_*, slo_attainment or goodput_rps target")
 
 
 @dataclass(frozen=True)
@@ -282,6 +303,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
     slo = slo if isinstance(slo, SLOTarget) else parse_slo(slo)
     base = scenario_path(scenario)
     sc = load_scenario(str(base))
+    check_slo_measured(slo, sc)
     topo = Topology.load(last_mile_ms=sc.last_mile_ms)
     lines = _lines(sc, baselines, only, topo)
     seeds = args["seeds"] or (sc.seed,)

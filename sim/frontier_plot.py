@@ -73,7 +73,7 @@ def frontier_figure(frontier, plt):
         if ycol not in ("slo_attainment", "goodput_rps") and values[ax] and min(values[ax]) > 0:  # (a 0 ms queue)
             ax.set_yscale("log")
             # plain numbers, the SLO's among them: log major ticks alone label nothing within a decade
-            yt = _log_ticks(values[ax], [slo.threshold] * (ycol == slo.column))
+            yt = _log_ticks(values[ax], [slo.threshold] * (ycol == slo.column and slo.threshold > 0))
             ax.yaxis.set_major_locator(FixedLocator(yt))
             ax.set_ylim(min(yt) / 1.03, max(yt) * 1.03)  # (a round tick at each end: both ends labelled)
             ax.yaxis.set_minor_locator(NullLocator())

@@ -108,10 +108,22 @@ def test_local_pool_and_ray_give_the_same_frontier(mmc, tmp_path):
 
 
 @pytest.mark.parametrize("text, needle", [("ttft_p95_ms", "METRIC=VALUE"), ("nothing=3", "METRIC=VALUE"),
-                                          ("ttft_p95_ms=-1", "non-negative"), ("ttft_p95_ms=abc", "METRIC=VALUE")])
+                                          ("ttft_p95_ms=-1", "non-negative"), ("ttft_p95_ms=abc", "METRIC=VALUE"),
+                                          # targets no fleet can meet, or every fleet meets (a 0 ms TTFT once
+                                          # ran every budget and then failed drawing its log axis)
+                                          ("ttft_p95_ms=0", "no request takes 0 ms"),
+                                          ("tpot_p50_ms=0", "no request takes 0 ms"),
+                                          ("goodput_rps=0", "every fleet has at least 0"),
+                                          ("slo_attainment=0", "every fleet has at least 0")])
 def test_bad_slo_is_one_line(text, needle):
     with pytest.raises(UserError, match=needle):
         parse_slo(text)
+
+
+def test_a_zero_queue_target_is_a_target():
+    """No queueing at all is something a fleet can reach: refused for latencies, accepted for the queue."""
+    slo = parse_slo("queue_p95_ms=0")
+    assert slo.met(0.0) and not slo.met(0.5)
 
 
 def test_the_least_budget_says_whether_its_interval_clears_the_slo():
@@ -192,6 +204,19 @@ def test_the_frontier_keeps_the_users_files_and_leaves_no_scratch(tmp_path):
     with pytest.raises(UserError, match="pop:XXX"):
         run_frontier(bad, out=tmp_path / "failed", **kw)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml", "proj"]
+
+
+def test_a_latency_the_workload_never_has_is_refused_before_any_work(tmp_path):
+    """Embeddings only: no request has a TTFT, so every budget "failed" a TTFT target after the whole sweep."""
+    small = Path(__file__).resolve().parents[2] / "sim" / "scenarios" / "small.toml"
+    emb = tmp_path / "emb.toml"
+    emb.write_text(small.read_text().replace("[workload]\n", '[workload]\nmix = { "@cf/baai/bge-m3" = 1.0 }\n', 1)
+                   .replace("session_fraction = 0.3", "session_fraction = 0.0"))
+    kw = dict(seeds=[1], requests=200, max_steps=0, workers=1, progress=False, only="edge")
+    for slo in ("ttft_p95_ms=500", "tpot_p50_ms=50"):
+        with pytest.raises(UserError, match="emb.toml's workload has no text-generation model"):
+            run_frontier(emb, slo=slo, out=tmp_path / "o", **kw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.toml"]
 
 
 def test_bad_budgets_and_outputs_are_refused_before_any_work(tmp_path):
