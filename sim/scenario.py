@@ -71,7 +71,9 @@ def parse_scenario(doc: dict, source: str, base_dir: Path | None = None) -> Scen
     tables = {k: v for k, v in doc.items() if isinstance(v, dict)}
     for key in tables:
         if key not in ("workload", "edge", "central", "slo", "techniques"):
-            raise UserError(f"{source}: unknown table [{key}] (known: workload, edge, central, slo, techniques)")
+            grid = " (it reads like a sweep grid: run it with `edgepop sweep --grid`)" if "base" in doc else ""
+            raise UserError(f"{source}: unknown table [{key}] (known: workload, edge, central, slo, techniques)"
+                            f"{grid}")
     sc = typed(Scenario, {"name": Path(source).stem, **top}, source)
     sc.source = source
     if "last_mile_ms" in top and sc.last_mile != "fixed":  # (the country/continent figures replace it)
@@ -224,14 +226,22 @@ def read_named_toml(name_or_path: str | Path, folder: Path, kind: str) -> tuple[
     path = Path(name_or_path)
     if not path.suffix and (folder / f"{name_or_path}.toml").exists():
         path = folder / f"{name_or_path}.toml"
+    if path.is_dir():
+        raise UserError(f"{kind} {str(name_or_path)!r}: is a folder; name a TOML file")
     if not path.is_file():
         embedded = sorted(p.stem for p in folder.glob("*.toml"))
         raise UserError(f"{kind} {str(name_or_path)!r} not found: not a file and not one of the embedded "
                         f"{kind}s ({', '.join(embedded) or 'none'})")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8-sig")), path
+        doc = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # (not UTF-8: not TOML either)
         raise UserError(f"{path.name}: not valid TOML: {exc}") from None
+    if not doc:  # (an empty file, or comments only: it would run on defaults no embedded one has)
+        example = folder / "small.toml" if (folder / "small.toml").is_file() else next(iter(sorted(
+            folder.glob("*.toml"))), None)
+        raise UserError(f"{path}: an empty {kind} file (no fields)"
+                        + (f"; start from a copy of an embedded one, e.g. {example}" if example else ""))
+    return doc, path
 
 
 def load_scenario(name_or_path: str | Path = "default") -> Scenario:

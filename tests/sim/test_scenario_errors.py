@@ -207,7 +207,13 @@ def test_unreadable_files_and_impossible_runs_are_one_line_errors(tmp_path, caps
     f.write_bytes(b"seed = 1\n\xff\xfe bad = 1\n")
     off = tmp_path / "off.toml"
     off.write_text("[workload]\nrequests = 100\n\n[central]\nenabled = false\n")
+    (tmp_path / "empty.toml").write_text("# nothing yet\n")  # (it ran on defaults no embedded scenario has)
+    grids = Path(__file__).resolve().parents[2] / "sim" / "scenarios" / "grids"
     for argv, needle in ((["--scenario", str(f)], "not valid TOML"),
+                         (["--scenario", str(tmp_path / "empty.toml")], "an empty scenario file (no fields); "
+                          "start from a copy of an embedded one, e.g. "),
+                         (["--scenario", str(tmp_path)], "is a folder; name a TOML file"),
+                         (["--scenario", str(grids / "policies.toml")], "run it with `edgepop sweep --grid`"),
                          (["--scenario", "small", "--duration", "inf"], "--duration must be"),
                          (["--scenario", str(off), "--only", "central"], "no central deployment")):
         assert main(["simulate", *argv, "--out", str(tmp_path / "a")]) == 2
