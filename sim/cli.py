@@ -155,6 +155,11 @@ def cmd_simulate(args) -> int:
         print(json.dumps(out.summary, indent=2, default=json_default))
     else:
         print_headline(out.summary, path, time.perf_counter() - t_start)
+    from sim.report import faults_applied_nowhere
+
+    for line in faults_applied_nowhere(out.summary):  # (on stderr, last: not lost among the notes)
+        print(f"edgepop: warning: fault {line} applied to no simulated deployment: these figures are of a run "
+              "without it", file=sys.stderr)
     return 0
 
 

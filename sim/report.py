@@ -97,6 +97,17 @@ def _peak_hour_is_whole_run(summary: dict) -> bool:
                                                                                  day_s / 24.0)
 
 
+def faults_applied_nowhere(summary: dict) -> list[str]:
+    """The faults that every simulated deployment skipped, each as ``spec (why, per deployment)``: the run's
+    figures are those of a run without them."""
+    per = [{line.split(": ", 1)[0]: line.split(": ", 1)[-1] for line in block.get("faults", {}).get("skipped", [])}
+           for block in summary["deployments"].values()]
+    if not per:
+        return []
+    common = set.intersection(*(set(p) for p in per))
+    return [f"{spec} ({'; '.join(p[spec] for p in per)})" for spec in sorted(common)]
+
+
 def notes(summary: dict) -> list[str]:
     """The lines under the table: how intervals were made, where the edge loses, faults that did not apply,
     what an autoscaler did."""

@@ -60,6 +60,18 @@ def test_a_fault_after_the_run_is_skipped_not_applied(topo):
     assert len(faults["skipped"]) == 1 and faults["skipped"][0].startswith("pop:FRA@99999+10: starts after the run")
 
 
+def test_simulate_warns_on_stderr_of_a_fault_no_deployment_took(tmp_path, capsys):
+    """A fault every simulated deployment skipped leaves a run without it: said last, on stderr, not only among
+    the notes. One that a deployment took is not named."""
+    from edgepop.cli import main
+
+    assert main(["simulate", "--scenario", "small", "--requests", "200", "--fail", "node:FRA-99@1+10",
+                 "--fail", "pop:LHR@1+5", "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["edgepop: warning: fault node:FRA-99@1+10 (no node 'FRA-99' in the edge fleet; no node 'FRA-99' "
+                   "in the central fleet) applied to no simulated deployment: these figures are of a run without it"]
+
+
 def test_link_faults_between_ids_with_dashes(topo):
     """Region ids have dashes of their own: a link fault finds the split that names two backbone nodes, either
     way round."""
