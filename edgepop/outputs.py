@@ -22,6 +22,9 @@ from pathlib import Path
 from edgepop.errors import UserError, raise_if_terminated
 
 MARKER = ".edgepop-output"  # in a folder a command writes inside --out: the command and the files it wrote there
+# In --out itself: which command wrote which of the files there, so that another command (``topology`` after
+# ``simulate``: both write summary.json) refuses to replace them instead of leaving a folder of mixed runs.
+RUNS = ".edgepop-runs"
 
 
 def folder_arg(text: str) -> Path:
@@ -33,7 +36,7 @@ def folder_arg(text: str) -> Path:
 
 
 def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = False,
-                  writes: Iterable[str] = ()) -> Path:
+                  writes: Iterable[str] = (), command: str | None = None) -> Path:
     """``path`` as a Path, once a folder there is known to be writable.
 
     ``staged``: the output is assembled in a temporary folder beside ``path`` (in the parent of the folder it names,
@@ -42,6 +45,8 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
     ``writes``: the names the command will write into it (a folder as ``name/marker``, see :func:`move_into_place`);
     one that is there already as the wrong kind (a folder where a file goes, a file or a folder of the user's where
     a folder goes) is refused now, not after the work.
+    ``command``: the command writing (as :func:`staged_output` records it); files of these names that another
+    command wrote there (see :data:`RUNS`) are refused now too.
     """
     if not str(path).strip():  # Path("") is the current folder: outputs would land among whatever is there
         raise UserError(f"{flag}: empty; name a folder (e.g. {flag} out)")
@@ -58,7 +63,38 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
             if why := _in_the_way(p / name, marker, folder=marker is not None):
                 raise UserError(f"{flag} {path}: {p / name} {why}, where the command writes a "
                                 f"{'file' if marker is None else 'folder'} (move it away or choose another {flag})")
+        if command is not None:
+            for other, names in sorted(_runs(p).items()):
+                taken = sorted(n for n in names if n in _kinds(writes) and _exists(p / n))
+                if other != command and taken:
+                    raise UserError(f"{flag} {path}: holds the output of `edgepop {other}`, whose "
+                                    f"{', '.join(taken)} `edgepop {command}` would replace (choose another {flag}, "
+                                    "or move them away)")
     return p
+
+
+def _runs(folder: Path) -> dict[str, list[str]]:
+    """``folder``'s :data:`RUNS` record: command -> the names it wrote there ({} when there is none, or not one
+    :func:`_record_run` wrote)."""
+    try:
+        doc = json.loads((folder / RUNS).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {k: v for k, v in doc.items()
+            if isinstance(k, str) and isinstance(v, list) and all(isinstance(n, str) for n in v)}
+
+
+def _record_run(tmp: Path, out: Path, command: str) -> None:
+    """Write into ``tmp`` (moved into ``out`` next) the record of ``out``'s runs with this one's names: the other
+    commands keep those of their names still in ``out`` and not written again now."""
+    produced = sorted(q.name for q in tmp.iterdir() if q.name != RUNS)
+    runs = _runs(out) if out.is_dir() else {}
+    runs = {other: kept for other, names in runs.items() if other != command
+            and (kept := sorted(n for n in names if n not in produced and _exists(out / n)))}
+    runs[command] = produced
+    (tmp / RUNS).write_text(json.dumps(dict(sorted(runs.items())), indent=2) + "\n")
 
 
 def output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
@@ -110,7 +146,7 @@ class OutputConflict(UserError):
         self.kept = kept
 
 
-def move_into_place(tmp: Path, out: Path, owned: Iterable[str] = frozenset()) -> None:
+def move_into_place(tmp: Path, out: Path, owned: Iterable[str] = frozenset(), command: str | None = None) -> None:
     """Move a finished output folder ``tmp`` to ``out``: created whole when it does not exist, else the files in it
     replace theirs, and those of ``owned`` (the names the command writes) that this run did not produce are
     removed, so no file of an earlier run is left beside the new ones as if it were theirs. Other files in ``out``
@@ -124,12 +160,16 @@ def move_into_place(tmp: Path, out: Path, owned: Iterable[str] = frozenset()) ->
     holding a file its marker does not list (one the user added) is such a conflict too; one this run does not
     write again loses only the files its marker lists (:func:`mark_folder`).
 
+    ``command``: the command that produced them, recorded in ``out`` (:data:`RUNS`) with the names it wrote.
+
     A SIGTERM that arrived during the work (see :func:`edgepop.errors.on_sigterm`) ends it here instead: nothing is
     moved."""
     import shutil
 
     raise_if_terminated()
     out = _real(out)  # (``.`` has no name to keep the results beside; a link's target is where they go)
+    if command is not None:
+        _record_run(tmp, out, command)
     folders = {name: marker for name, marker in _kinds(owned).items() if marker is not None}
     produced = sorted(tmp.iterdir())
     in_the_way = [(out, "is a file", True)] if _exists(out) and not out.is_dir() else []
@@ -290,11 +330,11 @@ def _probe(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_output(out: Path, owned: Iterable[str], prefix: str = ".edgepop-"):
+def staged_output(out: Path, owned: Iterable[str], prefix: str = ".edgepop-", command: str | None = None):
     """A temporary folder beside ``out`` for a command's files (:func:`staging_folder`): moved into place when the
     block ends normally (:func:`move_into_place`), removed when it raises, so ``out`` gets every file of the run or
     none. Results that could not be moved (:class:`OutputConflict`, or an OSError while moving) are kept where the
-    error says, never removed."""
+    error says, never removed. ``command``: recorded with the names it wrote (:func:`move_into_place`)."""
     import shutil
 
     tmp = staging_folder(out, prefix)
@@ -304,7 +344,7 @@ def staged_output(out: Path, owned: Iterable[str], prefix: str = ".edgepop-"):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     try:
-        move_into_place(tmp, out, owned)
+        move_into_place(tmp, out, owned, command)
     except OutputConflict:  # (``tmp`` is kept under another name)
         raise
     except OSError as exc:  # the work is done: keep what was not moved, and say where

@@ -103,7 +103,8 @@ def cmd_simulate(args) -> int:
     folders = {"sensitivity"} if args.sensitivity else {"replicates"} if seeds is not None else set()
     # before minutes of simulating, not after: a file, or a folder of the user's, where an output goes ('~' expanded)
     # (the gain map too, though only a run with both deployments draws it: a folder of that name is refused now)
-    args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES | {FOLDERS[name] for name in folders})
+    args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES | {FOLDERS[name] for name in folders},
+                             command="simulate")
     from sim.run import run_scenario
     from sim.run_progress import simulation_progress
 

@@ -47,14 +47,14 @@ def run(args: argparse.Namespace) -> int:
                             f"{args.docs.with_suffix('.png').name})")
         args.docs = output_file(args.docs, "--docs")  # (the paths as checked: '~' expanded)
         output_file(args.docs.with_suffix(".png"), "--docs (its figure)")
-    args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES)
+    args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES, command="validate")
     frames: dict = {}
     with Console(stderr=True).status("validating") as status:  # (shown on a terminal only)
         rep = fidelity_report(cross_validated=not args.in_sample, frames=frames, progress=status.update)
         status.update("the simulated replica under load: replaying closed-loop benchmark runs")
         rep["under_load"] = load_validation.load_report()
         status.update("writing fidelity.json and drawing the figure")
-        with staged_output(args.out, OUTPUT_NAMES) as tmp:  # both files or neither
+        with staged_output(args.out, OUTPUT_NAMES, command="validate") as tmp:  # both files or neither
             (tmp / "fidelity.json").write_text(json.dumps(rep, indent=2) + "\n")
             draw_fidelity(frames, tmp / "fidelity.png")
         figure = args.out / "fidelity.png"

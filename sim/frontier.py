@@ -313,7 +313,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
                         f"decimals), got {budgets!r}: scales {scales!r}")
     if scales[-1] > 100:  # as a scenario's gpu_inventory_scale: beyond, the fleets run to millions of GPUs
         raise UserError(f"budgets: an inventory scale of {scales[-1]:g} is over 100 (x the tier ladder's GPUs)")
-    out = output_folder(out, "out", staged=True, writes=FRONTIER_OUTPUTS)  # before the work, not after it
+    out = output_folder(out, "out", staged=True, writes=FRONTIER_OUTPUTS, command="frontier")  # before the work
 
     def point(line, scale, phase):
         return Point(line, scale, *fleet_budget(sc, topo, line, scale), phase=phase)
@@ -325,7 +325,7 @@ def run_frontier(scenario: str | Path = "default", *, slo: str | SLOTarget = "tt
               and p.line == next(q for q in lines if q.deployment == "central")}
     total = (len(feasible) - len(paired)) * len(seeds) + max_steps * len(lines) * len(seeds)
     # Staged beside ``out``, moved in at the end; the rounds' sweeps run in a scratch folder removed before that.
-    with staged_output(out, FRONTIER_OUTPUTS, prefix=".edgepop-frontier-") as staged:
+    with staged_output(out, FRONTIER_OUTPUTS, prefix=".edgepop-frontier-", command="frontier") as staged:
         work = staged / ".rounds"
         ray_started, pool, stopped_by = False, None, None
         try:

@@ -36,8 +36,8 @@ def write_outputs(out: RunOutput, directory: str | Path, folders: dict[str, Path
 
     folders = folders or {}
     directory = output_folder(directory, "output folder", staged=True,  # (a file in the way: one line, first)
-                              writes=OUTPUT_NAMES | {FOLDERS[name] for name in folders})
-    with staged_output(directory, OUTPUT_NAMES | set(FOLDERS.values())) as tmp:
+                              writes=OUTPUT_NAMES | {FOLDERS[name] for name in folders}, command="simulate")
+    with staged_output(directory, OUTPUT_NAMES | set(FOLDERS.values()), command="simulate") as tmp:
         for name, path in folders.items():
             shutil.move(str(path), str(tmp / name))
             mark_folder(tmp / name, f"edgepop simulate {FLAGS[name]}")

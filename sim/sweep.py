@@ -109,8 +109,9 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
         out = Path(staging)
         staged = contextlib.nullcontext(out)
     else:  # before the work: a file in the way would lose its results
-        out = output_folder(out, "out", staged=True, writes=SWEEP_OUTPUTS if keep_requests else SWEEP_SUMMARY)
-        staged = staged_output(out, SWEEP_OUTPUTS, prefix=".edgepop-sweep-")
+        out = output_folder(out, "out", staged=True, writes=SWEEP_OUTPUTS if keep_requests else SWEEP_SUMMARY,
+                            command="sweep")
+        staged = staged_output(out, SWEEP_OUTPUTS, prefix=".edgepop-sweep-", command="sweep")
     t0 = time.perf_counter()
     with staged as tmp:
         sink = _Sink(grid, tmp)

@@ -43,11 +43,11 @@ def run(args: argparse.Namespace) -> int:
     if args.last_mile != "fixed" and args.last_mile_ms:
         raise UserError(f"--last-mile-ms is the fixed mode's value: it does not apply with --last-mile "
                         f"{args.last_mile}")
-    args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES)  # ('~/dir' expanded)
+    args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES, command="topology")  # ('~/dir' expanded)
     topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions, tiers=args.tiers)
     s = summary(topo, last_mile_ms=args.last_mile_ms, last_mile=args.last_mile)
     pyplot()  # (matplotlib's import, the slow part, before any file exists)
-    with staged_output(args.out, OUTPUT_NAMES) as tmp:  # both files or neither
+    with staged_output(args.out, OUTPUT_NAMES, command="topology") as tmp:  # both files or neither
         draw_map(topo, tmp / "map.png")
         (tmp / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
     s["map"] = str(args.out / "map.png")

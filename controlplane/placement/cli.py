@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from topology import Topology
 
     if args.out:
-        args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES)  # ('~' expanded)
+        args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES, command="place")  # ('~' expanded)
     topo = Topology.load()
     problem = PlacementProblem.build(topo, catalog, total_rps=args.rps, mix=_mix(args, catalog),
                                      when_utc=_when(args.at), candidates_k=args.candidates_k,
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     summary = placement.summary()
     summary["seed"] = args.seed
     if args.out:
-        with staged_output(args.out, OUTPUT_NAMES) as tmp:  # both files or neither
+        with staged_output(args.out, OUTPUT_NAMES, command="place") as tmp:  # both files or neither
             placement.table.assign(gpu_index=placement.table.gpu_index.map(list)).to_parquet(
                 tmp / "placement.parquet", index=False)
             (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

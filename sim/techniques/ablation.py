@@ -87,10 +87,11 @@ def run_ablation(grid="ablation", *, requests: int | None = None, engine: str = 
     g = one_deployment(g)
     g = with_size(g, requests=requests)  # checked as the grid's own size is, before any variant runs
     same_arrivals(g)
-    out = output_folder(out, "out", staged=True, writes=SWEEP_OUTPUTS | ABLATION_OUTPUTS)  # before the work
+    out = output_folder(out, "out", staged=True, writes=SWEEP_OUTPUTS | ABLATION_OUTPUTS,  # before the work
+                        command="ablation")
     # The sweep's files and the table are staged together and moved once: an interrupted run leaves the
     # earlier run's outputs whole, never new sweep files beside an old table.
-    with staged_output(out, SWEEP_OUTPUTS | ABLATION_OUTPUTS, prefix=".edgepop-ablation-") as tmp:
+    with staged_output(out, SWEEP_OUTPUTS | ABLATION_OUTPUTS, prefix=".edgepop-ablation-", command="ablation") as tmp:
         result = run_sweep(g, engine=engine, workers=workers, progress=progress, staging=tmp)
         table = ablation_table(result.summary, g.baseline, g.deployments[0])
         write_ablation(table, tmp, {"grid": g.source, "base": g.base, "baseline": g.baseline,

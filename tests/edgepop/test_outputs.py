@@ -289,7 +289,7 @@ def test_an_out_folder_whose_parent_takes_no_folder_stages_inside_itself(tmp_pat
     monkeypatch.setattr(outputs, "_can_stage_in", lambda folder: Path(folder) != tmp_path)
     assert outputs.output_folder(out, staged=True) == out
     assert main(["topology", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["map.png", "mine.txt", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".edgepop-runs", "map.png", "mine.txt", "summary.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
     (out / "summary.json").unlink()
     (out / "summary.json").mkdir()  # a conflict: nothing moves, the results are kept where the message says
@@ -335,3 +335,32 @@ def test_an_os_error_while_moving_keeps_the_results(tmp_path, monkeypatch):
         with staged_output(tmp_path / "out", {"summary.json"}) as tmp:
             (tmp / "summary.json").write_text("{}")
     assert (err.value.kept / "summary.json").read_text() == "{}"
+
+
+def test_a_command_does_not_replace_the_files_another_command_wrote(tmp_path, capsys):
+    """simulate, topology and place all write summary.json: into a folder holding a simulate run, topology and
+    place are refused before any work (they replaced its summary.json, leaving a folder of mixed runs); a
+    command whose names do not meet joins it, and the record in the folder lists both."""
+    import json
+
+    from edgepop.outputs import staged_output
+
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", "small", "--requests", "200", "--out", str(out)]) == 0
+    before = (out / "summary.json").read_bytes()
+    for argv in (["topology"], ["place", "--policy", "greedy-demand", "--rps", "100"]):
+        capsys.readouterr()
+        assert main([*argv, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"holds the output of `edgepop simulate`, whose summary.json `edgepop {argv[0]}` would replace" in err
+        assert err.count("\n") == 1 and (out / "summary.json").read_bytes() == before
+    with staged_output(output_folder(out, writes={"fidelity.json"}, command="validate"), {"fidelity.json"},
+                       command="validate") as tmp:
+        (tmp / "fidelity.json").write_text("{}")
+    runs = json.loads((out / ".edgepop-runs").read_text())
+    assert runs["validate"] == ["fidelity.json"] and "summary.json" in runs["simulate"]
+    (out / "summary.json").unlink()  # the user moved it away: nothing of simulate's is in the way any more
+    (out / "report.md").unlink()
+    assert main(["topology", "--out", str(out)]) == 0
+    runs = json.loads((out / ".edgepop-runs").read_text())
+    assert runs["topology"] == ["map.png", "summary.json"] and "summary.json" not in runs["simulate"]

@@ -14,7 +14,7 @@ def test_validate_out_and_docs_under_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(cwd)
     _quick_validate(monkeypatch)
     assert main(["validate", "--json", "--out", "~/v", "--docs", "~/d/page.md"]) == 0
-    assert {p.name for p in (home / "v").iterdir()} == {"fidelity.json", "fidelity.png"}
+    assert {p.name for p in (home / "v").iterdir()} == {"fidelity.json", "fidelity.png", ".edgepop-runs"}
     assert {p.name for p in (home / "d").iterdir()} == {"page.md", "page.png"}
     assert not (cwd / "~").exists()
 

@@ -196,8 +196,8 @@ def test_the_frontier_keeps_the_users_files_and_leaves_no_scratch(tmp_path):
               workers=1, progress=False, only="edge")
     run_frontier("small", out=out, **kw)
     assert (out / "rounds" / "notes.txt").read_text() == "mine"
-    assert sorted(p.name for p in out.iterdir()) == ["frontier.json", "frontier.parquet", "frontier.png",
-                                                     "report.md", "rounds"]
+    assert sorted(p.name for p in out.iterdir()) == [".edgepop-runs", "frontier.json", "frontier.parquet",
+                                                     "frontier.png", "report.md", "rounds"]
     bad = tmp_path / "bad.toml"
     small = Path(__file__).resolve().parents[2] / "sim" / "scenarios" / "small.toml"
     bad.write_text('faults = ["pop:XXX@0+10"]\n' + small.read_text())  # (top-level keys before the tables)

@@ -151,7 +151,7 @@ def test_out_under_the_home_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(cwd)
     assert main(["topology", "--json", "--out", "~/t"]) == 0
-    assert {p.name for p in (home / "t").iterdir()} == {"summary.json", "map.png"}
+    assert {p.name for p in (home / "t").iterdir()} == {"summary.json", "map.png", ".edgepop-runs"}
     assert not (cwd / "~").exists()
 
 
