@@ -41,6 +41,7 @@ from sim.traces import TraceFileError, trace_kind
 from sim.workload import generate
 from sim.workload_config import TRACE_START, check_size
 from topology import Topology
+from topology.gpus import NODE_SPEC, NoGpusLeft
 from topology.jitter import fit as fit_jitter
 
 
@@ -139,8 +140,11 @@ def scenario_topology(sc: Scenario, topo=None) -> Topology:
     """``topo`` (default: the shipped world) shaped as ``sc`` runs it: last mile, GPU inventory scale, anycast
     misroute (what planning outside a run uses). Shape an unshaped world: shaping twice scales the GPUs twice."""
     # a topology given (custom PoPs, one shared by many runs) takes the scenario's last mile, as a loaded one does
-    return (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).shaped(
-        sc.last_mile_ms, sc.last_mile, sc.gpu_inventory_scale, sc.anycast_misroute, seed=sc.seed)
+    try:
+        return (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).shaped(
+            sc.last_mile_ms, sc.last_mile, sc.gpu_inventory_scale, sc.anycast_misroute, seed=sc.seed)
+    except NoGpusLeft as exc:
+        raise UserError(f"{sc.source}: field 'gpu_inventory_scale': {exc}") from None
 
 
 def prepare(sc: Scenario, topo=None, trace_option: str | None = None) -> Setup:
@@ -234,6 +238,12 @@ def check_fleet_names(sc: Scenario, topo) -> None:
             baseline(sc.central.baseline, topo.regions)
         except UserError as exc:
             raise UserError(f"{sc.source} [central]: field 'baseline': {exc}") from None
+        # (its form is checked when the file is read; its GPU type needs the topology's table, and a typo would
+        # only fail an equal-dollar budget, far into a sweep, or pass unnoticed under an equal-GPU one)
+        m = NODE_SPEC.match(sc.central.node) if isinstance(sc.central.node, str) else None
+        if m is not None and m.group(1) not in set(topo.gpus.gpu):
+            raise UserError(f"{sc.source} [central]: field 'node': unknown GPU type {m.group(1)!r} in "
+                            f"{sc.central.node!r} (known: {', '.join(sorted(topo.gpus.gpu))})")
 
 
 def scenario_deployment(setup: Setup, name: str) -> Deployment:

@@ -132,6 +132,9 @@ def _resolve_paths(sc: Scenario, source: str, base_dir: Path | None) -> None:
             raise UserError(f"{source}: field 'perf': {value!r} is neither a service-time model "
                             f"({', '.join(PERF_MODELS.names())}) nor an existing profile table (looked for "
                             f"{where})")
+        if path.is_dir():
+            raise UserError(f"{source}: field {name!r}: {value!r} is a folder; name a "
+                            f"{'TOML catalog' if name == 'catalog' else 'profile table (CSV)'} file")
         setattr(sc, name, str(path))
 
 

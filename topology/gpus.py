@@ -114,6 +114,10 @@ def check_scale(scale) -> None:
         raise UserError(f"GPU inventory scale must be a positive number, got {scale!r}")
 
 
+class NoGpusLeft(UserError):
+    """An inventory scale so small that no PoP keeps a GPU (a scenario names its file and field)."""
+
+
 def scale_inventory(nodes: pd.DataFrame, pops: pd.DataFrame, scale: float) -> pd.DataFrame:
     """The node table with ``scale`` x the GPUs, deterministically (the edge GPU inventory knob).
 
@@ -161,5 +165,5 @@ def scale_inventory(nodes: pd.DataFrame, pops: pd.DataFrame, scale: float) -> pd
             want -= g
             k += 1
     if not rows:
-        raise UserError(f"GPU inventory scale {scale:g} leaves no GPU at all")
+        raise NoGpusLeft(f"GPU inventory scale {scale:g} leaves no GPU at all")
     return pd.DataFrame(rows, columns=nodes.columns)

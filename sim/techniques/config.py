@@ -92,8 +92,9 @@ def parse_techniques(raw: dict, where: str, workload=None) -> Techniques:
         names = ", ".join(repr(p) for p in PRECISIONS)
         raise UserError(f"{where}: precision must be one of {names}, got {t.precision!r}")
     BATCH_POLICIES.check(t.batch_policy, where=f"{where}: field 'batch_policy'")
-    if t.prefix_block_tokens < 1 or t.spec_k < 1:
-        raise UserError(f"{where}: prefix_block_tokens and spec_k must be at least 1")
+    for name in ("prefix_block_tokens", "spec_k"):
+        if getattr(t, name) < 1:
+            raise UserError(f"{where}: field {name!r} must be at least 1, got {getattr(t, name)!r}")
     if t.spec_k > 32:  # draft tokens per step: real speculators propose a handful
         raise UserError(f"{where}: spec_k must be at most 32, got {t.spec_k!r}")
     if t.spec_draft_cost > 1:  # a draft pass slower than the target's own step is no draft

@@ -54,3 +54,17 @@ def test_a_node_count_out_of_range_fails_when_the_scenario_or_grid_is_read(tmp_p
         load_scenario(path)
     with pytest.raises(UserError, match=rf"\[central\]: node must be GPUxCOUNT with 1 to 16 GPUs .*'{node}'"):
         parse_grid({"base": "small", "axes": {"central.node": [node]}}, "g.toml")
+
+
+@pytest.mark.parametrize("budget", ["gpus", "usd"])
+def test_an_unknown_gpu_type_in_central_node_names_the_file_and_field(tmp_path, budget):
+    """Checked against the topology's GPU table before any work, whatever the budget: under "gpus" the field was
+    ignored unchecked, under "usd" its error named neither the file nor the field."""
+    from sim.run import run_scenario
+
+    path = tmp_path / "n.toml"
+    path.write_text('[workload]\nkind = "poisson"\nrequests = 100\nrps = 10.0\n'
+                    f'[central]\nbaseline = "big3"\nbudget = "{budget}"\nnode = "Z9x8"\n')
+    with pytest.raises(UserError, match=r"^n\.toml \[central\]: field 'node': unknown GPU type 'Z9' in 'Z9x8' "
+                                        r"\(known: .*H100.*\)$"):
+        run_scenario(path)
