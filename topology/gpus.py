@@ -73,8 +73,9 @@ def load_gpus(path: str | Path | None = None) -> pd.DataFrame:
     return table
 
 
-def parse_node_list(text: str, gpu_types: set[str], where: tuple) -> list[tuple[str, int]]:
-    """Parse ``"H100x8;L4x1"`` into [("H100", 8), ("L4", 1)]; ``where`` = (path, row) for errors."""
+def parse_node_list(text: str, gpu_types: set[str], where: tuple, table: str = "") -> list[tuple[str, int]]:
+    """Parse ``"H100x8;L4x1"`` into [("H100", 8), ("L4", 1)]; ``where`` = (path, row) for errors; ``table``:
+    the GPU table the types come from, named when one is unknown (a --gpus file without a type the tiers use)."""
     out = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
         m = NODE_SPEC.match(part)
@@ -82,7 +83,8 @@ def parse_node_list(text: str, gpu_types: set[str], where: tuple) -> list[tuple[
             raise DataFileError(where[0], where[1], "nodes", f"{part!r} is not of the form GPUxCOUNT")
         gpu, count = m.group(1), int(m.group(2))
         if gpu not in gpu_types:
-            raise DataFileError(where[0], where[1], "nodes", f"unknown GPU type {gpu!r} (known: {sorted(gpu_types)})")
+            raise DataFileError(where[0], where[1], "nodes", f"unknown GPU type {gpu!r} (known: {sorted(gpu_types)}"
+                                f"{f', from {table}' if table else ''})")
         if not 1 <= count <= MAX_NODE_GPUS:
             raise DataFileError(where[0], where[1], "nodes", f"{count} GPUs in one node (allowed 1..{MAX_NODE_GPUS})")
         out.append((gpu, count))
@@ -90,8 +92,9 @@ def parse_node_list(text: str, gpu_types: set[str], where: tuple) -> list[tuple[
 
 
 def build_nodes(pops: pd.DataFrame, tiers: pd.DataFrame, gpus: pd.DataFrame,
-                tiers_path: str | Path = "tiers.csv") -> pd.DataFrame:
-    """One row per GPU node: node_id, pop_id, gpu, gpus, memory_gb (node total), lat, lon.
+                tiers_path: str | Path = "tiers.csv", gpus_path: str | Path = "") -> pd.DataFrame:
+    """One row per GPU node: node_id, pop_id, gpu, gpus, memory_gb (node total), lat, lon. ``gpus_path``: the
+    GPU table's file, named when a tier uses a type it lacks.
 
     Node ids are ``<POP>-<n>`` so that they read naturally in logs (``FRA-0`` is Frankfurt's first node).
     """
@@ -99,7 +102,7 @@ def build_nodes(pops: pd.DataFrame, tiers: pd.DataFrame, gpus: pd.DataFrame,
     per_tier = {}
     line_of = tiers.attrs.get("line_of_tier", {})
     for i, row in enumerate(tiers.itertuples(), start=2):
-        per_tier[row.tier] = parse_node_list(row.nodes, types, (tiers_path, line_of.get(row.tier, i)))
+        per_tier[row.tier] = parse_node_list(row.nodes, types, (tiers_path, line_of.get(row.tier, i)), str(gpus_path))
     mem = dict(zip(gpus.gpu, gpus.memory_gb, strict=True))
     rows = []
     for pop in pops.itertuples():

@@ -61,7 +61,7 @@ def read_table(path: str | Path, fields: list[Field], unique: str | None = None,
     """Read a CSV file into a DataFrame with typed, checked columns (extra columns are kept as text).
     ``lines_out`` receives each row's line in the file (for errors found after reading)."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir() or not path.exists():  # (a pipe is read: --pops <(grep ... pops.csv))
         raise DataFileError(path, None, None, "is a folder, not a file" if path.is_dir() else "no such file")
     try:  # (utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark)
         with path.open(newline="", encoding="utf-8-sig") as fh:
@@ -73,6 +73,8 @@ def read_table(path: str | Path, fields: list[Field], unique: str | None = None,
                 lines.append(reader.line_num)
     except (UnicodeDecodeError, csv.Error) as exc:
         raise DataFileError(path, None, None, f"not a readable CSV file ({exc})") from None
+    if not header:  # (no header line: an empty file, or blank lines only)
+        raise DataFileError(path, None, None, "is empty (expected a header line naming the columns, then rows)")
     twice = sorted({h for h in header if h and header.count(h) > 1})  # (empty trailing columns: a spreadsheet's)
     if twice:  # (a reader keeps the last column of a name: the other would be dropped without a word)
         raise DataFileError(path, 1, twice[0], "column appears more than once in the header")

@@ -59,7 +59,8 @@ class Topology:
         tier_table = load_tiers(tiers)
         pop_table = load_pops(pops, tier_table)
         gpu_table = load_gpus(gpus)
-        node_table = build_nodes(pop_table, tier_table, gpu_table, tiers or DATA_DIR / "tiers.csv")
+        node_table = build_nodes(pop_table, tier_table, gpu_table, tiers or DATA_DIR / "tiers.csv",
+                                 gpus or DATA_DIR / "gpus.csv")
         region_table = load_regions(regions)
         params = params or LatencyParams.load()
         sites = site_table(pop_table, region_table)

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,12 @@ def test_tier_errors_name_the_line_in_the_file_not_the_sorted_row(tmp_path, caps
     f.write_text("tier,min_metro_pop,nodes\n5,0,Bogus9x1\n4,500000,L4x1\n3,1000000,L4x2\n")
     assert main(["topology", "--tiers", str(f), "--out", str(tmp_path / "o")]) == 2
     assert "row 2, field 'nodes': unknown GPU type 'Bogus9'" in capsys.readouterr().err
+    # a --gpus file without a type the shipped tiers use: the error names that file too
+    gpus = tmp_path / "gpus.csv"
+    shipped = (Path(__file__).resolve().parents[2] / "topology" / "data" / "gpus.csv").read_text().splitlines()
+    gpus.write_text("\n".join([shipped[0], *(line for line in shipped[1:] if line.startswith("H100,"))]) + "\n")
+    assert main(["topology", "--gpus", str(gpus), "--out", str(tmp_path / "o")]) == 2
+    assert f"unknown GPU type 'H200' (known: ['H100'], from {gpus})" in capsys.readouterr().err
 
 
 def test_the_map_shows_pops_beyond_the_inhabited_band(tmp_path):
@@ -73,6 +80,15 @@ def test_the_map_shows_pops_beyond_the_inhabited_band(tmp_path):
     topo = Topology.load(pops=f)
     assert map_latitudes(topo)[0] <= -77.85 - 5 and map_latitudes(Topology.load()) == (-60.0, 80.0)
     assert draw_map(topo, tmp_path / "map.png").exists()
+
+
+def test_an_empty_table_file_says_so(tmp_path):
+    """A 0-byte file was reported as its first field missing from the header; /dev/null as no such file."""
+    f = tmp_path / "pops.csv"
+    f.write_text("")
+    for path in (f, "/dev/null"):
+        with pytest.raises(DataFileError, match=r"is empty \(expected a header line naming the columns"):
+            load_pops(path)
 
 
 def test_bad_gpu_file_missing_column(tmp_path):
