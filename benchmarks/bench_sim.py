@@ -33,7 +33,10 @@ memory and output time at a million requests.
 4. ``edgepop simulate --requests 1000000`` with all outputs in a subprocess: peak RSS (goal <= 1.5 GB) and the time
    of all plots (goal <= 3 s); and the Quick start's ``edgepop simulate`` wall time (goal <= 20 s).
 5. Start-up: a fresh interpreter's ``edgepop --help`` (``cli_help_s``) and ``import sim.run``
-   (``import_simulator_s``), the best of three each: paid by every command and every spawned sweep worker.
+   (``import_simulator_s``), the best of three each: paid by every command and every spawned sweep worker. And
+   a small run's fixed cost: ``run_scenario("small", requests=300)`` in one process after a first run, the best
+   of three (``small_run_s``; its simulation loops take a few per cent of it): what a sweep, a sensitivity
+   table or a frontier pays per variant on top of simulating it.
 6. The machine: how fast a fresh process first writes 256 MB of new numpy array (``first_touch_gb_s``, the
    slowest and fastest of three interpreters, just before the set-up runs). A virtual machine whose host backs
    guest memory lazily runs this at a fraction of a GB/s in some minutes and several GB/s in others; the set-up
@@ -332,6 +335,11 @@ def start_up(repeats: int = 3) -> dict:
             subprocess.run(argv, capture_output=True, check=True)
             best = min(best, time.perf_counter() - t0)
         out[name] = round(best, 3)
+    code = ("import time; from sim.run import run_scenario; run_scenario('small', requests=300); best = 1e9\n"
+            "for _ in range(3):\n    t = time.perf_counter(); run_scenario('small', requests=300); "
+            "best = min(best, time.perf_counter() - t)\nprint(best)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out["small_run_s"] = round(float(run.stdout.strip().splitlines()[-1]), 3)
     return out
 
 
