@@ -59,13 +59,14 @@ def output_folder(path: str | os.PathLike, flag: str = "--out", staged: bool = F
     parent = _stage_in(p)  # where staged_output stages: on the file system of the folder it names
     _check(p, path, flag, (parent, p) if staged and p.is_dir() else (parent,) if staged else (p,))
     if p.is_dir():
-        for name, marker in sorted(_kinds(writes).items()):
+        kinds = _kinds(writes)
+        for name, marker in sorted(kinds.items()):
             if why := _in_the_way(p / name, marker, folder=marker is not None):
                 raise UserError(f"{flag} {path}: {p / name} {why}, where the command writes a "
                                 f"{'file' if marker is None else 'folder'} (move it away or choose another {flag})")
         if command is not None:
             for other, names in sorted(_runs(p).items()):
-                taken = sorted(n for n in names if n in _kinds(writes) and _exists(p / n))
+                taken = sorted(n for n in names if n in kinds and _exists(p / n))
                 if other != command and taken:
                     raise UserError(f"{flag} {path}: holds the output of `edgepop {other}`, whose "
                                     f"{', '.join(taken)} `edgepop {command}` would replace (choose another {flag}, "
