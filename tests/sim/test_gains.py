@@ -333,6 +333,24 @@ def test_country_gain_leaves_async_batch_rows_out():
     assert len(interactive(edge)) == 3 and len(interactive(edge.drop(columns="batch"))) == 6
 
 
+def test_country_gain_of_rows_chosen_once_equals_the_filtering_path():
+    """The gain map chooses its rows once and passes only the columns it reads (filtered=True); on a run's real
+    frame, with failed, one-shot and other-country rows mixed in, that gives the same table as the filtering path."""
+    from sim.metrics import country_gain, interactive
+
+    req = run_scenario("small", requests=600).requests
+    edge, central = (req[req.deployment == dep] for dep in ("edge", "central"))
+    full = country_gain(edge, central)
+
+    def chosen(f):
+        f = interactive(f)
+        keep = ((f.outcome == "ok") & (f.task == "text-generation")).to_numpy(dtype=bool)
+        return f.loc[keep, ["user_country", "ttft_ms", "user_lat", "user_lon"]]
+
+    assert len(full) > 3 and (edge.task != "text-generation").any()
+    pd.testing.assert_frame_equal(country_gain(chosen(edge), chosen(central), filtered=True), full)
+
+
 def test_loss_sentence_claims_no_loss_only_over_figures_with_an_interval():
     none = {"ci95": {key: None for key, _ in HEADLINE_LOSSES},
             "by_prompt_tokens": {"<=256": {"ttft_p50_reduction_pct": 5.0, "ttft_p50_ci95": None}}}
