@@ -1,0 +1,70 @@
+"""Within-run intervals against the spread between seeds: how far one run's 95% interval can be trusted.
+
+    python benchmarks/interval_audit.py [--seeds 24] [--requests 20000] [--scenario default]
+
+Runs the scenario once per seed 1..N (each seed new arrivals, and so a new placement, on both sides) and, for every
+headline gain that carries a within-run interval (the paired block bootstrap of ``sim.gains``), reports over the
+seeds: the mean of the point estimates, their standard deviation, the mean width of the runs' intervals, and
+``width_over_spread`` = mean width / (3.92 x sd), which is 1 when a run's interval is as wide as a normal 95%
+interval of the seed-to-seed spread and below 1 when another seed moves the figure by more than one run's interval
+says; and ``covered``: in how many runs the interval holds the mean over seeds. Also the range of each side's
+replica count over the seeds. Progress goes to stderr; the last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def audit(scenario: str, seeds: list[int], requests: int) -> dict:
+    from sim.run import run_scenario
+
+    points: dict[str, list[float]] = {}
+    widths: dict[str, list[float]] = {}
+    intervals: dict[str, list[tuple[float, float]]] = {}
+    replicas: dict[str, list[int]] = {"edge": [], "central": []}
+    t0 = time.perf_counter()
+    for i, seed in enumerate(seeds, 1):
+        s = run_scenario(scenario, requests=requests, seed=seed).summary
+        for side in replicas:
+            replicas[side].append(int(s["deployments"][side]["placement"]["replicas"]))
+        gains = s["gains"]
+        for key, ci in gains["ci95"].items():
+            if key == "method" or ci is None or gains.get(key) is None:
+                continue
+            points.setdefault(key, []).append(float(gains[key]))
+            widths.setdefault(key, []).append(float(ci[1]) - float(ci[0]))
+            intervals.setdefault(key, []).append((float(ci[0]), float(ci[1])))
+        print(f"seed {seed} done ({i}/{len(seeds)}, {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    out: dict = {"scenario": scenario, "seeds": len(seeds), "requests": requests,
+                 "replicas": {side: [min(v), max(v)] for side, v in replicas.items()}, "gains": {}}
+    for key, values in points.items():
+        v = np.array(values)
+        mean, sd = float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else float("nan")
+        width = float(np.mean(widths[key]))
+        out["gains"][key] = {"runs": len(v), "mean": round(mean, 3), "sd_over_seeds": round(sd, 3),
+                             "mean_interval_width": round(width, 3),
+                             "width_over_spread": round(width / (3.92 * sd), 3) if sd > 0 else None,
+                             "covered": sum(lo <= mean <= hi for lo, hi in intervals[key])}
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=24, help="run seeds 1..N (default 24)")
+    ap.add_argument("--requests", type=int, default=20_000, help="requests per run (default 20,000)")
+    ap.add_argument("--scenario", default="default", help="embedded scenario name or file (default: default)")
+    args = ap.parse_args()
+    if args.seeds < 2 or args.requests < 1:
+        ap.error("--seeds must be at least 2 and --requests at least 1")
+    print(json.dumps(audit(args.scenario, list(range(1, args.seeds + 1)), args.requests)))
+
+
+if __name__ == "__main__":
+    main()
