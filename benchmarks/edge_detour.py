@@ -1,0 +1,84 @@
+"""What the edge's detour through its ingress PoP costs: requests served away from where they entered.
+
+    python benchmarks/edge_detour.py [--scenario default] [--requests N]
+
+An edge request enters at its anycast ingress PoP and, when the control plane serves it at another PoP, crosses
+the backbone from there: user -> ingress -> backbone -> serving PoP, the WAN model's fixed per-path term paid on
+each leg. This runs the scenario (seed 1: the Quick start's run of ``default``) and, for the edge's answered
+requests, compares that path's network RTT (``network_rtt_ms``) with the direct one, the user's city straight to the
+serving PoP with the same last mile (``Topology.user_pop_rtt``). Reported: the share of requests served away from
+their ingress (all, text generation, one-shot tasks), the detour's p50 / mean / p95 over them, and, as a check
+that both paths come from the same model, the largest difference between ``network_rtt_ms`` and the direct RTT
+for requests served at their ingress (0 up to float32 rounding). And what it does to the headline, to first order:
+the median TTFT gain of interactive text generation over central as run, and with each detour taken off its
+request's TTFT (nothing re-simulated: a direct path would also move queueing a little). The last line printed is one
+JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def detour(scenario: str, requests: int | None) -> dict:
+    from sim.run import run_scenario, scenario_topology
+    from sim.scenario import load_scenario
+
+    t0 = time.perf_counter()
+    sc = load_scenario(scenario)
+    out = run_scenario(sc, requests=requests, seed=1)
+    if out.summary["network"]["jitter"] != "off":
+        sys.exit(f"edge_detour: scenario {scenario!r} runs with RTT jitter: network_rtt_ms is not the model's mean")
+    topo = scenario_topology(out.scenario)
+    both = out.requests
+    req = both[((both.outcome == "ok") & (both.deployment == "edge")).to_numpy(dtype=bool)]
+    lat, lon = req.user_lat.to_numpy(dtype=float), req.user_lon.to_numpy(dtype=float)
+    coords, user = np.unique(np.stack([lat, lon], axis=1), axis=0, return_inverse=True)
+    user = user.reshape(-1)
+    matrix = topo.user_pop_rtt(coords[:, 0], coords[:, 1])  # users x PoPs, with each user's last mile
+    column = {pop: i for i, pop in enumerate(topo.pops.id.tolist())}
+    serving = np.array([column[s] for s in req.serving_site.tolist()])
+    direct = matrix[user, serving].astype(float)
+    actual = req.network_rtt_ms.to_numpy(dtype=float)
+    away = (req.serving_site != req.ingress_pop).to_numpy(dtype=bool)
+    gen = (req.task == "text-generation").to_numpy(dtype=bool)
+    extra = actual[away] - direct[away]
+    one_shot_tasks = {task: round(float(away[(req.task == task).to_numpy(dtype=bool)].mean()), 3)
+                      for task in sorted(set(req.task.tolist()) - {"text-generation"})}
+    batch = req.batch.to_numpy(dtype=bool) if "batch" in req else np.zeros(len(req), bool)
+    central = both[((both.outcome == "ok") & (both.deployment == "central") & (both.task == "text-generation"))
+                   .to_numpy(dtype=bool)]
+    if "batch" in central:
+        central = central[~central.batch.to_numpy(dtype=bool)]
+    c50 = float(np.median(central.ttft_ms.to_numpy(dtype=float)))
+    ttft = req.ttft_ms.to_numpy(dtype=float)
+    direct_ttft = ttft - np.where(away, actual - direct, 0.0)
+    sel = gen & ~batch
+    return {"scenario": scenario, "requests_ok": int(len(req)),
+            "served_away_share": round(float(away.mean()), 3),
+            "served_away_share_text_generation": round(float(away[gen].mean()), 3),
+            "served_away_share_by_one_shot_task": one_shot_tasks,
+            "detour_ms_p50": round(float(np.median(extra)), 2), "detour_ms_mean": round(float(extra.mean()), 2),
+            "detour_ms_p95": round(float(np.percentile(extra, 95)), 2),
+            "check_max_abs_diff_at_ingress_ms": round(float(np.abs(actual[~away] - direct[~away]).max()), 4),
+            "ttft_p50_gain_pct_as_run": round(100.0 * (c50 - float(np.median(ttft[sel]))) / c50, 2),
+            "ttft_p50_gain_pct_detour_off_first_order": round(100.0 * (c50 - float(np.median(direct_ttft[sel]))) / c50,
+                                                              2),
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenario", default="default", help="embedded scenario name or file (default: default)")
+    ap.add_argument("--requests", type=int, default=None, help="requests (default: the scenario's)")
+    args = ap.parse_args()
+    print(json.dumps(detour(args.scenario, args.requests)))
+
+
+if __name__ == "__main__":
+    main()
