@@ -18,11 +18,11 @@ JSON object.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 
 import numpy as np
+
+from edgepop.argtypes import json_line, positive_int
 
 
 def detour(scenario: str, requests: int | None) -> dict:
@@ -32,8 +32,6 @@ def detour(scenario: str, requests: int | None) -> dict:
     t0 = time.perf_counter()
     sc = load_scenario(scenario)
     out = run_scenario(sc, requests=requests, seed=1)
-    if out.summary["network"]["jitter"] != "off":
-        sys.exit(f"edge_detour: scenario {scenario!r} runs with RTT jitter: network_rtt_ms is not the model's mean")
     topo = scenario_topology(out.scenario)
     both = out.requests
     req = both[((both.outcome == "ok") & (both.deployment == "edge")).to_numpy(dtype=bool)]
@@ -75,9 +73,20 @@ def detour(scenario: str, requests: int | None) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="default", help="embedded scenario name or file (default: default)")
-    ap.add_argument("--requests", type=int, default=None, help="requests (default: the scenario's)")
+    ap.add_argument("--requests", type=positive_int, default=None, help="requests (default: the scenario's)")
     args = ap.parse_args()
-    print(json.dumps(detour(args.scenario, args.requests)))
+    from edgepop.errors import UserError
+    from sim.scenario import load_scenario
+
+    try:
+        sc = load_scenario(args.scenario)
+    except UserError as exc:
+        ap.error(f"--scenario: {exc}")
+    if sc.central is None or sc.edge is None:
+        ap.error(f"--scenario: {args.scenario!r} does not run both an edge and a central deployment")
+    if sc.jitter:  # network_rtt_ms would then be a draw around the model's RTT, not the RTT itself
+        ap.error(f"--scenario: {args.scenario!r} runs with RTT jitter on: the detour needs the model's mean RTTs")
+    print(json_line(detour(args.scenario, args.requests)))
 
 
 if __name__ == "__main__":

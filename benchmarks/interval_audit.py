@@ -19,11 +19,12 @@ either end. Progress goes to stderr; the last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import numpy as np
+
+from edgepop.argtypes import json_line, positive_int
 
 
 def audit(scenario: str, seeds: list[int], requests: int) -> dict:
@@ -93,18 +94,34 @@ def bootstrap_noise(scenario: str, boot_seeds: list[int]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=24, help="run seeds 1..N (default 24)")
-    ap.add_argument("--requests", type=int, default=20_000, help="requests per run (default 20,000)")
+    ap.add_argument("--seeds", type=positive_int, default=24, help="run seeds 1..N, N >= 2 (default 24)")
+    ap.add_argument("--requests", type=positive_int, default=20_000, help="requests per run (default 20,000)")
     ap.add_argument("--scenario", default="default", help="embedded scenario name or file (default: default)")
     ap.add_argument("--bootstrap-seeds", type=int, default=8, help="bootstrap seeds 1..M on one full run (default 8; "
                     "0: skip that part)")
     args = ap.parse_args()
-    if args.seeds < 2 or args.requests < 1 or not (args.bootstrap_seeds == 0 or args.bootstrap_seeds >= 2):
-        ap.error("--seeds must be at least 2, --requests at least 1 and --bootstrap-seeds 0 or at least 2")
+    if args.seeds < 2:
+        ap.error(f"--seeds: an interval over seeds needs at least 2, got {args.seeds}")
+    if not (args.bootstrap_seeds == 0 or args.bootstrap_seeds >= 2):
+        ap.error(f"--bootstrap-seeds: 0 (skip) or at least 2, got {args.bootstrap_seeds}")
+    check_scenario_arg(ap, args.scenario)
     result = audit(args.scenario, list(range(1, args.seeds + 1)), args.requests)
     if args.bootstrap_seeds:
         result["bootstrap_noise"] = bootstrap_noise(args.scenario, list(range(1, args.bootstrap_seeds + 1)))
-    print(json.dumps(result))
+    print(json_line(result))
+
+
+def check_scenario_arg(ap: argparse.ArgumentParser, name: str) -> None:
+    """``--scenario`` loads and compares edge with central (the gains need both), or argparse's one-line error."""
+    from edgepop.errors import UserError
+    from sim.scenario import load_scenario
+
+    try:
+        sc = load_scenario(name)
+    except UserError as exc:
+        ap.error(f"--scenario: {exc}")
+    if sc.central is None:
+        ap.error(f"--scenario: {name!r} has no central deployment to compare with")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,11 @@ BAD = [
     ("decode_context_bias.py", ["--output", "-5"], "--output"),
     ("decode_context_bias.py", ["--gpus", "XYZ"], "--gpus: unknown GPU type 'XYZ'"),
     ("decode_context_bias.py", ["--output", "200000"], "--output: decode bias: prompt 100 + output 200000 tokens"),
+    ("interval_audit.py", ["--seeds", "1"], "--seeds: an interval over seeds needs at least 2"),
+    ("interval_audit.py", ["--bootstrap-seeds", "1"], "--bootstrap-seeds"),
+    ("interval_audit.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
+    ("edge_detour.py", ["--requests", "0"], "--requests"),
+    ("edge_detour.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
 ]
 
 
