@@ -25,12 +25,11 @@ import numpy as np
 from edgepop.argtypes import json_line, positive_int
 
 
-def detour(scenario: str, requests: int | None) -> dict:
+def detour(sc, requests: int | None) -> dict:
+    """The figures above for the loaded scenario ``sc``."""
     from sim.run import run_scenario, scenario_topology
-    from sim.scenario import load_scenario
 
     t0 = time.perf_counter()
-    sc = load_scenario(scenario)
     out = run_scenario(sc, requests=requests, seed=1)
     topo = scenario_topology(out.scenario)
     both = out.requests
@@ -57,7 +56,7 @@ def detour(scenario: str, requests: int | None) -> dict:
     ttft = req.ttft_ms.to_numpy(dtype=float)
     direct_ttft = ttft - np.where(away, actual - direct, 0.0)
     sel = gen & ~batch
-    return {"scenario": scenario, "requests_ok": int(len(req)),
+    return {"scenario": sc.name, "requests_ok": int(len(req)),
             "served_away_share": round(float(away.mean()), 3),
             "served_away_share_text_generation": round(float(away[gen].mean()), 3),
             "served_away_share_by_one_shot_task": one_shot_tasks,
@@ -86,7 +85,7 @@ def main() -> None:
         ap.error(f"--scenario: {args.scenario!r} does not run both an edge and a central deployment")
     if sc.jitter:  # network_rtt_ms would then be a draw around the model's RTT, not the RTT itself
         ap.error(f"--scenario: {args.scenario!r} runs with RTT jitter on: the detour needs the model's mean RTTs")
-    print(json_line(detour(args.scenario, args.requests)))
+    print(json_line(detour(sc, args.requests)))
 
 
 if __name__ == "__main__":

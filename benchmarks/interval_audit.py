@@ -67,16 +67,23 @@ def audit(scenario: str, seeds: list[int], requests: int) -> dict:
     return out
 
 
+def _run_sides(scenario: str, requests: int | None):
+    """One run of ``scenario`` (seed 1) and its edge and central request frames, as the run paired them."""
+    from sim.run import run_scenario
+
+    out = run_scenario(scenario, requests=requests, seed=1)
+    req = out.requests
+    return out, *(req[(req.deployment == side).to_numpy(dtype=bool)].reset_index(drop=True)
+                  for side in ("edge", "central"))
+
+
 def bootstrap_noise(scenario: str, boot_seeds: list[int]) -> dict:
     from sim.gains import Paired, headline_gains
     from sim.metrics import slo_met
-    from sim.run import run_scenario
 
     t0 = time.perf_counter()
-    out = run_scenario(scenario, seed=1)
-    req, slo = out.requests, out.scenario.slo
-    edge, central = (req[(req.deployment == side).to_numpy(dtype=bool)].reset_index(drop=True)
-                     for side in ("edge", "central"))
+    out, edge, central = _run_sides(scenario, None)
+    slo = out.scenario.slo
     ends: dict[str, list[tuple[float, float]]] = {}
     for seed in boot_seeds:
         p = Paired(edge, central, seed)
@@ -100,13 +107,9 @@ def bootstrap_noise(scenario: str, boot_seeds: list[int]) -> dict:
 
 def sessions_against_blocks(scenario: str, requests: int) -> dict:
     from sim.gains import RESAMPLES, Bootstrap, Paired, reduction
-    from sim.run import run_scenario
 
     t0 = time.perf_counter()
-    out = run_scenario(scenario, requests=requests, seed=1)
-    req = out.requests
-    edge, central = (req[(req.deployment == side).to_numpy(dtype=bool)].reset_index(drop=True)
-                     for side in ("edge", "central"))
+    out, edge, central = _run_sides(scenario, requests)
     p = Paired(edge, central, 1)
     wl = out.workload.requests.set_index("request_id")
     session = wl.session_id.reindex(p.e.request_id.to_numpy()).to_numpy(dtype=np.int64)
@@ -117,7 +120,7 @@ def sessions_against_blocks(scenario: str, requests: int) -> dict:
     by_session.block = block.reshape(-1)
     rng = np.random.default_rng(np.random.SeedSequence([1, 0x5E55]))
     by_session.weights = rng.poisson(1.0, size=(RESAMPLES, int(block.max()) + 1)).astype(float)
-    (ve, oe), (vc, oc) = p._column("e", "ttft_ms"), p._column("c", "ttft_ms")
+    ve, vc = p.e.ttft_ms.to_numpy(dtype=float), p.c.ttft_ms.to_numpy(dtype=float)
     me, mc = p.gen & p.ok_e, p.gen & p.ok_c
     turns = session >= 0
     spans = pd.Series(p.boot.block[turns]).groupby(session[turns]).nunique()  # time blocks each session touches
@@ -126,7 +129,7 @@ def sessions_against_blocks(scenario: str, requests: int) -> dict:
                     "turns_in_sessions_over_several_blocks": round(float(
                         (spans.reindex(session[turns]).to_numpy() > 1).mean()), 3), "gains": {}}
     for boot, name in ((p.boot, "time_blocks"), (by_session, "sessions")):
-        be, bc = boot.quantiles(ve, me, (0.5, 0.95), oe), boot.quantiles(vc, mc, (0.5, 0.95), oc)
+        be, bc = boot.quantiles(ve, me, (0.5, 0.95)), boot.quantiles(vc, mc, (0.5, 0.95))
         for j, q in enumerate(("p50", "p95")):
             samples = reduction(be[:, j], bc[:, j])
             samples = samples[np.isfinite(samples)]
