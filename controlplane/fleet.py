@@ -34,6 +34,20 @@ class Fleet:
     def site_of_node(self) -> np.ndarray:
         return self.nodes.site.to_numpy()
 
+    def without_gpus(self, gpu_types: str) -> Fleet:
+        """This fleet without its nodes of the comma-separated GPU types in ``gpu_types`` ("" keeps every node).
+        A type the fleet does not hold is an error, so a typo cannot pass as a no-op."""
+        types = [t.strip() for t in gpu_types.split(",")] if gpu_types.strip() else []
+        if "" in types:
+            raise UserError(f"without_gpus {gpu_types!r}: an empty GPU type (a stray comma?)")
+        unknown = sorted(set(types) - set(self.nodes.gpu))
+        if unknown:
+            raise UserError(f"without_gpus {gpu_types!r}: {self.name} has no {', '.join(map(repr, unknown))} GPUs "
+                            f"(it has {', '.join(sorted(set(self.nodes.gpu)))})")
+        if not types:
+            return self
+        return Fleet(self.name, self.nodes[~self.nodes.gpu.isin(types)].reset_index(drop=True), self.sites)
+
     def summary(self) -> dict:
         return {"name": self.name, "sites": len(self.sites), "nodes": len(self.nodes),
                 "gpus": int(self.nodes.gpus.sum()), "gpus_by_type": self.total_gpus,

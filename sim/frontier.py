@@ -206,6 +206,7 @@ def fleet_budget(sc, topo, line: Line, scale: float) -> tuple[int, float, bool, 
 
             cfg = central_config(sc)
             like = edge_fleet(world, pops=list(cfg.pops) if cfg.pops else None)
+            like = like.without_gpus(str(cfg.placement_options.get("without_gpus", "")))  # as the placement does
             fleet = central_fleet(world, line.baseline, like=like, scale=cfg.gpu_scale, budget=cfg.budget,
                                   node=cfg.node, rack=cfg.rack)
             one_llm = cfg.one_llm_per_gpu

@@ -26,7 +26,7 @@ from controlplane.placement.base import PLACEMENTS, PlacementError, PlacementPol
 from controlplane.placement.fill import fill_idle_gpus, idle_gpus, place_on
 from controlplane.placement.packing import GpuLedger
 from controlplane.placement.result import Placement
-from edgepop.errors import is_real
+from edgepop.errors import UserError, is_real
 from topology.gpus import node_gpus
 
 
@@ -37,18 +37,23 @@ class Central(PlacementPolicy):
     comma-separated ids; ``scale``: central's budget relative to the problem's fleet (1.0 = the same, 0.5 = half);
     ``budget``: ``gpus`` (equal GPUs of each type, split between the regions by demand) or ``usd`` (equal dollars
     per hour, spent on ``node`` boxes, e.g. ``H100x8``); ``rack``: equal GPUs in 8-GPU servers (``server``) or in
-    servers the size of the edge's nodes (``edge``)."""
+    servers the size of the edge's nodes (``edge``); ``keep_groups``: a region's first replica of a model goes to
+    a node where it leaves the idle GPU group a larger tensor-parallel model of the region needs (false: to the most
+    idle of the fastest nodes, the rule switched off, to measure what it buys); ``without_gpus``: comma-separated
+    GPU types of the edge's fleet central does not get (an ablation: central then has fewer GPUs than the edge)."""
 
     baseline: str = "global-6"
     scale: float = 1.0
     budget: str = "gpus"
     node: str = "H100x8"
     rack: str = "server"
+    keep_groups: bool = True
+    without_gpus: str = ""
     own_fleet = True  # class attribute, not an option: the regions' fleet is built per call
 
     @staticmethod
     def check_options(baseline: str = "global-6", scale: float = 1.0, budget: str = "gpus", node: str = "H100x8",
-                      rack: str = "server") -> None:
+                      rack: str = "server", keep_groups: bool = True, without_gpus: str = "") -> None:
         """The options' values (the registry calls it when a scenario is read; :meth:`place` again). The baseline's
         regions and the node's GPU type are checked against the topology when it places (``baseline`` reads them)."""
         if not is_real(scale) or not 0 < scale <= MAX_CENTRAL_SCALE:  # (NaN fails)
@@ -60,31 +65,42 @@ class Central(PlacementPolicy):
         if rack != "server" and budget != "gpus":
             raise ValueError(f"rack {rack!r} applies to budget 'gpus', not {budget!r}")
         node_gpus(node)  # checked whatever the budget: a typo is one
+        if not isinstance(keep_groups, bool | np.bool_):
+            raise ValueError(f"keep_groups must be true or false, got {keep_groups!r}")
+        if not isinstance(without_gpus, str):
+            raise ValueError(f"without_gpus must be a string of comma-separated GPU types, got {without_gpus!r}")
 
     def place(self, problem: PlacementProblem, rng: np.random.Generator) -> Placement:
         try:
-            self.check_options(self.baseline, self.scale, self.budget, self.node, self.rack)
-        except ValueError as exc:
+            self.check_options(self.baseline, self.scale, self.budget, self.node, self.rack, self.keep_groups,
+                               self.without_gpus)
+            like = problem.fleet.without_gpus(self.without_gpus)
+        except (ValueError, UserError) as exc:
             raise PlacementError(f"central placement: {exc}") from None
-        fleet = central_fleet(problem.topo, self.baseline, like=problem.fleet, scale=self.scale,
+        fleet = central_fleet(problem.topo, self.baseline, like=like, scale=self.scale,
                               budget=self.budget, node=self.node, rack=self.rack)
         net = problem.network(fleet)
         need = np.zeros((net.n_sites, net.n_models))
         np.add.at(need, (net.cand_site[:, 0], net.pair_model), net.pair_demand)
-        placed = self._plan(net, need, every_model_first=False)
+        placed = self._plan(net, need, every_model_first=False, keep_groups=self.keep_groups)
         demanded = set(np.flatnonzero(need.sum(axis=0) > 0).tolist())
         if demanded - {m for _, m, _ in placed}:
             # The regions' GPUs went to their biggest models before a small one had a replica anywhere (a few
             # GPUs in each region): plan again, one replica of every model first, where most of its demand is.
-            placed = self._plan(net, need, every_model_first=True)
+            placed = self._plan(net, need, every_model_first=True, keep_groups=self.keep_groups)
         # the option the budget used: the rack of equal GPUs, the box bought with equal dollars
         used = {"rack": self.rack} if self.budget == "gpus" else {"node": self.node}
+        if not self.keep_groups:  # the ablations are named only when on, so the default's report is unchanged
+            used["keep_groups"] = False
+        if self.without_gpus.strip():
+            used["without_gpus"] = self.without_gpus
         return Placement(problem, fleet, self.name, placed,
                          solver={"baseline": self.baseline, "budget": self.budget, "scale": self.scale, **used})
 
-    def _plan(self, net, need: np.ndarray, every_model_first: bool) -> list:
+    def _plan(self, net, need: np.ndarray, every_model_first: bool, keep_groups: bool = True) -> list:
         """Cover each region's models (largest per-GPU footprint first), after one replica of every demanded
-        model in the region with most of its demand that can hold it when ``every_model_first``; then fill."""
+        model in the region with most of its demand that can hold it when ``every_model_first``; then fill.
+        ``keep_groups``: the first replicas' rule that leaves idle GPU groups for tensor-parallel models."""
         ledger = GpuLedger(net)
         placed: list = []
         order = sorted(range(net.n_models), key=lambda m: (-net.bytes_per_gpu[m], -net.tp[m], m))
@@ -95,24 +111,26 @@ class Central(PlacementPolicy):
                     continue
                 for site in np.argsort(-need[:, m], kind="stable").tolist():
                     before = len(placed)
-                    self._cover(net, ledger, members[site], m, need[site], placed)
+                    self._cover(net, ledger, members[site], m, need[site], placed, keep_groups)
                     if len(placed) > before:
                         break
         for site in range(net.n_sites):
             held = {m for n, m, _ in placed if net.node_site[n] == site}
             for m in order:
                 if need[site, m] > 0 and m not in held:
-                    self._cover(net, ledger, members[site], m, need[site], placed)
+                    self._cover(net, ledger, members[site], m, need[site], placed, keep_groups)
         fill_idle_gpus(net, ledger, placed, [(np.array([s]), need[s]) for s in range(net.n_sites)])
         return placed
 
     @staticmethod
-    def _cover(net, ledger: GpuLedger, members: np.ndarray, m: int, need: np.ndarray, placed: list) -> None:
+    def _cover(net, ledger: GpuLedger, members: np.ndarray, m: int, need: np.ndarray, placed: list,
+               keep_groups: bool = True) -> None:
         """The region's first replica of ``m`` (``need``: the region's demand, rps per model): on idle GPUs of the
         fastest node when its demand needs at least one GPU's compute or is a generative model, else sharing the
         GPU with the most room (an encoder next to a chat model). Among the fastest nodes, one where it would not
         take the node's last idle GPU group a multi-GPU model the region wants could use: in two-GPU servers, each
-        small model alone in a pair would leave the region no pair for its tensor-parallel model (two share one)."""
+        small model alone in a pair would leave the region no pair for its tensor-parallel model (two share one).
+        Without ``keep_groups``, the most idle of the fastest nodes."""
         fits = members[net.fits[members, m]]
         if fits.size == 0:
             return  # no node of the region can hold it: its demand goes to the next region (routing)
@@ -124,6 +142,8 @@ class Central(PlacementPolicy):
                 multi = np.flatnonzero((need > 0) & (net.tp > tp)).tolist()
 
                 def keeps_groups(n: int) -> bool:
+                    if not keep_groups:
+                        return True
                     return not any(net.fits[n, k] and len(idle[n]) >= net.tp[k] > len(idle[n]) - tp for k in multi)
 
                 node = max(free, key=lambda n: (net.cap[n, m], keeps_groups(n), len(idle[n]), -n))

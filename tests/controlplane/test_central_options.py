@@ -3,6 +3,8 @@ rack or node its budget used."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,50 @@ def test_an_unknown_gpu_type_in_central_node_names_the_file_and_field(tmp_path, 
     with pytest.raises(UserError, match=r"^n\.toml \[central\]: field 'node': unknown GPU type 'Z9' in 'Z9x8' "
                                         r"\(known: .*H100.*\)$"):
         run_scenario(path)
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_keep_groups_must_be_true_or_false(value):
+    with pytest.raises(UserError, match="keep_groups"):
+        get_policy("central", keep_groups=value)
+
+
+def test_without_gpus_leaves_out_only_the_named_types(topo):
+    problem = PlacementProblem.build(topo, total_rps=50.0)
+    full = get_policy("central").place(problem, np.random.default_rng(0))
+    less = get_policy("central", without_gpus="L40S, L4").place(problem, np.random.default_rng(0))
+    kept = {k: v for k, v in full.fleet.total_gpus.items() if k not in ("L40S", "L4")}
+    assert set(full.fleet.total_gpus) >= {"L40S", "L4"}
+    assert less.fleet.total_gpus == kept
+    assert set(less.table.gpu) <= set(kept) and "L40S" in set(full.table.gpu)
+    assert less.solver["without_gpus"] == "L40S, L4" and "without_gpus" not in full.solver
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("L40", "without_gpus 'L40': edge has no 'L40' GPUs (it has H100, H200, L4, L40S, T4)"),
+    ("L40S,", "without_gpus 'L40S,': an empty GPU type (a stray comma?)"),
+    ("H100,H200,L4,L40S,T4", "has no GPUs"),
+])
+def test_without_gpus_refuses_a_type_the_fleet_lacks_or_no_gpus_left(topo, value, words):
+    problem = PlacementProblem.build(topo, total_rps=50.0)
+    with pytest.raises(UserError, match=re.escape(words)) as got:
+        get_policy("central", without_gpus=value).place(problem, np.random.default_rng(0))
+    assert "\n" not in str(got.value)
+
+
+def test_the_frontier_counts_the_gpus_central_places_on(tmp_path, topo):
+    """The frontier's budget of a central line leaves out the GPU types its placement leaves out."""
+    from sim.frontier import Line, fleet_budget
+    from sim.scenario import load_scenario
+
+    path = tmp_path / "w.toml"
+    path.write_text('[workload]\nkind = "poisson"\nrequests = 100\nrps = 10.0\n'
+                    '[central]\nplacement_options = { without_gpus = "L40S" }\n')
+    sc = load_scenario(path)
+    plain = load_scenario("small")
+    gpus, _, ok, why = fleet_budget(sc, topo, Line("central", "global-6"), 1.0)
+    gpus_all, _, _, _ = fleet_budget(plain, topo, Line("central", "global-6"), 1.0)
+    problem = PlacementProblem.build(topo, total_rps=50.0)
+    placed = get_policy("central", without_gpus="L40S").place(problem, np.random.default_rng(0))
+    assert ok, why
+    assert gpus == int(placed.fleet.nodes.gpus.sum()) < gpus_all

@@ -449,8 +449,8 @@ def test_greedy_refuses_thresholds_that_would_fill_every_slot(real_problem, opti
 def test_central_racked_like_the_edge_packs_small_models_and_keeps_pairs_for_the_70b(topo, scale):
     """At the frontier's budgets (32 and 41 GPUs) central racked like the edge has two-GPU H200 servers: each
     region's first replica of a single-GPU model goes beside another in a pair already broken, not alone in a whole
-    pair, so the 70B (two GPUs) gets as many replicas as in 8-GPU servers. Alone in a pair each, the small models
-    had left the 70B 5 and 6 replicas against 7 and 10."""
+    pair, so the 70B (two GPUs) gets as many replicas as in 8-GPU servers. Alone in a pair each (``keep_groups``
+    off), the small models leave the 70B 5 and 6 replicas against 7 and 10."""
     world = topo.with_gpu_scale(scale)
     problem = PlacementProblem.build(world, total_rps=250, one_llm_per_gpu=True)
     big = {}
@@ -458,4 +458,10 @@ def test_central_racked_like_the_edge_packs_small_models_and_keeps_pairs_for_the
         plan = get_policy("central", rack=rack).place(problem, np.random.default_rng(0))
         big[rack] = int(plan.table.model.str.contains("70b").sum())
         assert plan.fleet.nodes.gpus.max() == (8 if rack == "server" else 2)
+        assert "keep_groups" not in plan.solver
     assert big["edge"] >= big["server"] > 0
+    # the rule switched off (the option the frontier's ablation uses): the pairs go to small models
+    off = get_policy("central", rack="edge", keep_groups=False).place(problem, np.random.default_rng(0))
+    assert off.solver["keep_groups"] is False
+    assert 0 < int(off.table.model.str.contains("70b").sum()) < big["edge"]
+    assert int(off.fleet.nodes.gpus.sum()) == int(plan.fleet.nodes.gpus.sum())

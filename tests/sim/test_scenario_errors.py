@@ -22,7 +22,7 @@ from sim.run import run_scenario
     ("edge", 'router = "adapter-aware"\nrouter_options = { base = "p2cc" }', r"adapter-aware -> base 'p2cc'"),
     ("central", 'placement = "central"\nplacement_options = { scael = 2.0 }',
      r"s\.toml \[central\] placement_options: placement policy 'central' has no option 'scael' \(options: "
-     r"baseline, budget, node, rack, scale\)"),
+     r"baseline, budget, keep_groups, node, rack, scale, without_gpus\)"),
     ("edge", 'autoscaler = "reactiv"', r"field 'autoscaler': unknown autoscaling policy 'reactiv' \(known: none, "
                                        r"reactive, scheduled\)"),
     ("techniques", 'batch_policy = "nite"', r"field 'batch_policy': unknown batch policy 'nite' \(known: night, none\)"),
