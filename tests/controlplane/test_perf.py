@@ -17,7 +17,7 @@ from controlplane import perf_arch, perf_calibration
 from controlplane.catalog import default_catalog
 from controlplane.perf import Roofline, capacity_rps, capacity_rps_mix, clip_mix, prompt_units, with_precision
 from controlplane.perf_params import PARAMS_FILE, RooflineParams
-from controlplane.perf_profile import MeasuredProfile
+from controlplane.perf_profile import ExtrapolationWarning, MeasuredProfile
 from edgepop.cli import main as edgepop_main
 from edgepop.errors import UserError
 
@@ -289,8 +289,10 @@ def test_measured_profile_interpolates_the_real_profile(profile_csv, cat):
     assert at_hi >= hi.ms  # grid point, possibly raised to keep the curve monotone
     mid = prof.prefill_ms(spec, "H100", int((lo.tokens + hi.tokens) // 2))
     assert at_lo <= mid <= at_hi
-    assert prof.prefill_ms(spec, "H100", int(hi.tokens) * 4) > at_hi  # extrapolates upward
-    dec = [prof.decode_step_ms(spec, "H100", b, c) for b in (1, 2, 8, 32) for c in (32, 64, 200, 1000)]
+    with pytest.warns(ExtrapolationWarning, match="prefill tokens .* lies past the measured"):
+        assert prof.prefill_ms(spec, "H100", int(hi.tokens) * 4) > at_hi  # extrapolates upward, and says so
+    with pytest.warns(ExtrapolationWarning, match="decode (context|batch_size) .* lies past the measured"):
+        dec = [prof.decode_step_ms(spec, "H100", b, c) for b in (1, 2, 8, 32) for c in (32, 64, 200, 1000)]
     assert min(dec) >= table[table.phase == "decode"].ms.min() - 1e-9
     for b in (1, 8):
         curve = [prof.decode_step_ms(spec, "H100", b, c) for c in (0, 64, 128, 256, 512)]
