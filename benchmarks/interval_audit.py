@@ -1,6 +1,7 @@
 """Within-run intervals against the spread between seeds: how far one run's 95% interval can be trusted.
 
     python benchmarks/interval_audit.py [--seeds 24] [--requests 20000] [--scenario default] [--bootstrap-seeds 8]
+                                        [--blocks 5,10,25,50,100,200]
 
 Runs the scenario once per seed 1..N (each seed new arrivals, and so a new placement, on both sides) and, for every
 headline gain that carries a within-run interval (the paired block bootstrap of ``sim.gains``), reports over the
@@ -14,6 +15,11 @@ Then the bootstrap's own noise: one run of the scenario at its own size (seed 1,
 ``default``), its paired intervals recomputed with bootstrap seeds 1..M (``--bootstrap-seeds``; a run's own is its
 scenario seed); per gain, the standard deviation over those seeds of each interval end and the largest move of
 either end.
+
+Then the block length, on that same run: every headline gain's interval width when the arrival span is cut into
+each of ``--blocks`` equal-time blocks instead of the shipped 50 (``sim.gains.BLOCKS``), and per gain the widest
+width with blocks as long or longer over the shipped one's (``widest_with_longer_blocks_over_shipped``): near 1
+when 50 blocks already span the requests' correlation, above it by how much longer blocks would widen the interval.
 
 And whole chat sessions against time blocks: on one run of ``--requests`` (seed 1), the standard error of the TTFT
 p50 and p95 gains of text generation when the bootstrap resamples the run's 50 time blocks (what every interval
@@ -77,12 +83,13 @@ def _run_sides(scenario: str, requests: int | None):
                   for side in ("edge", "central"))
 
 
-def bootstrap_noise(scenario: str, boot_seeds: list[int]) -> dict:
+def bootstrap_noise(run, boot_seeds: list[int]) -> dict:
+    """``run``: ``_run_sides``'s (the run, its edge and central frames)."""
     from sim.gains import Paired, headline_gains
     from sim.metrics import slo_met
 
     t0 = time.perf_counter()
-    out, edge, central = _run_sides(scenario, None)
+    out, edge, central = run
     slo = out.scenario.slo
     ends: dict[str, list[tuple[float, float]]] = {}
     for seed in boot_seeds:
@@ -101,6 +108,40 @@ def bootstrap_noise(scenario: str, boot_seeds: list[int]) -> dict:
         lo, hi = np.array(pairs).T
         result["gains"][key] = {"sd_low": round(float(lo.std(ddof=1)), 3), "sd_high": round(float(hi.std(ddof=1)), 3),
                                 "largest_move": round(float(max(np.ptp(lo), np.ptp(hi))), 3)}
+    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    return result
+
+
+def block_lengths(run, counts: list[int]) -> dict:
+    """Each headline gain's 95% interval width on one run when its arrival span is cut into each of ``counts``
+    equal-time blocks (the shipped bootstrap uses ``sim.gains.BLOCKS``), with the run's bootstrap seed. Widths that
+    keep growing as blocks get longer (fewer) say requests are correlated over spans longer than a block, and the
+    shipped block count's intervals are too narrow by about that ratio; a plateau says the blocks are long enough."""
+    from sim.gains import BLOCKS, Bootstrap, Paired, headline_gains
+    from sim.metrics import slo_met
+
+    t0 = time.perf_counter()
+    out, edge, central = run
+    slo = out.scenario.slo
+    p = Paired(edge, central, out.scenario.seed)
+    met_e, met_c = slo_met(p.e, slo), slo_met(p.c, slo)
+    widths: dict[str, dict[str, float]] = {}
+    for count in counts:
+        p.boot = Bootstrap(p.arrival, out.scenario.seed, blocks=count)
+        ci, _ = headline_gains(p, met_e, met_c)
+        for key, interval in ci.items():
+            if isinstance(interval, list | tuple) and len(interval) == 2:
+                width = float(interval[1]) - float(interval[0])
+                widths.setdefault(key, {})[str(count)] = round(width * (100 if key == "slo_attainment_delta" else 1), 3)
+        print(f"{count} blocks resampled", file=sys.stderr, flush=True)
+    result: dict = {"requests": int(len(edge)), "blocks": counts, "shipped_blocks": BLOCKS,
+                    "span_s": round(float(p.arrival.max() - p.arrival.min()), 1),
+                    "note": "interval width per block count (slo_attainment_delta in points)", "widths": widths}
+    for key, by_count in widths.items():
+        if str(BLOCKS) in by_count and by_count[str(BLOCKS)] > 0:
+            widest_longer = max(v for c, v in by_count.items() if int(c) <= BLOCKS)
+            result.setdefault("widest_with_longer_blocks_over_shipped", {})[key] = round(
+                widest_longer / by_count[str(BLOCKS)], 3)
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     return result
 
@@ -148,6 +189,8 @@ def main() -> None:
     ap.add_argument("--scenario", default="default", help="embedded scenario name or file (default: default)")
     ap.add_argument("--bootstrap-seeds", type=int, default=8, help="bootstrap seeds 1..M on one full run (default 8; "
                     "0: skip that part)")
+    ap.add_argument("--blocks", type=block_counts, default=[5, 10, 25, 50, 100, 200],
+                    help="block counts to compare on that run, comma-separated (default 5,10,25,50,100,200)")
     args = ap.parse_args()
     if args.seeds < 2:
         ap.error(f"--seeds: an interval over seeds needs at least 2, got {args.seeds}")
@@ -155,10 +198,24 @@ def main() -> None:
         ap.error(f"--bootstrap-seeds: 0 (skip) or at least 2, got {args.bootstrap_seeds}")
     check_scenario_arg(ap, args.scenario)
     result = audit(args.scenario, list(range(1, args.seeds + 1)), args.requests)
+    full = _run_sides(args.scenario, None)  # the Quick start's run (seed 1, the scenario's own size)
     if args.bootstrap_seeds:
-        result["bootstrap_noise"] = bootstrap_noise(args.scenario, list(range(1, args.bootstrap_seeds + 1)))
+        result["bootstrap_noise"] = bootstrap_noise(full, list(range(1, args.bootstrap_seeds + 1)))
+    result["block_lengths"] = block_lengths(full, args.blocks)
+    del full
     result["sessions_against_blocks"] = sessions_against_blocks(args.scenario, args.requests)
     print(json_line(result))
+
+
+def block_counts(text: str) -> list[int]:
+    """``--blocks``: comma-separated whole numbers of at least 2, e.g. 10,50,200."""
+    try:
+        counts = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated whole numbers, got {text!r}") from None
+    if not counts or counts[0] < 2:
+        raise argparse.ArgumentTypeError(f"each block count must be at least 2, got {text!r}")
+    return counts
 
 
 def check_scenario_arg(ap: argparse.ArgumentParser, name: str) -> None:

@@ -48,6 +48,8 @@ BAD = [
     ("interval_audit.py", ["--seeds", "1"], "--seeds: an interval over seeds needs at least 2"),
     ("interval_audit.py", ["--bootstrap-seeds", "1"], "--bootstrap-seeds"),
     ("interval_audit.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
+    ("interval_audit.py", ["--blocks", "10,x"], "--blocks: must be comma-separated whole numbers, got '10,x'"),
+    ("interval_audit.py", ["--blocks", "1,50"], "--blocks: each block count must be at least 2"),
     ("edge_detour.py", ["--requests", "0"], "--requests"),
     ("edge_detour.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
 ]
@@ -96,6 +98,20 @@ def test_frontier_meets_goal_only_for_the_goals_run():
     assert meets(500.0, None, [1, 2, 3]) is True and meets(700.0, None, [1, 2, 3]) is False
     assert meets(30.0, 500, [1, 2, 3]) is None  # shortened runs
     assert meets(30.0, None, [1]) is None and meets(900.0, None, [1, 2, 3, 4]) is None
+
+
+def test_interval_audit_block_lengths_reports_every_count_and_recomputes_the_shipped_interval():
+    """The shipped block count's widths are the run's own intervals' (the same bootstrap, seed and blocks)."""
+    audit = _module("interval_audit")
+    run = audit._run_sides("small", 2000)
+    got = audit.block_lengths(run, [5, 50, 200])
+    assert got["shipped_blocks"] == 50 and got["blocks"] == [5, 50, 200]
+    ci = run[0].summary["gains"]["ci95"]["ttft_ms_p50_reduction_pct"]
+    widths = got["widths"]["ttft_ms_p50_reduction_pct"]
+    assert set(widths) == {"5", "50", "200"} and all(w > 0 for w in widths.values())
+    assert widths["50"] == pytest.approx(ci[1] - ci[0], abs=0.011)  # (the summary rounds each end to 2 digits)
+    assert got["widest_with_longer_blocks_over_shipped"]["ttft_ms_p50_reduction_pct"] == pytest.approx(
+        max(widths["5"], widths["50"]) / widths["50"], abs=1e-3)
 
 
 def test_loadtest_unloaded_p99_is_the_fewest_clients_level(monkeypatch):
