@@ -115,7 +115,9 @@ def notes(summary: dict) -> list[str]:
     g = summary.get("gains") or {}
     if g.get("ci95"):
         seeds = ("fixed; the intervals over seeds are below." if summary.get("replicates") else
-                 "fixed, so another seed can move a figure by more (between-seed intervals: edgepop simulate --seeds).")
+                 "fixed, so another seed can move a figure by more: most of all TPOT and the E2E of text generation, "
+                 "whose decode speed follows the GPU types the plan gave each model (between-seed intervals: edgepop "
+                 "simulate --seeds).")
         out.append(f"edge gain = (central - edge) / central (SLO attainment: edge - central, an absolute "
                    f"difference), with its 95% interval: {g['ci95']['method']}. The "
                    "interval is within this run: its arrivals and its placement (built for this workload) are held "
