@@ -506,3 +506,38 @@ def test_the_figure_labels_its_slo_and_shows_coinciding_least_budgets(tmp_path):
     legend = [t.get_text() for t in first.get_legend().get_texts()]
     assert "edge least budget (27)" in legend and "central:big3 least budget (27)" in legend
     plt.close(fig)
+
+
+def test_each_seeds_ratio_is_read_off_its_own_runs(tmp_path, capsys):
+    """Seed 1 meets the SLO from 21 edge GPUs and seed 2 only from 30; central from 20 on both: the mean's least
+    budget is 30 (seed 2 fails at 21), the per-seed ratios are 21/20 and 30/20, their range in JSON and report."""
+    from types import SimpleNamespace
+
+    from sim.frontier import Frontier, Line, Point
+    from sim.frontier_report import report_lines, summarise
+
+    slo = parse_slo("e2e_p95_ms=150")
+    lines = [Line("edge"), Line("central", "big3")]
+
+    def pts(line, meets_from):
+        return [Point(line, g / 10, g, 4.0 * g, True,
+                      rows=[{"seed": s, "e2e_p95_ms_all": 100.0 if g >= meets_from[s] else 250.0} for s in (1, 2)])
+                for g in (10, 20, 21, 30)]
+
+    points = pts(lines[0], {1: 21, 2: 30}) + pts(lines[1], {1: 20, 2: 20})
+    sc = SimpleNamespace(name="toy", central=SimpleNamespace(budget="gpus"))
+    result = summarise(sc, slo, lines, points, [1, 2], None, "local", sorted({p.scale for p in points}), 0.05)
+    assert result["deployments"]["edge"]["min_gpus_for_slo"] == 30  # the mean of seed 1's 100 and seed 2's 250 fails
+    seeds = result["iso_slo_by_seed"]
+    assert seeds["least_gpus"] == {"edge": {"1": 21, "2": 30}, "central:big3": {"1": 20, "2": 20}}
+    assert seeds["gpu_ratio"] == {"1": 1.05, "2": 1.5} and seeds["gpu_ratio_range"] == [1.05, 1.5]
+    assert seeds["cost_ratio_range"] == [1.05, 1.5] and seeds["kind"] == {"1": "exact", "2": "exact"}
+    result["wall_s"] = 0.0
+    frontier = Frontier("toy", slo, lines, points, result, tmp_path, 0.0)
+    assert "GPU ratio against central:big3 1.050 (seed 1), 1.500 (seed 2)" in "\n".join(report_lines(frontier))
+    from sim.cli_frontier import print_frontier
+
+    print_frontier(frontier)
+    assert "each seed alone: GPU ratio 1.050 to 1.500" in " ".join(capsys.readouterr().out.split())
+    one = summarise(sc, slo, lines, points, [1], None, "local", sorted({p.scale for p in points}), 0.05)
+    assert one["iso_slo_by_seed"] is None  # one seed: nothing to compare
