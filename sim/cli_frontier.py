@@ -77,6 +77,7 @@ def print_frontier(f) -> None:
     from rich.table import Table
 
     from sim import frontier_report as fr
+    from sim.frontier_seeds import by_seed_line
 
     r = f.result
     t = Table(title=f"edgepop frontier: {r['scenario']}, SLO {r['slo']['text']}, seeds {r['seeds']}")
@@ -99,7 +100,6 @@ def print_frontier(f) -> None:
     # what a bounded or unbounded ratio means (kind None: a line never met the SLO, said above)
     if r["iso_slo_ratio_kind"] in fr.BOUND_NOTE:
         console.print(fr.BOUND_NOTE[r["iso_slo_ratio_kind"]].strip(), highlight=False)
-    per_seed = (r.get("iso_slo_by_seed") or {}).get("gpu_ratio_range") if fr.has_ratio(r) else None
-    if per_seed:
-        console.print(f"each seed alone: GPU ratio {per_seed[0]:.3f} to {per_seed[1]:.3f} (report.md: per seed)",
-                      highlight=False)
+    seed_line = by_seed_line(r.get("iso_slo_by_seed"), r["baseline"]) if fr.has_ratio(r) else None
+    if seed_line:
+        console.print(seed_line[2:], highlight=False)

@@ -115,44 +115,6 @@ def ratio_range(edge: dict, central: dict, key: str) -> list | None:
     return [None if c[1] is None or not e[0] else _ratio(e[0], c[1]), _ratio(e[1], c[0])]
 
 
-def by_seed(by_line: dict, slo, seeds, baseline: str | None) -> dict | None:
-    """Each seed alone: every line's least evaluated budget at which that seed's run meets the SLO, and the
-    iso-SLO GPU and cost ratios against ``baseline`` read from them (``kind`` per seed, as :func:`ratio_kind`; a
-    ratio only where both are bracketed, ``exact``). The budgets are those the mean's bisection chose, so a seed's
-    bracket can be wider than the mean's. How far the ratio moves from seed to seed; None with one seed."""
-    if len(seeds) < 2 or "edge" not in by_line or baseline not in by_line:
-        return None
-    out: dict = {"least_gpus": {k: {} for k in by_line}, "gpu_ratio": {}, "cost_ratio": {}, "kind": {}}
-    for seed in seeds:
-        def ok(p, seed=seed):
-            v = next((r.get(slo.column) for r in p.rows if r.get("seed") == seed), None)
-            return p.feasible and v is not None and bool(np.isfinite(v)) and slo.met(float(v))
-
-        got = {k: least(pts, slo, column=slo.column, ok=ok) for k, pts in by_line.items()}
-        for k, d in got.items():
-            out["least_gpus"][k][str(seed)] = d["min_gpus_for_slo"]
-        e, c = got["edge"], got[baseline]
-        kind = out["kind"][str(seed)] = ratio_kind(e, c)
-        exact = kind == "exact"
-        out["gpu_ratio"][str(seed)] = _ratio(e["min_gpus_for_slo"], c["min_gpus_for_slo"]) if exact else None
-        out["cost_ratio"][str(seed)] = (_ratio(e["min_usd_per_hour_for_slo"], c["min_usd_per_hour_for_slo"])
-                                        if exact else None)
-    for key in ("gpu_ratio", "cost_ratio"):
-        known = [v for v in out[key].values() if v is not None]
-        out[f"{key}_range"] = [min(known), max(known)] if known else None
-    return out
-
-
-def by_seed_line(d: dict | None, baseline: str) -> str | None:
-    """report.md's line for :func:`by_seed`, or None."""
-    if not d:
-        return None
-    parts = [f"{_f(v, 3) if v is not None else d['kind'][s] or 'none'} (seed {s})" for s, v in d["gpu_ratio"].items()]
-    least_text = "; ".join(f"{k} " + ", ".join(_f(g) for g in by.values()) for k, by in d["least_gpus"].items())
-    return (f"- each seed alone (its least evaluated budget meeting the SLO; the budgets are the mean's): GPU ratio "
-            f"against {baseline} {', '.join(parts)}; least GPUs per seed: {least_text}.")
-
-
 def not_met_lines(r: dict) -> list[str]:
     """The lines that never met the SLO (why a ratio is not available)."""
     return [k for k, d in r["deployments"].items() if d["min_gpus_for_slo"] is None]
@@ -220,6 +182,8 @@ def point_dict(p, slo) -> dict:
 
 def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance=0.05) -> dict:
     """frontier.json (see the module docstring of :mod:`sim.frontier`)."""
+    from sim.frontier_seeds import by_seed  # (it reads this module's brackets)
+
     by_line = {line.key: [p for p in points if p.line == line] for line in lines}
     deployments = {key: least(pts, slo, tolerance=tolerance) for key, pts in by_line.items()}
     central = [line.key for line in lines if line.deployment == "central"]
@@ -263,7 +227,7 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
             "iso_slo_ratio_kind": first.get("kind"), "iso_slo_cost_ratio_range": first.get("cost_range"),
             "iso_slo_gpu_ratio_range": first.get("gpus_range"), "tolerance": tolerance,
             "iso_slo_ratio_by_baseline": by_baseline, "per_continent": per_continent,
-            "iso_slo_by_seed": by_seed(by_line, slo, list(seeds), central[0] if central else None),
+            "iso_slo_by_seed": by_seed(by_line, slo, list(seeds), central[0] if central else None, tolerance),
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 
@@ -322,6 +286,8 @@ def report_lines(frontier) -> list[str]:
             lines.append(f"- against {key}: cost ratio {ratio_text(v['cost'], v['kind'])}, GPU ratio "
                          f"{ratio_text(v['gpus'], v['kind'])} "
                          f"({ratio_note(v['kind'], v.get('cost_range'), missing_lines(r, key))})")
+        from sim.frontier_seeds import by_seed_line
+
         seed_line = by_seed_line(r.get("iso_slo_by_seed"), r["baseline"])
         if seed_line:
             lines.append(seed_line)

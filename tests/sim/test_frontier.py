@@ -509,10 +509,12 @@ def test_the_figure_labels_its_slo_and_shows_coinciding_least_budgets(tmp_path):
 
 
 def test_each_seeds_ratio_is_read_off_its_own_runs(tmp_path, capsys):
-    """Seed 1 meets the SLO from 21 edge GPUs and seed 2 only from 30; central from 20 on both: the mean's least
-    budget is 30 (seed 2 fails at 21), the per-seed ratios are 21/20 and 30/20, their range in JSON and report."""
+    """Seed 1 meets the SLO from 21 edge GPUs and seed 2 only from 30; central from 21 on both: the edge's mean
+    least budget is 30 (seed 2 fails at 21). Seed 1's brackets are both 20-21 (a ratio, 1.0); seed 2's edge bracket
+    21-30 is wider than the tolerance, so its ratio is the range the brackets allow (21/21 to 30/20)."""
     from types import SimpleNamespace
 
+    from sim.cli_frontier import print_frontier
     from sim.frontier import Frontier, Line, Point
     from sim.frontier_report import report_lines, summarise
 
@@ -524,20 +526,22 @@ def test_each_seeds_ratio_is_read_off_its_own_runs(tmp_path, capsys):
                       rows=[{"seed": s, "e2e_p95_ms_all": 100.0 if g >= meets_from[s] else 250.0} for s in (1, 2)])
                 for g in (10, 20, 21, 30)]
 
-    points = pts(lines[0], {1: 21, 2: 30}) + pts(lines[1], {1: 20, 2: 20})
+    points = pts(lines[0], {1: 21, 2: 30}) + pts(lines[1], {1: 21, 2: 21})
     sc = SimpleNamespace(name="toy", central=SimpleNamespace(budget="gpus"))
-    result = summarise(sc, slo, lines, points, [1, 2], None, "local", sorted({p.scale for p in points}), 0.05)
+    scales = sorted({p.scale for p in points})
+    result = summarise(sc, slo, lines, points, [1, 2], None, "local", scales, 0.05)
     assert result["deployments"]["edge"]["min_gpus_for_slo"] == 30  # the mean of seed 1's 100 and seed 2's 250 fails
     seeds = result["iso_slo_by_seed"]
-    assert seeds["least_gpus"] == {"edge": {"1": 21, "2": 30}, "central:big3": {"1": 20, "2": 20}}
-    assert seeds["gpu_ratio"] == {"1": 1.05, "2": 1.5} and seeds["gpu_ratio_range"] == [1.05, 1.5]
-    assert seeds["cost_ratio_range"] == [1.05, 1.5] and seeds["kind"] == {"1": "exact", "2": "exact"}
+    assert seeds["1"] == {"brackets_gpus": {"edge": [20, 21], "central:big3": [20, 21]}, "kind": "exact",
+                          "gpu_ratio": 1.0, "gpu_ratio_range": [0.952, 1.05]}
+    assert seeds["2"]["brackets_gpus"]["edge"] == [21, 30] and seeds["2"]["kind"] == "range"
+    assert seeds["2"]["gpu_ratio"] is None and seeds["2"]["gpu_ratio_range"] == [1.0, 1.5]
     result["wall_s"] = 0.0
     frontier = Frontier("toy", slo, lines, points, result, tmp_path, 0.0)
-    assert "GPU ratio against central:big3 1.050 (seed 1), 1.500 (seed 2)" in "\n".join(report_lines(frontier))
-    from sim.cli_frontier import print_frontier
-
+    said = ("seed 1: edge 20-21, central:big3 20-21, GPU ratio 1.000; "
+            "seed 2: edge 21-30, central:big3 20-21, GPU ratio 1.000 to 1.500")
+    assert said in "\n".join(report_lines(frontier))
     print_frontier(frontier)
-    assert "each seed alone: GPU ratio 1.050 to 1.500" in " ".join(capsys.readouterr().out.split())
-    one = summarise(sc, slo, lines, points, [1], None, "local", sorted({p.scale for p in points}), 0.05)
+    assert said in " ".join(capsys.readouterr().out.split())
+    one = summarise(sc, slo, lines, points, [1], None, "local", scales, 0.05)
     assert one["iso_slo_by_seed"] is None  # one seed: nothing to compare
