@@ -85,6 +85,9 @@ def main() -> None:
                       # "exact" only when both lines are monotone and bracketed within the tolerance
                       "iso_slo_ratio_kind": r["iso_slo_ratio_kind"],
                       "iso_slo_cost_ratio_range": r["iso_slo_cost_ratio_range"],
+                      # each seed's runs alone: the GPU ratio's range from that seed's brackets
+                      "iso_slo_gpu_ratio_range_by_seed": {s: v["gpu_ratio_range"] for s, v in
+                                                          (r.get("iso_slo_by_seed") or {}).items()},
                       "min_gpus_for_slo": {k: d["min_gpus_for_slo"] for k, d in r["deployments"].items()},
                       "min_usd_per_hour_for_slo": {k: d["min_usd_per_hour_for_slo"]
                                                    for k, d in r["deployments"].items()}}))
