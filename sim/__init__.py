@@ -28,7 +28,8 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
   :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's workers;
   :mod:`sim.sweep_plugins`: users' policies in the workers);
   :mod:`sim.frontier` (least budget per SLO, + :mod:`sim.frontier_args`, its argument checks,
-  :mod:`sim.frontier_report`, :mod:`sim.frontier_plot`);
+  :mod:`sim.frontier_brackets`, its least budgets and ratios, overall and per seed, :mod:`sim.frontier_report`,
+  :mod:`sim.frontier_plot`);
 * :mod:`sim.techniques`: serving techniques behind one seam;
 * :mod:`sim.live`: the simulator checked against the live gateway; :mod:`sim.load_validation`: one simulated
   replica checked against published closed-loop benchmark runs (``edgepop validate``, with its figure

@@ -77,7 +77,6 @@ def print_frontier(f) -> None:
     from rich.table import Table
 
     from sim import frontier_report as fr
-    from sim.frontier_seeds import by_seed_line
 
     r = f.result
     t = Table(title=f"edgepop frontier: {r['scenario']}, SLO {r['slo']['text']}, seeds {r['seeds']}")
@@ -100,6 +99,6 @@ def print_frontier(f) -> None:
     # what a bounded or unbounded ratio means (kind None: a line never met the SLO, said above)
     if r["iso_slo_ratio_kind"] in fr.BOUND_NOTE:
         console.print(fr.BOUND_NOTE[r["iso_slo_ratio_kind"]].strip(), highlight=False)
-    seed_line = by_seed_line(r.get("iso_slo_by_seed"), r["baseline"]) if fr.has_ratio(r) else None
+    seed_line = fr.by_seed_line(r.get("iso_slo_by_seed"), r["baseline"]) if fr.has_ratio(r) else None
     if seed_line:
         console.print(seed_line[2:], highlight=False)

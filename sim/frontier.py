@@ -33,7 +33,8 @@ import numpy as np
 from edgepop.errors import UserError
 from edgepop.outputs import output_folder, staged_output
 from sim.frontier_args import checked_arguments
-from sim.frontier_report import summarise, within_tolerance, write_outputs
+from sim.frontier_brackets import within_tolerance
+from sim.frontier_report import summarise, write_outputs
 from sim.scenario import no_central
 
 DEFAULT_BUDGETS = (0.1, 0.18, 0.32, 0.56, 1.0, 1.8)  # x the scenario's GPU inventory scale (x1.8 apart)

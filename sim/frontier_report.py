@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim.frontier_brackets import _known, _num, _ratio, by_seed, least, ratio_kind, ratio_range
 from sim.trace_files import trace_source
 
 CONTINENT_METRICS = ("ttft_p50_ms", "ttft_p95_ms", "slo_attainment")
@@ -18,63 +19,6 @@ MIN_CONTINENT_REQUESTS = 100  # per run: fewer and a continent's percentile is t
 METHOD = ("each point is the mean over seeds (95% interval: Student t over seeds); a budget meets the SLO when "
           "the mean of the SLO metric does; the least budget is the smallest evaluated one that meets it, found by "
           "bisection between the largest failing and the least meeting budget")
-
-
-def _num(v, digits=3):
-    return None if v is None or not np.isfinite(v) else round(float(v), digits)
-
-
-def within_tolerance(fails_gpus: int, meets_gpus: int, tolerance: float) -> bool:
-    """Whether a bracket is as narrow as bisection goes: one GPU, or ``tolerance`` of the GPUs."""
-    return meets_gpus - fails_gpus <= max(1, tolerance * meets_gpus)
-
-
-def least(points, slo, column=None, ok=None, tolerance=None) -> dict:
-    """The least evaluated budget meeting the SLO (``column``: a per-continent figure), with its bracket.
-    ``tolerance`` (a line's): say whether the bracket is narrower than it and the range the least budget lies in."""
-    done = sorted((p for p in points if p.rows or not p.feasible), key=lambda p: p.scale)
-    if ok is None:
-        def ok(p):
-            return p.meets(slo, column)
-    meeting = [p for p in done if ok(p)]
-    if not meeting:
-        top = done[-1] if done else None
-        ran = [p for p in done if p.rows]
-        return {"min_gpus_for_slo": None, "min_usd_per_hour_for_slo": None, "status": "not_met",
-                "largest_budget_tried_gpus": top.gpus if top else None,
-                "budgets_simulated": len(ran), "largest_budget_simulated_gpus": ran[-1].gpus if ran else None}
-    hi = meeting[0]
-    below = [p for p in done if p.scale < hi.scale]
-    out = {"min_gpus_for_slo": hi.gpus, "min_usd_per_hour_for_slo": hi.usd_per_hour,
-           "inventory_scale": hi.scale,
-           "status": "bracketed" if below else "at_or_below_smallest_budget",
-           "fails_at_gpus": below[-1].gpus if below else None}
-    if column is None:  # the least budget is decided on the mean over seeds; does its interval clear the SLO too?
-        iv = hi.ci95(slo.column)
-        out["interval_at_least"] = ("one seed: no interval" if iv is None else
-                                    "clears the SLO" if slo.met(iv[0]) and slo.met(iv[1]) else "straddles the SLO")
-    failing_above = [p for p in done if p.scale > hi.scale and not ok(p)]
-    if failing_above:
-        out["non_monotone"] = True  # a larger budget failed again: the metric is noisy there
-    if tolerance is not None:
-        # Where the least budget lies: above the largest failing budget below it (0 when none), and at most the
-        # least budget from which every larger one meets the SLO (None: the largest tried failed again).
-        top = hi if not failing_above else next((p for p in done if p.scale > failing_above[-1].scale), None)
-        out["range_gpus"] = [below[-1].gpus if below else 0, top.gpus if top else None]
-        out["range_usd_per_hour"] = [below[-1].usd_per_hour if below else 0.0, top.usd_per_hour if top else None]
-        out["within_tolerance"] = bool(below) and not failing_above and within_tolerance(
-            below[-1].gpus, hi.gpus, tolerance)
-    return out
-
-
-def _ratio(a, b):
-    return None if a is None or b in (None, 0) else round(a / b, 3)
-
-
-def _known(kind, ratio):
-    """The ratio, or None when it is bounded neither way (both lines met the SLO at their smallest budget): a
-    number there would read as a measured ratio (1.0: parity) to whoever reads frontier.json."""
-    return None if kind == "unknown" else ratio
 
 
 def ratio_text(ratio, kind, digits=3) -> str:
@@ -91,28 +35,25 @@ BOUND_NOTE = {"lower_bound": " A lower bound: the baseline met the SLO at the sm
                        "budget failed again)."}
 
 
-def ratio_kind(edge: dict, central: dict) -> str | None:
-    """What the iso-SLO ratio is when a least budget is only bounded: a line meeting the SLO at the smallest
-    budget may need less (its figure is an upper bound), one that never met it has no figure; with both bracketed,
-    ``range`` where a bracket is wider than the tolerance or a line is non-monotone."""
-    if edge.get("min_gpus_for_slo") is None or central.get("min_gpus_for_slo") is None:
+def by_seed_line(d: dict | None, baseline: str) -> str | None:
+    """report.md's line for :func:`by_seed`, or None."""
+    if not d:
         return None
-    e_low, c_low = (d["status"] == "at_or_below_smallest_budget" or d.get("at_or_below_smallest_budget", False)
-                    for d in (edge, central))  # (a line's status says it; a continent's least says it apart)
-    kind = {(False, False): "exact", (False, True): "lower_bound", (True, False): "upper_bound"}.get(
-        (e_low, c_low), "unknown")
-    loose = any(not d.get("within_tolerance", True) for d in (edge, central))  # (continents: not bisected)
-    return "range" if kind == "exact" and loose else kind
 
+    def bracket(b):
+        return _f(b[1]) if b[0] is None else f"{_f(b[0])}-{_f(b[1])}"
 
-def ratio_range(edge: dict, central: dict, key: str) -> list | None:
-    """[lowest, highest] the ratio can be from the two lines' ranges (``key``: range_gpus or range_usd_per_hour);
-    None for an unbounded end."""
-    e, c = edge.get(key), central.get(key)
-    if e is None or c is None or edge.get("min_gpus_for_slo") is None or central.get("min_gpus_for_slo") is None:
-        return None
-    # (no failing edge budget below, or no meeting central one above: nothing bounds the ratio from below)
-    return [None if c[1] is None or not e[0] else _ratio(e[0], c[1]), _ratio(e[1], c[0])]
+    def ratio(v):
+        if v["gpu_ratio"] is not None:
+            return _f(v["gpu_ratio"], 3)
+        rng = v["gpu_ratio_range"]
+        return (f"{_f(rng[0], 3) if rng[0] is not None else '?'} to {_f(rng[1], 3) if rng[1] is not None else '?'}"
+                if rng else (v["kind"] or "none"))
+
+    parts = [f"seed {s}: " + ", ".join(f"{k} {bracket(b)}" for k, b in v["brackets_gpus"].items())
+             + f", GPU ratio {ratio(v)}" for s, v in d.items()]
+    return (f"- each seed alone (GPUs from the largest failing to the least meeting evaluated budget on that seed's "
+            f"runs; the budgets are those the mean's bisection chose) against {baseline}: " + "; ".join(parts) + ".")
 
 
 def not_met_lines(r: dict) -> list[str]:
@@ -182,8 +123,6 @@ def point_dict(p, slo) -> dict:
 
 def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance=0.05) -> dict:
     """frontier.json (see the module docstring of :mod:`sim.frontier`)."""
-    from sim.frontier_seeds import by_seed  # (it reads this module's brackets)
-
     by_line = {line.key: [p for p in points if p.line == line] for line in lines}
     deployments = {key: least(pts, slo, tolerance=tolerance) for key, pts in by_line.items()}
     central = [line.key for line in lines if line.deployment == "central"]
@@ -286,8 +225,6 @@ def report_lines(frontier) -> list[str]:
             lines.append(f"- against {key}: cost ratio {ratio_text(v['cost'], v['kind'])}, GPU ratio "
                          f"{ratio_text(v['gpus'], v['kind'])} "
                          f"({ratio_note(v['kind'], v.get('cost_range'), missing_lines(r, key))})")
-        from sim.frontier_seeds import by_seed_line
-
         seed_line = by_seed_line(r.get("iso_slo_by_seed"), r["baseline"])
         if seed_line:
             lines.append(seed_line)
