@@ -108,5 +108,5 @@ def by_seed(by_line: dict, slo, seeds, baseline: str | None, tolerance: float) -
         out[str(seed)] = {"brackets_gpus": {k: [d.get("fails_at_gpus"), d["min_gpus_for_slo"]] for k, d in got.items()},
                           "kind": kind,
                           "gpu_ratio": _ratio(e["min_gpus_for_slo"], c["min_gpus_for_slo"]) if kind == "exact" else None,
-                          "gpu_ratio_range": ratio_range(e, c, "range_gpus") if kind in ("exact", "range") else None}
+                          "gpu_ratio_range": ratio_range(e, c, "range_gpus") if kind not in (None, "unknown") else None}
     return out

@@ -46,9 +46,11 @@ def by_seed_line(d: dict | None, baseline: str) -> str | None:
     def ratio(v):
         if v["gpu_ratio"] is not None:
             return _f(v["gpu_ratio"], 3)
-        rng = v["gpu_ratio_range"]
-        return (f"{_f(rng[0], 3) if rng[0] is not None else '?'} to {_f(rng[1], 3) if rng[1] is not None else '?'}"
-                if rng else (v["kind"] or "none"))
+        rng, kind = v["gpu_ratio_range"], v["kind"]
+        if not rng or kind is None or kind == "unknown":
+            return kind or "none (a line never met the SLO)"
+        ends = " to ".join(_f(x, 3) if x is not None else "?" for x in rng)
+        return ends if kind == "range" else f"{ends} ({kind.replace('_', ' ')})"
 
     parts = [f"seed {s}: " + ", ".join(f"{k} {bracket(b)}" for k, b in v["brackets_gpus"].items())
              + f", GPU ratio {ratio(v)}" for s, v in d.items()]
