@@ -40,7 +40,8 @@ class Central(PlacementPolicy):
     servers the size of the edge's nodes (``edge``); ``keep_groups``: a region's first replica of a model goes to
     a node where it leaves the idle GPU group a larger tensor-parallel model of the region needs (false: to the most
     idle of the fastest nodes, the rule switched off, to measure what it buys); ``without_gpus``: comma-separated
-    GPU types of the edge's fleet central does not get (an ablation: central then has fewer GPUs than the edge)."""
+    GPU types of the edge's fleet left out of central's budget (an ablation: central then has fewer GPUs than the edge,
+    or with ``budget = "usd"`` fewer dollars)."""
 
     baseline: str = "global-6"
     scale: float = 1.0
