@@ -11,8 +11,12 @@ their ingress (all, text generation, one-shot tasks), the detour's p50 / mean / 
 that both paths come from the same model, the largest difference between ``network_rtt_ms`` and the direct RTT
 for requests served at their ingress (0 up to float32 rounding). And what it does to the headline, to first order:
 the median TTFT gain of interactive text generation over central as run, and with each detour taken off its
-request's TTFT (nothing re-simulated: a direct path would also move queueing a little). The last line printed is one
-JSON object.
+request's TTFT (nothing re-simulated: a direct path would also move queueing a little).
+
+Then whether measured paths pay such a detour (``measured_relays``): in every shipped table of RTTs measured between
+one provider's regions, the triples A, B, C with B near A (within 100 km: the same metro, as a user's ingress PoP;
+and within 300 km) and C at least 300 km from both; the measured RTT(A, B) + RTT(B, C) - RTT(A, C) against the WAN
+model's for the same coordinates (see :func:`relays`). The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -69,6 +73,54 @@ def detour(sc, requests: int | None) -> dict:
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
+def relays(near_km: float = 300.0, far_km: float = 300.0) -> dict:
+    """The same detour in measured data: for every triple of regions of one provider's RTT table (A, B, C) with B
+    within ``near_km`` of A (an ingress near its user) and C at least ``far_km`` from both (a serving site farther
+    off), the measured detour RTT(A, B) + RTT(B, C) - RTT(A, C) against the WAN model's for the same coordinates,
+    whose legs each pay its fixed per-path term. Per data set and pooled: triples, median detours (ms), the median
+    of model minus measured, and the share of triples whose measured detour is below the model's fixed term."""
+    from topology.latency import default_model
+    from topology.rtt_sets import SETS, load_pairs
+
+    model = default_model()
+    base = float(model.params.base_ms)
+    per_set, pooled_meas, pooled_model = {}, [], []
+    for name in SETS:
+        pairs = load_pairs(name)
+        names = sorted(set(pairs.a) | set(pairs.b))
+        index = {n: i for i, n in enumerate(names)}
+        n = len(names)
+        meas, pred, km = (np.full((n, n), np.nan) for _ in range(3))
+        i, j = pairs.a.map(index).to_numpy(), pairs.b.map(index).to_numpy()
+        p = np.asarray(model.core_rtt_ms(pairs.lat_a, pairs.lon_a, pairs.lat_b, pairs.lon_b), dtype=float)
+        for mat, v in ((meas, pairs.rtt_ms.to_numpy(dtype=float)), (pred, p), (km, pairs.km.to_numpy(dtype=float))):
+            mat[i, j] = mat[j, i] = v
+        a, b, c = (x.reshape(-1) for x in np.meshgrid(np.arange(n), np.arange(n), np.arange(n), indexing="ij"))
+        keep = (a != b) & (b != c) & (a != c) & (km[a, b] <= near_km) & (km[a, c] >= far_km) & (km[b, c] >= far_km)
+        a, b, c = a[keep], b[keep], c[keep]
+        d_meas = meas[a, b] + meas[b, c] - meas[a, c]
+        d_model = pred[a, b] + pred[b, c] - pred[a, c]
+        ok = np.isfinite(d_meas) & np.isfinite(d_model)
+        d_meas, d_model = d_meas[ok], d_model[ok]
+        if not d_meas.size:
+            continue
+        pooled_meas.append(d_meas)
+        pooled_model.append(d_model)
+        per_set[name] = _relay_figures(d_meas, d_model, base)
+    out = {"near_km": near_km, "far_km": far_km, "model_base_ms": round(base, 3), "by_set": per_set}
+    if pooled_meas:
+        out["pooled"] = _relay_figures(np.concatenate(pooled_meas), np.concatenate(pooled_model), base)
+    return out
+
+
+def _relay_figures(d_meas: np.ndarray, d_model: np.ndarray, base: float) -> dict:
+    return {"triples": int(d_meas.size), "measured_detour_ms_p50": round(float(np.median(d_meas)), 2),
+            "model_detour_ms_p50": round(float(np.median(d_model)), 2),
+            "model_minus_measured_ms_p50": round(float(np.median(d_model - d_meas)), 2),
+            "model_minus_measured_ms_p25_p75": [round(float(np.percentile(d_model - d_meas, q)), 2) for q in (25, 75)],
+            "measured_below_base_share": round(float((d_meas < base).mean()), 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="default", help="embedded scenario name or file (default: default)")
@@ -85,7 +137,10 @@ def main() -> None:
         ap.error(f"--scenario: {args.scenario!r} does not run both an edge and a central deployment")
     if sc.jitter:  # network_rtt_ms would then be a draw around the model's RTT, not the RTT itself
         ap.error(f"--scenario: {args.scenario!r} runs with RTT jitter on: the detour needs the model's mean RTTs")
-    print(json_line(detour(sc, args.requests)))
+    result = detour(sc, args.requests)
+    # B in A's metro (as a user's ingress PoP in its city), and B within a few hundred km
+    result["measured_relays"] = {f"near_{km:g}_km": relays(near_km=km) for km in (100.0, 300.0)}
+    print(json_line(result))
 
 
 if __name__ == "__main__":
