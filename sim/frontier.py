@@ -11,7 +11,8 @@ same and their latencies compare at equal cost. The frontier
    the GPUs, or ``max_steps`` rounds were run;
 3. reports per line the least budget found (``min_gpus_for_slo``, ``min_usd_per_hour_for_slo``), the iso-SLO
    cost ratio (edge $/hour over a baseline's $/hour, both at their least budget), and the same per user
-   continent from the same runs (the least evaluated budget from which that continent's figure holds).
+   continent from the same runs (the least evaluated budget from which that continent's figure holds) and per
+   seed (each seed's runs alone: :func:`sim.frontier_brackets.by_seed`).
 
 Every round is one sweep (:func:`sim.sweep.run_sweep`), so the local pool and Ray give identical rows for the same
 seeds. Budgets where a demanded model fits no node (a tensor-parallel model with only one-GPU nodes left) are
