@@ -19,7 +19,8 @@ either end.
 Then the block length, on that same run: every headline gain's interval width when the arrival span is cut into
 each of ``--blocks`` equal-time blocks instead of the shipped 50 (``sim.gains.BLOCKS``), and per gain the widest
 width with blocks as long or longer over the shipped one's (``widest_with_longer_blocks_over_shipped``): near 1
-when 50 blocks already span the requests' correlation, above it by how much longer blocks would widen the interval.
+when 50 blocks already span the requests' correlation, above it by how much longer blocks would widen the interval
+(from correlation, or from a drift of the run's mix that every run shares: the seeds' spread above says which).
 
 And whole chat sessions against time blocks: on one run of ``--requests`` (seed 1), the standard error of the TTFT
 p50 and p95 gains of text generation when the bootstrap resamples the run's 50 time blocks (what every interval
@@ -114,9 +115,11 @@ def bootstrap_noise(run, boot_seeds: list[int]) -> dict:
 
 def block_lengths(run, counts: list[int]) -> dict:
     """Each headline gain's 95% interval width on one run when its arrival span is cut into each of ``counts``
-    equal-time blocks (the shipped bootstrap uses ``sim.gains.BLOCKS``), with the run's bootstrap seed. Widths that
-    keep growing as blocks get longer (fewer) say requests are correlated over spans longer than a block, and the
-    shipped block count's intervals are too narrow by about that ratio; a plateau says the blocks are long enough."""
+    equal-time blocks (the shipped bootstrap uses ``sim.gains.BLOCKS``), with the run's bootstrap seed. A plateau
+    says the blocks are long enough. Widths that keep growing as blocks get longer (fewer) say either that requests
+    are correlated over spans longer than a block (the shipped intervals then too narrow) or that the run's mix
+    drifts through it (a compressed day), which long blocks resample though every run shares it; the spread over
+    seeds (:func:`audit`) tells the two apart."""
     from sim.gains import BLOCKS, Bootstrap, Paired, headline_gains
     from sim.metrics import slo_met
 
