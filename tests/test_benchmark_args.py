@@ -50,6 +50,9 @@ BAD = [
     ("interval_audit.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
     ("interval_audit.py", ["--blocks", "10,x"], "--blocks: must be comma-separated whole numbers, got '10,x'"),
     ("interval_audit.py", ["--blocks", "1,50"], "--blocks: each block count must be at least 2"),
+    ("frontier_demand_proxy.py", ["--factors", "1.2,x"], "--factors: must be comma-separated numbers, got '1.2,x'"),
+    ("frontier_demand_proxy.py", ["--factors", "0"], "--factors: each factor must be between 0.1 and 10"),
+    ("frontier_demand_proxy.py", ["--seeds", "a"], "--seeds"),
     ("edge_detour.py", ["--requests", "0"], "--requests"),
     ("edge_detour.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
 ]
@@ -127,6 +130,22 @@ def test_measured_relays_through_a_metro_region_cost_what_the_wan_model_says():
     wider = relays(near_km=300.0)
     assert wider["pooled"]["triples"] > pooled["triples"] and set(wider["by_set"]) >= {"azure-2026", "gcp-2023"}
     assert abs(wider["pooled"]["model_minus_measured_ms_p50"]) <= 2.0
+
+
+def test_demand_proxy_scenarios_scale_rate_and_requests_and_nothing_else(tmp_path):
+    """The docs' table of the frontier under raised demand comes from these copies: the default scenario with its
+    workload's rps and requests x the factor (the same span), every other field as shipped."""
+    from sim.scenario import load_scenario
+
+    proxy = _module("frontier_demand_proxy")
+    base = load_scenario("default")
+    for factor, requests in ((1.45, 217_500), (1.7, 255_000)):
+        sc = load_scenario(str(proxy.scaled_scenario(factor, tmp_path)))
+        assert sc.workload.requests == requests and sc.workload.rps == pytest.approx(250.0 * factor)
+        assert sc.workload.requests / sc.workload.rps == pytest.approx(base.workload.requests / base.workload.rps)
+        assert (sc.seed, sc.gpu_inventory_scale, sc.edge, sc.central) == (base.seed, base.gpu_inventory_scale,
+                                                                        base.edge, base.central)
+    assert load_scenario(str(proxy.scaled_scenario(1.2, tmp_path, requests=1000))).workload.requests == 1200
 
 
 def test_loadtest_unloaded_p99_is_the_fewest_clients_level(monkeypatch):

@@ -1,0 +1,95 @@
+"""The default frontier with the demand raised: a proxy for a service-time model that overstates capacity.
+
+    python benchmarks/frontier_demand_proxy.py [--factors 1.2,1.45,1.7] [--seeds 1,2,3] [--requests N] [--out DIR]
+
+The calibrated roofline's simulated replica serves 1.2x (one client) to 1.7x (100-250 clients) the requests/s
+measured on the engine it was checked against (docs/perf-model.md). Were it that optimistic, every replica would
+have that much more work than the simulation gives it. This runs ``edgepop frontier`` (edge and the default
+baseline, the default budgets and bisection, ``--seeds``) on copies of the embedded ``default`` scenario whose
+``rps`` and ``requests`` are each multiplied by a factor (the same simulated span and diurnal day), and reports per
+factor each line's least budget, the largest failing one, and the iso-SLO cost ratio with its kind and range. It
+is a proxy, not the bias: the placement sees the higher demand (it would not see a slower replica), and a single
+request's prefill and decode keep their speed. ``--requests`` sets the base request count (default: the
+scenario's), multiplied by each factor like the rate. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+import time
+from pathlib import Path
+
+from edgepop.argtypes import int_list, json_line, positive_int
+
+
+def factor_list(text: str) -> list[float]:
+    """``--factors``: comma-separated numbers from 0.1 to 10, e.g. 1.2,1.45."""
+    try:
+        factors = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers, got {text!r}") from None
+    if not factors or not all(0.1 <= f <= 10 for f in factors):
+        raise argparse.ArgumentTypeError(f"each factor must be between 0.1 and 10, got {text!r}")
+    return factors
+
+
+def scaled_scenario(factor: float, folder: Path, requests: int | None = None) -> Path:
+    """A copy of the embedded ``default`` scenario with its workload's ``rps`` and ``requests`` x ``factor``."""
+    import tomllib
+
+    from sim.scenario import SCENARIO_DIR
+
+    text = (SCENARIO_DIR / "default.toml").read_text()
+    workload = tomllib.loads(text)["workload"]
+    n = round((requests or int(workload["requests"])) * factor)
+    rps = float(workload["rps"]) * factor
+    text, k1 = re.subn(r"(?m)^requests = \d+", f"requests = {n}", text, count=1)
+    text, k2 = re.subn(r"(?m)^rps = [0-9.]+", f"rps = {rps!r}", text, count=1)
+    if (k1, k2) != (1, 1):  # (the copy would silently keep the default's load)
+        raise RuntimeError("default.toml's [workload] has no 'requests = N' or 'rps = X' line to scale")
+    path = folder / f"default_demand_x{factor:g}.toml"
+    path.write_text(text)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--factors", type=factor_list, default=[1.2, 1.45, 1.7],
+                    help="demand multiples, comma-separated (default 1.2,1.45,1.7)")
+    ap.add_argument("--seeds", type=int_list, default=[1, 2, 3], help="comma-separated seeds (default 1,2,3)")
+    ap.add_argument("--requests", type=positive_int, default=None,
+                    help="base requests per run, x each factor (default: the scenario's)")
+    ap.add_argument("--out", default=None, help="folder for the scenario copies and outputs (default: a temporary one)")
+    args = ap.parse_args()
+    from edgepop.errors import UserError
+    from sim.frontier import run_frontier
+
+    folder = Path(args.out or tempfile.mkdtemp(prefix="edgepop-demand-proxy-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict = {"benchmark": "frontier_demand_proxy", "seeds": args.seeds, "factors": {}}
+    t0 = time.perf_counter()
+    for factor in args.factors:
+        path = scaled_scenario(factor, folder, args.requests)
+        t1 = time.perf_counter()
+        try:
+            f = run_frontier(str(path), slo="ttft_p95_ms=500", seeds=args.seeds, out=folder / f"x{factor:g}",
+                             progress=False)
+        except UserError as exc:  # a bad --seeds: one line, as edgepop frontier says it
+            ap.error(str(exc))
+        r = f.result
+        out["factors"][f"{factor:g}"] = {
+            "least_gpus": {k: d["min_gpus_for_slo"] for k, d in r["deployments"].items()},
+            "fails_at_gpus": {k: d.get("fails_at_gpus") for k, d in r["deployments"].items()},
+            "iso_slo_cost_ratio": r["iso_slo_cost_ratio"], "iso_slo_gpu_ratio": r["iso_slo_gpu_ratio"],
+            "iso_slo_ratio_kind": r["iso_slo_ratio_kind"], "iso_slo_gpu_ratio_range": r["iso_slo_gpu_ratio_range"],
+            "wall_s": round(time.perf_counter() - t1, 1)}
+        print(f"demand x{factor:g}: least GPUs {out['factors'][f'{factor:g}']['least_gpus']}, cost ratio "
+              f"{r['iso_slo_cost_ratio']} ({r['iso_slo_ratio_kind']})", flush=True)
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(json_line(out))
+
+
+if __name__ == "__main__":
+    main()
