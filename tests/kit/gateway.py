@@ -20,6 +20,17 @@ TINY = {"@edgepop/bert-small-classify": "bert-tiny-classify", "@edgepop/bert-sma
 
 
 
+def spent_recently(budget, account: str) -> float:
+    """Neurons ``account`` was charged today and yesterday (UTC days, all the budget keeps): a test comparing
+    what was charged before and after a request reads this, so a request that crosses midnight still counts."""
+    import time
+
+    from dataplane.gateway.limits import DAY_S
+
+    now = time.time()
+    return budget.spent(account, now) + budget.spent(account, now - DAY_S)
+
+
 def wav_bytes(seconds: float = 1.0, rate: int = 16000) -> bytes:
     """A real 16-bit mono WAV file of a 440 Hz tone (speech tasks' input)."""
     import struct

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from urllib.parse import urlsplit
 
 import pytest
-from kit.gateway import GEN, SLOW, headers
+from kit.gateway import GEN, SLOW, headers, spent_recently
 from kit.waiting import until
 
 from dataplane.gateway.errors import GatewayError
@@ -66,7 +65,7 @@ def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, pa
     charge = gw.charge
     gw.charge = lambda call, completion_tokens: (charged.append(completion_tokens), charge(call, completion_tokens))
     try:
-        spent = gw.budget.spent("alice", time.time())
+        spent = spent_recently(gw.budget, "alice")
         sock = _send_and_keep_open(url, route, {**body, "max_tokens": MAX_TOKENS, "ignore_eos": True})
         try:
             _until(lambda: _engine_tokens(gw, stand_in) > before_tokens, "the generation began")
@@ -74,7 +73,7 @@ def test_a_plain_request_whose_client_disconnects_is_cancelled(small_gateway, pa
             sock.close()
         _until(lambda: plane.snapshot()["running"] == 0 and gw.admission.leases_open == 0, "the slot was released")
         _until(lambda: _count(gw, endpoint, "499") == before_499 + 1, "the request counted as 499")
-        assert gw.budget.spent("alice", time.time()) > spent  # its work is charged, not given away
+        assert spent_recently(gw.budget, "alice") > spent  # its work is charged, not given away
     finally:
         gw.budget.per_day = per_day
         del gw.charge

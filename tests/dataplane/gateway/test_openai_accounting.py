@@ -10,7 +10,7 @@ import time
 import httpx
 import openai
 import pytest
-from kit.gateway import ALICE, EMB, GEN, SLOW, TOKENS, headers
+from kit.gateway import ALICE, EMB, GEN, SLOW, TOKENS, headers, spent_recently
 
 TINY_GEN = "@edgepop/gpt2-tiny"
 
@@ -73,7 +73,7 @@ def test_a_refused_dimensions_runs_nothing(strict_gateway):
 def test_a_stream_past_the_request_timeout_is_counted_and_charged(strict_gateway):
     url, app = strict_gateway
     gw = app.state.gateway
-    spent = gw.budget.spent("alice", time.time())
+    spent = spent_recently(gw.budget, "alice")
     stream = client(url).chat.completions.create(model=SLOW, messages=[{"role": "user", "content": "go"}],
                                                  max_tokens=900, stream=True, extra_body={"ignore_eos": True})
     with pytest.raises(openai.APIError, match="3007|past 2 s"):
@@ -83,7 +83,7 @@ def test_a_stream_past_the_request_timeout_is_counted_and_charged(strict_gateway
     while _count(url, "chat-stream", "408", SLOW) < 1:
         assert time.monotonic() < deadline, "the cut stream was never counted"
         time.sleep(0.05)
-    assert gw.budget.spent("alice", time.time()) > spent  # its prompt and the tokens sampled were charged
+    assert spent_recently(gw.budget, "alice") > spent  # its prompt and the tokens sampled were charged
 
 
 def test_a_request_past_the_request_timeout_is_not_sent_again_by_the_client(strict_gateway):
