@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import cache
 
 import numpy as np
 
@@ -80,21 +81,13 @@ def relays(near_km: float = 300.0, far_km: float = 300.0) -> dict:
     whose legs each pay its fixed per-path term. Per data set and pooled: triples, median detours (ms), the median
     of model minus measured, and the share of triples whose measured detour is below the model's fixed term."""
     from topology.latency import default_model
-    from topology.rtt_sets import SETS, load_pairs
+    from topology.rtt_sets import SETS
 
-    model = default_model()
-    base = float(model.params.base_ms)
+    base = float(default_model().params.base_ms)
     per_set, pooled_meas, pooled_model = {}, [], []
     for name in SETS:
-        pairs = load_pairs(name)
-        names = sorted(set(pairs.a) | set(pairs.b))
-        index = {n: i for i, n in enumerate(names)}
-        n = len(names)
-        meas, pred, km = (np.full((n, n), np.nan) for _ in range(3))
-        i, j = pairs.a.map(index).to_numpy(), pairs.b.map(index).to_numpy()
-        p = np.asarray(model.core_rtt_ms(pairs.lat_a, pairs.lon_a, pairs.lat_b, pairs.lon_b), dtype=float)
-        for mat, v in ((meas, pairs.rtt_ms.to_numpy(dtype=float)), (pred, p), (km, pairs.km.to_numpy(dtype=float))):
-            mat[i, j] = mat[j, i] = v
+        meas, pred, km = _set_matrices(name)
+        n = len(km)
         a, b, c = (x.reshape(-1) for x in np.meshgrid(np.arange(n), np.arange(n), np.arange(n), indexing="ij"))
         keep = (a != b) & (b != c) & (a != c) & (km[a, b] <= near_km) & (km[a, c] >= far_km) & (km[b, c] >= far_km)
         a, b, c = a[keep], b[keep], c[keep]
@@ -111,6 +104,24 @@ def relays(near_km: float = 300.0, far_km: float = 300.0) -> dict:
     if pooled_meas:
         out["pooled"] = _relay_figures(np.concatenate(pooled_meas), np.concatenate(pooled_model), base)
     return out
+
+
+@cache
+def _set_matrices(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """RTT set ``name`` as square matrices over its regions: measured RTT, the WAN model's, great-circle km (NaN
+    where a pair was not published); read once however many radii :func:`relays` is asked for."""
+    from topology.latency import default_model
+    from topology.rtt_sets import load_pairs
+
+    pairs = load_pairs(name)
+    index = {r: i for i, r in enumerate(sorted(set(pairs.a) | set(pairs.b)))}
+    n = len(index)
+    meas, pred, km = (np.full((n, n), np.nan) for _ in range(3))
+    i, j = pairs.a.map(index).to_numpy(), pairs.b.map(index).to_numpy()
+    p = np.asarray(default_model().core_rtt_ms(pairs.lat_a, pairs.lon_a, pairs.lat_b, pairs.lon_b), dtype=float)
+    for mat, v in ((meas, pairs.rtt_ms.to_numpy(dtype=float)), (pred, p), (km, pairs.km.to_numpy(dtype=float))):
+        mat[i, j] = mat[j, i] = v
+    return meas, pred, km
 
 
 def _relay_figures(d_meas: np.ndarray, d_model: np.ndarray, base: float) -> dict:

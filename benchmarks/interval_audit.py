@@ -40,7 +40,8 @@ import pandas as pd
 from edgepop.argtypes import json_line, positive_int
 
 
-def audit(scenario: str, seeds: list[int], requests: int) -> dict:
+def audit(scenario: str, seeds: list[int], requests: int, first=None) -> dict:
+    """``first``: ``_run_sides``'s run of seed 1 at ``requests``, when the caller has it (not run again)."""
     from sim.run import run_scenario
 
     points: dict[str, list[float]] = {}
@@ -49,7 +50,8 @@ def audit(scenario: str, seeds: list[int], requests: int) -> dict:
     replicas: dict[str, list[int]] = {"edge": [], "central": []}
     t0 = time.perf_counter()
     for i, seed in enumerate(seeds, 1):
-        s = run_scenario(scenario, requests=requests, seed=seed).summary
+        s = (first[0] if first is not None and seed == 1 else run_scenario(scenario, requests=requests,
+                                                                             seed=seed)).summary
         for side in replicas:
             replicas[side].append(int(s["deployments"][side]["placement"]["replicas"]))
         gains = s["gains"]
@@ -149,11 +151,12 @@ def block_lengths(run, counts: list[int]) -> dict:
     return result
 
 
-def sessions_against_blocks(scenario: str, requests: int) -> dict:
+def sessions_against_blocks(run, requests: int) -> dict:
+    """``run``: ``_run_sides``'s run of seed 1 at ``requests``."""
     from sim.gains import RESAMPLES, Bootstrap, Paired, reduction
 
     t0 = time.perf_counter()
-    out, edge, central = _run_sides(scenario, requests)
+    out, edge, central = run
     p = Paired(edge, central, 1)
     wl = out.workload.requests.set_index("request_id")
     session = wl.session_id.reindex(p.e.request_id.to_numpy()).to_numpy(dtype=np.int64)
@@ -200,13 +203,14 @@ def main() -> None:
     if not (args.bootstrap_seeds == 0 or args.bootstrap_seeds >= 2):
         ap.error(f"--bootstrap-seeds: 0 (skip) or at least 2, got {args.bootstrap_seeds}")
     check_scenario_arg(ap, args.scenario)
-    result = audit(args.scenario, list(range(1, args.seeds + 1)), args.requests)
+    first = _run_sides(args.scenario, args.requests)  # seed 1 at --requests: the audit's first run, and the sessions'
+    result = audit(args.scenario, list(range(1, args.seeds + 1)), args.requests, first)
     full = _run_sides(args.scenario, None)  # the Quick start's run (seed 1, the scenario's own size)
     if args.bootstrap_seeds:
         result["bootstrap_noise"] = bootstrap_noise(full, list(range(1, args.bootstrap_seeds + 1)))
     result["block_lengths"] = block_lengths(full, args.blocks)
     del full
-    result["sessions_against_blocks"] = sessions_against_blocks(args.scenario, args.requests)
+    result["sessions_against_blocks"] = sessions_against_blocks(first, args.requests)
     print(json_line(result))
 
 
