@@ -1,6 +1,7 @@
-"""The default frontier with the demand raised: a proxy for a service-time model that overstates capacity.
+"""The default frontier with the demand raised, or every service time: a service-time model that overstates capacity.
 
-    python benchmarks/frontier_demand_proxy.py [--factors 1.2,1.45,1.7] [--seeds 1,2,3] [--requests N] [--out DIR]
+    python benchmarks/frontier_demand_proxy.py [--kind demand|service|prefill|decode] [--factors 1.2,1.45,1.7] [--seeds 1,2,3]
+                                               [--requests N] [--out DIR]
 
 The calibrated roofline's simulated replica serves 1.2x (one client) to 1.7x (100-250 clients) the requests/s
 measured on the engine it was checked against (docs/perf-model.md). Were it that optimistic, every replica would
@@ -10,7 +11,14 @@ baseline, the default budgets and bisection, ``--seeds``) on copies of the embed
 factor each line's least budget, the largest failing one, and the iso-SLO cost ratio with its kind and range. It
 is a proxy, not the bias: the placement sees the higher demand (it would not see a slower replica), and a single
 request's prefill and decode keep their speed. ``--requests`` sets the base request count (default: the
-scenario's), multiplied by each factor like the rate. The last line printed is one JSON object.
+scenario's), multiplied by each factor like the rate.
+
+``--kind service`` runs the bias itself instead, at its crudest: the copies keep the default's demand and set
+``prefill_time_scale`` and ``decode_time_scale`` to the factor (controlplane/perf_scaled.py), so every prefill and
+decode step of every replica takes that many times as long, and the placement plans with those slower replicas.
+The measured bias grows with batch and context; a uniform factor does not, so this is the other bracket of the
+question, not the answer. ``--kind prefill`` and ``--kind decode`` scale one phase only (the other stays at 1),
+to tell which of the two moves the frontier. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -54,10 +62,33 @@ def scaled_scenario(factor: float, folder: Path, requests: int | None = None) ->
     return path
 
 
+def slowed_scenario(factor: float, folder: Path, requests: int | None = None,
+                    phases: tuple[str, ...] = ("prefill", "decode")) -> Path:
+    """A copy of the embedded ``default`` scenario with every prefill and/or decode step time (``phases``) x
+    ``factor`` (``requests``: the copy's request count, default the scenario's)."""
+    from sim.scenario import SCENARIO_DIR
+
+    text = (SCENARIO_DIR / "default.toml").read_text()
+    if requests is not None:
+        text, k = re.subn(r"(?m)^requests = \d+", f"requests = {requests}", text, count=1)
+        if k != 1:
+            raise RuntimeError("default.toml's [workload] has no 'requests = N' line")
+    # top-level fields go before the first table
+    head, sep, tail = text.partition("\n[")
+    fields = "".join(f"{phase}_time_scale = {factor!r}\n" for phase in phases)
+    text = f"{head}\n{fields}{sep}{tail}"
+    path = folder / f"default_{'service' if len(phases) == 2 else phases[0]}_x{factor:g}.toml"
+    path.write_text(text)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kind", choices=("demand", "service", "prefill", "decode"), default="demand",
+                    help="multiply the demand (default), every service time, or the prefill or decode times only "
+                         "by each factor")
     ap.add_argument("--factors", type=factor_list, default=[1.2, 1.45, 1.7],
-                    help="demand multiples, comma-separated (default 1.2,1.45,1.7)")
+                    help="multiples, comma-separated (default 1.2,1.45,1.7)")
     ap.add_argument("--seeds", type=int_list, default=[1, 2, 3], help="comma-separated seeds (default 1,2,3)")
     ap.add_argument("--requests", type=positive_int, default=None,
                     help="base requests per run, x each factor (default: the scenario's)")
@@ -68,13 +99,18 @@ def main() -> None:
 
     folder = Path(args.out or tempfile.mkdtemp(prefix="edgepop-demand-proxy-"))
     folder.mkdir(parents=True, exist_ok=True)
-    out: dict = {"benchmark": "frontier_demand_proxy", "seeds": args.seeds, "factors": {}}
+    out: dict = {"benchmark": "frontier_demand_proxy", "kind": args.kind, "seeds": args.seeds, "factors": {}}
+    phases = {"service": ("prefill", "decode"), "prefill": ("prefill",), "decode": ("decode",)}.get(args.kind)
+
+    def copy(factor: float, where: Path, requests: int | None) -> Path:
+        return scaled_scenario(factor, where, requests) if phases is None else \
+            slowed_scenario(factor, where, requests, phases)
     t0 = time.perf_counter()
     for factor in args.factors:
-        path = scaled_scenario(factor, folder, args.requests)
+        path = copy(factor, folder, args.requests)
         t1 = time.perf_counter()
         try:
-            f = run_frontier(str(path), slo="ttft_p95_ms=500", seeds=args.seeds, out=folder / f"x{factor:g}",
+            f = run_frontier(str(path), slo="ttft_p95_ms=500", seeds=args.seeds, out=folder / f"{args.kind}_x{factor:g}",
                              progress=False)
         except UserError as exc:  # a bad --seeds: one line, as edgepop frontier says it
             ap.error(str(exc))
@@ -85,7 +121,7 @@ def main() -> None:
             "iso_slo_cost_ratio": r["iso_slo_cost_ratio"], "iso_slo_gpu_ratio": r["iso_slo_gpu_ratio"],
             "iso_slo_ratio_kind": r["iso_slo_ratio_kind"], "iso_slo_gpu_ratio_range": r["iso_slo_gpu_ratio_range"],
             "wall_s": round(time.perf_counter() - t1, 1)}
-        print(f"demand x{factor:g}: least GPUs {out['factors'][f'{factor:g}']['least_gpus']}, cost ratio "
+        print(f"{args.kind} x{factor:g}: least GPUs {out['factors'][f'{factor:g}']['least_gpus']}, cost ratio "
               f"{r['iso_slo_cost_ratio']} ({r['iso_slo_ratio_kind']})", flush=True)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     print(json_line(out))

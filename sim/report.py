@@ -142,6 +142,12 @@ def notes(summary: dict) -> list[str]:
     if misroute:
         out.append(f"Imperfect anycast: {misroute:.0%} of the user cities enter the edge at their second-nearest PoP "
                    f"(drawn with seed {summary['seed']}); the rest at their nearest.")
+    scale = summary.get("service_time_scale")
+    if scale:
+        out.append(f"Service times scaled: every prefill x{scale['prefill']:g} and every decode step "
+                   f"x{scale['decode']:g} of the service-time model's, for the placement, "
+                   "the control planes and the replicas alike (prefill_time_scale, decode_time_scale: a stress "
+                   "test of its calibration, not a calibrated prediction).")
     d = summary["deployments"]
     if "edge" in d and "central" in d:
         n_e, n_c = (_get(d[k], ("ttft_ms", "n")) or 0 for k in ("edge", "central"))
@@ -192,14 +198,18 @@ def _fmt(v):
 
 
 def title_line(s: dict) -> str:
-    """The one-line title of a run from its summary: scenario, requests, seed, inventory, baseline."""
+    """The one-line title of a run from its summary: scenario, requests, seed, inventory, service-time scale (where
+    set), baseline."""
     deps = s.get("deployments") or {}
     base = f", central {s['baseline']}" if s.get("baseline") and (not deps or "central" in deps) else ""
     only = f", {next(iter(deps))} only" if len(deps) == 1 else ""
     trace = s.get("trace")
     replay = f", replaying {Path(trace['file']).name}" if trace else ""
+    scale = s.get("service_time_scale")
+    slow = "" if not scale else f", service times x{scale['prefill']:g}" if scale["prefill"] == scale["decode"] \
+        else f", prefill x{scale['prefill']:g}, decode x{scale['decode']:g}"
     return (f"edgepop simulate: {s['scenario']} ({_n(s['requests'], 'request')}{replay}, seed {s['seed']}, GPU "
-            f"inventory x{s.get('gpu_inventory_scale', 1.0):g}{base}{only})")
+            f"inventory x{s.get('gpu_inventory_scale', 1.0):g}{slow}{base}{only})")
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:

@@ -19,6 +19,7 @@ from controlplane.catalog import Catalog, default_catalog
 from controlplane.deployment import Deployment, build_deployment
 from controlplane.perf import clip_mix
 from controlplane.perf_models import build_perf
+from controlplane.perf_scaled import scaled_perf
 from controlplane.placement import PlacementError
 from edgepop.errors import UserError
 from edgepop.memory import release_large_blocks
@@ -154,7 +155,7 @@ def prepare(sc: Scenario, topo=None, trace_option: str | None = None) -> Setup:
     topo = scenario_topology(sc, topo)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = scenario_catalog(sc, tech)
-    perf = tech.perf(CachedPerf(build_perf(sc.perf, topo)))
+    perf = tech.perf(CachedPerf(scaled_perf(build_perf(sc.perf, topo), sc.prefill_time_scale, sc.decode_time_scale)))
     # again: a --trace override may change the workload's blocks (the error names the file and the trace)
     wl = sc.workload
     trace = f" with the {wl.kind} trace {wl.trace or '(shipped)'}" if wl.is_trace else ""
@@ -403,6 +404,8 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                            "jitter": f"on: {fit_jitter().source}" if sc.jitter else "off",
                            # the share of user cities anycast lands on their second-nearest PoP (0: ideal)
                            "anycast_misroute": sc.anycast_misroute}}
+    if (sc.prefill_time_scale, sc.decode_time_scale) != (1.0, 1.0):  # (absent at 1: the default's outputs stay)
+        summary["service_time_scale"] = {"prefill": sc.prefill_time_scale, "decode": sc.decode_time_scale}
     wl = sc.workload
     if wl.is_trace:  # where the arrivals came from (a Poisson run's are the scenario's own workload table)
         summary["trace"] = trace_block(wl, setup.workload, int(len(setup.frame)))

@@ -51,6 +51,9 @@ class Scenario:
     central: DeploymentConfig | None = field(default_factory=lambda: DeploymentConfig(placement="central"))
     slo: SLO = field(default_factory=SLO)
     perf: str = "roofline"  # or the path of a profile table written by `edgepop profile`
+    # x every prefill and decode step time of the perf model (controlplane.perf_scaled): a calibration stress test
+    prefill_time_scale: float = 1.0
+    decode_time_scale: float = 1.0
     catalog: str | None = None
     last_mile_ms: float = 10.0
     last_mile: str = "fixed"  # or "country" / "continent": M-Lab access RTT medians (topology.last_mile)
@@ -149,6 +152,9 @@ def check_values(sc: Scenario, source: str) -> None:
                         f"got {sc.last_mile!r}")
     if sc.last_mile_ms > 86_400_000:  # (a day, as the gateway's config takes)
         raise UserError(f"{source}: field 'last_mile_ms' must be at most 86400000, got {sc.last_mile_ms!r}")
+    for name in ("prefill_time_scale", "decode_time_scale"):
+        if getattr(sc, name) > 100:  # (a replica 100x slower than the model is no longer a calibration question)
+            raise UserError(f"{source}: field {name!r} must be at most 100, got {getattr(sc, name)!r}")
     if sc.gpu_inventory_scale > 100:  # over 200,000 GPUs at the edge
         raise UserError(f"{source}: field 'gpu_inventory_scale' must be at most 100, got {sc.gpu_inventory_scale!r}")
     if 0 < sc.sample_s < 0.01:  # a sample of the whole fleet every sample_s simulated seconds
@@ -158,6 +164,7 @@ def check_values(sc: Scenario, source: str) -> None:
     if not 0.0 <= sc.anycast_misroute <= 1.0:
         raise UserError(f"{source}: field 'anycast_misroute' must be in [0, 1], got {sc.anycast_misroute!r}")
     for name, value in (("gpu_inventory_scale", sc.gpu_inventory_scale), ("sample_s", sc.sample_s),
+                        ("prefill_time_scale", sc.prefill_time_scale), ("decode_time_scale", sc.decode_time_scale),
                         ("planning_rps", sc.planning_rps), ("[slo] ttft_ms", sc.slo.ttft_ms),
                         ("[slo] tpot_ms", sc.slo.tpot_ms), ("[slo] e2e_ms", sc.slo.e2e_ms)):
         if value is not None and not value > 0:  # (finite: checked with the types)

@@ -53,6 +53,7 @@ BAD = [
     ("frontier_demand_proxy.py", ["--factors", "1.2,x"], "--factors: must be comma-separated numbers, got '1.2,x'"),
     ("frontier_demand_proxy.py", ["--factors", "0"], "--factors: each factor must be between 0.1 and 10"),
     ("frontier_demand_proxy.py", ["--seeds", "a"], "--seeds"),
+    ("frontier_demand_proxy.py", ["--kind", "speed"], "--kind: invalid choice: 'speed'"),
     ("edge_detour.py", ["--requests", "0"], "--requests"),
     ("edge_detour.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
 ]
@@ -146,6 +147,21 @@ def test_demand_proxy_scenarios_scale_rate_and_requests_and_nothing_else(tmp_pat
         assert (sc.seed, sc.gpu_inventory_scale, sc.edge, sc.central) == (base.seed, base.gpu_inventory_scale,
                                                                         base.edge, base.central)
     assert load_scenario(str(proxy.scaled_scenario(1.2, tmp_path, requests=1000))).workload.requests == 1200
+
+
+def test_slowed_scenarios_scale_service_times_and_nothing_else(tmp_path):
+    """The frontier under slower replicas: the default scenario with one or both service-time scales set."""
+    from dataclasses import replace
+
+    from sim.scenario import load_scenario
+
+    proxy = _module("frontier_demand_proxy")
+    base = load_scenario("default")
+    for phases, want in ((("prefill", "decode"), (1.45, 1.45)), (("prefill",), (1.45, 1.0)), (("decode",), (1.0, 1.45))):
+        sc = load_scenario(str(proxy.slowed_scenario(1.45, tmp_path, phases=phases)))
+        assert (sc.prefill_time_scale, sc.decode_time_scale) == want
+        assert replace(sc, prefill_time_scale=1.0, decode_time_scale=1.0, name=base.name, source=base.source) == base
+    assert load_scenario(str(proxy.slowed_scenario(1.2, tmp_path, requests=1000))).workload.requests == 1000
 
 
 def test_loadtest_unloaded_p99_is_the_fewest_clients_level(monkeypatch):

@@ -138,6 +138,9 @@ BAD_FIELDS = [
     # sizes and values that would overflow, hang or exhaust memory
     ("sample_s = 1e-6\n", "'sample_s' must be at least 0.01"),
     ("gpu_inventory_scale = 1e9\n", "'gpu_inventory_scale' must be at most 100"),
+    ("prefill_time_scale = 0.0\n", "mine.toml: field 'prefill_time_scale' must be positive, got 0.0"),
+    ("decode_time_scale = 1e9\n", "mine.toml: field 'decode_time_scale' must be at most 100, got 1000000000.0"),
+    ('decode_time_scale = "2"\n', "'decode_time_scale' must be a finite number, got '2'"),
     ("gpu_inventory_scale = 1e-9\n", "mine.toml: field 'gpu_inventory_scale': GPU inventory scale 1e-09 leaves no GPU"),
     ("seed = 18446744073709551616\n", "'seed' must be at most 2**63 - 1"),
     ("[workload]\nrps = 1e300\n", "rps must be in"),
