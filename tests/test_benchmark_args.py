@@ -54,6 +54,8 @@ BAD = [
     ("frontier_demand_proxy.py", ["--factors", "0"], "--factors: each factor must be between 0.1 and 10"),
     ("frontier_demand_proxy.py", ["--seeds", "a"], "--seeds"),
     ("frontier_demand_proxy.py", ["--kind", "speed"], "--kind: invalid choice: 'speed'"),
+    ("prefill_wait.py", ["--prefill-scale", "0"], "--prefill-scale: must be in (0, 100], got '0'"),
+    ("prefill_wait.py", ["--scenario", "nosuch"], "scenario 'nosuch' not found"),
     ("edge_detour.py", ["--requests", "0"], "--requests"),
     ("edge_detour.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
 ]
@@ -221,3 +223,26 @@ def test_image_pass_candidates_are_fitted_and_checked_as_the_shipped_profile_and
         assert c["check_mape"] == pytest.approx(np.mean(np.abs(list(errors.values()))), abs=2e-3)
         assert c["in_sample_mape"] < c["check_mape"]
         assert f"{c['check_mape']:.1%}" in docs, name
+
+
+def test_prefill_wait_splits_what_the_replicas_took(monkeypatch):
+    """Own prefill + wait is each request's prefill_ms, and no request waited less than nothing: the replicas'
+    lone prefill is the run's own (scaled) service-time model, so the split reads the simulator's own times."""
+    from controlplane.perf_models import build_perf
+    from controlplane.perf_scaled import scaled_perf
+    from sim.perfcache import CachedPerf
+    from sim.run import run_scenario, scenario_catalog, scenario_topology
+    from sim.scenario import load_scenario, with_overrides
+
+    sc = with_overrides(load_scenario("small"), prefill_time_scale=1.5, gpu_inventory_scale=0.03)
+    out = run_scenario(sc, requests=1500)
+    perf = CachedPerf(scaled_perf(build_perf(sc.perf, scenario_topology(sc)), 1.5, 1.0))
+    got = _module("prefill_wait").split(out, perf, scenario_catalog(sc))
+    assert set(got) == {"edge", "central"}
+    waited = 0.0
+    for block in got.values():
+        for r in block["models"].values():
+            assert r["wait_min_ms"] == 0.0 and r["own_prefill_p50_ms"] > 0
+            assert r["replicas"] >= 1 and r["gpus"] >= 1
+            waited += r["wait_mean_ms"] * r["requests"]
+    assert waited > 0  # at 3% of the GPUs some prompt waited
