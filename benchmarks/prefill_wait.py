@@ -2,7 +2,7 @@
 replica, per deployment.
 
     python benchmarks/prefill_wait.py [--scenario default] [--inventory-scale X] [--prefill-scale F]
-                                      [--decode-scale F] [--requests N] [--seed S]
+                                      [--decode-scale F] [--edge-utilisation-cap C] [--requests N] [--seed S]
 
 Runs the scenario (with the given overrides) and, for the text-generation requests that ended ok, splits each one's
 ``prefill_ms`` (from joining its replica to its first token) into its *own* prefill (the run's service-time model,
@@ -72,6 +72,9 @@ def main() -> None:
                     help="the scenario's gpu_inventory_scale (default: its own)")
     ap.add_argument("--prefill-scale", type=positive_float, default=None, help="prefill_time_scale (default: its own)")
     ap.add_argument("--decode-scale", type=positive_float, default=None, help="decode_time_scale (default: its own)")
+    ap.add_argument("--edge-utilisation-cap", type=positive_float, default=None,
+                    help="[edge] utilisation_cap: the share of each replica's capacity the placement plans to use "
+                         "(default: the scenario's)")
     ap.add_argument("--requests", type=positive_int, default=None, help="requests (default: the scenario's)")
     ap.add_argument("--seed", type=int, default=None, help="seed (default: the scenario's)")
     args = ap.parse_args()
@@ -87,6 +90,10 @@ def main() -> None:
         sc = replace(sc, **{k: v for k, v in (("gpu_inventory_scale", args.inventory_scale),
                                               ("prefill_time_scale", args.prefill_scale),
                                               ("decode_time_scale", args.decode_scale)) if v is not None})
+        if args.edge_utilisation_cap is not None:
+            if args.edge_utilisation_cap > 1:
+                ap.error(f"--edge-utilisation-cap must be at most 1, got {args.edge_utilisation_cap:g}")
+            sc = replace(sc, edge=replace(sc.edge, utilisation_cap=args.edge_utilisation_cap))
         out = run_scenario(sc, requests=args.requests, seed=args.seed)
     except UserError as exc:
         ap.error(str(exc))
@@ -101,6 +108,7 @@ def main() -> None:
                   f"prefill {r['own_prefill_p50_ms']}/{r['own_prefill_p95_ms']}, wait mean {r['wait_mean_ms']} "
                   f"p50 {r['wait_p50_ms']} p95 {r['wait_p95_ms']} ms")
     print(json_line({"benchmark": "prefill_wait", "scenario": sc.name, "seed": out.summary["seed"],
+                     "edge_utilisation_cap": sc.edge.utilisation_cap,
                      "requests": out.summary["requests"], "gpu_inventory_scale": sc.gpu_inventory_scale,
                      "prefill_time_scale": sc.prefill_time_scale, "decode_time_scale": sc.decode_time_scale,
                      "deployments": result}))

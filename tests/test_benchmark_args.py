@@ -56,6 +56,7 @@ BAD = [
     ("frontier_demand_proxy.py", ["--kind", "speed"], "--kind: invalid choice: 'speed'"),
     ("prefill_wait.py", ["--prefill-scale", "0"], "--prefill-scale: must be in (0, 100], got '0'"),
     ("prefill_wait.py", ["--scenario", "nosuch"], "scenario 'nosuch' not found"),
+    ("prefill_wait.py", ["--edge-utilisation-cap", "1.5"], "--edge-utilisation-cap must be at most 1, got 1.5"),
     ("edge_detour.py", ["--requests", "0"], "--requests"),
     ("edge_detour.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
 ]
