@@ -4,7 +4,8 @@ Start with :mod:`controlplane.routing.base` (the :class:`Router` interface, :cla
 nearest-with-capacity building block every policy falls back to); docs/routing.md describes every policy.
 Importing this package registers the built-in policies, one module each: ``nearest-with-capacity``
 (:mod:`controlplane.routing.nearest`), ``nearest-balanced`` (:mod:`controlplane.routing.balanced`), ``p2c``
-(:mod:`controlplane.routing.p2c`), ``latency-load`` (:mod:`controlplane.routing.latency_load`),
+(:mod:`controlplane.routing.p2c`), ``latency-load`` (:mod:`controlplane.routing.latency_load`), ``least-ttft``
+(:mod:`controlplane.routing.least_ttft`),
 ``session-affinity`` (:mod:`controlplane.routing.affinity`), ``prefix-aware`` (:mod:`controlplane.routing.prefix`)
 and the ``adapter-aware`` wrapper (:mod:`controlplane.routing.adapter`); the two preference routers share the
 load gate of :mod:`controlplane.routing.prefer`. A new policy is a ``Router`` subclass decorated with
@@ -17,6 +18,7 @@ from controlplane.routing import (  # noqa: F401  (register the policies)
     affinity,
     balanced,
     latency_load,
+    least_ttft,
     nearest,
     p2c,
     prefix,

@@ -11,7 +11,7 @@ from sim.run import run_scenario
 
 @pytest.mark.parametrize("table, text, message", [
     ("edge", 'router = "neerest"', r"s\.toml \[edge\]: field 'router': unknown routing policy 'neerest' \(known: "
-                                   r"adapter-aware, latency-load, nearest-balanced, nearest-with-capacity, p2c, prefix-aware"),
+                                   r"adapter-aware, latency-load, least-ttft, nearest-balanced, nearest-with-capacity, p2c, prefix-aware"),
     ("edge", 'router = "p2c"\nrouter_options = { kk = 2 }',
      r"s\.toml \[edge\] router_options: routing policy 'p2c' has no option 'kk' \(options: k\)"),
     ("edge", 'router = "p2c"\nrouter_options = { k = "2" }', r"option 'k' must be an integer, got '2'"),

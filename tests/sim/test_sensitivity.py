@@ -20,7 +20,7 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     rows = {r["variant"]: r for r in summary["sensitivity"]["rows"]}
     assert list(rows) == ["as run", "edge GPU inventory x0.5", "edge GPU inventory x2", "edge utilisation_cap 0.35",
                           "router window_ms 10 (both)",  # small's routers have no window
-                          "central racked like the edge", "anycast: 20% of user cities one PoP off",
+                          "router least-ttft (both)", "central racked like the edge", "anycast: 20% of user cities one PoP off",
                           "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
     headline = rows["as run"]
     assert headline["gpus"] == 228 and rows["edge GPU inventory x0.5"]["gpus"] == 114
@@ -28,6 +28,8 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert rows["router window_ms 10 (both)"]["gpus"] == 228  # the same fleets, routed differently
     windowed = rows["router window_ms 10 (both)"]  # (at this light load the median request stays where it was)
     assert (windowed["edge_ttft_p95_ms"], windowed["edge_busy"]) != (headline["edge_ttft_p95_ms"], headline["edge_busy"])
+    routed = rows["router least-ttft (both)"]  # the same fleets; prompts sent where they start prefilling soonest
+    assert routed["gpus"] == 228 and routed["edge_ttft_p95_ms"] != headline["edge_ttft_p95_ms"]
     racked = rows["central racked like the edge"]  # the same edge; central's GPUs in smaller servers
     assert racked["gpus"] == 228 and racked["edge_ttft_p95_ms"] == headline["edge_ttft_p95_ms"]
     assert racked["central_busy"] != headline["central_busy"]  # (at this light load the latencies hardly move)

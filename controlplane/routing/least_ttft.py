@@ -1,0 +1,91 @@
+"""``least-ttft``: the replica that would give the earliest first token, counting the prompts already sent to it.
+
+A replica with a free batch slot can start a request at once in the control plane's books, but a prompt that
+reaches it while it prefills others waits for them: with long prompts of a big model, a replica that serves its
+city alone makes the unlucky ones wait seconds while a replica one PoP away idles (docs/frontier.md, "Slower
+replicas"). ``nearest-balanced`` and ``latency-load`` count sequences, not that backlog. This router keeps its own
+account of it: per replica, when the prefills it has routed there should be done (each one starting when the
+request arrives, half its RTT after the decision, or when the earlier ones end, and taking the replica's linear
+prefill estimate from the service-time model). Each replica that can start the request now gets a predicted first
+token, RTT + backlog + own prefill (in RTT order, until the RTT alone is past the window of the earliest so far:
+no later one can do better); of those within ``window_ms`` of the earliest it takes
+the least expected work (as ``nearest-balanced`` weighs it; ties: the earlier first token, then the nearer). When
+none can start it, nearest-with-capacity decides.
+
+The account is the router's estimate, not the engine's state: prompts prefilled together cost less than one after
+another, decode steps interleave, and a request the control plane queues or loses is not taken back. It needs
+the control plane's service-time estimates; without them every backlog is 0 and the rule is the nearest replica
+that can start the request.
+"""
+
+from __future__ import annotations
+
+import math
+
+from controlplane.routing.base import ROUTERS, START, Decision, Router
+from controlplane.state import Request
+
+
+@ROUTERS.register("least-ttft")
+class LeastTTFT(Router):
+    """Predicted first token = RTT + prefill backlog (this router's account) + own prefill, for every replica that
+    can start the request and could come within ``window_ms`` of the earliest; the least expected work within
+    ``window_ms`` of the earliest; else nearest-with-capacity."""
+
+    def __init__(self, state, rng=None, window_ms: float = 10.0):
+        super().__init__(state, rng)
+        self.check_options(window_ms)
+        self.window_ms = float(window_ms)
+        self._done_at: dict[int, float] = {}  # replica id -> when the prefills routed to it should be done (s)
+
+    @staticmethod
+    def check_options(window_ms: float = 10.0) -> None:
+        """The options' values (the registry calls it when a scenario or config is read)."""
+        if not (isinstance(window_ms, int | float) and math.isfinite(window_ms) and 0 <= window_ms <= 1000):
+            raise ValueError(f"window_ms must be in [0, 1000] ms, got {window_ms!r}")
+
+    def route(self, req: Request, now: float) -> Decision:
+        state = self.state
+        cands, rtts = state.candidates(req.ingress, req.model)
+        scored, whole = self._scored(req, now, cands, rtts)
+        if not whole and len(cands) < len(state.by_model.get(req.model, ())):
+            # the truncated list ended before the window did: the replicas past it may hold the best
+            cands, rtts = state.candidates(req.ingress, req.model, full=True)
+            scored, _ = self._scored(req, now, cands, rtts)
+        if not scored:
+            return self.nearest_with_capacity(req, cands, rtts)
+        # Within window_ms of the earliest predicted first token, the least expected work (as nearest-balanced
+        # weighs it; ties: the earlier first token, then the nearer): a first-token rule alone sends every request
+        # to a site's fastest GPU type until its batch is full while the others idle, and TPOT pays for it.
+        limit = min(scored)[0] + self.window_ms
+        _, _, best, start = min(((cands[i].active + 1) * (cands[i].est_request_ms or 1.0), score, i, start)
+                                for score, i, start in scored if score <= limit)
+        r = cands[best]
+        self._done_at[r.id] = start + self._prefill_ms(r, req.prompt_tokens) / 1e3
+        return Decision(START, r, rtts[best])
+
+    @staticmethod
+    def _prefill_ms(r, tokens: int) -> float:
+        ms = r.est_prefill_a + r.est_prefill_b * tokens
+        return ms if ms > 0.0 else 0.0
+
+    def _scored(self, req: Request, now: float, cands, rtts) -> tuple[list, bool]:
+        """(predicted first token ms, index, when its prefill would start) of each replica in ``cands`` that can
+        start ``req``, in RTT order up to the first whose RTT alone is past the window of the best so far (no later
+        one can enter it: a prediction is at least the RTT); and whether that bound, not the list's end, ended it."""
+        kv, tokens, done_at, window = req.kv_tokens, req.prompt_tokens, self._done_at, self.window_ms
+        scored, limit = [], math.inf
+        for i, r in enumerate(cands):
+            rtt = rtts[i]
+            if rtt > limit:
+                return scored, True
+            if not r.can_start(kv):
+                continue
+            arrive = now + rtt / 2e3  # (one way: the prompt reaches the replica, the first token comes back)
+            start = done_at.get(r.id, 0.0)
+            start = arrive if start < arrive else start
+            score = rtt / 2 + (start - now) * 1e3 + self._prefill_ms(r, tokens)
+            scored.append((score, i, start))
+            if score + window < limit:
+                limit = score + window
+        return scored, False
