@@ -1,7 +1,7 @@
 """The default frontier with the demand raised, or every service time: a service-time model that overstates capacity.
 
     python benchmarks/frontier_demand_proxy.py [--kind demand|service|prefill|decode] [--factors 1.2,1.45,1.7] [--seeds 1,2,3]
-                                               [--requests N] [--out DIR]
+                                               [--router least-ttft] [--requests N] [--out DIR]
 
 The calibrated roofline's simulated replica serves 1.2x (one client) to 1.7x (100-250 clients) the requests/s
 measured on the engine it was checked against (docs/perf-model.md). Were it that optimistic, every replica would
@@ -18,7 +18,9 @@ scenario's), multiplied by each factor like the rate.
 decode step of every replica takes that many times as long, and the placement plans with those slower replicas.
 The measured bias grows with batch and context; a uniform factor does not, so this is the other bracket of the
 question, not the answer. ``--kind prefill`` and ``--kind decode`` scale one phase only (the other stays at 1),
-to tell which of the two moves the frontier. The last line printed is one JSON object.
+to tell which of the two moves the frontier. ``--router NAME`` routes both deployments of every copy by that policy
+instead of the default's (its ``window_ms`` kept), e.g. ``least-ttft``, which counts the prefills queued at each
+replica. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -82,6 +84,16 @@ def slowed_scenario(factor: float, folder: Path, requests: int | None = None,
     return path
 
 
+def with_router(path: Path, router: str) -> Path:
+    """The scenario copy at ``path`` with both deployments routed by ``router`` (their options kept), renamed."""
+    text, k = re.subn(r'(?m)^router = "[^"]*"', f'router = "{router}"', path.read_text())
+    if k != 2:  # (the copy would silently keep one side's router)
+        raise RuntimeError(f"{path.name}: expected one 'router = ...' line in [edge] and one in [central], found {k}")
+    out = path.with_name(f"{path.stem}_{router}.toml")
+    out.write_text(text)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kind", choices=("demand", "service", "prefill", "decode"), default="demand",
@@ -90,6 +102,8 @@ def main() -> None:
     ap.add_argument("--factors", type=factor_list, default=[1.2, 1.45, 1.7],
                     help="multiples, comma-separated (default 1.2,1.45,1.7)")
     ap.add_argument("--seeds", type=int_list, default=[1, 2, 3], help="comma-separated seeds (default 1,2,3)")
+    ap.add_argument("--router", default=None,
+                    help="route both deployments by this policy (default: the scenario's, nearest-balanced)")
     ap.add_argument("--requests", type=positive_int, default=None,
                     help="base requests per run, x each factor (default: the scenario's)")
     ap.add_argument("--out", default=None, help="folder for the scenario copies and outputs (default: a temporary one)")
@@ -99,7 +113,13 @@ def main() -> None:
 
     folder = Path(args.out or tempfile.mkdtemp(prefix="edgepop-demand-proxy-"))
     folder.mkdir(parents=True, exist_ok=True)
-    out: dict = {"benchmark": "frontier_demand_proxy", "kind": args.kind, "seeds": args.seeds, "factors": {}}
+    if args.router is not None:
+        from controlplane.routing import ROUTERS
+
+        if args.router not in ROUTERS:
+            ap.error(f"--router: unknown routing policy {args.router!r} (known: {', '.join(ROUTERS.names())})")
+    out: dict = {"benchmark": "frontier_demand_proxy", "kind": args.kind, "router": args.router,
+                 "seeds": args.seeds, "factors": {}}
     phases = {"service": ("prefill", "decode"), "prefill": ("prefill",), "decode": ("decode",)}.get(args.kind)
 
     def copy(factor: float, where: Path, requests: int | None) -> Path:
@@ -108,9 +128,11 @@ def main() -> None:
     t0 = time.perf_counter()
     for factor in args.factors:
         path = copy(factor, folder, args.requests)
+        if args.router is not None:
+            path = with_router(path, args.router)
         t1 = time.perf_counter()
         try:
-            f = run_frontier(str(path), slo="ttft_p95_ms=500", seeds=args.seeds, out=folder / f"{args.kind}_x{factor:g}",
+            f = run_frontier(str(path), slo="ttft_p95_ms=500", seeds=args.seeds, out=folder / path.stem,
                              progress=False)
         except UserError as exc:  # a bad --seeds: one line, as edgepop frontier says it
             ap.error(str(exc))

@@ -54,6 +54,7 @@ BAD = [
     ("frontier_demand_proxy.py", ["--factors", "0"], "--factors: each factor must be between 0.1 and 10"),
     ("frontier_demand_proxy.py", ["--seeds", "a"], "--seeds"),
     ("frontier_demand_proxy.py", ["--kind", "speed"], "--kind: invalid choice: 'speed'"),
+    ("frontier_demand_proxy.py", ["--router", "nosuch"], "--router: unknown routing policy 'nosuch'"),
     ("prefill_wait.py", ["--prefill-scale", "0"], "--prefill-scale: must be in (0, 100], got '0'"),
     ("prefill_wait.py", ["--scenario", "nosuch"], "scenario 'nosuch' not found"),
     ("prefill_wait.py", ["--edge-utilisation-cap", "1.5"], "--edge-utilisation-cap must be at most 1, got 1.5"),
@@ -165,6 +166,10 @@ def test_slowed_scenarios_scale_service_times_and_nothing_else(tmp_path):
         assert (sc.prefill_time_scale, sc.decode_time_scale) == want
         assert replace(sc, prefill_time_scale=1.0, decode_time_scale=1.0, name=base.name, source=base.source) == base
     assert load_scenario(str(proxy.slowed_scenario(1.2, tmp_path, requests=1000))).workload.requests == 1000
+    routed = load_scenario(str(proxy.with_router(proxy.slowed_scenario(1.0, tmp_path), "least-ttft")))
+    assert (routed.edge.router, routed.central.router) == ("least-ttft", "least-ttft")
+    assert routed.edge.router_options == base.edge.router_options  # (the window kept)
+    assert replace(routed, edge=base.edge, central=base.central, name=base.name, source=base.source) == base
 
 
 def test_loadtest_unloaded_p99_is_the_fewest_clients_level(monkeypatch):

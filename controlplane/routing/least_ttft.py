@@ -58,8 +58,13 @@ class LeastTTFT(Router):
         # weighs it; ties: the earlier first token, then the nearer): a first-token rule alone sends every request
         # to a site's fastest GPU type until its batch is full while the others idle, and TPOT pays for it.
         limit = min(scored)[0] + self.window_ms
-        _, _, best, start = min(((cands[i].active + 1) * (cands[i].est_request_ms or 1.0), score, i, start)
-                                for score, i, start in scored if score <= limit)
+        best, best_key, start = -1, None, 0.0
+        for score, i, at in scored:
+            if score <= limit:
+                r = cands[i]
+                key = ((r.active + 1) * (r.est_request_ms or 1.0), score, i)
+                if best < 0 or key < best_key:
+                    best, best_key, start = i, key, at
         r = cands[best]
         self._done_at[r.id] = start + self._prefill_ms(r, req.prompt_tokens) / 1e3
         return Decision(START, r, rtts[best])
@@ -71,21 +76,32 @@ class LeastTTFT(Router):
 
     def _scored(self, req: Request, now: float, cands, rtts) -> tuple[list, bool]:
         """(predicted first token ms, index, when its prefill would start) of each replica in ``cands`` that can
-        start ``req``, in RTT order up to the first whose RTT alone is past the window of the best so far (no later
-        one can enter it: a prediction is at least the RTT); and whether that bound, not the list's end, ended it."""
-        kv, tokens, done_at, window = req.kv_tokens, req.prompt_tokens, self._done_at, self.window_ms
-        scored, limit = [], math.inf
+        start ``req`` and comes within the window of the best found before it, in RTT order up to the first whose
+        RTT alone is past that window (no later one can enter it: a prediction is at least the RTT); and whether that
+        bound, not the list's end, ended it."""
+        kv, tokens, done_at, window = req.kv_charge, req.prompt_tokens, self._done_at, self.window_ms
+        if kv < 0:
+            kv = req.prompt_tokens + req.output_tokens  # req.kv_tokens, inlined (as nearest-balanced does)
+        stats = cands[0].stats if cands else None
+        if stats is not None and stats.free <= 0:
+            return [], True  # a saturated model: no replica can start it
+        # r.can_start(kv), inlined: free_set holds exactly the up, READY replicas with a free slot
+        free = stats.free_set if stats is not None else None
+        scored, limit, get = [], math.inf, done_at.get
         for i, r in enumerate(cands):
             rtt = rtts[i]
             if rtt > limit:
                 return scored, True
-            if not r.can_start(kv):
+            if (r not in free if free is not None else not r.can_start(kv)) or r.kv_used + kv > r.kv_capacity:
                 continue
-            arrive = now + rtt / 2e3  # (one way: the prompt reaches the replica, the first token comes back)
-            start = done_at.get(r.id, 0.0)
-            start = arrive if start < arrive else start
-            score = rtt / 2 + (start - now) * 1e3 + self._prefill_ms(r, tokens)
-            scored.append((score, i, start))
+            half = rtt / 2
+            start = get(r.id, 0.0)
+            wait = (start - now) * 1e3 - half  # the backlog left when the prompt arrives, if any
+            own = r.est_prefill_a + r.est_prefill_b * tokens
+            score = rtt + (wait if wait > 0.0 else 0.0) + (own if own > 0.0 else 0.0)
+            if score > limit:
+                continue  # outside the window of one found already: the window only narrows
+            scored.append((score, i, start if wait > 0.0 else now + half / 1e3))
             if score + window < limit:
                 limit = score + window
         return scored, False
