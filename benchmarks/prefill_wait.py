@@ -2,7 +2,8 @@
 replica, per deployment.
 
     python benchmarks/prefill_wait.py [--scenario default] [--inventory-scale X] [--prefill-scale F]
-                                      [--decode-scale F] [--edge-utilisation-cap C] [--requests N] [--seed S]
+                                      [--decode-scale F] [--edge-utilisation-cap C] [--router NAME]
+                                      [--requests N] [--seed S]
 
 Runs the scenario (with the given overrides) and, for the text-generation requests that ended ok, splits each one's
 ``prefill_ms`` (from joining its replica to its first token) into its *own* prefill (the run's service-time model,
@@ -75,6 +76,8 @@ def main() -> None:
     ap.add_argument("--edge-utilisation-cap", type=positive_float, default=None,
                     help="[edge] utilisation_cap: the share of each replica's capacity the placement plans to use "
                          "(default: the scenario's)")
+    ap.add_argument("--router", default=None,
+                    help="route both deployments by this policy, their router options kept (default: the scenario's)")
     ap.add_argument("--requests", type=positive_int, default=None, help="requests (default: the scenario's)")
     ap.add_argument("--seed", type=int, default=None, help="seed (default: the scenario's)")
     args = ap.parse_args()
@@ -94,6 +97,11 @@ def main() -> None:
             if args.edge_utilisation_cap > 1:
                 ap.error(f"--edge-utilisation-cap must be at most 1, got {args.edge_utilisation_cap:g}")
             sc = replace(sc, edge=replace(sc.edge, utilisation_cap=args.edge_utilisation_cap))
+        if args.router is not None:
+            from sim.scenario import check_scenario
+
+            sc = check_scenario(replace(sc, edge=replace(sc.edge, router=args.router),
+                                        central=sc.central and replace(sc.central, router=args.router)))
         out = run_scenario(sc, requests=args.requests, seed=args.seed)
     except UserError as exc:
         ap.error(str(exc))
@@ -108,7 +116,7 @@ def main() -> None:
                   f"prefill {r['own_prefill_p50_ms']}/{r['own_prefill_p95_ms']}, wait mean {r['wait_mean_ms']} "
                   f"p50 {r['wait_p50_ms']} p95 {r['wait_p95_ms']} ms")
     print(json_line({"benchmark": "prefill_wait", "scenario": sc.name, "seed": out.summary["seed"],
-                     "edge_utilisation_cap": sc.edge.utilisation_cap,
+                     "edge_utilisation_cap": sc.edge.utilisation_cap, "router": sc.edge.router,
                      "requests": out.summary["requests"], "gpu_inventory_scale": sc.gpu_inventory_scale,
                      "prefill_time_scale": sc.prefill_time_scale, "decode_time_scale": sc.decode_time_scale,
                      "deployments": result}))

@@ -58,6 +58,7 @@ BAD = [
     ("prefill_wait.py", ["--prefill-scale", "0"], "--prefill-scale: must be in (0, 100], got '0'"),
     ("prefill_wait.py", ["--scenario", "nosuch"], "scenario 'nosuch' not found"),
     ("prefill_wait.py", ["--edge-utilisation-cap", "1.5"], "--edge-utilisation-cap must be at most 1, got 1.5"),
+    ("prefill_wait.py", ["--router", "nosuch"], "unknown routing policy 'nosuch'"),
     ("edge_detour.py", ["--requests", "0"], "--requests"),
     ("edge_detour.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
 ]
