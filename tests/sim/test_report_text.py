@@ -72,7 +72,8 @@ def test_sensitivity_help_names_every_variant_it_runs(capsys):
     start = text.index("--sensitivity also")
     help_text = text[start:text.index("--seeds LIST", start)]
     kinds = {"edge GPU inventory x": lambda n: n.split()[-1], "edge utilisation_cap": lambda n: "utilisation_cap",
-             "router window_ms": lambda n: "window", "central racked like the edge": lambda n: n,
+             "router window_ms": lambda n: "window", "router least-ttft": lambda n: "least-ttft",
+             "central racked like the edge": lambda n: n,
              "anycast": lambda n: "anycast", "ideal anycast": lambda n: "ideal", "baseline ": lambda n: "baseline"}
     for scenario in ("default", "small"):
         for name, _ in variants(load_scenario(scenario)):
