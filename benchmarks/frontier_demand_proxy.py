@@ -1,7 +1,8 @@
 """The default frontier with the demand raised, or every service time: a service-time model that overstates capacity.
 
     python benchmarks/frontier_demand_proxy.py [--kind demand|service|prefill|decode] [--factors 1.2,1.45,1.7] [--seeds 1,2,3]
-                                               [--router least-ttft] [--requests N] [--out DIR]
+                                               [--router least-ttft [--router-option KEY=NUMBER]] [--requests N]
+                                               [--out DIR]
 
 The calibrated roofline's simulated replica serves 1.2x (one client) to 1.7x (100-250 clients) the requests/s
 measured on the engine it was checked against (docs/perf-model.md). Were it that optimistic, every replica would
@@ -84,12 +85,31 @@ def slowed_scenario(factor: float, folder: Path, requests: int | None = None,
     return path
 
 
-def with_router(path: Path, router: str) -> Path:
-    """The scenario copy at ``path`` with both deployments routed by ``router`` (their options kept), renamed."""
+def router_option(text: str) -> tuple[str, float]:
+    """``--router-option``: KEY=NUMBER."""
+    key, sep, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if not sep or not re.fullmatch(r"[a-z_]+", key) or number is None:
+        raise argparse.ArgumentTypeError(f"must be KEY=NUMBER, e.g. prefill_estimate_scale=0.69, got {text!r}")
+    return key, number
+
+
+def with_router(path: Path, router: str, options: dict | None = None) -> Path:
+    """The scenario copy at ``path`` with both deployments routed by ``router`` (their options kept, ``options``
+    added), renamed."""
     text, k = re.subn(r'(?m)^router = "[^"]*"', f'router = "{router}"', path.read_text())
     if k != 2:  # (the copy would silently keep one side's router)
         raise RuntimeError(f"{path.name}: expected one 'router = ...' line in [edge] and one in [central], found {k}")
-    out = path.with_name(f"{path.stem}_{router}.toml")
+    extra = "".join(f", {key} = {value!r}" for key, value in (options or {}).items())
+    text, k = re.subn(r"(?m)^router_options = \{ *(.*?) *\}$", lambda m: f"router_options = {{ {m.group(1)}{extra} }}",
+                      text)
+    if options and k != 2:
+        raise RuntimeError(f"{path.name}: expected one 'router_options = {{...}}' line on each side, found {k}")
+    tag = "".join(f"_{key}{value:g}" for key, value in (options or {}).items())
+    out = path.with_name(f"{path.stem}_{router}{tag}.toml")
     out.write_text(text)
     return out
 
@@ -104,6 +124,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int_list, default=[1, 2, 3], help="comma-separated seeds (default 1,2,3)")
     ap.add_argument("--router", default=None,
                     help="route both deployments by this policy (default: the scenario's, nearest-balanced)")
+    ap.add_argument("--router-option", action="append", type=router_option, default=[], metavar="KEY=NUMBER",
+                    help="one more option of --router on both sides, e.g. prefill_estimate_scale=0.69 (repeatable)")
     ap.add_argument("--requests", type=positive_int, default=None,
                     help="base requests per run, x each factor (default: the scenario's)")
     ap.add_argument("--out", default=None, help="folder for the scenario copies and outputs (default: a temporary one)")
@@ -118,7 +140,10 @@ def main() -> None:
 
         if args.router not in ROUTERS:
             ap.error(f"--router: unknown routing policy {args.router!r} (known: {', '.join(ROUTERS.names())})")
+    elif args.router_option:
+        ap.error("--router-option needs --router")
     out: dict = {"benchmark": "frontier_demand_proxy", "kind": args.kind, "router": args.router,
+                 "router_options": dict(args.router_option),
                  "seeds": args.seeds, "factors": {}}
     phases = {"service": ("prefill", "decode"), "prefill": ("prefill",), "decode": ("decode",)}.get(args.kind)
 
@@ -129,7 +154,7 @@ def main() -> None:
     for factor in args.factors:
         path = copy(factor, folder, args.requests)
         if args.router is not None:
-            path = with_router(path, args.router)
+            path = with_router(path, args.router, dict(args.router_option))
         t1 = time.perf_counter()
         try:
             f = run_frontier(str(path), slo="ttft_p95_ms=500", seeds=args.seeds, out=folder / path.stem,

@@ -55,6 +55,9 @@ BAD = [
     ("frontier_demand_proxy.py", ["--seeds", "a"], "--seeds"),
     ("frontier_demand_proxy.py", ["--kind", "speed"], "--kind: invalid choice: 'speed'"),
     ("frontier_demand_proxy.py", ["--router", "nosuch"], "--router: unknown routing policy 'nosuch'"),
+    ("frontier_demand_proxy.py", ["--router-option", "x=1"], "--router-option needs --router"),
+    ("frontier_demand_proxy.py", ["--router", "least-ttft", "--router-option", "scale"],
+     "--router-option: must be KEY=NUMBER"),
     ("prefill_wait.py", ["--prefill-scale", "0"], "--prefill-scale: must be in (0, 100], got '0'"),
     ("prefill_wait.py", ["--scenario", "nosuch"], "scenario 'nosuch' not found"),
     ("prefill_wait.py", ["--edge-utilisation-cap", "1.5"], "--edge-utilisation-cap must be at most 1, got 1.5"),
@@ -171,6 +174,10 @@ def test_slowed_scenarios_scale_service_times_and_nothing_else(tmp_path):
     assert (routed.edge.router, routed.central.router) == ("least-ttft", "least-ttft")
     assert routed.edge.router_options == base.edge.router_options  # (the window kept)
     assert replace(routed, edge=base.edge, central=base.central, name=base.name, source=base.source) == base
+    tuned = load_scenario(str(proxy.with_router(proxy.slowed_scenario(1.0, tmp_path), "least-ttft",
+                                                {"prefill_estimate_scale": 0.69})))
+    for side in (tuned.edge, tuned.central):
+        assert side.router_options == {"window_ms": 10.0, "prefill_estimate_scale": 0.69}
 
 
 def test_loadtest_unloaded_p99_is_the_fewest_clients_level(monkeypatch):

@@ -13,7 +13,9 @@ the least expected work (as ``nearest-balanced`` weighs it; ties: the earlier fi
 none can start it, nearest-with-capacity decides.
 
 The account is the router's estimate, not the engine's state: prompts prefilled together cost less than one after
-another, decode steps interleave, and a request the control plane queues or loses is not taken back. It needs
+another, decode steps interleave, and a request the control plane queues or loses is not taken back.
+``prefill_estimate_scale`` multiplies every prefill estimate it uses, to measure what a router that mispredicts
+costs (0.69: a router that believes prefill 1.45x faster than it is). It needs
 the control plane's service-time estimates; without them every backlog is 0 and the rule is the nearest replica
 that can start the request.
 """
@@ -32,17 +34,20 @@ class LeastTTFT(Router):
     can start the request and could come within ``window_ms`` of the earliest; the least expected work within
     ``window_ms`` of the earliest; else nearest-with-capacity."""
 
-    def __init__(self, state, rng=None, window_ms: float = 10.0):
+    def __init__(self, state, rng=None, window_ms: float = 10.0, prefill_estimate_scale: float = 1.0):
         super().__init__(state, rng)
-        self.check_options(window_ms)
+        self.check_options(window_ms, prefill_estimate_scale)
         self.window_ms = float(window_ms)
+        self.scale = float(prefill_estimate_scale)
         self._done_at: dict[int, float] = {}  # replica id -> when the prefills routed to it should be done (s)
 
     @staticmethod
-    def check_options(window_ms: float = 10.0) -> None:
+    def check_options(window_ms: float = 10.0, prefill_estimate_scale: float = 1.0) -> None:
         """The options' values (the registry calls it when a scenario or config is read)."""
         if not (isinstance(window_ms, int | float) and math.isfinite(window_ms) and 0 <= window_ms <= 1000):
             raise ValueError(f"window_ms must be in [0, 1000] ms, got {window_ms!r}")
+        if not (isinstance(prefill_estimate_scale, int | float) and 0 < prefill_estimate_scale <= 100):
+            raise ValueError(f"prefill_estimate_scale must be in (0, 100], got {prefill_estimate_scale!r}")
 
     def route(self, req: Request, now: float) -> Decision:
         state = self.state
@@ -66,20 +71,16 @@ class LeastTTFT(Router):
                 if best < 0 or key < best_key:
                     best, best_key, start = i, key, at
         r = cands[best]
-        self._done_at[r.id] = start + self._prefill_ms(r, req.prompt_tokens) / 1e3
+        own = self.scale * (r.est_prefill_a + r.est_prefill_b * req.prompt_tokens)
+        self._done_at[r.id] = start + (own if own > 0.0 else 0.0) / 1e3
         return Decision(START, r, rtts[best])
-
-    @staticmethod
-    def _prefill_ms(r, tokens: int) -> float:
-        ms = r.est_prefill_a + r.est_prefill_b * tokens
-        return ms if ms > 0.0 else 0.0
 
     def _scored(self, req: Request, now: float, cands, rtts) -> tuple[list, bool]:
         """(predicted first token ms, index, when its prefill would start) of each replica in ``cands`` that can
         start ``req`` and comes within the window of the best found before it, in RTT order up to the first whose
         RTT alone is past that window (no later one can enter it: a prediction is at least the RTT); and whether that
         bound, not the list's end, ended it."""
-        kv, tokens, done_at, window = req.kv_charge, req.prompt_tokens, self._done_at, self.window_ms
+        kv, tokens, done_at, window, scale = req.kv_charge, req.prompt_tokens, self._done_at, self.window_ms, self.scale
         if kv < 0:
             kv = req.prompt_tokens + req.output_tokens  # req.kv_tokens, inlined (as nearest-balanced does)
         stats = cands[0].stats if cands else None
@@ -97,7 +98,7 @@ class LeastTTFT(Router):
             half = rtt / 2
             start = get(r.id, 0.0)
             wait = (start - now) * 1e3 - half  # the backlog left when the prompt arrives, if any
-            own = r.est_prefill_a + r.est_prefill_b * tokens
+            own = scale * (r.est_prefill_a + r.est_prefill_b * tokens)
             score = rtt + (wait if wait > 0.0 else 0.0) + (own if own > 0.0 else 0.0)
             if score > limit:
                 continue  # outside the window of one found already: the window only narrows

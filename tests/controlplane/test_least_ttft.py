@@ -30,6 +30,14 @@ def test_a_long_prompt_goes_to_the_farther_replica_when_the_near_one_is_still_pr
     assert cp.submit(Request(2, LLAMA, 0, 100, 10), 10.0).replica is near
 
 
+def test_a_router_that_underestimates_prefill_leaves_the_prompt_to_wait(catalog):
+    # believing prefill 1,000x faster than it is, the router sees the near replica's backlog gone at once
+    cp = plane(catalog, [0.0, 30.0], prefill_estimate_scale=0.001)
+    near, _ = cp.state.replicas
+    assert cp.submit(Request(0, LLAMA, 0, 6000, 10), 0.0).replica is near
+    assert cp.submit(Request(1, LLAMA, 0, 6000, 10), 0.010).replica is near
+
+
 def test_short_prompts_stay_near_and_a_site_spreads_them_by_expected_work(catalog):
     # two replicas at one site (same RTT), one farther away
     cp = plane(catalog, [5.0, 40.0], sites=[0, 0, 1])
@@ -65,3 +73,5 @@ def test_bad_window_is_refused(catalog, bad, words):
 
     with pytest.raises(UserError, match=f"least-ttft.*{words}"):
         plane(catalog, [0.0], window_ms=bad)
+    with pytest.raises(UserError, match="prefill_estimate_scale must be in"):
+        plane(catalog, [0.0], prefill_estimate_scale=0.0)
