@@ -1,8 +1,7 @@
 """The default frontier with the demand raised, or every service time: a service-time model that overstates capacity.
 
-    python benchmarks/frontier_demand_proxy.py [--kind demand|service|prefill|decode] [--factors 1.2,1.45,1.7] [--seeds 1,2,3]
-                                               [--router least-ttft [--router-option KEY=NUMBER]] [--requests N]
-                                               [--out DIR]
+    python benchmarks/frontier_demand_proxy.py [--kind demand|service|prefill|decode] [--factors 1.2,1.45,1.7]
+        [--seeds 1,2,3] [--router least-ttft [--router-option KEY=NUMBER]] [--requests N] [--out DIR]
 
 The calibrated roofline's simulated replica serves 1.2x (one client) to 1.7x (100-250 clients) the requests/s
 measured on the engine it was checked against (docs/perf-model.md). Were it that optimistic, every replica would
@@ -143,8 +142,7 @@ def main() -> None:
     elif args.router_option:
         ap.error("--router-option needs --router")
     out: dict = {"benchmark": "frontier_demand_proxy", "kind": args.kind, "router": args.router,
-                 "router_options": dict(args.router_option),
-                 "seeds": args.seeds, "factors": {}}
+                 "router_options": dict(args.router_option), "seeds": args.seeds, "factors": {}}
     phases = {"service": ("prefill", "decode"), "prefill": ("prefill",), "decode": ("decode",)}.get(args.kind)
 
     def copy(factor: float, where: Path, requests: int | None) -> Path:

@@ -11,8 +11,8 @@ scales included, for its prompt alone on its node's GPU type at the model's tens
 waiting behind other prompts prefilled before or with it on that replica. A replica that serves its city alone
 makes a long prompt wait more often than a region's replicas pooled behind one router, and the wait grows with
 every prefill's length. Prints per deployment and model its replicas and GPUs (the placement's), the requests, TTFT
-p50/p95, own prefill p50/p95 and the wait's mean, p50 and p95 (ms), and the deployment's TTFT p95 over all of them. The last line printed is one JSON
-object.
+p50/p95, own prefill p50/p95 and the wait's mean, p50 and p95 (ms), and the deployment's TTFT p95 over all of
+them. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def main() -> None:
     for dep, block in result.items():
         print(f"{dep}: TTFT p95 {block['ttft_p95_ms']} ms")
         for model, r in block["models"].items():
-            print(f"  {model}: {r['replicas']} replicas on {r['gpus']} GPUs, {r['requests']:,} requests, TTFT p50/p95 {r['ttft_p50_ms']}/{r['ttft_p95_ms']}, own "
+            print(f"  {model}: {r['replicas']} replicas on {r['gpus']} GPUs, {r['requests']:,} requests, "
+                  f"TTFT p50/p95 {r['ttft_p50_ms']}/{r['ttft_p95_ms']}, own "
                   f"prefill {r['own_prefill_p50_ms']}/{r['own_prefill_p95_ms']}, wait mean {r['wait_mean_ms']} "
                   f"p50 {r['wait_p50_ms']} p95 {r['wait_p95_ms']} ms")
     print(json_line({"benchmark": "prefill_wait", "scenario": sc.name, "seed": out.summary["seed"],

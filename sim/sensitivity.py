@@ -32,9 +32,9 @@ ANYCAST_MISROUTE = 0.2  # share of user locations anycast lands on their second-
 # window, which anycast, whether central is racked in servers, which baselines are the others).
 HELP = (f"the edge GPU inventory {' and '.join(f'x{f:g}' for f in INVENTORY_FACTORS)} (central follows), the edge's "
         f"utilisation_cap x{CAP_FACTOR:g}, nearest-balanced's window off on both sides (or at {WINDOW_MS:g} ms where "
-        "the scenario has none), both sides routed by least-ttft instead, central racked like the edge (where it is racked in servers), anycast with "
-        f"{ANYCAST_MISROUTE:.0%} of user cities one PoP off (or ideal where the scenario has it imperfect), and every "
-        "other baseline region set")
+        "the scenario has none), both sides routed by least-ttft instead, central racked like the edge (where it "
+        f"is racked in servers), anycast with {ANYCAST_MISROUTE:.0%} of user cities one PoP off (or ideal where the "
+        "scenario has it imperfect), and every other baseline region set")
 
 
 def variants(sc) -> list[tuple[str, dict]]:

@@ -18,7 +18,8 @@ def test_each_phase_takes_its_own_factor_options_passed_through(roof, catalog):
     s = ScaledPerf(roof, prefill=1.5, decode=2.0)
     assert s.prefill_ms(spec, "L4", 700) == pytest.approx(1.5 * roof.prefill_ms(spec, "L4", 700))
     assert s.prefill_ms(spec, "H100", 700, tp=2) == pytest.approx(1.5 * roof.prefill_ms(spec, "H100", 700, tp=2))
-    assert s.prefill_batch_ms(spec, "L4", [300, 500]) == pytest.approx(1.5 * roof.prefill_batch_ms(spec, "L4", [300, 500]))
+    both = [300, 500]
+    assert s.prefill_batch_ms(spec, "L4", both) == pytest.approx(1.5 * roof.prefill_batch_ms(spec, "L4", both))
     assert s.decode_step_ms(spec, "L4", 8, 900.0) == pytest.approx(2.0 * roof.decode_step_ms(spec, "L4", 8, 900.0))
     # a mixed iteration: the decode rows' step at x2, the rest (the prompts' part) at x1.5
     whole = roof.mixed_step_ms(spec, "L4", [256], 8, 900.0, prior=[0])
@@ -76,7 +77,9 @@ def test_a_scenario_with_slower_service_is_slower_and_says_so():
     assert "service_time_scale" not in base.summary
     assert slow.summary["service_time_scale"] == {"prefill": 2.0, "decode": 2.0}
     assert "service times x2" in title_line(slow.summary)
-    gen = lambda out: out.requests[(out.requests.task == "text-generation") & (out.requests.outcome == "ok")]  # noqa: E731
+    def gen(out):
+        return out.requests[(out.requests.task == "text-generation") & (out.requests.outcome == "ok")]
+
     b, s = gen(base), gen(slow)
     assert len(b) > 50 and len(s) > 50
     # the same arrivals; TPOT and TTFT (network included) slower
