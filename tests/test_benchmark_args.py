@@ -62,6 +62,9 @@ BAD = [
     ("prefill_wait.py", ["--scenario", "nosuch"], "scenario 'nosuch' not found"),
     ("prefill_wait.py", ["--edge-utilisation-cap", "1.5"], "--edge-utilisation-cap must be at most 1, got 1.5"),
     ("prefill_wait.py", ["--router", "nosuch"], "unknown routing policy 'nosuch'"),
+    ("bench_routing_sim.py", ["--routers", "nearest-balanced,nosuch"], "--routers: unknown routing policy 'nosuch'"),
+    ("bench_routing_sim.py", ["--routers", ","], "--routers: name at least one routing policy"),
+    ("bench_routing_sim.py", ["--requests", "0"], "--requests"),
     ("edge_detour.py", ["--requests", "0"], "--requests"),
     ("edge_detour.py", ["--scenario", "nosuch"], "--scenario: scenario 'nosuch' not found"),
 ]
