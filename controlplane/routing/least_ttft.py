@@ -40,6 +40,9 @@ class LeastTTFT(Router):
         self.window_ms = float(window_ms)
         self.scale = float(prefill_estimate_scale)
         self._done_at: dict[int, float] = {}  # replica id -> when the prefills routed to it should be done (s)
+        # model -> (its replica count, the distinct (a, b) prefill estimates among them): replicas are only ever
+        # added, each with its estimates before any request is routed (ControlPlane.add_replica)
+        self._estimates: dict[str, tuple[int, tuple]] = {}
 
     @staticmethod
     def check_options(window_ms: float = 10.0, prefill_estimate_scale: float = 1.0) -> None:
@@ -75,6 +78,22 @@ class LeastTTFT(Router):
         self._done_at[r.id] = start + (own if own > 0.0 else 0.0) / 1e3
         return Decision(START, r, rtts[best])
 
+    def _least_prefill(self, model: str, tokens: int) -> float:
+        """The least prefill estimate (ms, this router's scale, at least 0) of ``tokens`` on any replica of
+        ``model``."""
+        replicas = self.state.by_model.get(model, ())
+        known = self._estimates.get(model)
+        if known is None or known[0] != len(replicas):
+            known = self._estimates[model] = (len(replicas), tuple({(r.est_prefill_a, r.est_prefill_b)
+                                                                      for r in replicas}))
+        least = math.inf
+        for a, b in known[1]:  # (a few GPU types: no generator for min())
+            own = a + b * tokens
+            if own < least:
+                least = own
+        least = least * self.scale if known[1] else 0.0
+        return least if least > 0.0 else 0.0
+
     def _scored(self, req: Request, now: float, cands, rtts) -> tuple[list, bool]:
         """(predicted first token ms, index, when its prefill would start) of each replica in ``cands`` that can
         start ``req`` and comes within the window of the best found before it, in RTT order up to the first whose
@@ -88,10 +107,14 @@ class LeastTTFT(Router):
             return [], True  # a saturated model: no replica can start it
         # r.can_start(kv), inlined: free_set holds exactly the up, READY replicas with a free slot
         free = stats.free_set if stats is not None else None
+        # The least own prefill any replica of the model could take: a candidate's prediction is at least its RTT
+        # plus this, so the scan ends once that is past the window (a long prompt's would otherwise run on over
+        # every replica whose RTT alone is within its own prefill of the best).
+        floor = self._least_prefill(req.model, tokens)
         scored, limit, get = [], math.inf, done_at.get
         for i, r in enumerate(cands):
             rtt = rtts[i]
-            if rtt > limit:
+            if rtt + floor > limit:
                 return scored, True
             if (r not in free if free is not None else not r.can_start(kv)) or r.kv_used + kv > r.kv_capacity:
                 continue

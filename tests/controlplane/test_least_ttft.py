@@ -75,3 +75,21 @@ def test_bad_window_is_refused(catalog, bad, words):
         plane(catalog, [0.0], window_ms=bad)
     with pytest.raises(UserError, match="prefill_estimate_scale must be in"):
         plane(catalog, [0.0], prefill_estimate_scale=0.0)
+
+
+def test_the_scan_bound_only_skips_replicas_that_could_not_win(monkeypatch):
+    # The scan stops once RTT + the least prefill of any replica is past the window: the same decisions as a scan
+    # that stops on the RTT alone, on a whole run of the small scenario routed by least-ttft on both sides.
+    from dataclasses import replace
+
+    from controlplane.routing.least_ttft import LeastTTFT
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario
+
+    sc = load_scenario("small")
+    sc = replace(sc, edge=replace(sc.edge, router="least-ttft"), central=replace(sc.central, router="least-ttft"))
+    bounded = run_scenario(sc, requests=2000).requests
+    monkeypatch.setattr(LeastTTFT, "_least_prefill", lambda self, model, tokens: 0.0)
+    loose = run_scenario(sc, requests=2000).requests
+    assert bounded.equals(loose)
+    assert (bounded.node != "").all()  # (every request served somewhere: the comparison covers real decisions)
