@@ -2,22 +2,21 @@
 
 A replica with a free batch slot can start a request at once in the control plane's books, but a prompt that
 reaches it while it prefills others waits for them: with long prompts of a big model, a replica that serves its
-city alone makes the unlucky ones wait seconds while a replica one PoP away idles (docs/frontier.md, "Slower
-replicas"). ``nearest-balanced`` and ``latency-load`` count sequences, not that backlog. This router keeps its own
-account of it: per replica, when the prefills it has routed there should be done (each one starting when the
-request arrives, half its RTT after the decision, or when the earlier ones end, and taking the replica's linear
-prefill estimate from the service-time model). Each replica that can start the request now gets a predicted first
-token, RTT + backlog + own prefill (in RTT order, until the RTT alone is past the window of the earliest so far:
-no later one can do better); of those within ``window_ms`` of the earliest it takes
-the least expected work (as ``nearest-balanced`` weighs it; ties: the earlier first token, then the nearer). When
-none can start it, nearest-with-capacity decides.
+city alone makes the unlucky ones wait hundreds of milliseconds while a replica one PoP away idles
+(docs/frontier.md, "Slower replicas"). ``nearest-balanced`` and ``latency-load`` count sequences, not that
+backlog. This router keeps its own account of it: per replica, when the prefills it has routed there should be
+done (each one starting when its request arrives, half its RTT after the decision, or when the earlier ones end,
+and taking the replica's linear prefill estimate from the service-time model). Each replica that can start the
+request now gets a predicted first token, RTT + backlog + own prefill, in RTT order until a replica's RTT plus the
+least prefill any replica of the model could take is past the window of the earliest so far (no later one could
+enter it). Of those within ``window_ms`` of the earliest it takes the least expected work (as ``nearest-balanced``
+weighs it; ties: the earlier first token, then the nearer). When none can start it, nearest-with-capacity decides.
 
 The account is the router's estimate, not the engine's state: prompts prefilled together cost less than one after
 another, decode steps interleave, and a request the control plane queues or loses is not taken back.
 ``prefill_estimate_scale`` multiplies every prefill estimate it uses, to measure what a router that mispredicts
-costs (0.69: a router that believes prefill 1.45x faster than it is). It needs
-the control plane's service-time estimates; without them every backlog is 0 and the rule is the nearest replica
-that can start the request.
+costs (0.69: a router that believes prefill 1.45x faster than it is). Without the control plane's service-time
+estimates every backlog is 0 and the rule is nearest-balanced's window on the nearest replica that can start it.
 """
 
 from __future__ import annotations
