@@ -14,26 +14,11 @@ here for every router. The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import replace
 
 import numpy as np
 
 from edgepop.argtypes import json_line, positive_int
-
-
-def timed(plane) -> list[int]:
-    """Wrap ``plane.submit`` to record each decision's duration (ns)."""
-    original, out, clock = plane.submit, [], time.perf_counter_ns
-
-    def submit(req, now):
-        t = clock()
-        d = original(req, now)
-        out.append(clock() - t)
-        return d
-
-    plane.submit = submit
-    return out
 
 
 def main() -> None:
@@ -43,6 +28,8 @@ def main() -> None:
                     help="comma-separated routing policies (default: nearest-balanced,least-ttft)")
     ap.add_argument("--requests", type=positive_int, default=None, help="requests (default: the scenario's)")
     args = ap.parse_args()
+    from bench_sim import timed_submits  # (beside this script: its default run times decisions the same way)
+
     from controlplane.routing import ROUTERS
     from edgepop.errors import UserError
     from sim.run import prepare, scenario_deployment, simulate_deployment, with_run_overrides
@@ -63,7 +50,7 @@ def main() -> None:
             sides = [name for name, dep in (("edge", sc.edge), ("central", sc.central)) if dep is not None]
             for name in sides:
                 dep = scenario_deployment(setup, name)
-                decisions = timed(dep.plane)
+                decisions = timed_submits(dep.plane)
                 run = simulate_deployment(setup, name, dep=dep)
                 us = np.asarray(decisions, dtype=float) / 1e3
                 row = {f"p{q:g}_us": round(float(np.percentile(us, q)), 2) for q in (50, 99, 99.9)}

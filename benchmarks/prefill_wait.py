@@ -40,7 +40,8 @@ def _ms(x) -> float:
 
 
 def split(out, perf, catalog) -> dict:
-    """Per deployment: its TTFT p95 over ok text-generation requests, and per model the split of their prefill."""
+    """Per deployment: its TTFT p95 over ok text-generation requests, and per model the split of their prefill
+    (``perf``: the run's memoised model, a :class:`sim.perfcache.CachedPerf`, as its replicas read it)."""
     frame = out.requests
     gen = frame[(frame.task == "text-generation") & (frame.outcome == "ok")]
     result: dict = {}
@@ -50,7 +51,8 @@ def split(out, perf, catalog) -> dict:
         block = {"ttft_p95_ms": _ms(d.ttft_ms.quantile(0.95)), "models": {}}
         for model, m in d.groupby("model", sort=True):
             spec = catalog[model]
-            own = np.array([perf.prefill_ms(spec, gpu_of[n], int(t))
+            fns = {gpu: perf.prefill_fn(spec, gpu) for gpu in {gpu_of[n] for n in m.node.unique()}}
+            own = np.array([fns[gpu_of[n]](int(t))
                             for n, t in zip(m.node.tolist(), m.prompt_tokens.tolist(), strict=True)])
             wait = m.prefill_ms.to_numpy() - own
             held = out.summary["deployments"][dep]["per_model"].get(model, {})

@@ -63,9 +63,14 @@ def variants(sc) -> list[tuple[str, dict]]:
     return out
 
 
+def _sides(sc) -> dict:
+    """The scenario's deployments by name (central may be switched off)."""
+    return {side: dep for side, dep in (("edge", sc.edge), ("central", sc.central)) if dep is not None}
+
+
 def _window_variant(sc) -> tuple[str, dict] | None:
     """Both deployments' ``nearest-balanced`` window switched: off if either has one, else ``WINDOW_MS``."""
-    sides = {side: dep for side, dep in (("edge", sc.edge), ("central", sc.central)) if dep is not None}
+    sides = _sides(sc)
     if not sides or any(dep.router != "nearest-balanced" for dep in sides.values()):
         return None
     now = [float((dep.router_options or {}).get("window_ms", 0.0)) for dep in sides.values()]
@@ -76,7 +81,7 @@ def _window_variant(sc) -> tuple[str, dict] | None:
 def _least_ttft_variant(sc) -> dict:
     """Both deployments routed by ``least-ttft`` with the scenario's ``nearest-balanced`` window (``WINDOW_MS``
     where it has none): called only where both sides run ``nearest-balanced``."""
-    sides = {side: dep for side, dep in (("edge", sc.edge), ("central", sc.central)) if dep is not None}
+    sides = _sides(sc)
     over = {}
     for side, dep in sides.items():
         window = float((dep.router_options or {}).get("window_ms", 0.0)) or WINDOW_MS

@@ -54,11 +54,13 @@ class LeastTTFT(Router):
     def route(self, req: Request, now: float) -> Decision:
         state = self.state
         cands, rtts = state.candidates(req.ingress, req.model)
-        scored, whole = self._scored(req, now, cands, rtts)
+        # (the least prefill any replica could take bounds the scan; read once, for the rescan too)
+        floor = self._least_prefill(req.model, req.prompt_tokens)
+        scored, whole = self._scored(req, now, cands, rtts, floor)
         if not whole and len(cands) < len(state.by_model.get(req.model, ())):
             # the truncated list ended before the window did: the replicas past it may hold the best
             cands, rtts = state.candidates(req.ingress, req.model, full=True)
-            scored, _ = self._scored(req, now, cands, rtts)
+            scored, _ = self._scored(req, now, cands, rtts, floor)
         if not scored:
             return self.nearest_with_capacity(req, cands, rtts)
         # Within window_ms of the earliest predicted first token, the least expected work (as nearest-balanced
@@ -93,7 +95,7 @@ class LeastTTFT(Router):
         least = least * self.scale if known[1] else 0.0
         return least if least > 0.0 else 0.0
 
-    def _scored(self, req: Request, now: float, cands, rtts) -> tuple[list, bool]:
+    def _scored(self, req: Request, now: float, cands, rtts, floor: float) -> tuple[list, bool]:
         """(predicted first token ms, index, when its prefill would start) of each replica in ``cands`` that can
         start ``req`` and comes within the window of the best found before it, in RTT order up to the first whose
         RTT alone is past that window (no later one can enter it: a prediction is at least the RTT); and whether that
@@ -106,10 +108,9 @@ class LeastTTFT(Router):
             return [], True  # a saturated model: no replica can start it
         # r.can_start(kv), inlined: free_set holds exactly the up, READY replicas with a free slot
         free = stats.free_set if stats is not None else None
-        # The least own prefill any replica of the model could take: a candidate's prediction is at least its RTT
-        # plus this, so the scan ends once that is past the window (a long prompt's would otherwise run on over
-        # every replica whose RTT alone is within its own prefill of the best).
-        floor = self._least_prefill(req.model, tokens)
+        # ``floor``, the least own prefill any replica of the model could take: a candidate's prediction is at least
+        # its RTT plus this, so the scan ends once that is past the window (a long prompt's would otherwise run on
+        # over every replica whose RTT alone is within its own prefill of the best).
         scored, limit, get = [], math.inf, done_at.get
         for i, r in enumerate(cands):
             rtt = rtts[i]
