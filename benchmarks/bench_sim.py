@@ -15,7 +15,7 @@ memory and output time at a million requests.
    all its events per request (``*_events_per_request``) and the loop's time per event (``*_loop_us_per_event``:
    the best loop time over the events of the counted run, the same simulation). The loops run
    untimed, each loop and the bare run twice, interleaved, keeping each one's best time (the second pass finds the
-   service-time memo of ``sim.perfcache`` filled, which costs the first about 3% of its loop); routing decisions
+   service-time memo of ``controlplane.perf_cached`` filled, which costs the first about 3% of its loop); routing decisions
    are timed in a further run of each (the timing itself costs time).
    The set-up time (topology, matrices, placement, control planes; goal <= 3 s at 339 PoPs) is measured in a
    fresh subprocess with the on-disk caches warm (RTT matrices and placement: a second run of a scenario), and

@@ -41,7 +41,7 @@ def _ms(x) -> float:
 
 def split(out, perf, catalog) -> dict:
     """Per deployment: its TTFT p95 over ok text-generation requests, and per model the split of their prefill
-    (``perf``: the run's memoised model, a :class:`sim.perfcache.CachedPerf`, as its replicas read it)."""
+    (``perf``: the run's memoised model, a :class:`controlplane.perf_cached.CachedPerf`, as its replicas read it)."""
     frame = out.requests
     gen = frame[(frame.task == "text-generation") & (frame.outcome == "ok")]
     result: dict = {}
@@ -83,10 +83,10 @@ def main() -> None:
     ap.add_argument("--requests", type=positive_int, default=None, help="requests (default: the scenario's)")
     ap.add_argument("--seed", type=int, default=None, help="seed (default: the scenario's)")
     args = ap.parse_args()
+    from controlplane.perf_cached import CachedPerf
     from controlplane.perf_models import build_perf
     from controlplane.perf_scaled import scaled_perf
     from edgepop.errors import UserError
-    from sim.perfcache import CachedPerf
     from sim.run import run_scenario, scenario_catalog, scenario_topology
     from sim.scenario import load_scenario
 

@@ -16,7 +16,7 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
   :mod:`sim.node_faults` (faults on nodes and PoPs) and :mod:`sim.readouts` (what a finished run hands back),
   fed by :mod:`sim.arrival_feed` on the timers of :mod:`sim.timers`) and :mod:`sim.engine` (continuous
   batching on one replica, advanced analytically between batch changes; :mod:`sim.decode_bias` measures what
-  that costs); :mod:`sim.perfcache` memoises service times, :mod:`sim.gpu_busy` counts GPU busy time,
+  that costs; its service times are memoised by :mod:`controlplane.perf_cached`); :mod:`sim.gpu_busy` counts GPU busy time,
   :mod:`sim.request_frame` builds the per-request frame; :mod:`sim.faults`: PoP, node and link failures;
 * results: :mod:`sim.metrics` (summaries), :mod:`sim.capacity` (GPUs, replicas, capacity, cost),
   :mod:`sim.gains` (paired gains with intervals), :mod:`sim.breakdown` (per model and GPU type),

@@ -18,6 +18,7 @@ import pandas as pd
 from controlplane.catalog import Catalog, default_catalog
 from controlplane.deployment import Deployment, build_deployment
 from controlplane.perf import clip_mix
+from controlplane.perf_cached import CachedPerf
 from controlplane.perf_models import build_perf
 from controlplane.perf_scaled import scaled_perf
 from controlplane.placement import PlacementError
@@ -29,7 +30,6 @@ from sim.breakdown import per_gpu_type, per_model
 from sim.capacity import GpuBusySampler, capacity_block, sample_interval
 from sim.faults import FaultHandler, check_fault_targets, fault_spec, faults_for, parse_fault
 from sim.metrics import deployment_summary, gains, slo_met
-from sim.perfcache import CachedPerf
 from sim.request_frame import concat_frames
 from sim.run_progress import check_progress, simulation_progress
 from sim.scenario import Scenario, check_scenario, load_scenario, no_central, with_overrides

@@ -245,9 +245,9 @@ def test_image_pass_candidates_are_fitted_and_checked_as_the_shipped_profile_and
 def test_prefill_wait_splits_what_the_replicas_took(monkeypatch):
     """Own prefill + wait is each request's prefill_ms, and no request waited less than nothing: the replicas'
     lone prefill is the run's own (scaled) service-time model, so the split reads the simulator's own times."""
+    from controlplane.perf_cached import CachedPerf
     from controlplane.perf_models import build_perf
     from controlplane.perf_scaled import scaled_perf
-    from sim.perfcache import CachedPerf
     from sim.run import run_scenario, scenario_catalog, scenario_topology
     from sim.scenario import load_scenario, with_overrides
 

@@ -25,13 +25,13 @@ import pandas as pd
 from controlplane.adapter_index import AdapterIndex
 from controlplane.catalog import AdapterSpec, default_catalog
 from controlplane.deployment import Deployment, build_deployment
-from controlplane.perf_models import build_perf
 from controlplane.prefix_index import PrefixIndex
 from dataplane import registry
 from dataplane.engine_batch import BatchConfig
 from dataplane.engine_lm import LMEngineConfig
 from dataplane.errors import InvalidInputError
 from dataplane.gateway.config import GatewayConfig
+from dataplane.gateway.scenario_plan import ScenarioPlan
 from dataplane.lora import Adapter, AdapterError, load_adapter
 from dataplane.prefix_cache import PrefixCacheConfig
 from dataplane.service import DataPlane, DataPlaneConfig
@@ -101,11 +101,15 @@ class Backend:
         if d.autoscaler == "scheduled":
             d = self.deployment_cfg = replace(d, autoscaler_options={
                 **d.autoscaler_options, "start_utc": self.started_utc.isoformat(), "day_s": 86_400.0})
+        # A scenario's demand and estimate inputs (its workload's), or the gateway's own: it places and routes as
+        # the simulator does for the same scenario.
+        self.plan = cfg.scenario_plan or ScenarioPlan()
         self.deployment: Deployment = build_deployment(
             "edge", d, self.topo, self.catalog, rng_place=rng["place_edge"],
-            rng_route=rng["route_edge"], slots=cfg.slots, perf=build_perf("roofline", self.topo),
+            rng_route=rng["route_edge"], slots=cfg.slots, perf=self.plan.perf_model(self.topo),
             prefix=PrefixIndex(cfg.lm_prefix_block) if cfg.lm_prefix_cache_mb else None,
-            adapters=AdapterIndex(cfg.lora_slots) if self.adapters else None)
+            adapters=AdapterIndex(cfg.lora_slots) if self.adapters else None,
+            **self.plan.deployment_inputs(list(self.catalog.ids)))
         self.plane = self.deployment.plane
         self._concurrency: dict[str, int] = {}  # engine key -> its batch size
         self.plane.state.precompute()
@@ -197,7 +201,8 @@ class Backend:
             "last_mile_ms": self.topo.last_mile_ms, "last_mile": c.last_mile,
             "gpu_inventory_scale": c.gpu_inventory_scale, "anycast_misroute": c.anycast_misroute,
             "default_location": list(c.default_location),
-            "seed": c.seed, "scenario": c.scenario, "threads": c.threads, "provider": c.provider,
+            "seed": c.seed, "scenario": c.scenario, **self.plan.describe(),
+            "threads": c.threads, "provider": c.provider,
             "host_cores": os.cpu_count(),
             "engines": "per-replica", "lm_max_batch": c.lm_max_batch, "lm_kv_budget_tokens": c.lm_kv_budget_tokens,
             "stand_ins": dict(self.stand_in),

@@ -123,7 +123,21 @@ def scenario_fields(scenario: str, config: str | None) -> dict:
                    for name in ("placement", "router", "autoscaler")})
     values["pops"] = ("pops" in edge, list(e.pops) if e.pops else None)
     in_file = set(tomllib.loads(Path(config).read_text(encoding="utf-8-sig"))) if config else set()  # (load_config read it already)
-    return {"scenario": sc.name, **{k: v for k, (given, v) in values.items() if given or k not in in_file}}
+    return {"scenario": sc.name, "scenario_plan": scenario_plan(sc),
+            **{k: v for k, (given, v) in values.items() if given or k not in in_file}}
+
+
+def scenario_plan(sc):
+    """The demand and estimate inputs the simulator plans ``sc``'s edge with (its workload generated, as a run
+    would: a second or two for the default's 150,000 requests)."""
+    from dataplane.gateway.scenario_plan import EDGE_FIELDS, ScenarioPlan
+    from sim.run import prepare
+
+    setup = prepare(sc)
+    return ScenarioPlan(perf=sc.perf, prefill_time_scale=sc.prefill_time_scale,
+                        decode_time_scale=sc.decode_time_scale, demand_rps=setup.mean_rps, mix=dict(setup.mix),
+                        shape=setup.shape, typical_tokens=tuple(setup.typical),
+                        deployment={name: getattr(sc.edge, name) for name in EDGE_FIELDS})
 
 
 def name_flags(text: str, flags: dict) -> str:

@@ -38,6 +38,7 @@ from pathlib import Path
 from controlplane.deployment import DeploymentConfig
 from dataplane.gateway.auth import SHORT, token_problem
 from dataplane.gateway.limits import WORKERS_AI_TASK_RPM
+from dataplane.gateway.scenario_plan import ScenarioPlan
 from edgepop.errors import UserError
 
 DEFAULT_POPS = ("FRA", "LHR", "IAD", "SJC", "NRT", "SIN")
@@ -79,7 +80,9 @@ class GatewayConfig:
     the placement: ``per-pop``, every served model at every PoP, or at the PoPs ``placement`` lists for it).
     ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
     ``last_mile`` (mode), ``gpu_inventory_scale`` and ``anycast_misroute`` shape the topology as a scenario's
-    fields of those names do (``--scenario`` sets them).
+    fields of those names do (``--scenario`` sets them). ``scenario``/``scenario_plan``: the scenario's name and
+    its demand and estimate inputs (:class:`~dataplane.gateway.scenario_plan.ScenarioPlan`), set by
+    ``--scenario`` only (None: the gateway's own plan).
 
     Overload and shutdown (see :mod:`dataplane.gateway.limits`, :mod:`dataplane.gateway.shedding`):
     ``rate_limit`` turns the per-minute limits on (Workers AI's figures; ``rate_limits`` overrides them per task
@@ -132,6 +135,7 @@ class GatewayConfig:
     provider: str = "auto"
     seed: int = 0
     scenario: str | None = None
+    scenario_plan: ScenarioPlan | None = None
     rate_limit: bool = True
     rate_limits: dict[str, int] = field(default_factory=dict)
     auth_failures_per_minute: int = 20
@@ -271,7 +275,8 @@ class GatewayConfig:
         return DeploymentConfig(placement=self.placement_policy, placement_options=options, router=self.router,
                                 router_options=dict(self.router_options), autoscaler=self.autoscaler,
                                 autoscaler_options=dict(self.autoscaler_options), queue_limit=self.queue_limit,
-                                queue_timeout_s=self.queue_timeout_s, pops=list(self.pops))
+                                queue_timeout_s=self.queue_timeout_s, pops=list(self.pops),
+                                **(self.scenario_plan.deployment if self.scenario_plan else {}))
 
     def with_overrides(self, **kw) -> GatewayConfig:
         """A copy with the given fields replaced (``None`` values are ignored: flags that were not given)."""
@@ -284,8 +289,9 @@ class GatewayConfig:
         return replace(self, **given)
 
 
-# ``scenario`` is the label ``--scenario`` sets once it has loaded one; a file naming it would load nothing
-_FIELDS = {f.name for f in fields(GatewayConfig)} - {"scenario", "source"}
+# ``scenario`` and ``scenario_plan`` are what ``--scenario`` sets once it has loaded one; a file naming them would
+# load nothing
+_FIELDS = {f.name for f in fields(GatewayConfig)} - {"scenario", "scenario_plan", "source"}
 
 
 def load_config(path: str | Path | None) -> GatewayConfig:
@@ -299,8 +305,9 @@ def load_config(path: str | Path | None) -> GatewayConfig:
         raise UserError(f"gateway config {str(path)!r} not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
-    if "scenario" in doc:
-        raise UserError(f"{path}: field 'scenario' is not read from a config file: give it as --scenario NAME|FILE")
+    for name in ("scenario", "scenario_plan"):
+        if name in doc:
+            raise UserError(f"{path}: field {name!r} is not read from a config file: give it as --scenario NAME|FILE")
     unknown = sorted(set(doc) - _FIELDS)
     if unknown:
         raise UserError(f"{path}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")

@@ -63,7 +63,7 @@ def test_a_model_without_batched_prefill_is_charged_the_summed_tokens():
 def test_speech_clips_prefilled_together_each_pay_their_own_windows():
     """Four 15 s clips prefilled together are four 30 s encoder windows, not one minute of audio (two windows):
     the engine added their minutes and timed the sum as one clip."""
-    from sim.perfcache import CachedPerf
+    from controlplane.perf_cached import CachedPerf
 
     perf, whisper = CachedPerf(Roofline(reference_gpus())), "@cf/openai/whisper"
     spec = default_catalog()[whisper]

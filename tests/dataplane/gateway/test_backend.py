@@ -17,10 +17,11 @@ requests = 50
 rps = 5.0
 mix = { "MODEL" = 1.0 }
 [edge]
-placement = "per-pop"
+placement = "PLACEMENT"
 pops = ["FRA", "LHR", "IAD", "SIN"]
 router = "ROUTER"
 router_options = { OPTIONS }
+fill_idle_gpus = false
 queue_limit = 2
 queue_timeout_s = 4.0
 [central]
@@ -28,7 +29,7 @@ enabled = false
 """
 
 
-def _planes(tmp_path, gateway_topo, monkeypatch, router, options):
+def _planes(tmp_path, gateway_topo, monkeypatch, router, options, placement="per-pop"):
     """The same scenario built by `edgepop serve --scenario` and by the simulator."""
     from dataplane.gateway.backend import Backend
     from dataplane.gateway.cli import gateway_config
@@ -37,7 +38,8 @@ def _planes(tmp_path, gateway_topo, monkeypatch, router, options):
     from sim.scenario import load_scenario
 
     path = tmp_path / "s.toml"
-    path.write_text(SCENARIO.replace("MODEL", GEN).replace("ROUTER", router).replace("OPTIONS", options))
+    path.write_text(SCENARIO.replace("MODEL", GEN).replace("ROUTER", router).replace("OPTIONS", options)
+                    .replace("PLACEMENT", placement))
     monkeypatch.setenv("EDGEPOP_TOKENS", "tok-000000001:acme")
     cfg = gateway_config(build_parser().parse_args(["serve", "--scenario", str(path), "--models", GEN]))
     live = Backend(cfg, gateway_topo)
@@ -45,10 +47,15 @@ def _planes(tmp_path, gateway_topo, monkeypatch, router, options):
     return live, sim
 
 
-@pytest.mark.parametrize("router, options", [("p2c", "k = 3"), ("nearest-with-capacity", ""),
-                                             ("session-affinity", "gate = 1.0")])
-def test_one_scenario_routes_the_same_live_and_simulated(tmp_path, gateway_topo, monkeypatch, router, options):
-    live_backend, sim_dep = _planes(tmp_path, gateway_topo, monkeypatch, router, options)
+@pytest.mark.parametrize("router, options, placement", [
+    ("p2c", "k = 3", "per-pop"), ("nearest-with-capacity", "", "per-pop"), ("session-affinity", "gate = 1.0", "per-pop"),
+    # routers that read the control plane's estimates, over a plan placed for the workload's demand: the gateway
+    # takes the scenario's service-time model, typical request and demand from `--scenario`
+    ("nearest-balanced", "window_ms = 10.0", "greedy-demand"), ("latency-load", "", "greedy-demand"),
+    ("least-ttft", "window_ms = 10.0", "greedy-demand")])
+def test_one_scenario_routes_the_same_live_and_simulated(tmp_path, gateway_topo, monkeypatch, router, options,
+                                                         placement):
+    live_backend, sim_dep = _planes(tmp_path, gateway_topo, monkeypatch, router, options, placement)
     try:
         live, sim = live_backend.plane, sim_dep.plane
         assert type(live.router) is type(sim.router) and live.router.name == router
@@ -56,6 +63,10 @@ def test_one_scenario_routes_the_same_live_and_simulated(tmp_path, gateway_topo,
         cols = ["model", "node"]
         assert live_backend.deployment.table[cols].equals(sim_dep.table[cols])
         assert [r.gpu_index for r in live.state.replicas] == [r.gpu_index for r in sim.state.replicas]
+        assert live.typical_tokens == sim.typical_tokens != (512, 128)  # the workload's, not the gateway's own
+        estimates = [[(r.est_prefill_a, r.est_prefill_b, r.est_request_ms) for r in p.state.replicas]
+                     for p in (live, sim)]
+        assert estimates[0] == estimates[1] and all(e[2] > 0 for e in estimates[0])
         rng = np.random.default_rng(11)
         pops = rng.integers(0, len(gateway_topo.pops), 700)
         reqs: dict[int, tuple] = {}
@@ -134,7 +145,7 @@ def test_serve_scenario_serves_its_fleet_last_mile_and_anycast(tmp_path, gateway
     from sim.scenario import load_scenario
 
     path = tmp_path / "s.toml"
-    path.write_text(SCENARIO.replace("MODEL", GEN).replace("ROUTER", "nearest-with-capacity")
+    path.write_text(SCENARIO.replace("MODEL", GEN).replace("PLACEMENT", "per-pop").replace("ROUTER", "nearest-with-capacity")
                     .replace("router_options = { OPTIONS }\n", "")
                     .replace("seed = 5\n", 'seed = 5\ngpu_inventory_scale = 0.1\nlast_mile = "country"\n'
                              "anycast_misroute = 0.3\n"))
@@ -159,6 +170,10 @@ def test_serve_scenario_serves_its_fleet_last_mile_and_anycast(tmp_path, gateway
         mirrored = mirror_topology(desc, gateway_topo)
         dep, _ = mirror_deployment(desc, mirrored)
         assert list(dep.fleet.nodes.node_id) == list(live.deployment.fleet.nodes.node_id)
+        # ... and estimates with the gateway's service-time model and the scenario's typical request
+        assert dep.plane.typical_tokens == live.plane.typical_tokens == setup.typical
+        assert [(r.est_prefill_a, r.est_prefill_b, r.est_request_ms) for r in dep.plane.state.replicas] == \
+               [(r.est_prefill_a, r.est_prefill_b, r.est_request_ms) for r in live.plane.state.replicas]
         lagos = (np.array([6.5]), np.array([3.4]))
         assert mirrored.ingress(*lagos)[1] == pytest.approx(live.topo.ingress(*lagos)[1])
         assert mirrored.ingress(*lagos)[0] == live.topo.ingress(*lagos)[0]
@@ -200,3 +215,30 @@ def test_a_scenario_replaces_only_the_config_file_values_it_sets(tmp_path, gatew
     # the scenario sets the router, and so its options (none): p2c's k = 3 goes with the file's p2c
     assert (d["router"], d["router_options"], d["placement_policy"], d["scenario"]) == (
         "nearest-balanced", {}, "per-pop", "s")
+
+
+def test_a_scenario_plan_keeps_its_demand_for_the_served_models():
+    """The scenario's shares for the models it sends that the gateway serves; a served model it never sends gets
+    its least share; the total scales with the shares kept."""
+    from dataplane.gateway.scenario_plan import ScenarioPlan
+
+    plan = ScenarioPlan(demand_rps=100.0, mix={"a": 0.6, "b": 0.3, "c": 0.1},
+                        shape={"prompt": {"a": 900.0, "c": 50.0}, "output": {"a": 120.0, "c": 0.0}},
+                        typical_tokens=(900, 120))
+    got = plan.deployment_inputs(["a", "z"])
+    assert got["mix"] == {"a": 0.6, "z": 0.1} and got["demand_rps"] == pytest.approx(70.0)
+    assert got["shape"] == {"prompt": {"a": 900.0}, "output": {"a": 120.0}} and got["typical_tokens"] == (900, 120)
+    whole = plan.deployment_inputs(["c", "a", "b"])  # every model the scenario sends: its own demand, exactly
+    assert list(whole["mix"].items()) == list(plan.mix.items()) and whole["demand_rps"] == 100.0
+    own = ScenarioPlan().deployment_inputs(["a", "b"])  # no scenario: the gateway's own plan
+    assert (own["demand_rps"], own["mix"], own["typical_tokens"]) == (1.0, None, (512, 128))
+
+
+def test_a_config_file_cannot_set_the_scenario_plan(tmp_path):
+    from dataplane.gateway.config import load_config
+    from edgepop.errors import UserError
+
+    path = tmp_path / "gw.toml"
+    path.write_text("scenario_plan = { perf = \"roofline\" }\n")
+    with pytest.raises(UserError, match="field 'scenario_plan' is not read from a config file"):
+        load_config(path)

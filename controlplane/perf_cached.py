@@ -1,4 +1,5 @@
-"""A memoising front for any PerfModel: the simulator asks for the same few shapes millions of times.
+"""A memoising front for any PerfModel: the simulator asks for the same few shapes millions of times. The live
+gateway reads its models through it too, so a scenario served live estimates with the numbers it was simulated with.
 
 Prefill time is tabulated per (model, GPU) on a geometric grid of token counts and interpolated linearly (the
 grid's neighbours are 4% apart, where prefill time is smooth: the error is far below the model's own). A table's

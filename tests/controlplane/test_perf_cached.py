@@ -10,7 +10,7 @@ import pytest
 
 from controlplane.catalog import default_catalog
 from controlplane.perf import Roofline
-from sim.perfcache import CachedPerf
+from controlplane.perf_cached import CachedPerf
 from topology import Topology
 
 L8 = "@cf/meta/llama-3.1-8b-instruct"
