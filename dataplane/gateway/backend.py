@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from controlplane.adapter_index import AdapterIndex
-from controlplane.catalog import AdapterSpec, default_catalog
+from controlplane.catalog import AdapterSpec
 from controlplane.deployment import Deployment, build_deployment
 from controlplane.prefix_index import PrefixIndex
 from dataplane import registry
@@ -52,11 +52,15 @@ class Backend:
         topo = topo if topo is not None else Topology.load(last_mile_ms=cfg.last_mile_ms, last_mile=cfg.last_mile)
         self.topo = topo.shaped(cfg.last_mile_ms, cfg.last_mile, cfg.gpu_inventory_scale, cfg.anycast_misroute,
                                 seed=cfg.seed)
-        full = default_catalog()
+        # A scenario's demand, estimate inputs and catalog (its workload's), or the gateway's own: it places and
+        # routes as the simulator does for the same scenario.
+        self.plan = cfg.scenario_plan or ScenarioPlan()
+        full = self.plan.load_catalog()
         for m in cfg.models:
             if m not in full:
-                raise UserError(f"{cfg.source}: field 'models': {m!r} is not in the catalog "
-                                "(`edgepop place --list-models` or controlplane/data/catalog.toml lists them)")
+                where = f"the scenario's catalog {self.plan.catalog}" if self.plan.catalog else \
+                    "the catalog (`edgepop place --list-models` or controlplane/data/catalog.toml lists them)"
+                raise UserError(f"{cfg.source}: field 'models': {m!r} is not in {where}")
         for name in ("placement", "stand_ins", "lora_adapters"):
             for m in getattr(cfg, name):
                 if m not in cfg.models:
@@ -101,9 +105,6 @@ class Backend:
         if d.autoscaler == "scheduled":
             d = self.deployment_cfg = replace(d, autoscaler_options={
                 **d.autoscaler_options, "start_utc": self.started_utc.isoformat(), "day_s": 86_400.0})
-        # A scenario's demand and estimate inputs (its workload's), or the gateway's own: it places and routes as
-        # the simulator does for the same scenario.
-        self.plan = cfg.scenario_plan or ScenarioPlan()
         self.deployment: Deployment = build_deployment(
             "edge", d, self.topo, self.catalog, rng_place=rng["place_edge"],
             rng_route=rng["route_edge"], slots=cfg.slots, perf=self.plan.perf_model(self.topo),

@@ -130,6 +130,8 @@ def scenario_fields(scenario: str, config: str | None) -> dict:
 def scenario_plan(sc):
     """The demand and estimate inputs the simulator plans ``sc``'s edge with (its workload generated, as a run
     would: a second or two for the default's 150,000 requests)."""
+    from pathlib import Path
+
     from dataplane.gateway.scenario_plan import EDGE_FIELDS, ScenarioPlan
     from sim.run import prepare
 
@@ -137,7 +139,8 @@ def scenario_plan(sc):
     return ScenarioPlan(perf=sc.perf, prefill_time_scale=sc.prefill_time_scale,
                         decode_time_scale=sc.decode_time_scale, demand_rps=setup.mean_rps, mix=dict(setup.mix),
                         shape=setup.shape, typical_tokens=tuple(setup.typical),
-                        deployment={name: getattr(sc.edge, name) for name in EDGE_FIELDS})
+                        deployment={name: getattr(sc.edge, name) for name in EDGE_FIELDS},
+                        catalog=str(Path(sc.catalog).absolute()) if sc.catalog else None)
 
 
 def name_flags(text: str, flags: dict) -> str:

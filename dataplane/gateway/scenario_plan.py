@@ -5,7 +5,7 @@ output per model) and its control plane estimates every replica's typical reques
 generation prompt and output, through the scenario's service-time model (``perf``, slowed by
 ``prefill_time_scale``/``decode_time_scale``, memoised by :class:`controlplane.perf_cached.CachedPerf`).
 ``edgepop serve --scenario`` (a composition root: it generates the workload) hands those inputs to the gateway
-as a :class:`ScenarioPlan`, with the ``[edge]`` fields the gateway config has no field of (``fill_idle_gpus``,
+as a :class:`ScenarioPlan`, with the scenario's own catalog file if it names one, and the ``[edge]`` fields the gateway config has no field of (``fill_idle_gpus``,
 ``utilisation_cap``, ``one_llm_per_gpu``, cold-start ``load_gbs`` and ``init_s``), so the live deployment places
 and routes as the simulated one does: the same replicas,
 and the same decisions from routers that read the estimates (``nearest-balanced``, ``latency-load``,
@@ -32,7 +32,8 @@ class ScenarioPlan:
     ``mix``: model -> share of the workload's requests (None: equal over the served models); ``shape``: the
     placement's ``{"prompt"|"output"|"prompt_mix": {model: ...}}``; ``typical_tokens``: (prompt, output) of the
     control plane's estimates; ``deployment``: :class:`controlplane.deployment.DeploymentConfig` fields of the
-    scenario's ``[edge]`` that the gateway config does not set itself (:data:`EDGE_FIELDS`).
+    scenario's ``[edge]`` that the gateway config does not set itself (:data:`EDGE_FIELDS`); ``catalog``: the
+    scenario's own catalog file (None: the shipped one).
     """
 
     perf: str = "roofline"
@@ -43,6 +44,13 @@ class ScenarioPlan:
     shape: dict = field(default_factory=dict)
     typical_tokens: tuple = (512, 128)
     deployment: dict = field(default_factory=dict)
+    catalog: str | None = None
+
+    def load_catalog(self):
+        """The catalog the served models are read from: the scenario's own, or the shipped one."""
+        from controlplane.catalog import Catalog, default_catalog
+
+        return Catalog.load(self.catalog) if self.catalog else default_catalog()
 
     def perf_model(self, topo):
         """The service-time model the control plane estimates with, as the simulator reads it."""
@@ -70,4 +78,4 @@ class ScenarioPlan:
         """The plan as ``GET /edgepop/deployment`` shows it (the replay mirror estimates with the same inputs)."""
         return {"perf": self.perf, "prefill_time_scale": self.prefill_time_scale,
                 "decode_time_scale": self.decode_time_scale, "typical_tokens": list(self.typical_tokens),
-                "planning_rps": self.demand_rps, **self.deployment}
+                "planning_rps": self.demand_rps, "catalog": self.catalog, **self.deployment}

@@ -77,7 +77,7 @@ def load_perf(profile, stand_ins: list[str] | None = None, progress=None):
 
 def mirror_catalog(desc: dict) -> Catalog:
     """The served catalog of the gateway ``desc`` describes, each model with the stand-in it runs on."""
-    full = default_catalog()
+    full = Catalog.load(desc["catalog"]) if desc.get("catalog") else default_catalog()  # (a scenario's own)
     models = list(dict.fromkeys(p["model"] for p in desc["placement"]))
     return Catalog([replace(full[m], stand_in=desc["stand_ins"].get(m, full[m].stand_in)) for m in models],
                    source="gateway mirror")

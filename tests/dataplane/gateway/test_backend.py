@@ -29,8 +29,9 @@ enabled = false
 """
 
 
-def _planes(tmp_path, gateway_topo, monkeypatch, router, options, placement="per-pop"):
-    """The same scenario built by `edgepop serve --scenario` and by the simulator."""
+def _planes(tmp_path, gateway_topo, monkeypatch, router, options, placement="per-pop", head=""):
+    """The same scenario built by `edgepop serve --scenario` and by the simulator (``head``: more top-level
+    fields)."""
     from dataplane.gateway.backend import Backend
     from dataplane.gateway.cli import gateway_config
     from edgepop.cli import build_parser
@@ -39,7 +40,7 @@ def _planes(tmp_path, gateway_topo, monkeypatch, router, options, placement="per
 
     path = tmp_path / "s.toml"
     path.write_text(SCENARIO.replace("MODEL", GEN).replace("ROUTER", router).replace("OPTIONS", options)
-                    .replace("PLACEMENT", placement))
+                    .replace("PLACEMENT", placement).replace("seed = 5\n", f"seed = 5\n{head}"))
     monkeypatch.setenv("EDGEPOP_TOKENS", "tok-000000001:acme")
     cfg = gateway_config(build_parser().parse_args(["serve", "--scenario", str(path), "--models", GEN]))
     live = Backend(cfg, gateway_topo)
@@ -90,6 +91,32 @@ def test_one_scenario_routes_the_same_live_and_simulated(tmp_path, gateway_topo,
         assert live.snapshot() == sim.snapshot()
     finally:
         live_backend.close()
+
+
+def test_a_scenario_with_its_own_catalog_is_served_with_it(tmp_path, gateway_topo, monkeypatch):
+    """A scenario's catalog file (here: the 1B model given twice its layers) estimates the live replicas as the
+    simulated ones, and the replay mirror reads it too."""
+    from controlplane.catalog import CATALOG_FILE
+    from sim.live.fidelity import mirror_deployment
+
+    text = CATALOG_FILE.read_text()
+    at = text.index(f'[models."{GEN}"]')
+    at = text.index("layers = 16\n", at)
+    (tmp_path / "mine.toml").write_text(text[:at] + "layers = 32\n" + text[at + len("layers = 16\n"):])
+    live, sim = _planes(tmp_path, gateway_topo, monkeypatch, "least-ttft", "", head='catalog = "mine.toml"\n')
+    try:
+        assert live.catalog[GEN].layers == sim.plane.catalog[GEN].layers == 32
+        ours = [(r.est_prefill_b, r.est_request_ms) for r in live.plane.state.replicas]
+        assert ours == [(r.est_prefill_b, r.est_request_ms) for r in sim.plane.state.replicas]
+        mirror, _ = mirror_deployment(live.describe(), gateway_topo)
+        assert ours == [(r.est_prefill_b, r.est_request_ms) for r in mirror.plane.state.replicas]
+        shipped, _ = _planes(tmp_path, gateway_topo, monkeypatch, "least-ttft", "")  # the shipped 16 layers
+        try:
+            assert ours[0][1] > shipped.plane.state.replicas[0].est_request_ms
+        finally:
+            shipped.close()
+    finally:
+        live.close()
 
 
 @pytest.fixture(scope="module")
