@@ -192,7 +192,9 @@ def run_serve(args: argparse.Namespace) -> int:
           f"auth={'off' if cfg.no_auth else f'{len(cfg.tokens)} tokens'}  "
           f"max wait={f'{cfg.max_wait_s:g} s' if cfg.max_wait_s else 'off'}  "
           f"rate limits={'on' if cfg.rate_limit else 'off'}  batch db={gw.batch.store.path}"
-          + (f"  (recovered {gw.batch.store.recovered} batch items)" if gw.batch.store.recovered else ""),
+          + (f"  (recovered {gw.batch.store.recovered} batch items)" if gw.batch.store.recovered else "")
+          + (f"  scenario={cfg.scenario} (planned for {cfg.scenario_plan.demand_rps:.4g} req/s, typical request "
+             f"{'/'.join(map(str, cfg.scenario_plan.typical_tokens))} tokens)" if cfg.scenario_plan else ""),
           file=sys.stderr, flush=True)
     server = gateway_server(app, args.host, args.port, args.log_level)
     server.run()
