@@ -326,6 +326,11 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
         block["batch_completion_s"] = percentiles((done - frame.arrival_s.to_numpy(dtype=float))[batch])
     block["placement"] = {"policy": cfg.placement, "replicas": int(len(dep.table)),
                           "gpus_placed": placed_gpus(dep.table)}
+    # how requests were routed and queued: a gain may be a router's, so the outputs name both sides' rules
+    block["routing"] = {"router": cfg.router, "options": dict(cfg.router_options), "queue_limit": cfg.queue_limit,
+                        "queue_timeout_s": cfg.queue_timeout_s}
+    if dep.plane.router.name != cfg.router:  # (adapter-aware wraps the configured router when adapters are on)
+        block["routing"]["wrapped_by"] = dep.plane.router.name
     solver = dep.placement.solver if dep.placement is not None else {}
     if "deterministic" in solver:  # a time-budgeted solver (ilp): false when the clock, not its work limit, decided
         block["placement"]["deterministic"] = bool(solver["deterministic"])

@@ -88,6 +88,7 @@ def summary_rows(summary: dict) -> list[dict]:
         ok = block["outcomes"]["ok"]
         row["gpu_usd_per_1k_ok"] = 1000.0 * block["gpu_usd"] / ok if ok else None
         row["placement"] = block["placement"]["policy"]
+        row["router"] = block["routing"]["router"]
         row["replicas"] = block["placement"]["replicas"]
         row["gpus_placed"] = block["placement"]["gpus_placed"]
         # (false where a time-budgeted solver's clock, not its work limit, decided the plan: machine-dependent)

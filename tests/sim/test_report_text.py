@@ -127,3 +127,34 @@ def test_the_interval_note_names_what_another_seed_moves_most():
     assert "TPOT and the E2E of text generation" in one and "edgepop simulate --seeds" in one
     with_seeds = " ".join(notes({"seed": 1, "deployments": {}, "gains": {"ci95": ci}, "replicates": {"seeds": [1, 2]}}))
     assert "TPOT" not in with_seeds and "the intervals over seeds are below" in with_seeds
+
+
+def test_the_report_names_each_sides_router_and_warns_when_they_differ(tmp_path, capsys):
+    """A gain may be a router's: summary.json, the terminal and report.md name both sides' placement and routing
+    rules, and say so when they differ."""
+    from sim.scenario import SCENARIO_DIR
+
+    out = tmp_path / "same"
+    assert main(["simulate", "--scenario", "small", "--requests", "300", "--out", str(out)]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    d = json.loads((out / "summary.json").read_text())["deployments"]
+    assert d["edge"]["routing"] == d["central"]["routing"] == {
+        "router": "nearest-balanced", "options": {}, "queue_limit": 64, "queue_timeout_s": 30.0}
+    line = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("- Deployments: "))
+    assert "edge: greedy-demand placement (" in line and "central: central placement (" in line
+    assert line.count("routed by nearest-balanced, queue limit 64 (timeout 30 s)") == 2 and line[2:] in terminal
+    assert "routed by different rules" not in terminal
+
+    text = (SCENARIO_DIR / "small.toml").read_text()
+    at = text.index("[central]")
+    mixed = text[:at] + text[at:].replace('router = "nearest-balanced"', 'router = "p2c"\nrouter_options = { k = 3 }', 1)
+    assert mixed != text
+    (tmp_path / "mixed.toml").write_text(mixed)
+    out = tmp_path / "mixed"
+    assert main(["simulate", "--scenario", str(tmp_path / "mixed.toml"), "--requests", "300", "--out", str(out)]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    d = json.loads((out / "summary.json").read_text())["deployments"]
+    assert (d["edge"]["routing"]["router"], d["central"]["routing"]["router"]) == ("nearest-balanced", "p2c")
+    report = (out / "report.md").read_text()
+    assert "central placement (" in report and "routed by p2c (k = 3)," in report
+    assert "routed by different rules: a gain may be the router's" in report and "routed by different rules" in terminal
