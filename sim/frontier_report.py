@@ -169,6 +169,9 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
             "iso_slo_gpu_ratio_range": first.get("gpus_range"), "tolerance": tolerance,
             "iso_slo_ratio_by_baseline": by_baseline, "per_continent": per_continent,
             "iso_slo_by_seed": by_seed(by_line, slo, list(seeds), central[0] if central else None, tolerance),
+            # how each line routes: a ratio between lines routed by different rules may be the routers'
+            "routing": {line.key: {"router": cfg.router, "options": dict(cfg.router_options)}
+                        for line in lines if (cfg := sc.edge if line.deployment == "edge" else sc.central)},
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 
@@ -199,13 +202,27 @@ def has_ratio(r: dict) -> bool:
     return r["baseline"] is not None and "edge" in r["deployments"]
 
 
+def routing_lines(r: dict) -> list[str]:
+    """report.md's line naming each line's router, with a warning when they differ (and a blank line after)."""
+    from sim.report_deployments import rule_text
+
+    rules = {k: rule_text(v) for k, v in (r.get("routing") or {}).items()}
+    if not rules:
+        return []
+    text = "Routing: " + "; ".join(f"{k} by {v}" for k, v in rules.items()) + "."
+    if len(set(rules.values())) > 1:
+        text += (" The lines are routed by different rules: a ratio may be the routers' rather than the "
+                 "deployments'.")
+    return [text, ""]
+
+
 def report_lines(frontier) -> list[str]:
     """The lines of the frontier's report.md."""
     r = frontier.result
     lines = [f"# edgepop frontier: {r['scenario']}", "",
              f"SLO: {r['slo']['text']}; seeds {r['seeds']}; requests per run: "
              f"{r['requests'] or 'the scenario'}; budget mode: {r['budget']}; engine {r['engine']}; "
-             f"wall time {r.get('wall_s', '-')} s.", "", f"Method: {r['method']}.", "",
+             f"wall time {r.get('wall_s', '-')} s.", "", f"Method: {r['method']}.", "", *routing_lines(r),
              "## Least budget meeting the SLO", "",
              "| deployment | least GPUs | least $/hour | status | fails at GPUs |", "|---|---|---|---|---|"]
     for key, d in r["deployments"].items():

@@ -9,6 +9,12 @@ def _options(options: dict) -> str:
                      for k, v in options.items())
 
 
+def rule_text(routing: dict) -> str:
+    """``nearest-balanced (window_ms = 10)``: a router with its options (summary.json's ``routing`` block)."""
+    opts = _options(routing.get("options") or {})
+    return routing["router"] + (f" ({opts})" if opts else "")
+
+
 def deployment_lines(summary: dict) -> list[str]:
     """How each deployment was placed and routed, and a warning when the two sides are routed by different rules
     (a gain may then be the router's, not the deployment's)."""
@@ -17,9 +23,7 @@ def deployment_lines(summary: dict) -> list[str]:
         r, p = block.get("routing"), block.get("placement")
         if not r or not p:
             continue
-        opts = _options(r["options"])
-        rule = r["router"] + (f" ({opts})" if opts else "")
-        rules[name] = rule
+        rules[name] = rule = rule_text(r)
         wrapped = f" inside {r['wrapped_by']}" if r.get("wrapped_by") else ""
         parts.append(f"{name}: {p['policy']} placement ({p['replicas']:,} replicas on {p['gpus_placed']:,} GPUs), "
                      f"routed by {rule}{wrapped}, queue limit {r['queue_limit']:,} (timeout {r['queue_timeout_s']:g} s)")

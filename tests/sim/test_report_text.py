@@ -158,3 +158,15 @@ def test_the_report_names_each_sides_router_and_warns_when_they_differ(tmp_path,
     report = (out / "report.md").read_text()
     assert "central placement (" in report and "routed by p2c (k = 3)," in report
     assert "routed by different rules: a gain may be the router's" in report and "routed by different rules" in terminal
+
+
+def test_the_frontier_warns_when_its_lines_route_differently():
+    from sim.frontier_report import routing_lines
+
+    same = {"routing": {"edge": {"router": "least-ttft", "options": {"window_ms": 10.0}},
+                        "central:global-6": {"router": "least-ttft", "options": {"window_ms": 10.0}}}}
+    assert routing_lines(same) == ["Routing: edge by least-ttft (window_ms = 10); central:global-6 by least-ttft "
+                                   "(window_ms = 10).", ""]
+    same["routing"]["central:global-6"]["options"] = {"window_ms": 0.0}
+    assert "routed by different rules: a ratio may be the routers'" in routing_lines(same)[0]
+    assert routing_lines({}) == []
