@@ -170,8 +170,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
             "iso_slo_ratio_by_baseline": by_baseline, "per_continent": per_continent,
             "iso_slo_by_seed": by_seed(by_line, slo, list(seeds), central[0] if central else None, tolerance),
             # how each line routes: a ratio between lines routed by different rules may be the routers'
-            "routing": {line.key: {"router": cfg.router, "options": dict(cfg.router_options)}
-                        for line in lines if (cfg := sc.edge if line.deployment == "edge" else sc.central)},
+            "routing": {line.key: {"router": cfg.router, "options": dict(cfg.router_options)} for line in lines
+                        if (cfg := sc.edge if line.deployment == "edge" else sc.central) is not None},
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 

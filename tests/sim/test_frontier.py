@@ -353,7 +353,8 @@ def _frontier(tmp_path, edge, central, tolerance=0.05):
     slo = parse_slo("e2e_p95_ms=150")
     lines = [Line("edge"), Line("central", "big3")]
     points = _points(lines[0], edge) + _points(lines[1], central)
-    sc = SimpleNamespace(name="toy", central=SimpleNamespace(budget="gpus"))
+    rule = {"router": "nearest-balanced", "router_options": {}}
+    sc = SimpleNamespace(name="toy", edge=SimpleNamespace(**rule), central=SimpleNamespace(budget="gpus", **rule))
     scales = sorted({p.scale for p in points})
     result = summarise(sc, slo, lines, points, [1], None, "local", scales, tolerance)
     result["wall_s"] = 0.0
@@ -533,7 +534,8 @@ def test_each_seeds_ratio_is_read_off_its_own_runs(tmp_path, capsys):
                 for g in (10, 20, 21, 30)]
 
     points = pts(lines[0], {1: 21, 2: 30}) + pts(lines[1], {1: 21, 2: 21})
-    sc = SimpleNamespace(name="toy", central=SimpleNamespace(budget="gpus"))
+    rule = {"router": "nearest-balanced", "router_options": {}}
+    sc = SimpleNamespace(name="toy", edge=SimpleNamespace(**rule), central=SimpleNamespace(budget="gpus", **rule))
     scales = sorted({p.scale for p in points})
     result = summarise(sc, slo, lines, points, [1, 2], None, "local", scales, 0.05)
     assert result["deployments"]["edge"]["min_gpus_for_slo"] == 30  # the mean of seed 1's 100 and seed 2's 250 fails
