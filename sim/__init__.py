@@ -20,12 +20,13 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
   :mod:`sim.request_frame` builds the per-request frame; :mod:`sim.faults`: PoP, node and link failures;
 * results: :mod:`sim.metrics` (summaries), :mod:`sim.capacity` (GPUs, replicas, capacity, cost),
   :mod:`sim.gains` (paired gains with intervals), :mod:`sim.breakdown` (per model and GPU type),
-  :mod:`sim.report` and :mod:`sim.plots` (report.md and its plots), all written by :mod:`sim.outputs`
+  :mod:`sim.report` (+ :mod:`sim.report_deployments`, how each side was placed and routed) and
+  :mod:`sim.plots` (report.md and its plots), all written by :mod:`sim.outputs`
   (requests.parquet, summary.json, report.md, all or nothing), :mod:`sim.rejections` (why requests did not end ok,
   by error code); :mod:`sim.sensitivity` and :mod:`sim.replicates`
   (the headline under other assumptions, and over seeds);
 * sweeps: :mod:`sim.grid` (+ :mod:`sim.grid_keys`, its key checks), :mod:`sim.sweep` (+
-  :mod:`sim.sweep_variant`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's workers;
+  :mod:`sim.sweep_variant`, :mod:`sim.sweep_plot`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's workers;
   :mod:`sim.sweep_plugins`: users' policies in the workers);
   :mod:`sim.frontier` (least budget per SLO, + :mod:`sim.frontier_args`, its argument checks,
   :mod:`sim.frontier_brackets`, its least budgets and ratios, overall and per seed, :mod:`sim.frontier_report`,

@@ -208,7 +208,7 @@ def cmd_sweep(args) -> int:
         print(result.summary.to_json(orient="records", indent=2))
     else:
         print_sweep_table(result)
-        print(f"wrote {result.path}/sweep.parquet, sweep_summary.parquet, sweep.json "
+        print(f"wrote {result.path}/sweep.parquet, sweep_summary.parquet, sweep.png, sweep.json "
               f"({len(result.grid.variants)} variant{'' if len(result.grid.variants) == 1 else 's'} in {result.wall_s:.1f} s)", file=sys.stderr)
     return 0
 

@@ -36,7 +36,7 @@ from sim.trace_files import trace_source
 
 ENGINES = ("local", "ray")
 SWEEP_SUMMARY = frozenset({"sweep_summary.parquet", "sweep.json"})  # what a sweep writes without its request rows
-SWEEP_OUTPUTS = SWEEP_SUMMARY | {"sweep.parquet"}  # what a sweep writes
+SWEEP_OUTPUTS = SWEEP_SUMMARY | {"sweep.parquet", "sweep.png"}  # what a sweep writes
 
 
 class SweepError(RuntimeError):
@@ -70,8 +70,9 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
     """Run every variant of ``grid`` (an embedded grid name, a grid file or a parsed :class:`Grid`).
 
     Writes ``out/sweep.parquet`` (request rows with ``variant``, ``seed`` and one column per axis),
-    ``out/sweep_summary.parquet`` (one row per variant x deployment) and ``out/sweep.json`` (the grid, the
-    variants and their wall times), all or nothing. ``progress``: show a bar (default: when stderr is a terminal).
+    ``out/sweep_summary.parquet`` (one row per variant x deployment), ``out/sweep.png`` (:mod:`sim.sweep_plot`)
+    and ``out/sweep.json`` (the grid, the variants and their wall times), all or nothing; without request rows
+    (``keep_requests=False``) the summary and sweep.json only. ``progress``: show a bar (default: when stderr is a terminal).
     A variant that fails stops the sweep with an error naming it (``UserError`` for bad input, else
     :class:`SweepError`). ``keep_requests=False`` keeps the summary only (no ``sweep.parquet``); ``advance``,
     when given, is called once per finished variant instead of showing the sweep's own bar. ``pool``: a
@@ -128,6 +129,12 @@ def run_sweep(grid: str | Path | Grid, *, engine: str = "local", workers: int | 
             else:
                 _run_local(tasks, workers, collect, pool, expected)
         summary = sink.finish()
+        if keep_requests:  # (a frontier's or a seed set's inner sweeps keep their summary only: no figure)
+            from sim.sweep_plot import plot_sweep
+
+            one_seed = len({v.seed for v in grid.variants}) == 1  # (then no label needs its seed)
+            plot_sweep(summary, [v.label.removesuffix(f", seed={v.seed}") if one_seed else v.label
+                                 for v in grid.variants], tmp / "sweep.png")
         wall = time.perf_counter() - t0
         (tmp / "sweep.json").write_text(json.dumps(_manifest(grid, engine, workers, wall, sink.wall_s), indent=2,
                                                    default=json_value))

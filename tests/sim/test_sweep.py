@@ -77,6 +77,24 @@ def test_pool_sweep_writes_the_expected_rows(pooled):
     assert [v["variant"] for v in manifest["variants"]] == [0, 1, 2, 3]
     assert all(v["wall_s"] > 0 for v in manifest["variants"]) and manifest["engine"] == "local"
     assert sorted(p.name for p in pooled.path.parent.iterdir()) == ["pool"]  # no temporary directory left
+    assert list(s.router) == ["nearest-with-capacity", "nearest-balanced"] * 2 + ["p2c", "nearest-balanced"] * 2
+    assert (pooled.path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_sweep_figure_draws_one_deployment_without_gains(tmp_path):
+    """A sweep of the edge alone has no gains: the figure is its latency panel only."""
+    import matplotlib.image as mpimg
+
+    from sim.sweep_plot import plot_sweep
+
+    rows = pd.DataFrame({"variant": [0, 1], "deployment": ["edge", "edge"], "ttft_p50_ms": [40.0, 900.0],
+                         "ttft_p95_ms": [120.0, 4000.0]})
+    one = mpimg.imread(plot_sweep(rows, ["a", "b"], tmp_path / "one.png"))
+    both = rows.assign(deployment="central")
+    both = pd.concat([rows, both]).assign(gain_ttft_ms_p50_reduction_pct=5.0, gain_ttft_ms_p95_reduction_pct=1.0,
+                                          gain_tpot_ms_p50_reduction_pct=-2.0)
+    two = mpimg.imread(plot_sweep(both, ["a", "b"], tmp_path / "two.png"))
+    assert one.shape[1] < two.shape[1]  # (the gains panel widens the figure)
 
 
 def test_same_tables_in_process_and_on_the_pool(pooled, tmp_path):
