@@ -5,12 +5,12 @@ output per model) and its control plane estimates every replica's typical reques
 generation prompt and output, through the scenario's service-time model (``perf``, slowed by
 ``prefill_time_scale``/``decode_time_scale``, memoised by :class:`controlplane.perf_cached.CachedPerf`).
 ``edgepop serve --scenario`` (a composition root: it generates the workload) hands those inputs to the gateway
-as a :class:`ScenarioPlan`, with the scenario's own catalog file if it names one, and the ``[edge]`` fields the gateway config has no field of (``fill_idle_gpus``,
-``utilisation_cap``, ``one_llm_per_gpu``, cold-start ``load_gbs`` and ``init_s``), so the live deployment places
-and routes as the simulated one does: the same replicas,
-and the same decisions from routers that read the estimates (``nearest-balanced``, ``latency-load``,
+as a :class:`ScenarioPlan`, with the scenario's own catalog file if it names one and the ``[edge]`` fields the
+gateway config has no field of (``fill_idle_gpus``, ``utilisation_cap``, ``one_llm_per_gpu``, cold-start
+``load_gbs`` and ``init_s``), so the live deployment places and routes as the simulated one does: the same
+replicas, and the same decisions from routers that read the estimates (``nearest-balanced``, ``latency-load``,
 ``least-ttft``). Without a scenario the gateway keeps its own plan: 1 request/s spread equally over its models, a
-512-token prompt with 128 output tokens, the roofline.
+512-token prompt with 128 output tokens, the roofline, the shipped catalog.
 """
 
 from __future__ import annotations
