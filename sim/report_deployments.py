@@ -1,5 +1,6 @@
-"""The report's line on how each deployment was placed and routed, and its warning when the two sides are routed
-by different rules (summary.json's ``deployments.<name>.routing`` and ``placement`` blocks)."""
+"""The report's lines on how each deployment was placed and routed (and a warning when the two sides are routed by
+different rules: summary.json's ``deployments.<name>.routing`` and ``placement`` blocks), and on the load offered
+against each side's capacity (its ``capacity`` block): every figure holds at that load."""
 
 from __future__ import annotations
 
@@ -34,3 +35,16 @@ def deployment_lines(summary: dict) -> list[str]:
         out.append("The deployments are routed by different rules: a gain may be the router's rather than the "
                    "deployment's (the same router on both sides compares the deployments alone).")
     return out
+
+
+def load_line(summary: dict) -> list[str]:
+    """The mean rate offered against each deployment's capacity at the SLO (its upper bound: routing may use less)."""
+    span, cap = summary.get("simulated_span_s") or 0.0, summary.get("capacity") or {}
+    shares = {name: c["capacity_rps"] for name, c in cap.items() if c.get("capacity_rps")}
+    if span <= 0 or not shares:
+        return []
+    offered = summary["requests"] / span
+    parts = "; ".join(f"{offered / rps:.0%} of {name}'s capacity at the SLO ({rps:,.0f} req/s)"
+                      for name, rps in shares.items())
+    return [f"Load: {offered:,.1f} requests/s offered on average (the arrivals over their span): {parts}. Every "
+            "figure above holds at this load; a fleet sized to it (edgepop frontier's least budget) runs hotter."]

@@ -144,6 +144,15 @@ def test_the_report_names_each_sides_router_and_warns_when_they_differ(tmp_path,
     assert "edge: greedy-demand placement (" in line and "central: central placement (" in line
     assert line.count("routed by nearest-balanced, queue limit 64 (timeout 30 s)") == 2 and line[2:] in terminal
     assert "routed by different rules" not in terminal
+    # ... and the load the figures hold at, against each side's capacity at the SLO
+    s = json.loads((out / "summary.json").read_text())
+    offered = s["requests"] / s["simulated_span_s"]
+    load = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("- Load: "))
+    assert load.startswith(f"- Load: {offered:,.1f} requests/s offered on average")
+    for name in ("edge", "central"):
+        rps = s["capacity"][name]["capacity_rps"]
+        assert f"{offered / rps:.0%} of {name}'s capacity at the SLO ({rps:,.0f} req/s)" in load
+    assert load[2:] in terminal
 
     text = (SCENARIO_DIR / "small.toml").read_text()
     at = text.index("[central]")
