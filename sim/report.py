@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sim.plots import plot_gain_map, plot_ttft_cdf, plot_utilisation
 from sim.rejections import not_ok_lines
-from sim.report_deployments import deployment_lines, load_line
+from sim.report_deployments import budget_line, deployment_lines, load_line
 
 HEADLINE = (
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ttft_ms_p50_reduction_pct", "ttft_ms_p50_reduction_pct"),
@@ -155,7 +155,7 @@ def notes(summary: dict) -> list[str]:
         out.append(f"Latency percentiles are of the requests that ended ok on each side (TTFT: {n_e:,} text "
                    f"generation requests at the edge, {n_c:,} centrally); TTFT p95 incl. failures counts rejected "
                    "and failed requests as never answered, as a latency SLO does.")
-    out += deployment_lines(summary) + load_line(summary)
+    out += deployment_lines(summary) + budget_line(summary) + load_line(summary)
     if _peak_hour_is_whole_run(summary):
         out.append(f"The arrivals span {summary['simulated_span_s']:,.1f} simulated seconds, less than an hour of "
                    f"the workload's clock ({summary['day']['day_s'] / 24:,.4g} s): the peak-hour rows are over the "

@@ -1,6 +1,7 @@
 """The report's lines on how each deployment was placed and routed (and a warning when the two sides are routed by
 different rules: summary.json's ``deployments.<name>.routing`` and ``placement`` blocks), and on the load offered
-against each side's capacity (its ``capacity`` block): every figure holds at that load."""
+against each side's capacity (its ``capacity`` block): every figure holds at that load; and whether the two sides
+hold the same budget (GPUs and dollars per hour)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,24 @@ def load_line(summary: dict) -> list[str]:
                       for name, rps in shares.items())
     return [f"Load: {offered:,.1f} requests/s offered on average (the arrivals over their span): {parts}. Every "
             "figure above holds at this load; a fleet sized to it (edgepop frontier's least budget) runs hotter."]
+
+
+def budget_line(summary: dict) -> list[str]:
+    """A line when the edge and central hold different budgets: a gain may then be the budget's."""
+    cap = summary.get("capacity") or {}
+    if "edge" not in cap or "central" not in cap:
+        return []
+    e, c = cap["edge"], cap["central"]
+
+    def same(key):
+        return abs(e[key] - c[key]) <= 0.01 * max(abs(e[key]), abs(c[key]), 1e-9)
+
+    held = (f"edge {e['gpus']:,} GPUs at ${e['usd_per_hour']:,.1f}/hour, "
+            f"central {c['gpus']:,} at ${c['usd_per_hour']:,.1f}/hour")
+    if same("gpus") and same("usd_per_hour"):
+        return []
+    if same("usd_per_hour"):
+        return [f"Budgets: equal dollars, unequal GPUs ({held}): the two sides buy different GPU types."]
+    if same("gpus"):
+        return [f"Budgets: equal GPUs, unequal dollars ({held}): the two sides hold different GPU types."]
+    return [f"Budgets differ ({held}): a gain may be the budget's rather than the deployment's."]

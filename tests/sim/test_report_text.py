@@ -179,3 +179,18 @@ def test_the_frontier_warns_when_its_lines_route_differently():
     same["routing"]["central:global-6"]["options"] = {"window_ms": 0.0}
     assert "routed by different rules: a ratio may be the routers'" in routing_lines(same)[0]
     assert routing_lines({}) == []
+
+
+def test_a_budget_line_says_when_the_two_sides_hold_different_budgets():
+    from sim.report_deployments import budget_line
+
+    def summary(e, c):
+        return {"capacity": {"edge": {"gpus": e[0], "usd_per_hour": e[1]}, "central": {"gpus": c[0], "usd_per_hour": c[1]}}}
+
+    assert budget_line(summary((228, 666.8), (228, 666.8))) == []
+    assert budget_line(summary((228, 666.8), (224, 672.0)))[0].startswith("Budgets: equal dollars, unequal GPUs")
+    assert budget_line(summary((228, 666.8), (228, 900.0)))[0].startswith("Budgets: equal GPUs, unequal dollars")
+    half = budget_line(summary((228, 666.8), (115, 335.4)))[0]
+    assert half == ("Budgets differ (edge 228 GPUs at $666.8/hour, central 115 at $335.4/hour): a gain may be the "
+                    "budget's rather than the deployment's.")
+    assert budget_line({"capacity": {"edge": {"gpus": 1, "usd_per_hour": 1.0}}}) == []
