@@ -27,7 +27,9 @@ Reading guide (details in docs/controlplane.md, docs/placement.md, docs/routing.
 * service times: :mod:`controlplane.perf` (the ``PerfModel`` interface and the roofline), built on
   :mod:`controlplane.perf_arch` (FLOPs and bytes of one pass) and :mod:`controlplane.perf_params` (the fitted
   constants); :mod:`controlplane.perf_profile` (a measured table) and :mod:`controlplane.perf_models` (models by
-  name), :mod:`controlplane.perf_scaled` (any of them slowed by a factor: a calibration stress test), :mod:`controlplane.perf_cached` (any of them memoised, as the simulator and the gateway read them); the fit: :mod:`controlplane.perf_rows` (the reference rows), :mod:`controlplane.perf_calibration` (the
+  name), :mod:`controlplane.perf_scaled` (any of them slowed by a factor: a calibration stress test),
+  :mod:`controlplane.perf_cached` (any of them memoised, as the simulator and the gateway read them); the fit:
+  :mod:`controlplane.perf_rows` (the reference rows), :mod:`controlplane.perf_calibration` (the
   fit), :mod:`controlplane.perf_validation` (its cross-validation) and :mod:`controlplane.perf_coverage` (what
   the rows cover);
 * :mod:`controlplane.autoscale`, :mod:`controlplane.billing`, :mod:`controlplane.outcomes` (Workers AI codes);

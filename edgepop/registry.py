@@ -150,6 +150,12 @@ class Registry:
     def __iter__(self):
         return iter(self.names())
 
+    def options_in_effect(self, name: str, given: dict | None = None) -> dict:
+        """The options entry ``name`` runs with: its defaults (those a JSON file can hold), then ``given``."""
+        defaults = {o.name: o.default for o in self.entry(name).options.values()
+                    if o.default is None or isinstance(o.default, bool | int | float | str)}
+        return {**defaults, **(given or {})}
+
     def entry(self, name: str, where: str = "") -> Entry:
         """The entry called ``name``; an unknown name is one UserError listing the valid ones."""
         try:

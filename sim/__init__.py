@@ -16,7 +16,8 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
   :mod:`sim.node_faults` (faults on nodes and PoPs) and :mod:`sim.readouts` (what a finished run hands back),
   fed by :mod:`sim.arrival_feed` on the timers of :mod:`sim.timers`) and :mod:`sim.engine` (continuous
   batching on one replica, advanced analytically between batch changes; :mod:`sim.decode_bias` measures what
-  that costs; its service times are memoised by :mod:`controlplane.perf_cached`); :mod:`sim.gpu_busy` counts GPU busy time,
+  that costs; its service times are memoised by :mod:`controlplane.perf_cached`); :mod:`sim.gpu_busy` counts GPU
+  busy time,
   :mod:`sim.request_frame` builds the per-request frame; :mod:`sim.faults`: PoP, node and link failures;
 * results: :mod:`sim.metrics` (summaries), :mod:`sim.capacity` (GPUs, replicas, capacity, cost),
   :mod:`sim.gains` (paired gains with intervals), :mod:`sim.breakdown` (per model and GPU type),
@@ -26,7 +27,8 @@ docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fide
   by error code); :mod:`sim.sensitivity` and :mod:`sim.replicates`
   (the headline under other assumptions, and over seeds);
 * sweeps: :mod:`sim.grid` (+ :mod:`sim.grid_keys`, its key checks), :mod:`sim.sweep` (+
-  :mod:`sim.sweep_variant`, :mod:`sim.sweep_plot`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's workers;
+  :mod:`sim.sweep_variant`, :mod:`sim.sweep_plot`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's
+  workers;
   :mod:`sim.sweep_plugins`: users' policies in the workers);
   :mod:`sim.frontier` (least budget per SLO, + :mod:`sim.frontier_args`, its argument checks,
   :mod:`sim.frontier_brackets`, its least budgets and ratios, overall and per seed, :mod:`sim.frontier_report`,

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from controlplane.routing import ROUTERS
 from sim.frontier_brackets import _known, _num, _ratio, by_seed, least, ratio_kind, ratio_range
 from sim.trace_files import trace_source
 
@@ -170,8 +171,9 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
             "iso_slo_ratio_by_baseline": by_baseline, "per_continent": per_continent,
             "iso_slo_by_seed": by_seed(by_line, slo, list(seeds), central[0] if central else None, tolerance),
             # how each line routes: a ratio between lines routed by different rules may be the routers'
-            "routing": {line.key: {"router": cfg.router, "options": dict(cfg.router_options)} for line in lines
-                        if (cfg := sc.edge if line.deployment == "edge" else sc.central) is not None},
+            "routing": {line.key: {"router": cfg.router,
+                                   "options": ROUTERS.options_in_effect(cfg.router, cfg.router_options)}
+                        for line in lines if (cfg := sc.edge if line.deployment == "edge" else sc.central) is not None},
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 

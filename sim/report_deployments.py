@@ -7,8 +7,9 @@ from __future__ import annotations
 
 
 def _options(options: dict) -> str:
+    """``window_ms = 10, k = 3`` (an option left unset, None, is not named)."""
     return ", ".join(f"{k} = {v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else f"{k} = {v}"
-                     for k, v in options.items())
+                     for k, v in options.items() if v is not None)
 
 
 def rule_text(routing: dict) -> str:

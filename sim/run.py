@@ -22,6 +22,7 @@ from controlplane.perf_cached import CachedPerf
 from controlplane.perf_models import build_perf
 from controlplane.perf_scaled import scaled_perf
 from controlplane.placement import PlacementError
+from controlplane.routing import ROUTERS
 from edgepop.errors import UserError
 from edgepop.memory import release_large_blocks
 from edgepop.rng import MAX_INT, streams
@@ -327,8 +328,8 @@ def simulate_deployment(setup: Setup, name: str, progress=None, dep: Deployment 
     block["placement"] = {"policy": cfg.placement, "replicas": int(len(dep.table)),
                           "gpus_placed": placed_gpus(dep.table)}
     # how requests were routed and queued: a gain may be a router's, so the outputs name both sides' rules
-    block["routing"] = {"router": cfg.router, "options": dict(cfg.router_options), "queue_limit": cfg.queue_limit,
-                        "queue_timeout_s": cfg.queue_timeout_s}
+    block["routing"] = {"router": cfg.router, "options": ROUTERS.options_in_effect(cfg.router, cfg.router_options),
+                        "queue_limit": cfg.queue_limit, "queue_timeout_s": cfg.queue_timeout_s}
     if dep.plane.router.name != cfg.router:  # (adapter-aware wraps the configured router when adapters are on)
         block["routing"]["wrapped_by"] = dep.plane.router.name
     solver = dep.placement.solver if dep.placement is not None else {}

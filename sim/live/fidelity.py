@@ -4,7 +4,8 @@ deployment, with service times measured on this machine, and compare client-side
 The mirror is built from the gateway's ``/edgepop/deployment`` description by the builder the gateway itself used
 (:func:`controlplane.deployment.deployment_from_table`): the same PoPs, the same replicas on the same nodes with
 the same slots, the same router and router options, autoscaler, queue limit and timeout, the same WAN delays
-(scaled, or none), the control plane's estimates from the gateway's service-time model and typical request, and each catalog model timed as its stand-in by
+(scaled, or none), the control plane's estimates from the gateway's service-time model and typical request, and
+each catalog model timed as its stand-in by
 :class:`controlplane.perf_profile.MeasuredProfile` (over a table measured through the gateway,
 :mod:`sim.live.live_profile`, of the bare engine, :mod:`dataplane.engine_profile`, or any ``edgepop profile``
 table). Requests keep their live arrival times, sizes and client locations; output lengths

@@ -83,3 +83,11 @@ def test_a_users_module_reloaded_registers_its_policies_again(tmp_path, monkeypa
     importlib.reload(module)
     assert PLACEMENTS.get("busiest-sites") is module.BusiestSites is not before
     assert sys.modules["plug_reload"] is module
+
+
+def test_the_options_in_effect_are_the_defaults_then_the_given_ones():
+    from controlplane.routing import ROUTERS
+
+    assert ROUTERS.options_in_effect("least-ttft") == {"window_ms": 10.0, "prefill_estimate_scale": 1.0}
+    assert ROUTERS.options_in_effect("p2c", {"k": 3}) == {"k": 3}
+    assert ROUTERS.options_in_effect("nearest-with-capacity") == {"max_rtt_ms": None}

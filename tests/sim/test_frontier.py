@@ -179,10 +179,11 @@ def test_edge_rows_do_not_depend_on_sharing_a_run_with_central(tmp_path):
     # both meet a loose SLO at the smallest budget: bounded neither way, so no number (1.0 read as parity)
     assert both.result["iso_slo_cost_ratio"] is None and both.result["iso_slo_ratio_kind"] == "unknown"
     # each line's router is named, and no warning when they are the same rule
-    assert both.result["routing"] == {"edge": {"router": "nearest-balanced", "options": {}},
-                                      "central:big3": {"router": "nearest-balanced", "options": {}}}
+    rule = {"router": "nearest-balanced", "options": {"window_ms": 0.0}}  # (the scenario's, with the defaults)
+    assert both.result["routing"] == {"edge": rule, "central:big3": rule}
     text = (tmp_path / "both" / "report.md").read_text()
-    assert "Routing: edge by nearest-balanced; central:big3 by nearest-balanced." in text
+    assert "Routing: edge by nearest-balanced (window_ms = 0); central:big3 by nearest-balanced (window_ms = 0)." \
+        in text
     assert "routed by different rules" not in text
     central = run_frontier("small", only="central", out=tmp_path / "central", **kw)
     assert set(central.result["deployments"]) == {"central:big3"} and central.result["iso_slo_cost_ratio"] is None

@@ -139,10 +139,11 @@ def test_the_report_names_each_sides_router_and_warns_when_they_differ(tmp_path,
     terminal = " ".join(capsys.readouterr().out.split())
     d = json.loads((out / "summary.json").read_text())["deployments"]
     assert d["edge"]["routing"] == d["central"]["routing"] == {
-        "router": "nearest-balanced", "options": {}, "queue_limit": 64, "queue_timeout_s": 30.0}
+        "router": "nearest-balanced", "options": {"window_ms": 0.0}, "queue_limit": 64, "queue_timeout_s": 30.0}
     line = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("- Deployments: "))
     assert "edge: greedy-demand placement (" in line and "central: central placement (" in line
-    assert line.count("routed by nearest-balanced, queue limit 64 (timeout 30 s)") == 2 and line[2:] in terminal
+    assert line.count("routed by nearest-balanced (window_ms = 0), queue limit 64 (timeout 30 s)") == 2
+    assert line[2:] in terminal
     assert "routed by different rules" not in terminal
     # ... and the load the figures hold at, against each side's capacity at the SLO
     s = json.loads((out / "summary.json").read_text())
