@@ -140,7 +140,8 @@ def scenario_plan(sc):
                         decode_time_scale=sc.decode_time_scale, demand_rps=setup.mean_rps, mix=dict(setup.mix),
                         shape=setup.shape, typical_tokens=tuple(setup.typical),
                         deployment={name: getattr(sc.edge, name) for name in EDGE_FIELDS},
-                        catalog=str(Path(sc.catalog).absolute()) if sc.catalog else None)
+                        catalog=str(Path(sc.catalog).absolute()) if sc.catalog else None,
+                        pops=tuple(sc.edge.pops) if sc.edge.pops else None)
 
 
 def name_flags(text: str, flags: dict) -> str:
@@ -196,6 +197,10 @@ def run_serve(args: argparse.Namespace) -> int:
           + (f"  scenario={cfg.scenario} (planned for {cfg.scenario_plan.demand_rps:.4g} req/s, typical request "
              f"{'/'.join(map(str, cfg.scenario_plan.typical_tokens))} tokens)" if cfg.scenario_plan else ""),
           file=sys.stderr, flush=True)
+    backend = gw.backend
+    if cfg.scenario_plan is not None and (line := cfg.scenario_plan.mismatch(
+            list(backend.catalog.ids), list(cfg.pops), list(backend.topo.pops.id))):
+        print(line, file=sys.stderr, flush=True)
     server = gateway_server(app, args.host, args.port, args.log_level)
     server.run()
     if server.should_exit:

@@ -33,7 +33,7 @@ class ScenarioPlan:
     placement's ``{"prompt"|"output"|"prompt_mix": {model: ...}}``; ``typical_tokens``: (prompt, output) of the
     control plane's estimates; ``deployment``: :class:`controlplane.deployment.DeploymentConfig` fields of the
     scenario's ``[edge]`` that the gateway config does not set itself (:data:`EDGE_FIELDS`); ``catalog``: the
-    scenario's own catalog file (None: the shipped one).
+    scenario's own catalog file (None: the shipped one); ``pops``: the PoPs its edge is placed over (None: all).
     """
 
     perf: str = "roofline"
@@ -45,6 +45,7 @@ class ScenarioPlan:
     typical_tokens: tuple = (512, 128)
     deployment: dict = field(default_factory=dict)
     catalog: str | None = None
+    pops: tuple | None = None
 
     def load_catalog(self):
         """The catalog the served models are read from: the scenario's own, or the shipped one."""
@@ -74,8 +75,28 @@ class ScenarioPlan:
         return {"demand_rps": self.demand_rps if same else self.demand_rps * sum(shares.values()), "mix": shares,
                 "shape": shape, "typical_tokens": tuple(self.typical_tokens)}
 
+    def mismatch(self, served: list[str], pops: list[str], all_pops: list[str]) -> str | None:
+        """A line when the gateway serves other models or PoPs than the scenario's workload and edge (the live
+        placement is then not the simulated one), or None. ``all_pops``: the topology's, which a scenario naming
+        none is placed over."""
+        if self.mix is None:
+            return None
+        unsent = [m for m in served if m not in self.mix]
+        unserved = [m for m in self.mix if m not in served]
+        scenario_pops = list(self.pops) if self.pops else list(all_pops)
+        parts = ([f"serves {len(unsent)} model(s) its workload never sends ({', '.join(unsent)}: each placed for the "
+                  "least share the workload gives a model)"] if unsent else []) + \
+                ([f"does not serve {len(unserved)} model(s) the workload sends ({', '.join(unserved)})"]
+                 if unserved else [])
+        if set(pops) != set(scenario_pops):
+            parts.append(f"serves {len(pops)} PoP(s) where the scenario's edge has {len(scenario_pops)}")
+        if not parts:
+            return None
+        return ("note: this gateway " + " and ".join(parts) + "; its placement is not the simulator's for this "
+                "scenario (--models and --pops as the scenario's workload and edge give it)")
+
     def describe(self) -> dict:
         """The plan as ``GET /edgepop/deployment`` shows it (the replay mirror estimates with the same inputs)."""
         return {"perf": self.perf, "prefill_time_scale": self.prefill_time_scale,
                 "decode_time_scale": self.decode_time_scale, "typical_tokens": list(self.typical_tokens),
-                "planning_rps": self.demand_rps, "catalog": self.catalog, **self.deployment}
+                "planning_rps": self.demand_rps, "catalog": self.catalog, **self.deployment}  # (pops: the config's)

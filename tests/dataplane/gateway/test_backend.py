@@ -65,6 +65,9 @@ def test_one_scenario_routes_the_same_live_and_simulated(tmp_path, gateway_topo,
         assert live_backend.deployment.table[cols].equals(sim_dep.table[cols])
         assert [r.gpu_index for r in live.state.replicas] == [r.gpu_index for r in sim.state.replicas]
         assert live.typical_tokens == sim.typical_tokens != (512, 128)  # the workload's, not the gateway's own
+        cfg = live_backend.config  # the same models and PoPs as the scenario: no note at start
+        assert cfg.scenario_plan.mismatch(list(live_backend.catalog.ids), list(cfg.pops),
+                                          list(live_backend.topo.pops.id)) is None
         estimates = [[(r.est_prefill_a, r.est_prefill_b, r.est_request_ms) for r in p.state.replicas]
                      for p in (live, sim)]
         assert estimates[0] == estimates[1] and all(e[2] > 0 for e in estimates[0])
@@ -259,6 +262,16 @@ def test_a_scenario_plan_keeps_its_demand_for_the_served_models():
     assert list(whole["mix"].items()) == list(plan.mix.items()) and whole["demand_rps"] == 100.0
     own = ScenarioPlan().deployment_inputs(["a", "b"])  # no scenario: the gateway's own plan
     assert (own["demand_rps"], own["mix"], own["typical_tokens"]) == (1.0, None, (512, 128))
+    # and the start line says when the placement cannot be the simulator's
+    world = ["FRA", "LHR", "SIN"]
+    assert plan.mismatch(["c", "a", "b"], world, world) is None and ScenarioPlan().mismatch(["a"], [], world) is None
+    line = plan.mismatch(["a", "z"], world, world)
+    assert "serves 1 model(s) its workload never sends (z:" in line and "does not serve 2 model(s)" in line
+    assert "(b, c)" in line and "its placement is not the simulator's" in line and "PoP" not in line
+    # a scenario naming no PoPs is placed over all of them
+    assert "serves 2 PoP(s) where the scenario's edge has 3" in plan.mismatch(["a", "b", "c"], world[:2], world)
+    named = ScenarioPlan(mix={"a": 1.0}, pops=("FRA", "SIN"))
+    assert named.mismatch(["a"], ["SIN", "FRA"], world) is None
 
 
 def test_a_config_file_cannot_set_the_scenario_plan(tmp_path):
