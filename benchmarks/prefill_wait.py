@@ -83,9 +83,7 @@ def main() -> None:
     ap.add_argument("--requests", type=positive_int, default=None, help="requests (default: the scenario's)")
     ap.add_argument("--seed", type=int, default=None, help="seed (default: the scenario's)")
     args = ap.parse_args()
-    from controlplane.perf_cached import CachedPerf
-    from controlplane.perf_models import build_perf
-    from controlplane.perf_scaled import scaled_perf
+    from controlplane.perf_models import build_run_perf
     from edgepop.errors import UserError
     from sim.run import run_scenario, scenario_catalog, scenario_topology
     from sim.scenario import load_scenario
@@ -108,8 +106,7 @@ def main() -> None:
     except UserError as exc:
         ap.error(str(exc))
     # the run's own model, memoised as its replicas read it (a lone prompt's prefill is exactly this)
-    perf = CachedPerf(scaled_perf(build_perf(sc.perf, scenario_topology(sc)), sc.prefill_time_scale,
-                                  sc.decode_time_scale))
+    perf = build_run_perf(sc.perf, scenario_topology(sc), sc.prefill_time_scale, sc.decode_time_scale)
     result = split(out, perf, scenario_catalog(sc))
     for dep, block in result.items():
         print(f"{dep}: TTFT p95 {block['ttft_p95_ms']} ms")

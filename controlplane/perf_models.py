@@ -56,3 +56,12 @@ def build_perf(spec: str, topo):
     """The perf model a scenario's ``perf`` value names."""
     name, options = split_spec(spec)
     return PERF_MODELS.create(name, topo, options=options)
+
+
+def build_run_perf(spec: str, topo, prefill_scale: float = 1.0, decode_scale: float = 1.0):
+    """The model a run reads, and a gateway serving its scenario: ``spec``'s, every prefill and decode step scaled
+    (:mod:`controlplane.perf_scaled`), memoised (:class:`controlplane.perf_cached.CachedPerf`)."""
+    from controlplane.perf_cached import CachedPerf
+    from controlplane.perf_scaled import scaled_perf
+
+    return CachedPerf(scaled_perf(build_perf(spec, topo), prefill_scale, decode_scale))

@@ -18,9 +18,7 @@ import pandas as pd
 from controlplane.catalog import Catalog, default_catalog
 from controlplane.deployment import Deployment, build_deployment
 from controlplane.perf import clip_mix
-from controlplane.perf_cached import CachedPerf
-from controlplane.perf_models import build_perf
-from controlplane.perf_scaled import scaled_perf
+from controlplane.perf_models import build_run_perf
 from controlplane.placement import PlacementError
 from controlplane.routing import ROUTERS
 from edgepop.errors import UserError
@@ -156,7 +154,7 @@ def prepare(sc: Scenario, topo=None, trace_option: str | None = None) -> Setup:
     topo = scenario_topology(sc, topo)
     tech = TechniqueRuntime(sc.techniques)  # every call below is the identity when all techniques are off
     catalog = scenario_catalog(sc, tech)
-    perf = tech.perf(CachedPerf(scaled_perf(build_perf(sc.perf, topo), sc.prefill_time_scale, sc.decode_time_scale)))
+    perf = tech.perf(build_run_perf(sc.perf, topo, sc.prefill_time_scale, sc.decode_time_scale))
     # again: a --trace override may change the workload's blocks (the error names the file and the trace)
     wl = sc.workload
     trace = f" with the {wl.kind} trace {wl.trace or '(shipped)'}" if wl.is_trace else ""

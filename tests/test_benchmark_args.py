@@ -245,15 +245,13 @@ def test_image_pass_candidates_are_fitted_and_checked_as_the_shipped_profile_and
 def test_prefill_wait_splits_what_the_replicas_took(monkeypatch):
     """Own prefill + wait is each request's prefill_ms, and no request waited less than nothing: the replicas'
     lone prefill is the run's own (scaled) service-time model, so the split reads the simulator's own times."""
-    from controlplane.perf_cached import CachedPerf
-    from controlplane.perf_models import build_perf
-    from controlplane.perf_scaled import scaled_perf
+    from controlplane.perf_models import build_run_perf
     from sim.run import run_scenario, scenario_catalog, scenario_topology
     from sim.scenario import load_scenario, with_overrides
 
     sc = with_overrides(load_scenario("small"), prefill_time_scale=1.5, gpu_inventory_scale=0.03)
     out = run_scenario(sc, requests=1500)
-    perf = CachedPerf(scaled_perf(build_perf(sc.perf, scenario_topology(sc)), 1.5, 1.0))
+    perf = build_run_perf(sc.perf, scenario_topology(sc), 1.5, 1.0)
     got = _module("prefill_wait").split(out, perf, scenario_catalog(sc))
     assert set(got) == {"edge", "central"}
     waited = 0.0

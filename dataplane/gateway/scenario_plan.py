@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controlplane.perf_cached import CachedPerf
-from controlplane.perf_models import build_perf
-from controlplane.perf_scaled import scaled_perf
+from controlplane.perf_models import build_run_perf
 
 # The [edge] fields a scenario may set that the gateway config has no field of
 EDGE_FIELDS = ("fill_idle_gpus", "utilisation_cap", "one_llm_per_gpu", "load_gbs", "init_s")
@@ -55,7 +53,7 @@ class ScenarioPlan:
 
     def perf_model(self, topo):
         """The service-time model the control plane estimates with, as the simulator reads it."""
-        return CachedPerf(scaled_perf(build_perf(self.perf, topo), self.prefill_time_scale, self.decode_time_scale))
+        return build_run_perf(self.perf, topo, self.prefill_time_scale, self.decode_time_scale)
 
     def deployment_inputs(self, served: list[str]) -> dict:
         """``build_deployment``'s demand, mix, shape and typical tokens for a gateway serving ``served``.

@@ -33,13 +33,13 @@ import pandas as pd
 from controlplane.catalog import Catalog, default_catalog
 from controlplane.deployment import Deployment, DeploymentConfig, deployment_from_table
 from controlplane.fleet import edge_fleet
+from controlplane.perf_models import build_run_perf
 from controlplane.perf_profile import MeasuredProfile
 from controlplane.prefix_index import PrefixIndex
 from controlplane.routing.base import advance_draws
 from dataplane import profiler, registry
 from dataplane.engine_profile import engine_profile
 from dataplane.gateway.errors import ACCOUNT_LIMITED, RATE_LIMITED
-from dataplane.gateway.scenario_plan import ScenarioPlan
 from dataplane.session import SessionConfig
 from edgepop.errors import UserError
 from edgepop.rng import streams
@@ -125,13 +125,12 @@ def mirror_deployment(desc: dict, topo) -> tuple[Deployment, float]:
     prefix = PrefixIndex(desc["prefix_block"]) if desc.get("prefix_block") else None
     # The control plane's estimates as the gateway's (a scenario's service-time model and typical request, or the
     # gateway's own): routers that read them decide here as they did live.
-    plan = ScenarioPlan(perf=desc.get("perf", "roofline"), prefill_time_scale=desc.get("prefill_time_scale", 1.0),
-                        decode_time_scale=desc.get("decode_time_scale", 1.0),
-                        typical_tokens=tuple(desc.get("typical_tokens", (512, 128))))
+    perf = build_run_perf(desc.get("perf", "roofline"), topo, desc.get("prefill_time_scale", 1.0),
+                          desc.get("decode_time_scale", 1.0))
     dep = deployment_from_table("edge", cfg, topo, mirror_catalog(desc), list(desc["pops"]),
                                 table[["model", "node", "slots"]], rng_route=streams(desc["seed"])["route_edge"],
-                                rtt_scale=scale, prefix=prefix, perf=plan.perf_model(topo),
-                                typical_tokens=plan.typical_tokens)
+                                rtt_scale=scale, prefix=prefix, perf=perf,
+                                typical_tokens=tuple(desc.get("typical_tokens", (512, 128))))
     # Replicas the live autoscaler had scaled to zero start cold here too (same ids: a row per replica it knows);
     # one still loading its weights live starts its load here at the replay's start (the description does not say
     # how far it got: the whole cold start, at worst).
