@@ -46,7 +46,7 @@ class Placement:
                 f"policy {policy!r} could place no replica of {', '.join(missing[:3])}"
                 f"{' and more' if len(missing) > 3 else ''} in fleet {fleet.name!r} "
                 f"({self.net.gpu_limit.dot(self.net.node_gpus) / 1e9:.0f} GB of GPU memory): demand for it "
-                "cannot be served")
+                f"cannot be served{_exclusive_hint(self.net)}")
         nodes = fleet.nodes
         node = np.array([p[0] for p in placed], dtype=int)
         model = np.array([p[1] for p in placed], dtype=int)
@@ -192,6 +192,18 @@ class Placement:
     def __repr__(self) -> str:
         return (f"Placement({self.policy!r}, fleet={self.fleet.name!r}, replicas={len(self.table)}, "
                 f"objective_ms={self.objective_ms:.3f})")
+
+
+def _exclusive_hint(net) -> str:
+    """Why a model got no replica, where the reason is plain: one language model per GPU asks for more GPUs than
+    the fleet has ("" otherwise)."""
+    llms = int(net.exclusive.sum())
+    need, have = int(net.tp[net.exclusive].sum()), int(net.node_gpus.sum())
+    if not llms or need <= have:
+        return ""
+    return (f" (one_llm_per_gpu gives each of the {llms} language models GPUs of its own: {need} for one replica "
+            f"each, and the fleet has {have}; set one_llm_per_gpu = false, give the fleet more GPUs or serve "
+            "fewer models)")
 
 
 def _significant(v: float) -> float:

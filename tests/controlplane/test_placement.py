@@ -331,6 +331,23 @@ def test_impossible_placements(topo):
         PlacementProblem.build(topo, total_rps=0)
 
 
+def test_too_few_gpus_for_one_llm_each(topo):
+    """With one language model per GPU, three small models on a node of two GPUs leave one unplaced: the error says
+    why (memory is plenty) and what to change; without the rule, no such reason is given."""
+    site = edge_fleet(topo, ["BEG"])
+    l40s = Fleet("one-l40s", site.nodes[site.nodes.gpu == "L40S"].reset_index(drop=True), site.sites)
+    small = ["@cf/meta/llama-3.2-1b-instruct", "@cf/meta/llama-3.2-3b-instruct", "@cf/meta/llama-3.1-8b-instruct"]
+    demand = pd.DataFrame({m: [1.0] for m in small}, index=["BEG"])
+    problem = PlacementProblem(topo, default_catalog(), l40s, demand, one_llm_per_gpu=True)
+    with pytest.raises(InfeasiblePlacementError, match=r"could place no replica .*one_llm_per_gpu gives each of "
+                                                       r"the 3 language models GPUs of its own: 3 for one replica "
+                                                       r"each, and the fleet has 2; set one_llm_per_gpu = false"):
+        get_policy("greedy-demand").place(problem, np.random.default_rng(0))
+    placed = get_policy("greedy-demand").place(PlacementProblem(topo, default_catalog(), l40s, demand),
+                                               np.random.default_rng(0))
+    assert sorted(set(placed.table.model)) == sorted(small)
+
+
 # ---------------------------------------------------------------------- CLI
 def test_cli_place_json_and_files(tmp_path, capsys):
     assert main(["place", "--policy", "everywhere-fits", "--rps", "1500", "--json", "--out", str(tmp_path)]) == 0
