@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -117,6 +118,12 @@ def test_the_draws_name_shipped_policies():
         shipped = {n for n in registry.names() if registry.entry(n).target.__module__.split(".")[0] in
                    ("controlplane", "sim")}
         assert set(names) == shipped
+    # and the ten combinations draw every router, autoscaler and technique, and faults under both policies
+    drawn = [tomllib.loads(scenario_text(case)) for case in CASES]
+    assert {d[k]["router"] for d in drawn for k in ("edge", "central")} == set(ROUTER_NAMES)
+    assert {d[k]["autoscaler"] for d in drawn for k in ("edge", "central")} == set(AUTOSCALER_NAMES)
+    assert {t for d in drawn for t, on in d["techniques"].items() if on is True} == set(TECHNIQUES)
+    assert {d["fault_policy"] for d in drawn if d.get("faults")} == set(FAULT_POLICY_NAMES)
 
 
 @pytest.mark.parametrize("case", CASES)
