@@ -6,8 +6,9 @@ earliest, counting the prefills queued before it), central's
 GPUs racked in servers the size of the edge's nodes (where the edge has single GPUs, so does central), imperfect
 anycast (a fifth of the user locations entering the edge at their second-nearest PoP, as BGP sent roughly 20% of
 a large CDN's clients to a suboptimal front-end: Calder et al., IMC 2015; or ideal anycast where the scenario has
-it imperfect), and every other named baseline region set, each on the same arrivals and seed, run with the sweep
-machinery.
+it imperfect), each user's last mile measured (M-Lab's median by country, ``topology.last_mile``) instead of one
+fixed figure (or the fixed figure where the scenario measures it), and every other named baseline region set, each
+on the same arrivals and seed, run with the sweep machinery.
 
 ``edgepop simulate --sensitivity`` adds these rows to summary.json (``sensitivity``) and a section to report.md.
 With ``--seeds``, every row (the headline's too) is run for each seed and gives the mean over seeds, its gains a
@@ -34,7 +35,8 @@ HELP = (f"the edge GPU inventory {' and '.join(f'x{f:g}' for f in INVENTORY_FACT
         f"utilisation_cap x{CAP_FACTOR:g}, nearest-balanced's window off on both sides (or at {WINDOW_MS:g} ms where "
         "the scenario has none), both sides routed by least-ttft instead, central racked like the edge (where it "
         f"is racked in servers), anycast with {ANYCAST_MISROUTE:.0%} of user cities one PoP off (or ideal where the "
-        "scenario has it imperfect), and every other baseline region set")
+        "scenario has it imperfect), the last mile by country (M-Lab medians) instead of a fixed one (or fixed "
+        "where the scenario measures it), and every other baseline region set")
 
 
 def variants(sc) -> list[tuple[str, dict]]:
@@ -58,6 +60,12 @@ def variants(sc) -> list[tuple[str, dict]]:
         out.append(("ideal anycast", {"anycast_misroute": 0.0}))
     else:
         out.append((f"anycast: {ANYCAST_MISROUTE:.0%} of user cities one PoP off", {"anycast_misroute": ANYCAST_MISROUTE}))
+    # The access leg both sides pay: one figure for every user, or each country's measured median (an upper bound
+    # of the access line alone: it includes the path to the measuring server), whichever the scenario does not use
+    if sc.last_mile == "fixed":
+        out.append(("last mile by country (M-Lab medians)", {"last_mile": "country"}))
+    else:
+        out.append((f"last mile fixed {sc.last_mile_ms:g} ms", {"last_mile": "fixed"}))
     if sc.central is not None:
         out += [(f"baseline {b}", {"central.baseline": b}) for b in BASELINE_SETS if b != sc.central.baseline]
     return out
@@ -87,6 +95,14 @@ def _least_ttft_variant(sc) -> dict:
         window = float((dep.router_options or {}).get("window_ms", 0.0)) or WINDOW_MS
         over.update({f"{side}.router": "least-ttft", f"{side}.router_options.window_ms": window})
     return over
+
+
+def _names_last_mile_ms(path: Path) -> bool:
+    """Whether the scenario file at ``path`` sets ``last_mile_ms`` itself (already read and checked once)."""
+    import tomllib
+
+    with open(path, "rb") as f:
+        return "last_mile_ms" in tomllib.load(f)
 
 
 def row(name: str, summary_rows: list[dict]) -> dict:
@@ -151,6 +167,9 @@ def run_sensitivity(scenario: str | Path, summary: dict, *, requests: int | None
         lines = (Line("edge"), Line("central", over.get("central.baseline", sc.central.baseline)))
         shaped = sc if "central.rack" not in over else replace(sc, central=replace(sc.central, rack=over["central.rack"]))
         why = [fleet_budget(shaped, topo, line, scale)[3] for line in lines]
+        if over.get("last_mile", "fixed") != "fixed" and _names_last_mile_ms(base):
+            why.append(f"{base.name} sets last_mile_ms (one figure for every user), which a measured last mile "
+                       "replaces: a scenario file may not name both")
         if any(why):
             skipped[name] = "; ".join(w for w in why if w)  # e.g. a model that fits no node at that scale
         else:

@@ -21,7 +21,7 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert list(rows) == ["as run", "edge GPU inventory x0.5", "edge GPU inventory x2", "edge utilisation_cap 0.35",
                           "router window_ms 10 (both)",  # small's routers have no window
                           "router least-ttft (both)", "central racked like the edge", "anycast: 20% of user cities one PoP off",
-                          "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
+                          "last mile by country (M-Lab medians)", "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
     headline = rows["as run"]
     assert headline["gpus"] == 228 and rows["edge GPU inventory x0.5"]["gpus"] == 114
     assert rows["edge GPU inventory x2"]["gpus"] == 456 and rows["edge utilisation_cap 0.35"]["gpus"] == 228
@@ -38,6 +38,10 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     # (a misrouted city enters one PoP farther, but that PoP may hold the model its nearest lacks: at this light
     # load the median moves either way by hundredths of a ms; the entry RTTs themselves are test_ingress's)
     assert anycast["edge_ttft_p50_ms"] != headline["edge_ttft_p50_ms"]
+    measured = rows["last mile by country (M-Lab medians)"]  # the same fleets; each user's access leg its country's
+    assert measured["gpus"] == 228  # median (23.6 ms on average against 10), paid on both sides: both medians rise
+    assert measured["edge_ttft_p50_ms"] > headline["edge_ttft_p50_ms"]
+    assert measured["central_ttft_p50_ms"] > headline["central_ttft_p50_ms"]
     for name in ("baseline us-east", "baseline global-6", "baseline global-12"):
         # the same edge on the same arrivals: only central moves
         assert rows[name]["edge_ttft_p95_ms"] == headline["edge_ttft_p95_ms"]
@@ -68,3 +72,29 @@ def test_sensitivity_over_seeds_gives_means_and_intervals_over_seeds(tmp_path, c
             lo, hi = r["ttft_p95_ci95"]
             assert r["seeds"] == 2 and lo <= r["ttft_p95_reduction_pct"] <= hi, name
     assert rows["edge GPU inventory x2"]["gpus"] == 456
+
+
+def test_the_last_mile_row_takes_the_mode_the_scenario_does_not_use(tmp_path, monkeypatch):
+    """A fixed last mile is compared with each country's measured median, a measured one with the fixed figure; a
+    scenario file that sets ``last_mile_ms`` itself cannot take a measured last mile (the file may not name both):
+    its row says so instead of failing the whole command."""
+    from sim import sensitivity
+    from sim.frontier import scenario_path
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario, with_overrides
+
+    small = load_scenario("small")
+    assert ("last mile by country (M-Lab medians)", {"last_mile": "country"}) in sensitivity.variants(small)
+    measured = with_overrides(small, last_mile="country")
+    assert ("last mile fixed 10 ms", {"last_mile": "fixed"}) in sensitivity.variants(measured)
+    path = tmp_path / "fixed20.toml"
+    path.write_text("last_mile_ms = 20.0\n" + scenario_path("small").read_text())
+    only = [v for v in sensitivity.variants(small) if v[0].startswith("last mile")]
+    monkeypatch.setattr(sensitivity, "variants", lambda sc: only)
+    main_run = run_scenario(load_scenario(path), requests=300)
+    block = sensitivity.run_sensitivity(path, main_run.summary, requests=300, out=tmp_path / "sens")
+    rows = {r["variant"]: r for r in block["rows"]}
+    assert list(rows) == ["as run", "last mile by country (M-Lab medians)"]
+    assert rows["last mile by country (M-Lab medians)"]["infeasible"] == (
+        "fixed20.toml sets last_mile_ms (one figure for every user), which a measured last mile replaces: a scenario "
+        "file may not name both")
