@@ -155,6 +155,11 @@ def notes(summary: dict) -> list[str]:
         out.append(f"Latency percentiles are of the requests that ended ok on each side (TTFT: {n_e:,} text "
                    f"generation requests at the edge, {n_c:,} centrally); TTFT p95 incl. failures counts rejected "
                    "and failed requests as never answered, as a latency SLO does.")
+    net = summary.get("network") or {}
+    if net.get("last_mile"):  # the access leg both sides pay: part of every TTFT, and of how a gain reads
+        other = (" (edgepop simulate --sensitivity also runs each country's measured median)"
+                 if net["last_mile"].startswith("fixed") else "")
+        out.append(f"Network: last mile {net['last_mile']}{other}; per-request RTT jitter {net.get('jitter', 'off')}.")
     out += deployment_lines(summary) + budget_line(summary) + load_line(summary)
     if _peak_hour_is_whole_run(summary):
         out.append(f"The arrivals span {summary['simulated_span_s']:,.1f} simulated seconds, less than an hour of "
