@@ -7,8 +7,10 @@ GPUs racked in servers the size of the edge's nodes (where the edge has single G
 anycast (a fifth of the user locations entering the edge at their second-nearest PoP, as BGP sent roughly 20% of
 a large CDN's clients to a suboptimal front-end: Calder et al., IMC 2015; or ideal anycast where the scenario has
 it imperfect), each user's last mile measured (M-Lab's median by country, ``topology.last_mile``) instead of one
-fixed figure (or the fixed figure where the scenario measures it), and every other named baseline region set, each
-on the same arrivals and seed, run with the sweep machinery.
+fixed figure (or the fixed figure where the scenario measures it), every prefill and decode step 20% slower than
+the service-time model's (its held-out error is 7-10% a pass, and a simulated replica under load outruns measured
+ones by more: docs/perf-model.md), and every other named baseline region set, each on the same arrivals and seed,
+run with the sweep machinery.
 
 ``edgepop simulate --sensitivity`` adds these rows to summary.json (``sensitivity``) and a section to report.md.
 With ``--seeds``, every row (the headline's too) is run for each seed and gives the mean over seeds, its gains a
@@ -27,6 +29,7 @@ INVENTORY_FACTORS = (0.5, 2.0)
 CAP_FACTOR = 0.5  # x the edge's placement utilisation cap
 WINDOW_MS = 10.0  # nearest-balanced's window tried when the scenario runs without one
 ANYCAST_MISROUTE = 0.2  # share of user locations anycast lands on their second-nearest PoP (Calder et al. 2015)
+SLOWER = 1.2  # x every prefill and decode step of the service-time model (prefill_time_scale, decode_time_scale)
 
 
 # What :func:`variants` runs, in its order, for ``edgepop simulate --help`` (a scenario decides some of it: which
@@ -36,7 +39,8 @@ HELP = (f"the edge GPU inventory {' and '.join(f'x{f:g}' for f in INVENTORY_FACT
         "the scenario has none), both sides routed by least-ttft instead, central racked like the edge (where it "
         f"is racked in servers), anycast with {ANYCAST_MISROUTE:.0%} of user cities one PoP off (or ideal where the "
         "scenario has it imperfect), the last mile by country (M-Lab medians) instead of a fixed one (or fixed "
-        "where the scenario measures it), and every other baseline region set")
+        f"where the scenario measures it), every prefill and decode step {SLOWER - 1:.0%} slower, and every other "
+        "baseline region set")
 
 
 def variants(sc) -> list[tuple[str, dict]]:
@@ -66,6 +70,10 @@ def variants(sc) -> list[tuple[str, dict]]:
         out.append(("last mile by country (M-Lab medians)", {"last_mile": "country"}))
     else:
         out.append((f"last mile fixed {sc.last_mile_ms:g} ms", {"last_mile": "fixed"}))
+    # The service-time model's own error: every replica that much slower, for the placement, the control planes'
+    # estimates and the replicas alike (a uniform factor per phase: controlplane/perf_scaled.py)
+    out.append((f"service times {SLOWER - 1:.0%} slower", {"prefill_time_scale": round(sc.prefill_time_scale * SLOWER, 9),
+                                                          "decode_time_scale": round(sc.decode_time_scale * SLOWER, 9)}))
     if sc.central is not None:
         out += [(f"baseline {b}", {"central.baseline": b}) for b in BASELINE_SETS if b != sc.central.baseline]
     return out

@@ -21,7 +21,7 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert list(rows) == ["as run", "edge GPU inventory x0.5", "edge GPU inventory x2", "edge utilisation_cap 0.35",
                           "router window_ms 10 (both)",  # small's routers have no window
                           "router least-ttft (both)", "central racked like the edge", "anycast: 20% of user cities one PoP off",
-                          "last mile by country (M-Lab medians)", "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
+                          "last mile by country (M-Lab medians)", "service times 20% slower", "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
     headline = rows["as run"]
     assert headline["gpus"] == 228 and rows["edge GPU inventory x0.5"]["gpus"] == 114
     assert rows["edge GPU inventory x2"]["gpus"] == 456 and rows["edge utilisation_cap 0.35"]["gpus"] == 228
@@ -42,6 +42,9 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert measured["gpus"] == 228  # median (23.6 ms on average against 10), paid on both sides: both medians rise
     assert measured["edge_ttft_p50_ms"] > headline["edge_ttft_p50_ms"]
     assert measured["central_ttft_p50_ms"] > headline["central_ttft_p50_ms"]
+    slower = rows["service times 20% slower"]  # the same fleets, every prefill and decode step x1.2: both slower
+    assert slower["gpus"] == 228 and slower["edge_ttft_p50_ms"] > headline["edge_ttft_p50_ms"]
+    assert slower["central_ttft_p50_ms"] > headline["central_ttft_p50_ms"]
     for name in ("baseline us-east", "baseline global-6", "baseline global-12"):
         # the same edge on the same arrivals: only central moves
         assert rows[name]["edge_ttft_p95_ms"] == headline["edge_ttft_p95_ms"]
