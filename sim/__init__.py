@@ -1,7 +1,8 @@
 """The simulator: workloads, scenarios, the SimPy simulation of a deployment, sweeps and reports.
 
 Reading guide (each docs page's "Where the code is" says more: docs/simulate.md, docs/workloads.md,
-docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fidelity-models.md):
+docs/sweep.md, docs/frontier.md, docs/techniques.md, docs/fidelity.md, docs/fidelity-models.md;
+docs/speed.md: how fast it runs and why):
 
 * :mod:`sim.run`: **start here**: ``run_scenario`` prepares a scenario, builds each deployment with
   :func:`controlplane.deployment.build_deployment` and simulates it on the same arrivals (its progress bar:
