@@ -8,6 +8,7 @@ from pathlib import Path
 from sim.plots import plot_gain_map, plot_ttft_cdf, plot_utilisation
 from sim.rejections import not_ok_lines
 from sim.report_deployments import budget_line, deployment_lines, load_line
+from sim.sensitivity_plot import plot_sensitivity
 
 HEADLINE = (
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ttft_ms_p50_reduction_pct", "ttft_ms_p50_reduction_pct"),
@@ -251,7 +252,8 @@ def crossover_lines(gains: dict) -> list[str]:
 
 
 def write_report(out, directory: Path) -> Path:
-    """Write report.md with the headline table, crossovers, per-continent gains and the three plots."""
+    """Write report.md with the headline table, crossovers, per-continent gains and the plots (three, and the
+    sensitivity rows' with ``--sensitivity``)."""
     directory = Path(directory)
     s = out.summary
     figs = []
@@ -262,6 +264,9 @@ def write_report(out, directory: Path) -> Path:
     figs.append(("TTFT distribution, " + (" vs ".join(deps) if len(deps) > 1 else f"{deps[0]} only"), "ttft_cdf.png"))
     plot_utilisation(out.utilisation, directory / "utilisation.png")
     figs.append(("Utilisation over time", "utilisation.png"))
+    if s.get("sensitivity"):
+        plot_sensitivity(s["sensitivity"], directory / "sensitivity.png")
+        figs.append(("Sensitivity of the headline", "sensitivity.png"))
     lines = [f"# {title_line(s)}", "",
              f"{_n(s['requests'], 'request')} over {_span_text(s['simulated_span_s'])}{_day_text(s)}, "
              f"seed {s['seed']}"

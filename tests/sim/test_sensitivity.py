@@ -52,7 +52,11 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     # more regions, each sized by its users' demand: central's median gets closer to the users
     assert (rows["baseline global-12"]["central_ttft_p50_ms"] < rows["baseline global-6"]["central_ttft_p50_ms"]
             < headline["central_ttft_p50_ms"] < rows["baseline us-east"]["central_ttft_p50_ms"])
-    assert "## Sensitivity of the headline" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "## Sensitivity of the headline" in report
+    # and the same rows drawn: each gain with its interval, a row per variant
+    assert "![Sensitivity of the headline](sensitivity.png)" in report
+    assert (out / "sensitivity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_sensitivity_over_seeds_gives_means_and_intervals_over_seeds(tmp_path, capsys):
@@ -101,3 +105,20 @@ def test_the_last_mile_row_takes_the_mode_the_scenario_does_not_use(tmp_path, mo
     assert rows["last mile by country (M-Lab medians)"]["infeasible"] == (
         "fixed20.toml sets last_mile_ms (one figure for every user), which a measured last mile replaces: a scenario "
         "file may not name both")
+
+
+def test_the_sensitivity_figure_draws_a_row_that_did_not_run_empty(tmp_path):
+    """A variant skipped as infeasible has no figures: the plot names it "(not run)" and leaves its bars out."""
+    from matplotlib.image import imread
+
+    from sim.sensitivity_plot import plot_sensitivity
+
+    def ran(name, p50, p95):
+        return {"variant": name, "ttft_p50_reduction_pct": p50, "ttft_p50_ci95": [p50 - 1, p50 + 1],
+                "ttft_p95_reduction_pct": p95, "ttft_p95_ci95": None, "tpot_p50_reduction_pct": None}
+
+    sens = {"seeds": [1], "rows": [ran("as run", 35.0, -3.0), {"variant": "x", "infeasible": "no node fits"},
+                                   ran("baseline us-east", 73.0, 30.0)]}
+    path = plot_sensitivity(sens, tmp_path / "s.png")
+    height, width = imread(path).shape[:2]
+    assert width == 1300 and height == int(100 * (1.6 + 0.38 * 3))
