@@ -25,7 +25,8 @@ docs/speed.md: how fast it runs and why):
   :mod:`sim.report` (+ :mod:`sim.report_deployments`, how each side was placed and routed) and
   :mod:`sim.plots` (report.md and its plots), all written by :mod:`sim.outputs`
   (requests.parquet, summary.json, report.md, all or nothing), :mod:`sim.rejections` (why requests did not end ok,
-  by error code); :mod:`sim.sensitivity` (its figure :mod:`sim.sensitivity_plot`) and :mod:`sim.replicates`
+  by error code); :mod:`sim.sensitivity` and :mod:`sim.replicates` (their figures :mod:`sim.sensitivity_plot`,
+  :mod:`sim.replicates_plot`)
   (the headline under other assumptions, and over seeds);
 * sweeps: :mod:`sim.grid` (+ :mod:`sim.grid_keys`, its key checks), :mod:`sim.sweep` (+
   :mod:`sim.sweep_variant`, :mod:`sim.sweep_plot`, :mod:`sim.sweep_ray`, :mod:`sim.pool_worker`: the local pool's

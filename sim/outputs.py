@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from sim.run import RunOutput
 
 OUTPUT_NAMES = frozenset({"requests.parquet", "utilisation.parquet", "summary.json", "report.md", "ttft_gain_map.png",
-                          "ttft_cdf.png", "utilisation.png", "sensitivity.png"})  # what write_outputs may write
+                          "ttft_cdf.png", "utilisation.png", "sensitivity.png",
+                          "seeds.png"})  # what write_outputs may write
 # The sweeps of --sensitivity and --seeds: an earlier simulate's folder holds the marker write_outputs adds (its
 # sweep.json alone does not tell it from the user's own `edgepop sweep --out`), listing the files it wrote; a folder
 # without it is the user's (see edgepop.outputs.move_into_place).

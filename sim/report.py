@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sim.plots import plot_gain_map, plot_ttft_cdf, plot_utilisation
 from sim.rejections import not_ok_lines
+from sim.replicates_plot import plot_replicates
 from sim.report_deployments import budget_line, deployment_lines, load_line
 from sim.sensitivity_plot import plot_sensitivity
 
@@ -252,8 +253,8 @@ def crossover_lines(gains: dict) -> list[str]:
 
 
 def write_report(out, directory: Path) -> Path:
-    """Write report.md with the headline table, crossovers, per-continent gains and the plots (three, and the
-    sensitivity rows' with ``--sensitivity``)."""
+    """Write report.md with the headline table, crossovers, per-continent gains and the plots (three, the gains
+    over seeds with ``--seeds``, the sensitivity rows with ``--sensitivity``)."""
     directory = Path(directory)
     s = out.summary
     figs = []
@@ -264,6 +265,9 @@ def write_report(out, directory: Path) -> Path:
     figs.append(("TTFT distribution, " + (" vs ".join(deps) if len(deps) > 1 else f"{deps[0]} only"), "ttft_cdf.png"))
     plot_utilisation(out.utilisation, directory / "utilisation.png")
     figs.append(("Utilisation over time", "utilisation.png"))
+    if s.get("replicates"):
+        plot_replicates(s["replicates"], directory / "seeds.png")
+        figs.append(("Gains over seeds", "seeds.png"))
     if s.get("sensitivity"):
         plot_sensitivity(s["sensitivity"], directory / "sensitivity.png")
         figs.append(("Sensitivity of the headline", "sensitivity.png"))

@@ -41,6 +41,8 @@ def test_replicates_are_the_runs_of_those_seeds(tmp_path, capsys):
     assert len(set(p50)) == 3  # new arrivals each: the seeds do differ
     report = (out / "report.md").read_text()
     assert "## Between seeds" in report
+    assert "![Gains over seeds](seeds.png)" in report  # and drawn: each seed's gain, the mean and its interval
+    assert (out / "seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the note on the within-run interval says how it was made, and points to the intervals over seeds
     note = next(line for line in report.splitlines() if "the intervals over seeds are below" in line)
     assert note.startswith("- edge gain = (central - edge) / central") and "paired block bootstrap" in note
@@ -50,6 +52,7 @@ def test_replicates_are_the_runs_of_those_seeds(tmp_path, capsys):
     assert main(["simulate", "--scenario", "small", "--requests", "500", "--out", str(out)]) == 0
     capsys.readouterr()
     assert not (out / "replicates").exists() and "replicates" not in json.loads((out / "summary.json").read_text())
+    assert not (out / "seeds.png").exists()
     assert (out / "notes.txt").read_text() == "the user's"
 
 

@@ -160,7 +160,7 @@ def test_cli_writes_parquet_summary_and_report(tmp_path, capsys):
     report = (out / "report.md").read_text()
     for png in ("ttft_cdf.png", "utilisation.png", "ttft_gain_map.png"):
         assert (out / png).stat().st_size > 10_000 and png in report
-    assert not (out / "sensitivity.png").exists()  # (drawn with --sensitivity only)
+    assert not (out / "sensitivity.png").exists() and not (out / "seeds.png").exists()  # (with those options only)
     # a gain with its whole interval (intervals of percentile differences need not be symmetric), the scope of
     # the intervals and of the percentiles, and the tail counting failures
     row = next(line for line in report.splitlines() if line.startswith("| TTFT p50 (ms) |"))
