@@ -31,10 +31,10 @@ def register(sub) -> None:
     p.add_argument("--only", choices=["edge", "central"], help="simulate one deployment only")
     p.add_argument("--sensitivity", action="store_true",
                    help=f"also run the headline with each of: {SENSITIVITY_HELP.replace('%', '%%')} (a sweep on a "
-                        "local pool; report.md gets a section)")
+                        "local pool; report.md gets a section and sensitivity.png)")
     p.add_argument("--seeds", metavar="LIST",
                    help="also run the scenario with these seeds, e.g. 1-5 or 1,7,9 (new arrivals and placement "
-                        "each), and report every headline gain's mean and 95%% interval over seeds")
+                        "each), and report every headline gain's mean and 95%% interval over seeds (and seeds.png)")
     p.add_argument("--out", default="edgepop-out", help="output directory (default: edgepop-out)")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of tables")
     p.add_argument("--list-scenarios", action="store_true", help="list embedded scenarios and exit")
