@@ -174,6 +174,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
             "routing": {line.key: {"router": cfg.router,
                                    "options": ROUTERS.options_in_effect(cfg.router, cfg.router_options)}
                         for line in lines if (cfg := sc.edge if line.deployment == "edge" else sc.central) is not None},
+            # the network every line's users reach it over (the SLO's latency includes it)
+            "network": network_block(sc),
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 
@@ -204,6 +206,23 @@ def has_ratio(r: dict) -> bool:
     return r["baseline"] is not None and "edge" in r["deployments"]
 
 
+def network_block(sc) -> dict:
+    """The last mile, RTT jitter and anycast misrouting the scenario's runs use (as ``summary.json`` says them)."""
+    from topology.last_mile import LastMile
+
+    return {"last_mile": LastMile(sc.last_mile, sc.last_mile_ms).describe(), "jitter": "on" if sc.jitter else "off",
+            "anycast_misroute": sc.anycast_misroute}
+
+
+def network_lines(r: dict) -> list[str]:
+    """report.md's line naming the network assumptions every budget ran with (and a blank line after)."""
+    net = r.get("network")
+    if not net:
+        return []
+    misroute = f"; {net['anycast_misroute']:.0%} of user cities one PoP off" if net["anycast_misroute"] else ""
+    return [f"Network: last mile {net['last_mile']}; per-request RTT jitter {net['jitter']}{misroute}.", ""]
+
+
 def routing_lines(r: dict) -> list[str]:
     """report.md's line naming each line's router, with a warning when they differ (and a blank line after)."""
     from sim.report_deployments import rule_text
@@ -224,7 +243,7 @@ def report_lines(frontier) -> list[str]:
     lines = [f"# edgepop frontier: {r['scenario']}", "",
              f"SLO: {r['slo']['text']}; seeds {r['seeds']}; requests per run: "
              f"{r['requests'] or 'the scenario'}; budget mode: {r['budget']}; engine {r['engine']}; "
-             f"wall time {r.get('wall_s', '-')} s.", "", f"Method: {r['method']}.", "", *routing_lines(r),
+             f"wall time {r.get('wall_s', '-')} s.", "", f"Method: {r['method']}.", "", *routing_lines(r), *network_lines(r),
              "## Least budget meeting the SLO", "",
              "| deployment | least GPUs | least $/hour | status | fails at GPUs |", "|---|---|---|---|---|"]
     for key, d in r["deployments"].items():

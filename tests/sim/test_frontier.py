@@ -185,6 +185,10 @@ def test_edge_rows_do_not_depend_on_sharing_a_run_with_central(tmp_path):
     assert "Routing: edge by nearest-balanced (window_ms = 0); central:big3 by nearest-balanced (window_ms = 0)." \
         in text
     assert "routed by different rules" not in text
+    # and the network every budget ran over: part of the latency the SLO bounds
+    assert both.result["network"] == {"last_mile": "fixed 10 ms for every user", "jitter": "off",
+                                      "anycast_misroute": 0.0}
+    assert "Network: last mile fixed 10 ms for every user; per-request RTT jitter off." in text
     central = run_frontier("small", only="central", out=tmp_path / "central", **kw)
     assert set(central.result["deployments"]) == {"central:big3"} and central.result["iso_slo_cost_ratio"] is None
     for run in ("alone", "central"):  # one side only: no ratio, and no per-baseline line of Nones
@@ -355,7 +359,8 @@ def _frontier(tmp_path, edge, central, tolerance=0.05):
     lines = [Line("edge"), Line("central", "big3")]
     points = _points(lines[0], edge) + _points(lines[1], central)
     rule = {"router": "nearest-balanced", "router_options": {}}
-    sc = SimpleNamespace(name="toy", edge=SimpleNamespace(**rule), central=SimpleNamespace(budget="gpus", **rule))
+    sc = SimpleNamespace(name="toy", edge=SimpleNamespace(**rule), central=SimpleNamespace(budget="gpus", **rule),
+                         last_mile="fixed", last_mile_ms=10.0, jitter=False, anycast_misroute=0.0)
     scales = sorted({p.scale for p in points})
     result = summarise(sc, slo, lines, points, [1], None, "local", scales, tolerance)
     result["wall_s"] = 0.0
@@ -536,7 +541,8 @@ def test_each_seeds_ratio_is_read_off_its_own_runs(tmp_path, capsys):
 
     points = pts(lines[0], {1: 21, 2: 30}) + pts(lines[1], {1: 21, 2: 21})
     rule = {"router": "nearest-balanced", "router_options": {}}
-    sc = SimpleNamespace(name="toy", edge=SimpleNamespace(**rule), central=SimpleNamespace(budget="gpus", **rule))
+    sc = SimpleNamespace(name="toy", edge=SimpleNamespace(**rule), central=SimpleNamespace(budget="gpus", **rule),
+                         last_mile="fixed", last_mile_ms=10.0, jitter=False, anycast_misroute=0.0)
     scales = sorted({p.scale for p in points})
     result = summarise(sc, slo, lines, points, [1, 2], None, "local", scales, 0.05)
     assert result["deployments"]["edge"]["min_gpus_for_slo"] == 30  # the mean of seed 1's 100 and seed 2's 250 fails
