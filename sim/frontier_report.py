@@ -12,6 +12,7 @@ import pandas as pd
 
 from controlplane.routing import ROUTERS
 from sim.frontier_brackets import _known, _num, _ratio, by_seed, least, ratio_kind, ratio_range
+from sim.scenario import network_summary
 from sim.trace_files import trace_source
 
 CONTINENT_METRICS = ("ttft_p50_ms", "ttft_p95_ms", "slo_attainment")
@@ -175,7 +176,7 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
                                    "options": ROUTERS.options_in_effect(cfg.router, cfg.router_options)}
                         for line in lines if (cfg := sc.edge if line.deployment == "edge" else sc.central) is not None},
             # the network every line's users reach it over (the SLO's latency includes it)
-            "network": network_block(sc),
+            "network": network_summary(sc),
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 
@@ -206,21 +207,11 @@ def has_ratio(r: dict) -> bool:
     return r["baseline"] is not None and "edge" in r["deployments"]
 
 
-def network_block(sc) -> dict:
-    """The last mile, RTT jitter and anycast misrouting the scenario's runs use (as ``summary.json`` says them)."""
-    from topology.last_mile import LastMile
-
-    return {"last_mile": LastMile(sc.last_mile, sc.last_mile_ms).describe(), "jitter": "on" if sc.jitter else "off",
-            "anycast_misroute": sc.anycast_misroute}
-
-
 def network_lines(r: dict) -> list[str]:
     """report.md's line naming the network assumptions every budget ran with (and a blank line after)."""
-    net = r.get("network")
-    if not net:
-        return []
-    misroute = f"; {net['anycast_misroute']:.0%} of user cities one PoP off" if net["anycast_misroute"] else ""
-    return [f"Network: last mile {net['last_mile']}; per-request RTT jitter {net['jitter']}{misroute}.", ""]
+    from sim.report_deployments import network_line
+
+    return [network_line(r["network"], misroute=True), ""] if r.get("network") else []
 
 
 def routing_lines(r: dict) -> list[str]:

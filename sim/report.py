@@ -8,7 +8,7 @@ from pathlib import Path
 from sim.plots import plot_gain_map, plot_ttft_cdf, plot_utilisation
 from sim.rejections import not_ok_lines
 from sim.replicates_plot import plot_replicates
-from sim.report_deployments import budget_line, deployment_lines, load_line
+from sim.report_deployments import budget_line, deployment_lines, load_line, network_line
 from sim.sensitivity_plot import plot_sensitivity
 
 HEADLINE = (
@@ -159,9 +159,9 @@ def notes(summary: dict) -> list[str]:
                    "and failed requests as never answered, as a latency SLO does.")
     net = summary.get("network") or {}
     if net.get("last_mile"):  # the access leg both sides pay: part of every TTFT, and of how a gain reads
-        other = (" (edgepop simulate --sensitivity also runs each country's measured median)"
-                 if net["last_mile"].startswith("fixed") else "")
-        out.append(f"Network: last mile {net['last_mile']}{other}; per-request RTT jitter {net.get('jitter', 'off')}.")
+        hint = (" (edgepop simulate --sensitivity also runs each country's measured median)"
+                if net["last_mile"].startswith("fixed") else "")
+        out.append(network_line(net, hint=hint))  # (imperfect anycast has a line of its own above)
     out += deployment_lines(summary) + budget_line(summary) + load_line(summary)
     if _peak_hour_is_whole_run(summary):
         out.append(f"The arrivals span {summary['simulated_span_s']:,.1f} simulated seconds, less than an hour of "

@@ -71,3 +71,12 @@ def budget_line(summary: dict) -> list[str]:
     if same("gpus"):
         return [f"Budgets: equal GPUs, unequal dollars ({held}): the two sides hold different GPU types."]
     return [f"Budgets differ ({held}): a gain may be the budget's rather than the deployment's."]
+
+
+def network_line(net: dict, hint: str = "", misroute: bool = False) -> str:
+    """``Network: last mile ...; per-request RTT jitter ...`` from a ``network`` block (``summary.json``'s,
+    ``frontier.json``'s); ``hint`` follows the last mile, ``misroute`` adds imperfect anycast's share when there is
+    one."""
+    share = net.get("anycast_misroute") or 0.0
+    anycast = f"; {share:.0%} of user cities one PoP off" if misroute and share else ""
+    return f"Network: last mile {net['last_mile']}{hint}; per-request RTT jitter {net.get('jitter', 'off')}{anycast}."

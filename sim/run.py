@@ -31,7 +31,7 @@ from sim.faults import FaultHandler, check_fault_targets, fault_spec, faults_for
 from sim.metrics import deployment_summary, gains, slo_met
 from sim.request_frame import concat_frames
 from sim.run_progress import check_progress, simulation_progress
-from sim.scenario import Scenario, check_scenario, load_scenario, no_central, with_overrides
+from sim.scenario import Scenario, check_scenario, load_scenario, network_summary, no_central, with_overrides
 from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
 from sim.techniques.batch_policy import with_send_times
@@ -404,10 +404,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                "gpu_inventory_scale": sc.gpu_inventory_scale,
                "baseline": sc.central.baseline if sc.central is not None else None,
                "deployments": blocks, "capacity": {r.name: r.block.pop("capacity") for r in runs},
-               "network": {"last_mile": setup.topo.last_mile.describe(),
-                           "jitter": f"on: {fit_jitter().source}" if sc.jitter else "off",
-                           # the share of user cities anycast lands on their second-nearest PoP (0: ideal)
-                           "anycast_misroute": sc.anycast_misroute}}
+               "network": network_summary(sc, setup.topo.last_mile)}
     if (sc.prefill_time_scale, sc.decode_time_scale) != (1.0, 1.0):  # (absent at 1: the default's outputs stay)
         summary["service_time_scale"] = {"prefill": sc.prefill_time_scale, "decode": sc.decode_time_scale}
     wl = sc.workload

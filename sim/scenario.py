@@ -262,6 +262,18 @@ def load_scenario(name_or_path: str | Path = "default") -> Scenario:
     return parse_scenario(doc, path.name, base_dir=path.parent)
 
 
+def network_summary(sc: Scenario, last_mile=None) -> dict:
+    """The network assumptions ``sc``'s runs make, as ``summary.json``'s ``network`` block says them: the last mile
+    (``last_mile``: the topology's :class:`~topology.last_mile.LastMile`, else the scenario's own), RTT jitter and
+    the share of user cities anycast lands on their second-nearest PoP (0: ideal)."""
+    from topology.jitter import fit
+    from topology.last_mile import LastMile
+
+    last_mile = last_mile or LastMile(sc.last_mile, sc.last_mile_ms)
+    return {"last_mile": last_mile.describe(), "jitter": f"on: {fit().source}" if sc.jitter else "off",
+            "anycast_misroute": sc.anycast_misroute}
+
+
 def with_overrides(sc: Scenario, **kw) -> Scenario:
     """A copy with top-level fields replaced (CLI flags); ``workload`` fields via ``workload={...}``. Unknown
     field names and a seed that is not an integer in [0, 2**63 - 1] are one-line errors (the values are not
