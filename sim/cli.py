@@ -165,9 +165,9 @@ def cmd_simulate(args) -> int:
 
 
 def print_headline(summary: dict, path, total_s: float | None = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from edgepop.console import table_console
     from sim.report import headline_table, notes, title_line, wall_text
 
     t = Table(title=title_line(summary))
@@ -176,7 +176,7 @@ def print_headline(summary: dict, path, total_s: float | None = None) -> None:
         t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=col != "metric")
     for row in headline_table(summary):
         t.add_row(*row)
-    console = Console()
+    console = table_console()
     console.print(t)
     for line in notes(summary):
         console.print(line, highlight=False)
@@ -239,9 +239,9 @@ SWEEP_COLUMNS = (("TTFT p50", "ttft_p50_ms"), ("TTFT p95", "ttft_p95_ms"), ("E2E
 
 def print_sweep_table(result) -> None:
     """The headline columns of the sweep summary, one row per variant x deployment."""
-    from rich.console import Console
     from rich.table import Table
 
+    from edgepop.console import table_console
     from sim.report import _fmt
 
     grid = result.grid
@@ -255,7 +255,6 @@ def print_sweep_table(result) -> None:
         cells = [str(row[k]) for k in keys]
         cells += [_fmt(None if row[c] != row[c] else row[c]) for _, c in SWEEP_COLUMNS]  # NaN -> "-"
         t.add_row(*cells)
-    console = Console()
-    if not console.is_terminal:  # piped into a file: do not squeeze the table into 80 columns
-        console = Console(width=max(80, sum(len(c) for c in keys) + 20 * len(SWEEP_COLUMNS)))
+    # piped into a file: do not squeeze the table into 80 columns
+    console = table_console(max(80, sum(len(c) for c in keys) + 20 * len(SWEEP_COLUMNS)))
     console.print(t)

@@ -208,8 +208,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(est, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from edgepop.console import table_console
 
     unit = {"token": "tokens", "image": "images", "audio-minute": "audio minutes"}[est["unit"]]
     t = Table(title=f"{est['model']} on {est['tp']} x {est['gpu']} ({est['precision']}, {est['engine']} engine)")
@@ -234,8 +235,9 @@ def run(args: argparse.Namespace) -> int:
         note = (f" (batch {est['capacity_batch']}: the catalog's KV pool of {est['kv_pool_tokens']:,} tokens per "
                 "replica holds no more such sequences)" if est["capacity_batch"] < est["batch"] else "")
         t.add_row("capacity per replica", f"{est['capacity_rps_per_replica']:.2f} requests/s{note}")
-    Console().print(t)
-    Console().print(f"execution: {est['execution']}")
+    console = table_console()
+    console.print(t)
+    console.print(f"execution: {est['execution']}")
     for line in est["warnings"]:
         print(f"warning: extrapolation: {line}", file=sys.stderr)
     return 0

@@ -73,9 +73,9 @@ def cmd_frontier(args) -> int:
 
 
 def print_frontier(f) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from edgepop.console import table_console
     from sim import frontier_report as fr
 
     r = f.result
@@ -86,7 +86,7 @@ def print_frontier(f) -> None:
         t.add_row(key, "-" if d["min_gpus_for_slo"] is None else f"{d['min_gpus_for_slo']:,}",
                   "-" if d["min_usd_per_hour_for_slo"] is None else f"{d['min_usd_per_hour_for_slo']:,.2f}",
                   fr.status_text(d))
-    console = Console()
+    console = table_console()
     console.print(t)
     ratio = r["iso_slo_cost_ratio"]
     said = (f"iso-SLO cost ratio (edge / {r['baseline']}): {fr.ratio_text(ratio, r['iso_slo_ratio_kind'])} "

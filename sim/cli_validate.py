@@ -79,12 +79,12 @@ def _pct(x) -> str:
 
 
 def print_tables(rep: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from controlplane.perf_validation import GROUPINGS, PHASES
+    from edgepop.console import table_console
 
-    con = Console()
+    con = table_console()
     st = rep["service_time"]
     t = Table(title="Service time: MAPE by phase (end-to-end prefill/decode; kernel; all-reduce)")
     t.add_column("grouping")

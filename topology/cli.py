@@ -59,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_tables(s: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    from edgepop.console import table_console
+
+    con = table_console()
     t = Table(title=f"{s['pops']} PoPs, {s['gpu_nodes']} GPU nodes, {s['gpu_memory_tb']} TB GPU memory")
     t.add_column("continent")
     t.add_column("PoPs", justify="right")

@@ -11,6 +11,7 @@ import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
+from edgepop.console import table_console
 from edgepop.errors import UserError
 from edgepop.outputs import native_output_to_stderr, output_folder, staged_output
 
@@ -148,21 +149,14 @@ def _list_models(catalog, as_json: bool) -> int:
         t.add_column(col, justify="left" if col in ("id", "task", "precision") else "right")
     for r in frame.itertuples():
         t.add_row(r.id, r.task, r.precision, f"{r.replica_gb:.1f}", str(r.tp))
-    _console().print(t)
+    table_console().print(t)
     return 0
-
-
-def _console():
-    from rich.console import Console
-
-    con = Console()
-    return con if con.is_terminal else Console(width=150)  # piped: do not squeeze model ids into 80 columns
 
 
 def print_tables(s: dict, out: Path | None) -> None:
     from rich.table import Table
 
-    con = _console()
+    con = table_console()
     cov = list(s["coverage"])
     t = Table(title=f"{s['policy']} on {s['fleet']}: {s['replicas']} replicas, {s['total_rps']:g} req/s; share of "
                     "demand whose nearest replica is within")

@@ -160,8 +160,9 @@ def plot_ablation(df: pd.DataFrame, baseline: str | None, path: str | Path) -> P
 
 def print_table(df: pd.DataFrame, title: str) -> None:
     """Print the ablation's table (one row per technique) under ``title``."""
-    from rich.console import Console
     from rich.table import Table
+
+    from edgepop.console import table_console
 
     t = Table(title=title)
     t.add_column("technique", no_wrap=True)
@@ -171,9 +172,7 @@ def print_table(df: pd.DataFrame, title: str) -> None:
     for r in df.to_dict("records"):
         cells = [_cell(r.get(c), integer=c == "gpus_placed") for _, c in COLUMNS]
         t.add_row(r["technique"], *cells, str(r.get("note") or ""))
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=240)
+    console = table_console(240)
     console.print(t)
 
 
