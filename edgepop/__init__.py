@@ -24,7 +24,8 @@ This package itself holds what every layer shares; start at :mod:`edgepop.cli`:
 * :mod:`edgepop.rng`: the seeded random streams, one per concern; :mod:`edgepop.stats`: the percentile convention;
 * :mod:`edgepop.outputs`: output paths checked before the work starts, and written all or nothing;
   :mod:`edgepop.memory`: how glibc's malloc treats freed blocks, per process role; :mod:`edgepop.argtypes`:
-  argparse types and the final JSON line of the scripts in ``benchmarks/``.
+  argparse types and the final JSON line of the scripts in ``benchmarks/``; :mod:`edgepop.console`: the
+  console the commands print their tables on (wide when piped).
 """
 
 __version__ = "0.1.0"
