@@ -145,6 +145,10 @@ def notes(summary: dict) -> list[str]:
     if misroute:
         out.append(f"Imperfect anycast: {misroute:.0%} of the user cities enter the edge at their second-nearest PoP "
                    f"(drawn with seed {summary['seed']}); the rest at their nearest.")
+    weight = summary.get("demand_weight")
+    if weight and weight.get("mode") == "internet_users":
+        out.append("Demand: each city weighted by the people online there (its population x its country's share of "
+                   f"individuals using the Internet, {weight['source']}), not by population.")
     scale = summary.get("service_time_scale")
     if scale:
         out.append(f"Service times scaled: every prefill x{scale['prefill']:g} and every decode step "

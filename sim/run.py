@@ -31,7 +31,15 @@ from sim.faults import FaultHandler, check_fault_targets, fault_spec, faults_for
 from sim.metrics import deployment_summary, gains, slo_met
 from sim.request_frame import concat_frames
 from sim.run_progress import check_progress, simulation_progress
-from sim.scenario import Scenario, check_scenario, load_scenario, network_summary, no_central, with_overrides
+from sim.scenario import (
+    Scenario,
+    check_scenario,
+    demand_summary,
+    load_scenario,
+    network_summary,
+    no_central,
+    with_overrides,
+)
 from sim.simulator import Simulation
 from sim.techniques import TechniqueRuntime
 from sim.techniques.batch_policy import with_send_times
@@ -138,11 +146,12 @@ class Setup:
 
 def scenario_topology(sc: Scenario, topo=None) -> Topology:
     """``topo`` (default: the shipped world) shaped as ``sc`` runs it: last mile, GPU inventory scale, anycast
-    misroute (what planning outside a run uses). Shape an unshaped world: shaping twice scales the GPUs twice."""
+    misroute, demand weighting (what planning outside a run uses). Shape an unshaped world: shaping twice scales the GPUs twice."""
     # a topology given (custom PoPs, one shared by many runs) takes the scenario's last mile, as a loaded one does
     try:
         return (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).shaped(
-            sc.last_mile_ms, sc.last_mile, sc.gpu_inventory_scale, sc.anycast_misroute, seed=sc.seed)
+            sc.last_mile_ms, sc.last_mile, sc.gpu_inventory_scale, sc.anycast_misroute, seed=sc.seed,
+            demand_weight=sc.demand_weight)
     except NoGpusLeft as exc:
         raise UserError(f"{sc.source}: field 'gpu_inventory_scale': {exc}") from None
 
@@ -405,6 +414,8 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                "baseline": sc.central.baseline if sc.central is not None else None,
                "deployments": blocks, "capacity": {r.name: r.block.pop("capacity") for r in runs},
                "network": network_summary(sc, setup.topo.last_mile)}
+    if sc.demand_weight != "population":  # (absent by population: the default's outputs stay)
+        summary["demand_weight"] = demand_summary(sc.demand_weight)
     if (sc.prefill_time_scale, sc.decode_time_scale) != (1.0, 1.0):  # (absent at 1: the default's outputs stay)
         summary["service_time_scale"] = {"prefill": sc.prefill_time_scale, "decode": sc.decode_time_scale}
     wl = sc.workload

@@ -21,6 +21,7 @@ from sim.faults import FAULT_POLICIES, Fault, parse_fault
 from sim.techniques.config import Techniques, parse_techniques
 from sim.validate import typed
 from sim.workload_config import WorkloadConfig
+from topology.demand import DEMAND_WEIGHTS
 from topology.last_mile import MODES as LAST_MILE_MODES
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -59,6 +60,7 @@ class Scenario:
     last_mile: str = "fixed"  # or "country" / "continent": M-Lab access RTT medians (topology.last_mile)
     jitter: bool = False  # per-request RTT variability around each path's mean (topology.jitter)
     anycast_misroute: float = 0.0  # share of user locations entering at their second-best PoP (Topology.with_anycast)
+    demand_weight: str = "population"  # or "internet_users": the people online in each city (topology.demand)
     faults: list = field(default_factory=list)
     fault_policy: str = "retry"
     sample_s: float = 60.0
@@ -150,6 +152,9 @@ def check_values(sc: Scenario, source: str) -> None:
     if sc.last_mile not in LAST_MILE_MODES:
         raise UserError(f"{source}: field 'last_mile' must be one of {', '.join(LAST_MILE_MODES)}, "
                         f"got {sc.last_mile!r}")
+    if sc.demand_weight not in DEMAND_WEIGHTS:
+        raise UserError(f"{source}: field 'demand_weight' must be one of {', '.join(DEMAND_WEIGHTS)}, "
+                        f"got {sc.demand_weight!r}")
     if sc.last_mile_ms > 86_400_000:  # (a day, as the gateway's config takes)
         raise UserError(f"{source}: field 'last_mile_ms' must be at most 86400000, got {sc.last_mile_ms!r}")
     for name in ("prefill_time_scale", "decode_time_scale"):
@@ -272,6 +277,14 @@ def network_summary(sc: Scenario, last_mile=None) -> dict:
     last_mile = last_mile or LastMile(sc.last_mile, sc.last_mile_ms)
     return {"last_mile": last_mile.describe(), "jitter": f"on: {fit().source}" if sc.jitter else "off",
             "anycast_misroute": sc.anycast_misroute}
+
+
+def demand_summary(mode: str) -> dict:
+    """``summary.json``'s ``demand_weight`` block: how the demand cities were weighted and from what (written only
+    when not by population, the default)."""
+    from topology.demand import INTERNET_SOURCE
+
+    return {"mode": mode, **({"source": INTERNET_SOURCE} if mode == "internet_users" else {})}
 
 
 def with_overrides(sc: Scenario, **kw) -> Scenario:

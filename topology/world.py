@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from edgepop.errors import UserError
-from topology.demand import load_demand_points
+from topology.demand import load_demand_points, weighted_demand
 from topology.geo import BLOCK_CELLS
 from topology.gpus import build_nodes, check_scale, load_gpus, scale_inventory
 from topology.last_mile import LastMile
@@ -40,6 +40,7 @@ class Topology:
     last_mile_mode: str = "fixed"
     anycast_misroute: float = 0.0  # share of user locations BGP lands on their second-best PoP (with_anycast)
     anycast_seed: int = 0
+    demand_weight: str = "population"  # how ``demand``'s weights are set (topology.demand.DEMAND_WEIGHTS)
 
     @classmethod
     def load(cls, pops: str | Path | None = None, gpus: str | Path | None = None,
@@ -84,11 +85,19 @@ class Topology:
         return self.last_mile.ms(self.demand.cc.to_numpy(), self.demand.continent.to_numpy())
 
     def shaped(self, last_mile_ms: float = DEFAULT_LAST_MILE_MS, last_mile: str = "fixed", gpu_scale: float = 1.0,
-               misroute: float = 0.0, seed: int = 0) -> Topology:
-        """The world as a scenario (or a gateway serving one) shapes it: its last mile, its GPU inventory scale
-        and its anycast misroute (seeded). The simulator, the gateway and the replay mirror all shape it here, so
-        the three cannot drift apart."""
-        return self.with_last_mile(last_mile_ms, last_mile).with_gpu_scale(gpu_scale).with_anycast(misroute, seed=seed)
+               misroute: float = 0.0, seed: int = 0, demand_weight: str = "population") -> Topology:
+        """The world as a scenario (or a gateway serving one) shapes it: its last mile, its GPU inventory scale,
+        its anycast misroute (seeded) and how its demand cities are weighted. The simulator, the gateway and the
+        replay mirror all shape it here, so the three cannot drift apart."""
+        return (self.with_last_mile(last_mile_ms, last_mile).with_gpu_scale(gpu_scale)
+                .with_anycast(misroute, seed=seed).with_demand_weight(demand_weight))
+
+    def with_demand_weight(self, mode: str) -> Topology:
+        """The same world with its demand cities weighted by ``mode`` (``population``, or ``internet_users``: the
+        people online in each, :func:`topology.demand.weighted_demand`); everything else is shared."""
+        if mode == self.demand_weight:
+            return self
+        return replace(self, demand=weighted_demand(self.demand, mode), demand_weight=mode)
 
     def with_gpu_scale(self, scale: float) -> Topology:
         """The same world with ``scale`` x the GPU nodes in its PoPs (see :func:`topology.gpus.scale_inventory`);

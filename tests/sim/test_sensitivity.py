@@ -21,7 +21,8 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert list(rows) == ["as run", "edge GPU inventory x0.5", "edge GPU inventory x2", "edge utilisation_cap 0.35",
                           "router window_ms 10 (both)",  # small's routers have no window
                           "router least-ttft (both)", "central racked like the edge", "anycast: 20% of user cities one PoP off",
-                          "last mile by country (M-Lab medians)", "service times 20% slower", "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
+                          "last mile by country (M-Lab medians)", "demand by people online", "service times 20% slower",
+                          "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
     headline = rows["as run"]
     assert headline["gpus"] == 228 and rows["edge GPU inventory x0.5"]["gpus"] == 114
     assert rows["edge GPU inventory x2"]["gpus"] == 456 and rows["edge utilisation_cap 0.35"]["gpus"] == 228
@@ -42,6 +43,10 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert measured["gpus"] == 228  # median (23.6 ms on average against 10), paid on both sides: both medians rise
     assert measured["edge_ttft_p50_ms"] > headline["edge_ttft_p50_ms"]
     assert measured["central_ttft_p50_ms"] > headline["central_ttft_p50_ms"]
+    online = rows["demand by people online"]  # the same GPUs; requests from fewer African and more European cities,
+    assert online["gpus"] == 228  # central's regions sized by that demand, so both sides' medians move
+    assert online["edge_ttft_p50_ms"] != headline["edge_ttft_p50_ms"]
+    assert online["central_ttft_p50_ms"] != headline["central_ttft_p50_ms"]
     slower = rows["service times 20% slower"]  # the same fleets, every prefill and decode step x1.2: both slower
     assert slower["gpus"] == 228 and slower["edge_ttft_p50_ms"] > headline["edge_ttft_p50_ms"]
     assert slower["central_ttft_p50_ms"] > headline["central_ttft_p50_ms"]
@@ -122,3 +127,13 @@ def test_the_sensitivity_figure_draws_a_row_that_did_not_run_empty(tmp_path):
     path = plot_sensitivity(sens, tmp_path / "s.png")
     height, width = imread(path).shape[:2]
     assert width == 1300 and height == int(100 * (1.6 + 0.38 * 3))
+
+
+def test_the_demand_row_takes_the_weighting_the_scenario_does_not_use():
+    from sim import sensitivity
+    from sim.scenario import load_scenario, with_overrides
+
+    small = load_scenario("small")
+    assert ("demand by people online", {"demand_weight": "internet_users"}) in sensitivity.variants(small)
+    online = with_overrides(small, demand_weight="internet_users")
+    assert ("demand by population", {"demand_weight": "population"}) in sensitivity.variants(online)

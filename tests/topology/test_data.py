@@ -1,6 +1,7 @@
 """PoPs, GPUs, regions, demand: counts, validity, inventory."""
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,3 +78,13 @@ def test_demand_points_and_diurnal_curve(topo):
     # Noon UTC: evening in Tokyo, early morning in Los Angeles.
     hours = local_hour(["Asia/Tokyo", "America/Los_Angeles"], datetime(2024, 1, 15, 12, tzinfo=UTC))
     assert hours.tolist() == [21.0, 4.0]
+
+
+@pytest.mark.parametrize("package", ["topology", "controlplane", "sim"])
+def test_every_shipped_data_file_is_attributed(package):
+    """Each file of a package's data folder is named in its ATTRIBUTION.md (its source and licence)."""
+    folder = Path(__file__).resolve().parents[2] / package / "data"
+    said = (folder / "ATTRIBUTION.md").read_text()
+    files = [p.name for p in folder.iterdir() if p.is_file() and p.suffix not in (".py", ".md")
+             and not p.name.startswith((".", "__"))]
+    assert files and not [f for f in files if f"`{f}`" not in said]
