@@ -77,7 +77,8 @@ def test_sensitivity_help_names_every_variant_it_runs(capsys):
              "central racked like the edge": lambda n: n,
              "anycast": lambda n: "anycast", "ideal anycast": lambda n: "ideal", "baseline ": lambda n: "baseline",
              "last mile by country": lambda n: "last mile by country", "last mile fixed": lambda n: "fixed where",
-             "service times": lambda n: "decode step 20% slower"}
+             "service times": lambda n: "decode step 20% slower",
+             "demand by": lambda n: "weighted by the people online"}
     for scenario in ("default", "small"):
         for name, _ in variants(load_scenario(scenario)):
             kind = next((k for k in kinds if name.startswith(k)), None)
