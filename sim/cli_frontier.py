@@ -102,5 +102,6 @@ def print_frontier(f) -> None:
     seed_line = fr.by_seed_line(r.get("iso_slo_by_seed"), r["baseline"]) if fr.has_ratio(r) else None
     if seed_line:
         console.print(seed_line[2:], highlight=False)
-    for line in fr.routing_lines(r)[:1] + fr.network_lines(r)[:1]:  # each line's router; the network assumed
+    # each line's router; the network assumed; the demand's weighting where not by population
+    for line in fr.routing_lines(r)[:1] + [x for x in fr.network_lines(r) if x]:
         console.print(line, highlight=False)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from controlplane.routing import ROUTERS
 from sim.frontier_brackets import _known, _num, _ratio, by_seed, least, ratio_kind, ratio_range
-from sim.scenario import network_summary
+from sim.scenario import demand_summary, network_summary
 from sim.trace_files import trace_source
 
 CONTINENT_METRICS = ("ttft_p50_ms", "ttft_p95_ms", "slo_attainment")
@@ -177,6 +177,8 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
                         for line in lines if (cfg := sc.edge if line.deployment == "edge" else sc.central) is not None},
             # the network every line's users reach it over (the SLO's latency includes it)
             "network": network_summary(sc),
+            # how the demand cities were weighted, where not by population (absent by default)
+            **({"demand_weight": demand_summary(sc.demand_weight)} if sc.demand_weight != "population" else {}),
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 
@@ -208,10 +210,12 @@ def has_ratio(r: dict) -> bool:
 
 
 def network_lines(r: dict) -> list[str]:
-    """report.md's line naming the network assumptions every budget ran with (and a blank line after)."""
-    from sim.report_deployments import network_line
+    """report.md's line naming the network assumptions every budget ran with, and the demand's weighting where
+    it is not by population (each followed by a blank line)."""
+    from sim.report_deployments import demand_line, network_line
 
-    return [network_line(r["network"], misroute=True), ""] if r.get("network") else []
+    demand = demand_line(r.get("demand_weight"))
+    return ([network_line(r["network"], misroute=True), ""] if r.get("network") else []) + ([demand, ""] if demand else [])
 
 
 def routing_lines(r: dict) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from sim.plots import plot_gain_map, plot_ttft_cdf, plot_utilisation
 from sim.rejections import not_ok_lines
 from sim.replicates_plot import plot_replicates
-from sim.report_deployments import budget_line, deployment_lines, load_line, network_line
+from sim.report_deployments import budget_line, demand_line, deployment_lines, load_line, network_line
 from sim.sensitivity_plot import plot_sensitivity
 
 HEADLINE = (
@@ -145,10 +145,9 @@ def notes(summary: dict) -> list[str]:
     if misroute:
         out.append(f"Imperfect anycast: {misroute:.0%} of the user cities enter the edge at their second-nearest PoP "
                    f"(drawn with seed {summary['seed']}); the rest at their nearest.")
-    weight = summary.get("demand_weight")
-    if weight and weight.get("mode") == "internet_users":
-        out.append("Demand: each city weighted by the people online there (its population x its country's share of "
-                   f"individuals using the Internet, {weight['source']}), not by population.")
+    demand = demand_line(summary.get("demand_weight"))
+    if demand:
+        out.append(demand)
     scale = summary.get("service_time_scale")
     if scale:
         out.append(f"Service times scaled: every prefill x{scale['prefill']:g} and every decode step "

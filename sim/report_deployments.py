@@ -73,6 +73,15 @@ def budget_line(summary: dict) -> list[str]:
     return [f"Budgets differ ({held}): a gain may be the budget's rather than the deployment's."]
 
 
+def demand_line(block: dict | None) -> str | None:
+    """``Demand: ...`` from a ``demand_weight`` block (``summary.json``'s, ``frontier.json``'s: present only when
+    the demand cities are not weighted by population, the default); None without one."""
+    if not block or block.get("mode") != "internet_users":
+        return None
+    return ("Demand: each city weighted by the people online there (its population x its country's share of "
+            f"individuals using the Internet, {block['source']}), not by population.")
+
+
 def network_line(net: dict, hint: str = "", misroute: bool = False) -> str:
     """``Network: last mile ...; per-request RTT jitter ...`` from a ``network`` block (``summary.json``'s,
     ``frontier.json``'s); ``hint`` follows the last mile, ``misroute`` adds imperfect anycast's share when there is

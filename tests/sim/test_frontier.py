@@ -349,7 +349,7 @@ def _points(line, spec):
             for g, ok in spec]
 
 
-def _frontier(tmp_path, edge, central, tolerance=0.05):
+def _frontier(tmp_path, edge, central, tolerance=0.05, demand_weight="population"):
     from types import SimpleNamespace
 
     from sim.frontier import Frontier, Line
@@ -360,7 +360,8 @@ def _frontier(tmp_path, edge, central, tolerance=0.05):
     points = _points(lines[0], edge) + _points(lines[1], central)
     rule = {"router": "nearest-balanced", "router_options": {}}
     sc = SimpleNamespace(name="toy", edge=SimpleNamespace(**rule), central=SimpleNamespace(budget="gpus", **rule),
-                         last_mile="fixed", last_mile_ms=10.0, jitter=False, anycast_misroute=0.0)
+                         last_mile="fixed", last_mile_ms=10.0, jitter=False, anycast_misroute=0.0,
+                         demand_weight=demand_weight)
     scales = sorted({p.scale for p in points})
     result = summarise(sc, slo, lines, points, [1], None, "local", scales, tolerance)
     result["wall_s"] = 0.0
@@ -393,6 +394,23 @@ def test_a_ratio_is_exact_only_when_both_brackets_are_tight_and_monotone(tmp_pat
         assert "1.000 (range: 0.750 to 1.333)" in " ".join(text.split()).replace("**", "")
         assert "30-40 GPUs: wider than --tolerance" in " ".join(text.split())
     assert _frontier(tmp_path, [(30, False), (40, True)], tight, tolerance=0.3).result["iso_slo_ratio_kind"] == "exact"
+
+
+def test_a_frontier_says_how_its_demand_was_weighted(tmp_path, capsys, monkeypatch):
+    """By population (the default) frontier.json has no ``demand_weight`` block and nothing is said; by the people
+    online it says so in frontier.json, report.md and the terminal."""
+    monkeypatch.setenv("COLUMNS", "250")
+    from sim.cli_frontier import print_frontier
+    from sim.frontier_report import report_lines
+
+    spec = [(20, False), (21, True), (60, True)]
+    plain = _frontier(tmp_path, spec, spec)
+    assert "demand_weight" not in plain.result and "Demand:" not in "\n".join(report_lines(plain))
+    online = _frontier(tmp_path, spec, spec, demand_weight="internet_users")
+    assert online.result["demand_weight"]["mode"] == "internet_users"
+    print_frontier(online)
+    said = "Demand: each city weighted by the people online there"
+    assert said in "\n".join(report_lines(online)) and said in " ".join(capsys.readouterr().out.split())
 
 
 def test_lines_that_never_met_the_slo_say_what_they_tried(tmp_path, capsys, monkeypatch):
@@ -542,7 +560,8 @@ def test_each_seeds_ratio_is_read_off_its_own_runs(tmp_path, capsys):
     points = pts(lines[0], {1: 21, 2: 30}) + pts(lines[1], {1: 21, 2: 21})
     rule = {"router": "nearest-balanced", "router_options": {}}
     sc = SimpleNamespace(name="toy", edge=SimpleNamespace(**rule), central=SimpleNamespace(budget="gpus", **rule),
-                         last_mile="fixed", last_mile_ms=10.0, jitter=False, anycast_misroute=0.0)
+                         last_mile="fixed", last_mile_ms=10.0, jitter=False, anycast_misroute=0.0,
+                         demand_weight="population")
     scales = sorted({p.scale for p in points})
     result = summarise(sc, slo, lines, points, [1, 2], None, "local", scales, 0.05)
     assert result["deployments"]["edge"]["min_gpus_for_slo"] == 30  # the mean of seed 1's 100 and seed 2's 250 fails
