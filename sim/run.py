@@ -146,7 +146,8 @@ class Setup:
 
 def scenario_topology(sc: Scenario, topo=None) -> Topology:
     """``topo`` (default: the shipped world) shaped as ``sc`` runs it: last mile, GPU inventory scale, anycast
-    misroute, demand weighting (what planning outside a run uses). Shape an unshaped world: shaping twice scales the GPUs twice."""
+    misroute, demand weighting (what planning outside a run uses). Shape an unshaped world: shaping twice scales
+    the GPUs twice."""
     # a topology given (custom PoPs, one shared by many runs) takes the scenario's last mile, as a loaded one does
     try:
         return (topo or Topology.load(last_mile_ms=sc.last_mile_ms, last_mile=sc.last_mile)).shaped(
