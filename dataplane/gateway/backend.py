@@ -48,10 +48,11 @@ class Backend:
         from topology import Topology
 
         self.config = cfg
-        # The topology as the simulator shapes a scenario's (sim.run.prepare): last mile, GPU inventory, anycast.
+        # The topology as the simulator shapes a scenario's (sim.run.prepare): last mile, GPU inventory, anycast,
+        # demand weighting.
         topo = topo if topo is not None else Topology.load(last_mile_ms=cfg.last_mile_ms, last_mile=cfg.last_mile)
         self.topo = topo.shaped(cfg.last_mile_ms, cfg.last_mile, cfg.gpu_inventory_scale, cfg.anycast_misroute,
-                                seed=cfg.seed)
+                                seed=cfg.seed, demand_weight=cfg.demand_weight)
         # A scenario's demand, estimate inputs and catalog (its workload's), or the gateway's own: it places and
         # routes as the simulator does for the same scenario.
         self.plan = cfg.scenario_plan or ScenarioPlan()
@@ -201,7 +202,7 @@ class Backend:
             "delay": c.delay, "delay_scale": c.delay_scale,
             "last_mile_ms": self.topo.last_mile_ms, "last_mile": c.last_mile,
             "gpu_inventory_scale": c.gpu_inventory_scale, "anycast_misroute": c.anycast_misroute,
-            "default_location": list(c.default_location),
+            "demand_weight": c.demand_weight, "default_location": list(c.default_location),
             "seed": c.seed, "scenario": c.scenario, **self.plan.describe(),
             "threads": c.threads, "provider": c.provider,
             "host_cores": os.cpu_count(),

@@ -114,7 +114,8 @@ def scenario_fields(scenario: str, config: str | None) -> dict:
     e, edge = sc.edge, doc.get("edge", {})
     # gateway field -> (whether the scenario file sets it, its value)
     values = {name: (name in doc, getattr(sc, name))
-              for name in ("seed", "last_mile_ms", "last_mile", "gpu_inventory_scale", "anycast_misroute")}
+              for name in ("seed", "last_mile_ms", "last_mile", "gpu_inventory_scale", "anycast_misroute",
+                           "demand_weight")}
     values["placement_policy"] = ("placement" in edge, e.placement)
     values.update({name: (name in edge, getattr(e, name)) for name in (
         "router", "autoscaler", "queue_limit", "queue_timeout_s")})

@@ -79,8 +79,8 @@ class GatewayConfig:
     (:class:`controlplane.deployment.DeploymentConfig`, the same defaults as a scenario's ``[edge]`` table except
     the placement: ``per-pop``, every served model at every PoP, or at the PoPs ``placement`` lists for it).
     ``threads``/``provider``: onnxruntime intra-op threads (0: one per core) and execution provider.
-    ``last_mile`` (mode), ``gpu_inventory_scale`` and ``anycast_misroute`` shape the topology as a scenario's
-    fields of those names do (``--scenario`` sets them). ``scenario``/``scenario_plan``: the scenario's name and
+    ``last_mile`` (mode), ``gpu_inventory_scale``, ``anycast_misroute`` and ``demand_weight`` shape the topology as
+    a scenario's fields of those names do (``--scenario`` sets them). ``scenario``/``scenario_plan``: the scenario's name and
     its demand and estimate inputs (:class:`~dataplane.gateway.scenario_plan.ScenarioPlan`), set by
     ``--scenario`` only (None: the gateway's own plan).
 
@@ -119,6 +119,7 @@ class GatewayConfig:
     last_mile: str = "fixed"
     gpu_inventory_scale: float = 1.0
     anycast_misroute: float = 0.0
+    demand_weight: str = "population"
     tokens: dict[str, str] = field(default_factory=dict)
     no_auth: bool = False
     db: str | None = None
@@ -256,6 +257,10 @@ class GatewayConfig:
         v = self.anycast_misroute
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
             bad("anycast_misroute", f"{v!r} is not a share in [0, 1]")
+        from topology.demand import DEMAND_WEIGHTS
+
+        if self.demand_weight not in DEMAND_WEIGHTS:
+            bad("demand_weight", f"{self.demand_weight!r} is not one of {', '.join(DEMAND_WEIGHTS)}")
         for name in ("placement_options", "router_options", "autoscaler_options"):
             if not isinstance(getattr(self, name), dict):
                 bad(name, "must be a table of option = value")

@@ -85,14 +85,15 @@ def mirror_catalog(desc: dict) -> Catalog:
 
 
 def mirror_topology(desc: dict, topo=None):
-    """The topology the live gateway described by ``desc`` serves: its last mile, GPU inventory scale and
-    anycast misroute applied to ``topo`` (default: the shipped one)."""
+    """The topology the live gateway described by ``desc`` serves: its last mile, GPU inventory scale, anycast
+    misroute and demand weighting applied to ``topo`` (default: the shipped one)."""
     from topology import Topology
 
     mode = desc.get("last_mile", "fixed")
     topo = topo if topo is not None else Topology.load(last_mile_ms=desc["last_mile_ms"], last_mile=mode)
     return topo.shaped(desc["last_mile_ms"], mode, desc.get("gpu_inventory_scale", 1.0),
-                       desc.get("anycast_misroute", 0.0), seed=desc["seed"])
+                       desc.get("anycast_misroute", 0.0), seed=desc["seed"],
+                       demand_weight=desc.get("demand_weight", "population"))
 
 
 def on_replay_clock(desc: dict, live: pd.DataFrame) -> dict:

@@ -178,7 +178,7 @@ def test_serve_scenario_serves_its_fleet_last_mile_and_anycast(tmp_path, gateway
     path.write_text(SCENARIO.replace("MODEL", GEN).replace("PLACEMENT", "per-pop").replace("ROUTER", "nearest-with-capacity")
                     .replace("router_options = { OPTIONS }\n", "")
                     .replace("seed = 5\n", 'seed = 5\ngpu_inventory_scale = 0.1\nlast_mile = "country"\n'
-                             "anycast_misroute = 0.3\n"))
+                             "anycast_misroute = 0.3\ndemand_weight = \"internet_users\"\n"))
     monkeypatch.setenv("EDGEPOP_TOKENS", "tok-000000001:acme")
     cfg = gateway_config(build_parser().parse_args(["serve", "--scenario", str(path), "--models", GEN]))
     live = Backend(cfg, gateway_topo)
@@ -189,15 +189,19 @@ def test_serve_scenario_serves_its_fleet_last_mile_and_anycast(tmp_path, gateway
         assert len(live.deployment.fleet.nodes) < len(Backend(
             cfg.with_overrides(gpu_inventory_scale=1.0), gateway_topo).deployment.fleet.nodes)
         assert live.topo.last_mile_mode == "country" and live.topo.anycast_misroute == 0.3
+        assert live.topo.demand_weight == "internet_users"  # placed for the demand the simulator plans for
+        assert np.array_equal(live.topo.demand.weight.to_numpy(), setup.topo.demand.weight.to_numpy())
         assert np.array_equal(live.topo.demand_last_mile_ms(), setup.topo.demand_last_mile_ms())
         assert np.array_equal(live.topo.ingress(live.topo.demand.lat.to_numpy(), live.topo.demand.lon.to_numpy()),
                               setup.topo.ingress(setup.topo.demand.lat.to_numpy(), setup.topo.demand.lon.to_numpy()))
         desc = live.describe()
-        assert (desc["gpu_inventory_scale"], desc["last_mile"], desc["anycast_misroute"]) == (0.1, "country", 0.3)
+        assert (desc["gpu_inventory_scale"], desc["last_mile"], desc["anycast_misroute"], desc["demand_weight"]) == (
+            0.1, "country", 0.3, "internet_users")
         # ... and the replay mirror shapes it the same way: the same nodes, the same client RTTs and ingress
         from sim.live.fidelity import mirror_deployment, mirror_topology
 
         mirrored = mirror_topology(desc, gateway_topo)
+        assert mirrored.demand_weight == "internet_users"
         dep, _ = mirror_deployment(desc, mirrored)
         assert list(dep.fleet.nodes.node_id) == list(live.deployment.fleet.nodes.node_id)
         # ... and estimates with the gateway's service-time model and the scenario's typical request
@@ -218,6 +222,14 @@ def test_a_fixed_last_mile_beside_another_mode_is_refused():
     with pytest.raises(UserError, match="field 'last_mile_ms': 25 applies with last_mile = \"fixed\" only"):
         GatewayConfig(last_mile="country", last_mile_ms=25)
     assert GatewayConfig(last_mile="country").last_mile_ms == 10.0
+
+
+def test_an_unknown_demand_weight_is_refused():
+    from dataplane.gateway import GatewayConfig
+    from edgepop.errors import UserError
+
+    with pytest.raises(UserError, match="field 'demand_weight': 'users' is not one of population, internet_users"):
+        GatewayConfig(demand_weight="users")
 
 
 def test_a_scenario_replaces_only_the_config_file_values_it_sets(tmp_path, gateway_topo, monkeypatch):
