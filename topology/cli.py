@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--last-mile", choices=("fixed", "country", "continent"), default="fixed",
                    help="fixed: --last-mile-ms for everyone (default); country / continent: M-Lab NDT medians "
                         "(the summary's last_mile_ms is then their population-weighted mean)")
+    p.add_argument("--demand-weight", choices=("population", "internet_users"), default="population",
+                   help="weight each demand city by its population (default) or by its people online (population x "
+                        "its country's share of individuals using the Internet, World Bank) in the coverage figures")
     p.add_argument("--out", type=folder_arg, default=Path("out/topology"),
                    help="folder for map.png and summary.json")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
@@ -44,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--last-mile-ms is the fixed mode's value: it does not apply with --last-mile "
                         f"{args.last_mile}")
     args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES, command="topology")  # ('~/dir' expanded)
-    topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions, tiers=args.tiers)
+    topo = Topology.load(pops=args.pops, gpus=args.gpus, regions=args.regions,
+                         tiers=args.tiers).with_demand_weight(args.demand_weight)
     s = summary(topo, last_mile_ms=args.last_mile_ms, last_mile=args.last_mile)
     pyplot()  # (matplotlib's import, the slow part, before any file exists)
     with staged_output(args.out, OUTPUT_NAMES, command="topology") as tmp:  # both files or neither
@@ -76,9 +80,10 @@ def print_tables(s: dict) -> None:
     for k, v in s["gpus_per_type"].items():
         g.add_row(k, str(v))
     con.print(g)
-    c = Table(title=f"Share of the population of {s['demand_cities']} cities within reach "
+    who = "people online" if s.get("demand_weight") == "internet_users" else "population"
+    c = Table(title=f"Share of the {who} of {s['demand_cities']} cities within reach "
                     f"(last mile: {s['last_mile']})")
-    for col in ("deployment", "<=10 ms", "<=25 ms", "<=50 ms", "median RTT ms (by population)"):
+    for col in ("deployment", "<=10 ms", "<=25 ms", "<=50 ms", f"median RTT ms (by {who})"):
         c.add_column(col, justify="right")
     rows = [("edge PoPs", s["edge"])] + [(f"central {k}", v) for k, v in s["baselines"].items()]
     for name, v in rows:

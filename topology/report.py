@@ -17,15 +17,23 @@ from topology.world import Topology
 THRESHOLDS_MS = (10, 25, 50)
 
 
+def people(topo: Topology) -> np.ndarray:
+    """Each demand city's weight in the coverage figures: its population, or its people online where the topology
+    weights its demand so (``Topology.with_demand_weight``)."""
+    d = topo.demand
+    return (d.population if topo.demand_weight == "population" else d.weight).to_numpy(dtype=np.float64)
+
+
 def coverage(topo: Topology, rtt_to_nearest: np.ndarray) -> dict[str, float]:
-    """Population share of the demand cities whose nearest site is within each threshold."""
-    w = topo.demand.population.to_numpy(dtype=np.float64)
+    """Share of the people (:func:`people`) of the demand cities whose nearest site is within each threshold."""
+    w = people(topo)
     return {f"within_{t}ms": round(float(w[rtt_to_nearest <= t].sum() / w.sum()), 4) for t in THRESHOLDS_MS}
 
 
 def population_median(topo: Topology, values: np.ndarray) -> float:
-    """The median of ``values`` (one per demand city) over the population: half the people are at or below it."""
-    return weighted_percentiles(values, topo.demand.population.to_numpy(dtype=np.float64), [50])[0]
+    """The median of ``values`` (one per demand city) over the people (:func:`people`): half of them are at or
+    below it."""
+    return weighted_percentiles(values, people(topo), [50])[0]
 
 
 def summary(topo: Topology, last_mile_ms: float = 0.0, last_mile: str = "fixed") -> dict:
@@ -62,6 +70,8 @@ def summary(topo: Topology, last_mile_ms: float = 0.0, last_mile: str = "fixed")
         "edge": {**coverage(topo, edge), "median_rtt_ms": round(population_median(topo, edge), 1)},
         "baselines": baselines,
         **({"baselines_skipped": skipped} if skipped else {}),
+        # coverage over the people online instead of the population (absent by population, the default)
+        **({"demand_weight": topo.demand_weight} if topo.demand_weight != "population" else {}),
     }
 
 

@@ -24,6 +24,20 @@ def test_topology_json_and_map(tmp_path, capsys):
     assert json.loads((tmp_path / "summary.json").read_text())["pops"] == s["pops"]
 
 
+def test_coverage_of_the_people_online(tmp_path, capsys):
+    assert main(["topology", "--json", "--out", str(tmp_path / "p")]) == 0
+    by_population = json.loads(capsys.readouterr().out)
+    assert main(["topology", "--json", "--demand-weight", "internet_users", "--out", str(tmp_path / "o")]) == 0
+    online = json.loads(capsys.readouterr().out)
+    assert "demand_weight" not in by_population and online["demand_weight"] == "internet_users"
+    # more of the people online live near the six regions than of the population (Europe and North America weigh
+    # more, Africa less)
+    assert online["baselines"]["global-6"]["within_50ms"] > by_population["baselines"]["global-6"]["within_50ms"]
+    assert online["baselines"]["global-6"]["median_rtt_ms"] < by_population["baselines"]["global-6"]["median_rtt_ms"]
+    assert main(["topology", "--demand-weight", "internet_users", "--out", str(tmp_path / "t")]) == 0
+    assert "Share of the people online of" in " ".join(capsys.readouterr().out.split())
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
