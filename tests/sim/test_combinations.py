@@ -1,5 +1,5 @@
 """Features combined at random (seeded): routers, placements, autoscalers, queue limits, techniques, faults, RTT
-jitter, last mile and anycast misrouting, on small fleets under light to heavy load.
+jitter, last mile, anycast misrouting and demand weighting, on small fleets under light to heavy load.
 
 Each combination must run (no exception), end every request exactly once on each deployment, and give the same
 rows and summary when run again in the same process and in another interpreter with another hash seed (nothing
@@ -67,6 +67,8 @@ def scenario_text(case: int) -> str:
     if r.random() < 0.3:
         top["anycast_misroute"] = 0.2
     top["fault_policy"] = r.choice(FAULT_POLICY_NAMES)
+    if random.Random(1000 + case).random() < 0.4:  # (its own draw: the others' sequence stays as it was)
+        top["demand_weight"] = "internet_users"
     pops = r.sample(POPS, r.randrange(3, 7))
     workload = {"kind": "poisson", "requests": 400, "rps": r.choice([10.0, 50.0, 300.0]),
                 "start_utc": "2024-03-20T12:00:00+00:00", "session_fraction": r.choice([0.0, 0.5]),
@@ -124,6 +126,7 @@ def test_the_draws_name_shipped_policies():
     assert {d[k]["autoscaler"] for d in drawn for k in ("edge", "central")} == set(AUTOSCALER_NAMES)
     assert {t for d in drawn for t, on in d["techniques"].items() if on is True} == set(TECHNIQUES)
     assert {d["fault_policy"] for d in drawn if d.get("faults")} == set(FAULT_POLICY_NAMES)
+    assert {d.get("demand_weight", "population") for d in drawn} == {"population", "internet_users"}
 
 
 @pytest.mark.parametrize("case", CASES)
