@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         args.out = output_folder(args.out, staged=True, writes=OUTPUT_NAMES, command="place")  # ('~' expanded)
-    topo = Topology.load()
+    topo = Topology.load().with_demand_weight(args.demand_weight)
     problem = PlacementProblem.build(topo, catalog, total_rps=args.rps, mix=_mix(args, catalog),
                                      when_utc=_when(args.at), candidates_k=args.candidates_k,
                                      utilisation_cap=args.utilisation_cap)
@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
             placement = run_policy(policy, problem, np.random.default_rng(args.seed))
     summary = placement.summary()
     summary["seed"] = args.seed
+    if args.demand_weight != "population":  # (absent by population, the default)
+        summary["demand_weight"] = args.demand_weight
     if args.out:
         with staged_output(args.out, OUTPUT_NAMES, command="place") as tmp:  # both files or neither
             placement.table.assign(gpu_index=placement.table.gpu_index.map(list)).to_parquet(

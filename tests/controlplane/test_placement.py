@@ -362,6 +362,18 @@ def test_cli_place_json_and_files(tmp_path, capsys):
     assert json.loads((tmp_path / "summary.json").read_text())["objective_ms"] == s["objective_ms"]
 
 
+def test_cli_places_for_the_people_online(capsys):
+    """--demand-weight internet_users plans for the people online: central's regions hold the same replicas, but
+    the demand they serve is nearer (more of it in Europe and North America), and the summary says so."""
+    argv = ["place", "--policy", "central", "--baseline", "global-6", "--rps", "500", "--json"]
+    assert main(argv) == 0
+    by_population = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--demand-weight", "internet_users"]) == 0
+    online = json.loads(capsys.readouterr().out)
+    assert "demand_weight" not in by_population and online["demand_weight"] == "internet_users"
+    assert online["mean_served_rtt_ms"] < by_population["mean_served_rtt_ms"]
+
+
 def test_cli_central_with_models_and_tables(capsys):
     assert main(["place", "--policy", "central", "--baseline", "us-east", "--rps", "500",
                  "--models", "@cf/meta/llama-3.1-8b-instruct,@cf/baai/bge-base-en-v1.5"]) == 0
