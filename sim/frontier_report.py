@@ -177,8 +177,7 @@ def summarise(sc, slo, lines, points, seeds, requests, engine, scales, tolerance
                         for line in lines if (cfg := sc.edge if line.deployment == "edge" else sc.central) is not None},
             # the network every line's users reach it over (the SLO's latency includes it)
             "network": network_summary(sc),
-            # how the demand cities were weighted, where not by population (absent by default)
-            **({"demand_weight": demand_summary(sc.demand_weight)} if sc.demand_weight != "population" else {}),
+            **demand_summary(sc),  # how the demand cities were weighted, where not by population
             "equal_cost": equal_cost,
             "points": [point_dict(p, slo) for p in sorted(points, key=lambda p: (p.line.key, p.scale))]}
 
@@ -214,8 +213,9 @@ def network_lines(r: dict) -> list[str]:
     it is not by population (each followed by a blank line)."""
     from sim.report_deployments import demand_line, network_line
 
-    demand = demand_line(r.get("demand_weight"))
-    return ([network_line(r["network"], misroute=True), ""] if r.get("network") else []) + ([demand, ""] if demand else [])
+    lines = [network_line(r["network"], misroute=True)] if r.get("network") else []
+    lines += [demand] if (demand := demand_line(r.get("demand_weight"))) else []
+    return [x for line in lines for x in (line, "")]
 
 
 def routing_lines(r: dict) -> list[str]:

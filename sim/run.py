@@ -415,8 +415,7 @@ def run_scenario(scenario: Scenario | str = "default", *, requests: int | None =
                "baseline": sc.central.baseline if sc.central is not None else None,
                "deployments": blocks, "capacity": {r.name: r.block.pop("capacity") for r in runs},
                "network": network_summary(sc, setup.topo.last_mile)}
-    if sc.demand_weight != "population":  # (absent by population: the default's outputs stay)
-        summary["demand_weight"] = demand_summary(sc.demand_weight)
+    summary.update(demand_summary(sc))
     if (sc.prefill_time_scale, sc.decode_time_scale) != (1.0, 1.0):  # (absent at 1: the default's outputs stay)
         summary["service_time_scale"] = {"prefill": sc.prefill_time_scale, "decode": sc.decode_time_scale}
     wl = sc.workload

@@ -279,12 +279,15 @@ def network_summary(sc: Scenario, last_mile=None) -> dict:
             "anycast_misroute": sc.anycast_misroute}
 
 
-def demand_summary(mode: str) -> dict:
-    """``summary.json``'s ``demand_weight`` block: how the demand cities were weighted and from what (written only
-    when not by population, the default)."""
+def demand_summary(sc: Scenario) -> dict:
+    """``summary.json``'s and ``frontier.json``'s ``demand_weight`` entry, how the demand cities were weighted and
+    from what: ``{}`` by population (the default, whose outputs stay as they were)."""
     from topology.demand import INTERNET_SOURCE
 
-    return {"mode": mode, **({"source": INTERNET_SOURCE} if mode == "internet_users" else {})}
+    if sc.demand_weight == "population":
+        return {}
+    return {"demand_weight": {"mode": sc.demand_weight,
+                              **({"source": INTERNET_SOURCE} if sc.demand_weight == "internet_users" else {})}}
 
 
 def with_overrides(sc: Scenario, **kw) -> Scenario:
