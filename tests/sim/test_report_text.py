@@ -84,6 +84,7 @@ def test_sensitivity_help_names_every_variant_it_runs(capsys):
             kind = next((k for k in kinds if name.startswith(k)), None)
             assert kind is not None, f"a new kind of sensitivity variant: {name!r} (say it in the help)"
             assert kinds[kind](name) in help_text, name
+            assert " and demand by " not in name or "both of those at once" in help_text, name
 
 
 def test_with_seeds_the_within_run_loss_line_names_its_seed():

@@ -21,7 +21,8 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert list(rows) == ["as run", "edge GPU inventory x0.5", "edge GPU inventory x2", "edge utilisation_cap 0.35",
                           "router window_ms 10 (both)",  # small's routers have no window
                           "router least-ttft (both)", "central racked like the edge", "anycast: 20% of user cities one PoP off",
-                          "last mile by country (M-Lab medians)", "demand by people online", "service times 20% slower",
+                          "last mile by country (M-Lab medians)", "demand by people online",
+                          "last mile by country and demand by people online", "service times 20% slower",
                           "baseline us-east", "baseline global-6", "baseline global-12"]  # small runs big3
     headline = rows["as run"]
     assert headline["gpus"] == 228 and rows["edge GPU inventory x0.5"]["gpus"] == 114
@@ -47,6 +48,10 @@ def test_sensitivity_rows_vary_one_assumption_each(tmp_path, capsys):
     assert online["gpus"] == 228  # central's regions sized by that demand, so both sides' medians move
     assert online["edge_ttft_p50_ms"] != headline["edge_ttft_p50_ms"]
     assert online["central_ttft_p50_ms"] != headline["central_ttft_p50_ms"]
+    both = rows["last mile by country and demand by people online"]  # the two at once: the longer access legs
+    assert both["gpus"] == 228  # of the measured last mile on top of the other demand's medians
+    assert both["edge_ttft_p50_ms"] > online["edge_ttft_p50_ms"] and both["central_ttft_p50_ms"] > online["central_ttft_p50_ms"]
+    assert both["central_ttft_p50_ms"] != measured["central_ttft_p50_ms"]
     slower = rows["service times 20% slower"]  # the same fleets, every prefill and decode step x1.2: both slower
     assert slower["gpus"] == 228 and slower["edge_ttft_p50_ms"] > headline["edge_ttft_p50_ms"]
     assert slower["central_ttft_p50_ms"] > headline["central_ttft_p50_ms"]
@@ -106,10 +111,12 @@ def test_the_last_mile_row_takes_the_mode_the_scenario_does_not_use(tmp_path, mo
     main_run = run_scenario(load_scenario(path), requests=300)
     block = sensitivity.run_sensitivity(path, main_run.summary, requests=300, out=tmp_path / "sens")
     rows = {r["variant"]: r for r in block["rows"]}
-    assert list(rows) == ["as run", "last mile by country (M-Lab medians)"]
-    assert rows["last mile by country (M-Lab medians)"]["infeasible"] == (
-        "fixed20.toml sets last_mile_ms (one figure for every user), which a measured last mile replaces: a scenario "
-        "file may not name both")
+    assert list(rows) == ["as run", "last mile by country (M-Lab medians)",
+                          "last mile by country and demand by people online"]
+    for name in list(rows)[1:]:  # the row of both assumptions measures the last mile too
+        assert rows[name]["infeasible"] == (
+            "fixed20.toml sets last_mile_ms (one figure for every user), which a measured last mile replaces: a "
+            "scenario file may not name both")
 
 
 def test_the_sensitivity_figure_draws_a_row_that_did_not_run_empty(tmp_path):
@@ -137,3 +144,9 @@ def test_the_demand_row_takes_the_weighting_the_scenario_does_not_use():
     assert ("demand by people online", {"demand_weight": "internet_users"}) in sensitivity.variants(small)
     online = with_overrides(small, demand_weight="internet_users")
     assert ("demand by population", {"demand_weight": "population"}) in sensitivity.variants(online)
+    # and both assumptions flipped at once, each the way its own row flips it
+    assert ("last mile by country and demand by people online",
+            {"last_mile": "country", "demand_weight": "internet_users"}) in sensitivity.variants(small)
+    both = with_overrides(online, last_mile="country")
+    assert ("last mile fixed 10 ms and demand by population",
+            {"last_mile": "fixed", "demand_weight": "population"}) in sensitivity.variants(both)
