@@ -11,6 +11,7 @@ from pathlib import Path
 
 from edgepop.outputs import folder_arg
 from edgepop.rng import seed_arg
+from topology.cli import add_demand_weight
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,9 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mix.add_argument("--mix", type=Path, help="JSON or TOML file mapping model id -> share of requests")
     p.add_argument("--catalog", type=Path, help="custom model catalog TOML (default: the shipped one)")
     p.add_argument("--at", help="UTC time (ISO 8601) to shape demand by local time of day (default: daily mean)")
-    p.add_argument("--demand-weight", choices=("population", "internet_users"), default="population",
-                   help="weight each demand city by its population (default) or by its people online (population x "
-                        "its country's share of individuals using the Internet, World Bank)")
+    add_demand_weight(p)
     p.add_argument("--baseline",
                    help="region set for --policy central: us-east, big3, global-6 (default), global-12 or ids")
     p.add_argument("--candidates-k", type=int, default=16, help="nearest replica sites an ingress may use (16)")

@@ -286,8 +286,7 @@ def demand_summary(sc: Scenario) -> dict:
 
     if sc.demand_weight == "population":
         return {}
-    return {"demand_weight": {"mode": sc.demand_weight,
-                              **({"source": INTERNET_SOURCE} if sc.demand_weight == "internet_users" else {})}}
+    return {"demand_weight": {"mode": sc.demand_weight, "source": INTERNET_SOURCE}}  # (the one other weighting)
 
 
 def with_overrides(sc: Scenario, **kw) -> Scenario:

@@ -70,19 +70,19 @@ def variants(sc) -> list[tuple[str, dict]]:
     # The access leg both sides pay: one figure for every user, or each country's measured median (an upper bound
     # of the access line alone: it includes the path to the measuring server), whichever the scenario does not use
     if sc.last_mile == "fixed":
-        last_mile = ("last mile by country", {"last_mile": "country"})
-        out.append(("last mile by country (M-Lab medians)", last_mile[1]))
+        last_mile, mile_over = "last mile by country", {"last_mile": "country"}
+        out.append((f"{last_mile} (M-Lab medians)", mile_over))
     else:
-        last_mile = (f"last mile fixed {sc.last_mile_ms:g} ms", {"last_mile": "fixed"})
-        out.append(last_mile)
+        last_mile, mile_over = f"last mile fixed {sc.last_mile_ms:g} ms", {"last_mile": "fixed"}
+        out.append((last_mile, mile_over))
     # Where the requests come from: cities weighted by population (the default: 56% of them in Asia) or by the
     # people online there (population x the country's Internet use), whichever the scenario does not use
-    demand = (("demand by people online", {"demand_weight": "internet_users"}) if sc.demand_weight == "population"
-              else ("demand by population", {"demand_weight": "population"}))
-    out.append(demand)
+    demand, demand_over = (("demand by people online", {"demand_weight": "internet_users"})
+                           if sc.demand_weight == "population" else ("demand by population", {"demand_weight": "population"}))
+    out.append((demand, demand_over))
     # Both at once: each moves the median gain by about as much, and whether they add up is the question the two
     # rows alone leave open
-    out.append((f"{last_mile[0]} and {demand[0]}", {**last_mile[1], **demand[1]}))
+    out.append((f"{last_mile} and {demand}", {**mile_over, **demand_over}))
     # The service-time model's own error: every replica that much slower, for the placement, the control planes'
     # estimates and the replicas alike (a uniform factor per phase: controlplane/perf_scaled.py)
     out.append((f"service times {SLOWER - 1:.0%} slower", {"prefill_time_scale": round(sc.prefill_time_scale * SLOWER, 9),

@@ -26,13 +26,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--last-mile", choices=("fixed", "country", "continent"), default="fixed",
                    help="fixed: --last-mile-ms for everyone (default); country / continent: M-Lab NDT medians "
                         "(the summary's last_mile_ms is then their population-weighted mean)")
-    p.add_argument("--demand-weight", choices=("population", "internet_users"), default="population",
-                   help="weight each demand city by its population (default) or by its people online (population x "
-                        "its country's share of individuals using the Internet, World Bank) in the coverage figures")
+    add_demand_weight(p, " in the coverage figures")
     p.add_argument("--out", type=folder_arg, default=Path("out/topology"),
                    help="folder for map.png and summary.json")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     p.set_defaults(func=run)
+
+
+def add_demand_weight(p: argparse.ArgumentParser, purpose: str = "") -> None:
+    """The ``--demand-weight`` option (``edgepop topology``, ``edgepop place``): its choices are
+    ``topology.demand.DEMAND_WEIGHTS``, written out so that ``edgepop --help`` does not import pandas."""
+    p.add_argument("--demand-weight", choices=("population", "internet_users"), default="population",
+                   help="weight each demand city by its population (default) or by its people online (population x "
+                        f"its country's share of individuals using the Internet, World Bank){purpose}")
 
 
 def run(args: argparse.Namespace) -> int:
