@@ -258,3 +258,9 @@ def print_sweep_table(result) -> None:
     # piped into a file: do not squeeze the table into 80 columns
     console = table_console(max(80, sum(len(c) for c in keys) + 20 * len(SWEEP_COLUMNS)))
     console.print(t)
+    if "placement" in result.summary:
+        from sim.report_deployments import memory_only_policies, memory_only_text
+
+        shared = memory_only_policies(result.summary["placement"].dropna().astype(str))
+        if shared:
+            console.print(memory_only_text(shared))

@@ -33,10 +33,33 @@ def deployment_lines(summary: dict) -> list[str]:
     if not parts:
         return []
     out = ["Deployments: " + "; ".join(parts) + "."]
+    shared = memory_only_policies(block["placement"]["policy"] for block in summary["deployments"].values()
+                                  if block.get("routing") and block.get("placement"))
+    if shared:
+        out.append(memory_only_text(shared))
     if len(set(rules.values())) > 1:
         out.append("The deployments are routed by different rules: a gain may be the router's rather than the "
                    "deployment's (the same router on both sides compares the deployments alone).")
     return out
+
+
+def memory_only_policies(names) -> list[str]:
+    """Of these placement policy names (each once, in order), those under which memory alone decides what shares a
+    GPU (the policy's ``memory_only``); a name the registry does not know is not one."""
+    from controlplane.placement import PLACEMENTS
+
+    out = []
+    for name in dict.fromkeys(names):
+        if name in PLACEMENTS and getattr(PLACEMENTS.get(name), "memory_only", False):
+            out.append(name)
+    return out
+
+
+def memory_only_text(names: list[str]) -> str:
+    """The caveat of a memory-only placement: its latencies are a bound, not a plan's."""
+    return (f"{' and '.join(names)} placed by memory alone: language models that share a GPU each compute as if "
+            "they had it alone, so its latencies are an optimistic bound, not those of a fleet that could serve "
+            "this plan (docs/placement.md).")
 
 
 def load_line(summary: dict) -> list[str]:

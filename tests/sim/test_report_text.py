@@ -150,6 +150,7 @@ def test_the_report_names_each_sides_router_and_warns_when_they_differ(tmp_path,
     assert line.count("routed by nearest-balanced (window_ms = 0), queue limit 64 (timeout 30 s)") == 2
     assert line[2:] in terminal
     assert "routed by different rules" not in terminal
+    assert "placed by memory alone" not in terminal
     # ... and the load the figures hold at, against each side's capacity at the SLO
     s = json.loads((out / "summary.json").read_text())
     offered = s["requests"] / s["simulated_span_s"]
@@ -173,6 +174,40 @@ def test_the_report_names_each_sides_router_and_warns_when_they_differ(tmp_path,
     report = (out / "report.md").read_text()
     assert "central placement (" in report and "routed by p2c (k = 3)," in report
     assert "routed by different rules: a gain may be the router's" in report and "routed by different rules" in terminal
+
+
+def test_a_memory_only_placement_is_called_a_bound_in_the_report_and_the_sweep_table(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from sim.cli import SWEEP_COLUMNS, print_sweep_table
+    from sim.scenario import SCENARIO_DIR
+
+    text = (SCENARIO_DIR / "small.toml").read_text()
+    edge = text.replace('placement = "greedy-demand"', 'placement = "everywhere-fits"', 1)
+    assert edge != text
+    (tmp_path / "fits.toml").write_text(edge)
+    out = tmp_path / "out"
+    assert main(["simulate", "--scenario", str(tmp_path / "fits.toml"), "--requests", "300", "--out", str(out)]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    caveat = ("everywhere-fits placed by memory alone: language models that share a GPU each compute as if they had "
+              "it alone, so its latencies are an optimistic bound")
+    report = " ".join((out / "report.md").read_text().split())
+    assert caveat in report and caveat in terminal
+    assert "greedy-demand placed by" not in report and "central placed by" not in report
+
+    grid = SimpleNamespace(source="g.toml", base="small", variants=[{}, {}], names=None, axes=["edge.placement"])
+    rows = pd.DataFrame({"variant": [0, 0, 1, 1], "seed": 7, "edge.placement": ["everywhere-fits"] * 2 + ["ilp"] * 2,
+                         "deployment": ["edge", "central"] * 2,
+                         "placement": ["everywhere-fits", "central", "ilp", "central"]})
+    for _, column in SWEEP_COLUMNS:
+        rows[column] = 1.0
+    print_sweep_table(SimpleNamespace(grid=grid, summary=rows))
+    assert caveat in " ".join(capsys.readouterr().out.split())
+    rows["placement"] = ["greedy-demand", "central", "ilp", "central"]
+    print_sweep_table(SimpleNamespace(grid=grid, summary=rows))
+    assert "placed by memory alone" not in capsys.readouterr().out
 
 
 def test_the_frontier_warns_when_its_lines_route_differently():
