@@ -1,5 +1,6 @@
-"""The report's lines on how each deployment was placed and routed (and a warning when the two sides are routed by
-different rules: summary.json's ``deployments.<name>.routing`` and ``placement`` blocks), and on the load offered
+"""The report's lines on how each deployment was placed and routed (with a warning when the two sides are routed by
+different rules, and a caveat when a placement lets memory alone decide what shares a GPU: summary.json's
+``deployments.<name>.routing`` and ``placement`` blocks), and on the load offered
 against each side's capacity (its ``capacity`` block): every figure holds at that load; and whether the two sides
 hold the same budget (GPUs and dollars per hour)."""
 
@@ -57,8 +58,9 @@ def memory_only_policies(names) -> list[str]:
 
 def memory_only_text(names: list[str]) -> str:
     """The caveat of a memory-only placement: its latencies are a bound, not a plan's."""
+    its = "its" if len(names) == 1 else "their"
     return (f"{' and '.join(names)} placed by memory alone: language models that share a GPU each compute as if "
-            "they had it alone, so its latencies are an optimistic bound, not those of a fleet that could serve "
+            f"they had it alone, so {its} latencies are an optimistic bound, not those of a fleet that could serve "
             "this plan (docs/placement.md).")
 
 
