@@ -287,6 +287,9 @@ memory.round(3)
 The scenario's workload (same seed, so identical arrivals) served by each edge policy and by the central
 baseline. Each run places again, for the workload's own rate, model mix and request sizes (the simulator's
 planning demand), so these are the policies' plans for the scenario's load rather than for `DEMAND_RPS`.
+
+`everywhere-fits` places by memory alone: language models that share a GPU each compute in the simulator as if
+they had it alone, so its latencies are an optimistic bound, not those of a fleet that could serve its plan.
 """),
     ("code", """
 runs = {}
