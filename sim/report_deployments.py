@@ -22,21 +22,20 @@ def rule_text(routing: dict) -> str:
 def deployment_lines(summary: dict) -> list[str]:
     """How each deployment was placed and routed, and a warning when the two sides are routed by different rules
     (a gain may then be the router's, not the deployment's)."""
-    parts, rules = [], {}
+    parts, rules, policies = [], {}, []
     for name, block in summary["deployments"].items():
         r, p = block.get("routing"), block.get("placement")
         if not r or not p:
             continue
         rules[name] = rule = rule_text(r)
+        policies.append(p["policy"])
         wrapped = f" inside {r['wrapped_by']}" if r.get("wrapped_by") else ""
         parts.append(f"{name}: {p['policy']} placement ({p['replicas']:,} replicas on {p['gpus_placed']:,} GPUs), "
                      f"routed by {rule}{wrapped}, queue limit {r['queue_limit']:,} (timeout {r['queue_timeout_s']:g} s)")
     if not parts:
         return []
     out = ["Deployments: " + "; ".join(parts) + "."]
-    shared = memory_only_policies(block["placement"]["policy"] for block in summary["deployments"].values()
-                                  if block.get("routing") and block.get("placement"))
-    if shared:
+    if shared := memory_only_policies(policies):
         out.append(memory_only_text(shared))
     if len(set(rules.values())) > 1:
         out.append("The deployments are routed by different rules: a gain may be the router's rather than the "
